@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs every Debian package kvtier needs to build, test and benchmark.
+# Idempotent and non-interactive: packages already present are skipped, so a
+# second run does no network access at all.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git
+  # RPC and serialization
+  libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
+  # storage
+  librocksdb-dev liburing-dev libxxhash-dev
+  # base libraries
+  libabsl-dev libssl-dev libsystemd-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev libfaiss-dev libhiredis-dev
+  redis-server fio prometheus
+  # python client
+  python3 python3-grpcio python3-protobuf python3-numpy
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

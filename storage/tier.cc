@@ -1,0 +1,17 @@
+#include "storage/tier.h"
+
+namespace kvtier {
+
+std::string_view TierName(TierId tier) {
+  switch (tier) {
+    case TierId::kDevice:
+      return "device";
+    case TierId::kHost:
+      return "host";
+    case TierId::kNvme:
+      return "nvme";
+  }
+  return "unknown";
+}
+
+}  // namespace kvtier
