@@ -1,0 +1,86 @@
+// kvtier::Client: the C++ client library for kvtierd.
+//
+//   auto client = kvtier::Client::Connect("./var/kvtier/kvtierd.sock");
+//   if (!client.ok()) ...;
+//   auto stats = (*client)->Stats();
+//
+// A target is a Unix socket path ("/run/kvtier/kvtierd.sock", "unix:..."),
+// or "host:port" for TCP. Every call returns absl::Status / StatusOr with the
+// daemon's gRPC status code and message unchanged.
+//
+// Thread safety: a Client is safe for concurrent use by multiple threads
+// (one gRPC channel, shared).
+#ifndef KVTIER_CLIENT_CLIENT_H_
+#define KVTIER_CLIENT_CLIENT_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvtier/v1/admin.grpc.pb.h"
+#include "kvtier/v1/kvtier.grpc.pb.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace kvtier {
+
+struct ClientOptions {
+  // Deadline of each unary call.
+  std::chrono::milliseconds call_timeout{10000};
+  // Largest message sent or received; match the daemon's
+  // server.max_message_bytes.
+  int max_message_bytes = 64 << 20;
+};
+
+enum class ServingStatus { kUnknown, kServing, kNotServing };
+
+class Client {
+ public:
+  // Creates the channel; does not wait for the daemon (the first call does).
+  // INVALID_ARGUMENT for an empty target.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
+                                                         const ClientOptions& options = {});
+
+  // The gRPC target string actually used, e.g. "unix:/abs/path.sock".
+  const std::string& target() const { return target_; }
+
+  // grpc.health.v1 Check of the whole server ("" service).
+  absl::StatusOr<ServingStatus> Health();
+
+  // Admin service.
+  absl::StatusOr<v1::StatsResponse> Stats();
+
+  // Data-plane calls (blocking unary wrappers).
+  absl::StatusOr<v1::RegisterProfileResponse> RegisterProfile(const v1::ModelProfile& profile);
+  absl::StatusOr<v1::LookupResponse> Lookup(const v1::LookupRequest& request);
+
+  // Stubs for calls without a convenience wrapper (streams).
+  v1::KvTier::Stub* kvtier_stub() { return kvtier_.get(); }
+  v1::Admin::Stub* admin_stub() { return admin_.get(); }
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  Client(std::string target, ClientOptions options, std::shared_ptr<grpc::Channel> channel);
+
+  const std::string target_;
+  const ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::KvTier::Stub> kvtier_;
+  std::unique_ptr<v1::Admin::Stub> admin_;
+};
+
+// Turns a user-supplied address into a gRPC target: paths (containing '/'
+// or ending in ".sock") become "unix:<path>", "unix:" and "dns:" targets
+// pass through, anything else is taken as host:port.
+std::string NormalizeTarget(const std::string& target);
+
+// The one place where grpc::Status becomes absl::Status on the client side.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+}  // namespace kvtier
+
+#endif  // KVTIER_CLIENT_CLIENT_H_

@@ -1,0 +1,35 @@
+#include "client/kvtierctl/format.h"
+
+#include <cstdio>
+
+namespace kvtier::ctl {
+
+std::string HumanBytes(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 5) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char buf[32];
+  if (unit == 0 || value == static_cast<double>(static_cast<uint64_t>(value))) {
+    std::snprintf(buf, sizeof(buf), "%llu %s", static_cast<unsigned long long>(value),
+                  kUnits[unit]);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f %s", value, kUnits[unit]);
+  }
+  return buf;
+}
+
+std::string HumanDuration(uint64_t seconds) {
+  uint64_t d = seconds / 86400, h = seconds / 3600 % 24, m = seconds / 60 % 60, s = seconds % 60;
+  std::string out;
+  if (d) out += std::to_string(d) + "d";
+  if (d || h) out += std::to_string(h) + "h";
+  if (d || h || m) out += std::to_string(m) + "m";
+  out += std::to_string(s) + "s";
+  return out;
+}
+
+}  // namespace kvtier::ctl

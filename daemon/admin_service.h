@@ -1,0 +1,36 @@
+// AdminService: the administration gRPC service (proto/kvtier/v1/admin.proto)
+// used by kvtierctl.
+//
+// Thread safety: all handlers may run concurrently on gRPC threads.
+#ifndef KVTIER_DAEMON_ADMIN_SERVICE_H_
+#define KVTIER_DAEMON_ADMIN_SERVICE_H_
+
+#include "daemon/runtime.h"
+#include "kvtier/v1/admin.grpc.pb.h"
+
+namespace kvtier::daemon {
+
+class AdminService final : public v1::Admin::CallbackService {
+ public:
+  explicit AdminService(Runtime* runtime) : runtime_(runtime) {}
+
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
+                                  v1::StatsResponse* resp) override;
+  grpc::ServerUnaryReactor* ListBlocks(grpc::CallbackServerContext* ctx,
+                                       const v1::ListBlocksRequest* req,
+                                       v1::ListBlocksResponse* resp) override;
+  grpc::ServerUnaryReactor* ListContexts(grpc::CallbackServerContext* ctx,
+                                         const v1::ListContextsRequest* req,
+                                         v1::ListContextsResponse* resp) override;
+  grpc::ServerWriteReactor<v1::DrainProgress>* Drain(grpc::CallbackServerContext* ctx,
+                                                     const v1::DrainRequest* req) override;
+  grpc::ServerWriteReactor<v1::VerifyProgress>* Verify(grpc::CallbackServerContext* ctx,
+                                                       const v1::VerifyRequest* req) override;
+
+ private:
+  Runtime* const runtime_;  // not owned; outlives the service
+};
+
+}  // namespace kvtier::daemon
+
+#endif  // KVTIER_DAEMON_ADMIN_SERVICE_H_

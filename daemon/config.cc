@@ -1,0 +1,349 @@
+#include "daemon/config.h"
+
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "absl/strings/str_cat.h"
+#include "storage/common/status_macros.h"
+
+namespace kvtier::daemon {
+namespace {
+
+// Embedded by CMake from deploy/kvtierd.toml.
+#include "kvtierd_default_toml.inc"
+
+enum class Kind { kString, kSize, kUint, kBool, kMode, kEnum };
+
+// One configuration key: its TOML path, its type and where it lands.
+struct Field {
+  const char* key;
+  Kind kind;
+  std::function<void(Config&, const std::string&, uint64_t, bool)> set;
+  std::function<std::string(const Config&)> get;
+  std::vector<std::string> choices = {};  // kEnum only
+};
+
+#define KV_STR(path, member)                                                         \
+  Field {                                                                            \
+    path, Kind::kString, [](Config& c, const std::string& s, uint64_t, bool) {       \
+      c.member = s;                                                                  \
+    },                                                                               \
+        [](const Config& c) { return c.member; }                                     \
+  }
+#define KV_ENUM(path, member, ...)                                                   \
+  Field {                                                                            \
+    path, Kind::kEnum, [](Config& c, const std::string& s, uint64_t, bool) {         \
+      c.member = s;                                                                  \
+    },                                                                               \
+        [](const Config& c) { return c.member; }, { __VA_ARGS__ }                    \
+  }
+#define KV_NUM(path, kind, member)                                                   \
+  Field {                                                                            \
+    path, kind, [](Config& c, const std::string&, uint64_t n, bool) {                \
+      c.member = static_cast<decltype(c.member)>(n);                                 \
+    },                                                                               \
+        [](const Config& c) { return std::to_string(c.member); }                     \
+  }
+#define KV_BOOL(path, member)                                                        \
+  Field {                                                                            \
+    path, Kind::kBool, [](Config& c, const std::string&, uint64_t, bool b) {         \
+      c.member = b;                                                                  \
+    },                                                                               \
+        [](const Config& c) { return std::string(c.member ? "true" : "false"); }     \
+  }
+
+const std::vector<Field>& Fields() {
+  static const auto* fields = new std::vector<Field>{
+      KV_STR("server.data_dir", server.data_dir),
+      KV_STR("server.socket_path", server.socket_path),
+      Field{"server.socket_mode", Kind::kMode,
+            [](Config& c, const std::string&, uint64_t n, bool) {
+              c.server.socket_mode = static_cast<uint32_t>(n);
+            },
+            [](const Config& c) {
+              std::ostringstream os;
+              os << "0" << std::oct << c.server.socket_mode;
+              return os.str();
+            }},
+      KV_STR("server.tcp_address", server.tcp_address),
+      KV_NUM("server.max_message_bytes", Kind::kSize, server.max_message_bytes),
+      KV_NUM("server.shutdown_grace_ms", Kind::kUint, server.shutdown_grace_ms),
+      KV_NUM("server.max_concurrent_streams", Kind::kUint, server.max_concurrent_streams),
+      KV_ENUM("log.level", log.level, "trace", "debug", "info", "warn", "error", "critical",
+              "off"),
+      KV_ENUM("log.format", log.format, "text", "json"),
+      KV_ENUM("tiers.device.backend", device.backend, "auto", "cuda", "shm"),
+      KV_NUM("tiers.device.capacity_bytes", Kind::kSize, device.capacity_bytes),
+      KV_STR("tiers.device.shm_dir", device.shm_dir),
+      KV_NUM("tiers.host.capacity_bytes", Kind::kSize, host.capacity_bytes),
+      KV_STR("tiers.host.shm_dir", host.shm_dir),
+      KV_STR("tiers.nvme.dir", nvme.dir),
+      KV_NUM("tiers.nvme.file_count", Kind::kUint, nvme.file_count),
+      KV_NUM("tiers.nvme.file_size_bytes", Kind::kSize, nvme.file_size_bytes),
+      KV_BOOL("tiers.nvme.direct_io", nvme.direct_io),
+      KV_NUM("tiers.nvme.io_threads", Kind::kUint, nvme.io_threads),
+      KV_NUM("tiers.nvme.queue_depth", Kind::kUint, nvme.queue_depth),
+      KV_BOOL("tiers.nvme.write_through", nvme.write_through),
+      KV_NUM("leases.default_ttl_ms", Kind::kUint, leases.default_ttl_ms),
+      KV_NUM("leases.max_ttl_ms", Kind::kUint, leases.max_ttl_ms),
+      KV_NUM("limits.max_batch_blocks", Kind::kUint, limits.max_batch_blocks),
+      KV_NUM("limits.max_contexts", Kind::kUint, limits.max_contexts),
+  };
+  return *fields;
+}
+
+const Field* FindField(const std::string& key) {
+  for (const Field& f : Fields()) {
+    if (key == f.key) return &f;
+  }
+  return nullptr;
+}
+
+absl::Status BadValue(const std::string& where, const std::string& key, const std::string& want) {
+  return absl::InvalidArgumentError(absl::StrCat(where, "key '", key, "': expected ", want));
+}
+
+// Applies one scalar value (from TOML or from a --set override) to a field.
+// `text` is the raw string form, `node` the TOML node when there is one.
+absl::Status ApplyValue(Config& config, const Field& field, const std::string& where,
+                        const toml::node& node) {
+  const std::string key = field.key;
+  switch (field.kind) {
+    case Kind::kString:
+    case Kind::kEnum: {
+      auto s = node.value<std::string>();
+      if (!s) return BadValue(where, key, "a string");
+      if (field.kind == Kind::kEnum) {
+        bool ok = false;
+        for (const auto& c : field.choices) ok = ok || c == *s;
+        if (!ok) {
+          std::string list;
+          for (const auto& c : field.choices) absl::StrAppend(&list, list.empty() ? "" : ", ", c);
+          return BadValue(where, key, absl::StrCat("one of ", list, ", got \"", *s, "\""));
+        }
+      }
+      field.set(config, *s, 0, false);
+      return absl::OkStatus();
+    }
+    case Kind::kSize:
+    case Kind::kUint: {
+      uint64_t n = 0;
+      if (auto i = node.value<int64_t>(); i && node.is_integer()) {
+        if (*i < 0) return BadValue(where, key, "a non-negative integer");
+        n = static_cast<uint64_t>(*i);
+      } else if (auto s = node.value<std::string>(); s && field.kind == Kind::kSize) {
+        auto parsed = ParseSize(*s);
+        if (!parsed.ok()) {
+          return BadValue(where, key,
+                          absl::StrCat("a size like 4096 or \"64MiB\", got \"", *s, "\""));
+        }
+        n = *parsed;
+      } else {
+        return BadValue(where, key,
+                        field.kind == Kind::kSize ? "a size (integer bytes or \"64MiB\")"
+                                                  : "a non-negative integer");
+      }
+      field.set(config, "", n, false);
+      return absl::OkStatus();
+    }
+    case Kind::kBool: {
+      auto b = node.value<bool>();
+      if (!b || !node.is_boolean()) return BadValue(where, key, "true or false");
+      field.set(config, "", 0, *b);
+      return absl::OkStatus();
+    }
+    case Kind::kMode: {
+      auto s = node.value<std::string>();
+      if (!s || s->empty() || s->size() > 4) {
+        return BadValue(where, key, "an octal mode string like \"0660\"");
+      }
+      uint64_t mode = 0;
+      for (char ch : *s) {
+        if (ch < '0' || ch > '7') return BadValue(where, key, "an octal mode string like \"0660\"");
+        mode = mode * 8 + static_cast<uint64_t>(ch - '0');
+      }
+      field.set(config, "", mode, false);
+      return absl::OkStatus();
+    }
+  }
+  return absl::InternalError("unreachable");
+}
+
+// Walks a parsed TOML table, applying every leaf; unknown keys are errors.
+absl::Status ApplyTable(Config& config, const toml::table& table, const std::string& prefix,
+                        const std::string& where) {
+  for (const auto& [k, node] : table) {
+    std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const toml::table* sub = node.as_table()) {
+      KVTIER_RETURN_IF_ERROR(ApplyTable(config, *sub, key, where));
+      continue;
+    }
+    const Field* field = FindField(key);
+    if (field == nullptr) {
+      std::string line;
+      if (node.source().begin) line = absl::StrCat(" (line ", node.source().begin.line, ")");
+      return absl::InvalidArgumentError(absl::StrCat(where, "unknown key '", key, "'", line));
+    }
+    KVTIER_RETURN_IF_ERROR(ApplyValue(config, *field, where, node));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseError(const std::string& source, const toml::parse_error& err) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ":", err.source().begin.line, ":",
+                                                 err.source().begin.column, ": ",
+                                                 std::string(err.description())));
+}
+
+// tomlplusplus reports syntax errors by exception; they stop here.
+absl::Status ParseInto(Config& config, const std::string& text, const std::string& source) {
+  toml::table table;
+  try {
+    table = toml::parse(text, source);
+  } catch (const toml::parse_error& err) {
+    return ParseError(source, err);
+  }
+  return ApplyTable(config, table, "", source + ": ");
+}
+
+// "a.b.c=value": value is parsed as a TOML value when possible (numbers,
+// booleans, quoted strings), otherwise taken as a bare string.
+absl::Status ApplyOverride(Config& config, const std::string& item) {
+  size_t eq = item.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--set '", item, "': expected section.key=value"));
+  }
+  std::string key = item.substr(0, eq);
+  std::string value = item.substr(eq + 1);
+  const Field* field = FindField(key);
+  if (field == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("--set: unknown key '", key, "'"));
+  }
+  // The value is TOML when it parses as one (42, true, "text"); otherwise it
+  // is taken as a bare string (64MiB, /srv/kvtier).
+  toml::table parsed;
+  bool is_toml = true;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    is_toml = false;
+  }
+  if (!is_toml) {
+    parsed = toml::table();
+    parsed.insert("v", value);
+  }
+  return ApplyValue(config, *field, "--set: ", *parsed.get("v"));
+}
+
+absl::Status Invalid(const std::string& key, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("key '", key, "': ", why));
+}
+
+absl::Status Validate(Config& c) {
+  if (c.server.data_dir.empty()) return Invalid("server.data_dir", "must not be empty");
+  if (c.server.socket_path.empty()) {
+    c.server.socket_path = (std::filesystem::path(c.server.data_dir) / "kvtierd.sock").string();
+  }
+  if (c.server.socket_path.size() > 107) {
+    return Invalid("server.socket_path",
+                   absl::StrCat("is ", c.server.socket_path.size(),
+                                " bytes; a Unix socket path is at most 107 bytes"));
+  }
+  if (c.server.socket_mode > 0777) return Invalid("server.socket_mode", "must be at most 0777");
+  if (!c.server.tcp_address.empty() && c.server.tcp_address.rfind(':') == std::string::npos) {
+    return Invalid("server.tcp_address", "must be host:port, e.g. 127.0.0.1:50551");
+  }
+  if (c.server.max_message_bytes < (64u << 10) || c.server.max_message_bytes > (1ull << 31) - 1) {
+    return Invalid("server.max_message_bytes", "must be between 64KiB and 2GiB-1");
+  }
+  if (c.server.shutdown_grace_ms > 600000) {
+    return Invalid("server.shutdown_grace_ms", "must be at most 600000");
+  }
+  if (c.server.max_concurrent_streams == 0 || c.server.max_concurrent_streams > 65536) {
+    return Invalid("server.max_concurrent_streams", "must be between 1 and 65536");
+  }
+  if (c.device.capacity_bytes == 0) return Invalid("tiers.device.capacity_bytes", "must be > 0");
+  if (c.host.capacity_bytes == 0) return Invalid("tiers.host.capacity_bytes", "must be > 0");
+  if (c.nvme.dir.empty()) c.nvme.dir = (std::filesystem::path(c.server.data_dir) / "nvme").string();
+  if (c.nvme.file_count == 0 || c.nvme.file_count > 4096) {
+    return Invalid("tiers.nvme.file_count", "must be between 1 and 4096");
+  }
+  if (c.nvme.file_size_bytes < (1u << 20) || c.nvme.file_size_bytes % 4096 != 0) {
+    return Invalid("tiers.nvme.file_size_bytes", "must be at least 1MiB and a multiple of 4096");
+  }
+  if (c.nvme.io_threads == 0 || c.nvme.io_threads > 64) {
+    return Invalid("tiers.nvme.io_threads", "must be between 1 and 64");
+  }
+  if (c.nvme.queue_depth == 0 || c.nvme.queue_depth > 4096) {
+    return Invalid("tiers.nvme.queue_depth", "must be between 1 and 4096");
+  }
+  if (c.leases.default_ttl_ms == 0) return Invalid("leases.default_ttl_ms", "must be > 0");
+  if (c.leases.max_ttl_ms < c.leases.default_ttl_ms) {
+    return Invalid("leases.max_ttl_ms", "must be >= leases.default_ttl_ms");
+  }
+  if (c.limits.max_batch_blocks == 0 || c.limits.max_batch_blocks > 1u << 20) {
+    return Invalid("limits.max_batch_blocks", "must be between 1 and 1048576");
+  }
+  if (c.limits.max_contexts == 0) return Invalid("limits.max_contexts", "must be > 0");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* DefaultConfigToml() { return kDefaultConfigToml; }
+
+std::map<std::string, std::string> Config::Flatten() const {
+  std::map<std::string, std::string> out;
+  for (const Field& f : Fields()) out[f.key] = f.get(*this);
+  return out;
+}
+
+absl::StatusOr<uint64_t> ParseSize(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0 || i > 19) return absl::InvalidArgumentError(absl::StrCat("bad size '", text, "'"));
+  uint64_t n = std::stoull(text.substr(0, i));
+  std::string unit = text.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  static const std::pair<const char*, uint64_t> kUnits[] = {
+      {"", 1},          {"B", 1},           {"KiB", 1ull << 10}, {"MiB", 1ull << 20},
+      {"GiB", 1ull << 30}, {"TiB", 1ull << 40}, {"KB", 1000ull},    {"MB", 1000000ull},
+      {"GB", 1000000000ull}, {"TB", 1000000000000ull}};
+  for (const auto& [name, mult] : kUnits) {
+    if (unit == name) {
+      if (n > UINT64_MAX / mult) return absl::InvalidArgumentError("size overflows 64 bits");
+      return n * mult;
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("bad size unit '", unit, "' in '", text, "'"));
+}
+
+absl::StatusOr<Config> LoadConfig(const std::string& config_path,
+                                  const std::vector<std::string>& overrides) {
+  Config config;
+  KVTIER_RETURN_IF_ERROR(ParseInto(config, DefaultConfigToml(), "<embedded defaults>"));
+  if (!config_path.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(config_path, ec)) {
+      return absl::NotFoundError(absl::StrCat("config file ", config_path, " does not exist"));
+    }
+    toml::table table;
+    try {
+      table = toml::parse_file(config_path);
+    } catch (const toml::parse_error& err) {
+      return ParseError(config_path, err);
+    }
+    KVTIER_RETURN_IF_ERROR(ApplyTable(config, table, "", config_path + ": "));
+  }
+  for (const std::string& item : overrides) KVTIER_RETURN_IF_ERROR(ApplyOverride(config, item));
+  KVTIER_RETURN_IF_ERROR(Validate(config));
+  return config;
+}
+
+}  // namespace kvtier::daemon

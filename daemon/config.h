@@ -1,0 +1,85 @@
+// kvtierd configuration: embedded defaults (deploy/kvtierd.toml compiled in),
+// an optional TOML file on top, then command-line overrides, then
+// validation. Every error message names the offending key.
+//
+// Thread safety: a Config is a plain value; load once at start-up, then
+// share it read-only.
+#ifndef KVTIER_DAEMON_CONFIG_H_
+#define KVTIER_DAEMON_CONFIG_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kvtier::daemon {
+
+struct Config {
+  struct Server {
+    std::string data_dir;
+    std::string socket_path;  // resolved: never empty after Load()
+    uint32_t socket_mode = 0;
+    std::string tcp_address;  // empty = TCP off
+    uint64_t max_message_bytes = 0;
+    uint64_t shutdown_grace_ms = 0;
+    uint64_t max_concurrent_streams = 0;
+  } server;
+  struct Log {
+    std::string level;
+    std::string format;
+  } log;
+  struct Device {
+    std::string backend;  // auto | cuda | shm
+    uint64_t capacity_bytes = 0;
+    std::string shm_dir;
+  } device;
+  struct Host {
+    uint64_t capacity_bytes = 0;
+    std::string shm_dir;
+  } host;
+  struct Nvme {
+    std::string dir;  // resolved: never empty after Load()
+    uint64_t file_count = 0;
+    uint64_t file_size_bytes = 0;
+    bool direct_io = true;
+    uint64_t io_threads = 0;
+    uint64_t queue_depth = 0;
+    bool write_through = false;
+  } nvme;
+  struct Leases {
+    uint64_t default_ttl_ms = 0;
+    uint64_t max_ttl_ms = 0;
+  } leases;
+  struct Limits {
+    uint64_t max_batch_blocks = 0;
+    uint64_t max_contexts = 0;
+  } limits;
+
+  uint64_t nvme_capacity_bytes() const { return nvme.file_count * nvme.file_size_bytes; }
+
+  // Effective configuration as "section.key" -> printable value, every key.
+  std::map<std::string, std::string> Flatten() const;
+};
+
+// The embedded default configuration text (deploy/kvtierd.toml).
+const char* DefaultConfigToml();
+
+// Builds a Config from the embedded defaults, then the TOML file at
+// config_path (skipped when empty), then each override "section.key=value"
+// in order. Returns INVALID_ARGUMENT naming the file, line or key on a
+// syntax error, an unknown key, a value of the wrong type, or a value that
+// fails validation; NOT_FOUND when config_path does not exist.
+absl::StatusOr<Config> LoadConfig(const std::string& config_path,
+                                  const std::vector<std::string>& overrides);
+
+// Parses "4096", "64KiB", "64MiB", "4GiB", "1TiB" (also KB/MB/GB as powers
+// of 1000). Returns INVALID_ARGUMENT on anything else.
+absl::StatusOr<uint64_t> ParseSize(const std::string& text);
+
+}  // namespace kvtier::daemon
+
+#endif  // KVTIER_DAEMON_CONFIG_H_

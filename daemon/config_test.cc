@@ -1,0 +1,153 @@
+#include "daemon/config.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kvtier::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("kvtier-config-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Write(const std::string& text) {
+    std::string path = (dir_ / "kvtierd.toml").string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(ConfigTest, EmbeddedDefaultsAreValid) {
+  auto config = LoadConfig("", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server.data_dir, "./var/kvtier");
+  EXPECT_EQ(config->server.socket_path, "./var/kvtier/kvtierd.sock");
+  EXPECT_EQ(config->server.socket_mode, 0660u);
+  EXPECT_TRUE(config->server.tcp_address.empty());
+  EXPECT_EQ(config->host.capacity_bytes, 1ull << 30);
+  EXPECT_EQ(config->nvme.dir, "./var/kvtier/nvme");
+  EXPECT_EQ(config->nvme_capacity_bytes(), 4ull * (512ull << 20));
+}
+
+TEST_F(ConfigTest, FileOverridesDefaults) {
+  auto config = LoadConfig(Write(R"(
+[server]
+data_dir = "/tmp/x"
+tcp_address = "127.0.0.1:50551"
+[tiers.host]
+capacity_bytes = 8192000
+[tiers.nvme]
+direct_io = false
+)"),
+                           {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server.socket_path, "/tmp/x/kvtierd.sock");
+  EXPECT_EQ(config->server.tcp_address, "127.0.0.1:50551");
+  EXPECT_EQ(config->host.capacity_bytes, 8192000u);
+  EXPECT_FALSE(config->nvme.direct_io);
+}
+
+TEST_F(ConfigTest, UnknownKeyIsNamed) {
+  auto config = LoadConfig(Write("[server]\nsocket_pth = \"/tmp/s\"\n"), {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config.status().message(), HasSubstr("unknown key 'server.socket_pth'"));
+  EXPECT_THAT(config.status().message(), HasSubstr("line 2"));
+}
+
+TEST_F(ConfigTest, UnknownSectionIsNamed) {
+  auto config = LoadConfig(Write("[tiers.gpu]\ncapacity_bytes = 1\n"), {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("'tiers.gpu.capacity_bytes'"));
+}
+
+TEST_F(ConfigTest, SyntaxErrorNamesFileAndLine) {
+  std::string path = Write("[server]\ndata_dir = \"unterminated\n");
+  auto config = LoadConfig(path, {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config.status().message(), HasSubstr(path + ":2"));
+}
+
+TEST_F(ConfigTest, WrongTypeIsNamed) {
+  auto config = LoadConfig(Write("[tiers.host]\ncapacity_bytes = \"lots\"\n"), {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("'tiers.host.capacity_bytes'"));
+  EXPECT_THAT(config.status().message(), HasSubstr("lots"));
+  config = LoadConfig(Write("[tiers.nvme]\ndirect_io = 1\n"), {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("'tiers.nvme.direct_io'"));
+  config = LoadConfig(Write("[log]\nlevel = \"loud\"\n"), {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("'log.level'"));
+}
+
+TEST_F(ConfigTest, ValidationNamesKey) {
+  auto config = LoadConfig(Write("[tiers.nvme]\nfile_size_bytes = 1000\n"), {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("'tiers.nvme.file_size_bytes'"));
+  config = LoadConfig("", {"server.socket_path=/" + std::string(200, 'x')});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("'server.socket_path'"));
+  config = LoadConfig("", {"leases.max_ttl_ms=10"});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("'leases.max_ttl_ms'"));
+}
+
+TEST_F(ConfigTest, MissingFileIsNotFound) {
+  auto config = LoadConfig((dir_ / "absent.toml").string(), {});
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ConfigTest, OverridesApplyInOrderAndAreChecked) {
+  auto config = LoadConfig("", {"tiers.host.capacity_bytes=2GiB", "server.socket_mode=0600",
+                                "tiers.nvme.write_through=true", "server.data_dir=/srv/kv"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->host.capacity_bytes, 2ull << 30);
+  EXPECT_EQ(config->server.socket_mode, 0600u);
+  EXPECT_TRUE(config->nvme.write_through);
+  EXPECT_EQ(config->server.data_dir, "/srv/kv");
+  auto bad = LoadConfig("", {"tiers.hots.capacity_bytes=1"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("'tiers.hots.capacity_bytes'"));
+  bad = LoadConfig("", {"novalue"});
+  ASSERT_FALSE(bad.ok());
+}
+
+TEST_F(ConfigTest, FlattenListsEveryKey) {
+  auto config = LoadConfig("", {});
+  ASSERT_TRUE(config.ok());
+  auto flat = config->Flatten();
+  EXPECT_EQ(flat.at("server.socket_mode"), "0660");
+  EXPECT_EQ(flat.at("tiers.nvme.direct_io"), "true");
+  EXPECT_EQ(flat.at("tiers.device.capacity_bytes"), std::to_string(256ull << 20));
+}
+
+TEST(ParseSizeTest, Units) {
+  EXPECT_EQ(*ParseSize("4096"), 4096u);
+  EXPECT_EQ(*ParseSize("64KiB"), 64u << 10);
+  EXPECT_EQ(*ParseSize("3GiB"), 3ull << 30);
+  EXPECT_EQ(*ParseSize("2MB"), 2000000u);
+  EXPECT_FALSE(ParseSize("").ok());
+  EXPECT_FALSE(ParseSize("GiB").ok());
+  EXPECT_FALSE(ParseSize("5 parsecs").ok());
+  EXPECT_FALSE(ParseSize("99999999999TiB").ok());
+}
+
+}  // namespace
+}  // namespace kvtier::daemon

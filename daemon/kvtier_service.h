@@ -1,0 +1,60 @@
+// KvTierService: the data-plane gRPC service (proto/kvtier/v1/kvtier.proto).
+// Holds only what it serves; the work is done by storage/ and index/.
+//
+// Thread safety: all handlers may run concurrently on gRPC threads.
+#ifndef KVTIER_DAEMON_KVTIER_SERVICE_H_
+#define KVTIER_DAEMON_KVTIER_SERVICE_H_
+
+#include "daemon/runtime.h"
+#include "kvtier/v1/kvtier.grpc.pb.h"
+
+namespace kvtier::daemon {
+
+class KvTierService final : public v1::KvTier::CallbackService {
+ public:
+  explicit KvTierService(Runtime* runtime) : runtime_(runtime) {}
+
+  grpc::ServerUnaryReactor* RegisterProfile(grpc::CallbackServerContext* ctx,
+                                            const v1::RegisterProfileRequest* req,
+                                            v1::RegisterProfileResponse* resp) override;
+  grpc::ServerUnaryReactor* GetProfile(grpc::CallbackServerContext* ctx,
+                                       const v1::GetProfileRequest* req,
+                                       v1::GetProfileResponse* resp) override;
+  grpc::ServerUnaryReactor* OpenArena(grpc::CallbackServerContext* ctx,
+                                      const v1::OpenArenaRequest* req,
+                                      v1::OpenArenaResponse* resp) override;
+  grpc::ServerUnaryReactor* ReserveSlots(grpc::CallbackServerContext* ctx,
+                                         const v1::ReserveSlotsRequest* req,
+                                         v1::ReserveSlotsResponse* resp) override;
+  grpc::ServerReadReactor<v1::PutBlocksRequest>* PutBlocks(
+      grpc::CallbackServerContext* ctx, v1::PutBlocksResponse* resp) override;
+  grpc::ServerWriteReactor<v1::GetBlocksResponse>* GetBlocks(
+      grpc::CallbackServerContext* ctx, const v1::GetBlocksRequest* req) override;
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
+                                   const v1::LookupRequest* req,
+                                   v1::LookupResponse* resp) override;
+  grpc::ServerUnaryReactor* DeleteBlocks(grpc::CallbackServerContext* ctx,
+                                         const v1::DeleteBlocksRequest* req,
+                                         v1::DeleteBlocksResponse* resp) override;
+  grpc::ServerUnaryReactor* OpenContext(grpc::CallbackServerContext* ctx,
+                                        const v1::OpenContextRequest* req,
+                                        v1::OpenContextResponse* resp) override;
+  grpc::ServerUnaryReactor* AppendBlocks(grpc::CallbackServerContext* ctx,
+                                         const v1::AppendBlocksRequest* req,
+                                         v1::AppendBlocksResponse* resp) override;
+  grpc::ServerUnaryReactor* CloseContext(grpc::CallbackServerContext* ctx,
+                                         const v1::CloseContextRequest* req,
+                                         v1::CloseContextResponse* resp) override;
+  grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse>* Select(
+      grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
+                                    const v1::ReleaseRequest* req,
+                                    v1::ReleaseResponse* resp) override;
+
+ private:
+  Runtime* const runtime_;  // not owned; outlives the service
+};
+
+}  // namespace kvtier::daemon
+
+#endif  // KVTIER_DAEMON_KVTIER_SERVICE_H_

@@ -1,0 +1,44 @@
+// Reactors that finish a callback RPC at once with a fixed status. Used for
+// RPCs whose feature is not available in this build, and for requests
+// rejected before any message is read. Each deletes itself in OnDone.
+#ifndef KVTIER_DAEMON_REACTORS_H_
+#define KVTIER_DAEMON_REACTORS_H_
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/server_callback.h>
+
+#include <string>
+
+namespace kvtier::daemon {
+
+template <class Request>
+class FinishedReadReactor final : public grpc::ServerReadReactor<Request> {
+ public:
+  explicit FinishedReadReactor(const grpc::Status& status) { this->Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+template <class Response>
+class FinishedWriteReactor final : public grpc::ServerWriteReactor<Response> {
+ public:
+  explicit FinishedWriteReactor(const grpc::Status& status) { this->Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+template <class Request, class Response>
+class FinishedBidiReactor final : public grpc::ServerBidiReactor<Request, Response> {
+ public:
+  explicit FinishedBidiReactor(const grpc::Status& status) { this->Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+// UNIMPLEMENTED naming the RPC and the feature it needs.
+inline grpc::Status NotBuilt(const std::string& rpc, const std::string& feature) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      rpc + " is not available: " + feature + " is not implemented in kvtierd " +
+                          "yet");
+}
+
+}  // namespace kvtier::daemon
+
+#endif  // KVTIER_DAEMON_REACTORS_H_

@@ -1,0 +1,138 @@
+#include "daemon/server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/admin_service.h"
+#include "daemon/kvtier_service.h"
+#include "storage/common/errno_status.h"
+#include "storage/common/status_macros.h"
+
+namespace kvtier::daemon {
+namespace {
+
+// True when some process accepts connections on the socket at path.
+bool SocketAnswers(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  bool answers = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return answers;
+}
+
+absl::Status PrepareSocketPath(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) {
+    std::filesystem::create_directories(parent, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create socket directory ", parent.string(), ": ", ec.message()));
+    }
+  }
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("key 'server.socket_path': ", path, " exists and is not a socket"));
+  }
+  if (SocketAnswers(path)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("key 'server.socket_path': another process is listening on ", path));
+  }
+  if (::unlink(path.c_str()) != 0) return ErrnoToStatus(errno, "unlink stale socket " + path);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config) {
+  std::unique_ptr<Server> server(new Server());
+  std::error_code ec;
+  std::filesystem::create_directories(config.server.data_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key 'server.data_dir': cannot create ", config.server.data_dir, ": ", ec.message()));
+  }
+  KVTIER_ASSIGN_OR_RETURN(server->runtime_, Runtime::Create(config));
+  server->socket_path_ =
+      std::filesystem::absolute(config.server.socket_path).lexically_normal().string();
+  if (server->socket_path_.size() > 107) server->socket_path_ = config.server.socket_path;
+  server->shutdown_grace_ms_ = config.server.shutdown_grace_ms;
+  KVTIER_RETURN_IF_ERROR(PrepareSocketPath(server->socket_path_));
+
+  server->kvtier_service_ = std::make_unique<KvTierService>(server->runtime_.get());
+  server->admin_service_ = std::make_unique<AdminService>(server->runtime_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.server.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(config.server.max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(config.server.max_concurrent_streams));
+  builder.AddListeningPort("unix:" + server->socket_path_, grpc::InsecureServerCredentials());
+  if (!config.server.tcp_address.empty()) {
+    builder.AddListeningPort(config.server.tcp_address, grpc::InsecureServerCredentials(),
+                             &server->tcp_port_);
+  }
+  builder.RegisterService(server->kvtier_service_.get());
+  builder.RegisterService(server->admin_service_.get());
+  server->grpc_server_ = builder.BuildAndStart();
+  if (server->grpc_server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on unix:", server->socket_path_,
+        config.server.tcp_address.empty() ? "" : " or " + config.server.tcp_address,
+        " (see the gRPC error above)"));
+  }
+  if (!config.server.tcp_address.empty() && server->tcp_port_ == 0) {
+    server->grpc_server_->Shutdown();
+    return absl::UnavailableError(
+        absl::StrCat("key 'server.tcp_address': cannot listen on ", config.server.tcp_address));
+  }
+  if (::chmod(server->socket_path_.c_str(), config.server.socket_mode) != 0) {
+    absl::Status st = ErrnoToStatus(errno, "chmod " + server->socket_path_);
+    server->grpc_server_->Shutdown();
+    return st;
+  }
+  server->grpc_server_->GetHealthCheckService()->SetServingStatus(true);
+  spdlog::info("listening socket={} tcp={} device={} gpu=\"{}\"", server->socket_path_,
+               config.server.tcp_address.empty() ? "off" : config.server.tcp_address,
+               server->runtime_->device_backend(),
+               server->runtime_->device_probe().description);
+  if (server->runtime_->device_probe().device_count == 0) {
+    spdlog::info("no CUDA device: the device tier uses the shared-memory arena");
+  }
+  return server;
+}
+
+Server::~Server() { Shutdown(); }
+
+void Server::Shutdown() {
+  if (shut_down_ || grpc_server_ == nullptr) return;
+  shut_down_ = true;
+  grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  auto deadline =
+      std::chrono::system_clock::now() + std::chrono::milliseconds(shutdown_grace_ms_);
+  grpc_server_->Shutdown(deadline);
+  grpc_server_->Wait();
+  ::unlink(socket_path_.c_str());
+  spdlog::info("stopped");
+}
+
+}  // namespace kvtier::daemon

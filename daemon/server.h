@@ -1,0 +1,60 @@
+// Server: owns the gRPC server, its listeners and the services.
+//
+//   auto server = Server::Start(config);   // listening when this returns
+//   ...
+//   server->Shutdown();                    // drains, then stops
+//
+// Thread safety: Start and Shutdown are called from one thread (main);
+// accessors are safe from any thread.
+#ifndef KVTIER_DAEMON_SERVER_H_
+#define KVTIER_DAEMON_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "daemon/config.h"
+#include "daemon/runtime.h"
+
+namespace kvtier::daemon {
+
+class AdminService;
+class KvTierService;
+
+class Server {
+ public:
+  // Creates data_dir, removes a stale socket file (refuses with
+  // FAILED_PRECONDITION when another process still answers on it), listens
+  // on the Unix socket (mode server.socket_mode) and, when configured, on
+  // TCP; health reports SERVING once this returns OK.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const Config& config);
+
+  ~Server();  // Shutdown() if not done yet.
+
+  // Health goes NOT_SERVING, new calls are refused, in-flight calls get
+  // server.shutdown_grace_ms to finish and are then cancelled; the socket
+  // file is removed. Idempotent.
+  void Shutdown();
+
+  const std::string& socket_path() const { return socket_path_; }
+  int tcp_port() const { return tcp_port_; }  // 0 when TCP is off
+  Runtime* runtime() { return runtime_.get(); }
+
+ private:
+  Server() = default;
+
+  std::unique_ptr<Runtime> runtime_;
+  std::unique_ptr<KvTierService> kvtier_service_;
+  std::unique_ptr<AdminService> admin_service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::string socket_path_;
+  int tcp_port_ = 0;
+  uint64_t shutdown_grace_ms_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace kvtier::daemon
+
+#endif  // KVTIER_DAEMON_SERVER_H_

@@ -1,0 +1,117 @@
+// The CPU implementation of DeviceOps ("shm-arena"): the device arena is a
+// shared-memory file that the daemon maps read-write and clients map
+// read-only (client/shm/shm_mapping.h), so every device-tier path runs on
+// machines without a GPU.
+//
+// Copies are memcpy. By default they run inside Submit* (fences are
+// complete when returned). With async_copies one worker thread runs the
+// batches in submission order, which models a CUDA stream: callers that
+// read a destination before waiting for its fence see it fail in tests.
+//
+// Host memory: AllocHost is an anonymous mmap (never pinned); RegisterHost
+// records the range (overlaps are refused, like cudaHostRegister) and pins
+// nothing.
+//
+// Thread safety: all methods may be called concurrently.
+#ifndef KVTIER_GPU_CPU_SHM_DEVICE_OPS_H_
+#define KVTIER_GPU_CPU_SHM_DEVICE_OPS_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu/cpu/shm_file.h"
+#include "gpu/device_ops.h"
+
+namespace kvtier::gpu {
+
+inline constexpr char kShmArenaBackend[] = "shm-arena";
+
+struct ShmDeviceOpsOptions {
+  uint64_t arena_id = 0;  // 0: a random nonzero id
+  ShmFileOptions file;    // how the arena file is created and removed
+  // Run copies on a worker thread instead of inside Submit*.
+  bool async_copies = false;
+  // Submit* returns kUnavailable while this many batches are queued
+  // (async_copies only). 1..1'000'000.
+  uint32_t max_inflight_batches = 1024;
+};
+
+class ShmDeviceOps final : public DeviceOps {
+ public:
+  // Creates the arena file at path (e.g. "/dev/shm/kvtier-arena") with
+  // exactly size_bytes bytes of zeros and maps it. *out is set only on
+  // success.
+  static GpuStatus Create(const std::string& path, uint64_t size_bytes,
+                          const ShmDeviceOpsOptions& options,
+                          std::unique_ptr<ShmDeviceOps>* out);
+
+  // Finishes every queued copy, then unmaps (and by default removes) the
+  // arena file and releases AllocHost buffers still outstanding.
+  ~ShmDeviceOps() override;
+
+  const ArenaInfo& arena() const override { return info_; }
+  GpuStatus SubmitToArena(std::span<const HostToArenaCopy> copies,
+                          Fence* fence) override;
+  GpuStatus SubmitToHost(std::span<const ArenaToHostCopy> copies,
+                         Fence* fence) override;
+  bool IsComplete(Fence fence) override;
+  GpuStatus Wait(Fence fence, std::chrono::nanoseconds timeout) override;
+  GpuStatus AllocHost(uint64_t size_bytes, HostBuffer* out) override;
+  GpuStatus FreeHost(const HostBuffer& buffer) override;
+  GpuStatus RegisterHost(void* ptr, uint64_t size_bytes) override;
+  GpuStatus UnregisterHost(void* ptr) override;
+
+  // While paused the worker starts no batch (async_copies only), so tests
+  // can observe incomplete fences and Wait timeouts deterministically.
+  void PauseCopiesForTesting(bool paused);
+
+ private:
+  struct Move {
+    void* dst;
+    const void* src;
+    size_t size_bytes;
+  };
+
+  ShmDeviceOps(std::unique_ptr<ShmFile> file, ArenaInfo info,
+               const ShmDeviceOpsOptions& options);
+
+  GpuStatus CheckArenaRange(size_t index, uint64_t offset, uint64_t size_bytes,
+                            const void* host) const;
+  GpuStatus Run(std::vector<Move> moves, Fence* fence);
+  void WorkerLoop();
+
+  // Constant after construction.
+  const std::unique_ptr<ShmFile> file_;
+  const ArenaInfo info_;
+  const bool async_copies_;
+  const uint32_t max_inflight_batches_;
+
+  // Batches are issued fences 1, 2, ... and complete in that order, so
+  // fence f is complete iff f <= completed_through_ (<= issued_).
+  std::mutex mu_;
+  std::condition_variable cv_;  // any change of the fields below
+  uint64_t issued_ = 0;               // guarded by mu_
+  uint64_t completed_through_ = 0;    // guarded by mu_
+  std::deque<std::pair<uint64_t, std::vector<Move>>> queue_;  // guarded by mu_
+  bool paused_ = false;               // guarded by mu_
+  bool stopping_ = false;             // guarded by mu_
+  std::map<void*, uint64_t> host_allocs_;        // ptr -> mapped bytes; mu_
+  std::map<uintptr_t, uint64_t> registered_;     // start -> bytes; mu_
+  std::thread worker_;  // running iff async_copies_
+};
+
+// Same as ShmDeviceOps::Create, returning the interface.
+GpuStatus NewShmDeviceOps(const std::string& path, uint64_t size_bytes,
+                          const ShmDeviceOpsOptions& options,
+                          std::unique_ptr<DeviceOps>* out);
+
+}  // namespace kvtier::gpu
+
+#endif  // KVTIER_GPU_CPU_SHM_DEVICE_OPS_H_

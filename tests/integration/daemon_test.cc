@@ -1,0 +1,147 @@
+// The daemon in-process: real gRPC over a Unix socket, real client library.
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "client/client.h"
+#include "daemon/config.h"
+#include "daemon/server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kvtier {
+namespace {
+
+using ::testing::HasSubstr;
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = "/tmp/kvtier-dt-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    auto config = daemon::LoadConfig("", {"server.data_dir=" + dir_, "log.level=warn",
+                                          "server.shutdown_grace_ms=1000"});
+    ASSERT_TRUE(config.ok()) << config.status();
+    config_ = *config;
+    auto server = daemon::Server::Start(config_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    auto client = Client::Connect(server_->socket_path());
+    ASSERT_TRUE(client.ok());
+    client_ = std::move(*client);
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::string dir_;
+  daemon::Config config_;
+  std::unique_ptr<daemon::Server> server_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(DaemonTest, HealthIsServing) {
+  auto health = client_->Health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, ServingStatus::kServing);
+}
+
+TEST_F(DaemonTest, SocketHasConfiguredMode) {
+  struct stat st;
+  ASSERT_EQ(::stat(server_->socket_path().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+}
+
+TEST_F(DaemonTest, StatsReportsEveryTier) {
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->version(), "0.1.0");
+  ASSERT_EQ(stats->tiers_size(), 3);
+  EXPECT_EQ(stats->tiers(0).tier(), v1::TIER_DEVICE);
+  EXPECT_EQ(stats->tiers(0).capacity_bytes(), config_.device.capacity_bytes);
+  EXPECT_EQ(stats->tiers(1).tier(), v1::TIER_HOST);
+  EXPECT_EQ(stats->tiers(1).capacity_bytes(), config_.host.capacity_bytes);
+  EXPECT_EQ(stats->tiers(2).tier(), v1::TIER_NVME);
+  EXPECT_EQ(stats->tiers(2).capacity_bytes(), config_.nvme_capacity_bytes());
+  EXPECT_EQ(stats->config().at("server.data_dir"), dir_);
+}
+
+TEST_F(DaemonTest, SecondDaemonOnSameSocketIsRefused) {
+  auto second = daemon::Server::Start(config_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("server.socket_path"));
+  // The first daemon still answers.
+  EXPECT_TRUE(client_->Health().ok());
+}
+
+TEST_F(DaemonTest, StaleSocketFileIsReplaced) {
+  std::string path = server_->socket_path();
+  server_->Shutdown();
+  // Leave a socket file nobody listens on, as a crashed daemon would.
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ::close(fd);
+  ASSERT_TRUE(std::filesystem::exists(path));
+  auto server = daemon::Server::Start(config_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = Client::Connect(path);
+  ASSERT_TRUE(client.ok());
+  EXPECT_TRUE((*client)->Health().ok());
+}
+
+TEST_F(DaemonTest, UnbuiltRpcsSayWhatIsMissing) {
+  grpc::ClientContext ctx;
+  auto stream = client_->kvtier_stub()->Select(&ctx);
+  v1::SelectResponse resp;
+  EXPECT_FALSE(stream->Read(&resp));
+  grpc::Status st = stream->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(st.error_message(), HasSubstr("Select"));
+  EXPECT_THAT(st.error_message(), HasSubstr("semantic index"));
+}
+
+TEST_F(DaemonTest, ShutdownRemovesSocketAndStopsServing) {
+  std::string path = server_->socket_path();
+  server_->Shutdown();
+  EXPECT_FALSE(std::filesystem::exists(path));
+  ClientOptions options;
+  options.call_timeout = std::chrono::milliseconds(300);
+  auto client = Client::Connect(path, options);
+  ASSERT_TRUE(client.ok());
+  EXPECT_FALSE((*client)->Health().ok());
+}
+
+TEST_F(DaemonTest, TcpListenerWhenConfigured) {
+  auto config = daemon::LoadConfig(
+      "", {"server.data_dir=" + dir_ + "-tcp", "server.tcp_address=127.0.0.1:0"});
+  ASSERT_TRUE(config.ok());
+  auto server = daemon::Server::Start(*config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->tcp_port(), 0);
+  auto client = Client::Connect("127.0.0.1:" + std::to_string((*server)->tcp_port()));
+  ASSERT_TRUE(client.ok());
+  auto health = (*client)->Health();
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, ServingStatus::kServing);
+  (*server)->Shutdown();
+  std::filesystem::remove_all(dir_ + "-tcp");
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,115 @@
+// kvtierd and kvtierctl as real processes: readiness via sd_notify, status
+// output, configuration errors, SIGTERM.
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/subprocess.h"
+
+namespace kvtier {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ChildProcess;
+using testing::NotifySocket;
+using testing::RunCommand;
+
+class ProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = "/tmp/kvtier-pt-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    socket_ = dir_ + "/kvtierd.sock";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Starts kvtierd and waits for READY=1 on a notify socket.
+  std::unique_ptr<ChildProcess> StartDaemon(std::vector<std::string> extra_args = {}) {
+    notify_ = std::make_unique<NotifySocket>(dir_ + "/notify.sock");
+    std::vector<std::string> argv = {KVTIERD_PATH, "--data-dir", dir_, "--socket", socket_};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    auto child = std::make_unique<ChildProcess>(
+        argv, std::vector<std::string>{"NOTIFY_SOCKET=" + notify_->path()}, dir_ + "/log");
+    EXPECT_TRUE(notify_->WaitFor("READY=1", std::chrono::seconds(20)))
+        << testing::ReadFile(dir_ + "/log");
+    return child;
+  }
+
+  std::string dir_;
+  std::string socket_;
+  std::unique_ptr<NotifySocket> notify_;
+};
+
+TEST_F(ProcessTest, StatusPrintsTiersAndSigtermExitsCleanly) {
+  auto daemon = StartDaemon();
+  auto status = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "status"});
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("kvtierd 0.1.0"));
+  EXPECT_THAT(status.out, HasSubstr("device"));
+  EXPECT_THAT(status.out, HasSubstr("host"));
+  EXPECT_THAT(status.out, HasSubstr("nvme"));
+  EXPECT_THAT(status.out, HasSubstr("1 GiB"));  // host tier default capacity
+
+  auto json = RunCommand({KVTIERCTL_PATH, "status", "--json"}, {"KVTIER_SOCKET=" + socket_});
+  EXPECT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_THAT(json.out, HasSubstr("\"tier\": \"TIER_NVME\""));
+  EXPECT_THAT(json.out, HasSubstr("\"capacity_bytes\": \"1073741824\""));
+
+  daemon->Signal(SIGTERM);
+  auto code = daemon->Wait(std::chrono::seconds(5));
+  ASSERT_TRUE(code.has_value()) << "kvtierd did not exit within 5 s of SIGTERM";
+  EXPECT_EQ(*code, 0);
+  EXPECT_FALSE(std::filesystem::exists(socket_));
+  EXPECT_THAT(testing::ReadFile(dir_ + "/log"), HasSubstr("stopped"));
+}
+
+TEST_F(ProcessTest, SigintAlsoStops) {
+  auto daemon = StartDaemon({"--set", "log.format=json"});
+  daemon->Signal(SIGINT);
+  auto code = daemon->Wait(std::chrono::seconds(5));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0);
+  EXPECT_THAT(testing::ReadFile(dir_ + "/log"), HasSubstr("\"level\":\"info\""));
+}
+
+TEST_F(ProcessTest, KvtierctlWithoutDaemonFailsClearly) {
+  auto status = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "--timeout-ms", "500", "status"});
+  EXPECT_EQ(status.exit_code, 3);
+  EXPECT_THAT(status.err, HasSubstr("cannot reach kvtierd"));
+}
+
+TEST_F(ProcessTest, UnknownKeyInConfigFileIsNamed) {
+  std::string path = dir_ + "/bad.toml";
+  std::ofstream(path) << "[tiers.host]\ncapacity = \"1GiB\"\n";
+  auto run = RunCommand({KVTIERD_PATH, "--config", path, "--check-config"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr("unknown key 'tiers.host.capacity'"));
+}
+
+TEST_F(ProcessTest, MalformedConfigFileIsReported) {
+  std::string path = dir_ + "/broken.toml";
+  std::ofstream(path) << "[server\ndata_dir = 3\n";
+  auto run = RunCommand({KVTIERD_PATH, "--config", path});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_THAT(run.err, HasSubstr(path + ":1"));
+}
+
+TEST_F(ProcessTest, DefaultConfigIsPrintableAndValid) {
+  auto print = RunCommand({KVTIERD_PATH, "--print-default-config"});
+  ASSERT_EQ(print.exit_code, 0);
+  EXPECT_THAT(print.out, HasSubstr("[tiers.nvme]"));
+  std::string path = dir_ + "/defaults.toml";
+  std::ofstream(path) << print.out;
+  auto check = RunCommand({KVTIERD_PATH, "--config", path, "--check-config"});
+  EXPECT_EQ(check.exit_code, 0) << check.err;
+}
+
+}  // namespace
+}  // namespace kvtier
