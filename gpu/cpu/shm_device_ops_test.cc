@@ -192,7 +192,8 @@ TEST(ShmDeviceOpsTest, AsyncInflightLimitGivesUnavailable) {
   ops->PauseCopiesForTesting(false);
   EXPECT_TRUE(ops->Wait(f2, kWaitForever).ok());
   EXPECT_TRUE(ops->IsComplete(f1));
-  EXPECT_TRUE(ops->SubmitToArena({&in, 1}, &f3).ok());
+  ASSERT_TRUE(ops->SubmitToArena({&in, 1}, &f3).ok());
+  EXPECT_TRUE(ops->Wait(f3, kWaitForever).ok());  // data must outlive the copy
 }
 
 TEST(ShmDeviceOpsTest, DestructionFinishesQueuedCopies) {

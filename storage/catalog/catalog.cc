@@ -1,0 +1,455 @@
+#include "storage/catalog/catalog.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/options.h"
+#include "rocksdb/table.h"
+#include "rocksdb/write_batch.h"
+#include "rocksdb/write_buffer_manager.h"
+#include "storage/catalog/record_format.h"
+#include "storage/catalog/rocksdb_status.h"
+#include "storage/common/status_macros.h"
+
+namespace kvtier {
+
+namespace fmt = catalog_format;
+
+namespace {
+
+constexpr char kBlocksFamily[] = "blocks";
+constexpr char kProfilesFamily[] = "profiles";
+constexpr char kContextsFamily[] = "contexts";
+
+absl::Status CheckOption(absl::string_view name, uint64_t value, uint64_t min, uint64_t max) {
+  if (value < min || value > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("catalog option ", name, " must be in ", min, "..", max, ", got ", value));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOptions(const CatalogOptions& o) {
+  constexpr uint64_t kMiB = 1 << 20;
+  constexpr uint64_t kGiB = uint64_t{1} << 30;
+  KVTIER_RETURN_IF_ERROR(CheckOption("block_cache_bytes", o.block_cache_bytes, kMiB, 64 * kGiB));
+  KVTIER_RETURN_IF_ERROR(CheckOption("memtable_bytes", o.memtable_bytes, kMiB, 4 * kGiB));
+  KVTIER_RETURN_IF_ERROR(CheckOption("max_memtables", o.max_memtables, 2, 8));
+  KVTIER_RETURN_IF_ERROR(CheckOption("memtable_total_bytes", o.memtable_total_bytes,
+                                     o.memtable_bytes, 64 * kGiB));
+  KVTIER_RETURN_IF_ERROR(CheckOption("max_wal_bytes", o.max_wal_bytes, kMiB, 64 * kGiB));
+  KVTIER_RETURN_IF_ERROR(CheckOption("max_open_files", o.max_open_files, 64, 65536));
+  KVTIER_RETURN_IF_ERROR(CheckOption("background_jobs", o.background_jobs, 1, 16));
+  KVTIER_RETURN_IF_ERROR(
+      CheckOption("info_log_file_bytes", o.info_log_file_bytes, 64 * 1024, kGiB));
+  KVTIER_RETURN_IF_ERROR(CheckOption("info_log_files_kept", o.info_log_files_kept, 1, 100));
+  return absl::OkStatus();
+}
+
+// Every RocksDB knob that affects memory, files or durability is set here
+// explicitly rather than inherited from defaults.
+rocksdb::Options MakeDbOptions(const CatalogOptions& o) {
+  rocksdb::Options db;
+  db.create_if_missing = o.create_if_missing;
+  db.create_missing_column_families = true;
+  db.paranoid_checks = true;
+  db.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  db.max_open_files = static_cast<int>(o.max_open_files);
+  db.max_background_jobs = static_cast<int>(o.background_jobs);
+  db.max_total_wal_size = o.max_wal_bytes;
+  db.write_buffer_manager =
+      std::make_shared<rocksdb::WriteBufferManager>(o.memtable_total_bytes);
+  db.max_log_file_size = o.info_log_file_bytes;
+  db.keep_log_file_num = o.info_log_files_kept;
+  db.max_manifest_file_size = 64 << 20;
+  if (o.rocksdb_env != nullptr) db.env = o.rocksdb_env;
+  return db;
+}
+
+rocksdb::ColumnFamilyOptions MakeFamilyOptions(
+    const CatalogOptions& o, const std::shared_ptr<rocksdb::TableFactory>& table) {
+  rocksdb::ColumnFamilyOptions cf;
+  cf.write_buffer_size = o.memtable_bytes;
+  cf.max_write_buffer_number = static_cast<int>(o.max_memtables);
+  cf.min_write_buffer_number_to_merge = 1;
+  // Summaries are float vectors and barely compress; keep CPU for serving.
+  cf.compression = rocksdb::kNoCompression;
+  cf.bottommost_compression = rocksdb::kNoCompression;
+  cf.table_factory = table;
+  return cf;
+}
+
+std::shared_ptr<rocksdb::TableFactory> MakeTableFactory(const CatalogOptions& o) {
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(o.block_cache_bytes);
+  // Index and filter blocks live in (and are bounded by) the block cache,
+  // so memory does not grow with the number of blocks stored.
+  table.cache_index_and_filter_blocks = true;
+  table.cache_index_and_filter_blocks_with_high_priority = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.checksum = rocksdb::kXXH3;
+  table.block_size = 16 * 1024;
+  return std::shared_ptr<rocksdb::TableFactory>(rocksdb::NewBlockBasedTableFactory(table));
+}
+
+}  // namespace
+
+struct Catalog::Handles {
+  // All open families, including ones a newer version may have added.
+  std::vector<rocksdb::ColumnFamilyHandle*> all;
+  rocksdb::ColumnFamilyHandle* meta = nullptr;
+  rocksdb::ColumnFamilyHandle* blocks = nullptr;
+  rocksdb::ColumnFamilyHandle* profiles = nullptr;
+  rocksdb::ColumnFamilyHandle* contexts = nullptr;
+};
+
+// ---- CatalogBatch -----------------------------------------------------------
+
+absl::Status CatalogBatch::Add(Family family, bool is_delete, std::string key,
+                               std::string value) {
+  const size_t bytes = key.size() + value.size();
+  if (ops_.size() >= kMaxBatchOps || bytes > kMaxBatchBytes - bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat("catalog batch is full (", kMaxBatchOps,
+                                                   " writes or ", kMaxBatchBytes, " bytes)"));
+  }
+  bytes_ += bytes;
+  ops_.push_back(Op{family, is_delete, std::move(key), std::move(value)});
+  return absl::OkStatus();
+}
+
+absl::Status CatalogBatch::PutBlock(const BlockKey& key, const BlockRecord& record) {
+  KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
+  KVTIER_RETURN_IF_ERROR(ValidateBlockRecord(record));
+  KVTIER_RETURN_IF_ERROR(Add(Family::kBlocks, false, fmt::EncodeBlockKey(key),
+                             fmt::EncodeBlockRecord(record)));
+  if (record.durable) sync_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CatalogBatch::DeleteBlock(const BlockKey& key) {
+  KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
+  return Add(Family::kBlocks, true, fmt::EncodeBlockKey(key), "");
+}
+
+absl::Status CatalogBatch::PutContext(const ContextKey& key, const ContextRecord& record) {
+  KVTIER_RETURN_IF_ERROR(ValidateContextKey(key));
+  KVTIER_RETURN_IF_ERROR(ValidateContextRecord(record));
+  return Add(Family::kContexts, false, fmt::EncodeContextKey(key),
+             fmt::EncodeContextRecord(record));
+}
+
+absl::Status CatalogBatch::DeleteContext(const ContextKey& key) {
+  KVTIER_RETURN_IF_ERROR(ValidateContextKey(key));
+  return Add(Family::kContexts, true, fmt::EncodeContextKey(key), "");
+}
+
+// ---- Catalog: open and close -------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir,
+                                                       const CatalogOptions& options) {
+  KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
+  const rocksdb::Options db_options = MakeDbOptions(options);
+  const rocksdb::ColumnFamilyOptions family_options =
+      MakeFamilyOptions(options, MakeTableFactory(options));
+
+  // An existing DB must be opened with every family it has.
+  std::vector<std::string> names;
+  rocksdb::Status listed = rocksdb::DB::ListColumnFamilies(db_options, dir, &names);
+  if (!listed.ok()) names.clear();  // no DB yet (Open reports real problems)
+  for (const char* wanted : {rocksdb::kDefaultColumnFamilyName.c_str(), kBlocksFamily,
+                             kProfilesFamily, kContextsFamily}) {
+    if (std::find(names.begin(), names.end(), wanted) == names.end()) names.push_back(wanted);
+  }
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  for (const std::string& name : names) descriptors.emplace_back(name, family_options);
+
+  auto handles = std::make_unique<Handles>();
+  rocksdb::DB* raw_db = nullptr;
+  KVTIER_RETURN_IF_ERROR(
+      RocksToStatus(rocksdb::DB::Open(rocksdb::DBOptions(db_options), dir, descriptors,
+                                      &handles->all, &raw_db),
+                    absl::StrCat("open catalog ", dir)));
+  std::unique_ptr<rocksdb::DB> db(raw_db);
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == rocksdb::kDefaultColumnFamilyName) handles->meta = handles->all[i];
+    if (names[i] == kBlocksFamily) handles->blocks = handles->all[i];
+    if (names[i] == kProfilesFamily) handles->profiles = handles->all[i];
+    if (names[i] == kContextsFamily) handles->contexts = handles->all[i];
+  }
+  std::unique_ptr<Catalog> catalog(new Catalog(std::move(db), std::move(handles)));
+  KVTIER_RETURN_IF_ERROR(catalog->CheckFormatVersion());
+  return catalog;
+}
+
+Catalog::Catalog(std::unique_ptr<rocksdb::DB> db, std::unique_ptr<Handles> handles)
+    : db_(std::move(db)), handles_(std::move(handles)) {}
+
+Catalog::~Catalog() {
+  for (rocksdb::ColumnFamilyHandle* h : handles_->all) {
+    db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+  }
+  // Close flushes nothing it would not recover from the WAL; an error here
+  // has no one to report to.
+  db_->Close().PermitUncheckedError();
+}
+
+absl::Status Catalog::CheckFormatVersion() {
+  auto stored = GetRaw(handles_->meta, fmt::kFormatVersionKey, "format version");
+  if (absl::IsNotFound(stored.status())) {
+    rocksdb::WriteOptions sync;
+    sync.sync = true;
+    return RocksToStatus(db_->Put(sync, handles_->meta, fmt::kFormatVersionKey,
+                                  fmt::EncodeU32(fmt::kCatalogFormatVersion)),
+                         "write catalog format version");
+  }
+  if (!stored.ok()) return stored.status();
+  KVTIER_ASSIGN_OR_RETURN(uint32_t version, fmt::DecodeU32(*stored, "format version"));
+  if (version != fmt::kCatalogFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "catalog format version ", version, " is not ", fmt::kCatalogFormatVersion));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Catalog::GetRaw(rocksdb::ColumnFamilyHandle* family,
+                                            const std::string& key,
+                                            absl::string_view what) const {
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), family, key, &value);
+  if (s.IsNotFound()) return absl::NotFoundError(absl::StrCat(what, " not found"));
+  KVTIER_RETURN_IF_ERROR(RocksToStatus(s, absl::StrCat("read ", what)));
+  return value;
+}
+
+// ---- Blocks ------------------------------------------------------------------
+
+absl::Status Catalog::PutBlock(const BlockKey& key, const BlockRecord& record) {
+  CatalogBatch batch;
+  KVTIER_RETURN_IF_ERROR(batch.PutBlock(key, record));
+  return Write(batch);
+}
+
+absl::StatusOr<BlockRecord> Catalog::GetBlock(const BlockKey& key) const {
+  KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
+  KVTIER_ASSIGN_OR_RETURN(std::string value,
+                          GetRaw(handles_->blocks, fmt::EncodeBlockKey(key), "block"));
+  return fmt::DecodeBlockRecord(value);
+}
+
+absl::Status Catalog::DeleteBlock(const BlockKey& key, bool sync) {
+  CatalogBatch batch;
+  KVTIER_RETURN_IF_ERROR(batch.DeleteBlock(key));
+  if (sync) batch.RequireSync();
+  return Write(batch);
+}
+
+absl::Status Catalog::Write(const CatalogBatch& batch) {
+  if (batch.ops_.empty()) return absl::OkStatus();
+  rocksdb::WriteBatch wb;
+  for (const CatalogBatch::Op& op : batch.ops_) {
+    rocksdb::ColumnFamilyHandle* family = op.family == CatalogBatch::Family::kBlocks
+                                              ? handles_->blocks
+                                              : handles_->contexts;
+    rocksdb::Status s = op.is_delete ? wb.Delete(family, op.key)
+                                     : wb.Put(family, op.key, op.value);
+    KVTIER_RETURN_IF_ERROR(RocksToStatus(s, "build catalog batch"));
+  }
+  rocksdb::WriteOptions write_options;
+  write_options.sync = batch.sync_;
+  return RocksToStatus(db_->Write(write_options, &wb), "write catalog batch");
+}
+
+absl::StatusOr<CatalogScanStats> Catalog::Scan(const std::string& lower,
+                                               const std::string& upper,
+                                               const BlockVisitor& visitor) const {
+  rocksdb::ReadOptions read_options;
+  read_options.fill_cache = false;  // a full scan must not evict the hot set
+  read_options.verify_checksums = true;
+  rocksdb::Slice upper_slice(upper);
+  if (!upper.empty()) read_options.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, handles_->blocks));
+  CatalogScanStats stats;
+  for (it->Seek(lower); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    absl::StatusOr<BlockKey> key = fmt::DecodeBlockKey(absl::string_view(k.data(), k.size()));
+    if (!key.ok()) {
+      ++stats.corrupt_keys;
+      continue;
+    }
+    const rocksdb::Slice v = it->value();
+    absl::StatusOr<BlockRecord> record =
+        fmt::DecodeBlockRecord(absl::string_view(v.data(), v.size()));
+    ++stats.records;
+    if (!record.ok()) ++stats.corrupt_records;
+    if (!visitor(*key, record)) break;
+  }
+  KVTIER_RETURN_IF_ERROR(RocksToStatus(it->status(), "scan catalog blocks"));
+  return stats;
+}
+
+absl::StatusOr<CatalogScanStats> Catalog::ForEachBlock(const BlockVisitor& visitor) const {
+  return Scan("", "", visitor);
+}
+
+absl::StatusOr<CatalogScanStats> Catalog::ForEachBlockOf(absl::string_view tenant,
+                                                         uint64_t profile_id,
+                                                         const BlockVisitor& visitor) const {
+  if (tenant.size() > kMaxTenantBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("tenant has more than ", kMaxTenantBytes,
+                                                   " bytes"));
+  }
+  const std::string prefix = fmt::BlockKeyPrefix(tenant, profile_id);
+  return Scan(prefix, fmt::PrefixSuccessor(prefix), visitor);
+}
+
+// ---- Profiles ----------------------------------------------------------------
+
+absl::StatusOr<RegisteredProfile> Catalog::RegisterProfile(const ModelProfile& profile) {
+  KVTIER_RETURN_IF_ERROR(ValidateProfile(profile));
+  absl::MutexLock lock(&profile_mu_);
+  absl::StatusOr<ModelProfile> existing = FindProfile(profile.name, profile.revision);
+  if (existing.ok()) {
+    if (!SameDefinition(*existing, profile)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "profile \"", profile.name, "\" revision \"", profile.revision,
+          "\" is registered with a different shape (id ", existing->profile_id, ")"));
+    }
+    return RegisteredProfile{*std::move(existing), false};
+  }
+  if (!absl::IsNotFound(existing.status())) return existing.status();
+
+  uint64_t id = 1;
+  auto next = GetRaw(handles_->meta, fmt::kNextProfileIdKey, "next profile id");
+  if (next.ok()) {
+    KVTIER_ASSIGN_OR_RETURN(id, fmt::DecodeU64(*next, "next profile id"));
+    if (id == 0 || id == UINT64_MAX) {
+      return absl::DataLossError(absl::StrCat("corrupt catalog next profile id ", id));
+    }
+  } else if (!absl::IsNotFound(next.status())) {
+    return next.status();
+  }
+  RegisteredProfile registered{profile, true};
+  registered.profile.profile_id = id;
+  rocksdb::WriteBatch wb;
+  rocksdb::Status s = wb.Put(handles_->profiles, fmt::EncodeProfileIdKey(id),
+                             fmt::EncodeProfileRecord(registered.profile));
+  if (s.ok()) {
+    s = wb.Put(handles_->profiles, fmt::EncodeProfileNameKey(profile.name, profile.revision),
+               fmt::EncodeU64(id));
+  }
+  if (s.ok()) s = wb.Put(handles_->meta, fmt::kNextProfileIdKey, fmt::EncodeU64(id + 1));
+  KVTIER_RETURN_IF_ERROR(RocksToStatus(s, "build profile batch"));
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  KVTIER_RETURN_IF_ERROR(RocksToStatus(db_->Write(sync, &wb), "write profile"));
+  return registered;
+}
+
+absl::StatusOr<ModelProfile> Catalog::GetProfile(uint64_t profile_id) const {
+  KVTIER_ASSIGN_OR_RETURN(
+      std::string value,
+      GetRaw(handles_->profiles, fmt::EncodeProfileIdKey(profile_id),
+             absl::StrCat("profile ", profile_id)));
+  KVTIER_ASSIGN_OR_RETURN(ModelProfile profile, fmt::DecodeProfileRecord(value));
+  if (profile.profile_id != profile_id) {
+    return absl::DataLossError(absl::StrCat("corrupt catalog profile ", profile_id,
+                                            ": record names id ", profile.profile_id));
+  }
+  return profile;
+}
+
+absl::StatusOr<ModelProfile> Catalog::FindProfile(absl::string_view name,
+                                                  absl::string_view revision) const {
+  if (name.size() > kMaxProfileNameBytes || revision.size() > kMaxProfileRevisionBytes) {
+    return absl::InvalidArgumentError("profile name or revision too long");
+  }
+  KVTIER_ASSIGN_OR_RETURN(
+      std::string value,
+      GetRaw(handles_->profiles, fmt::EncodeProfileNameKey(name, revision),
+             absl::StrCat("profile \"", name, "\" revision \"", revision, "\"")));
+  KVTIER_ASSIGN_OR_RETURN(uint64_t id, fmt::DecodeU64(value, "profile name index"));
+  KVTIER_ASSIGN_OR_RETURN(ModelProfile profile, GetProfile(id));
+  if (profile.name != name || profile.revision != revision) {
+    return absl::DataLossError(absl::StrCat("corrupt catalog profile name index for \"", name,
+                                            "\": points at profile ", id));
+  }
+  return profile;
+}
+
+absl::StatusOr<std::vector<ModelProfile>> Catalog::ListProfiles() const {
+  const std::string lower(1, fmt::kProfileIdKeyTag);
+  const std::string upper = fmt::PrefixSuccessor(lower);
+  rocksdb::ReadOptions read_options;
+  rocksdb::Slice upper_slice(upper);
+  read_options.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, handles_->profiles));
+  std::vector<ModelProfile> profiles;
+  for (it->Seek(lower); it->Valid(); it->Next()) {
+    const rocksdb::Slice v = it->value();
+    KVTIER_ASSIGN_OR_RETURN(ModelProfile p,
+                            fmt::DecodeProfileRecord(absl::string_view(v.data(), v.size())));
+    profiles.push_back(std::move(p));
+  }
+  KVTIER_RETURN_IF_ERROR(RocksToStatus(it->status(), "list profiles"));
+  return profiles;
+}
+
+// ---- Contexts ----------------------------------------------------------------
+
+absl::Status Catalog::PutContext(const ContextKey& key, const ContextRecord& record) {
+  CatalogBatch batch;
+  KVTIER_RETURN_IF_ERROR(batch.PutContext(key, record));
+  return Write(batch);
+}
+
+absl::StatusOr<ContextRecord> Catalog::GetContext(const ContextKey& key) const {
+  KVTIER_RETURN_IF_ERROR(ValidateContextKey(key));
+  KVTIER_ASSIGN_OR_RETURN(std::string value,
+                          GetRaw(handles_->contexts, fmt::EncodeContextKey(key), "context"));
+  return fmt::DecodeContextRecord(value);
+}
+
+absl::Status Catalog::DeleteContext(const ContextKey& key) {
+  CatalogBatch batch;
+  KVTIER_RETURN_IF_ERROR(batch.DeleteContext(key));
+  return Write(batch);
+}
+
+// ---- Maintenance -------------------------------------------------------------
+
+absl::Status Catalog::Flush() {
+  rocksdb::FlushOptions flush;
+  flush.wait = true;
+  std::vector<rocksdb::ColumnFamilyHandle*> families = handles_->all;
+  return RocksToStatus(db_->Flush(flush, families), "flush catalog");
+}
+
+absl::StatusOr<CatalogMemoryUsage> Catalog::MemoryUsage() const {
+  CatalogMemoryUsage usage;
+  uint64_t value = 0;
+  for (rocksdb::ColumnFamilyHandle* h : handles_->all) {
+    if (db_->GetIntProperty(h, rocksdb::DB::Properties::kCurSizeAllMemTables, &value)) {
+      usage.memtable_bytes += value;
+    }
+    if (db_->GetIntProperty(h, rocksdb::DB::Properties::kEstimateTableReadersMem, &value)) {
+      usage.table_readers_bytes += value;
+    }
+  }
+  // One cache shared by every family: read it once.
+  if (db_->GetIntProperty(handles_->blocks, rocksdb::DB::Properties::kBlockCacheUsage,
+                          &value)) {
+    usage.block_cache_bytes = value;
+  }
+  if (db_->GetIntProperty(handles_->blocks, rocksdb::DB::Properties::kEstimateNumKeys,
+                          &value)) {
+    usage.estimated_blocks = value;
+  }
+  return usage;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,205 @@
+// Catalog: the durable metadata store (RocksDB). It keeps, per tenant +
+// profile, each block's size, checksum, NVMe location, flags, timestamps
+// and v_b summary; the registered model profiles; and contexts. Byte
+// layouts: record_format.h.
+//
+// The catalog stores facts; it does not decide them. The block store keeps
+// its rules: a put of different bytes under an existing id is refused by
+// the store (PutBlock overwrites), block sizes match the profile, and
+// records are trusted after a restart only if durable.
+//
+// Durability: PutBlock of a durable record, and any batch that holds one,
+// is written with sync=true (the tier's data was synced before). DeleteBlock
+// syncs by default: a block's NVMe extent may be reused only after its
+// deletion is durable, or a crash would resurrect a record pointing at
+// someone else's bytes. Other writes go to the WAL without fsync.
+//
+// Memory: bounded by options, not by the number of blocks. Data, index and
+// filter blocks share one LRU block cache (block_cache_bytes); memtables of
+// all column families together stay under memtable_total_bytes. Roughly
+// block_cache_bytes + memtable_total_bytes + a few MiB of fixed overhead.
+//
+// Thread safety: a Catalog is safe for concurrent use from any number of
+// threads without external synchronization. Iteration sees a consistent
+// snapshot taken when it starts.
+#ifndef KVTIER_STORAGE_CATALOG_CATALOG_H_
+#define KVTIER_STORAGE_CATALOG_CATALOG_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "storage/catalog/records.h"
+
+namespace rocksdb {
+class ColumnFamilyHandle;
+class DB;
+class Env;
+}  // namespace rocksdb
+
+namespace kvtier {
+
+struct CatalogOptions {
+  bool create_if_missing = true;
+  uint64_t block_cache_bytes = 32 << 20;     // data + index + filter blocks
+  uint64_t memtable_bytes = 8 << 20;         // one memtable of one family
+  uint32_t max_memtables = 2;                // per family, 2..8
+  uint64_t memtable_total_bytes = 48 << 20;  // all families together
+  uint64_t max_wal_bytes = 64 << 20;         // then memtables are flushed
+  uint32_t max_open_files = 512;             // SST file handles, 64..65536
+  uint32_t background_jobs = 2;              // flushes + compactions, 1..16
+  uint64_t info_log_file_bytes = 4 << 20;    // RocksDB's LOG, rolled at this
+  uint32_t info_log_files_kept = 4;
+  // Filesystem for tests that inject faults; must outlive the catalog.
+  // nullptr: rocksdb::Env::Default().
+  rocksdb::Env* rocksdb_env = nullptr;
+};
+
+// Limits of one CatalogBatch; exceeding them is INVALID_ARGUMENT.
+inline constexpr size_t kMaxBatchOps = 65536;
+inline constexpr size_t kMaxBatchBytes = 64 << 20;
+
+// Several writes applied atomically by Catalog::Write. Each call validates
+// and encodes its input at once (INVALID_ARGUMENT naming the field; the
+// batch is unchanged on error). Not thread-safe; build it on one thread.
+class CatalogBatch {
+ public:
+  absl::Status PutBlock(const BlockKey& key, const BlockRecord& record);
+  absl::Status DeleteBlock(const BlockKey& key);
+  absl::Status PutContext(const ContextKey& key, const ContextRecord& record);
+  absl::Status DeleteContext(const ContextKey& key);
+
+  // Make Write fsync the WAL even if no durable record is in the batch
+  // (e.g. for deletes whose NVMe extents are about to be reused).
+  void RequireSync() { sync_ = true; }
+  // True when Write will sync: RequireSync() was called or a durable
+  // block record was put.
+  bool sync() const { return sync_; }
+  size_t size() const { return ops_.size(); }
+
+ private:
+  friend class Catalog;
+  enum class Family : uint8_t { kBlocks, kContexts };
+  struct Op {
+    Family family;
+    bool is_delete;
+    std::string key;
+    std::string value;
+  };
+  absl::Status Add(Family family, bool is_delete, std::string key, std::string value);
+
+  std::vector<Op> ops_;
+  size_t bytes_ = 0;
+  bool sync_ = false;
+};
+
+// What a scan visited.
+struct CatalogScanStats {
+  uint64_t records = 0;          // entries passed to the visitor
+  uint64_t corrupt_records = 0;  // of those, with a DATA_LOSS record
+  uint64_t corrupt_keys = 0;     // entries skipped: their key did not decode
+};
+
+struct RegisteredProfile {
+  ModelProfile profile;  // with its profile_id
+  bool created = false;  // false: an identical definition existed
+};
+
+// Approximate RocksDB memory, from its properties.
+struct CatalogMemoryUsage {
+  uint64_t memtable_bytes = 0;
+  uint64_t block_cache_bytes = 0;  // in use, incl. index and filter blocks
+  uint64_t table_readers_bytes = 0;
+  uint64_t estimated_blocks = 0;   // RocksDB's key estimate for "blocks"
+};
+
+class Catalog {
+ public:
+  // Opens (or, with create_if_missing, creates) the catalog in dir.
+  // FAILED_PRECONDITION if dir holds a catalog of another format version;
+  // INVALID_ARGUMENT naming the option for bad options; RocksDB errors
+  // converted by RocksToStatus (e.g. the LOCK of a running daemon).
+  static absl::StatusOr<std::unique_ptr<Catalog>> Open(const std::string& dir,
+                                                       const CatalogOptions& options);
+
+  Catalog(const Catalog&) = delete;
+  Catalog& operator=(const Catalog&) = delete;
+  ~Catalog();
+
+  // ---- Blocks -----------------------------------------------------------
+  // Creates or overwrites the record. Synced iff record.durable.
+  absl::Status PutBlock(const BlockKey& key, const BlockRecord& record);
+  // NOT_FOUND if absent; DATA_LOSS if the stored record does not decode.
+  absl::StatusOr<BlockRecord> GetBlock(const BlockKey& key) const;
+  // Deleting an absent block succeeds.
+  absl::Status DeleteBlock(const BlockKey& key, bool sync = true);
+  // Applies every write of batch atomically (all or none).
+  absl::Status Write(const CatalogBatch& batch);
+
+  // Called once per entry in key order; return false to stop early. A
+  // record that does not decode is passed as its DATA_LOSS status so the
+  // caller can quarantine or delete it by key. Do not call Write from the
+  // visitor of a long scan; collect and write afterwards.
+  using BlockVisitor =
+      std::function<bool(const BlockKey& key, const absl::StatusOr<BlockRecord>& record)>;
+  // Every block of every tenant and profile (restart reconciliation, ls,
+  // verify). Does not fill the block cache.
+  absl::StatusOr<CatalogScanStats> ForEachBlock(const BlockVisitor& visitor) const;
+  // The blocks of one (tenant, profile_id).
+  absl::StatusOr<CatalogScanStats> ForEachBlockOf(absl::string_view tenant,
+                                                  uint64_t profile_id,
+                                                  const BlockVisitor& visitor) const;
+
+  // ---- Profiles ---------------------------------------------------------
+  // Registers profile (profile_id ignored). Same name + revision and same
+  // definition: the existing id, created = false. Same name + revision with
+  // another shape: ALREADY_EXISTS. Otherwise a new id (1, 2, ...; never
+  // reused) is assigned and synced. Ids are stable across restarts.
+  absl::StatusOr<RegisteredProfile> RegisterProfile(const ModelProfile& profile);
+  // NOT_FOUND if unknown.
+  absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) const;
+  absl::StatusOr<ModelProfile> FindProfile(absl::string_view name,
+                                           absl::string_view revision) const;
+  // All profiles in id order.
+  absl::StatusOr<std::vector<ModelProfile>> ListProfiles() const;
+
+  // ---- Contexts ---------------------------------------------------------
+  // Creates or replaces the context. Not synced (use a batch with
+  // RequireSync for that).
+  absl::Status PutContext(const ContextKey& key, const ContextRecord& record);
+  absl::StatusOr<ContextRecord> GetContext(const ContextKey& key) const;
+  absl::Status DeleteContext(const ContextKey& key);
+
+  // ---- Maintenance ------------------------------------------------------
+  // Writes all memtables to SST files and waits.
+  absl::Status Flush();
+  absl::StatusOr<CatalogMemoryUsage> MemoryUsage() const;
+
+ private:
+  struct Handles;
+  Catalog(std::unique_ptr<rocksdb::DB> db, std::unique_ptr<Handles> handles);
+  absl::Status CheckFormatVersion();
+  absl::StatusOr<CatalogScanStats> Scan(const std::string& lower, const std::string& upper,
+                                        const BlockVisitor& visitor) const;
+  absl::StatusOr<std::string> GetRaw(rocksdb::ColumnFamilyHandle* family,
+                                     const std::string& key, absl::string_view what) const;
+
+  // Constant after construction. RocksDB itself is thread-safe. The
+  // destructor releases the column family handles before closing db_.
+  std::unique_ptr<rocksdb::DB> db_;
+  std::unique_ptr<Handles> handles_;
+
+  // Serialises RegisterProfile (read name, allocate id, write).
+  absl::Mutex profile_mu_;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_STORAGE_CATALOG_CATALOG_H_

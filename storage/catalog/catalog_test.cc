@@ -1,0 +1,398 @@
+#include "storage/catalog/catalog.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "rocksdb/db.h"
+#include "storage/catalog/record_format.h"
+
+namespace kvtier {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CatalogTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(testing::TempDir()) /
+           ("kvtier-catalog-" + std::to_string(getpid()) + "-" + info->name());
+    fs::remove_all(dir_);
+    Reopen();
+  }
+  void TearDown() override {
+    catalog_.reset();
+    fs::remove_all(dir_);
+  }
+
+  void Reopen() {
+    catalog_.reset();
+    auto opened = Catalog::Open(dir_.string(), SmallOptions());
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    catalog_ = std::move(*opened);
+  }
+
+  static CatalogOptions SmallOptions() {
+    CatalogOptions options;
+    options.block_cache_bytes = 4 << 20;
+    options.memtable_bytes = 1 << 20;
+    options.memtable_total_bytes = 8 << 20;
+    return options;
+  }
+
+  // Writes raw bytes into a family with RocksDB itself, as damage would.
+  void PutRaw(const std::string& family, const std::string& key, const std::string& value) {
+    catalog_.reset();
+    std::vector<rocksdb::ColumnFamilyDescriptor> families;
+    for (const char* name : {"default", "blocks", "profiles", "contexts"}) {
+      families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    }
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir_.string(), families, &handles, &db)
+                    .ok());
+    size_t index = 0;
+    while (families[index].name != family) ++index;
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[index], key, value).ok());
+    for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
+    ASSERT_TRUE(db->Close().ok());
+    delete db;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<Catalog> catalog_;
+};
+
+BlockRecord Record(uint64_t checksum, bool durable = false) {
+  BlockRecord r;
+  r.size_bytes = 4096;
+  r.checksum = checksum;
+  if (durable) {
+    r.nvme = NvmeExtent{1, 8192 * checksum, 4096};
+    r.durable = true;
+  }
+  r.created_micros = 1000;
+  r.last_access_micros = 2000;
+  r.summary = "v_b:" + std::to_string(checksum);
+  return r;
+}
+
+ModelProfile Profile(const std::string& name, uint32_t layers) {
+  ModelProfile p;
+  p.name = name;
+  p.revision = "r1";
+  p.layers = layers;
+  p.kv_heads = 8;
+  p.head_dim = 128;
+  p.block_size_tokens = 16;
+  p.dtype = KvDtype::kFp16;
+  return p;
+}
+
+TEST_F(CatalogTest, BlockPutGetDelete) {
+  const BlockKey key{"t", 1, "block-1"};
+  EXPECT_EQ(catalog_->GetBlock(key).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(catalog_->PutBlock(key, Record(11, /*durable=*/true)).ok());
+  auto got = catalog_->GetBlock(key);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, Record(11, true));
+
+  BlockRecord touched = *got;
+  touched.last_access_micros = 3000;
+  ASSERT_TRUE(catalog_->PutBlock(key, touched).ok());
+  EXPECT_EQ(catalog_->GetBlock(key)->last_access_micros, 3000);
+
+  ASSERT_TRUE(catalog_->DeleteBlock(key).ok());
+  EXPECT_EQ(catalog_->GetBlock(key).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(catalog_->DeleteBlock(key).ok()) << "deleting an absent block";
+}
+
+TEST_F(CatalogTest, InvalidInputIsRefusedBeforeWriting) {
+  EXPECT_EQ(catalog_->PutBlock({"t", 1, std::string(33, 'x')}, Record(1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->PutBlock({"t", 0, "b"}, Record(1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  BlockRecord durable_nowhere = Record(1);
+  durable_nowhere.durable = true;
+  EXPECT_EQ(catalog_->PutBlock({"t", 1, "b"}, durable_nowhere).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(catalog_->GetBlock({"t", 1, "b"}).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CatalogTest, RecordsSurviveRestart) {
+  ASSERT_TRUE(catalog_->PutBlock({"t", 1, "durable"}, Record(1, true)).ok());
+  ASSERT_TRUE(catalog_->PutBlock({"t", 1, "volatile"}, Record(2)).ok());
+  ASSERT_TRUE(catalog_->PutContext({"t", 1, "ctx"}, {{{"durable", "volatile"}}}).ok());
+  Reopen();
+  EXPECT_EQ(*catalog_->GetBlock({"t", 1, "durable"}), Record(1, true));
+  EXPECT_EQ(*catalog_->GetBlock({"t", 1, "volatile"}), Record(2));
+  auto ctx = catalog_->GetContext({"t", 1, "ctx"});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  EXPECT_EQ(ctx->segments.at(0).at(1), "volatile");
+
+  // Also after the memtables went to SST files.
+  ASSERT_TRUE(catalog_->Flush().ok());
+  Reopen();
+  EXPECT_EQ(*catalog_->GetBlock({"t", 1, "durable"}), Record(1, true));
+}
+
+TEST_F(CatalogTest, SameBlockIdUnderOtherTenantsAndProfilesIsDistinct) {
+  ASSERT_TRUE(catalog_->PutBlock({"alice", 1, "same"}, Record(1)).ok());
+  ASSERT_TRUE(catalog_->PutBlock({"bob", 1, "same"}, Record(2)).ok());
+  ASSERT_TRUE(catalog_->PutBlock({"alice", 2, "same"}, Record(3)).ok());
+  ASSERT_TRUE(catalog_->PutBlock({"alice", 1, "other"}, Record(4)).ok());
+  ASSERT_TRUE(catalog_->PutBlock({"alicebob", 1, "same"}, Record(5)).ok());
+  EXPECT_EQ(catalog_->GetBlock({"alice", 1, "same"})->checksum, 1u);
+  EXPECT_EQ(catalog_->GetBlock({"bob", 1, "same"})->checksum, 2u);
+  EXPECT_EQ(catalog_->GetBlock({"alice", 2, "same"})->checksum, 3u);
+
+  std::vector<uint64_t> seen;
+  auto stats = catalog_->ForEachBlockOf("alice", 1, [&](const BlockKey& key, const auto& rec) {
+    EXPECT_EQ(key.tenant, "alice");
+    EXPECT_EQ(key.profile_id, 1u);
+    seen.push_back(rec->checksum);
+    return true;
+  });
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->records, 2u);
+  EXPECT_EQ(seen, (std::vector<uint64_t>{4, 1}));  // "other" < "same"
+
+  ASSERT_TRUE(catalog_->DeleteBlock({"bob", 1, "same"}).ok());
+  EXPECT_TRUE(catalog_->GetBlock({"alice", 1, "same"}).ok());
+
+  uint64_t all = 0;
+  ASSERT_TRUE(catalog_->ForEachBlock([&](const BlockKey&, const auto&) {
+    ++all;
+    return true;
+  }).ok());
+  EXPECT_EQ(all, 4u);
+
+  uint64_t first_only = 0;
+  auto stopped = catalog_->ForEachBlock([&](const BlockKey&, const auto&) {
+    ++first_only;
+    return false;
+  });
+  EXPECT_EQ(first_only, 1u);
+  EXPECT_EQ(stopped->records, 1u);
+}
+
+TEST_F(CatalogTest, ProfileIdsAreStableAndConflictsRefused) {
+  auto a = catalog_->RegisterProfile(Profile("llama", 32));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(a->created);
+  EXPECT_EQ(a->profile.profile_id, 1u);
+
+  ModelProfile with_id = Profile("llama", 32);
+  with_id.profile_id = 77;  // ignored on input
+  auto again = catalog_->RegisterProfile(with_id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->created);
+  EXPECT_EQ(again->profile.profile_id, 1u);
+
+  auto conflict = catalog_->RegisterProfile(Profile("llama", 40));
+  EXPECT_EQ(conflict.status().code(), absl::StatusCode::kAlreadyExists) << conflict.status();
+
+  ModelProfile next_rev = Profile("llama", 40);
+  next_rev.revision = "r2";
+  auto b = catalog_->RegisterProfile(next_rev);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->profile.profile_id, 2u);
+
+  Reopen();
+  auto after = catalog_->RegisterProfile(Profile("llama", 32));
+  ASSERT_TRUE(after.ok());
+  EXPECT_FALSE(after->created);
+  EXPECT_EQ(after->profile.profile_id, 1u);
+  auto c = catalog_->RegisterProfile(Profile("qwen", 28));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->profile.profile_id, 3u);
+
+  auto got = catalog_->GetProfile(2);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->revision, "r2");
+  EXPECT_EQ(got->layers, 40u);
+  EXPECT_EQ(catalog_->GetProfile(99).status().code(), absl::StatusCode::kNotFound);
+  auto found = catalog_->FindProfile("qwen", "r1");
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->profile_id, 3u);
+  EXPECT_EQ(catalog_->FindProfile("qwen", "r9").status().code(), absl::StatusCode::kNotFound);
+
+  auto all = catalog_->ListProfiles();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].name, "llama");
+  EXPECT_EQ((*all)[2].profile_id, 3u);
+
+  ModelProfile bad = Profile("x", 0);
+  EXPECT_EQ(catalog_->RegisterProfile(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CatalogTest, ConcurrentRegistrationsAgreeOnOneId) {
+  constexpr int kThreads = 4;
+  std::vector<uint64_t> ids(kThreads);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      auto r = catalog_->RegisterProfile(Profile("shared", 12));
+      ids[i] = r.ok() ? r->profile.profile_id : 0;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (uint64_t id : ids) EXPECT_EQ(id, 1u);
+  EXPECT_EQ(catalog_->ListProfiles()->size(), 1u);
+}
+
+TEST_F(CatalogTest, BatchIsAtomicAndSyncsWhenDurable) {
+  ASSERT_TRUE(catalog_->PutBlock({"t", 1, "old"}, Record(1)).ok());
+  CatalogBatch batch;
+  ASSERT_TRUE(batch.PutBlock({"t", 1, "new"}, Record(2)).ok());
+  EXPECT_FALSE(batch.sync());
+  ASSERT_TRUE(batch.PutBlock({"t", 1, "new2"}, Record(3, true)).ok());
+  EXPECT_TRUE(batch.sync());
+  ASSERT_TRUE(batch.DeleteBlock({"t", 1, "old"}).ok());
+  ASSERT_TRUE(batch.PutContext({"t", 1, "c"}, {{{"new", "new2"}}}).ok());
+  EXPECT_EQ(batch.PutBlock({"t", 1, ""}, Record(4)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(batch.size(), 4u) << "a refused write entered the batch";
+
+  EXPECT_TRUE(catalog_->GetBlock({"t", 1, "old"}).ok()) << "applied before Write";
+  ASSERT_TRUE(catalog_->Write(batch).ok());
+  EXPECT_EQ(catalog_->GetBlock({"t", 1, "old"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(catalog_->GetBlock({"t", 1, "new"})->checksum, 2u);
+  EXPECT_EQ(catalog_->GetBlock({"t", 1, "new2"})->checksum, 3u);
+  EXPECT_TRUE(catalog_->GetContext({"t", 1, "c"}).ok());
+}
+
+TEST_F(CatalogTest, ContextsAreScopedAndDeletable) {
+  ContextRecord rec{{{"a", "b"}, {"c"}}};
+  ASSERT_TRUE(catalog_->PutContext({"t", 1, "ctx"}, rec).ok());
+  EXPECT_EQ(*catalog_->GetContext({"t", 1, "ctx"}), rec);
+  EXPECT_EQ(catalog_->GetContext({"u", 1, "ctx"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(catalog_->GetContext({"t", 2, "ctx"}).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(catalog_->DeleteContext({"t", 1, "ctx"}).ok());
+  EXPECT_EQ(catalog_->GetContext({"t", 1, "ctx"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(catalog_->PutContext({"t", 1, ""}, rec).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CatalogTest, CorruptRecordIsDataLossNotACrash) {
+  ASSERT_TRUE(catalog_->PutBlock({"t", 1, "good"}, Record(1)).ok());
+  const std::string bad_key = catalog_format::EncodeBlockKey({"t", 1, "bad"});
+  std::string damaged = catalog_format::EncodeBlockRecord(Record(2));
+  damaged[5] ^= 0x10;
+  PutRaw("blocks", bad_key, damaged);
+  PutRaw("blocks", std::string("\x05t", 2), "not a key");  // scope cut short
+  Reopen();
+
+  EXPECT_EQ(catalog_->GetBlock({"t", 1, "bad"}).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(catalog_->GetBlock({"t", 1, "good"}).ok());
+  std::vector<std::string> corrupt;
+  auto stats = catalog_->ForEachBlock([&](const BlockKey& key, const auto& rec) {
+    if (!rec.ok()) {
+      EXPECT_EQ(rec.status().code(), absl::StatusCode::kDataLoss);
+      corrupt.push_back(key.block_id);
+    }
+    return true;
+  });
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->records, 2u);
+  EXPECT_EQ(stats->corrupt_records, 1u);
+  EXPECT_EQ(stats->corrupt_keys, 1u);
+  EXPECT_EQ(corrupt, std::vector<std::string>{"bad"});
+  // The damaged entry can be removed by key.
+  ASSERT_TRUE(catalog_->DeleteBlock({"t", 1, "bad"}).ok());
+  EXPECT_EQ(catalog_->GetBlock({"t", 1, "bad"}).status().code(), absl::StatusCode::kNotFound);
+}
+
+// Flips one byte inside the first data block of family's SST file(s).
+void DamageSst(const fs::path& dir, const std::string& family) {
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  for (const char* name : {"default", "blocks", "profiles", "contexts"}) {
+    families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+  }
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  ASSERT_TRUE(
+      rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), dir.string(), families, &handles, &db)
+          .ok());
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db->GetLiveFilesMetaData(&files);
+  for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
+  delete db;
+  int damaged = 0;
+  for (const auto& file : files) {
+    if (file.column_family_name != family) continue;
+    std::fstream f(file.db_path + "/" + file.relative_filename,
+                   std::ios::in | std::ios::out | std::ios::binary);
+    char byte = 0;
+    f.seekg(20);
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x55);
+    f.seekp(20);
+    f.write(&byte, 1);
+    ASSERT_TRUE(f.good());
+    ++damaged;
+  }
+  ASSERT_GT(damaged, 0) << "no SST file of " << family;
+}
+
+TEST_F(CatalogTest, DamagedBlocksSstIsDataLossOnRead) {
+  ASSERT_TRUE(catalog_->PutBlock({"t", 1, "block"}, Record(1, true)).ok());
+  ASSERT_TRUE(catalog_->Flush().ok());
+  catalog_.reset();
+  DamageSst(dir_, "blocks");
+  auto opened = Catalog::Open(dir_.string(), SmallOptions());
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  catalog_ = std::move(*opened);
+  EXPECT_EQ(catalog_->GetBlock({"t", 1, "block"}).status().code(), absl::StatusCode::kDataLoss);
+  auto scan = catalog_->ForEachBlock([](const BlockKey&, const auto&) { return true; });
+  EXPECT_EQ(scan.status().code(), absl::StatusCode::kDataLoss) << scan.status();
+}
+
+TEST_F(CatalogTest, DamagedMetaSstFailsOpenWithDataLoss) {
+  ASSERT_TRUE(catalog_->Flush().ok());
+  catalog_.reset();
+  DamageSst(dir_, "default");
+  auto opened = Catalog::Open(dir_.string(), SmallOptions());
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss) << opened.status();
+}
+
+TEST_F(CatalogTest, OtherFormatVersionIsRefused) {
+  PutRaw("default", catalog_format::kFormatVersionKey, catalog_format::EncodeU32(2));
+  auto opened = Catalog::Open(dir_.string(), SmallOptions());
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kFailedPrecondition) << opened.status();
+}
+
+TEST_F(CatalogTest, SecondOpenOfALiveCatalogFails) {
+  auto second = Catalog::Open(dir_.string(), SmallOptions());
+  EXPECT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("LOCK"), absl::string_view::npos) << second.status();
+}
+
+TEST_F(CatalogTest, BadOptionsNameTheOption) {
+  CatalogOptions options = SmallOptions();
+  options.max_memtables = 1;
+  auto opened = Catalog::Open((dir_ / "other").string(), options);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(opened.status().message().find("max_memtables"), absl::string_view::npos);
+
+  options = SmallOptions();
+  options.create_if_missing = false;
+  EXPECT_FALSE(Catalog::Open((dir_ / "missing").string(), options).ok());
+}
+
+TEST_F(CatalogTest, MemoryUsageIsReported) {
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(catalog_->PutBlock({"t", 1, "b" + std::to_string(i)}, Record(i)).ok());
+  }
+  auto usage = catalog_->MemoryUsage();
+  ASSERT_TRUE(usage.ok());
+  EXPECT_GT(usage->memtable_bytes, 0u);
+  EXPECT_LE(usage->memtable_bytes, 8u << 20);
+  EXPECT_GT(usage->estimated_blocks, 0u);
+}
+
+}  // namespace
+}  // namespace kvtier

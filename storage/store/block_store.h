@@ -1,0 +1,209 @@
+// BlockStore: content-addressed KV blocks across the device arena, host
+// DRAM and NVMe, with a RocksDB catalog, leases and a placement policy.
+//
+// Model:
+//   * A block is (tenant, profile_id, block_id) -> exactly
+//     BlockSizeBytes(profile) bytes, with an XXH3-64 checksum taken at put.
+//   * A block has a copy in one or more tiers. Put lands in host DRAM (and
+//     on NVMe when the put is durable or write_through is set). Get promotes
+//     NVMe -> host; handle requests promote to the device arena.
+//   * Capacities are hard. Making room evicts least-recently-used copies
+//     chosen by the placement policy; a copy that is the block's last one is
+//     first demoted to the next tier (device -> host -> NVMe). Copies pinned
+//     by a lease, or being read or written, are never evicted. When nothing
+//     can be evicted the operation fails fast with RESOURCE_EXHAUSTED.
+//     kvtier never drops a block's last copy on its own: a full NVMe tier
+//     fails puts until blocks are deleted.
+//   * Durability: a block is durable once its NVMe copy was fdatasync'ed
+//     AND its catalog record was written with sync. Only durable blocks
+//     survive a restart; Open() reconciles catalog and tier files.
+//   * Integrity: every NVMe read is checksum-verified. A mismatch
+//     quarantines the block (persisted); it then reads as NOT_FOUND whose
+//     message starts with "DATA_LOSS", never as bytes. A later put of the
+//     correct bytes under the same id replaces it.
+//   * A put of different bytes (different checksum) under an existing id is
+//     ALREADY_EXISTS; the stored block stays.
+//
+// Thread safety: all public methods may be called concurrently. Internally
+// one mutex guards the metadata; payload I/O (memcpy, NVMe, device copies)
+// runs outside it on entries held busy.
+#ifndef KVTIER_STORAGE_STORE_BLOCK_STORE_H_
+#define KVTIER_STORAGE_STORE_BLOCK_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "gpu/device_ops.h"
+#include "storage/catalog/records.h"
+#include "storage/env/env.h"
+#include "storage/tier.h"
+
+namespace kvtier {
+
+struct BlockStoreOptions {
+  std::string data_dir;  // catalog in <data_dir>/catalog
+  Env* env = nullptr;    // all file and clock access; not owned
+
+  // Device tier: the arena behind device_ops (not owned). capacity is
+  // min(device_capacity_bytes, arena size).
+  gpu::DeviceOps* device_ops = nullptr;
+  uint64_t device_capacity_bytes = 0;
+
+  // Host tier: a shared-memory file of host_capacity_bytes; staging slots
+  // for zero-copy puts come from a second file of staging_capacity_bytes.
+  std::string host_shm_path;
+  uint64_t host_capacity_bytes = 0;
+  std::string staging_shm_path;
+  uint64_t staging_capacity_bytes = 0;
+
+  // NVMe tier.
+  std::string nvme_dir;
+  uint32_t nvme_file_count = 0;
+  uint64_t nvme_file_size_bytes = 0;
+  bool nvme_direct_io = true;
+  uint32_t nvme_io_threads = 1;
+  uint32_t nvme_queue_depth = 64;
+  bool write_through = false;
+
+  // Leases.
+  uint64_t default_lease_ttl_ms = 30000;
+  uint64_t max_lease_ttl_ms = 600000;
+};
+
+struct PutOutcome {
+  TierId tier = TierId::kHost;  // fastest tier holding it after the put
+  bool durable = false;
+  bool existed = false;         // identical bytes were already stored
+};
+
+struct BlockLocation {
+  bool present = false;
+  TierId tier = TierId::kNvme;  // fastest copy
+  bool durable = false;
+  bool pinned = false;
+  uint64_t size_bytes = 0;
+};
+
+// A device-arena reference handed to clients.
+struct DeviceHandle {
+  uint64_t arena_id = 0;
+  uint64_t offset_bytes = 0;
+  uint64_t size_bytes = 0;
+  uint64_t generation = 0;
+};
+
+// A staging slot for the zero-copy put path.
+struct StagingSlot {
+  uint64_t slot_id = 0;
+  uint64_t offset_bytes = 0;
+  uint64_t size_bytes = 0;
+  uint64_t generation = 0;
+};
+
+struct TierUsage {
+  TierId tier = TierId::kHost;
+  std::string backend;
+  std::string location;
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t pinned_bytes = 0;
+  uint64_t blocks = 0;
+};
+
+struct BlockStoreStats {
+  TierUsage tiers[kNumTiers];
+  uint64_t blocks = 0;
+  uint64_t profiles = 0;
+  uint64_t active_leases = 0;
+  uint64_t quarantined_blocks = 0;
+  uint64_t staging_slots = 0;
+  // In-memory metadata per block (entry + index overhead), bytes.
+  uint64_t metadata_bytes_per_block = 0;
+};
+
+struct RegisteredProfile;  // catalog.h
+
+class BlockStore {
+ public:
+  // Opens (creating) the catalog and the tiers and reconciles them: every
+  // durable catalog record whose NVMe extent is valid becomes an NVMe-only
+  // block; records without a valid extent are removed; files in nvme_dir
+  // that are not tier files are deleted. INVALID_ARGUMENT naming the
+  // option for bad options.
+  static absl::StatusOr<std::unique_ptr<BlockStore>> Open(const BlockStoreOptions& options);
+
+  virtual ~BlockStore() = default;
+
+  // ---- Profiles --------------------------------------------------------
+  // Identical definition -> same id (created = false); same name+revision
+  // with another shape -> ALREADY_EXISTS; bad field -> INVALID_ARGUMENT.
+  virtual absl::StatusOr<std::pair<ModelProfile, bool>> RegisterProfile(
+      const ModelProfile& profile) = 0;
+  virtual absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) = 0;
+
+  // ---- Blocks ----------------------------------------------------------
+  // data must be exactly the profile's block size. durable: acknowledge
+  // only once the NVMe copy and its catalog record are synced.
+  virtual absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
+                                         bool durable) = 0;
+  // Reserves count staging slots of the profile's block size, returned
+  // to the pool after ttl_ms (0 = default) unless used by PutFromStaging.
+  virtual absl::StatusOr<std::vector<StagingSlot>> ReserveStaging(const std::string& tenant,
+                                                                  uint64_t profile_id,
+                                                                  uint32_t count,
+                                                                  uint64_t ttl_ms) = 0;
+  // Stores the bytes a client wrote into a staging slot (checksummed and
+  // copied into the host tier, so later writes to the slot cannot change
+  // the stored block); the slot is consumed.
+  virtual absl::StatusOr<PutOutcome> PutFromStaging(const BlockKey& key, const StagingSlot& slot,
+                                                    bool durable) = 0;
+  // The bytes of a block (promoting an NVMe-only block to the host tier
+  // when there is room). NOT_FOUND when missing or quarantined.
+  virtual absl::Status Get(const BlockKey& key, std::string* out, TierId* from) = 0;
+  // Makes every block resident in the device arena and pins them under a
+  // new lease of ttl_ms (0 = default; above max -> INVALID_ARGUMENT).
+  // Per-block outcome in *statuses (same order); blocks that failed are not
+  // pinned. Returns the lease id (0 when nothing was pinned).
+  virtual absl::StatusOr<uint64_t> AcquireHandles(const std::vector<BlockKey>& keys,
+                                                  uint64_t ttl_ms,
+                                                  std::vector<absl::StatusOr<DeviceHandle>>* handles) = 0;
+  virtual BlockLocation Lookup(const BlockKey& key) = 0;
+  // FAILED_PRECONDITION when pinned; NOT_FOUND when absent.
+  virtual absl::Status Delete(const BlockKey& key) = 0;
+
+  // ---- Leases ----------------------------------------------------------
+  // Unpins everything the lease holds; returns how many blocks. NOT_FOUND
+  // for an unknown or already expired lease.
+  virtual absl::StatusOr<uint32_t> Release(uint64_t lease_id) = 0;
+  // Ends every lease (and staging reservation) past its deadline on the
+  // Env's monotonic clock. Returns how many leases ended.
+  virtual size_t ReapExpired() = 0;
+
+  // ---- Administration --------------------------------------------------
+  virtual BlockStoreStats Stats() = 0;
+  // Calls fn for every block (tenant/profile filter: empty tenant and 0
+  // profile = all) with its location; under no lock across calls.
+  virtual void ForEachBlock(uint64_t profile_id,
+                            const std::function<void(const BlockKey&, const BlockLocation&)>& fn) = 0;
+  // Re-reads and checksums every durable block; progress(done, total,
+  // corrupt key or nullptr) after each. Corrupt blocks are quarantined.
+  virtual absl::Status Verify(
+      uint64_t profile_id,
+      const std::function<void(uint64_t done, uint64_t total, const BlockKey* corrupt)>& progress) = 0;
+  // Writes every non-durable block to NVMe (durable) and drops device and
+  // host copies that are not pinned.
+  virtual absl::Status Drain(const std::function<void(uint64_t done, uint64_t total)>& progress) = 0;
+
+  virtual const gpu::ArenaInfo& arena() const = 0;
+  virtual std::string staging_path() const = 0;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_STORAGE_STORE_BLOCK_STORE_H_

@@ -1,0 +1,135 @@
+// BlockStoreImpl: the implementation behind BlockStore (see block_store.h
+// for the contract).
+//
+// Invariants (under mu_):
+//  1. Every entry in entries_ that is not `writing` and not quarantined has
+//     at least one copy.
+//  2. A copy in tier T is in the placement policy's order for T.
+//  3. device_alloc_ / host_ / nvme_ space is used exactly by the copies of
+//     entries, staging reservations and operations in flight.
+//  4. An entry with pins > 0 has a device copy that is never evicted.
+//  5. An entry with busy > 0 is never freed; its copies that are being read
+//     are not evicted (no copy of a busy entry is evicted).
+//  6. entry.durable implies entry.nvme and a synced catalog record.
+#ifndef KVTIER_STORAGE_STORE_BLOCK_STORE_IMPL_H_
+#define KVTIER_STORAGE_STORE_BLOCK_STORE_IMPL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "storage/catalog/catalog.h"
+#include "storage/common/extent_allocator.h"
+#include "storage/host/host_tier.h"
+#include "storage/nvme/nvme_tier.h"
+#include "storage/store/block_store.h"
+#include "storage/store/entry.h"
+#include "storage/store/lease_table.h"
+#include "storage/store/placement.h"
+
+namespace kvtier {
+
+class BlockStoreImpl final : public BlockStore {
+ public:
+  explicit BlockStoreImpl(const BlockStoreOptions& options);
+  ~BlockStoreImpl() override;
+
+  absl::Status Init();
+
+  absl::StatusOr<std::pair<ModelProfile, bool>> RegisterProfile(
+      const ModelProfile& profile) override;
+  absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) override;
+  absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
+                                 bool durable) override;
+  absl::StatusOr<std::vector<StagingSlot>> ReserveStaging(const std::string& tenant,
+                                                          uint64_t profile_id, uint32_t count,
+                                                          uint64_t ttl_ms) override;
+  absl::StatusOr<PutOutcome> PutFromStaging(const BlockKey& key, const StagingSlot& slot,
+                                            bool durable) override;
+  absl::Status Get(const BlockKey& key, std::string* out, TierId* from) override;
+  absl::StatusOr<uint64_t> AcquireHandles(
+      const std::vector<BlockKey>& keys, uint64_t ttl_ms,
+      std::vector<absl::StatusOr<DeviceHandle>>* handles) override;
+  BlockLocation Lookup(const BlockKey& key) override;
+  absl::Status Delete(const BlockKey& key) override;
+  absl::StatusOr<uint32_t> Release(uint64_t lease_id) override;
+  size_t ReapExpired() override;
+  BlockStoreStats Stats() override;
+  void ForEachBlock(uint64_t profile_id,
+                    const std::function<void(const BlockKey&, const BlockLocation&)>& fn) override;
+  absl::Status Verify(uint64_t profile_id,
+                      const std::function<void(uint64_t, uint64_t, const BlockKey*)>& progress)
+      override;
+  absl::Status Drain(const std::function<void(uint64_t, uint64_t)>& progress) override;
+  const gpu::ArenaInfo& arena() const override { return options_.device_ops->arena(); }
+  std::string staging_path() const override { return staging_->path(); }
+
+ private:
+  struct StagingReservation {
+    HostSlot slot;
+    std::string tenant;
+    uint64_t profile_id = 0;
+    uint64_t deadline_micros = 0;
+  };
+
+  absl::StatusOr<ModelProfile> ProfileLocked(uint64_t profile_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckPayload(const BlockKey& key, uint64_t size_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Finds the entry for key, waiting while a put of it is in progress.
+  // nullptr when absent.
+  Entry* FindReadyLocked(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until e is neither busy nor being written. e stays valid.
+  void WaitIdleLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Space. Both may release mu_ while demoting a victim.
+  absl::StatusOr<HostSlot> MakeRoomHostLocked(uint64_t size_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<DeviceSlot> MakeRoomDeviceLocked(uint64_t size_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes e to NVMe, syncs, records it durably. Releases mu_ during I/O.
+  absl::Status PersistLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives e a host copy (from device or NVMe). Releases mu_ during I/O.
+  absl::Status EnsureHostCopyLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void AddCopyLocked(Entry* e, TierId tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropCopyLocked(Entry* e, TierId tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees every copy and the catalog record and erases the entry.
+  void EraseLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks e quarantined (persisted) and frees its copies.
+  void QuarantineLocked(Entry* e, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnpinLocked(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  BlockLocation LocationLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  BlockRecord RecordLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ReapLocked(size_t* reaped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after Init.
+  const BlockStoreOptions options_;
+  Env* const env_;
+  std::unique_ptr<Catalog> catalog_;
+  std::unique_ptr<HostTier> host_;
+  std::unique_ptr<HostTier> staging_;
+  std::unique_ptr<NvmeTier> nvme_;
+  uint64_t device_capacity_bytes_ = 0;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar idle_cv_;  // signalled when an entry stops being busy/writing
+  absl::flat_hash_map<BlockKey, std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, ModelProfile> profiles_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<ExtentAllocator> device_alloc_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<PlacementPolicy> policy_ ABSL_GUARDED_BY(mu_);
+  LeaseTable leases_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, StagingReservation> staging_slots_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_staging_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_device_generation_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t blocks_in_tier_[kNumTiers] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
+  uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t quarantined_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_STORAGE_STORE_BLOCK_STORE_IMPL_H_

@@ -1,0 +1,415 @@
+// BlockStore with real parts: RocksDB catalog, shared-memory host tier and
+// arena, NVMe files through io_uring. Faults come from FaultInjectionEnv.
+#include "storage/store/block_store.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gpu/cpu/shm_device_ops.h"
+#include "gtest/gtest.h"
+#include "storage/env/fault_injection_env.h"
+#include "storage/env/test_util.h"
+
+namespace kvtier {
+namespace {
+
+using ::testing::HasSubstr;
+
+// 2 layers x 2 (k|v) x 2 heads x 16 tokens x 64 dim x fp16 = 16 KiB.
+ModelProfile SmallProfile() {
+  ModelProfile p;
+  p.name = "test-model";
+  p.revision = "r1";
+  p.layers = 2;
+  p.kv_heads = 2;
+  p.head_dim = 64;
+  p.block_size_tokens = 16;
+  p.dtype = KvDtype::kFp16;
+  return p;
+}
+constexpr uint64_t kBlockBytes = 16384;
+
+std::vector<uint8_t> Payload(uint64_t seed) {
+  std::vector<uint8_t> data(kBlockBytes);
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < data.size(); i += 8) {
+    uint64_t v = rng();
+    std::memcpy(&data[i], &v, 8);
+  }
+  return data;
+}
+
+std::string Id(uint64_t n) { return "block-" + std::to_string(n); }
+
+class BlockStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    env_ = std::make_unique<FaultInjectionEnv>(Env::Default(), 42);
+    env_->SetNowMicros(1'000'000);
+    shm_prefix_ = "/dev/shm/kvtier-bst-" + std::to_string(::getpid()) + "-" +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    gpu::ShmDeviceOpsOptions arena_options;
+    gpu::GpuStatus created = gpu::ShmDeviceOps::Create(shm_prefix_ + "-arena", 8 * kBlockBytes,
+                                                       arena_options, &device_ops_);
+    ASSERT_TRUE(created.ok()) << created.ToString();
+    options_.data_dir = dir_.path();
+    options_.env = env_.get();
+    options_.device_ops = device_ops_.get();
+    options_.device_capacity_bytes = 4 * kBlockBytes;
+    options_.host_shm_path = shm_prefix_ + "-host";
+    options_.host_capacity_bytes = 8 * kBlockBytes;
+    options_.staging_shm_path = shm_prefix_ + "-staging";
+    options_.staging_capacity_bytes = 4 * kBlockBytes;
+    options_.nvme_dir = dir_.path() + "/nvme";
+    options_.nvme_file_count = 2;
+    options_.nvme_file_size_bytes = 32 * kBlockBytes;
+    options_.nvme_direct_io = testing::DirectIoSupported(Env::Default(), dir_.path());
+    options_.nvme_io_threads = 1;
+    options_.nvme_queue_depth = 16;
+    options_.default_lease_ttl_ms = 1000;
+    options_.max_lease_ttl_ms = 10000;
+    Reopen();
+  }
+
+  void Reopen() {
+    store_.reset();
+    auto store = BlockStore::Open(options_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    auto profile = store_->RegisterProfile(SmallProfile());
+    ASSERT_TRUE(profile.ok()) << profile.status();
+    profile_id_ = profile->first.profile_id;
+  }
+
+  BlockKey Key(uint64_t n) { return BlockKey{"default", profile_id_, Id(n)}; }
+
+  void ExpectReadable(uint64_t n) {
+    std::string out;
+    TierId from;
+    absl::Status st = store_->Get(Key(n), &out, &from);
+    ASSERT_TRUE(st.ok()) << "block " << n << ": " << st;
+    std::vector<uint8_t> want = Payload(n);
+    ASSERT_EQ(out.size(), want.size());
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size()), 0) << "block " << n;
+  }
+
+  void ExpectWithinCapacity() {
+    BlockStoreStats stats = store_->Stats();
+    for (const TierUsage& t : stats.tiers) {
+      EXPECT_LE(t.used_bytes, t.capacity_bytes) << TierName(t.tier);
+    }
+  }
+
+  testing::ScopedTempDir dir_;
+  std::unique_ptr<FaultInjectionEnv> env_;
+  std::string shm_prefix_;
+  std::unique_ptr<gpu::ShmDeviceOps> device_ops_;
+  BlockStoreOptions options_;
+  std::unique_ptr<BlockStore> store_;
+  uint64_t profile_id_ = 0;
+};
+
+TEST_F(BlockStoreTest, PutGetLookupRoundTrip) {
+  auto outcome = store_->Put(Key(1), Payload(1), /*durable=*/false);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->tier, TierId::kHost);
+  EXPECT_FALSE(outcome->durable);
+  EXPECT_FALSE(outcome->existed);
+  ExpectReadable(1);
+  BlockLocation loc = store_->Lookup(Key(1));
+  EXPECT_TRUE(loc.present);
+  EXPECT_EQ(loc.tier, TierId::kHost);
+  EXPECT_FALSE(store_->Lookup(Key(2)).present);
+  std::string out;
+  TierId from;
+  EXPECT_EQ(store_->Get(Key(2), &out, &from).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(BlockStoreTest, IdenticalPutIsIdempotentDifferentBytesRefused) {
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), false).ok());
+  auto again = store_->Put(Key(1), Payload(1), false);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->existed);
+  auto other = store_->Put(Key(1), Payload(2), false);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists);
+  ExpectReadable(1);  // the stored block stays
+}
+
+TEST_F(BlockStoreTest, BadInputNamesTheField) {
+  auto small = std::vector<uint8_t>(100);
+  auto st = store_->Put(Key(1), small, false).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("data"));
+  st = store_->Put(BlockKey{"default", profile_id_, ""}, Payload(1), false).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("block_id"));
+  st = store_->Put(BlockKey{"default", profile_id_, std::string(33, 'x')}, Payload(1), false)
+           .status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("block_id"));
+  st = store_->Put(BlockKey{"default", profile_id_ + 100, "x"}, Payload(1), false).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(st.message(), HasSubstr("profile_id"));
+}
+
+TEST_F(BlockStoreTest, ThreeTimesHostCapacityStaysWithinLimitsAndReadable) {
+  const int n = 24;  // host holds 8
+  for (int i = 0; i < n; ++i) {
+    auto outcome = store_->Put(Key(i), Payload(i), false);
+    ASSERT_TRUE(outcome.ok()) << i << ": " << outcome.status();
+    ExpectWithinCapacity();
+  }
+  BlockStoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.blocks, static_cast<uint64_t>(n));
+  EXPECT_GE(stats.tiers[2].blocks, static_cast<uint64_t>(n - 8));  // demoted to NVMe
+  for (int i = 0; i < n; ++i) ExpectReadable(i);
+  ExpectWithinCapacity();
+}
+
+TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+  std::vector<absl::StatusOr<DeviceHandle>> handles;
+  auto lease = store_->AcquireHandles({Key(0), Key(1), Key(2), Key(3)}, 0, &handles);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_EQ(handles.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(handles[i].ok()) << handles[i].status();
+    std::vector<std::byte> bytes;
+    ASSERT_TRUE(device_ops_->ReadArena(handles[i]->offset_bytes, handles[i]->size_bytes, &bytes).ok());
+    EXPECT_EQ(std::memcmp(bytes.data(), Payload(i).data(), kBlockBytes), 0);
+  }
+  EXPECT_EQ(store_->Stats().tiers[0].pinned_bytes, 4 * kBlockBytes);
+  // The device tier (4 blocks) is full of pinned blocks: a fifth fails fast.
+  ASSERT_TRUE(store_->Put(Key(4), Payload(4), false).ok());
+  std::vector<absl::StatusOr<DeviceHandle>> more;
+  auto none = store_->AcquireHandles({Key(4)}, 0, &more);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0u);
+  EXPECT_EQ(more[0].status().code(), absl::StatusCode::kResourceExhausted);
+  // Pinned blocks cannot be deleted.
+  EXPECT_EQ(store_->Delete(Key(0)).code(), absl::StatusCode::kFailedPrecondition);
+  // Expiry on the injected clock unpins them; now the fifth block fits.
+  env_->AdvanceMicros(999'000);
+  EXPECT_EQ(store_->ReapExpired(), 0u);
+  env_->AdvanceMicros(2'000);
+  EXPECT_EQ(store_->ReapExpired(), 1u);
+  EXPECT_EQ(store_->Stats().tiers[0].pinned_bytes, 0u);
+  EXPECT_EQ(store_->Release(*lease).status().code(), absl::StatusCode::kNotFound);
+  auto fifth = store_->AcquireHandles({Key(4)}, 0, &more);
+  ASSERT_TRUE(fifth.ok());
+  ASSERT_TRUE(more[0].ok()) << more[0].status();
+  ASSERT_TRUE(store_->Release(*fifth).ok());
+  EXPECT_TRUE(store_->Delete(Key(0)).ok());
+}
+
+TEST_F(BlockStoreTest, PinnedBlocksSurvivePressure) {
+  ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
+  std::vector<absl::StatusOr<DeviceHandle>> handles;
+  auto lease = store_->AcquireHandles({Key(0)}, 5000, &handles);
+  ASSERT_TRUE(lease.ok() && handles[0].ok());
+  DeviceHandle pinned = *handles[0];
+  for (int i = 1; i < 12; ++i) {
+    ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+    std::vector<absl::StatusOr<DeviceHandle>> h;
+    auto l = store_->AcquireHandles({Key(i)}, 0, &h);
+    ASSERT_TRUE(l.ok());
+    if (*l != 0) ASSERT_TRUE(store_->Release(*l).ok());
+  }
+  std::vector<std::byte> bytes;
+  ASSERT_TRUE(device_ops_->ReadArena(pinned.offset_bytes, pinned.size_bytes, &bytes).ok());
+  EXPECT_EQ(std::memcmp(bytes.data(), Payload(0).data(), kBlockBytes), 0);
+  EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kDevice);
+  EXPECT_TRUE(store_->Lookup(Key(0)).pinned);
+  ExpectWithinCapacity();
+}
+
+TEST_F(BlockStoreTest, DurableBlocksSurviveRestart) {
+  for (int i = 0; i < 6; ++i) {
+    auto outcome = store_->Put(Key(i), Payload(i), /*durable=*/i % 2 == 0);
+    ASSERT_TRUE(outcome.ok());
+    EXPECT_EQ(outcome->durable, i % 2 == 0);
+  }
+  Reopen();
+  for (int i = 0; i < 6; ++i) {
+    BlockLocation loc = store_->Lookup(Key(i));
+    EXPECT_EQ(loc.present, i % 2 == 0) << i;
+    if (i % 2 == 0) {
+      EXPECT_EQ(loc.tier, TierId::kNvme);
+      ExpectReadable(i);
+    }
+  }
+}
+
+TEST_F(BlockStoreTest, FlippedByteIsDetectedAndQuarantined) {
+  ASSERT_TRUE(store_->Put(Key(7), Payload(7), true).ok());
+  Reopen();  // NVMe copy only
+  store_.reset();
+  // Flip one byte in the middle of the data area of every tier file: the
+  // block is somewhere in one of them.
+  for (int f = 0; f < 2; ++f) {
+    std::string path = options_.nvme_dir + "/nvme-00" + std::to_string(f) + ".dat";
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(file.good()) << path;
+    for (uint64_t off = 100; off < 32 * kBlockBytes; off += kBlockBytes) {
+      file.seekg(off);
+      char c;
+      file.read(&c, 1);
+      c ^= 0x5a;
+      file.seekp(off);
+      file.write(&c, 1);
+    }
+  }
+  Reopen();
+  std::string out;
+  TierId from;
+  absl::Status st = store_->Get(Key(7), &out, &from);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(st.message(), HasSubstr("DATA_LOSS"));
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(store_->Stats().quarantined_blocks, 1u);
+  Reopen();  // the verdict persists
+  EXPECT_FALSE(store_->Lookup(Key(7)).present);
+  EXPECT_EQ(store_->Stats().quarantined_blocks, 1u);
+  // Putting the right bytes again restores it.
+  ASSERT_TRUE(store_->Put(Key(7), Payload(7), true).ok());
+  ExpectReadable(7);
+  EXPECT_EQ(store_->Stats().quarantined_blocks, 0u);
+}
+
+TEST_F(BlockStoreTest, VerifyFindsCorruption) {
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), true).ok());
+  uint64_t last_done = 0, total = 0, corrupt = 0;
+  ASSERT_TRUE(store_
+                  ->Verify(0,
+                           [&](uint64_t done, uint64_t t, const BlockKey* bad) {
+                             last_done = done;
+                             total = t;
+                             corrupt += bad != nullptr;
+                           })
+                  .ok());
+  EXPECT_EQ(last_done, 3u);
+  EXPECT_EQ(total, 3u);
+  EXPECT_EQ(corrupt, 0u);
+}
+
+TEST_F(BlockStoreTest, DroppedUnsyncedDataNeverLosesAcknowledgedDurableBlocks) {
+  // Durable puts are synced before they are acknowledged.
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), true).ok());
+  store_.reset();
+  ASSERT_TRUE(env_->DropUnsyncedData().ok());
+  Reopen();
+  for (int i = 0; i < 4; ++i) ExpectReadable(i);
+}
+
+TEST_F(BlockStoreTest, InjectedWriteErrorsFailDurablePutsClearly) {
+  env_->SetWriteErrorOneIn(1);
+  auto outcome = store_->Put(Key(1), Payload(1), true);
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_NE(outcome.status().code(), absl::StatusCode::kOk);
+  EXPECT_FALSE(store_->Lookup(Key(1)).present);  // not acknowledged, not kept
+  env_->SetWriteErrorOneIn(0);
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), true).ok());
+  ExpectReadable(1);
+}
+
+TEST_F(BlockStoreTest, InjectedReadErrorsNeverServeWrongBytes) {
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), true).ok());
+  Reopen();  // NVMe copies only
+  env_->SetReadErrorOneIn(2);
+  int failures = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 4; ++i) {
+      std::string out;
+      TierId from;
+      absl::Status st = store_->Get(Key(i), &out, &from);
+      if (st.ok()) {
+        EXPECT_EQ(std::memcmp(out.data(), Payload(i).data(), kBlockBytes), 0);
+      } else {
+        ++failures;
+        EXPECT_TRUE(out.empty() || out.size() == kBlockBytes);
+      }
+    }
+  }
+  env_->SetReadErrorOneIn(0);
+  for (int i = 0; i < 4; ++i) ExpectReadable(i);
+  (void)failures;
+}
+
+TEST_F(BlockStoreTest, NoSpaceIsResourceExhausted) {
+  env_->SetNoSpace(true);
+  auto outcome = store_->Put(Key(1), Payload(1), true);
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kResourceExhausted);
+  env_->SetNoSpace(false);
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), true).ok());
+}
+
+TEST_F(BlockStoreTest, StagingSlotsPutWithoutGrpcCopies) {
+  auto slots = store_->ReserveStaging("default", profile_id_, 2, 0);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  ASSERT_EQ(slots->size(), 2u);
+  // A client maps the staging file and writes into its slot.
+  {
+    std::fstream f(store_->staging_path(), std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    auto data = Payload(9);
+    f.seekp((*slots)[0].offset_bytes);
+    f.write(reinterpret_cast<const char*>(data.data()), data.size());
+  }
+  auto outcome = store_->PutFromStaging(Key(9), (*slots)[0], false);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  ExpectReadable(9);
+  // A used slot cannot be used twice.
+  EXPECT_EQ(store_->PutFromStaging(Key(10), (*slots)[0], false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Unused slots return after their TTL.
+  EXPECT_EQ(store_->Stats().staging_slots, 1u);
+  env_->AdvanceMicros(2'000'000);
+  EXPECT_EQ(store_->ReapExpired(), 1u);
+  EXPECT_EQ(store_->Stats().staging_slots, 0u);
+  EXPECT_EQ(store_->PutFromStaging(Key(11), (*slots)[1], false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(BlockStoreTest, ConcurrentPutsAndGets) {
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 10; ++i) {
+        int n = t * 100 + i;
+        if (!store_->Put(Key(n), Payload(n), i % 3 == 0).ok()) ++errors;
+        std::string out;
+        TierId from;
+        if (!store_->Get(Key(n), &out, &from).ok() ||
+            std::memcmp(out.data(), Payload(n).data(), kBlockBytes) != 0) {
+          ++errors;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  ExpectWithinCapacity();
+  EXPECT_EQ(store_->Stats().blocks, 40u);
+}
+
+TEST_F(BlockStoreTest, DrainMakesEverythingDurable) {
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+  uint64_t done = 0;
+  ASSERT_TRUE(store_->Drain([&](uint64_t d, uint64_t) { done = d; }).ok());
+  EXPECT_EQ(done, 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(store_->Lookup(Key(i)).durable);
+    EXPECT_EQ(store_->Lookup(Key(i)).tier, TierId::kNvme);
+  }
+  Reopen();
+  for (int i = 0; i < 5; ++i) ExpectReadable(i);
+}
+
+}  // namespace
+}  // namespace kvtier

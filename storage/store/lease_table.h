@@ -1,0 +1,55 @@
+// LeaseTable: which blocks each lease pins, and until when.
+//
+// A lease is created for a set of blocks handed to a client (device
+// handles from GetBlocks, a context's Select set, staging slots) and ends
+// by Release or when its deadline passes. The table only does the
+// bookkeeping; the block store applies the pins.
+//
+// Thread safety: none; the block store calls it under its mutex.
+#ifndef KVTIER_STORAGE_STORE_LEASE_TABLE_H_
+#define KVTIER_STORAGE_STORE_LEASE_TABLE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "storage/catalog/records.h"
+
+namespace kvtier {
+
+struct Lease {
+  uint64_t lease_id = 0;
+  uint64_t deadline_micros = 0;  // monotonic clock (Env::NowMicros)
+  std::vector<BlockKey> blocks;  // each pinned once by this lease
+};
+
+class LeaseTable {
+ public:
+  // Adds a lease; ids are never reused within a process and never 0.
+  uint64_t Add(std::vector<BlockKey> blocks, uint64_t deadline_micros);
+
+  // Removes and returns the lease, or nullopt when unknown (released or
+  // expired already).
+  std::optional<Lease> Remove(uint64_t lease_id);
+
+  // Removes and returns every lease whose deadline is <= now_micros.
+  std::vector<Lease> TakeExpired(uint64_t now_micros);
+
+  // Earliest deadline, or nullopt when there are no leases.
+  std::optional<uint64_t> NextDeadline() const;
+
+  size_t size() const { return leases_.size(); }
+
+ private:
+  uint64_t next_id_ = 1;
+  absl::flat_hash_map<uint64_t, Lease> leases_;
+  std::set<std::pair<uint64_t, uint64_t>> by_deadline_;  // (deadline, id)
+};
+
+}  // namespace kvtier
+
+#endif  // KVTIER_STORAGE_STORE_LEASE_TABLE_H_
