@@ -87,6 +87,83 @@ absl::StatusOr<v1::RegisterProfileResponse> Client::RegisterProfile(
   return resp;
 }
 
+template <class Request, class Response, class Method>
+absl::StatusOr<Response> Unary(const ClientOptions& options, Method method, const Request& req) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options);
+  Response resp;
+  grpc::Status st = method(&ctx, req, &resp);
+  if (!st.ok()) return FromGrpcStatus(st);
+  return resp;
+}
+
+absl::StatusOr<v1::GetProfileResponse> Client::GetProfile(uint64_t profile_id) {
+  v1::GetProfileRequest req;
+  req.set_profile_id(profile_id);
+  return Unary<v1::GetProfileRequest, v1::GetProfileResponse>(
+      options_, [this](auto* c, auto& r, auto* p) { return kvtier_->GetProfile(c, r, p); }, req);
+}
+
+absl::StatusOr<v1::OpenArenaResponse> Client::OpenArena() {
+  return Unary<v1::OpenArenaRequest, v1::OpenArenaResponse>(
+      options_, [this](auto* c, auto& r, auto* p) { return kvtier_->OpenArena(c, r, p); },
+      v1::OpenArenaRequest());
+}
+
+absl::StatusOr<v1::ReserveSlotsResponse> Client::ReserveSlots(uint64_t profile_id,
+                                                              uint32_t count,
+                                                              uint32_t lease_ttl_ms) {
+  v1::ReserveSlotsRequest req;
+  req.set_profile_id(profile_id);
+  req.set_count(count);
+  req.set_lease_ttl_ms(lease_ttl_ms);
+  return Unary<v1::ReserveSlotsRequest, v1::ReserveSlotsResponse>(
+      options_, [this](auto* c, auto& r, auto* p) { return kvtier_->ReserveSlots(c, r, p); }, req);
+}
+
+absl::StatusOr<v1::DeleteBlocksResponse> Client::DeleteBlocks(
+    const v1::DeleteBlocksRequest& request) {
+  return Unary<v1::DeleteBlocksRequest, v1::DeleteBlocksResponse>(
+      options_, [this](auto* c, auto& r, auto* p) { return kvtier_->DeleteBlocks(c, r, p); },
+      request);
+}
+
+absl::StatusOr<v1::ReleaseResponse> Client::Release(const v1::ReleaseRequest& request) {
+  return Unary<v1::ReleaseRequest, v1::ReleaseResponse>(
+      options_, [this](auto* c, auto& r, auto* p) { return kvtier_->Release(c, r, p); }, request);
+}
+
+absl::StatusOr<v1::PutBlocksResponse> Client::PutBlocks(
+    const std::vector<v1::PutBlocksRequest>& requests) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_);
+  v1::PutBlocksResponse resp;
+  auto writer = kvtier_->PutBlocks(&ctx, &resp);
+  for (const auto& req : requests) {
+    if (!writer->Write(req)) break;  // the server finished early; Finish says why
+  }
+  writer->WritesDone();
+  grpc::Status st = writer->Finish();
+  if (!st.ok()) return FromGrpcStatus(st);
+  return resp;
+}
+
+absl::StatusOr<std::vector<v1::BlockResult>> Client::GetBlocks(const v1::GetBlocksRequest& request,
+                                                               uint64_t* lease_id) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, options_);
+  auto reader = kvtier_->GetBlocks(&ctx, request);
+  std::vector<v1::BlockResult> results;
+  v1::GetBlocksResponse resp;
+  while (reader->Read(&resp)) {
+    if (lease_id != nullptr && resp.lease_id() != 0) *lease_id = resp.lease_id();
+    for (auto& r : *resp.mutable_results()) results.push_back(std::move(r));
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) return FromGrpcStatus(st);
+  return results;
+}
+
 absl::StatusOr<v1::LookupResponse> Client::Lookup(const v1::LookupRequest& request) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx, options_);

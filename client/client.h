@@ -16,6 +16,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -54,9 +55,23 @@ class Client {
   // Admin service.
   absl::StatusOr<v1::StatsResponse> Stats();
 
-  // Data-plane calls (blocking unary wrappers).
+  // Data-plane calls (blocking wrappers). Per-block outcomes are in the
+  // responses' ItemStatus fields; the returned status is the call's.
   absl::StatusOr<v1::RegisterProfileResponse> RegisterProfile(const v1::ModelProfile& profile);
+  absl::StatusOr<v1::GetProfileResponse> GetProfile(uint64_t profile_id);
   absl::StatusOr<v1::LookupResponse> Lookup(const v1::LookupRequest& request);
+  absl::StatusOr<v1::OpenArenaResponse> OpenArena();
+  absl::StatusOr<v1::ReserveSlotsResponse> ReserveSlots(uint64_t profile_id, uint32_t count,
+                                                        uint32_t lease_ttl_ms = 0);
+  // Streams the requests in order and returns the single response.
+  absl::StatusOr<v1::PutBlocksResponse> PutBlocks(
+      const std::vector<v1::PutBlocksRequest>& requests);
+  // Collects every streamed response into one list of results, in order;
+  // *lease_id receives the lease of a HANDLES call (may be null).
+  absl::StatusOr<std::vector<v1::BlockResult>> GetBlocks(const v1::GetBlocksRequest& request,
+                                                         uint64_t* lease_id = nullptr);
+  absl::StatusOr<v1::DeleteBlocksResponse> DeleteBlocks(const v1::DeleteBlocksRequest& request);
+  absl::StatusOr<v1::ReleaseResponse> Release(const v1::ReleaseRequest& request);
 
   // Stubs for calls without a convenience wrapper (streams).
   v1::KvTier::Stub* kvtier_stub() { return kvtier_.get(); }

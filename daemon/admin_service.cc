@@ -1,32 +1,40 @@
 #include "daemon/admin_service.h"
 
+#include <map>
+
+#include "daemon/convert.h"
+#include "daemon/grpc_status.h"
+#include "daemon/progress_reactor.h"
 #include "daemon/reactors.h"
 #include "daemon/version.h"
 
 namespace kvtier::daemon {
 namespace {
 
-void AddTier(v1::StatsResponse* resp, v1::Tier tier, const std::string& backend,
-             uint64_t capacity_bytes, const std::string& location) {
-  v1::TierStats* t = resp->add_tiers();
-  t->set_tier(tier);
-  t->set_backend(backend);
-  t->set_capacity_bytes(capacity_bytes);
-  t->set_location(location);
-}
+// Progress messages are sent at most this often (plus the last one).
+constexpr uint64_t kProgressEvery = 64;
 
 }  // namespace
 
 grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* ctx,
                                               const v1::StatsRequest*, v1::StatsResponse* resp) {
   const Config& config = runtime_->config();
+  BlockStoreStats stats = runtime_->store()->Stats();
   resp->set_version(kVersion);
   resp->set_uptime_s(runtime_->uptime_s());
-  AddTier(resp, v1::TIER_DEVICE, runtime_->device_backend(), config.device.capacity_bytes,
-          config.device.shm_dir);
-  AddTier(resp, v1::TIER_HOST, "dram", config.host.capacity_bytes, config.host.shm_dir);
-  AddTier(resp, v1::TIER_NVME, config.nvme.direct_io ? "nvme (O_DIRECT)" : "nvme (buffered)",
-          config.nvme_capacity_bytes(), config.nvme.dir);
+  for (const TierUsage& usage : stats.tiers) {
+    v1::TierStats* t = resp->add_tiers();
+    t->set_tier(ToProto(usage.tier));
+    t->set_backend(usage.backend);
+    t->set_capacity_bytes(usage.capacity_bytes);
+    t->set_used_bytes(usage.used_bytes);
+    t->set_pinned_bytes(usage.pinned_bytes);
+    t->set_blocks(usage.blocks);
+    t->set_location(usage.location);
+  }
+  resp->set_profiles(stats.profiles);
+  resp->set_active_leases(stats.active_leases);
+  resp->set_quarantined_blocks(stats.quarantined_blocks);
   for (const auto& [key, value] : config.Flatten()) (*resp->mutable_config())[key] = value;
   (*resp->mutable_config())["gpu.probe"] = runtime_->device_probe().description;
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -35,10 +43,36 @@ grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* ctx,
 }
 
 grpc::ServerUnaryReactor* AdminService::ListBlocks(grpc::CallbackServerContext* ctx,
-                                                   const v1::ListBlocksRequest*,
-                                                   v1::ListBlocksResponse*) {
+                                                   const v1::ListBlocksRequest* req,
+                                                   v1::ListBlocksResponse* resp) {
+  std::map<std::pair<uint64_t, int>, std::pair<uint64_t, uint64_t>> counts;
+  const uint32_t limit = req->limit();
+  runtime_->store()->ForEachBlock(
+      req->profile_id(), [&](const BlockKey& key, const BlockLocation& loc) {
+        v1::Tier tier = ToProto(loc.tier);
+        if (req->tier() != v1::TIER_UNSPECIFIED && req->tier() != tier) return;
+        auto& c = counts[{key.profile_id, static_cast<int>(tier)}];
+        ++c.first;
+        c.second += loc.size_bytes;
+        if (static_cast<uint32_t>(resp->blocks_size()) < limit) {
+          v1::BlockInfo* info = resp->add_blocks();
+          info->set_profile_id(key.profile_id);
+          info->set_block_id(key.block_id);
+          info->set_tier(tier);
+          info->set_size_bytes(loc.size_bytes);
+          info->set_durable(loc.durable);
+          info->set_pinned(loc.pinned);
+        }
+      });
+  for (const auto& [k, v] : counts) {
+    v1::TierProfileCount* c = resp->add_counts();
+    c->set_profile_id(k.first);
+    c->set_tier(static_cast<v1::Tier>(k.second));
+    c->set_blocks(v.first);
+    c->set_bytes(v.second);
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(NotBuilt("ListBlocks", "the block store"));
+  reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
@@ -52,12 +86,43 @@ grpc::ServerUnaryReactor* AdminService::ListContexts(grpc::CallbackServerContext
 
 grpc::ServerWriteReactor<v1::DrainProgress>* AdminService::Drain(grpc::CallbackServerContext*,
                                                                  const v1::DrainRequest*) {
-  return new FinishedWriteReactor<v1::DrainProgress>(NotBuilt("Drain", "the block store"));
+  BlockStore* store = runtime_->store();
+  return new ProgressReactor<v1::DrainProgress>(
+      [store](const std::function<void(const v1::DrainProgress&)>& post) {
+        return store->Drain([&](uint64_t done, uint64_t total) {
+          if (done % kProgressEvery != 0 && done != total) return;
+          v1::DrainProgress p;
+          p.set_blocks_done(done);
+          p.set_blocks_total(total);
+          post(p);
+        });
+      });
 }
 
 grpc::ServerWriteReactor<v1::VerifyProgress>* AdminService::Verify(grpc::CallbackServerContext*,
-                                                                   const v1::VerifyRequest*) {
-  return new FinishedWriteReactor<v1::VerifyProgress>(NotBuilt("Verify", "the block store"));
+                                                                   const v1::VerifyRequest* req) {
+  BlockStore* store = runtime_->store();
+  const uint64_t profile_id = req->profile_id();
+  return new ProgressReactor<v1::VerifyProgress>(
+      [store, profile_id](const std::function<void(const v1::VerifyProgress&)>& post) {
+        uint64_t corrupt = 0;
+        v1::VerifyProgress pending;
+        absl::Status st = store->Verify(
+            profile_id, [&](uint64_t done, uint64_t total, const BlockKey* bad) {
+              if (bad != nullptr) {
+                ++corrupt;
+                pending.add_corrupt_block_ids(bad->block_id);
+              }
+              if (done % kProgressEvery != 0 && done != total && bad == nullptr) return;
+              pending.set_blocks_checked(done);
+              pending.set_blocks_total(total);
+              pending.set_corrupt_blocks(corrupt);
+              pending.set_done(done == total);
+              post(pending);
+              pending.clear_corrupt_block_ids();
+            });
+        return st;
+      });
 }
 
 }  // namespace kvtier::daemon

@@ -82,6 +82,7 @@ const std::vector<Field>& Fields() {
       KV_STR("tiers.device.shm_dir", device.shm_dir),
       KV_NUM("tiers.host.capacity_bytes", Kind::kSize, host.capacity_bytes),
       KV_STR("tiers.host.shm_dir", host.shm_dir),
+      KV_NUM("tiers.host.staging_bytes", Kind::kSize, host.staging_bytes),
       KV_STR("tiers.nvme.dir", nvme.dir),
       KV_NUM("tiers.nvme.file_count", Kind::kUint, nvme.file_count),
       KV_NUM("tiers.nvme.file_size_bytes", Kind::kSize, nvme.file_size_bytes),
@@ -268,8 +269,11 @@ absl::Status Validate(Config& c) {
   if (c.server.max_concurrent_streams == 0 || c.server.max_concurrent_streams > 65536) {
     return Invalid("server.max_concurrent_streams", "must be between 1 and 65536");
   }
-  if (c.device.capacity_bytes == 0) return Invalid("tiers.device.capacity_bytes", "must be > 0");
-  if (c.host.capacity_bytes == 0) return Invalid("tiers.host.capacity_bytes", "must be > 0");
+  if (c.host.capacity_bytes < 4096) return Invalid("tiers.host.capacity_bytes", "must be >= 4KiB");
+  if (c.host.staging_bytes < 4096) return Invalid("tiers.host.staging_bytes", "must be >= 4KiB");
+  if (c.device.capacity_bytes < 4096) {
+    return Invalid("tiers.device.capacity_bytes", "must be >= 4KiB");
+  }
   if (c.nvme.dir.empty()) c.nvme.dir = (std::filesystem::path(c.server.data_dir) / "nvme").string();
   if (c.nvme.file_count == 0 || c.nvme.file_count > 4096) {
     return Invalid("tiers.nvme.file_count", "must be between 1 and 4096");

@@ -40,6 +40,7 @@ struct Config {
   struct Host {
     uint64_t capacity_bytes = 0;
     std::string shm_dir;
+    uint64_t staging_bytes = 0;
   } host;
   struct Nvme {
     std::string dir;  // resolved: never empty after Load()

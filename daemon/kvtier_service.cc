@@ -1,6 +1,11 @@
 #include "daemon/kvtier_service.h"
 
+#include "absl/strings/str_cat.h"
+#include "daemon/block_reactors.h"
+#include "daemon/convert.h"
+#include "daemon/grpc_status.h"
 #include "daemon/reactors.h"
+#include "daemon/tenant.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -12,54 +17,129 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
   return reactor;
 }
 
-constexpr char kBlockStore[] = "the block store";
+grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
+                                      const absl::Status& status) {
+  return FinishUnary(ctx, ToGrpcStatus(status));
+}
+
 constexpr char kIndex[] = "the semantic index (contexts and Select)";
 
 }  // namespace
 
+absl::Status KvTierService::CheckBatch(const char* field, int size) const {
+  const uint64_t limit = runtime_->config().limits.max_batch_blocks;
+  if (size == 0) return absl::InvalidArgumentError(absl::StrCat(field, ": empty"));
+  if (static_cast<uint64_t>(size) > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", size,
+                                                   " ids exceed limits.max_batch_blocks = ", limit));
+  }
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* KvTierService::RegisterProfile(grpc::CallbackServerContext* ctx,
-                                                         const v1::RegisterProfileRequest*,
-                                                         v1::RegisterProfileResponse*) {
-  return FinishUnary(ctx, NotBuilt("RegisterProfile", kBlockStore));
+                                                         const v1::RegisterProfileRequest* req,
+                                                         v1::RegisterProfileResponse* resp) {
+  auto profile = FromProto(req->profile());
+  if (!profile.ok()) return FinishUnary(ctx, profile.status());
+  auto registered = runtime_->store()->RegisterProfile(*profile);
+  if (!registered.ok()) return FinishUnary(ctx, registered.status());
+  resp->set_profile_id(registered->first.profile_id);
+  resp->set_block_size_bytes(BlockSizeBytes(registered->first));
+  resp->set_created(registered->second);
+  return FinishUnary(ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* KvTierService::GetProfile(grpc::CallbackServerContext* ctx,
-                                                    const v1::GetProfileRequest*,
-                                                    v1::GetProfileResponse*) {
-  return FinishUnary(ctx, NotBuilt("GetProfile", kBlockStore));
+                                                    const v1::GetProfileRequest* req,
+                                                    v1::GetProfileResponse* resp) {
+  auto profile = runtime_->store()->GetProfile(req->profile_id());
+  if (!profile.ok()) return FinishUnary(ctx, profile.status());
+  *resp->mutable_profile() = ToProto(*profile);
+  resp->set_block_size_bytes(BlockSizeBytes(*profile));
+  return FinishUnary(ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* KvTierService::OpenArena(grpc::CallbackServerContext* ctx,
                                                    const v1::OpenArenaRequest*,
-                                                   v1::OpenArenaResponse*) {
-  return FinishUnary(ctx, NotBuilt("OpenArena", "the device arena"));
+                                                   v1::OpenArenaResponse* resp) {
+  const gpu::ArenaInfo& arena = runtime_->store()->arena();
+  resp->set_arena_id(arena.arena_id);
+  resp->set_size_bytes(arena.size_bytes);
+  resp->set_shm_path(arena.shm_path);
+  resp->set_cuda_ipc_handle(arena.ipc_handle);
+  resp->set_device_uuid(arena.device_uuid);
+  return FinishUnary(ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* KvTierService::ReserveSlots(grpc::CallbackServerContext* ctx,
-                                                      const v1::ReserveSlotsRequest*,
-                                                      v1::ReserveSlotsResponse*) {
-  return FinishUnary(ctx, NotBuilt("ReserveSlots", kBlockStore));
+                                                      const v1::ReserveSlotsRequest* req,
+                                                      v1::ReserveSlotsResponse* resp) {
+  auto slots = runtime_->store()->ReserveStaging(TenantOf(ctx), req->profile_id(), req->count(),
+                                                 req->lease_ttl_ms());
+  if (!slots.ok()) return FinishUnary(ctx, slots.status());
+  resp->set_staging_path(runtime_->store()->staging_path());
+  for (const StagingSlot& s : *slots) {
+    v1::SlotRef* ref = resp->add_slots();
+    ref->set_slot_id(s.slot_id);
+    ref->set_offset_bytes(s.offset_bytes);
+    ref->set_size_bytes(s.size_bytes);
+    ref->set_generation(s.generation);
+  }
+  return FinishUnary(ctx, grpc::Status::OK);
 }
 
 grpc::ServerReadReactor<v1::PutBlocksRequest>* KvTierService::PutBlocks(
-    grpc::CallbackServerContext*, v1::PutBlocksResponse*) {
-  return new FinishedReadReactor<v1::PutBlocksRequest>(NotBuilt("PutBlocks", kBlockStore));
+    grpc::CallbackServerContext* ctx, v1::PutBlocksResponse* resp) {
+  return NewPutBlocksReactor(runtime_, ctx, resp);
 }
 
 grpc::ServerWriteReactor<v1::GetBlocksResponse>* KvTierService::GetBlocks(
-    grpc::CallbackServerContext*, const v1::GetBlocksRequest*) {
-  return new FinishedWriteReactor<v1::GetBlocksResponse>(NotBuilt("GetBlocks", kBlockStore));
+    grpc::CallbackServerContext* ctx, const v1::GetBlocksRequest* req) {
+  return NewGetBlocksReactor(runtime_, ctx, req);
 }
 
 grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx,
-                                                const v1::LookupRequest*, v1::LookupResponse*) {
-  return FinishUnary(ctx, NotBuilt("Lookup", kBlockStore));
+                                                const v1::LookupRequest* req,
+                                                v1::LookupResponse* resp) {
+  if (auto st = CheckBatch("block_ids", req->block_ids_size()); !st.ok()) {
+    return FinishUnary(ctx, st);
+  }
+  if (auto profile = runtime_->store()->GetProfile(req->profile_id()); !profile.ok()) {
+    return FinishUnary(ctx, profile.status());
+  }
+  const std::string tenant = TenantOf(ctx);
+  bool prefix = true;
+  uint32_t prefix_blocks = 0;
+  for (const std::string& id : req->block_ids()) {
+    BlockKey key{tenant, req->profile_id(), id};
+    if (auto st = ValidateBlockKey(key); !st.ok()) return FinishUnary(ctx, st);
+    BlockLocation loc = runtime_->store()->Lookup(key);
+    v1::LookupEntry* entry = resp->add_entries();
+    entry->set_block_id(id);
+    entry->set_present(loc.present);
+    if (loc.present) {
+      entry->set_tier(ToProto(loc.tier));
+      entry->set_durable(loc.durable);
+    }
+    prefix = prefix && loc.present;
+    if (prefix) ++prefix_blocks;
+  }
+  resp->set_prefix_blocks(prefix_blocks);
+  return FinishUnary(ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* KvTierService::DeleteBlocks(grpc::CallbackServerContext* ctx,
-                                                      const v1::DeleteBlocksRequest*,
-                                                      v1::DeleteBlocksResponse*) {
-  return FinishUnary(ctx, NotBuilt("DeleteBlocks", kBlockStore));
+                                                      const v1::DeleteBlocksRequest* req,
+                                                      v1::DeleteBlocksResponse* resp) {
+  if (auto st = CheckBatch("block_ids", req->block_ids_size()); !st.ok()) {
+    return FinishUnary(ctx, st);
+  }
+  const std::string tenant = TenantOf(ctx);
+  for (const std::string& id : req->block_ids()) {
+    absl::Status st = runtime_->store()->Delete(BlockKey{tenant, req->profile_id(), id});
+    ToItemStatus(st, resp->add_statuses());
+  }
+  return FinishUnary(ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* KvTierService::OpenContext(grpc::CallbackServerContext* ctx,
@@ -87,9 +167,21 @@ grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse>* KvTierService::S
 }
 
 grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ctx,
-                                                 const v1::ReleaseRequest*,
-                                                 v1::ReleaseResponse*) {
-  return FinishUnary(ctx, NotBuilt("Release", "leases"));
+                                                 const v1::ReleaseRequest* req,
+                                                 v1::ReleaseResponse* resp) {
+  switch (req->target_case()) {
+    case v1::ReleaseRequest::kLeaseId: {
+      auto released = runtime_->store()->Release(req->lease_id());
+      if (!released.ok()) return FinishUnary(ctx, released.status());
+      resp->set_blocks_unpinned(*released);
+      return FinishUnary(ctx, grpc::Status::OK);
+    }
+    case v1::ReleaseRequest::kContextId:
+      return FinishUnary(ctx, NotBuilt("Release of a context", kIndex));
+    default:
+      return FinishUnary(
+          ctx, absl::InvalidArgumentError("target: set context_id or lease_id"));
+  }
 }
 
 }  // namespace kvtier::daemon

@@ -52,6 +52,10 @@ class KvTierService final : public v1::KvTier::CallbackService {
                                     v1::ReleaseResponse* resp) override;
 
  private:
+  // INVALID_ARGUMENT naming field when a batch is empty or over
+  // limits.max_batch_blocks.
+  absl::Status CheckBatch(const char* field, int size) const;
+
   Runtime* const runtime_;  // not owned; outlives the service
 };
 

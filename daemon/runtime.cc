@@ -1,27 +1,124 @@
 #include "daemon/runtime.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <filesystem>
+#include <functional>
+
+#include <spdlog/spdlog.h>
+
 #include "absl/strings/str_cat.h"
+#include "gpu/cpu/shm_device_ops.h"
+#include "storage/common/errno_status.h"
+#include "storage/common/status_macros.h"
+#include "storage/env/env.h"
+#include "storage/host/gpu_status.h"
 
 namespace kvtier::daemon {
+namespace {
+
+// Shared-memory file names are unique per user and data directory, so two
+// daemons on one host do not collide and a restarted daemon replaces its
+// own leftovers.
+std::string ShmName(const Config& config, const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  std::string data_dir = std::filesystem::absolute(config.server.data_dir, ec).lexically_normal();
+  size_t h = std::hash<std::string>()(data_dir);
+  return absl::StrCat(dir, "/kvtier-", ::getuid(), "-", absl::Hex(h), "-", what);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
-  gpu::DeviceProbe probe = gpu::ProbeDevices();
+  std::unique_ptr<Runtime> rt(new Runtime(config));
+  // One daemon per data directory: the lock comes before anything that
+  // could disturb a running daemon (its shared-memory files, its catalog).
+  const std::string lock_path = config.server.data_dir + "/kvtierd.lock";
+  rt->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (rt->lock_fd_ < 0) return ErrnoToStatus(errno, "key 'server.data_dir': open " + lock_path);
+  if (::flock(rt->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key 'server.data_dir': another kvtierd is using ", config.server.data_dir));
+  }
+  rt->probe_ = gpu::ProbeDevices();
   // The device tier runs on the shared-memory arena until the CUDA arena
   // exists; "auto" picks it, "cuda" is refused rather than pretended.
   if (config.device.backend == "cuda") {
     return absl::FailedPreconditionError(absl::StrCat(
         "key 'tiers.device.backend' is \"cuda\" but this build has no CUDA arena (device: ",
-        probe.description, "); use \"auto\" or \"shm\""));
+        rt->probe_.description, "); use \"auto\" or \"shm\""));
   }
-  std::string backend = "shm-arena";
-  return std::unique_ptr<Runtime>(new Runtime(config, std::move(probe), std::move(backend)));
+  gpu::ShmDeviceOpsOptions arena_options;
+  arena_options.file.file_mode = 0640;  // clients in the daemon's group map it read-only
+  gpu::GpuStatus gst = gpu::NewShmDeviceOps(ShmName(config, config.device.shm_dir, "arena"),
+                                            config.device.capacity_bytes, arena_options,
+                                            &rt->device_ops_);
+  if (!gst.ok()) {
+    return absl::Status(GpuToStatus(gst).code(),
+                        absl::StrCat("key 'tiers.device.shm_dir': cannot create the arena: ",
+                                     gst.message));
+  }
+  rt->device_backend_ = rt->device_ops_->arena().backend;
+
+  BlockStoreOptions options;
+  options.data_dir = config.server.data_dir;
+  options.env = Env::Default();
+  options.device_ops = rt->device_ops_.get();
+  options.device_capacity_bytes = config.device.capacity_bytes;
+  options.host_shm_path = ShmName(config, config.host.shm_dir, "host");
+  options.host_capacity_bytes = config.host.capacity_bytes;
+  options.staging_shm_path = ShmName(config, config.host.shm_dir, "staging");
+  options.staging_capacity_bytes = config.host.staging_bytes;
+  options.nvme_dir = config.nvme.dir;
+  options.nvme_file_count = static_cast<uint32_t>(config.nvme.file_count);
+  options.nvme_file_size_bytes = config.nvme.file_size_bytes;
+  options.nvme_direct_io = config.nvme.direct_io;
+  options.nvme_io_threads = static_cast<uint32_t>(config.nvme.io_threads);
+  options.nvme_queue_depth = static_cast<uint32_t>(config.nvme.queue_depth);
+  options.write_through = config.nvme.write_through;
+  options.default_lease_ttl_ms = config.leases.default_ttl_ms;
+  options.max_lease_ttl_ms = config.leases.max_ttl_ms;
+  auto store = BlockStore::Open(options);
+  if (!store.ok()) {
+    return absl::Status(store.status().code(),
+                        absl::StrCat("cannot open the block store: ", store.status().message()));
+  }
+  rt->store_ = std::move(*store);
+  rt->reaper_ = std::thread([r = rt.get()] { r->ReaperLoop(); });
+  return rt;
 }
 
-Runtime::Runtime(const Config& config, gpu::DeviceProbe probe, std::string backend)
-    : config_(config),
-      probe_(std::move(probe)),
-      device_backend_(std::move(backend)),
-      started_(std::chrono::steady_clock::now()) {}
+Runtime::Runtime(const Config& config)
+    : config_(config), started_(std::chrono::steady_clock::now()) {}
+
+Runtime::~Runtime() {
+  {
+    std::lock_guard<std::mutex> lock(reaper_mu_);
+    stopping_ = true;
+  }
+  reaper_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+  store_.reset();
+  device_ops_.reset();
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+}
+
+void Runtime::ReaperLoop() {
+  std::unique_lock<std::mutex> lock(reaper_mu_);
+  while (!stopping_) {
+    // A periodic timer, not synchronisation: leases expire on the clock.
+    reaper_cv_.wait_for(lock, kReaperPeriod, [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    size_t reaped = store_->ReapExpired();
+    if (reaped > 0) spdlog::debug("reaped {} expired leases", reaped);
+    lock.lock();
+  }
+}
 
 uint64_t Runtime::uptime_s() const {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(

@@ -1,42 +1,63 @@
 // Runtime: what the services share for the lifetime of the daemon: the
-// effective configuration, the start time and the device probe. Later
-// capabilities (block store, index) hang off it.
+// effective configuration, the start time, the device arena and the block
+// store, plus the background lease reaper.
 //
-// Thread safety: constant after construction; safe for concurrent reads.
+// Thread safety: constant after Create(); the block store is thread-safe.
 #ifndef KVTIER_DAEMON_RUNTIME_H_
 #define KVTIER_DAEMON_RUNTIME_H_
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "daemon/config.h"
+#include "gpu/device_ops.h"
 #include "gpu/device_probe.h"
+#include "storage/store/block_store.h"
 
 namespace kvtier::daemon {
 
 class Runtime {
  public:
-  // Probes the device and checks that the configured device backend can be
-  // honoured (tiers.device.backend = "cuda" without a device is
-  // FAILED_PRECONDITION naming the key).
+  // Locks the data directory (FAILED_PRECONDITION when another kvtierd
+  // holds it), probes the device, creates the device arena (tiers.device.backend =
+  // "cuda" without a CUDA arena is FAILED_PRECONDITION naming the key),
+  // opens the block store (reconciling catalog and files) and starts the
+  // lease reaper.
   static absl::StatusOr<std::unique_ptr<Runtime>> Create(const Config& config);
+  ~Runtime();  // stops the reaper, closes the store, removes shm files
 
   const Config& config() const { return config_; }
   const gpu::DeviceProbe& device_probe() const { return probe_; }
-  // "cuda:0 <name>" or "shm-arena".
+  // "cuda:0 ..." or "shm-arena".
   const std::string& device_backend() const { return device_backend_; }
   uint64_t uptime_s() const;
+  BlockStore* store() const { return store_.get(); }
 
  private:
-  Runtime(const Config& config, gpu::DeviceProbe probe, std::string backend);
+  explicit Runtime(const Config& config);
+  void ReaperLoop();
 
   const Config config_;
-  const gpu::DeviceProbe probe_;
-  const std::string device_backend_;
+  int lock_fd_ = -1;  // flock'ed <data_dir>/kvtierd.lock, held for life
+  gpu::DeviceProbe probe_;
+  std::string device_backend_;
   const std::chrono::steady_clock::time_point started_;
+  std::unique_ptr<gpu::DeviceOps> device_ops_;
+  std::unique_ptr<BlockStore> store_;
+
+  std::mutex reaper_mu_;
+  std::condition_variable reaper_cv_;
+  bool stopping_ = false;  // guarded by reaper_mu_
+  std::thread reaper_;
 };
+
+// Lease reaper period: how late an expired lease may be reclaimed.
+inline constexpr std::chrono::milliseconds kReaperPeriod{100};
 
 }  // namespace kvtier::daemon
 

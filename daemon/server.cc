@@ -69,12 +69,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config) {
     return absl::FailedPreconditionError(absl::StrCat(
         "key 'server.data_dir': cannot create ", config.server.data_dir, ": ", ec.message()));
   }
-  KVTIER_ASSIGN_OR_RETURN(server->runtime_, Runtime::Create(config));
   server->socket_path_ =
       std::filesystem::absolute(config.server.socket_path).lexically_normal().string();
   if (server->socket_path_.size() > 107) server->socket_path_ = config.server.socket_path;
   server->shutdown_grace_ms_ = config.server.shutdown_grace_ms;
   KVTIER_RETURN_IF_ERROR(PrepareSocketPath(server->socket_path_));
+  KVTIER_ASSIGN_OR_RETURN(server->runtime_, Runtime::Create(config));
 
   server->kvtier_service_ = std::make_unique<KvTierService>(server->runtime_.get());
   server->admin_service_ = std::make_unique<AdminService>(server->runtime_.get());
@@ -131,6 +131,11 @@ void Server::Shutdown() {
       std::chrono::system_clock::now() + std::chrono::milliseconds(shutdown_grace_ms_);
   grpc_server_->Shutdown(deadline);
   grpc_server_->Wait();
+  // No handler runs any more: the store can close (and release its lock).
+  kvtier_service_.reset();
+  admin_service_.reset();
+  grpc_server_.reset();
+  runtime_.reset();
   ::unlink(socket_path_.c_str());
   spdlog::info("stopped");
 }

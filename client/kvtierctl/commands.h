@@ -1,6 +1,6 @@
 // kvtierctl subcommands. Each returns the process exit code: 0 on success,
 // 1 when the daemon answered with an error, 2 for usage errors, 3 when the
-// daemon cannot be reached.
+// daemon cannot be reached, 4 when verify found corrupt blocks.
 #ifndef KVTIER_CLIENT_KVTIERCTL_COMMANDS_H_
 #define KVTIER_CLIENT_KVTIERCTL_COMMANDS_H_
 
@@ -13,6 +13,21 @@ namespace kvtier::ctl {
 struct GlobalOptions {
   bool json = false;
 };
+
+struct LsOptions {
+  uint64_t profile_id = 0;  // 0 = all
+  uint32_t limit = 0;       // blocks to list individually; 0 = counts only
+};
+
+// Blocks per (profile, tier), optionally the first `limit` blocks.
+int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std::ostream& out,
+          std::ostream& err);
+// Re-reads and checksums every durable block, with a progress bar on err.
+int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id,
+              bool is_terminal, std::ostream& out, std::ostream& err);
+// Demotes every block to NVMe, with a progress bar on err.
+int RunDrain(Client& client, const GlobalOptions& options, bool is_terminal, std::ostream& out,
+             std::ostream& err);
 
 // Prints version, uptime, each tier (capacity, use) and the configuration.
 int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out,

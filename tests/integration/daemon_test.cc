@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -21,14 +22,22 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Small tiers so that each daemon starts fast.
+std::vector<std::string> SmallConfig(const std::string& dir) {
+  return {"server.data_dir=" + dir,          "log.level=warn",
+          "server.shutdown_grace_ms=1000",   "tiers.device.capacity_bytes=1MiB",
+          "tiers.host.capacity_bytes=4MiB",  "tiers.host.staging_bytes=1MiB",
+          "tiers.nvme.file_count=1",         "tiers.nvme.file_size_bytes=4MiB",
+          "tiers.nvme.io_threads=1"};
+}
+
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = "/tmp/kvtier-dt-" + std::to_string(::getpid()) + "-" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir_);
-    auto config = daemon::LoadConfig("", {"server.data_dir=" + dir_, "log.level=warn",
-                                          "server.shutdown_grace_ms=1000"});
+    auto config = daemon::LoadConfig("", SmallConfig(dir_));
     ASSERT_TRUE(config.ok()) << config.status();
     config_ = *config;
     auto server = daemon::Server::Start(config_);
@@ -86,6 +95,19 @@ TEST_F(DaemonTest, SecondDaemonOnSameSocketIsRefused) {
   EXPECT_TRUE(client_->Health().ok());
 }
 
+TEST_F(DaemonTest, SecondDaemonOnSameDataDirIsRefused) {
+  daemon::Config other = config_;
+  other.server.socket_path = dir_ + "/other.sock";
+  auto second = daemon::Server::Start(other);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("server.data_dir"));
+  // The first daemon and its arena are untouched.
+  auto stats = client_->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_TRUE(std::filesystem::exists(stats->tiers(0).location()));
+}
+
 TEST_F(DaemonTest, StaleSocketFileIsReplaced) {
   std::string path = server_->socket_path();
   server_->Shutdown();
@@ -128,8 +150,9 @@ TEST_F(DaemonTest, ShutdownRemovesSocketAndStopsServing) {
 }
 
 TEST_F(DaemonTest, TcpListenerWhenConfigured) {
-  auto config = daemon::LoadConfig(
-      "", {"server.data_dir=" + dir_ + "-tcp", "server.tcp_address=127.0.0.1:0"});
+  auto overrides = SmallConfig(dir_ + "-tcp");
+  overrides.push_back("server.tcp_address=127.0.0.1:0");
+  auto config = daemon::LoadConfig("", overrides);
   ASSERT_TRUE(config.ok());
   auto server = daemon::Server::Start(*config);
   ASSERT_TRUE(server.ok()) << server.status();

@@ -33,7 +33,21 @@ class ProcessTest : public ::testing::Test {
   // Starts kvtierd and waits for READY=1 on a notify socket.
   std::unique_ptr<ChildProcess> StartDaemon(std::vector<std::string> extra_args = {}) {
     notify_ = std::make_unique<NotifySocket>(dir_ + "/notify.sock");
-    std::vector<std::string> argv = {KVTIERD_PATH, "--data-dir", dir_, "--socket", socket_};
+    std::vector<std::string> argv = {KVTIERD_PATH,
+                                     "--data-dir",
+                                     dir_,
+                                     "--socket",
+                                     socket_,
+                                     "--set",
+                                     "tiers.host.capacity_bytes=64MiB",
+                                     "--set",
+                                     "tiers.device.capacity_bytes=8MiB",
+                                     "--set",
+                                     "tiers.host.staging_bytes=8MiB",
+                                     "--set",
+                                     "tiers.nvme.file_count=1",
+                                     "--set",
+                                     "tiers.nvme.file_size_bytes=16MiB"};
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     auto child = std::make_unique<ChildProcess>(
         argv, std::vector<std::string>{"NOTIFY_SOCKET=" + notify_->path()}, dir_ + "/log");
@@ -55,12 +69,12 @@ TEST_F(ProcessTest, StatusPrintsTiersAndSigtermExitsCleanly) {
   EXPECT_THAT(status.out, HasSubstr("device"));
   EXPECT_THAT(status.out, HasSubstr("host"));
   EXPECT_THAT(status.out, HasSubstr("nvme"));
-  EXPECT_THAT(status.out, HasSubstr("1 GiB"));  // host tier default capacity
+  EXPECT_THAT(status.out, HasSubstr("64 MiB"));  // host tier capacity
 
   auto json = RunCommand({KVTIERCTL_PATH, "status", "--json"}, {"KVTIER_SOCKET=" + socket_});
   EXPECT_EQ(json.exit_code, 0) << json.err;
   EXPECT_THAT(json.out, HasSubstr("\"tier\": \"TIER_NVME\""));
-  EXPECT_THAT(json.out, HasSubstr("\"capacity_bytes\": \"1073741824\""));
+  EXPECT_THAT(json.out, HasSubstr("\"capacity_bytes\": \"67108864\""));
 
   daemon->Signal(SIGTERM);
   auto code = daemon->Wait(std::chrono::seconds(5));

@@ -1,0 +1,136 @@
+// kvtierctl ls / verify / drain.
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <cstdio>
+#include <ostream>
+
+#include "absl/strings/escaping.h"
+#include "client/kvtierctl/commands.h"
+#include "client/kvtierctl/format.h"
+#include "client/kvtierctl/progress.h"
+
+namespace kvtier::ctl {
+namespace {
+
+const char* TierName(v1::Tier tier) {
+  switch (tier) {
+    case v1::TIER_DEVICE:
+      return "device";
+    case v1::TIER_HOST:
+      return "host";
+    case v1::TIER_NVME:
+      return "nvme";
+    default:
+      return "?";
+  }
+}
+
+int PrintJson(const google::protobuf::Message& message, std::ostream& out, std::ostream& err) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions print;
+  print.add_whitespace = true;
+  print.always_print_primitive_fields = true;
+  print.preserve_proto_field_names = true;
+  auto st = google::protobuf::util::MessageToJsonString(message, &json, print);
+  if (!st.ok()) {
+    err << "kvtierctl: cannot encode JSON: " << st.ToString() << "\n";
+    return 1;
+  }
+  out << json;
+  return 0;
+}
+
+}  // namespace
+
+int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std::ostream& out,
+          std::ostream& err) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + client.options().call_timeout);
+  v1::ListBlocksRequest req;
+  req.set_profile_id(ls.profile_id);
+  req.set_limit(ls.limit);
+  v1::ListBlocksResponse resp;
+  grpc::Status st = client.admin_stub()->ListBlocks(&ctx, req, &resp);
+  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
+  if (options.json) return PrintJson(resp, out, err);
+  char line[200];
+  std::snprintf(line, sizeof(line), "%-10s %-7s %10s %12s\n", "PROFILE", "TIER", "BLOCKS", "BYTES");
+  out << line;
+  for (const v1::TierProfileCount& c : resp.counts()) {
+    std::snprintf(line, sizeof(line), "%-10llu %-7s %10llu %12s\n",
+                  static_cast<unsigned long long>(c.profile_id()), TierName(c.tier()),
+                  static_cast<unsigned long long>(c.blocks()), HumanBytes(c.bytes()).c_str());
+    out << line;
+  }
+  if (resp.counts_size() == 0) out << "(no blocks)\n";
+  if (resp.blocks_size() > 0) {
+    out << "\n";
+    std::snprintf(line, sizeof(line), "%-66s %-10s %-7s %10s %-8s %s\n", "BLOCK_ID", "PROFILE",
+                  "TIER", "SIZE", "DURABLE", "PINNED");
+    out << line;
+    for (const v1::BlockInfo& b : resp.blocks()) {
+      std::snprintf(line, sizeof(line), "%-66s %-10llu %-7s %10s %-8s %s\n",
+                    absl::BytesToHexString(b.block_id()).c_str(),
+                    static_cast<unsigned long long>(b.profile_id()), TierName(b.tier()),
+                    HumanBytes(b.size_bytes()).c_str(), b.durable() ? "yes" : "no",
+                    b.pinned() ? "yes" : "no");
+      out << line;
+    }
+  }
+  return 0;
+}
+
+int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id,
+              bool is_terminal, std::ostream& out, std::ostream& err) {
+  grpc::ClientContext ctx;  // no deadline: verification takes as long as it takes
+  v1::VerifyRequest req;
+  req.set_profile_id(profile_id);
+  auto reader = client.admin_stub()->Verify(&ctx, req);
+  v1::VerifyProgress progress, last;
+  ProgressBar bar(err, is_terminal, "blocks");
+  uint64_t corrupt = 0;
+  std::vector<std::string> corrupt_ids;
+  while (reader->Read(&progress)) {
+    corrupt = progress.corrupt_blocks();
+    for (const auto& id : progress.corrupt_block_ids()) corrupt_ids.push_back(id);
+    if (!options.json) {
+      bar.Update(progress.blocks_checked(), progress.blocks_total(),
+                 corrupt ? std::to_string(corrupt) + " corrupt" : "");
+    }
+    last = progress;
+  }
+  bar.Finish();
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
+  last.clear_corrupt_block_ids();
+  for (const auto& id : corrupt_ids) last.add_corrupt_block_ids(id);
+  if (options.json) {
+    int rc = PrintJson(last, out, err);
+    return rc != 0 ? rc : (corrupt ? 4 : 0);
+  }
+  out << "verified " << last.blocks_checked() << " durable blocks: " << corrupt
+      << " corrupt (quarantined)\n";
+  for (const auto& id : corrupt_ids) out << "  corrupt " << absl::BytesToHexString(id) << "\n";
+  return corrupt ? 4 : 0;
+}
+
+int RunDrain(Client& client, const GlobalOptions& options, bool is_terminal, std::ostream& out,
+             std::ostream& err) {
+  grpc::ClientContext ctx;
+  auto reader = client.admin_stub()->Drain(&ctx, v1::DrainRequest());
+  v1::DrainProgress progress, last;
+  ProgressBar bar(err, is_terminal, "blocks");
+  while (reader->Read(&progress)) {
+    if (!options.json) bar.Update(progress.blocks_done(), progress.blocks_total());
+    last = progress;
+  }
+  bar.Finish();
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
+  if (options.json) return PrintJson(last, out, err);
+  out << "drained " << last.blocks_done() << " blocks to nvme\n";
+  return 0;
+}
+
+}  // namespace kvtier::ctl

@@ -1,0 +1,30 @@
+// Streaming reactors of the block RPCs: PutBlocks (client stream) and
+// GetBlocks (server stream). Each reactor owns its call's state and deletes
+// itself in OnDone.
+//
+// Block I/O (memcpy, NVMe reads and writes) runs inline on the gRPC
+// callback thread that delivers the message; a call is never processed by
+// two threads at once.
+#ifndef KVTIER_DAEMON_BLOCK_REACTORS_H_
+#define KVTIER_DAEMON_BLOCK_REACTORS_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "daemon/runtime.h"
+#include "kvtier/v1/kvtier.pb.h"
+
+namespace kvtier::daemon {
+
+// Most results one PutBlocks stream may produce (its response holds one
+// per block).
+inline constexpr uint64_t kMaxPutResultsPerStream = 1 << 20;
+
+grpc::ServerReadReactor<v1::PutBlocksRequest>* NewPutBlocksReactor(
+    Runtime* runtime, grpc::CallbackServerContext* ctx, v1::PutBlocksResponse* response);
+
+grpc::ServerWriteReactor<v1::GetBlocksResponse>* NewGetBlocksReactor(
+    Runtime* runtime, grpc::CallbackServerContext* ctx, const v1::GetBlocksRequest* request);
+
+}  // namespace kvtier::daemon
+
+#endif  // KVTIER_DAEMON_BLOCK_REACTORS_H_

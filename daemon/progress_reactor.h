@@ -1,0 +1,93 @@
+// ProgressReactor<T>: a server-streaming reactor for long admin operations
+// (Verify, Drain). The operation runs on its own thread and Post()s
+// progress messages; the reactor writes them in order, one at a time. When
+// the client goes away the remaining messages are dropped but the
+// operation still runs to its end (it leaves the store consistent).
+//
+// Thread safety: Post/Done may be called from the worker while gRPC runs
+// OnWriteDone/OnDone on its threads; all shared state is under mu_.
+#ifndef KVTIER_DAEMON_PROGRESS_REACTOR_H_
+#define KVTIER_DAEMON_PROGRESS_REACTOR_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "daemon/grpc_status.h"
+
+namespace kvtier::daemon {
+
+template <class T>
+class ProgressReactor final : public grpc::ServerWriteReactor<T> {
+ public:
+  // work(post) runs on a new thread; post(message) queues a message.
+  // Bounded: when more than kMaxQueued messages wait, older intermediate
+  // ones are dropped (progress is cumulative, the last one matters).
+  using Work = std::function<absl::Status(const std::function<void(const T&)>& post)>;
+  static constexpr size_t kMaxQueued = 64;
+
+  explicit ProgressReactor(Work work) {
+    worker_ = std::thread([this, work = std::move(work)] {
+      absl::Status st = work([this](const T& message) { Post(message); });
+      std::lock_guard<std::mutex> lock(mu_);
+      final_ = st;
+      work_done_ = true;
+      MaybeWriteLocked();
+    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) broken_ = true;
+    MaybeWriteLocked();
+  }
+
+  void OnDone() override {
+    worker_.join();
+    delete this;
+  }
+
+ private:
+  void Post(const T& message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_) return;
+    if (queue_.size() >= kMaxQueued) queue_.pop_front();
+    queue_.push_back(message);
+    MaybeWriteLocked();
+  }
+
+  void MaybeWriteLocked() {
+    if (writing_ || finished_) return;
+    if (!broken_ && !queue_.empty()) {
+      current_ = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+      this->StartWrite(&current_);
+      return;
+    }
+    if (work_done_ && (queue_.empty() || broken_)) {
+      finished_ = true;
+      this->Finish(broken_ ? grpc::Status(grpc::StatusCode::CANCELLED, "client went away")
+                           : ToGrpcStatus(final_));
+    }
+  }
+
+  std::mutex mu_;
+  std::deque<T> queue_;
+  T current_;
+  bool writing_ = false;
+  bool broken_ = false;
+  bool work_done_ = false;
+  bool finished_ = false;
+  absl::Status final_;
+  std::thread worker_;
+};
+
+}  // namespace kvtier::daemon
+
+#endif  // KVTIER_DAEMON_PROGRESS_REACTOR_H_
