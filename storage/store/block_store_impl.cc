@@ -94,6 +94,13 @@ absl::Status BlockStoreImpl::Init() {
   auto host_region = host_->region();
   nvme_options.registered_regions.push_back(
       absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(host_region.data()), host_region.size()));
+  // A tier file that is missing now is recreated empty by Open; catalog
+  // records pointing into it must not survive (no entry without its file).
+  std::vector<bool> file_existed(options_.nvme_file_count, false);
+  for (uint32_t i = 0; i < options_.nvme_file_count; ++i) {
+    auto exists = env_->FileExists(options_.nvme_dir + "/" + NvmeTier::FileName(i));
+    file_existed[i] = exists.ok() && *exists;
+  }
   KVTIER_ASSIGN_OR_RETURN(nvme_, NvmeTier::Open(nvme_options));
 
   device_capacity_bytes_ =
@@ -131,6 +138,8 @@ absl::Status BlockStoreImpl::Init() {
           return true;
         }
         if (!record->durable || !record->nvme.has_value() ||
+            record->nvme->file_index >= file_existed.size() ||
+            !file_existed[record->nvme->file_index] ||
             record->size_bytes != BlockSizeBytes(profile->second) ||
             !nvme_->Reserve(FromExtent(*record->nvme)).ok()) {
           stale.push_back(key);

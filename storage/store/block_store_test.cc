@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -242,6 +243,20 @@ TEST_F(BlockStoreTest, DurableBlocksSurviveRestart) {
       ExpectReadable(i);
     }
   }
+}
+
+TEST_F(BlockStoreTest, RestartDropsRecordsWhoseFileIsGone) {
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), true).ok());
+  store_.reset();
+  // Remove every tier file: no catalog entry may survive without its file.
+  for (int f = 0; f < 2; ++f) {
+    std::filesystem::remove(options_.nvme_dir + "/nvme-00" + std::to_string(f) + ".dat");
+  }
+  Reopen();
+  EXPECT_EQ(store_->Stats().blocks, 0u);
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(store_->Lookup(Key(i)).present);
+  Reopen();  // and the records are gone for good
+  EXPECT_EQ(store_->Stats().blocks, 0u);
 }
 
 TEST_F(BlockStoreTest, FlippedByteIsDetectedAndQuarantined) {

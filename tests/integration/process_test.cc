@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
@@ -82,6 +83,60 @@ TEST_F(ProcessTest, StatusPrintsTiersAndSigtermExitsCleanly) {
   EXPECT_EQ(*code, 0);
   EXPECT_FALSE(std::filesystem::exists(socket_));
   EXPECT_THAT(testing::ReadFile(dir_ + "/log"), HasSubstr("stopped"));
+}
+
+TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
+  auto daemon = StartDaemon();
+  auto client = Client::Connect(socket_);
+  ASSERT_TRUE(client.ok());
+  v1::ModelProfile profile;
+  profile.set_name("ctl");
+  profile.set_num_layers(1);
+  profile.set_num_kv_heads(1);
+  profile.set_head_dim(64);
+  profile.set_block_size_tokens(32);
+  profile.set_dtype(v1::DTYPE_FP16);  // 8 KiB blocks
+  auto registered = (*client)->RegisterProfile(profile);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  v1::PutBlocksRequest put;
+  put.set_profile_id(registered->profile_id());
+  put.set_durable(true);
+  for (int i = 0; i < 5; ++i) {
+    auto* b = put.add_blocks();
+    b->set_block_id("blk" + std::to_string(i));
+    b->set_data(std::string(8192, static_cast<char>('a' + i)));
+  }
+  auto stored = (*client)->PutBlocks({put});
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->blocks_stored(), 5u);
+
+  auto ls = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--limit", "10"});
+  EXPECT_EQ(ls.exit_code, 0) << ls.err;
+  EXPECT_THAT(ls.out, HasSubstr("host"));
+  EXPECT_THAT(ls.out, HasSubstr("40 KiB"));  // 5 blocks of 8 KiB
+  EXPECT_THAT(ls.out, HasSubstr("626c6b30"));  // "blk0" in hex
+
+  auto verify = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "verify"});
+  EXPECT_EQ(verify.exit_code, 0) << verify.err;
+  EXPECT_THAT(verify.out, HasSubstr("verified 5 durable blocks: 0 corrupt"));
+  EXPECT_THAT(verify.err, HasSubstr("5/5 blocks 100%"));  // progress bar
+
+  // Damage the NVMe copy of every block: verify finds and quarantines them.
+  {
+    std::fstream f(dir_ + "/nvme/nvme-000.dat", std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    for (int block = 0; block < 5; ++block) {
+      f.seekp(block * 8192 + 17);
+      f.put('!');
+    }
+  }
+  verify = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "verify"});
+  EXPECT_EQ(verify.exit_code, 4) << verify.err;
+  EXPECT_THAT(verify.out, HasSubstr("5 corrupt"));
+  auto status = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "status", "--json"});
+  EXPECT_THAT(status.out, HasSubstr("\"quarantined_blocks\": \"5\""));
+  daemon->Signal(SIGTERM);
+  EXPECT_EQ(daemon->Wait(std::chrono::seconds(5)), std::optional<int>(0));
 }
 
 TEST_F(ProcessTest, SigintAlsoStops) {
