@@ -74,6 +74,14 @@ struct BlockStoreOptions {
   // Leases.
   uint64_t default_lease_ttl_ms = 30000;
   uint64_t max_lease_ttl_ms = 600000;
+
+  // Computes a block's key summary (opaque bytes, <= kMaxSummaryBytes) when
+  // it is put; kept in memory and in the catalog record, returned by
+  // GetSummaries. Called outside the store's lock, concurrently. Null: no
+  // summaries. An error fails the put.
+  std::function<absl::StatusOr<std::string>(const ModelProfile& profile,
+                                            absl::Span<const uint8_t> payload)>
+      summarize;
 };
 
 struct PutOutcome {
@@ -174,6 +182,13 @@ class BlockStore {
                                                   uint64_t ttl_ms,
                                                   std::vector<absl::StatusOr<DeviceHandle>>* handles) = 0;
   virtual BlockLocation Lookup(const BlockKey& key) = 0;
+  // The summaries of keys, in order. Keys that are not stored (or are
+  // quarantined) are appended to *missing and get an empty string.
+  virtual std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,
+                                                std::vector<BlockKey>* missing) = 0;
+  // Best effort: brings NVMe-only blocks into the host tier (no pin) so a
+  // later AcquireHandles is fast. Returns how many were promoted.
+  virtual size_t Prefetch(const std::vector<BlockKey>& keys) = 0;
   // FAILED_PRECONDITION when pinned; NOT_FOUND when absent.
   virtual absl::Status Delete(const BlockKey& key) = 0;
 

@@ -129,6 +129,7 @@ absl::Status BlockStoreImpl::Init() {
         entry->size_bytes = record->size_bytes;
         entry->checksum = record->checksum;
         entry->created_micros = record->created_micros;
+        entry->summary = record->summary;
         entry->last_access_micros = static_cast<uint64_t>(now);
         entry->writing = false;
         if (record->quarantined) {
@@ -276,6 +277,7 @@ BlockRecord BlockStoreImpl::RecordLocked(const Entry& e) const {
   record.quarantined = e.quarantined;
   record.created_micros = e.created_micros;
   record.last_access_micros = e.created_micros;
+  record.summary = e.summary;
   return record;
 }
 
@@ -445,11 +447,21 @@ absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e) {
 
 absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
                                                absl::Span<const uint8_t> data, bool durable) {
+  ModelProfile profile;
   {
     absl::MutexLock lock(&mu_);
     KVTIER_RETURN_IF_ERROR(CheckPayload(key, data.size()));
+    profile = profiles_.at(key.profile_id);
   }
   const uint64_t checksum = Checksum(data);
+  std::string summary;
+  if (options_.summarize) {
+    KVTIER_ASSIGN_OR_RETURN(summary, options_.summarize(profile, data));
+    if (summary.size() > kMaxSummaryBytes) {
+      return absl::InternalError(absl::StrCat("summary of ", summary.size(),
+                                              " bytes exceeds kMaxSummaryBytes"));
+    }
+  }
   absl::MutexLock lock(&mu_);
   PutOutcome outcome;
   if (Entry* e = FindReadyLocked(key)) {
@@ -473,6 +485,7 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
   e->key = key;
   e->size_bytes = data.size();
   e->checksum = checksum;
+  e->summary = std::move(summary);
   e->created_micros = static_cast<int64_t>(env_->WallMicros());
   e->last_access_micros = env_->NowMicros();
   e->busy = 1;
@@ -708,6 +721,34 @@ BlockLocation BlockStoreImpl::Lookup(const BlockKey& key) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return BlockLocation{};
   return LocationLocked(*it->second);
+}
+
+std::vector<std::string> BlockStoreImpl::GetSummaries(const std::vector<BlockKey>& keys,
+                                                      std::vector<BlockKey>* missing) {
+  std::vector<std::string> out(keys.size());
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Entry* e = FindReadyLocked(keys[i]);
+    if (e == nullptr || e->quarantined || !e->Fastest()) {
+      missing->push_back(keys[i]);
+      continue;
+    }
+    out[i] = e->summary;
+  }
+  return out;
+}
+
+size_t BlockStoreImpl::Prefetch(const std::vector<BlockKey>& keys) {
+  size_t promoted = 0;
+  absl::MutexLock lock(&mu_);
+  for (const BlockKey& key : keys) {
+    auto it = entries_.find(key);
+    if (it == entries_.end()) continue;
+    Entry* e = it->second.get();
+    if (e->writing || e->quarantined || e->host || e->device || !e->nvme) continue;
+    if (EnsureHostCopyLocked(e).ok()) ++promoted;
+  }
+  return promoted;
 }
 
 absl::Status BlockStoreImpl::Delete(const BlockKey& key) {

@@ -54,6 +54,9 @@ class BlockStoreImpl final : public BlockStore {
       const std::vector<BlockKey>& keys, uint64_t ttl_ms,
       std::vector<absl::StatusOr<DeviceHandle>>* handles) override;
   BlockLocation Lookup(const BlockKey& key) override;
+  std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,
+                                        std::vector<BlockKey>* missing) override;
+  size_t Prefetch(const std::vector<BlockKey>& keys) override;
   absl::Status Delete(const BlockKey& key) override;
   absl::StatusOr<uint32_t> Release(uint64_t lease_id) override;
   size_t ReapExpired() override;

@@ -245,6 +245,38 @@ TEST_F(BlockStoreTest, DurableBlocksSurviveRestart) {
   }
 }
 
+TEST_F(BlockStoreTest, SummariesAreComputedKeptAndPersisted) {
+  options_.summarize = [](const ModelProfile& profile, absl::Span<const uint8_t> data) {
+    return absl::StatusOr<std::string>(std::to_string(profile.head_dim) + ":" +
+                                       std::to_string(data[0]));
+  };
+  Reopen();
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), /*durable=*/true).ok());
+  ASSERT_TRUE(store_->Put(Key(2), Payload(2), /*durable=*/false).ok());
+  std::vector<BlockKey> missing;
+  auto summaries = store_->GetSummaries({Key(1), Key(2), Key(3)}, &missing);
+  ASSERT_EQ(summaries.size(), 3u);
+  EXPECT_EQ(summaries[0], "64:" + std::to_string(Payload(1)[0]));
+  EXPECT_EQ(summaries[1], "64:" + std::to_string(Payload(2)[0]));
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_EQ(missing[0].block_id, Id(3));
+  Reopen();  // the durable block's summary comes back from the catalog
+  missing.clear();
+  summaries = store_->GetSummaries({Key(1)}, &missing);
+  EXPECT_TRUE(missing.empty());
+  EXPECT_EQ(summaries[0], "64:" + std::to_string(Payload(1)[0]));
+  EXPECT_EQ(store_->Prefetch({Key(1)}), 1u);
+  EXPECT_EQ(store_->Lookup(Key(1)).tier, TierId::kHost);
+  // A failing summary fails the put.
+  options_.summarize = [](const ModelProfile&, absl::Span<const uint8_t>) {
+    return absl::StatusOr<std::string>(absl::InvalidArgumentError("data: not keys"));
+  };
+  Reopen();
+  EXPECT_EQ(store_->Put(Key(4), Payload(4), false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(store_->Lookup(Key(4)).present);
+}
+
 TEST_F(BlockStoreTest, RestartDropsRecordsWhoseFileIsGone) {
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), true).ok());
   store_.reset();

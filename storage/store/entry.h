@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <list>
 #include <optional>
+#include <string>
 
 #include "storage/catalog/records.h"
 #include "storage/host/host_tier.h"
@@ -25,6 +26,7 @@ struct Entry {
   uint64_t size_bytes = 0;
   uint64_t checksum = 0;  // XXH3-64 of the payload
   int64_t created_micros = 0;
+  std::string summary;  // key summary from BlockStoreOptions::summarize
 
   std::optional<DeviceSlot> device;
   std::optional<HostSlot> host;
