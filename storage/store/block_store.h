@@ -42,6 +42,7 @@
 #include "gpu/device_ops.h"
 #include "storage/catalog/records.h"
 #include "storage/env/env.h"
+#include "storage/store/placement.h"
 #include "storage/tier.h"
 
 namespace kvtier {
@@ -82,6 +83,9 @@ struct BlockStoreOptions {
   std::function<absl::StatusOr<std::string>(const ModelProfile& profile,
                                             absl::Span<const uint8_t> payload)>
       summarize;
+
+  // Creates the placement policy (storage/store/placement.h); null: LRU.
+  std::function<std::unique_ptr<PlacementPolicy>()> make_placement;
 };
 
 struct PutOutcome {

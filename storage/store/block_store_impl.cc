@@ -107,7 +107,7 @@ absl::Status BlockStoreImpl::Init() {
       std::min(options_.device_capacity_bytes, options_.device_ops->arena().size_bytes);
   absl::MutexLock lock(&mu_);
   device_alloc_ = std::make_unique<ExtentAllocator>(device_capacity_bytes_, kSlotAlignmentBytes);
-  policy_ = NewLruPolicy();
+  policy_ = options_.make_placement ? options_.make_placement() : NewLruPolicy();
   next_device_generation_ = (std::random_device()() | 1ull) << 20;
 
   // Reconcile: durable records with a valid extent become NVMe-only blocks;
