@@ -8,9 +8,9 @@
 //      DropUnsyncedData() writes the saved bytes back, newest first, so each
 //      file holds what it held at its last sync: a power loss.
 //  (b) I/O errors. With SetReadErrorOneIn(n) / SetWriteErrorOneIn(n), each
-//      read / write request enqueued on a queue of this Env fails with EIO
-//      with probability 1/n (seeded, reproducible). A failed request is not
-//      executed: no bytes are transferred.
+//      read / write request enqueued on a queue of this Env (and each
+//      BlockFile::WriteAt) fails with EIO with probability 1/n (seeded,
+//      reproducible). A failed request is not executed: no bytes move.
 //  (c) No space. With SetNoSpace(true), write requests, WriteAt and the
 //      creation or preallocation of block files fail with ENOSPC
 //      (RESOURCE_EXHAUSTED); CreateDir too.
@@ -86,7 +86,6 @@ class FaultInjectionEnv final : public EnvWrapper {
   };
   struct FileState {
     std::vector<UndoRecord> undo;
-    bool direct_io = false;
   };
 
   // Decisions for one request, taken under mu_.

@@ -1,0 +1,374 @@
+#include "storage/env/fault_injection_env.h"
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "storage/common/errno_status.h"
+#include "storage/common/status_macros.h"
+#include "storage/env/aligned_buffer.h"
+
+namespace kvtier {
+
+// A BlockFile that records undo data for its synchronous writes. Queue I/O
+// is handled by FaultIoQueue, which unwraps to base().
+class FaultInjectionEnv::FaultBlockFile final : public BlockFile {
+ public:
+  FaultBlockFile(FaultInjectionEnv* env, std::unique_ptr<BlockFile> base)
+      : env_(env), base_(std::move(base)) {}
+
+  BlockFile* base() const { return base_.get(); }
+
+  const std::string& path() const override { return base_->path(); }
+  uint64_t size_bytes() const override { return base_->size_bytes(); }
+  bool direct_io() const override { return base_->direct_io(); }
+  bool preallocated() const override { return base_->preallocated(); }
+
+  absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> buffer) override {
+    return base_->ReadAt(offset, buffer);
+  }
+
+  absl::Status WriteAt(uint64_t offset,
+                       absl::Span<const uint8_t> data) override {
+    const Fault fault = env_->ChooseFault(IoOp::kWrite);
+    if (fault != Fault::kNone) {
+      return ErrnoToStatus(fault == Fault::kNoSpace ? ENOSPC : EIO,
+                           absl::StrCat("pwrite ", path(), " offset=", offset));
+    }
+    KVTIER_ASSIGN_OR_RETURN(uint64_t id,
+                            env_->SaveOldBytes(*base_, offset, data.size()));
+    absl::Status status = base_->WriteAt(offset, data);
+    env_->MarkWriteCompleted(path(), id, status.ok());
+    return status;
+  }
+
+  absl::Status Sync() override {
+    const uint64_t seq = env_->NextSeq();
+    KVTIER_RETURN_IF_ERROR(base_->Sync());
+    env_->ForgetSynced(path(), seq);
+    return absl::OkStatus();
+  }
+
+ private:
+  FaultInjectionEnv* const env_;
+  const std::unique_ptr<BlockFile> base_;
+};
+
+// Wraps a real queue: decides faults at Enqueue, records undo data for
+// writes, and forgets it when a sync completes.
+class FaultInjectionEnv::FaultIoQueue final : public IoQueue {
+ public:
+  FaultIoQueue(FaultInjectionEnv* env, std::unique_ptr<IoQueue> base)
+      : env_(env), base_(std::move(base)) {}
+
+  uint32_t depth() const override { return base_->depth(); }
+  uint32_t in_flight() const override {
+    return base_->in_flight() + static_cast<uint32_t>(failed_.size());
+  }
+  absl::Status RegisterBuffers(
+      absl::Span<const absl::Span<uint8_t>> regions) override {
+    return base_->RegisterBuffers(regions);
+  }
+  bool has_registered_buffers() const override {
+    return base_->has_registered_buffers();
+  }
+  void Wake() override { base_->Wake(); }
+  IoQueueStats stats() const override { return base_->stats(); }
+
+  void Enqueue(IoRequest* request) override {
+    auto* file = dynamic_cast<FaultBlockFile*>(request->file);
+    if (file == nullptr) {
+      // Not ours: no faults, no undo data.
+      base_->Enqueue(request);
+      return;
+    }
+    request->status = absl::OkStatus();
+    const Fault fault = env_->ChooseFault(request->op);
+    if (fault != Fault::kNone) {
+      Fail(request, fault == Fault::kNoSpace ? ENOSPC : EIO);
+      return;
+    }
+    Pending pending{file, 0};
+    if (request->op == IoOp::kWrite) {
+      absl::StatusOr<uint64_t> id =
+          env_->SaveOldBytes(*file->base(), request->offset, request->length);
+      if (!id.ok()) {
+        request->status = id.status();
+        failed_.push_back(request);
+        return;
+      }
+      pending.number = *id;
+    } else if (request->op == IoOp::kSync) {
+      pending.number = env_->NextSeq();
+    }
+    pending_[request] = pending;
+    request->file = file->base();
+    base_->Enqueue(request);
+  }
+
+  absl::Status Poll(bool wait, std::vector<IoRequest*>* completed) override {
+    const size_t before = completed->size();
+    completed->insert(completed->end(), failed_.begin(), failed_.end());
+    failed_.clear();
+    const size_t from_base = completed->size();
+    const bool base_wait = wait && from_base == before;
+    KVTIER_RETURN_IF_ERROR(base_->Poll(base_wait, completed));
+    for (size_t i = from_base; i < completed->size(); ++i) {
+      IoRequest* request = (*completed)[i];
+      auto it = pending_.find(request);
+      if (it == pending_.end()) continue;
+      const Pending pending = it->second;
+      pending_.erase(it);
+      request->file = pending.file;
+      if (request->op == IoOp::kWrite) {
+        env_->MarkWriteCompleted(pending.file->path(), pending.number,
+                                 request->status.ok());
+      } else if (request->op == IoOp::kSync && request->status.ok()) {
+        env_->ForgetSynced(pending.file->path(), pending.number);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Pending {
+    FaultBlockFile* file;
+    // Undo record id (writes) or sequence number at enqueue (syncs).
+    uint64_t number;
+  };
+
+  void Fail(IoRequest* request, int err) {
+    request->status = IoErrorToStatus(err, *request);
+    failed_.push_back(request);
+  }
+
+  FaultInjectionEnv* const env_;
+  const std::unique_ptr<IoQueue> base_;
+  // Requests failed by injection, handed back at the next Poll.
+  std::vector<IoRequest*> failed_;
+  absl::flat_hash_map<IoRequest*, Pending> pending_;
+};
+
+FaultInjectionEnv::FaultInjectionEnv(Env* target, uint64_t seed)
+    : EnvWrapper(target), rng_(seed) {}
+
+absl::Status FaultInjectionEnv::CreateDir(const std::string& path,
+                                          bool recursive) {
+  bool no_space;
+  {
+    absl::MutexLock lock(&mu_);
+    no_space = no_space_;
+  }
+  if (no_space) {
+    KVTIER_ASSIGN_OR_RETURN(bool exists, target()->FileExists(path));
+    if (!exists) return ErrnoToStatus(ENOSPC, absl::StrCat("mkdir ", path));
+  }
+  return target()->CreateDir(path, recursive);
+}
+
+absl::StatusOr<std::unique_ptr<BlockFile>> FaultInjectionEnv::OpenBlockFile(
+    const std::string& path, const BlockFileOptions& options) {
+  bool no_space;
+  {
+    absl::MutexLock lock(&mu_);
+    no_space = no_space_;
+  }
+  if (no_space) {
+    // Creating or preallocating would need space.
+    KVTIER_ASSIGN_OR_RETURN(bool exists, target()->FileExists(path));
+    uint64_t size_bytes = 0;
+    if (exists) {
+      KVTIER_ASSIGN_OR_RETURN(size_bytes, target()->GetFileSize(path));
+    }
+    if ((!exists && options.create_if_missing) || (exists && size_bytes == 0)) {
+      return ErrnoToStatus(
+          ENOSPC, absl::StrCat("fallocate ", options.size_bytes, " bytes for ",
+                               path));
+    }
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockFile> base,
+                          target()->OpenBlockFile(path, options));
+  return std::unique_ptr<BlockFile>(new FaultBlockFile(this, std::move(base)));
+}
+
+absl::StatusOr<std::unique_ptr<IoQueue>> FaultInjectionEnv::NewIoQueue(
+    const IoQueueOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> base,
+                          target()->NewIoQueue(options));
+  return std::unique_ptr<IoQueue>(new FaultIoQueue(this, std::move(base)));
+}
+
+FaultInjectionEnv::Fault FaultInjectionEnv::ChooseFault(IoOp op) {
+  absl::MutexLock lock(&mu_);
+  if (op == IoOp::kSync) return Fault::kNone;
+  if (op == IoOp::kWrite && no_space_) return Fault::kNoSpace;
+  const uint32_t one_in =
+      op == IoOp::kRead ? read_error_one_in_ : write_error_one_in_;
+  if (one_in > 0 && rng_() % one_in == 0) {
+    ++injected_errors_;
+    return Fault::kIoError;
+  }
+  return Fault::kNone;
+}
+
+absl::StatusOr<uint64_t> FaultInjectionEnv::SaveOldBytes(BlockFile& file,
+                                                         uint64_t offset,
+                                                         uint64_t length) {
+  if (length == 0 || offset > file.size_bytes() ||
+      length > file.size_bytes() - offset) {
+    return 0;  // The real write fails its own validation.
+  }
+  UndoRecord record;
+  record.offset = offset;
+  record.old_bytes.resize(length);
+  if (file.direct_io()) {
+    KVTIER_ASSIGN_OR_RETURN(AlignedBuffer bounce, AlignedBuffer::Allocate(length));
+    KVTIER_RETURN_IF_ERROR(
+        file.ReadAt(offset, bounce.span().subspan(0, length)));
+    std::memcpy(record.old_bytes.data(), bounce.data(), length);
+  } else {
+    KVTIER_RETURN_IF_ERROR(file.ReadAt(offset, absl::MakeSpan(record.old_bytes)));
+  }
+  absl::MutexLock lock(&mu_);
+  record.id = ++seq_;
+  const uint64_t id = record.id;
+  files_[file.path()].undo.push_back(std::move(record));
+  return id;
+}
+
+void FaultInjectionEnv::MarkWriteCompleted(const std::string& path,
+                                           uint64_t id, bool ok) {
+  if (id == 0) return;
+  absl::MutexLock lock(&mu_);
+  auto it = files_.find(path);
+  if (it == files_.end()) return;
+  // A failed write may still have changed some bytes: keep its record so a
+  // drop restores them too.
+  for (UndoRecord& record : it->second.undo) {
+    if (record.id == id) record.completed_seq = ++seq_;
+  }
+}
+
+uint64_t FaultInjectionEnv::NextSeq() {
+  absl::MutexLock lock(&mu_);
+  return ++seq_;
+}
+
+void FaultInjectionEnv::ForgetSynced(const std::string& path,
+                                     uint64_t sync_seq) {
+  absl::MutexLock lock(&mu_);
+  auto it = files_.find(path);
+  if (it == files_.end()) return;
+  std::vector<UndoRecord>& undo = it->second.undo;
+  std::erase_if(undo, [sync_seq](const UndoRecord& record) {
+    return record.completed_seq != 0 && record.completed_seq < sync_seq;
+  });
+}
+
+absl::Status FaultInjectionEnv::DropUnsyncedData() {
+  std::map<std::string, FileState> files;
+  {
+    absl::MutexLock lock(&mu_);
+    files.swap(files_);
+  }
+  for (auto& [path, state] : files) {
+    if (state.undo.empty()) continue;
+    KVTIER_ASSIGN_OR_RETURN(uint64_t size_bytes, target()->GetFileSize(path));
+    BlockFileOptions options;
+    options.size_bytes = size_bytes;
+    options.create_if_missing = false;
+    options.direct_io = false;  // Undo ranges need no alignment.
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockFile> file,
+                            target()->OpenBlockFile(path, options));
+    // Newest first, so overlapping writes unwind to the oldest contents.
+    for (auto it = state.undo.rbegin(); it != state.undo.rend(); ++it) {
+      KVTIER_RETURN_IF_ERROR(
+          file->WriteAt(it->offset, absl::MakeConstSpan(it->old_bytes)));
+    }
+    KVTIER_RETURN_IF_ERROR(file->Sync());
+  }
+  return absl::OkStatus();
+}
+
+uint64_t FaultInjectionEnv::unsynced_write_count() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t count = 0;
+  for (const auto& [path, state] : files_) count += state.undo.size();
+  return count;
+}
+
+void FaultInjectionEnv::SetReadErrorOneIn(uint32_t n) {
+  absl::MutexLock lock(&mu_);
+  read_error_one_in_ = n;
+}
+
+void FaultInjectionEnv::SetWriteErrorOneIn(uint32_t n) {
+  absl::MutexLock lock(&mu_);
+  write_error_one_in_ = n;
+}
+
+uint64_t FaultInjectionEnv::injected_error_count() const {
+  absl::MutexLock lock(&mu_);
+  return injected_errors_;
+}
+
+void FaultInjectionEnv::SetNoSpace(bool no_space) {
+  absl::MutexLock lock(&mu_);
+  no_space_ = no_space;
+}
+
+void FaultInjectionEnv::SetNowMicros(uint64_t now_micros) {
+  const uint64_t wall = target()->WallMicros();
+  absl::MutexLock lock(&mu_);
+  if (!manual_now_micros_.has_value()) {
+    manual_wall_base_micros_ = wall;
+    manual_start_micros_ = now_micros;
+  }
+  manual_now_micros_ = now_micros;
+}
+
+void FaultInjectionEnv::AdvanceMicros(uint64_t micros) {
+  const uint64_t now = target()->NowMicros();
+  const uint64_t wall = target()->WallMicros();
+  absl::MutexLock lock(&mu_);
+  if (!manual_now_micros_.has_value()) {
+    manual_wall_base_micros_ = wall;
+    manual_start_micros_ = now;
+    manual_now_micros_ = now;
+  }
+  *manual_now_micros_ += micros;
+}
+
+uint64_t FaultInjectionEnv::NowMicros() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (manual_now_micros_.has_value()) return *manual_now_micros_;
+  }
+  return target()->NowMicros();
+}
+
+uint64_t FaultInjectionEnv::WallMicros() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (manual_now_micros_.has_value()) {
+      return manual_wall_base_micros_ +
+             (*manual_now_micros_ - manual_start_micros_);
+    }
+  }
+  return target()->WallMicros();
+}
+
+void FaultInjectionEnv::SleepForMicros(uint64_t micros) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (manual_now_micros_.has_value()) {
+      *manual_now_micros_ += micros;
+      return;
+    }
+  }
+  target()->SleepForMicros(micros);
+}
+
+}  // namespace kvtier

@@ -1,0 +1,159 @@
+#include "storage/env/fault_injection_env.h"
+
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "storage/env/aligned_buffer.h"
+#include "storage/env/test_util.h"
+
+namespace kvtier {
+namespace {
+
+using ::kvtier::testing::DirectIoSupported;
+using ::kvtier::testing::ScopedTempDir;
+
+constexpr uint64_t kFileBytes = 256 * 1024;
+
+class FaultInjectionEnvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BlockFileOptions options;
+    options.size_bytes = kFileBytes;
+    options.direct_io = DirectIoSupported(Env::Default(), dir_.path());
+    auto file = env_.OpenBlockFile(dir_.File("f.dat"), options);
+    ASSERT_TRUE(file.ok()) << file.status();
+    file_ = std::move(file).value();
+    auto queue = env_.NewIoQueue(IoQueueOptions{.depth = 4});
+    ASSERT_TRUE(queue.ok()) << queue.status();
+    queue_ = std::move(queue).value();
+    auto buffer = AlignedBuffer::Allocate(kFileBytes);
+    ASSERT_TRUE(buffer.ok());
+    buffer_ = std::move(buffer).value();
+  }
+
+  absl::Status Run(IoOp op, uint64_t offset, uint64_t length) {
+    IoRequest request;
+    request.op = op;
+    request.file = file_.get();
+    request.offset = offset;
+    request.buffer = buffer_.data() + offset;
+    request.length = op == IoOp::kSync ? 0 : length;
+    return RunIoRequests(*queue_, absl::MakeSpan(&request, 1));
+  }
+
+  // Reads the whole file into buffer_ with ordinary (unfaulted) I/O.
+  void ReadAll() { ASSERT_TRUE(file_->ReadAt(0, buffer_.span()).ok()); }
+
+  ScopedTempDir dir_;
+  FaultInjectionEnv env_{Env::Default(), /*seed=*/42};
+  std::unique_ptr<BlockFile> file_;
+  std::unique_ptr<IoQueue> queue_;
+  AlignedBuffer buffer_;
+};
+
+TEST_F(FaultInjectionEnvTest, DropUnsyncedDataRestoresLastSyncedContents) {
+  std::memset(buffer_.data(), 0x11, 8192);
+  ASSERT_TRUE(Run(IoOp::kWrite, 0, 8192).ok());
+  ASSERT_TRUE(Run(IoOp::kSync, 0, 0).ok());
+  EXPECT_EQ(env_.unsynced_write_count(), 0u);
+
+  // Overwrite the synced block, and write a new one, without syncing.
+  std::memset(buffer_.data(), 0x22, 4096);
+  std::memset(buffer_.data() + 65536, 0x33, 4096);
+  ASSERT_TRUE(Run(IoOp::kWrite, 0, 4096).ok());
+  ASSERT_TRUE(Run(IoOp::kWrite, 65536, 4096).ok());
+  // The same range written twice unwinds to the oldest contents.
+  std::memset(buffer_.data() + 65536, 0x44, 4096);
+  ASSERT_TRUE(Run(IoOp::kWrite, 65536, 4096).ok());
+  EXPECT_EQ(env_.unsynced_write_count(), 3u);
+
+  ReadAll();
+  EXPECT_EQ(buffer_.data()[0], 0x22);
+  EXPECT_EQ(buffer_.data()[65536], 0x44);
+
+  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  ReadAll();
+  EXPECT_EQ(buffer_.data()[0], 0x11) << "synced contents come back";
+  EXPECT_EQ(buffer_.data()[4096], 0x11);
+  EXPECT_EQ(buffer_.data()[65536], 0x00) << "never-synced write is gone";
+  EXPECT_EQ(env_.unsynced_write_count(), 0u);
+}
+
+TEST_F(FaultInjectionEnvTest, SynchronousWritesAreTrackedToo) {
+  std::vector<uint8_t> ones(4096, 1);
+  auto aligned = AlignedBuffer::Allocate(4096);
+  std::memcpy(aligned->data(), ones.data(), 4096);
+  ASSERT_TRUE(file_->WriteAt(8192, aligned->span()).ok());
+  ASSERT_TRUE(file_->Sync().ok());
+  std::memset(aligned->data(), 2, 4096);
+  ASSERT_TRUE(file_->WriteAt(8192, aligned->span()).ok());
+  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  ReadAll();
+  EXPECT_EQ(buffer_.data()[8192], 1);
+}
+
+TEST_F(FaultInjectionEnvTest, OneInNErrorsFailWithoutTransferringBytes) {
+  std::memset(buffer_.data(), 0x7e, kFileBytes);
+  ASSERT_TRUE(Run(IoOp::kWrite, 0, kFileBytes).ok());
+
+  env_.SetReadErrorOneIn(3);
+  constexpr int kReads = 60;
+  int failures = 0;
+  for (int i = 0; i < kReads; ++i) {
+    std::memset(buffer_.data(), 0, 4096);
+    absl::Status status = Run(IoOp::kRead, 0, 4096);
+    if (status.ok()) {
+      ASSERT_EQ(buffer_.data()[4095], 0x7e);
+    } else {
+      ++failures;
+      EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+      EXPECT_NE(status.message().find("f.dat"), absl::string_view::npos);
+      EXPECT_EQ(buffer_.data()[0], 0) << "a failed read moved no bytes";
+    }
+  }
+  EXPECT_GT(failures, 0);
+  EXPECT_LT(failures, kReads);
+  EXPECT_EQ(env_.injected_error_count(), static_cast<uint64_t>(failures));
+
+  env_.SetReadErrorOneIn(0);
+  env_.SetWriteErrorOneIn(1);
+  EXPECT_EQ(Run(IoOp::kWrite, 0, 4096).code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(Run(IoOp::kRead, 0, 4096).ok());
+}
+
+TEST_F(FaultInjectionEnvTest, NoSpaceFailsWritesAndCreation) {
+  env_.SetNoSpace(true);
+  EXPECT_EQ(Run(IoOp::kWrite, 0, 4096).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Run(IoOp::kRead, 0, 4096).ok());
+
+  BlockFileOptions options;
+  options.size_bytes = kFileBytes;
+  options.direct_io = file_->direct_io();
+  EXPECT_EQ(env_.OpenBlockFile(dir_.File("new.dat"), options).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(*env_.FileExists(dir_.File("new.dat")));
+  EXPECT_TRUE(env_.OpenBlockFile(dir_.File("f.dat"), options).ok())
+      << "an existing preallocated file needs no space";
+  EXPECT_EQ(env_.CreateDir(dir_.File("sub"), false).code(),
+            absl::StatusCode::kResourceExhausted);
+
+  env_.SetNoSpace(false);
+  EXPECT_TRUE(Run(IoOp::kWrite, 0, 4096).ok());
+}
+
+TEST(FaultInjectionClockTest, ManualClockMovesOnlyWhenTold) {
+  FaultInjectionEnv env(Env::Default());
+  env.SetNowMicros(1000);
+  EXPECT_EQ(env.NowMicros(), 1000u);
+  const uint64_t wall = env.WallMicros();
+  env.AdvanceMicros(500);
+  EXPECT_EQ(env.NowMicros(), 1500u);
+  EXPECT_EQ(env.WallMicros(), wall + 500);
+  env.SleepForMicros(3'000'000'000ull);  // Returns at once.
+  EXPECT_EQ(env.NowMicros(), 3'000'001'500ull);
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,147 @@
+// The NVMe tier under injected faults: power loss before Sync, EIO, ENOSPC.
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "storage/env/fault_injection_env.h"
+#include "storage/nvme/nvme_test_util.h"
+#include "storage/nvme/nvme_tier.h"
+
+namespace kvtier {
+namespace {
+
+using ::kvtier::testing::RandomBytes;
+using ::kvtier::testing::ScopedTempDir;
+using ::kvtier::testing::SmallTierOptions;
+
+class NvmeTierFaultTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(); }
+
+  void Reopen() {
+    tier_.reset();
+    auto tier = NvmeTier::Open(options_);
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    tier_ = std::move(tier).value();
+  }
+
+  ScopedTempDir dir_;
+  FaultInjectionEnv env_{Env::Default(), /*seed=*/7};
+  NvmeTierOptions options_ = SmallTierOptions(dir_.path(), &env_);
+  std::unique_ptr<NvmeTier> tier_;
+};
+
+TEST_F(NvmeTierFaultTest, PowerLossDropsOnlyUnsyncedBlocks) {
+  const auto synced = RandomBytes(100000, 1);
+  const auto unsynced = RandomBytes(200000, 2);
+  auto synced_at = tier_->Write(synced);
+  ASSERT_TRUE(synced_at.ok());
+  ASSERT_TRUE(tier_->Sync().ok());
+  auto unsynced_at = tier_->Write(unsynced);
+  ASSERT_TRUE(unsynced_at.ok());
+  // Before the crash both read back.
+  std::vector<uint8_t> out(unsynced.size());
+  ASSERT_TRUE(
+      tier_->Read(*unsynced_at, NvmeChecksum(unsynced), absl::MakeSpan(out))
+          .ok());
+
+  // Crash: close, lose what was not synced, restart from the catalog.
+  tier_.reset();
+  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  Reopen();
+  ASSERT_TRUE(tier_->Reserve(*synced_at).ok());
+  ASSERT_TRUE(tier_->Reserve(*unsynced_at).ok());
+
+  std::vector<uint8_t> back(synced.size());
+  EXPECT_TRUE(
+      tier_->Read(*synced_at, NvmeChecksum(synced), absl::MakeSpan(back)).ok());
+  EXPECT_EQ(back, synced);
+  absl::Status lost =
+      tier_->Read(*unsynced_at, NvmeChecksum(unsynced), absl::MakeSpan(out));
+  EXPECT_EQ(lost.code(), absl::StatusCode::kDataLoss) << lost;
+  EXPECT_EQ(out, std::vector<uint8_t>(out.size(), 0));
+}
+
+TEST_F(NvmeTierFaultTest, SyncedBlocksSurvivePowerLoss) {
+  std::vector<std::vector<uint8_t>> payloads;
+  std::vector<absl::Span<const uint8_t>> spans;
+  for (int i = 0; i < 10; ++i) payloads.push_back(RandomBytes(50000 + i, i));
+  for (const auto& p : payloads) spans.push_back(p);
+  auto locations = tier_->WriteBatch(spans);
+  ASSERT_TRUE(tier_->Sync().ok());
+  EXPECT_EQ(env_.unsynced_write_count(), 0u);
+  tier_.reset();
+  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  Reopen();
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    ASSERT_TRUE(locations[i].ok());
+    ASSERT_TRUE(tier_->Reserve(*locations[i]).ok());
+    std::vector<uint8_t> out(payloads[i].size());
+    ASSERT_TRUE(tier_->Read(*locations[i], NvmeChecksum(payloads[i]),
+                            absl::MakeSpan(out))
+                    .ok());
+    EXPECT_EQ(out, payloads[i]);
+  }
+}
+
+TEST_F(NvmeTierFaultTest, InjectedIoErrorsSurfaceAndNeverReturnWrongBytes) {
+  env_.SetWriteErrorOneIn(4);
+  std::vector<std::vector<uint8_t>> payloads;
+  std::vector<absl::Span<const uint8_t>> spans;
+  for (int i = 0; i < 40; ++i) payloads.push_back(RandomBytes(9000 + i, i));
+  for (const auto& p : payloads) spans.push_back(p);
+  auto locations = tier_->WriteBatch(spans);
+  int write_failures = 0;
+  for (const auto& location : locations) {
+    if (location.ok()) continue;
+    ++write_failures;
+    EXPECT_EQ(location.status().code(), absl::StatusCode::kInternal);
+    EXPECT_NE(location.status().message().find("nvme-00"),
+              absl::string_view::npos)
+        << location.status();
+  }
+  EXPECT_GT(write_failures, 0);
+  EXPECT_LT(write_failures, 40);
+  EXPECT_EQ(tier_->stats().blocks, 40u - write_failures)
+      << "failed writes leave no allocation";
+
+  env_.SetWriteErrorOneIn(0);
+  env_.SetReadErrorOneIn(3);
+  int read_failures = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      if (!locations[i].ok()) continue;
+      std::vector<uint8_t> out(payloads[i].size(), 0xee);
+      absl::Status status = tier_->Read(
+          *locations[i], NvmeChecksum(payloads[i]), absl::MakeSpan(out));
+      if (status.ok()) {
+        ASSERT_EQ(out, payloads[i]);
+      } else {
+        ++read_failures;
+        EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+        ASSERT_EQ(out, std::vector<uint8_t>(out.size(), 0));
+      }
+    }
+  }
+  EXPECT_GT(read_failures, 0);
+  EXPECT_EQ(env_.injected_error_count(),
+            static_cast<uint64_t>(write_failures + read_failures));
+}
+
+TEST_F(NvmeTierFaultTest, NoSpaceIsResourceExhausted) {
+  env_.SetNoSpace(true);
+  auto location = tier_->Write(RandomBytes(8192, 1));
+  EXPECT_EQ(location.status().code(), absl::StatusCode::kResourceExhausted)
+      << location.status();
+  EXPECT_EQ(tier_->stats().used_bytes, 0u);
+
+  NvmeTierOptions elsewhere = options_;
+  elsewhere.directory = dir_.path() + "/other";
+  EXPECT_EQ(NvmeTier::Open(elsewhere).status().code(),
+            absl::StatusCode::kResourceExhausted);
+
+  env_.SetNoSpace(false);
+  EXPECT_TRUE(tier_->Write(RandomBytes(8192, 1)).ok());
+}
+
+}  // namespace
+}  // namespace kvtier
