@@ -58,14 +58,14 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
               key,
               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(put.data().data()),
                                   put.data().size()),
-              request_.durable());
+              request_.durable(), put.xxh3());
           break;
         case v1::BlockPut::kSlot:
           outcome = store->PutFromStaging(
               key,
               StagingSlot{put.slot().slot_id(), put.slot().offset_bytes(),
                           put.slot().size_bytes(), put.slot().generation()},
-              request_.durable());
+              request_.durable(), put.xxh3());
           break;
         default:
           outcome = absl::InvalidArgumentError(

@@ -15,7 +15,7 @@ PACKAGES=(
   libabsl-dev libssl-dev libsystemd-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev libfaiss-dev libhiredis-dev
-  redis-server fio prometheus
+  redis-server fio prometheus python3-matplotlib
   # python client
   python3 python3-grpcio python3-protobuf python3-numpy
 )

@@ -6,8 +6,9 @@
 // every page weighs the same in its parents whatever its key norm. A chunk's
 // vector is the mean of its pages' u_b, a grid's vector the mean of its
 // chunks' vectors. Scoring is cosine similarity, so each level also keeps its
-// vectors normalised and rounded to fp16 ("rows"), the form the Selector
-// multiplies: [num_pages][dim], [num_chunks][dim], [num_grids][dim].
+// rows rounded to fp16, the form the Selector multiplies: [num_pages][dim],
+// [num_chunks][dim], [num_grids][dim]. Page rows are u_b; chunk and grid rows
+// are their means (default, TreeOptions::level_score) or the normalised means.
 //
 // Segments: every segment (a document, the prefix, the running sequence)
 // starts a new chunk and a new grid, so no chunk or grid mixes two documents;
@@ -58,6 +59,14 @@ struct TreeOptions {
   // so the flat scorers (Quest, ArkVale, KeyDiff, ...) can run on the
   // context. Requires the BlockSummary overloads.
   bool keep_summaries = false;
+  // How a chunk or grid is scored. kCosineOfMean: its row is the normalised
+  // mean of its children (cos(anchor, mean), the CHESS form). kMeanOfCosines:
+  // its row is the plain mean of its pages' unit vectors, so anchor . row is
+  // the mean affinity of the pages below; it does not favour groups whose
+  // children point in many directions (a mixed group's mean is short and,
+  // normalised, leans towards the direction every key shares).
+  enum class LevelScore : uint8_t { kCosineOfMean = 0, kMeanOfCosines = 1 };
+  LevelScore level_score = LevelScore::kMeanOfCosines;
 };
 
 class ContextTree {
@@ -81,9 +90,15 @@ class ContextTree {
   const TreeOptions& options() const { return options_; }
   int32_t dim() const { return options_.dim; }
   int64_t num_pages() const { return num_pages_; }
-  int64_t num_chunks() const { return static_cast<int64_t>(chunk_count_.size()); }
-  int64_t num_grids() const { return static_cast<int64_t>(grid_first_chunk_.size()) - 1; }
-  int64_t num_segments() const { return static_cast<int64_t>(segment_first_page_.size()); }
+  int64_t num_chunks() const {
+    return static_cast<int64_t>(chunk_count_.size());
+  }
+  int64_t num_grids() const {
+    return static_cast<int64_t>(grid_first_chunk_.size()) - 1;
+  }
+  int64_t num_segments() const {
+    return static_cast<int64_t>(segment_first_page_.size());
+  }
 
   // Normalised fp16 rows of each level, row-major [count][dim].
   const uint16_t* page_rows() const { return page_rows_.data(); }
@@ -123,8 +138,8 @@ class ContextTree {
   const TreeOptions options_;
   int64_t num_pages_ = 0;
   std::vector<uint16_t> page_rows_, chunk_rows_, grid_rows_;
-  std::vector<float> chunk_sum_;         // [C][D], unit page vectors
-  std::vector<int32_t> chunk_count_;     // [C]
+  std::vector<float> chunk_sum_;           // [C][D], unit page vectors
+  std::vector<int32_t> chunk_count_;       // [C]
   std::vector<int64_t> chunk_first_page_;  // [C + 1]
   std::vector<int64_t> grid_first_chunk_;  // [G + 1]
   std::vector<int64_t> segment_first_page_;

@@ -91,18 +91,17 @@ bool ScoresInUnitInterval(ScorerKind kind) {
 absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
                          const ScoreInput& input, absl::Span<float> out) {
   if (view.dim < 1 || view.dim > kMaxHeadDim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("view.dim (", view.dim, ") must be in [1, ", kMaxHeadDim,
-                     "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "view.dim (", view.dim, ") must be in [1, ", kMaxHeadDim, "]"));
   }
   if (view.num_blocks < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "context is empty (view.num_blocks ", view.num_blocks, ")"));
   }
   if (static_cast<int64_t>(out.size()) != view.num_blocks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "out has ", out.size(), " elements, expected view.num_blocks ",
-        view.num_blocks));
+    return absl::InvalidArgumentError(
+        absl::StrCat("out has ", out.size(),
+                     " elements, expected view.num_blocks ", view.num_blocks));
   }
   const size_t D = static_cast<size_t>(view.dim);
   const int64_t N = view.num_blocks;
@@ -111,8 +110,8 @@ absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
     case ScorerKind::kKeyKeyWeighted: {
       const bool weighted = kind == ScorerKind::kKeyKeyWeighted;
       const float* rows = weighted ? view.weighted_mean : view.mean;
-      if (absl::Status s = Need(
-              rows, weighted ? "view.weighted_mean" : "view.mean", kind);
+      if (absl::Status s =
+              Need(rows, weighted ? "view.weighted_mean" : "view.mean", kind);
           !s.ok()) {
         return s;
       }
@@ -180,8 +179,8 @@ absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
       }
       return absl::OkStatus();
     case ScorerKind::kRandom: {
-      const uint64_t base =
-          SplitMix64(input.seed ^ SplitMix64(static_cast<uint64_t>(input.step)));
+      const uint64_t base = SplitMix64(
+          input.seed ^ SplitMix64(static_cast<uint64_t>(input.step)));
       for (int64_t b = 0; b < N; ++b) {
         const uint64_t r = SplitMix64(base + static_cast<uint64_t>(b));
         out[b] = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
@@ -213,9 +212,9 @@ SummaryTable::SummaryTable(int32_t dim, int32_t layer)
 absl::Status SummaryTable::Add(const BlockSummary& s) {
   const size_t D = static_cast<size_t>(dim_);
   if (s.dim != dim_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "summary.dim (", s.dim, ") does not match the table's dim (", dim_,
-        ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary.dim (", s.dim,
+                     ") does not match the table's dim (", dim_, ")"));
   }
   const float* mean = nullptr;
   const float* lo = nullptr;
@@ -234,9 +233,9 @@ absl::Status SummaryTable::Add(const BlockSummary& s) {
   } else {
     const size_t off = static_cast<size_t>(layer_) * D;
     if (layer_ >= s.num_layers || s.layer_mean.size() < off + D) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "summary.layer_mean has no layer ", layer_, " (num_layers ",
-          s.num_layers, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("summary.layer_mean has no layer ", layer_,
+                       " (num_layers ", s.num_layers, ")"));
     }
     mean = s.layer_mean.data() + off;
     if (s.layer_min.size() >= off + D && s.layer_max.size() >= off + D) {

@@ -132,8 +132,8 @@ KVTIER_AVX2 inline float TailHalf(const uint16_t* row, size_t from, size_t dim,
   return sum;
 }
 
-KVTIER_AVX2 void DotRowsHalfAvx2(const uint16_t* rows, size_t nrows,
-                                 size_t dim, const float* q, float* out) {
+KVTIER_AVX2 void DotRowsHalfAvx2(const uint16_t* rows, size_t nrows, size_t dim,
+                                 const float* q, float* out) {
   const size_t body = dim & ~size_t{7};
   size_t r = 0;
   for (; r + 4 <= nrows; r += 4) {
@@ -336,8 +336,8 @@ void FloatToHalfN(const float* src, uint16_t* dst, size_t n) {
   Active().float_to_half(src, dst, n);
 }
 
-void DotRowsHalf(const uint16_t* rows, size_t nrows, size_t dim,
-                 const float* q, float* out) {
+void DotRowsHalf(const uint16_t* rows, size_t nrows, size_t dim, const float* q,
+                 float* out) {
   Active().dot_rows_half(rows, nrows, dim, q, out);
 }
 

@@ -34,8 +34,8 @@ void BfloatToFloatN(const void* src, float* dst, size_t n);
 void FloatToHalfN(const float* src, uint16_t* dst, size_t n);
 
 // out[r] = sum_d HalfToFloat(rows[r * dim + d]) * q[d] for r in [0, nrows).
-void DotRowsHalf(const uint16_t* rows, size_t nrows, size_t dim,
-                 const float* q, float* out);
+void DotRowsHalf(const uint16_t* rows, size_t nrows, size_t dim, const float* q,
+                 float* out);
 
 // sum_i a[i] * b[i], accumulated in float with a fixed order.
 float Dot(const float* a, const float* b, size_t n);

@@ -39,9 +39,9 @@ absl::Status CheckWeights(const BlockLayout& layout, const HeadWeights& w) {
   double total = 0;
   for (size_t i = 0; i < w.weights.size(); ++i) {
     if (!std::isfinite(w.weights[i]) || w.weights[i] < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "head_weights.weights[", i, "] (", w.weights[i],
-          ") must be finite and >= 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("head_weights.weights[", i, "] (", w.weights[i],
+                       ") must be finite and >= 0"));
     }
     total += w.weights[i];
   }
@@ -142,9 +142,9 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
       // NaN and Inf propagate into the sum (min/max would hide NaN).
       for (size_t d = 0; d < D; ++d) {
         if (!std::isfinite(head_sum[d])) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "payload keys of layer ", l, " head ", h,
-              " are not finite (dim ", d, ")"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("payload keys of layer ", l, " head ", h,
+                           " are not finite (dim ", d, ")"));
         }
       }
       const size_t lh = static_cast<size_t>(l) * H + h;
@@ -232,11 +232,11 @@ absl::Status HeadVarianceTracker::Merge(const HeadStats& in) {
       in.num_kv_heads != stats_.num_kv_heads ||
       in.head_dim != stats_.head_dim || in.count.size() != heads ||
       in.mean.size() != heads * D || in.m2.size() != heads) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "head_stats shape (", in.num_layers, " layers x ", in.num_kv_heads,
-        " heads x ", in.head_dim, " dims) does not match the tracker (",
-        stats_.num_layers, " x ", stats_.num_kv_heads, " x ", stats_.head_dim,
-        ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_stats shape (", in.num_layers, " layers x ",
+                     in.num_kv_heads, " heads x ", in.head_dim,
+                     " dims) does not match the tracker (", stats_.num_layers,
+                     " x ", stats_.num_kv_heads, " x ", stats_.head_dim, ")"));
   }
   for (size_t i = 0; i < heads; ++i) {
     if (in.count[i] < 0 || !std::isfinite(in.m2[i]) || in.m2[i] < 0) {
@@ -306,10 +306,10 @@ absl::StatusOr<std::vector<float>> WeightedAnchor(
   const size_t heads = static_cast<size_t>(weights.num_layers) *
                        static_cast<size_t>(weights.num_kv_heads);
   if (head_dim < 1 || weights.weights.size() != heads || heads == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weights shape (", weights.num_layers, " x ", weights.num_kv_heads,
-        ", ", weights.weights.size(), " weights) or head_dim (", head_dim,
-        ") is invalid"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights shape (", weights.num_layers, " x ",
+                     weights.num_kv_heads, ", ", weights.weights.size(),
+                     " weights) or head_dim (", head_dim, ") is invalid"));
   }
   const size_t D = static_cast<size_t>(head_dim);
   if (per_head_anchor.size() != heads * D) {

@@ -102,9 +102,8 @@ absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
     return absl::InvalidArgumentError("encoding is not fp32 or fp16");
   }
   if (s.dim < 1 || s.dim > kMaxHeadDim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("summary.dim (", s.dim, ") must be in [1, ", kMaxHeadDim,
-                     "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "summary.dim (", s.dim, ") must be in [1, ", kMaxHeadDim, "]"));
   }
   uint16_t flags = 0;
   if (!s.weighted_mean.empty()) flags |= kFlagWeighted;
@@ -113,9 +112,9 @@ absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
   if (!s.layer_min.empty() || !s.layer_max.empty()) flags |= kFlagLayerBounds;
   const bool layered = (flags & (kFlagLayerMean | kFlagLayerBounds)) != 0;
   if (layered && (s.num_layers < 1 || s.num_layers > kMaxLayers)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "summary.num_layers (", s.num_layers, ") must be in [1, ", kMaxLayers,
-        "] when per-layer sections are present"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary.num_layers (", s.num_layers, ") must be in [1, ",
+                     kMaxLayers, "] when per-layer sections are present"));
   }
   if ((flags & kFlagLayerBounds) && !(flags & kFlagLayerMean)) {
     return absl::InvalidArgumentError(
@@ -159,17 +158,17 @@ absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
 
 absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
   if (b.size() < kSummaryHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "summary blob is truncated (", b.size(), " bytes, header needs ",
-        kSummaryHeaderBytes, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary blob is truncated (", b.size(),
+                     " bytes, header needs ", kSummaryHeaderBytes, ")"));
   }
   if (std::memcmp(b.data(), kMagic, 4) != 0) {
     return absl::InvalidArgumentError("summary blob: bad magic");
   }
   const uint8_t version = GetLe<uint8_t>(b.data() + 4);
   if (version != kSummaryFormatVersion) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "summary blob: unsupported format version ", version));
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary blob: unsupported format version ", version));
   }
   const uint8_t enc_raw = GetLe<uint8_t>(b.data() + 5);
   if (enc_raw != 1 && enc_raw != 2) {
@@ -207,9 +206,9 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
   const size_t elem_bytes = enc == SummaryEncoding::kFp32 ? 4 : 2;
   const size_t expected = kSummaryHeaderBytes + elems * elem_bytes;
   if (b.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "summary blob length (", b.size(), ") does not match its header (",
-        expected, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary blob length (", b.size(),
+                     ") does not match its header (", expected, ")"));
   }
   if (GetLe<uint32_t>(b.data() + 20) != Checksum(b)) {
     return absl::DataLossError("summary blob: checksum mismatch");

@@ -1,0 +1,16 @@
+# Unit tests of the index (one binary per area; each runs in well under a
+# second).
+kvtier_add_test(kvtier_index_summary_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/summary_test.cc
+  LIBS kvtier_index kvtier_testutil LABELS index)
+kvtier_add_test(kvtier_index_scorer_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/scorer_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/placement_test.cc
+  LIBS kvtier_index LABELS index)
+kvtier_add_test(kvtier_index_tree_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/context_tree_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/stability_test.cc
+  LIBS kvtier_index LABELS index)
+kvtier_add_test(kvtier_index_selector_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/selector_test.cc
+  LIBS kvtier_index kvtier_testutil LABELS index)

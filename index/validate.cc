@@ -29,8 +29,7 @@ absl::Status CheckVector(const char* field, absl::Span<const float> v,
     double n2 = 0;
     for (float x : v) n2 += double{x} * x;
     if (!(n2 > 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, " has zero norm"));
+      return absl::InvalidArgumentError(absl::StrCat(field, " has zero norm"));
     }
   }
   return absl::OkStatus();

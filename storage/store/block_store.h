@@ -162,8 +162,10 @@ class BlockStore {
   // ---- Blocks ----------------------------------------------------------
   // data must be exactly the profile's block size. durable: acknowledge
   // only once the NVMe copy and its catalog record are synced.
+  // expected_xxh3 != 0: the payload's XXH3-64 must equal it, else DATA_LOSS
+  // and nothing is stored.
   virtual absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
-                                         bool durable) = 0;
+                                         bool durable, uint64_t expected_xxh3 = 0) = 0;
   // Reserves count staging slots of the profile's block size, returned
   // to the pool after ttl_ms (0 = default) unless used by PutFromStaging.
   virtual absl::StatusOr<std::vector<StagingSlot>> ReserveStaging(const std::string& tenant,
@@ -174,7 +176,7 @@ class BlockStore {
   // copied into the host tier, so later writes to the slot cannot change
   // the stored block); the slot is consumed.
   virtual absl::StatusOr<PutOutcome> PutFromStaging(const BlockKey& key, const StagingSlot& slot,
-                                                    bool durable) = 0;
+                                                    bool durable, uint64_t expected_xxh3 = 0) = 0;
   // The bytes of a block (promoting an NVMe-only block to the host tier
   // when there is room). NOT_FOUND when missing or quarantined.
   virtual absl::Status Get(const BlockKey& key, std::string* out, TierId* from) = 0;

@@ -446,7 +446,8 @@ absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e) {
 // ---- Blocks ----------------------------------------------------------------
 
 absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
-                                               absl::Span<const uint8_t> data, bool durable) {
+                                               absl::Span<const uint8_t> data, bool durable,
+                                               uint64_t expected_xxh3) {
   ModelProfile profile;
   {
     absl::MutexLock lock(&mu_);
@@ -454,6 +455,10 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
     profile = profiles_.at(key.profile_id);
   }
   const uint64_t checksum = Checksum(data);
+  if (expected_xxh3 != 0 && expected_xxh3 != checksum) {
+    return absl::DataLossError(absl::StrCat(
+        "xxh3: the payload of ", Describe(key), " does not match the checksum the client sent"));
+  }
   std::string summary;
   if (options_.summarize) {
     KVTIER_ASSIGN_OR_RETURN(summary, options_.summarize(profile, data));
@@ -556,7 +561,8 @@ absl::StatusOr<std::vector<StagingSlot>> BlockStoreImpl::ReserveStaging(const st
 }
 
 absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
-                                                          const StagingSlot& slot, bool durable) {
+                                                          const StagingSlot& slot, bool durable,
+                                                          uint64_t expected_xxh3) {
   HostSlot host_slot;
   {
     absl::MutexLock lock(&mu_);
@@ -580,7 +586,7 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
       data.ok() ? Put(key,
                       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()),
                                           data->size()),
-                      durable)
+                      durable, expected_xxh3)
                 : absl::StatusOr<PutOutcome>(data.status());
   staging_->Free(host_slot).IgnoreError();
   return outcome;

@@ -43,12 +43,12 @@ class BlockStoreImpl final : public BlockStore {
       const ModelProfile& profile) override;
   absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) override;
   absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
-                                 bool durable) override;
+                                 bool durable, uint64_t expected_xxh3) override;
   absl::StatusOr<std::vector<StagingSlot>> ReserveStaging(const std::string& tenant,
                                                           uint64_t profile_id, uint32_t count,
                                                           uint64_t ttl_ms) override;
   absl::StatusOr<PutOutcome> PutFromStaging(const BlockKey& key, const StagingSlot& slot,
-                                            bool durable) override;
+                                            bool durable, uint64_t expected_xxh3) override;
   absl::Status Get(const BlockKey& key, std::string* out, TierId* from) override;
   absl::StatusOr<uint64_t> AcquireHandles(
       const std::vector<BlockKey>& keys, uint64_t ttl_ms,

@@ -9,6 +9,8 @@
 #include <random>
 #include <thread>
 
+#include <xxhash.h>
+
 #include "gmock/gmock.h"
 #include "gpu/cpu/shm_device_ops.h"
 #include "gtest/gtest.h"
@@ -420,6 +422,16 @@ TEST_F(BlockStoreTest, StagingSlotsPutWithoutGrpcCopies) {
   EXPECT_EQ(store_->Stats().staging_slots, 0u);
   EXPECT_EQ(store_->PutFromStaging(Key(11), (*slots)[1], false).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(BlockStoreTest, ClientChecksumMismatchIsRefused) {
+  auto data = Payload(5);
+  uint64_t good = XXH3_64bits(data.data(), data.size());
+  auto bad = store_->Put(Key(5), data, false, good ^ 1);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(bad.status().message(), HasSubstr("xxh3"));
+  EXPECT_FALSE(store_->Lookup(Key(5)).present);
+  EXPECT_TRUE(store_->Put(Key(5), data, false, good).ok());
 }
 
 TEST_F(BlockStoreTest, ConcurrentPutsAndGets) {

@@ -1,0 +1,213 @@
+#include "index/context_tree.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "index/simd.h"
+
+namespace kvtier::index {
+namespace {
+
+std::vector<float> RandomVectors(int64_t n, int32_t dim, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n * dim);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+std::vector<double> Unit(const float* v, int32_t dim) {
+  double n2 = 0;
+  for (int32_t d = 0; d < dim; ++d) n2 += double{v[d]} * v[d];
+  std::vector<double> u(dim);
+  for (int32_t d = 0; d < dim; ++d) u[d] = v[d] / std::sqrt(n2);
+  return u;
+}
+
+TreeOptions SmallOptions() {
+  TreeOptions o;
+  o.dim = 8;
+  o.pages_per_chunk = 4;
+  o.chunks_per_grid = 2;
+  return o;
+}
+
+TEST(ContextTreeTest, SegmentsStartNewChunksAndGrids) {
+  auto tree = ContextTree::Create(SmallOptions());
+  ASSERT_TRUE(tree.ok());
+  ContextTree& t = **tree;
+  ASSERT_TRUE(t.AddSegment(RandomVectors(10, 8, 1)).ok());
+  ASSERT_TRUE(t.AddSegment(RandomVectors(5, 8, 2)).ok());
+  EXPECT_EQ(t.num_pages(), 15);
+  EXPECT_EQ(t.num_segments(), 2);
+  EXPECT_EQ(t.SegmentFirstPage(1), 10);
+  // Segment 0: chunks of 4, 4, 2 pages in grids {0, 1}, {2}; segment 1:
+  // chunks of 4, 1 in grid {3, 4}.
+  ASSERT_EQ(t.num_chunks(), 5);
+  ASSERT_EQ(t.num_grids(), 3);
+  const int64_t first_page[] = {0, 4, 8, 10, 14, 15};
+  for (int c = 0; c <= 5; ++c) EXPECT_EQ(t.ChunkFirstPage(c), first_page[c]);
+  const int64_t first_chunk[] = {0, 2, 3, 5};
+  for (int g = 0; g <= 3; ++g) EXPECT_EQ(t.GridFirstChunk(g), first_chunk[g]);
+}
+
+TEST(ContextTreeTest, LevelMeansAreMeansOfUnitChildren) {
+  auto tree = ContextTree::Create(SmallOptions());
+  ASSERT_TRUE(tree.ok());
+  ContextTree& t = **tree;
+  const std::vector<float> v = RandomVectors(11, 8, 3);
+  ASSERT_TRUE(t.AddSegment(v).ok());
+  std::vector<std::vector<double>> chunk_means;
+  for (int64_t c = 0; c < t.num_chunks(); ++c) {
+    std::vector<double> ref(8, 0.0);
+    const int64_t p0 = t.ChunkFirstPage(c), p1 = t.ChunkFirstPage(c + 1);
+    for (int64_t p = p0; p < p1; ++p) {
+      const std::vector<double> u = Unit(&v[p * 8], 8);
+      for (int d = 0; d < 8; ++d) ref[d] += u[d] / (p1 - p0);
+    }
+    const std::vector<float> got = t.ChunkMean(c);
+    for (int d = 0; d < 8; ++d) EXPECT_NEAR(got[d], ref[d], 1e-6);
+    chunk_means.push_back(ref);
+  }
+  for (int64_t g = 0; g < t.num_grids(); ++g) {
+    std::vector<double> ref(8, 0.0);
+    const int64_t c0 = t.GridFirstChunk(g), c1 = t.GridFirstChunk(g + 1);
+    for (int64_t c = c0; c < c1; ++c) {
+      for (int d = 0; d < 8; ++d) ref[d] += chunk_means[c][d] / (c1 - c0);
+    }
+    const std::vector<float> got = t.GridMean(g);
+    for (int d = 0; d < 8; ++d) EXPECT_NEAR(got[d], ref[d], 1e-6);
+  }
+  // Default rows are the means themselves, in fp16.
+  for (int64_t c = 0; c < t.num_chunks(); ++c) {
+    for (int d = 0; d < 8; ++d) {
+      EXPECT_NEAR(simd::HalfToFloat(t.chunk_rows()[c * 8 + d]),
+                  chunk_means[c][d], 1e-3);
+    }
+  }
+  // kCosineOfMean rows are the normalised means.
+  TreeOptions o = SmallOptions();
+  o.level_score = TreeOptions::LevelScore::kCosineOfMean;
+  auto cos_tree = ContextTree::Create(o);
+  ASSERT_TRUE(cos_tree.ok());
+  ASSERT_TRUE((*cos_tree)->AddSegment(v).ok());
+  for (int64_t c = 0; c < t.num_chunks(); ++c) {
+    const std::vector<float> m(chunk_means[c].begin(), chunk_means[c].end());
+    const std::vector<double> u = Unit(m.data(), 8);
+    for (int d = 0; d < 8; ++d) {
+      EXPECT_NEAR(simd::HalfToFloat((*cos_tree)->chunk_rows()[c * 8 + d]), u[d],
+                  1e-3);
+    }
+  }
+  std::vector<double> ctx(8, 0.0);
+  for (int64_t p = 0; p < 11; ++p) {
+    const std::vector<double> u = Unit(&v[p * 8], 8);
+    for (int d = 0; d < 8; ++d) ctx[d] += u[d] / 11;
+  }
+  const std::vector<float> got = t.ContextMean();
+  for (int d = 0; d < 8; ++d) EXPECT_NEAR(got[d], ctx[d], 1e-6);
+}
+
+TEST(ContextTreeTest, AppendEqualsRebuild) {
+  const std::vector<float> doc = RandomVectors(6, 8, 4);
+  const std::vector<float> run = RandomVectors(13, 8, 5);
+  auto built = ContextTree::Create(SmallOptions());
+  auto grown = ContextTree::Create(SmallOptions());
+  ASSERT_TRUE(built.ok() && grown.ok());
+  ASSERT_TRUE((*built)->AddSegment(doc).ok());
+  ASSERT_TRUE((*built)->AddSegment(run).ok());
+  ASSERT_TRUE((*grown)->AddSegment(doc).ok());
+  ASSERT_TRUE(
+      (*grown)->AddSegment(absl::MakeConstSpan(run).subspan(0, 8)).ok());
+  for (int64_t p = 1; p < 13; ++p) {
+    ASSERT_TRUE(
+        (*grown)->Append(absl::MakeConstSpan(run).subspan(p * 8, 8)).ok());
+  }
+  const ContextTree& a = **built;
+  const ContextTree& b = **grown;
+  ASSERT_EQ(a.num_pages(), b.num_pages());
+  ASSERT_EQ(a.num_chunks(), b.num_chunks());
+  ASSERT_EQ(a.num_grids(), b.num_grids());
+  EXPECT_EQ(0, std::memcmp(a.page_rows(), b.page_rows(),
+                           a.num_pages() * 8 * sizeof(uint16_t)));
+  EXPECT_EQ(0, std::memcmp(a.chunk_rows(), b.chunk_rows(),
+                           a.num_chunks() * 8 * sizeof(uint16_t)));
+  EXPECT_EQ(0, std::memcmp(a.grid_rows(), b.grid_rows(),
+                           a.num_grids() * 8 * sizeof(uint16_t)));
+  for (int64_t c = 0; c < a.num_chunks(); ++c) {
+    EXPECT_EQ(a.ChunkMean(c), b.ChunkMean(c));
+  }
+}
+
+TEST(ContextTreeTest, AppendToEmptyTreeStartsASegment) {
+  auto tree = ContextTree::Create(SmallOptions());
+  ASSERT_TRUE(tree.ok());
+  const std::vector<float> v = RandomVectors(1, 8, 6);
+  ASSERT_TRUE((*tree)->Append(v).ok());
+  EXPECT_EQ((*tree)->num_segments(), 1);
+  EXPECT_EQ((*tree)->num_grids(), 1);
+  EXPECT_GT((*tree)->MemoryBytes(), 8u * 2);
+}
+
+TEST(ContextTreeTest, KeepsSummariesForFlatScorers) {
+  TreeOptions o = SmallOptions();
+  o.keep_summaries = true;
+  auto tree = ContextTree::Create(o);
+  ASSERT_TRUE(tree.ok());
+  EXPECT_EQ((*tree)->AddSegment(RandomVectors(2, 8, 7)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  BlockSummary s;
+  s.dim = 8;
+  s.mean.assign(8, 1.0f);
+  s.min.assign(8, 0.0f);
+  s.max.assign(8, 2.0f);
+  s.radius = 1.5f;
+  std::vector<BlockSummary> pages(3, s);
+  ASSERT_TRUE((*tree)->AddSegment(pages).ok());
+  ASSERT_TRUE((*tree)->Append(s).ok());
+  const SummaryView v = (*tree)->summaries();
+  EXPECT_EQ(v.num_blocks, 4);
+  EXPECT_EQ(v.radius[3], 1.5f);
+  BlockSummary no_bounds = s;
+  no_bounds.min.clear();
+  no_bounds.max.clear();
+  EXPECT_FALSE((*tree)->Append(no_bounds).ok());
+  EXPECT_EQ((*tree)->num_pages(), 4);  // unchanged on error
+}
+
+TEST(ContextTreeTest, BadInputNamesTheField) {
+  TreeOptions o = SmallOptions();
+  o.pages_per_chunk = 0;
+  EXPECT_NE(
+      ContextTree::Create(o).status().message().find("options.pages_per_chunk"),
+      std::string::npos);
+  auto tree = ContextTree::Create(SmallOptions());
+  ASSERT_TRUE(tree.ok());
+  EXPECT_NE((*tree)
+                ->AddSegment(std::vector<float>{})
+                .message()
+                .find("segment is empty"),
+            std::string::npos);
+  EXPECT_NE((*tree)
+                ->AddSegment(std::vector<float>(12, 1.0f))
+                .message()
+                .find("multiple of dim"),
+            std::string::npos);
+  std::vector<float> v = RandomVectors(2, 8, 8);
+  v[9] = INFINITY;
+  EXPECT_NE((*tree)->AddSegment(v).message().find("vectors[9]"),
+            std::string::npos);
+  EXPECT_NE((*tree)
+                ->Append(std::vector<float>(7, 1.0f))
+                .message()
+                .find("vector has 7"),
+            std::string::npos);
+  EXPECT_EQ((*tree)->num_pages(), 0);
+}
+
+}  // namespace
+}  // namespace kvtier::index

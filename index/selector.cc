@@ -1,0 +1,616 @@
+#include "index/selector.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "index/simd.h"
+#include "index/validate.h"
+
+namespace kvtier::index {
+namespace {
+
+struct ScoredIndex {
+  float score;
+  int32_t index;
+};
+
+// Strict total order: higher score first, then lower index. Every top-k
+// below uses it, so the kept sets do not depend on the input order.
+inline bool Better(const ScoredIndex& a, const ScoredIndex& b) {
+  return a.score > b.score || (a.score == b.score && a.index < b.index);
+}
+
+// Moves the best `k` items of *v to its front; then, while the weight of the
+// kept items is below `target_weight`, keeps the next best ones. Returns the
+// number kept (>= 1 when v is not empty).
+template <typename WeightFn>
+size_t TopWithFloor(std::vector<ScoredIndex>* v, size_t k, WeightFn weight,
+                    int64_t target_weight) {
+  const size_t n = v->size();
+  if (n == 0) return 0;
+  k = std::clamp<size_t>(k, 1, n);
+  auto first = v->begin();
+  if (k < n) std::nth_element(first, first + k, v->end(), Better);
+  int64_t w = 0;
+  for (size_t i = 0; i < k; ++i) w += weight((*v)[i].index);
+  while (w < target_weight && k < n) {
+    const double per_item = std::max(1.0, static_cast<double>(w) / k);
+    size_t extra = static_cast<size_t>(
+        std::ceil(static_cast<double>(target_weight - w) / per_item));
+    extra = std::clamp<size_t>(extra, 1, n - k);
+    if (k + extra < n) {
+      std::nth_element(first + k, first + k + extra, v->end(), Better);
+    }
+    for (size_t i = k; i < k + extra; ++i) w += weight((*v)[i].index);
+    k += extra;
+  }
+  return k;
+}
+
+inline float Affinity(float dot) {
+  return std::clamp(0.5f * (1.0f + dot), 0.0f, 1.0f);
+}
+
+int64_t CeilFraction(double fraction, int64_t n) {
+  return static_cast<int64_t>(std::ceil(fraction * static_cast<double>(n)));
+}
+
+}  // namespace
+
+// ---- worker threads ---------------------------------------------------------
+
+class Selector::Workers {
+ public:
+  explicit Workers(int32_t threads) {
+    for (int32_t i = 1; i < threads; ++i) {
+      threads_.emplace_back([this, i] { Loop(i); });
+    }
+  }
+
+  ~Workers() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    for (std::thread& t : threads_) t.join();
+  }
+
+  // Runs fn(worker, item) for every item in [0, count), spread over the
+  // workers and the calling thread (worker 0); returns when all are done.
+  void ParallelFor(int64_t count,
+                   const std::function<void(int32_t, int64_t)>& fn) {
+    if (threads_.empty() || count <= 1) {
+      for (int64_t i = 0; i < count; ++i) fn(0, i);
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      fn_ = &fn;
+      count_ = count;
+      next_.store(0, std::memory_order_relaxed);
+      active_ = static_cast<int32_t>(threads_.size());
+      ++generation_;
+    }
+    Drain(0, &fn, count);
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int32_t* active) { return *active == 0; }, &active_));
+    fn_ = nullptr;
+  }
+
+  int32_t size() const { return static_cast<int32_t>(threads_.size()) + 1; }
+
+ private:
+  void Drain(int32_t id, const std::function<void(int32_t, int64_t)>* fn,
+             int64_t count) {
+    for (int64_t i = next_.fetch_add(1, std::memory_order_relaxed); i < count;
+         i = next_.fetch_add(1, std::memory_order_relaxed)) {
+      (*fn)(id, i);
+    }
+  }
+
+  void Loop(int32_t id) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int32_t, int64_t)>* fn;
+      int64_t count;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this, &seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || generation_ != seen;
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (stop_) return;
+        seen = generation_;
+        fn = fn_;
+        count = count_;
+      }
+      Drain(id, fn, count);
+      absl::MutexLock lock(&mu_);
+      --active_;
+    }
+  }
+
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t active_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::function<void(int32_t, int64_t)>* fn_ ABSL_GUARDED_BY(mu_) =
+      nullptr;
+  int64_t count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> next_{0};
+  std::vector<std::thread> threads_;
+};
+
+// ---- per-thread scratch -----------------------------------------------------
+
+struct Selector::Scratch {
+  std::vector<float> q;  // normalised anchor
+  std::vector<float> dots;
+  std::vector<ScoredIndex> grids, chunks, pool;
+  std::vector<float> affinity;  // [N]; valid for pages scored this step
+  std::vector<int32_t> scored;  // non-forced pages scored this step
+  std::vector<int64_t> held;
+  std::vector<std::pair<float, int64_t>> rising;
+  // kGemm: scores of every level of this request's context (not owned).
+  float* all_grid = nullptr;
+  float* all_chunk = nullptr;
+  float* all_page = nullptr;
+};
+
+// ---- options and validation -------------------------------------------------
+
+absl::Status ValidateSelectorOptions(const SelectorOptions& o) {
+  auto fraction = [](const char* name, double v) {
+    if (!(v > 0.0 && v <= 1.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.", name, " (", v, ") must be in (0, 1]"));
+    }
+    return absl::OkStatus();
+  };
+  absl::Status s = fraction("grid_keep_fraction", o.grid_keep_fraction);
+  if (s.ok()) s = fraction("chunk_keep_fraction", o.chunk_keep_fraction);
+  if (s.ok()) s = fraction("page_keep_fraction", o.page_keep_fraction);
+  if (!s.ok()) return s;
+  if (o.sink_blocks < 0 || o.local_blocks < 0 || o.max_prefetch_blocks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.sink_blocks (", o.sink_blocks, "), local_blocks (",
+        o.local_blocks, ") and max_prefetch_blocks (", o.max_prefetch_blocks,
+        ") must be >= 0"));
+  }
+  if (o.algorithm != SelectAlgorithm::kDescent &&
+      o.algorithm != SelectAlgorithm::kGemm) {
+    return absl::InvalidArgumentError("options.algorithm is unknown");
+  }
+  if (o.num_threads < 1 || o.num_threads > 256) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.num_threads (", o.num_threads, ") must be in [1, 256]"));
+  }
+  return ValidateStabilityOptions(o.stability);
+}
+
+absl::StatusOr<std::unique_ptr<ContextIndex>> ContextIndex::Create(
+    const TreeOptions& options) {
+  auto tree = ContextTree::Create(options);
+  if (!tree.ok()) return tree.status();
+  return std::unique_ptr<ContextIndex>(new ContextIndex(std::move(*tree)));
+}
+
+absl::StatusOr<std::unique_ptr<Selector>> Selector::Create(
+    const SelectorOptions& options) {
+  if (absl::Status s = ValidateSelectorOptions(options); !s.ok()) return s;
+  return std::unique_ptr<Selector>(new Selector(options));
+}
+
+Selector::Selector(const SelectorOptions& options)
+    : options_(options),
+      workers_(std::make_unique<Workers>(options.num_threads)) {
+  for (int32_t i = 0; i < workers_->size(); ++i) {
+    scratch_.push_back(std::make_unique<Scratch>());
+  }
+}
+
+Selector::~Selector() = default;
+
+absl::Status Selector::Validate(const SelectRequest& r, int64_t* budget) const {
+  if (r.context == nullptr) {
+    return absl::InvalidArgumentError("context is null");
+  }
+  const ContextTree& t = r.context->tree();
+  const int64_t n = t.num_pages();
+  if (n == 0) return absl::InvalidArgumentError("context is empty (0 pages)");
+  switch (r.scorer) {
+    case ScorerKind::kKeyKey:
+    case ScorerKind::kKeyKeyWeighted: {
+      const bool weighted = r.scorer == ScorerKind::kKeyKeyWeighted;
+      if (weighted != (t.options().vector == TreeVector::kWeightedMean)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "scorer ", ScorerName(r.scorer), " needs a tree built from ",
+            weighted ? "weighted_mean" : "mean"));
+      }
+      if (absl::Status s = CheckVector("anchor", r.anchor, t.dim(), true);
+          !s.ok()) {
+        return s;
+      }
+      break;
+    }
+    case ScorerKind::kQuest:
+    case ScorerKind::kArkVale: {
+      if (absl::Status s = CheckVector("query", r.query, t.dim(), true);
+          !s.ok()) {
+        return s;
+      }
+      const SummaryView v = t.summaries();
+      if (v.num_blocks != n || v.min == nullptr || v.radius == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("scorer ", ScorerName(r.scorer),
+                         " needs a context with keep_summaries and bounds"));
+      }
+      break;
+    }
+    case ScorerKind::kKeyDiff:
+    case ScorerKind::kRecency:
+    case ScorerKind::kRandom:
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("scorer (", static_cast<int>(r.scorer), ") is unknown"));
+  }
+  if (r.budget_blocks < 0 || r.budget_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "budget_blocks (", r.budget_blocks, ") and budget_tokens (",
+        r.budget_tokens, ") must be >= 0"));
+  }
+  if ((r.budget_blocks > 0) == (r.budget_tokens > 0)) {
+    return absl::InvalidArgumentError(
+        r.budget_blocks > 0
+            ? "set only one of budget_blocks and budget_tokens"
+            : "budget is 0: set budget_blocks or budget_tokens");
+  }
+  *budget = r.budget_blocks;
+  if (r.budget_tokens > 0) {
+    *budget = r.budget_tokens / t.options().block_size_tokens;
+    if (*budget == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "budget_tokens (", r.budget_tokens, ") is below one block (",
+          t.options().block_size_tokens, " tokens)"));
+    }
+  }
+  const int64_t forced = std::min<int64_t>(
+      n, int64_t{options_.sink_blocks} + options_.local_blocks);
+  if (*budget < forced) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "budget (", *budget, " blocks) is below sink_blocks + local_blocks (",
+        forced, ")"));
+  }
+  const StabilityTracker& st = r.context->stability();
+  if (st.begun() && r.step < st.step()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step (", r.step, ") is before the context's last step (",
+                     st.step(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// ---- scoring
+// ------------------------------------------------------------------
+
+namespace {
+
+void Normalise(absl::Span<const float> in, std::vector<float>* out) {
+  out->assign(in.begin(), in.end());
+  const float norm =
+      std::sqrt(simd::Dot(out->data(), out->data(), out->size()));
+  for (float& x : *out) x /= norm;
+}
+
+}  // namespace
+
+// Writes the dot products of q with every grid, chunk and page row of the
+// request's context to s->all_* (caller-owned, sized G + C + N).
+void Selector::ScoreAllLevels(const SelectRequest& r, Scratch* s) {
+  const ContextTree& t = r.context->tree();
+  Normalise(r.anchor, &s->q);
+  const size_t D = static_cast<size_t>(t.dim());
+  simd::DotRowsHalf(t.grid_rows(), t.num_grids(), D, s->q.data(), s->all_grid);
+  simd::DotRowsHalf(t.chunk_rows(), t.num_chunks(), D, s->q.data(),
+                    s->all_chunk);
+  simd::DotRowsHalf(t.page_rows(), t.num_pages(), D, s->q.data(), s->all_page);
+}
+
+void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
+                   SelectResult* out) {
+  ContextIndex& ctx = *r.context;
+  const ContextTree& t = ctx.tree();
+  StabilityTracker& st = ctx.stability();
+  const StabilityOptions& so = options_.stability;
+  const int64_t n = t.num_pages();
+  const size_t D = static_cast<size_t>(t.dim());
+  const bool gemm = options_.algorithm == SelectAlgorithm::kGemm;
+  out->blocks.clear();
+  out->prefetch.clear();
+  out->rows_scored = 0;
+  out->candidates = 0;
+  out->held = 0;
+
+  const int64_t sinks = std::min<int64_t>(options_.sink_blocks, n);
+  const int64_t locals = std::min<int64_t>(options_.local_blocks, n - sinks);
+  const int64_t local_first = n - locals;
+  const int64_t free = budget - sinks - locals;
+
+  st.Resize(n);
+  st.BeginStep(r.step).IgnoreError();  // validated in Validate
+  if (budget >= n) {
+    // The whole context fits: nothing to rank.
+    for (int64_t p = 0; p < n; ++p) out->blocks.push_back(p);
+    st.SetChosen(out->blocks);
+    return;
+  }
+  if (s->affinity.size() < static_cast<size_t>(n)) s->affinity.resize(n);
+  s->scored.clear();
+  const bool key_key = r.scorer == ScorerKind::kKeyKey ||
+                       r.scorer == ScorerKind::kKeyKeyWeighted;
+  auto forced = [&](int64_t p) { return p < sinks || p >= local_first; };
+
+  if (key_key) {
+    if (!gemm) Normalise(r.anchor, &s->q);
+    const int64_t target = std::min<int64_t>(
+        n,
+        sinks + locals + CeilFraction(1.0 / options_.page_keep_fraction, free));
+    // Grids.
+    const int64_t G = t.num_grids();
+    const float* grid_dots = s->all_grid;
+    if (!gemm) {
+      s->dots.resize(std::max<int64_t>(G, t.options().pages_per_chunk));
+      simd::DotRowsHalf(t.grid_rows(), G, D, s->q.data(), s->dots.data());
+      grid_dots = s->dots.data();
+      out->rows_scored += G;
+    }
+    s->grids.resize(G);
+    for (int64_t g = 0; g < G; ++g) {
+      s->grids[g] = {grid_dots[g], static_cast<int32_t>(g)};
+    }
+    auto grid_pages = [&t](int32_t g) {
+      return t.ChunkFirstPage(t.GridFirstChunk(g + 1)) -
+             t.ChunkFirstPage(t.GridFirstChunk(g));
+    };
+    const size_t kept_grids =
+        TopWithFloor(&s->grids, CeilFraction(options_.grid_keep_fraction, G),
+                     grid_pages, target);
+    // Chunks of kept grids.
+    s->chunks.clear();
+    for (size_t i = 0; i < kept_grids; ++i) {
+      const int32_t g = s->grids[i].index;
+      const int64_t c0 = t.GridFirstChunk(g), c1 = t.GridFirstChunk(g + 1);
+      const float* dots = s->all_chunk + c0;
+      if (!gemm) {
+        s->dots.resize(std::max<size_t>(s->dots.size(), c1 - c0));
+        simd::DotRowsHalf(t.chunk_rows() + c0 * D, c1 - c0, D, s->q.data(),
+                          s->dots.data());
+        dots = s->dots.data();
+        out->rows_scored += c1 - c0;
+      }
+      for (int64_t c = c0; c < c1; ++c) {
+        s->chunks.push_back({dots[c - c0], static_cast<int32_t>(c)});
+      }
+    }
+    auto chunk_pages = [&t](int32_t c) {
+      return t.ChunkFirstPage(c + 1) - t.ChunkFirstPage(c);
+    };
+    const size_t kept_chunks = TopWithFloor(
+        &s->chunks,
+        CeilFraction(options_.chunk_keep_fraction, s->chunks.size()),
+        chunk_pages, target);
+    // Pages of kept chunks.
+    for (size_t i = 0; i < kept_chunks; ++i) {
+      const int32_t c = s->chunks[i].index;
+      const int64_t p0 = t.ChunkFirstPage(c), p1 = t.ChunkFirstPage(c + 1);
+      const float* dots = s->all_page + p0;
+      if (!gemm) {
+        s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
+        simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(),
+                          s->dots.data());
+        dots = s->dots.data();
+        out->rows_scored += p1 - p0;
+      }
+      for (int64_t p = p0; p < p1; ++p) {
+        if (forced(p)) continue;
+        s->affinity[p] = Affinity(dots[p - p0]);
+        s->scored.push_back(static_cast<int32_t>(p));
+      }
+    }
+    // Sinks and local pages are scored too: their history matters once
+    // they leave the local window.
+    auto score_range = [&](int64_t p0, int64_t p1) {
+      if (p1 <= p0) return;
+      const float* dots = s->all_page + p0;
+      if (!gemm) {
+        s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
+        simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(),
+                          s->dots.data());
+        dots = s->dots.data();
+        out->rows_scored += p1 - p0;
+      }
+      for (int64_t p = p0; p < p1; ++p) {
+        st.Observe(p, Affinity(dots[p - p0]) > so.theta);
+      }
+    };
+    score_range(0, sinks);
+    score_range(local_first, n);
+    if (gemm) out->rows_scored += G + t.num_chunks() + n;
+  } else {
+    // Flat scorers over every page.
+    float* aff = s->affinity.data();
+    if (r.scorer == ScorerKind::kKeyDiff) {
+      const std::vector<float> mean = t.ContextMean();
+      const float norm = std::sqrt(simd::Dot(mean.data(), mean.data(), D));
+      s->q.assign(D, 0.0f);
+      if (norm > 0) {
+        for (size_t d = 0; d < D; ++d) s->q[d] = mean[d] / norm;
+      }
+      simd::DotRowsHalf(t.page_rows(), n, D, s->q.data(), aff);
+      for (int64_t p = 0; p < n; ++p) aff[p] = Affinity(-aff[p]);
+    } else {
+      SummaryView view = t.summaries();
+      if (view.num_blocks != n) {  // kRecency / kRandom need no arrays
+        view = SummaryView();
+        view.dim = t.dim();
+        view.num_blocks = n;
+      }
+      ScoreInput in;
+      in.anchor = r.anchor;
+      in.query = r.query;
+      in.seed = r.seed;
+      in.step = r.step;
+      ScoreBlocks(r.scorer, view, in, absl::MakeSpan(aff, n)).IgnoreError();
+      if (!ScoresInUnitInterval(r.scorer)) {
+        const auto [lo, hi] = std::minmax_element(aff, aff + n);
+        const float low = *lo, range = *hi - *lo;
+        for (int64_t p = 0; p < n; ++p) {
+          aff[p] = range > 0 ? (aff[p] - low) / range : 0.5f;
+        }
+      }
+    }
+    out->rows_scored += n;
+    for (int64_t p = 0; p < n; ++p) {
+      if (forced(p)) {
+        st.Observe(p, aff[p] > so.theta);
+      } else {
+        s->scored.push_back(static_cast<int32_t>(p));
+      }
+    }
+  }
+
+  // Stability, then the final ranking.
+  const float w = so.weight;
+  const int32_t window = so.window_steps;
+  s->pool.clear();
+  for (int32_t p : s->scored) {
+    st.Observe(p, s->affinity[p] > so.theta);
+    s->pool.push_back(
+        {(1.0f - w) * s->affinity[p] + w * st.Stability(p, window), p});
+  }
+  s->held.clear();
+  if (so.hold_threshold <= 1.0f) {
+    st.CollectHeld(so.hold_threshold, window, &s->held);
+  }
+  for (int64_t p : s->held) {
+    if (forced(p)) continue;
+    s->pool.push_back({w * st.Stability(p, window), static_cast<int32_t>(p)});
+    ++out->held;
+  }
+  out->candidates = static_cast<int64_t>(s->pool.size());
+  const size_t k = std::min<size_t>(free, s->pool.size());
+  if (k < s->pool.size()) {
+    std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(),
+                     Better);
+  }
+  for (int64_t p = 0; p < sinks; ++p) out->blocks.push_back(p);
+  for (size_t i = 0; i < k; ++i) out->blocks.push_back(s->pool[i].index);
+  for (int64_t p = local_first; p < n; ++p) out->blocks.push_back(p);
+  std::sort(out->blocks.begin(), out->blocks.end());
+  st.SetChosen(out->blocks);
+
+  // Prefetch: rising pages that lost this step.
+  s->rising.clear();
+  for (size_t i = k; i < s->pool.size(); ++i) {
+    const int32_t p = s->pool[i].index;
+    if (st.ObservedThisStep(p) && st.Rising(p, window)) {
+      s->rising.push_back({st.Stability(p, window), p});
+    }
+  }
+  auto more_stable = [](const std::pair<float, int64_t>& a,
+                        const std::pair<float, int64_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  const size_t keep =
+      std::min<size_t>(s->rising.size(), options_.max_prefetch_blocks);
+  if (keep < s->rising.size()) {
+    std::nth_element(s->rising.begin(), s->rising.begin() + keep,
+                     s->rising.end(), more_stable);
+  }
+  std::sort(s->rising.begin(), s->rising.begin() + keep, more_stable);
+  for (size_t i = 0; i < keep; ++i)
+    out->prefetch.push_back(s->rising[i].second);
+}
+
+// ---- entry points
+// -------------------------------------------------------------
+
+absl::Status Selector::Select(const SelectRequest& request,
+                              SelectResult* result) {
+  return SelectBatch(absl::MakeConstSpan(&request, 1),
+                     absl::MakeSpan(result, 1));
+}
+
+absl::Status Selector::SelectBatch(absl::Span<const SelectRequest> requests,
+                                   absl::Span<SelectResult> results) {
+  if (results.size() != requests.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("results has ", results.size(), " entries, requests ",
+                     requests.size()));
+  }
+  std::vector<int64_t>& budgets = batch_budgets_;
+  budgets.resize(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (absl::Status s = Validate(requests[i], &budgets[i]); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("requests[", i, "]: ", s.message()));
+    }
+  }
+  if (requests.size() > 1) {
+    std::vector<const ContextIndex*>& seen = batch_contexts_;
+    seen.clear();
+    for (const SelectRequest& r : requests) seen.push_back(r.context);
+    std::sort(seen.begin(), seen.end());
+    if (std::adjacent_find(seen.begin(), seen.end()) != seen.end()) {
+      return absl::InvalidArgumentError("requests name the same context twice");
+    }
+  }
+  const bool gemm = options_.algorithm == SelectAlgorithm::kGemm;
+  std::vector<size_t>& offsets = batch_offsets_;
+  if (gemm) {
+    // One pass over the stacked grid, chunk and page rows of every key-key
+    // context of the batch.
+    offsets.assign(requests.size() + 1, 0);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const ContextTree& t = requests[i].context->tree();
+      const bool key_key = requests[i].scorer == ScorerKind::kKeyKey ||
+                           requests[i].scorer == ScorerKind::kKeyKeyWeighted;
+      offsets[i + 1] =
+          offsets[i] +
+          (key_key ? t.num_grids() + t.num_chunks() + t.num_pages() : 0);
+    }
+    gemm_scores_.resize(offsets.back());
+    workers_->ParallelFor(static_cast<int64_t>(requests.size()),
+                          [&](int32_t w, int64_t i) {
+                            if (offsets[i + 1] == offsets[i]) return;
+                            const ContextTree& t = requests[i].context->tree();
+                            Scratch* s = scratch_[w].get();
+                            s->all_grid = gemm_scores_.data() + offsets[i];
+                            s->all_chunk = s->all_grid + t.num_grids();
+                            s->all_page = s->all_chunk + t.num_chunks();
+                            ScoreAllLevels(requests[i], s);
+                          });
+  }
+  workers_->ParallelFor(static_cast<int64_t>(requests.size()),
+                        [&](int32_t w, int64_t i) {
+                          Scratch* s = scratch_[w].get();
+                          if (gemm) {
+                            const ContextTree& t = requests[i].context->tree();
+                            s->all_grid = gemm_scores_.data() + offsets[i];
+                            s->all_chunk = s->all_grid + t.num_grids();
+                            s->all_page = s->all_chunk + t.num_chunks();
+                          }
+                          Run(requests[i], budgets[i], s, &results[i]);
+                        });
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier::index

@@ -1,0 +1,159 @@
+// Per-step block selection for one or many contexts.
+//
+// Key-key scorers (kKeyKey, kKeyKeyWeighted) run the hierarchy of the
+// context's tree:
+//   1. q = anchor / |anchor|; affinity of a row = (1 + q . row) / 2.
+//   2. Grids: keep the best ceil(grid_keep_fraction * G) grids.
+//   3. Chunks of kept grids: keep the best ceil(chunk_keep_fraction * n).
+//   4. Pages of kept chunks are the candidates; a page under a dropped grid
+//      or chunk scores 0 and is never chosen (unless held, below).
+//   Levels 2 and 3 keep more than their fraction when needed so that the
+//   candidates number at least ceil(free / page_keep_fraction) pages, where
+//   free = budget - (sink + local blocks): the chosen pages are at most
+//   page_keep_fraction of the candidates, and any budget can be filled.
+//   Lower page_keep_fraction = more candidates = higher recall, more work.
+// Other scorers score every page flat with ScoreBlocks (scorer.h) on the
+// context's kept summaries (TreeOptions::keep_summaries); kKeyDiff, kRecency
+// and kRandom need no summaries. Raw bounds (Quest, ArkVale) are min-max
+// normalised per step to [0, 1] to serve as affinities.
+//
+// Then, for every scorer: sinks (first sink_blocks pages) and the local
+// window (last local_blocks pages) are always chosen; the stability windows
+// are updated with "affinity > theta" for every scored page; pages chosen at
+// the previous step whose stability is >= hold_threshold stay candidates
+// even when the masks skipped them this step; the remaining budget goes to
+// the best
+//   (1 - stability.weight) * affinity + stability.weight * stability
+// (ties to the lower page index). Rising pages (stability.h) that were not
+// chosen are returned as prefetch candidates, most stable first.
+//
+// kGemm scores every level of every context of a batch in one pass over the
+// stacked rows (the shape a GPU kernel takes), then masks. kDescent scores
+// grids, then only the chunks of kept grids, then only the pages of kept
+// chunks. Both give identical results at the same options (the per-row
+// kernel is deterministic, simd.h); kDescent reads far fewer rows and is the
+// default (bench/select measures both).
+//
+// Thread safety: a Selector is not thread-safe (it owns scratch buffers and
+// worker threads); use one per calling thread. A context is used by one
+// Select at a time: the caller serialises per context (a batch must not
+// name a context twice). With num_threads > 1, SelectBatch spreads contexts
+// over the Selector's own workers.
+#ifndef KVTIER_INDEX_SELECTOR_H_
+#define KVTIER_INDEX_SELECTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "index/context_tree.h"
+#include "index/scorer.h"
+#include "index/stability.h"
+
+namespace kvtier::index {
+
+// One open context: its tree and its stability history.
+class ContextIndex {
+ public:
+  static absl::StatusOr<std::unique_ptr<ContextIndex>> Create(
+      const TreeOptions& options);
+
+  ContextTree& tree() { return *tree_; }
+  const ContextTree& tree() const { return *tree_; }
+  StabilityTracker& stability() { return stability_; }
+  const StabilityTracker& stability() const { return stability_; }
+  size_t MemoryBytes() const {
+    return sizeof(*this) + tree_->MemoryBytes() + stability_.MemoryBytes();
+  }
+
+ private:
+  explicit ContextIndex(std::unique_ptr<ContextTree> tree)
+      : tree_(std::move(tree)) {}
+  std::unique_ptr<ContextTree> tree_;
+  StabilityTracker stability_;
+};
+
+enum class SelectAlgorithm : uint8_t { kDescent = 0, kGemm = 1 };
+
+struct SelectorOptions {
+  double grid_keep_fraction = 0.5;   // (0, 1]
+  double chunk_keep_fraction = 0.2;  // (0, 1]
+  double page_keep_fraction = 0.1;   // (0, 1]
+  int32_t sink_blocks = 1;           // >= 0; first pages, always chosen
+  int32_t local_blocks = 4;          // >= 0; last pages, always chosen
+  int32_t max_prefetch_blocks = 64;  // >= 0
+  SelectAlgorithm algorithm = SelectAlgorithm::kDescent;
+  StabilityOptions stability;
+  int32_t num_threads = 1;  // [1, 256]; workers for SelectBatch
+};
+
+// InvalidArgument naming the field when out of range.
+absl::Status ValidateSelectorOptions(const SelectorOptions& options);
+
+struct SelectRequest {
+  ContextIndex* context = nullptr;
+  absl::Span<const float> anchor;  // [dim], key-key scorers
+  absl::Span<const float> query;   // [dim], kQuest / kArkVale
+  ScorerKind scorer = ScorerKind::kKeyKey;
+  // Exactly one budget > 0. Tokens convert to floor(tokens /
+  // block_size_tokens) blocks. The budget includes sinks and local blocks.
+  int64_t budget_blocks = 0;
+  int64_t budget_tokens = 0;
+  int64_t step = 0;   // non-decreasing per context
+  uint64_t seed = 0;  // kRandom
+};
+
+struct SelectResult {
+  std::vector<int64_t> blocks;    // chosen page indices, ascending
+  std::vector<int64_t> prefetch;  // rising, not chosen, most stable first
+  int64_t rows_scored = 0;        // dot products computed (all levels)
+  int64_t candidates = 0;         // pages that competed for the budget
+  int64_t held = 0;               // of which held by stability only
+};
+
+class Selector {
+ public:
+  static absl::StatusOr<std::unique_ptr<Selector>> Create(
+      const SelectorOptions& options);
+  ~Selector();
+
+  const SelectorOptions& options() const { return options_; }
+
+  // Selects for one context. *result is overwritten (its capacity reused).
+  // InvalidArgument naming the field for a bad request (null context, anchor
+  // or query of the wrong dimension, NaN/Inf or zero norm, empty context,
+  // no or zero budget, budget below sink + local blocks, step going back);
+  // FailedPrecondition when the context lacks what the scorer needs. On
+  // error the context's stability state is unchanged.
+  absl::Status Select(const SelectRequest& request, SelectResult* result);
+
+  // Selects for many contexts at once; results.size() == requests.size().
+  // Every request is validated first: an invalid one fails the call
+  // (naming requests[i]) before any context is touched.
+  absl::Status SelectBatch(absl::Span<const SelectRequest> requests,
+                           absl::Span<SelectResult> results);
+
+ private:
+  struct Scratch;
+  class Workers;
+  explicit Selector(const SelectorOptions& options);
+  absl::Status Validate(const SelectRequest& r, int64_t* budget) const;
+  void ScoreAllLevels(const SelectRequest& r, Scratch* s);
+  void Run(const SelectRequest& r, int64_t budget, Scratch* s,
+           SelectResult* out);
+
+  const SelectorOptions options_;
+  std::vector<std::unique_ptr<Scratch>> scratch_;  // one per thread
+  std::vector<float> gemm_scores_;                 // kGemm: every level
+  std::vector<int64_t> batch_budgets_;             // reused per batch
+  std::vector<size_t> batch_offsets_;
+  std::vector<const ContextIndex*> batch_contexts_;
+  std::unique_ptr<Workers> workers_;
+};
+
+}  // namespace kvtier::index
+
+#endif  // KVTIER_INDEX_SELECTOR_H_

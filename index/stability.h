@@ -1,0 +1,101 @@
+// Per-(context, block) relevance history: for every page a bit window of the
+// last W steps of "affinity > theta"; stability = set bits / W. The tracker
+// keeps the last 64 steps; W is chosen per query (selector option), so it can
+// be tuned without rebuilding contexts.
+//
+// Pages are aged lazily (a page's window is shifted by the number of steps
+// since it was last touched), so a step costs time in proportion to the
+// pages observed plus the pages chosen at the previous step, never to the
+// context's length.
+//
+// Holding: the pages chosen at the previous step (SetChosen) that were not
+// observed this step but are still stable are "held" candidates: a block
+// that stayed relevant is not displaced because one step's masks skipped it.
+//
+// Rising: a page is rising at the current step when it was relevant at this
+// step and the newer half of its window holds more set bits than the older
+// half; the Selector reports rising pages it did not choose as prefetch
+// candidates.
+//
+// Thread safety: not synchronised; used by one Select of its context at a
+// time (the caller serialises per context).
+#ifndef KVTIER_INDEX_STABILITY_H_
+#define KVTIER_INDEX_STABILITY_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace kvtier::index {
+
+inline constexpr int32_t kMaxStabilityWindow = 64;
+
+struct StabilityOptions {
+  int32_t window_steps = 20;  // W, in [1, 64]
+  float theta = 0.5f;         // relevance threshold on the [0,1] affinity
+  // Final rank = (1 - weight) * score + weight * stability, weight in [0,1].
+  float weight = 0.3f;
+  // Pages chosen at the previous step and at least this stable stay
+  // candidates even when the hierarchy dropped their chunk, so a one-step
+  // change of the masks cannot evict a block that stayed relevant. > 0;
+  // values above 1 disable holding.
+  float hold_threshold = 0.5f;
+};
+
+// InvalidArgument naming the field when out of range.
+absl::Status ValidateStabilityOptions(const StabilityOptions& options);
+
+class StabilityTracker {
+ public:
+  StabilityTracker() = default;
+
+  // Grows to num_pages (new pages start with an empty window).
+  void Resize(int64_t num_pages);
+  int64_t num_pages() const { return static_cast<int64_t>(slots_.size()); }
+
+  // Starts a step; steps never go back (the same step again re-observes).
+  // InvalidArgument when step < the last step begun.
+  absl::Status BeginStep(int64_t step);
+  int64_t step() const { return step_; }
+  bool begun() const { return call_ != 0; }
+
+  // Records this step's bit of `page` (overwrites an earlier call of the
+  // same step). Requires page < num_pages().
+  void Observe(int64_t page, bool relevant);
+  bool ObservedThisStep(int64_t page) const {
+    return slots_[page].observed_call == call_;
+  }
+
+  // Stability over the last `window` steps (1..64) in [0, 1] at the current
+  // step (pages not observed this step count a 0 bit for it).
+  float Stability(int64_t page, int32_t window) const;
+  bool Rising(int64_t page, int32_t window) const;
+
+  // Records the pages chosen at this step (replacing the previous list).
+  void SetChosen(const std::vector<int64_t>& pages) { chosen_ = pages; }
+
+  // Appends to *out every page of the last SetChosen list that was not
+  // observed this step and whose stability over `window` is
+  // >= min_stability.
+  void CollectHeld(float min_stability, int32_t window,
+                   std::vector<int64_t>* out) const;
+  size_t MemoryBytes() const;
+
+ private:
+  struct Slot {
+    uint64_t bits = 0;  // bit i: relevant at step last_step - i
+    int64_t last_step = 0;
+    uint32_t observed_call = 0;
+  };
+  uint64_t Aged(const Slot& s) const;
+
+  int64_t step_ = 0;
+  uint32_t call_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<int64_t> chosen_;
+};
+
+}  // namespace kvtier::index
+
+#endif  // KVTIER_INDEX_STABILITY_H_

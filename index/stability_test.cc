@@ -1,0 +1,92 @@
+#include "index/stability.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace kvtier::index {
+namespace {
+
+TEST(StabilityTest, CountsRelevantStepsInTheWindow) {
+  StabilityTracker t;
+  t.Resize(3);
+  for (int64_t step = 1; step <= 20; ++step) {
+    ASSERT_TRUE(t.BeginStep(step).ok());
+    t.Observe(0, true);
+    t.Observe(1, step % 2 == 0);
+  }
+  EXPECT_FLOAT_EQ(t.Stability(0, 20), 1.0f);
+  EXPECT_FLOAT_EQ(t.Stability(1, 20), 0.5f);
+  EXPECT_FLOAT_EQ(t.Stability(2, 20), 0.0f);
+  EXPECT_FLOAT_EQ(t.Stability(0, 10), 1.0f);
+  // Ten steps without observing page 0: half its window is empty.
+  ASSERT_TRUE(t.BeginStep(30).ok());
+  EXPECT_FLOAT_EQ(t.Stability(0, 20), 0.5f);
+  ASSERT_TRUE(t.BeginStep(200).ok());
+  EXPECT_FLOAT_EQ(t.Stability(0, 20), 0.0f);
+}
+
+TEST(StabilityTest, RisingMeansNewerHalfBeatsOlderHalf) {
+  StabilityTracker t;
+  t.Resize(2);
+  for (int64_t step = 1; step <= 20; ++step) {
+    ASSERT_TRUE(t.BeginStep(step).ok());
+    t.Observe(0, true);        // steady
+    t.Observe(1, step >= 18);  // new in the last three steps
+  }
+  EXPECT_FALSE(t.Rising(0, 20));
+  EXPECT_TRUE(t.Rising(1, 20));
+  ASSERT_TRUE(t.BeginStep(21).ok());
+  t.Observe(1, false);
+  EXPECT_FALSE(t.Rising(1, 20));  // not relevant now
+}
+
+TEST(StabilityTest, HeldAreStableChosenPagesNotObserved) {
+  StabilityTracker t;
+  t.Resize(4);
+  for (int64_t step = 1; step <= 10; ++step) {
+    ASSERT_TRUE(t.BeginStep(step).ok());
+    t.Observe(0, true);
+    t.Observe(1, true);
+    t.Observe(2, step == 1);
+    t.Observe(3, true);
+  }
+  t.SetChosen({0, 1, 2});
+  ASSERT_TRUE(t.BeginStep(11).ok());
+  t.Observe(1, true);
+  std::vector<int64_t> held;
+  t.CollectHeld(0.4f, 20, &held);
+  // 1 was observed, 2 is not stable, 3 was not chosen.
+  EXPECT_EQ(held, std::vector<int64_t>{0});
+  ASSERT_TRUE(t.BeginStep(100).ok());
+  held.clear();
+  t.CollectHeld(0.1f, 20, &held);
+  EXPECT_TRUE(held.empty());  // its history aged out
+}
+
+TEST(StabilityTest, StepsNeverGoBack) {
+  StabilityTracker t;
+  t.Resize(1);
+  ASSERT_TRUE(t.BeginStep(5).ok());
+  ASSERT_TRUE(t.BeginStep(5).ok());
+  absl::Status s = t.BeginStep(4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("step (4)"), std::string::npos);
+}
+
+TEST(StabilityTest, OptionsAreValidated) {
+  StabilityOptions o;
+  EXPECT_TRUE(ValidateStabilityOptions(o).ok());
+  o.window_steps = 65;
+  EXPECT_NE(ValidateStabilityOptions(o).message().find("window_steps"),
+            std::string::npos);
+  o = StabilityOptions();
+  o.weight = 1.5f;
+  EXPECT_NE(ValidateStabilityOptions(o).message().find("stability.weight"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::index
