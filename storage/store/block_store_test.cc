@@ -173,6 +173,29 @@ TEST_F(BlockStoreTest, ThreeTimesHostCapacityStaysWithinLimitsAndReadable) {
   ExpectWithinCapacity();
 }
 
+TEST_F(BlockStoreTest, FullTiersFailFastAndKeepEveryBlock) {
+  // host 8 blocks + NVMe 2 files x 32 blocks: 72 blocks fit in all.
+  int stored = 0;
+  absl::Status last;
+  for (int i = 0; i < 100; ++i) {
+    auto outcome = store_->Put(Key(i), Payload(i), false);
+    if (!outcome.ok()) {
+      last = outcome.status();
+      break;
+    }
+    ++stored;
+  }
+  EXPECT_EQ(last.code(), absl::StatusCode::kResourceExhausted) << last;
+  EXPECT_GE(stored, 64);
+  EXPECT_LE(stored, 72);
+  ExpectWithinCapacity();
+  for (int i = 0; i < stored; ++i) ExpectReadable(i);
+  EXPECT_FALSE(store_->Lookup(Key(stored)).present);
+  // Deleting makes room again.
+  ASSERT_TRUE(store_->Delete(Key(0)).ok());
+  EXPECT_TRUE(store_->Put(Key(stored), Payload(stored), false).ok());
+}
+
 TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
   std::vector<absl::StatusOr<DeviceHandle>> handles;
