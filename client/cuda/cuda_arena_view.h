@@ -84,7 +84,9 @@ class CudaArenaView {
 
  private:
   CudaArenaView(uint64_t arena_id, uint64_t size_bytes, int device_ordinal, void* base)
-      : arena_id_(arena_id), size_bytes_(size_bytes), device_ordinal_(device_ordinal),
+      : arena_id_(arena_id),
+        size_bytes_(size_bytes),
+        device_ordinal_(device_ordinal),
         base_(base) {}
 
   const uint64_t arena_id_;

@@ -1,5 +1,4 @@
 #include "gpu/device_probe.h"
-
 #include "gtest/gtest.h"
 
 namespace kvtier::gpu {

@@ -1,0 +1,258 @@
+// CUDA-specific parts of the device tier beyond the DeviceOps contract:
+// option validation, the backend factory, the cudaError_t conversion and
+// the kernels' shape checks. Everything here that needs no device runs on
+// every machine; the rest skips without one.
+#include "gpu/cuda/cuda_device_ops.h"
+
+#include <unistd.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gpu/cuda/device_ops_factory.h"
+#include "gpu/device_probe.h"
+#include "gtest/gtest.h"
+
+#ifdef KVTIER_HAVE_CUDA
+#include "gpu/cuda/cuda_status.h"
+#include "gpu/cuda/kernels.h"
+#endif
+
+namespace kvtier::gpu {
+namespace {
+
+bool HaveDevice() { return ProbeDevices().device_count > 0; }
+
+std::string ShmPath() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return "/dev/shm/kvtier-cuda-test-" + std::to_string(getpid()) + "-" + info->name();
+}
+
+TEST(CudaDeviceOpsOptionsTest, BadOptionsNameTheField) {
+  CudaDeviceOpsOptions options;
+  options.arena_bytes = 0;
+  std::unique_ptr<CudaDeviceOps> ops;
+  GpuStatus status = CudaDeviceOps::Create(options, &ops);
+  EXPECT_EQ(status.code, GpuStatus::kInvalidArgument);
+  EXPECT_NE(status.message.find("arena_bytes"), std::string::npos) << status.message;
+  options.arena_bytes = kMaxCudaArenaBytes + 1;
+  EXPECT_EQ(CudaDeviceOps::Create(options, &ops).code, GpuStatus::kInvalidArgument);
+  options.arena_bytes = 1 << 20;
+  options.max_inflight_batches = 0;
+  status = CudaDeviceOps::Create(options, &ops);
+  EXPECT_NE(status.message.find("max_inflight_batches"), std::string::npos) << status.message;
+  options.max_inflight_batches = 16;
+  options.device_ordinal = -1;
+  status = CudaDeviceOps::Create(options, &ops);
+  EXPECT_NE(status.message.find("device_ordinal"), std::string::npos) << status.message;
+  EXPECT_EQ(ops, nullptr);
+}
+
+TEST(CudaDeviceOpsTest, WithoutDeviceCreateIsUnavailable) {
+  if (HaveDevice()) GTEST_SKIP() << "a device is present";
+  CudaDeviceOpsOptions options;
+  options.arena_bytes = 1 << 20;
+  std::unique_ptr<DeviceOps> ops;
+  GpuStatus status = NewCudaDeviceOps(options, &ops);
+  EXPECT_EQ(status.code, GpuStatus::kUnavailable) << status.ToString();
+  EXPECT_EQ(ops, nullptr);
+}
+
+TEST(CudaDeviceOpsTest, OrdinalBeyondVisibleDevicesIsRefused) {
+  if (!HaveDevice()) GTEST_SKIP() << ProbeDevices().description;
+  CudaDeviceOpsOptions options;
+  options.arena_bytes = 1 << 20;
+  options.device_ordinal = 4096;
+  std::unique_ptr<DeviceOps> ops;
+  GpuStatus status = NewCudaDeviceOps(options, &ops);
+  EXPECT_EQ(status.code, GpuStatus::kInvalidArgument) << status.ToString();
+}
+
+TEST(CudaDeviceOpsTest, OneArenaPerDeviceAllOrNothing) {
+  if (!HaveDevice()) GTEST_SKIP() << ProbeDevices().description;
+  const int count = ProbeDevices().device_count;
+  std::vector<int> ordinals;
+  for (int i = 0; i < count; ++i) ordinals.push_back(i);
+  CudaDeviceOpsOptions options;
+  options.arena_bytes = 1 << 20;
+  std::vector<std::unique_ptr<DeviceOps>> arenas;
+  ASSERT_TRUE(NewCudaDeviceOpsPerDevice(ordinals, options, &arenas).ok());
+  ASSERT_EQ(arenas.size(), ordinals.size());
+  std::set<uint64_t> ids;
+  for (size_t i = 0; i < arenas.size(); ++i) {
+    EXPECT_EQ(arenas[i]->arena().device_ordinal, ordinals[i]);
+    ids.insert(arenas[i]->arena().arena_id);
+  }
+  EXPECT_EQ(ids.size(), arenas.size());
+
+  ordinals.push_back(4096);
+  std::vector<std::unique_ptr<DeviceOps>> none;
+  GpuStatus status = NewCudaDeviceOpsPerDevice(ordinals, options, &none);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message.find("device 4096"), std::string::npos) << status.message;
+  EXPECT_TRUE(none.empty());
+}
+
+TEST(DeviceOpsFactoryTest, PicksBackendAndExplainsWhy) {
+  DeviceTierOptions options;
+  options.arena_bytes = 1 << 20;
+  options.shm_path = ShmPath();
+  std::unique_ptr<DeviceOps> ops;
+  std::string why;
+
+  options.backend = DeviceBackend::kShm;
+  ASSERT_TRUE(NewDeviceOps(options, &ops, &why).ok());
+  EXPECT_EQ(ops->arena().backend, kShmArenaBackend);
+  EXPECT_EQ(why, "configured: shm");
+  ops.reset();
+
+  options.backend = DeviceBackend::kAuto;
+  ASSERT_TRUE(NewDeviceOps(options, &ops, &why).ok());
+  if (HaveDevice()) {
+    EXPECT_EQ(ops->arena().backend, "cuda:0");
+  } else {
+    EXPECT_EQ(ops->arena().backend, kShmArenaBackend);
+    EXPECT_NE(why.find("no CUDA device"), std::string::npos) << why;
+  }
+  ops.reset();
+
+  options.backend = DeviceBackend::kCuda;
+  GpuStatus status = NewDeviceOps(options, &ops, &why);
+  if (HaveDevice()) {
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    EXPECT_EQ(ops->arena().backend, "cuda:0");
+  } else {
+    EXPECT_EQ(status.code, GpuStatus::kUnavailable) << status.ToString();
+    EXPECT_EQ(ops, nullptr);
+  }
+}
+
+TEST(DeviceOpsFactoryTest, ArenaIdIsPassedThrough) {
+  DeviceTierOptions options;
+  options.backend = DeviceBackend::kShm;
+  options.arena_bytes = 1 << 16;
+  options.arena_id = 0x1234;
+  options.shm_path = ShmPath();
+  std::unique_ptr<DeviceOps> ops;
+  ASSERT_TRUE(NewDeviceOps(options, &ops, nullptr).ok());
+  EXPECT_EQ(ops->arena().arena_id, 0x1234u);
+}
+
+#ifdef KVTIER_HAVE_CUDA
+
+TEST(CudaStatusTest, MapsErrorClasses) {
+  EXPECT_TRUE(CudaErrorToGpuStatus(cudaSuccess, "x").ok());
+  GpuStatus oom = CudaErrorToGpuStatus(cudaErrorMemoryAllocation, "cudaMalloc arena");
+  EXPECT_EQ(oom.code, GpuStatus::kOutOfMemory);
+  EXPECT_EQ(oom.message.rfind("cudaMalloc arena: cudaErrorMemoryAllocation: ", 0), 0u)
+      << oom.message;
+  EXPECT_EQ(CudaErrorToGpuStatus(cudaErrorInvalidValue, "x").code, GpuStatus::kInvalidArgument);
+  EXPECT_EQ(CudaErrorToGpuStatus(cudaErrorHostMemoryAlreadyRegistered, "x").code,
+            GpuStatus::kInvalidArgument);
+  EXPECT_EQ(CudaErrorToGpuStatus(cudaErrorNoDevice, "x").code, GpuStatus::kUnavailable);
+  EXPECT_EQ(CudaErrorToGpuStatus(cudaErrorInsufficientDriver, "x").code, GpuStatus::kUnavailable);
+  EXPECT_EQ(CudaErrorToGpuStatus(cudaErrorIllegalAddress, "x").code, GpuStatus::kInternal);
+  EXPECT_EQ(CudaErrorToGpuStatus(cudaErrorLaunchFailure, "x").code, GpuStatus::kInternal);
+  EXPECT_TRUE(IsNoDeviceError(cudaErrorNoDevice));
+  EXPECT_FALSE(IsNoDeviceError(cudaErrorIllegalAddress));
+}
+
+// Shape checks run on the host, before any launch, so they need no device.
+PoolKeysParams ValidPool() {
+  static std::byte arena[16];
+  static uint64_t offsets[1];
+  static float out[1];
+  static uint32_t flags[1];
+  PoolKeysParams p;
+  p.shape = KvBlockShape{2, 2, 16, 128, ElementType::kFp16};
+  p.arena = arena;
+  p.arena_bytes = sizeof(arena);
+  p.block_offsets = offsets;
+  p.num_blocks = 1;
+  p.mean = out;
+  p.flags = flags;
+  return p;
+}
+
+std::string PoolError(const PoolKeysParams& p) { return CheckPoolKeysParams(p).message; }
+
+TEST(KernelShapeCheckTest, PoolKeysNamesTheBadField) {
+  ASSERT_TRUE(CheckPoolKeysParams(ValidPool()).ok());
+  PoolKeysParams p = ValidPool();
+  p.shape.head_dim = kMaxKernelHeadDim + 1;
+  EXPECT_NE(PoolError(p).find("shape.head_dim"), std::string::npos);
+  p = ValidPool();
+  p.shape.num_layers = 0;
+  EXPECT_NE(PoolError(p).find("shape.num_layers"), std::string::npos);
+  p = ValidPool();
+  p.num_blocks = 0;
+  EXPECT_NE(PoolError(p).find("num_blocks"), std::string::npos);
+  p = ValidPool();
+  p.shape.dtype = static_cast<ElementType>(9);
+  EXPECT_NE(PoolError(p).find("shape.dtype"), std::string::npos);
+  p = ValidPool();
+  p.shape = KvBlockShape{1024, 1024, 64, 1024, ElementType::kFp32};
+  EXPECT_NE(PoolError(p).find("kMaxKernelBlockBytes"), std::string::npos);
+  p = ValidPool();
+  p.mean = nullptr;
+  EXPECT_NE(PoolError(p).find("mean"), std::string::npos);
+  p = ValidPool();
+  static float weighted[1];
+  p.weighted_mean = weighted;
+  EXPECT_NE(PoolError(p).find("head_weights"), std::string::npos);
+  // A failed check launches nothing: the wrapper returns before CUDA.
+  EXPECT_EQ(PoolKeys(p, nullptr).code, GpuStatus::kInvalidArgument);
+}
+
+TEST(KernelShapeCheckTest, ScoreAndTopKNameTheBadField) {
+  static float buffer[4];
+  ScoreParams s;
+  s.levels = buffer;
+  s.num_rows = 4;
+  s.dim = 1;
+  s.row_stride = 1;
+  s.anchors = buffer;
+  s.num_anchors = 1;
+  s.scores = buffer;
+  ASSERT_TRUE(CheckScoreParams(s).ok());
+  ScoreParams bad = s;
+  bad.row_stride = 0;
+  EXPECT_NE(CheckScoreParams(bad).message.find("row_stride"), std::string::npos);
+  bad = s;
+  bad.dim = kMaxScoreDim + 1;
+  bad.row_stride = bad.dim;
+  EXPECT_NE(CheckScoreParams(bad).message.find("dim"), std::string::npos);
+  bad = s;
+  bad.levels_type = ElementType::kBf16;
+  EXPECT_NE(CheckScoreParams(bad).message.find("levels_type"), std::string::npos);
+  bad = s;
+  bad.num_anchors = kMaxAnchors + 1;
+  EXPECT_NE(CheckScoreParams(bad).message.find("num_anchors"), std::string::npos);
+  EXPECT_EQ(ScoreLevels(bad, nullptr).code, GpuStatus::kInvalidArgument);
+
+  static int32_t indices[4];
+  TopKParams t;
+  t.scores = buffer;
+  t.num_rows = 4;
+  t.num_anchors = 1;
+  t.k = 4;
+  t.indices = indices;
+  t.workspace = buffer;
+  t.workspace_bytes = TopKWorkspaceBytes(1);
+  ASSERT_TRUE(CheckTopKParams(t).ok());
+  TopKParams bad_t = t;
+  bad_t.k = 5;
+  EXPECT_NE(CheckTopKParams(bad_t).message.find("k must be in 1..4"), std::string::npos);
+  bad_t = t;
+  bad_t.workspace_bytes = TopKWorkspaceBytes(1) - 1;
+  EXPECT_NE(CheckTopKParams(bad_t).message.find("workspace_bytes"), std::string::npos);
+  EXPECT_EQ(TopK(bad_t, nullptr).code, GpuStatus::kInvalidArgument);
+  EXPECT_EQ(TopKWorkspaceBytes(0), 0u);
+  EXPECT_GT(TopKWorkspaceBytes(2), TopKWorkspaceBytes(1));
+}
+
+#endif  // KVTIER_HAVE_CUDA
+
+}  // namespace
+}  // namespace kvtier::gpu
