@@ -69,14 +69,14 @@ absl::Span<uint8_t> AlignedBufferPool::Acquire(uint64_t size_bytes) {
   if (size_bytes == 0 || size_bytes > buffer_.size()) return {};
   const uint64_t rounded = RoundUpToDirectIo(size_bytes);
   absl::MutexLock lock(&mu_);
-  std::optional<uint64_t> offset;
-  // Release() frees space; the condition re-runs the allocation each time
-  // the mutex is released by another thread.
-  auto fits = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    offset = allocator_.Allocate(rounded);
-    return offset.has_value();
+  // A Condition must have no side effects (absl may evaluate it several
+  // times, on other threads), so it only tests for a large enough extent;
+  // the allocation happens once the wait is over, still under the lock.
+  auto fits = [this, rounded]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return allocator_.largest_free_bytes() >= rounded;
   };
   mu_.Await(absl::Condition(&fits));
+  const std::optional<uint64_t> offset = allocator_.Allocate(rounded);
   return absl::Span<uint8_t>(buffer_.data() + *offset, rounded);
 }
 

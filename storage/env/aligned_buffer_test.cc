@@ -1,8 +1,14 @@
 #include "storage/env/aligned_buffer.h"
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
+#include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace kvtier {
@@ -56,6 +62,39 @@ TEST(AlignedBufferPoolTest, BlockingAcquireReturnsOnceSpaceIsReleased) {
   waiter.join();
   EXPECT_EQ(got.size(), 4096u);
   (*pool)->Release(got);
+}
+
+// Regression: the wait condition once allocated as a side effect, and absl
+// evaluates conditions more than once, so contended Acquire calls leaked
+// slices until every thread blocked forever.
+TEST(AlignedBufferPoolTest, ContendedBlockingAcquireLeaksNothing) {
+  auto pool = AlignedBufferPool::Create(16 * 1024);
+  ASSERT_TRUE(pool.ok());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 2000; ++i) {
+        absl::Span<uint8_t> slice = (*pool)->Acquire(4096 * (1 + (i + t) % 3));
+        // Hold the slice for a while so that other threads queue up.
+        std::memset(slice.data(), i, slice.size());
+        std::this_thread::yield();
+        (*pool)->Release(slice);
+      }
+    });
+  }
+  // The old bug ends in a deadlock: fail loudly instead of hanging the suite.
+  absl::Notification joined;
+  std::thread joiner([&] {
+    for (auto& thread : threads) thread.join();
+    joined.Notify();
+  });
+  if (!joined.WaitForNotificationWithTimeout(absl::Seconds(60))) {
+    std::fprintf(stderr, "AlignedBufferPool::Acquire deadlocked\n");
+    std::abort();
+  }
+  joiner.join();
+  EXPECT_EQ((*pool)->used_bytes(), 0u);
+  EXPECT_TRUE((*pool)->TryAcquire(16 * 1024).has_value());
 }
 
 }  // namespace

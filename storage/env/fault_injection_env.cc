@@ -275,6 +275,8 @@ absl::Status FaultInjectionEnv::DropUnsyncedData() {
   }
   for (auto& [path, state] : files) {
     if (state.undo.empty()) continue;
+    KVTIER_ASSIGN_OR_RETURN(bool exists, target()->FileExists(path));
+    if (!exists) continue;  // Deleted since: nothing to restore.
     KVTIER_ASSIGN_OR_RETURN(uint64_t size_bytes, target()->GetFileSize(path));
     BlockFileOptions options;
     options.size_bytes = size_bytes;

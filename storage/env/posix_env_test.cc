@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
@@ -196,6 +197,19 @@ TEST_F(UringQueueTest, InvalidRequestsComeBackWithErrors) {
     EXPECT_EQ(requests[2].status.code(), absl::StatusCode::kInvalidArgument);
   }
   EXPECT_EQ(queue_->in_flight(), 0u);
+}
+
+TEST_F(UringQueueTest, ShortReadIsResubmittedThenEndOfFileReported) {
+  // Shrink the file behind the queue's back: a read of [32K, 64K) now gets
+  // 16K, the queue resubmits the rest, which hits the end of the file.
+  std::filesystem::resize_file(file_->path(), 48 * 1024);
+  auto buffer = AlignedBuffer::Allocate(32 * 1024);
+  IoRequest read = Request(IoOp::kRead, 32 * 1024, buffer->span());
+  absl::Status status = RunIoRequests(*queue_, absl::MakeSpan(&read, 1));
+  EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange) << status;
+  EXPECT_NE(status.message().find("after 16384 bytes"), absl::string_view::npos)
+      << status;
+  EXPECT_EQ(queue_->stats().requeued_short, 1u);
 }
 
 TEST_F(UringQueueTest, WakeFromAnotherThreadEndsAWaitingPoll) {

@@ -1,5 +1,7 @@
 #include "storage/nvme/nvme_tier.h"
 
+#include <xxhash.h>
+
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -41,6 +43,14 @@ class NvmeTierTest : public ::testing::Test {
   NvmeTierOptions options_ = SmallTierOptions(dir_.path(), nullptr);
   std::unique_ptr<NvmeTier> tier_;
 };
+
+TEST(NvmeChecksumTest, IsPlainXxh3) {
+  // Callers may compute the checksum with XXH3_64bits directly.
+  for (uint64_t size : {0, 1, 240, 4096, 1 << 20}) {
+    const auto data = RandomBytes(size, size);
+    EXPECT_EQ(NvmeChecksum(data), XXH3_64bits(data.data(), data.size())) << size;
+  }
+}
 
 TEST_F(NvmeTierTest, RoundTripsManySizesThroughStagingAndInPlace) {
   const std::vector<uint64_t> sizes = {4096,   1,          5000,   65536,
