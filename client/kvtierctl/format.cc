@@ -1,5 +1,7 @@
 #include "client/kvtierctl/format.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <cstdio>
 
 namespace kvtier::ctl {
@@ -30,6 +32,34 @@ std::string HumanDuration(uint64_t seconds) {
   if (d || h || m) out += std::to_string(m) + "m";
   out += std::to_string(s) + "s";
   return out;
+}
+
+const char* TierLabel(v1::Tier tier) {
+  switch (tier) {
+    case v1::TIER_DEVICE:
+      return "device";
+    case v1::TIER_HOST:
+      return "host";
+    case v1::TIER_NVME:
+      return "nvme";
+    default:
+      return "?";
+  }
+}
+
+int PrintJson(const google::protobuf::Message& message, std::ostream& out, std::ostream& err) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions print;
+  print.add_whitespace = true;
+  print.always_print_primitive_fields = true;
+  print.preserve_proto_field_names = true;
+  auto st = google::protobuf::util::MessageToJsonString(message, &json, print);
+  if (!st.ok()) {
+    err << "kvtierctl: cannot encode JSON: " << st.ToString() << "\n";
+    return 1;
+  }
+  out << json;
+  return 0;
 }
 
 }  // namespace kvtier::ctl

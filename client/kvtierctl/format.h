@@ -3,7 +3,14 @@
 #define KVTIER_CLIENT_KVTIERCTL_FORMAT_H_
 
 #include <cstdint>
+#include <ostream>
 #include <string>
+
+#include "kvtier/v1/types.pb.h"
+
+namespace google::protobuf {
+class Message;
+}
 
 namespace kvtier::ctl {
 
@@ -11,6 +18,11 @@ namespace kvtier::ctl {
 std::string HumanBytes(uint64_t bytes);
 // 3725 -> "1h2m5s".
 std::string HumanDuration(uint64_t seconds);
+// "device", "host", "nvme" or "?".
+const char* TierLabel(v1::Tier tier);
+// Pretty JSON with proto field names and default values; returns the exit
+// code (0, or 1 after printing why to err).
+int PrintJson(const google::protobuf::Message& message, std::ostream& out, std::ostream& err);
 
 }  // namespace kvtier::ctl
 

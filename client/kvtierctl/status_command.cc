@@ -1,29 +1,12 @@
-#include <google/protobuf/util/json_util.h>
-
 #include <cstdio>
 #include <ostream>
+#include <map>
 #include <string>
 
 #include "client/kvtierctl/commands.h"
 #include "client/kvtierctl/format.h"
 
 namespace kvtier::ctl {
-namespace {
-
-const char* TierLabel(v1::Tier tier) {
-  switch (tier) {
-    case v1::TIER_DEVICE:
-      return "device";
-    case v1::TIER_HOST:
-      return "host";
-    case v1::TIER_NVME:
-      return "nvme";
-    default:
-      return "?";
-  }
-}
-
-}  // namespace
 
 int ReportError(const absl::Status& status, const Client& client, std::ostream& err) {
   bool unreachable = status.code() == absl::StatusCode::kUnavailable ||
@@ -37,20 +20,7 @@ int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out,
               std::ostream& err) {
   auto stats = client.Stats();
   if (!stats.ok()) return ReportError(stats.status(), client, err);
-  if (options.json) {
-    std::string json;
-    google::protobuf::util::JsonPrintOptions print;
-    print.add_whitespace = true;
-    print.always_print_primitive_fields = true;
-    print.preserve_proto_field_names = true;
-    auto st = google::protobuf::util::MessageToJsonString(*stats, &json, print);
-    if (!st.ok()) {
-      err << "kvtierctl: cannot encode JSON: " << st.ToString() << "\n";
-      return 1;
-    }
-    out << json;
-    return 0;
-  }
+  if (options.json) return PrintJson(*stats, out, err);
   out << "kvtierd " << stats->version() << ", up " << HumanDuration(stats->uptime_s())
       << ", at " << client.target() << "\n\n";
   char line[256];

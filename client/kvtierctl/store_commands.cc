@@ -1,5 +1,4 @@
 // kvtierctl ls / verify / drain.
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -11,37 +10,6 @@
 #include "client/kvtierctl/progress.h"
 
 namespace kvtier::ctl {
-namespace {
-
-const char* TierName(v1::Tier tier) {
-  switch (tier) {
-    case v1::TIER_DEVICE:
-      return "device";
-    case v1::TIER_HOST:
-      return "host";
-    case v1::TIER_NVME:
-      return "nvme";
-    default:
-      return "?";
-  }
-}
-
-int PrintJson(const google::protobuf::Message& message, std::ostream& out, std::ostream& err) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions print;
-  print.add_whitespace = true;
-  print.always_print_primitive_fields = true;
-  print.preserve_proto_field_names = true;
-  auto st = google::protobuf::util::MessageToJsonString(message, &json, print);
-  if (!st.ok()) {
-    err << "kvtierctl: cannot encode JSON: " << st.ToString() << "\n";
-    return 1;
-  }
-  out << json;
-  return 0;
-}
-
-}  // namespace
 
 int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std::ostream& out,
           std::ostream& err) {
@@ -59,7 +27,7 @@ int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std
   out << line;
   for (const v1::TierProfileCount& c : resp.counts()) {
     std::snprintf(line, sizeof(line), "%-10llu %-7s %10llu %12s\n",
-                  static_cast<unsigned long long>(c.profile_id()), TierName(c.tier()),
+                  static_cast<unsigned long long>(c.profile_id()), TierLabel(c.tier()),
                   static_cast<unsigned long long>(c.blocks()), HumanBytes(c.bytes()).c_str());
     out << line;
   }
@@ -72,7 +40,7 @@ int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std
     for (const v1::BlockInfo& b : resp.blocks()) {
       std::snprintf(line, sizeof(line), "%-66s %-10llu %-7s %10s %-8s %s\n",
                     absl::BytesToHexString(b.block_id()).c_str(),
-                    static_cast<unsigned long long>(b.profile_id()), TierName(b.tier()),
+                    static_cast<unsigned long long>(b.profile_id()), TierLabel(b.tier()),
                     HumanBytes(b.size_bytes()).c_str(), b.durable() ? "yes" : "no",
                     b.pinned() ? "yes" : "no");
       out << line;
