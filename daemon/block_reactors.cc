@@ -45,7 +45,7 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
           "blocks: more than ", kMaxPutResultsPerStream, " blocks in one PutBlocks stream"));
     }
     if (auto profile = runtime_->store()->GetProfile(request_.profile_id()); !profile.ok()) {
-      return profile.status();
+      return absl::InvalidArgumentError(std::string(profile.status().message()));
     }
     BlockStore* store = runtime_->store();
     for (int i = 0; i < request_.blocks_size(); ++i) {
@@ -143,7 +143,10 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResp
                                                      " exceeds leases.max_ttl_ms = ",
                                                      runtime_->config().leases.max_ttl_ms));
     }
-    return runtime_->store()->GetProfile(request_->profile_id()).status();
+    if (auto profile = runtime_->store()->GetProfile(request_->profile_id()); !profile.ok()) {
+      return absl::InvalidArgumentError(std::string(profile.status().message()));
+    }
+    return absl::OkStatus();
   }
 
   absl::Status AcquireHandles() {

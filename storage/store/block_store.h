@@ -160,7 +160,9 @@ class BlockStore {
   virtual absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) = 0;
 
   // ---- Blocks ----------------------------------------------------------
-  // data must be exactly the profile's block size. durable: acknowledge
+  // data must be exactly the profile's block size (INVALID_ARGUMENT naming
+  // "data"; an unregistered profile is INVALID_ARGUMENT naming
+  // "profile_id"). durable: acknowledge
   // only once the NVMe copy and its catalog record are synced.
   // expected_xxh3 != 0: the payload's XXH3-64 must equal it, else DATA_LOSS
   // and nothing is stored.

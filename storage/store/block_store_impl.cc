@@ -179,14 +179,20 @@ absl::StatusOr<ModelProfile> BlockStoreImpl::GetProfile(uint64_t profile_id) {
 absl::StatusOr<ModelProfile> BlockStoreImpl::ProfileLocked(uint64_t profile_id) {
   auto it = profiles_.find(profile_id);
   if (it == profiles_.end()) {
-    return absl::NotFoundError(absl::StrCat("profile_id ", profile_id, " is not registered"));
+    return absl::NotFoundError(absl::StrCat("profile_id: ", profile_id, " is not registered"));
   }
   return it->second;
 }
 
 absl::Status BlockStoreImpl::CheckPayload(const BlockKey& key, uint64_t size_bytes) {
   KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
-  KVTIER_ASSIGN_OR_RETURN(ModelProfile profile, ProfileLocked(key.profile_id));
+  auto found = profiles_.find(key.profile_id);
+  if (found == profiles_.end()) {
+    // A write naming an unregistered profile is a bad argument, not a miss.
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile_id: ", key.profile_id, " is not registered"));
+  }
+  const ModelProfile& profile = found->second;
   const uint64_t want = BlockSizeBytes(profile);
   if (size_bytes != want) {
     return absl::InvalidArgumentError(absl::StrCat("data: ", size_bytes, " bytes, but blocks of profile ",
@@ -537,7 +543,11 @@ absl::StatusOr<std::vector<StagingSlot>> BlockStoreImpl::ReserveStaging(const st
   absl::MutexLock lock(&mu_);
   size_t reaped = 0;
   KVTIER_RETURN_IF_ERROR(ReapLocked(&reaped));
-  KVTIER_ASSIGN_OR_RETURN(ModelProfile profile, ProfileLocked(profile_id));
+  if (!profiles_.contains(profile_id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile_id: ", profile_id, " is not registered"));
+  }
+  const ModelProfile& profile = profiles_.at(profile_id);
   const uint64_t size = BlockSizeBytes(profile);
   const uint64_t deadline =
       env_->NowMicros() + 1000 * (ttl_ms == 0 ? options_.default_lease_ttl_ms : ttl_ms);

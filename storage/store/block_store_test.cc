@@ -155,7 +155,7 @@ TEST_F(BlockStoreTest, BadInputNamesTheField) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("block_id"));
   st = store_->Put(BlockKey{"default", profile_id_ + 100, "x"}, Payload(1), false).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("profile_id"));
 }
 

@@ -210,7 +210,7 @@ TEST_F(BlockRpcTest, BadInputGetsFieldNamedErrors) {
   u->set_block_id(ids[0]);
   u->set_data(Bytes(0));
   auto st = client_->PutBlocks({unknown}).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("profile_id"));
 
   v1::GetBlocksRequest get;
