@@ -1,4 +1,5 @@
 // kvtierd: the kvtier daemon. See README.md and deploy/kvtierd.toml.
+#include <malloc.h>
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 
@@ -58,6 +59,11 @@ int Run(int argc, char** argv) {
     return 0;
   }
   kvtier::daemon::InitLogging(config->log.level, config->log.format);
+  // Message buffers and block strings are megabytes each: keep glibc from
+  // mapping and unmapping them per message (the kernel zeroes every fresh
+  // page), while bounding what it may keep.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
 
   // Block the stop signals before any thread exists so that every thread
   // inherits the mask and only sigwait() below sees them.

@@ -131,6 +131,7 @@ class BlockStoreImpl final : public BlockStore {
   uint64_t blocks_in_tier_[kNumTiers] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t quarantined_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t summary_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // capacity of every summary
 };
 
 }  // namespace kvtier
