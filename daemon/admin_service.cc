@@ -1,11 +1,12 @@
 #include "daemon/admin_service.h"
 
+#include <algorithm>
 #include <map>
+#include <vector>
 
 #include "daemon/convert.h"
 #include "daemon/grpc_status.h"
 #include "daemon/progress_reactor.h"
-#include "daemon/reactors.h"
 #include "daemon/version.h"
 
 namespace kvtier::daemon {
@@ -33,6 +34,7 @@ grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* ctx,
     t->set_location(usage.location);
   }
   resp->set_profiles(stats.profiles);
+  resp->set_open_contexts(runtime_->contexts()->size());
   resp->set_active_leases(stats.active_leases);
   resp->set_quarantined_blocks(stats.quarantined_blocks);
   for (const auto& [key, value] : config.Flatten()) (*resp->mutable_config())[key] = value;
@@ -78,9 +80,22 @@ grpc::ServerUnaryReactor* AdminService::ListBlocks(grpc::CallbackServerContext* 
 
 grpc::ServerUnaryReactor* AdminService::ListContexts(grpc::CallbackServerContext* ctx,
                                                      const v1::ListContextsRequest*,
-                                                     v1::ListContextsResponse*) {
+                                                     v1::ListContextsResponse* resp) {
+  std::vector<ContextInfo> contexts = runtime_->contexts()->List();
+  std::sort(contexts.begin(), contexts.end(), [](const ContextInfo& a, const ContextInfo& b) {
+    return a.context_id < b.context_id;
+  });
+  for (const ContextInfo& c : contexts) {
+    v1::ContextInfo* info = resp->add_contexts();
+    info->set_context_id(c.context_id);
+    info->set_profile_id(c.profile_id);
+    info->set_num_blocks(c.num_blocks);
+    info->set_pinned_blocks(c.pinned_blocks);
+    info->set_last_step(c.last_step);
+    info->set_idle_ms(c.idle_ms);
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(NotBuilt("ListContexts", "the semantic index (contexts)"));
+  reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 

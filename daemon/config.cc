@@ -17,44 +17,73 @@ namespace {
 // Embedded by CMake from deploy/kvtierd.toml.
 #include "kvtierd_default_toml.inc"
 
-enum class Kind { kString, kSize, kUint, kBool, kMode, kEnum };
+enum class Kind { kString, kSize, kUint, kBool, kMode, kEnum, kFloat };
+
+// A parsed scalar; only the member matching the field's kind is set.
+struct Value {
+  std::string text;
+  uint64_t number = 0;
+  double real = 0;
+  bool flag = false;
+};
+
+Value TextValue(std::string text) {
+  Value v;
+  v.text = std::move(text);
+  return v;
+}
+Value NumberValue(uint64_t number) {
+  Value v;
+  v.number = number;
+  return v;
+}
+Value RealValue(double real) {
+  Value v;
+  v.real = real;
+  return v;
+}
+Value FlagValue(bool flag) {
+  Value v;
+  v.flag = flag;
+  return v;
+}
 
 // One configuration key: its TOML path, its type and where it lands.
 struct Field {
   const char* key;
   Kind kind;
-  std::function<void(Config&, const std::string&, uint64_t, bool)> set;
+  std::function<void(Config&, const Value&)> set;
   std::function<std::string(const Config&)> get;
   std::vector<std::string> choices = {};  // kEnum only
 };
 
-#define KV_STR(path, member)                                                         \
-  Field {                                                                            \
-    path, Kind::kString, [](Config& c, const std::string& s, uint64_t, bool) {       \
-      c.member = s;                                                                  \
-    },                                                                               \
-        [](const Config& c) { return c.member; }                                     \
+#define KV_STR(path, member)                                                      \
+  Field {                                                                         \
+    path, Kind::kString, [](Config& c, const Value& v) { c.member = v.text; },    \
+        [](const Config& c) { return c.member; }                                  \
   }
-#define KV_ENUM(path, member, ...)                                                   \
-  Field {                                                                            \
-    path, Kind::kEnum, [](Config& c, const std::string& s, uint64_t, bool) {         \
-      c.member = s;                                                                  \
-    },                                                                               \
-        [](const Config& c) { return c.member; }, { __VA_ARGS__ }                    \
+#define KV_ENUM(path, member, ...)                                                \
+  Field {                                                                         \
+    path, Kind::kEnum, [](Config& c, const Value& v) { c.member = v.text; },      \
+        [](const Config& c) { return c.member; }, { __VA_ARGS__ }                 \
   }
-#define KV_NUM(path, kind, member)                                                   \
-  Field {                                                                            \
-    path, kind, [](Config& c, const std::string&, uint64_t n, bool) {                \
-      c.member = static_cast<decltype(c.member)>(n);                                 \
-    },                                                                               \
-        [](const Config& c) { return std::to_string(c.member); }                     \
+#define KV_NUM(path, kind, member)                                                \
+  Field {                                                                         \
+    path, kind,                                                                   \
+        [](Config& c, const Value& v) {                                           \
+          c.member = static_cast<decltype(c.member)>(v.number);                   \
+        },                                                                        \
+        [](const Config& c) { return std::to_string(c.member); }                  \
   }
-#define KV_BOOL(path, member)                                                        \
-  Field {                                                                            \
-    path, Kind::kBool, [](Config& c, const std::string&, uint64_t, bool b) {         \
-      c.member = b;                                                                  \
-    },                                                                               \
-        [](const Config& c) { return std::string(c.member ? "true" : "false"); }     \
+#define KV_FLOAT(path, member)                                                    \
+  Field {                                                                         \
+    path, Kind::kFloat, [](Config& c, const Value& v) { c.member = v.real; },     \
+        [](const Config& c) { return absl::StrCat(c.member); }                    \
+  }
+#define KV_BOOL(path, member)                                                     \
+  Field {                                                                         \
+    path, Kind::kBool, [](Config& c, const Value& v) { c.member = v.flag; },      \
+        [](const Config& c) { return std::string(c.member ? "true" : "false"); }  \
   }
 
 const std::vector<Field>& Fields() {
@@ -62,8 +91,8 @@ const std::vector<Field>& Fields() {
       KV_STR("server.data_dir", server.data_dir),
       KV_STR("server.socket_path", server.socket_path),
       Field{"server.socket_mode", Kind::kMode,
-            [](Config& c, const std::string&, uint64_t n, bool) {
-              c.server.socket_mode = static_cast<uint32_t>(n);
+            [](Config& c, const Value& v) {
+              c.server.socket_mode = static_cast<uint32_t>(v.number);
             },
             [](const Config& c) {
               std::ostringstream os;
@@ -77,6 +106,10 @@ const std::vector<Field>& Fields() {
       KV_ENUM("log.level", log.level, "trace", "debug", "info", "warn", "error", "critical",
               "off"),
       KV_ENUM("log.format", log.format, "text", "json"),
+      KV_ENUM("tiers.placement", placement.policy, "keydiff", "lru"),
+      KV_FLOAT("tiers.keydiff.redundancy_weight", placement.redundancy_weight),
+      KV_FLOAT("tiers.keydiff.age_weight", placement.age_weight),
+      KV_NUM("tiers.keydiff.sample_blocks", Kind::kUint, placement.sample_blocks),
       KV_ENUM("tiers.device.backend", device.backend, "auto", "cuda", "shm"),
       KV_NUM("tiers.device.capacity_bytes", Kind::kSize, device.capacity_bytes),
       KV_STR("tiers.device.shm_dir", device.shm_dir),
@@ -94,6 +127,29 @@ const std::vector<Field>& Fields() {
       KV_NUM("leases.max_ttl_ms", Kind::kUint, leases.max_ttl_ms),
       KV_NUM("limits.max_batch_blocks", Kind::kUint, limits.max_batch_blocks),
       KV_NUM("limits.max_contexts", Kind::kUint, limits.max_contexts),
+      KV_ENUM("index.summary_encoding", index.summary_encoding, "fp16", "fp32"),
+      KV_BOOL("index.summary_bounds", index.summary_bounds),
+      KV_BOOL("index.summary_per_layer", index.summary_per_layer),
+      KV_BOOL("index.summary_per_layer_bounds", index.summary_per_layer_bounds),
+      KV_NUM("index.head_weights_min_blocks", Kind::kUint, index.head_weights_min_blocks),
+      KV_NUM("index.pages_per_chunk", Kind::kUint, index.pages_per_chunk),
+      KV_NUM("index.chunks_per_grid", Kind::kUint, index.chunks_per_grid),
+      KV_BOOL("index.keep_summaries", index.keep_summaries),
+      KV_ENUM("select.default_scorer", select.default_scorer, "keykey", "keykey_weighted",
+              "quest", "arkvale", "keydiff", "recency", "random"),
+      KV_ENUM("select.algorithm", select.algorithm, "descent", "gemm"),
+      KV_FLOAT("select.grid_keep_fraction", select.grid_keep_fraction),
+      KV_FLOAT("select.chunk_keep_fraction", select.chunk_keep_fraction),
+      KV_FLOAT("select.page_keep_fraction", select.page_keep_fraction),
+      KV_NUM("select.sink_blocks", Kind::kUint, select.sink_blocks),
+      KV_NUM("select.local_blocks", Kind::kUint, select.local_blocks),
+      KV_NUM("select.window_steps", Kind::kUint, select.window_steps),
+      KV_FLOAT("select.theta", select.theta),
+      KV_FLOAT("select.stability_weight", select.stability_weight),
+      KV_FLOAT("select.hold_threshold", select.hold_threshold),
+      KV_NUM("select.max_prefetch_blocks", Kind::kUint, select.max_prefetch_blocks),
+      KV_NUM("select.max_contexts_per_request", Kind::kUint, select.max_contexts_per_request),
+      KV_NUM("select.max_queued_responses", Kind::kUint, select.max_queued_responses),
   };
   return *fields;
 }
@@ -128,7 +184,7 @@ absl::Status ApplyValue(Config& config, const Field& field, const std::string& w
           return BadValue(where, key, absl::StrCat("one of ", list, ", got \"", *s, "\""));
         }
       }
-      field.set(config, *s, 0, false);
+      field.set(config, TextValue(*s));
       return absl::OkStatus();
     }
     case Kind::kSize:
@@ -149,13 +205,21 @@ absl::Status ApplyValue(Config& config, const Field& field, const std::string& w
                         field.kind == Kind::kSize ? "a size (integer bytes or \"64MiB\")"
                                                   : "a non-negative integer");
       }
-      field.set(config, "", n, false);
+      field.set(config, NumberValue(n));
+      return absl::OkStatus();
+    }
+    case Kind::kFloat: {
+      auto d = node.value<double>();
+      if (!d || !(node.is_floating_point() || node.is_integer()) || !std::isfinite(*d)) {
+        return BadValue(where, key, "a finite number");
+      }
+      field.set(config, RealValue(*d));
       return absl::OkStatus();
     }
     case Kind::kBool: {
       auto b = node.value<bool>();
       if (!b || !node.is_boolean()) return BadValue(where, key, "true or false");
-      field.set(config, "", 0, *b);
+      field.set(config, FlagValue(*b));
       return absl::OkStatus();
     }
     case Kind::kMode: {
@@ -168,7 +232,7 @@ absl::Status ApplyValue(Config& config, const Field& field, const std::string& w
         if (ch < '0' || ch > '7') return BadValue(where, key, "an octal mode string like \"0660\"");
         mode = mode * 8 + static_cast<uint64_t>(ch - '0');
       }
-      field.set(config, "", mode, false);
+      field.set(config, NumberValue(mode));
       return absl::OkStatus();
     }
   }
@@ -246,6 +310,79 @@ absl::Status Invalid(const std::string& key, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("key '", key, "': ", why));
 }
 
+absl::Status InRange(const std::string& key, double v, double lo, double hi, bool lo_open) {
+  if ((lo_open ? v > lo : v >= lo) && v <= hi) return absl::OkStatus();
+  return Invalid(key, absl::StrCat("is ", v, "; must be in ", lo_open ? "(" : "[", lo, ", ", hi,
+                                   "]"));
+}
+
+absl::Status ValidatePlacement(const Config& c) {
+  KVTIER_RETURN_IF_ERROR(
+      InRange("tiers.keydiff.redundancy_weight", c.placement.redundancy_weight, 0, 1000, false));
+  KVTIER_RETURN_IF_ERROR(
+      InRange("tiers.keydiff.age_weight", c.placement.age_weight, 0, 1000, false));
+  if (c.placement.sample_blocks == 0 || c.placement.sample_blocks > 1024) {
+    return Invalid("tiers.keydiff.sample_blocks", "must be between 1 and 1024");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateIndex(const Config& c) {
+  if (c.index.summary_per_layer_bounds && !c.index.summary_per_layer) {
+    return Invalid("index.summary_per_layer_bounds", "needs index.summary_per_layer = true");
+  }
+  if (c.index.head_weights_min_blocks == 0 || c.index.head_weights_min_blocks > (1u << 30)) {
+    return Invalid("index.head_weights_min_blocks", "must be between 1 and 2^30");
+  }
+  if (c.index.pages_per_chunk == 0 || c.index.pages_per_chunk > 4096) {
+    return Invalid("index.pages_per_chunk", "must be between 1 and 4096");
+  }
+  if (c.index.chunks_per_grid == 0 || c.index.chunks_per_grid > 4096) {
+    return Invalid("index.chunks_per_grid", "must be between 1 and 4096");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSelect(const Config& c) {
+  const Config::Select& s = c.select;
+  if ((s.default_scorer == "quest" || s.default_scorer == "arkvale") &&
+      (!c.index.keep_summaries || !c.index.summary_bounds)) {
+    return Invalid("select.default_scorer",
+                   absl::StrCat("\"", s.default_scorer,
+                                "\" needs index.keep_summaries = true and "
+                                "index.summary_bounds = true"));
+  }
+  KVTIER_RETURN_IF_ERROR(
+      InRange("select.grid_keep_fraction", s.grid_keep_fraction, 0, 1, /*lo_open=*/true));
+  KVTIER_RETURN_IF_ERROR(
+      InRange("select.chunk_keep_fraction", s.chunk_keep_fraction, 0, 1, /*lo_open=*/true));
+  KVTIER_RETURN_IF_ERROR(
+      InRange("select.page_keep_fraction", s.page_keep_fraction, 0, 1, /*lo_open=*/true));
+  if (s.sink_blocks > 4096) return Invalid("select.sink_blocks", "must be at most 4096");
+  if (s.local_blocks > 4096) return Invalid("select.local_blocks", "must be at most 4096");
+  if (s.sink_blocks + s.local_blocks > c.limits.max_batch_blocks) {
+    return Invalid("select.local_blocks",
+                   "select.sink_blocks + select.local_blocks must be at most "
+                   "limits.max_batch_blocks (the most blocks one Select may return)");
+  }
+  if (s.window_steps == 0 || s.window_steps > 64) {
+    return Invalid("select.window_steps", "must be between 1 and 64");
+  }
+  KVTIER_RETURN_IF_ERROR(InRange("select.theta", s.theta, 0, 1, false));
+  KVTIER_RETURN_IF_ERROR(InRange("select.stability_weight", s.stability_weight, 0, 1, false));
+  KVTIER_RETURN_IF_ERROR(InRange("select.hold_threshold", s.hold_threshold, 0, 2, true));
+  if (s.max_prefetch_blocks > 4096) {
+    return Invalid("select.max_prefetch_blocks", "must be at most 4096");
+  }
+  if (s.max_contexts_per_request == 0 || s.max_contexts_per_request > 65536) {
+    return Invalid("select.max_contexts_per_request", "must be between 1 and 65536");
+  }
+  if (s.max_queued_responses == 0 || s.max_queued_responses > 1024) {
+    return Invalid("select.max_queued_responses", "must be between 1 and 1024");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validate(Config& c) {
   if (c.server.data_dir.empty()) return Invalid("server.data_dir", "must not be empty");
   if (c.server.socket_path.empty()) {
@@ -294,8 +431,12 @@ absl::Status Validate(Config& c) {
   if (c.limits.max_batch_blocks == 0 || c.limits.max_batch_blocks > 1u << 20) {
     return Invalid("limits.max_batch_blocks", "must be between 1 and 1048576");
   }
-  if (c.limits.max_contexts == 0) return Invalid("limits.max_contexts", "must be > 0");
-  return absl::OkStatus();
+  if (c.limits.max_contexts == 0 || c.limits.max_contexts > (1u << 20)) {
+    return Invalid("limits.max_contexts", "must be between 1 and 1048576");
+  }
+  KVTIER_RETURN_IF_ERROR(ValidatePlacement(c));
+  KVTIER_RETURN_IF_ERROR(ValidateIndex(c));
+  return ValidateSelect(c);
 }
 
 }  // namespace

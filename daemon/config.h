@@ -59,6 +59,41 @@ struct Config {
     uint64_t max_batch_blocks = 0;
     uint64_t max_contexts = 0;
   } limits;
+  // tiers.placement and tiers.keydiff.*: which copy a full tier gives up.
+  struct Placement {
+    std::string policy;  // keydiff | lru
+    double redundancy_weight = 0;
+    double age_weight = 0;
+    uint64_t sample_blocks = 0;
+  } placement;
+  // index.*: block summaries computed at put time and context trees.
+  struct Index {
+    std::string summary_encoding;  // fp16 | fp32
+    bool summary_bounds = true;
+    bool summary_per_layer = false;
+    bool summary_per_layer_bounds = false;
+    uint64_t head_weights_min_blocks = 0;
+    uint64_t pages_per_chunk = 0;
+    uint64_t chunks_per_grid = 0;
+    bool keep_summaries = false;
+  } index;
+  // select.*: selector defaults and per-stream limits.
+  struct Select {
+    std::string default_scorer;  // index::ScorerName values
+    std::string algorithm;       // descent | gemm
+    double grid_keep_fraction = 0;
+    double chunk_keep_fraction = 0;
+    double page_keep_fraction = 0;
+    uint64_t sink_blocks = 0;
+    uint64_t local_blocks = 0;
+    uint64_t window_steps = 0;
+    double theta = 0;
+    double stability_weight = 0;
+    double hold_threshold = 0;
+    uint64_t max_prefetch_blocks = 0;
+    uint64_t max_contexts_per_request = 0;
+    uint64_t max_queued_responses = 0;
+  } select;
 
   uint64_t nvme_capacity_bytes() const { return nvme.file_count * nvme.file_size_bytes; }
 

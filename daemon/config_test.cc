@@ -138,6 +138,50 @@ TEST_F(ConfigTest, FlattenListsEveryKey) {
   EXPECT_EQ(flat.at("tiers.device.capacity_bytes"), std::to_string(256ull << 20));
 }
 
+TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
+  auto config = LoadConfig("", {});
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->placement.policy, "keydiff");
+  EXPECT_EQ(config->select.default_scorer, "keykey");
+  EXPECT_DOUBLE_EQ(config->select.grid_keep_fraction, 0.5);
+  EXPECT_EQ(config->select.window_steps, 20u);
+  EXPECT_EQ(config->Flatten().at("select.theta"), "0.5");
+  config = LoadConfig("", {"select.theta=0.7", "tiers.keydiff.age_weight=1",
+                           "tiers.placement=lru", "select.default_scorer=keykey_weighted"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_DOUBLE_EQ(config->select.theta, 0.7);
+  EXPECT_DOUBLE_EQ(config->placement.age_weight, 1.0);  // an integer is a number too
+  EXPECT_EQ(config->placement.policy, "lru");
+  EXPECT_TRUE(LoadConfig("", {"select.default_scorer=quest", "index.keep_summaries=true"}).ok());
+}
+
+TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"select.grid_keep_fraction=0", "'select.grid_keep_fraction'"},
+      {"select.page_keep_fraction=1.5", "'select.page_keep_fraction'"},
+      {"select.theta=-0.1", "'select.theta'"},
+      {"select.theta=\"high\"", "'select.theta': expected a finite number"},
+      {"select.window_steps=65", "'select.window_steps'"},
+      {"select.default_scorer=quest", "'select.default_scorer'"},
+      {"select.default_scorer=best", "'select.default_scorer'"},
+      {"select.max_contexts_per_request=0", "'select.max_contexts_per_request'"},
+      {"tiers.placement=fifo", "'tiers.placement'"},
+      {"tiers.keydiff.sample_blocks=0", "'tiers.keydiff.sample_blocks'"},
+      {"index.pages_per_chunk=0", "'index.pages_per_chunk'"},
+      {"index.summary_encoding=int8", "'index.summary_encoding'"},
+  };
+  for (const auto& [item, key] : cases) {
+    auto config = LoadConfig("", {item});
+    ASSERT_FALSE(config.ok()) << item;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << item;
+    EXPECT_THAT(config.status().message(), HasSubstr(key)) << item;
+  }
+  auto config = LoadConfig(
+      Write("[index]\nsummary_per_layer = false\nsummary_per_layer_bounds = true\n"), {});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("'index.summary_per_layer_bounds'"));
+}
+
 TEST(ParseSizeTest, Units) {
   EXPECT_EQ(*ParseSize("4096"), 4096u);
   EXPECT_EQ(*ParseSize("64KiB"), 64u << 10);

@@ -4,7 +4,7 @@
 #include "daemon/block_reactors.h"
 #include "daemon/convert.h"
 #include "daemon/grpc_status.h"
-#include "daemon/reactors.h"
+#include "daemon/select_reactor.h"
 #include "daemon/tenant.h"
 
 namespace kvtier::daemon {
@@ -21,8 +21,6 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
                                       const absl::Status& status) {
   return FinishUnary(ctx, ToGrpcStatus(status));
 }
-
-constexpr char kIndex[] = "the semantic index (contexts and Select)";
 
 }  // namespace
 
@@ -56,6 +54,9 @@ grpc::ServerUnaryReactor* KvTierService::GetProfile(grpc::CallbackServerContext*
   if (!profile.ok()) return FinishUnary(ctx, profile.status());
   *resp->mutable_profile() = ToProto(*profile);
   resp->set_block_size_bytes(BlockSizeBytes(*profile));
+  index::HeadWeights weights = runtime_->summarizer()->HeadWeightsOf(req->profile_id());
+  resp->mutable_head_weights()->Add(weights.weights.begin(), weights.weights.end());
+  resp->set_head_weights_version(weights.version);
   return FinishUnary(ctx, grpc::Status::OK);
 }
 
@@ -143,27 +144,40 @@ grpc::ServerUnaryReactor* KvTierService::DeleteBlocks(grpc::CallbackServerContex
 }
 
 grpc::ServerUnaryReactor* KvTierService::OpenContext(grpc::CallbackServerContext* ctx,
-                                                     const v1::OpenContextRequest*,
-                                                     v1::OpenContextResponse*) {
-  return FinishUnary(ctx, NotBuilt("OpenContext", kIndex));
+                                                     const v1::OpenContextRequest* req,
+                                                     v1::OpenContextResponse* resp) {
+  std::vector<std::vector<std::string>> segments;
+  segments.reserve(req->segments_size());
+  for (const v1::Segment& segment : req->segments()) {
+    segments.emplace_back(segment.block_ids().begin(), segment.block_ids().end());
+  }
+  auto opened = runtime_->contexts()->Open(TenantOf(ctx), req->profile_id(), segments,
+                                           req->lease_ttl_ms());
+  if (!opened.ok()) return FinishUnary(ctx, opened.status());
+  resp->set_context_id(opened->context_id);
+  resp->set_num_blocks(opened->num_blocks);
+  return FinishUnary(ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* KvTierService::AppendBlocks(grpc::CallbackServerContext* ctx,
-                                                      const v1::AppendBlocksRequest*,
-                                                      v1::AppendBlocksResponse*) {
-  return FinishUnary(ctx, NotBuilt("AppendBlocks", kIndex));
+                                                      const v1::AppendBlocksRequest* req,
+                                                      v1::AppendBlocksResponse* resp) {
+  std::vector<std::string> ids(req->block_ids().begin(), req->block_ids().end());
+  auto appended = runtime_->contexts()->Append(TenantOf(ctx), req->context_id(), ids);
+  if (!appended.ok()) return FinishUnary(ctx, appended.status());
+  resp->set_num_blocks(*appended);
+  return FinishUnary(ctx, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* KvTierService::CloseContext(grpc::CallbackServerContext* ctx,
-                                                      const v1::CloseContextRequest*,
+                                                      const v1::CloseContextRequest* req,
                                                       v1::CloseContextResponse*) {
-  return FinishUnary(ctx, NotBuilt("CloseContext", kIndex));
+  return FinishUnary(ctx, runtime_->contexts()->Close(TenantOf(ctx), req->context_id()));
 }
 
 grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse>* KvTierService::Select(
-    grpc::CallbackServerContext*) {
-  return new FinishedBidiReactor<v1::SelectRequest, v1::SelectResponse>(
-      NotBuilt("Select", kIndex));
+    grpc::CallbackServerContext* ctx) {
+  return NewSelectReactor(runtime_, ctx);
 }
 
 grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ctx,
@@ -176,8 +190,12 @@ grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ct
       resp->set_blocks_unpinned(*released);
       return FinishUnary(ctx, grpc::Status::OK);
     }
-    case v1::ReleaseRequest::kContextId:
-      return FinishUnary(ctx, NotBuilt("Release of a context", kIndex));
+    case v1::ReleaseRequest::kContextId: {
+      auto released = runtime_->contexts()->Release(TenantOf(ctx), req->context_id());
+      if (!released.ok()) return FinishUnary(ctx, released.status());
+      resp->set_blocks_unpinned(*released);
+      return FinishUnary(ctx, grpc::Status::OK);
+    }
     default:
       return FinishUnary(
           ctx, absl::InvalidArgumentError("target: set context_id or lease_id"));

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/keydiff_placement.h"
 #include "gpu/cpu/shm_device_ops.h"
 #include "storage/common/errno_status.h"
 #include "storage/common/status_macros.h"
@@ -29,6 +30,39 @@ std::string ShmName(const Config& config, const std::string& dir, const std::str
   std::string data_dir = std::filesystem::absolute(config.server.data_dir, ec).lexically_normal();
   size_t h = std::hash<std::string>()(data_dir);
   return absl::StrCat(dir, "/kvtier-", ::getuid(), "-", absl::Hex(h), "-", what);
+}
+
+// Most keys waiting for the prefetcher.
+constexpr size_t kMaxPendingPrefetchKeys = 1 << 16;
+
+SummarizerOptions SummarizerOptionsOf(const Config& config) {
+  SummarizerOptions options;
+  options.encoding = config.index.summary_encoding == "fp32" ? index::SummaryEncoding::kFp32
+                                                              : index::SummaryEncoding::kFp16;
+  options.bounds = config.index.summary_bounds;
+  options.per_layer = config.index.summary_per_layer;
+  options.per_layer_bounds = config.index.summary_per_layer_bounds;
+  options.head_weights_min_blocks = config.index.head_weights_min_blocks;
+  return options;
+}
+
+index::SelectorOptions SelectorOptionsOf(const Config& config) {
+  const Config::Select& s = config.select;
+  index::SelectorOptions options;
+  options.grid_keep_fraction = s.grid_keep_fraction;
+  options.chunk_keep_fraction = s.chunk_keep_fraction;
+  options.page_keep_fraction = s.page_keep_fraction;
+  options.sink_blocks = static_cast<int32_t>(s.sink_blocks);
+  options.local_blocks = static_cast<int32_t>(s.local_blocks);
+  options.max_prefetch_blocks = static_cast<int32_t>(s.max_prefetch_blocks);
+  options.algorithm =
+      s.algorithm == "gemm" ? index::SelectAlgorithm::kGemm : index::SelectAlgorithm::kDescent;
+  options.stability.window_steps = static_cast<int32_t>(s.window_steps);
+  options.stability.theta = static_cast<float>(s.theta);
+  options.stability.weight = static_cast<float>(s.stability_weight);
+  options.stability.hold_threshold = static_cast<float>(s.hold_threshold);
+  options.num_threads = 1;  // one Selector per stream; streams run in parallel
+  return options;
 }
 
 }  // namespace
@@ -64,6 +98,18 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
   }
   rt->device_backend_ = rt->device_ops_->arena().backend;
 
+  absl::StatusOr<index::ScorerKind> scorer = index::ParseScorerKind(config.select.default_scorer);
+  if (!scorer.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("key 'select.default_scorer': ",
+                                                   scorer.status().message()));
+  }
+  rt->default_scorer_ = *scorer;
+  rt->selector_options_ = SelectorOptionsOf(config);
+  if (absl::Status st = index::ValidateSelectorOptions(rt->selector_options_); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("select.*: ", st.message()));
+  }
+  rt->summarizer_ = std::make_unique<Summarizer>(SummarizerOptionsOf(config));
+
   BlockStoreOptions options;
   options.data_dir = config.server.data_dir;
   options.env = Env::Default();
@@ -82,12 +128,37 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
   options.write_through = config.nvme.write_through;
   options.default_lease_ttl_ms = config.leases.default_ttl_ms;
   options.max_lease_ttl_ms = config.leases.max_ttl_ms;
+  options.summarize = [summarizer = rt->summarizer_.get()](const ModelProfile& profile,
+                                                           absl::Span<const uint8_t> payload) {
+    return summarizer->Summarize(profile, payload);
+  };
+  if (config.placement.policy == "keydiff") {
+    KeyDiffPlacementOptions keydiff;
+    keydiff.redundancy_weight = static_cast<float>(config.placement.redundancy_weight);
+    keydiff.age_weight = static_cast<float>(config.placement.age_weight);
+    keydiff.sample_blocks = static_cast<int32_t>(config.placement.sample_blocks);
+    options.make_placement = [keydiff] { return NewKeyDiffPlacement(keydiff); };
+  }
   auto store = BlockStore::Open(options);
   if (!store.ok()) {
     return absl::Status(store.status().code(),
                         absl::StrCat("cannot open the block store: ", store.status().message()));
   }
   rt->store_ = std::move(*store);
+
+  ContextManagerOptions contexts;
+  contexts.pages_per_chunk = static_cast<int32_t>(config.index.pages_per_chunk);
+  contexts.chunks_per_grid = static_cast<int32_t>(config.index.chunks_per_grid);
+  contexts.vector = rt->default_scorer_ == index::ScorerKind::kKeyKeyWeighted
+                        ? index::TreeVector::kWeightedMean
+                        : index::TreeVector::kMean;
+  contexts.keep_summaries = config.index.keep_summaries;
+  contexts.max_contexts = config.limits.max_contexts;
+  contexts.default_ttl_ms = config.leases.default_ttl_ms;
+  contexts.max_ttl_ms = config.leases.max_ttl_ms;
+  contexts.max_append_blocks = config.limits.max_batch_blocks;
+  rt->contexts_ = std::make_unique<ContextManager>(rt->store_.get(), Env::Default(), contexts);
+  rt->prefetcher_ = std::make_unique<Prefetcher>(rt->store_.get(), kMaxPendingPrefetchKeys);
   rt->reaper_ = std::thread([r = rt.get()] { r->ReaperLoop(); });
   return rt;
 }
@@ -102,6 +173,8 @@ Runtime::~Runtime() {
   }
   reaper_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
+  prefetcher_.reset();
+  contexts_.reset();  // unpins what contexts hold
   store_.reset();
   device_ops_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
@@ -116,6 +189,8 @@ void Runtime::ReaperLoop() {
     lock.unlock();
     size_t reaped = store_->ReapExpired();
     if (reaped > 0) spdlog::debug("reaped {} expired leases", reaped);
+    size_t closed = contexts_->ReapIdle();
+    if (closed > 0) spdlog::debug("closed {} idle contexts", closed);
     lock.lock();
   }
 }

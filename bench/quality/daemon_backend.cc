@@ -1,0 +1,340 @@
+#include "bench/quality/daemon_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "daemon/config.h"
+#include "daemon/server.h"
+
+namespace kvtier::quality {
+namespace {
+
+v1::Scorer ToProto(index::ScorerKind k) {
+  switch (k) {
+    case index::ScorerKind::kKeyKey:
+      return v1::SCORER_KEY_KEY;
+    case index::ScorerKind::kKeyKeyWeighted:
+      return v1::SCORER_KEY_KEY_WEIGHTED;
+    case index::ScorerKind::kQuest:
+      return v1::SCORER_QUEST;
+    case index::ScorerKind::kArkVale:
+      return v1::SCORER_ARKVALE;
+    case index::ScorerKind::kKeyDiff:
+      return v1::SCORER_KEYDIFF;
+    case index::ScorerKind::kRecency:
+      return v1::SCORER_RECENCY;
+    case index::ScorerKind::kRandom:
+      return v1::SCORER_RANDOM;
+  }
+  return v1::SCORER_UNSPECIFIED;
+}
+
+// The daemon settings that make its Selector equal to config's.
+std::vector<std::string> Overrides(const BackendConfig& c,
+                                   const std::string& data_dir) {
+  const index::SelectorOptions& s = c.selector;
+  return {
+      "server.data_dir=" + data_dir,
+      // Shared-memory files inside the data folder, removed with it.
+      "tiers.device.shm_dir=" + data_dir,
+      "tiers.host.shm_dir=" + data_dir,
+      "log.level=warn",
+      "server.shutdown_grace_ms=1000",
+      "tiers.device.capacity_bytes=64MiB",
+      "tiers.host.capacity_bytes=64MiB",
+      "tiers.host.staging_bytes=1MiB",
+      "tiers.nvme.file_count=1",
+      "tiers.nvme.file_size_bytes=64MiB",
+      "tiers.nvme.io_threads=1",
+      "leases.default_ttl_ms=600000",
+      "index.summary_encoding=fp32",
+      "index.summary_bounds=true",
+      "index.keep_summaries=true",
+      // Contexts are built for the default scorer (plain or weighted tree).
+      absl::StrCat("select.default_scorer=", index::ScorerName(c.scorer)),
+      absl::StrCat("index.pages_per_chunk=", c.tree.pages_per_chunk),
+      absl::StrCat("index.chunks_per_grid=", c.tree.chunks_per_grid),
+      absl::StrCat("select.grid_keep_fraction=", s.grid_keep_fraction),
+      absl::StrCat("select.chunk_keep_fraction=", s.chunk_keep_fraction),
+      absl::StrCat("select.page_keep_fraction=", s.page_keep_fraction),
+      absl::StrCat("select.sink_blocks=", s.sink_blocks),
+      absl::StrCat("select.local_blocks=", s.local_blocks),
+      absl::StrCat("select.window_steps=", s.stability.window_steps),
+      absl::StrCat("select.theta=", s.stability.theta),
+      absl::StrCat("select.stability_weight=", s.stability.weight),
+      absl::StrCat("select.hold_threshold=", s.stability.hold_threshold),
+  };
+}
+
+// In-process daemons, one per distinct configuration, shared by every
+// backend of the process (each opens its own context) until
+// StopInProcessDaemons.
+struct SharedServer {
+  std::unique_ptr<daemon::Server> server;
+  std::string dir;
+  ~SharedServer() {
+    server.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+std::mutex& ServersMutex() {
+  static std::mutex* mu = new std::mutex;
+  return *mu;
+}
+std::map<std::string, std::unique_ptr<SharedServer>>& Servers() {
+  static auto* servers =
+      new std::map<std::string, std::unique_ptr<SharedServer>>;
+  return *servers;
+}
+
+absl::StatusOr<std::string> InProcessSocket(const BackendConfig& c) {
+  static std::atomic<int> counter{0};
+  std::string key;
+  for (const std::string& o : Overrides(c, "")) absl::StrAppend(&key, o, ";");
+  std::lock_guard<std::mutex> lock(ServersMutex());
+  auto it = Servers().find(key);
+  if (it != Servers().end()) return it->second->server->socket_path();
+  auto shared = std::make_unique<SharedServer>();
+  shared->dir = absl::StrCat(std::filesystem::temp_directory_path().string(),
+                             "/kvtier-eval-", ::getpid(), "-", counter++);
+  std::filesystem::remove_all(shared->dir);
+  std::error_code ec;
+  std::filesystem::create_directories(shared->dir, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", shared->dir, ": ", ec.message()));
+  }
+  absl::StatusOr<daemon::Config> config =
+      daemon::LoadConfig("", Overrides(c, shared->dir));
+  if (!config.ok()) return config.status();
+  absl::StatusOr<std::unique_ptr<daemon::Server>> server =
+      daemon::Server::Start(*config);
+  if (!server.ok()) return server.status();
+  shared->server = std::move(*server);
+  const std::string socket = shared->server->socket_path();
+  Servers().emplace(key, std::move(shared));
+  return socket;
+}
+
+class DaemonBackend final : public SelectionBackend {
+ public:
+  explicit DaemonBackend(const BackendConfig& config) : config_(config) {}
+
+  ~DaemonBackend() override {
+    if (stream_ != nullptr) {
+      stream_->WritesDone();
+      stream_->Finish();
+    }
+    if (context_id_ != 0) {
+      grpc::ClientContext ctx;
+      v1::CloseContextRequest req;
+      req.set_context_id(context_id_);
+      v1::CloseContextResponse resp;
+      client_->kvtier_stub()->CloseContext(&ctx, req, &resp);
+    }
+  }
+
+  absl::Status Connect(const std::string& endpoint) {
+    std::string target = endpoint;
+    if (endpoint == "inprocess") {
+      absl::StatusOr<std::string> socket = InProcessSocket(config_);
+      if (!socket.ok()) return socket.status();
+      target = *socket;
+    }
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(target);
+    if (!client.ok()) return client.status();
+    client_ = std::move(*client);
+    v1::ModelProfile p;
+    p.set_name("kvtier-eval");
+    p.set_revision("1");
+    p.set_num_layers(config_.layout.num_layers);
+    p.set_num_kv_heads(config_.layout.num_kv_heads);
+    p.set_head_dim(config_.layout.head_dim);
+    p.set_block_size_tokens(config_.layout.block_size_tokens);
+    p.set_dtype(v1::DTYPE_FP16);
+    absl::StatusOr<v1::RegisterProfileResponse> r = client_->RegisterProfile(p);
+    if (!r.ok()) return r.status();
+    profile_id_ = r->profile_id();
+    return absl::OkStatus();
+  }
+
+  absl::Status Open(absl::Span<const std::string> payloads) override {
+    v1::OpenContextRequest req;
+    req.set_profile_id(profile_id_);
+    req.set_lease_ttl_ms(600000);
+    v1::Segment* seg = req.add_segments();
+    std::vector<std::string> ids;
+    for (const std::string& p : payloads) ids.push_back(BlockId(p));
+    if (absl::Status s = Put(payloads, ids); !s.ok()) return s;
+    for (const std::string& id : ids) seg->add_block_ids(id);
+    grpc::ClientContext ctx;
+    v1::OpenContextResponse resp;
+    grpc::Status st = client_->kvtier_stub()->OpenContext(&ctx, req, &resp);
+    if (!st.ok()) return FromGrpcStatus(st);
+    context_id_ = resp.context_id();
+    num_blocks_ = resp.num_blocks();
+    return RefreshWeights();
+  }
+
+  absl::Status Append(absl::string_view payload) override {
+    const std::string id = BlockId(payload);
+    const std::string data(payload);
+    if (absl::Status s = Put(absl::MakeConstSpan(&data, 1), {id}); !s.ok()) {
+      return s;
+    }
+    grpc::ClientContext ctx;
+    v1::AppendBlocksRequest req;
+    req.set_context_id(context_id_);
+    req.add_block_ids(id);
+    v1::AppendBlocksResponse resp;
+    grpc::Status st = client_->kvtier_stub()->AppendBlocks(&ctx, req, &resp);
+    if (!st.ok()) return FromGrpcStatus(st);
+    num_blocks_ = resp.num_blocks();
+    return RefreshWeights();
+  }
+
+  int64_t num_blocks() const override { return num_blocks_; }
+  const index::HeadWeights& head_weights() const override { return weights_; }
+
+  absl::Status Select(const BackendSelect& r,
+                      std::vector<int64_t>* blocks) override {
+    if (stream_ == nullptr) {
+      stream_ctx_ = std::make_unique<grpc::ClientContext>();
+      stream_ = client_->kvtier_stub()->Select(stream_ctx_.get());
+    }
+    v1::SelectRequest req;
+    req.set_request_id(++request_id_);
+    v1::ContextSelect* e = req.add_contexts();
+    e->set_context_id(context_id_);
+    for (float x : r.anchor) e->add_anchor(x);
+    if (config_.scorer == index::ScorerKind::kQuest ||
+        config_.scorer == index::ScorerKind::kArkVale) {
+      for (float x : r.query) e->add_query(x);
+    }
+    e->set_scorer(ToProto(config_.scorer));
+    e->set_max_blocks(static_cast<uint32_t>(r.budget_blocks));
+    e->set_step(static_cast<uint64_t>(r.step));
+    v1::SelectResponse resp;
+    if (!stream_->Write(req) || !stream_->Read(&resp)) {
+      grpc::Status st = stream_->Finish();
+      stream_.reset();
+      return st.ok() ? absl::UnavailableError("Select stream closed")
+                     : FromGrpcStatus(st);
+    }
+    if (resp.contexts_size() != 1) {
+      return absl::InternalError("Select answered no context");
+    }
+    const v1::ContextSelection& sel = resp.contexts(0);
+    if (sel.status().code() != 0) {
+      return absl::Status(
+          static_cast<absl::StatusCode>(sel.status().code()),
+          absl::StrCat("kvtierd Select: ", sel.status().message()));
+    }
+    blocks->clear();
+    for (const v1::SelectedBlock& b : sel.blocks()) {
+      blocks->push_back(b.position());
+    }
+    std::sort(blocks->begin(), blocks->end());
+    return absl::OkStatus();
+  }
+
+ private:
+  // Content-derived ids: equal payloads share one stored block.
+  static std::string BlockId(absl::string_view payload) {
+    char buf[40];
+    std::snprintf(buf, sizeof(buf), "q%016zx-%zu",
+                  std::hash<std::string_view>()(
+                      std::string_view(payload.data(), payload.size())),
+                  payload.size());
+    return buf;
+  }
+
+  absl::Status Put(absl::Span<const std::string> payloads,
+                   const std::vector<std::string>& ids) {
+    std::vector<v1::PutBlocksRequest> reqs(1);
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      if (reqs.back().blocks_size() == 32) reqs.emplace_back();
+      reqs.back().set_profile_id(profile_id_);
+      v1::BlockPut* b = reqs.back().add_blocks();
+      b->set_block_id(ids[i]);
+      b->set_data(payloads[i]);
+    }
+    absl::StatusOr<v1::PutBlocksResponse> r = client_->PutBlocks(reqs);
+    if (!r.ok()) return r.status();
+    for (const auto& res : r->results()) {
+      // ALREADY_EXISTS: other bytes under this id (a hash collision).
+      const int code = res.status().code();
+      if (code != 0) {
+        return absl::Status(
+            static_cast<absl::StatusCode>(code),
+            absl::StrCat("kvtierd PutBlocks: ", res.status().message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RefreshWeights() {
+    absl::StatusOr<v1::GetProfileResponse> p = client_->GetProfile(profile_id_);
+    if (!p.ok()) return p.status();
+    weights_.num_layers = config_.layout.num_layers;
+    weights_.num_kv_heads = config_.layout.num_kv_heads;
+    weights_.version = static_cast<uint32_t>(p->head_weights_version());
+    weights_.weights.assign(p->head_weights().begin(), p->head_weights().end());
+    if (weights_.weights.empty()) {
+      weights_.weights.assign(
+          static_cast<size_t>(weights_.num_layers) * weights_.num_kv_heads,
+          1.0f);
+    }
+    return absl::OkStatus();
+  }
+
+  const BackendConfig config_;
+  std::unique_ptr<Client> client_;
+  uint64_t profile_id_ = 0;
+  uint64_t context_id_ = 0;
+  int64_t num_blocks_ = 0;
+  uint64_t request_id_ = 0;
+  index::HeadWeights weights_;
+  std::unique_ptr<grpc::ClientContext> stream_ctx_;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::SelectRequest, v1::SelectResponse>>
+      stream_;
+};
+
+}  // namespace
+
+void StopInProcessDaemons() {
+  std::lock_guard<std::mutex> lock(ServersMutex());
+  Servers().clear();
+}
+
+absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeKvtierdBackend(
+    const BackendConfig& config, const std::string& endpoint) {
+  if (config.tree.level_score !=
+      index::TreeOptions::LevelScore::kMeanOfCosines) {
+    return absl::InvalidArgumentError(
+        "end-to-end mode: kvtierd scores tree levels as mean_of_cosines; run "
+        "with --level-score mean_of_cosines");
+  }
+  auto b = std::make_unique<DaemonBackend>(config);
+  if (absl::Status s = b->Connect(endpoint); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("end-to-end mode (", endpoint,
+                                               "): ", s.message()));
+  }
+  return std::unique_ptr<SelectionBackend>(std::move(b));
+}
+
+}  // namespace kvtier::quality

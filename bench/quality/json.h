@@ -1,0 +1,47 @@
+// A minimal JSON reader for the safetensors header (RFC 8259 subset that
+// safetensors writers produce): objects, arrays, strings with every escape
+// (\uXXXX surrogate pairs become UTF-8), numbers, true, false, null.
+//
+// Limits: nesting depth <= kMaxJsonDepth; duplicate object keys are an
+// error (the safetensors header maps each tensor name once). Numbers without
+// fraction or exponent that fit int64 are kept exactly in `integer`.
+//
+// Thread safety: ParseJson is pure; a JsonValue is a plain value.
+#ifndef KVTIER_BENCH_QUALITY_JSON_H_
+#define KVTIER_BENCH_QUALITY_JSON_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace kvtier::quality {
+
+inline constexpr int kMaxJsonDepth = 64;
+
+struct JsonValue {
+  enum class Type : uint8_t { kNull, kBool, kNumber, kString, kArray, kObject };
+  Type type = Type::kNull;
+  bool boolean = false;
+  double number = 0;
+  bool is_integer = false;  // the literal was an integer that fits int64
+  int64_t integer = 0;
+  std::string string;
+  std::vector<JsonValue> array;
+  std::vector<std::pair<std::string, JsonValue>> object;  // file order
+
+  // The member named `key` of an object, or null (also for non-objects).
+  const JsonValue* Find(absl::string_view key) const;
+};
+
+// Parses one JSON value that spans all of `text` (surrounding whitespace
+// allowed). InvalidArgument "JSON header parse error at byte N: <what>" on
+// malformed input, trailing bytes, too deep nesting or a duplicate key.
+absl::StatusOr<JsonValue> ParseJson(absl::string_view text);
+
+}  // namespace kvtier::quality
+
+#endif  // KVTIER_BENCH_QUALITY_JSON_H_

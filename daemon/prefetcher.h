@@ -1,0 +1,58 @@
+// Prefetcher: brings blocks whose stability is rising from NVMe into host
+// memory (BlockStore::Prefetch, no pin) on a background thread, so that a
+// later Select can promote them to the device tier without reading NVMe on
+// its own path.
+//
+// Bounded: at most max_pending_keys keys wait; a Submit beyond that drops
+// its keys (prefetching is a hint).
+//
+// Thread safety: Submit may be called from any thread. The destructor stops
+// the worker after the batch in progress.
+#ifndef KVTIER_DAEMON_PREFETCHER_H_
+#define KVTIER_DAEMON_PREFETCHER_H_
+
+#include <cstdint>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "storage/store/block_store.h"
+
+namespace kvtier::daemon {
+
+class Prefetcher {
+ public:
+  // store is not owned and outlives the prefetcher.
+  Prefetcher(BlockStore* store, size_t max_pending_keys);
+  ~Prefetcher();
+
+  // Queues keys; returns false (and queues none) when that would exceed
+  // max_pending_keys.
+  bool Submit(std::vector<BlockKey> keys);
+
+  // Blocks until no key is queued or being prefetched.
+  void WaitIdle();
+
+  uint64_t promoted() const;  // blocks brought into host memory so far
+  uint64_t dropped() const;   // keys dropped because the queue was full
+
+ private:
+  void Loop();
+  bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  BlockStore* const store_;
+  const size_t max_pending_keys_;
+  mutable absl::Mutex mu_;
+  std::deque<std::vector<BlockKey>> queue_ ABSL_GUARDED_BY(mu_);
+  size_t pending_keys_ ABSL_GUARDED_BY(mu_) = 0;  // queued or being prefetched
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t promoted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread worker_;
+};
+
+}  // namespace kvtier::daemon
+
+#endif  // KVTIER_DAEMON_PREFETCHER_H_

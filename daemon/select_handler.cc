@@ -1,0 +1,354 @@
+#include "daemon/select_handler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/grpc_status.h"
+#include "index/simd.h"
+
+namespace kvtier::daemon {
+namespace {
+
+std::string Field(int i, const char* name) { return absl::StrCat("contexts[", i, "].", name); }
+
+absl::StatusOr<index::ScorerKind> ScorerOf(v1::Scorer scorer, index::ScorerKind default_kind,
+                                           int i) {
+  switch (scorer) {
+    case v1::SCORER_UNSPECIFIED:
+      return default_kind;
+    case v1::SCORER_KEY_KEY:
+      return index::ScorerKind::kKeyKey;
+    case v1::SCORER_KEY_KEY_WEIGHTED:
+      return index::ScorerKind::kKeyKeyWeighted;
+    case v1::SCORER_QUEST:
+      return index::ScorerKind::kQuest;
+    case v1::SCORER_ARKVALE:
+      return index::ScorerKind::kArkVale;
+    case v1::SCORER_KEYDIFF:
+      return index::ScorerKind::kKeyDiff;
+    case v1::SCORER_RECENCY:
+      return index::ScorerKind::kRecency;
+    case v1::SCORER_RANDOM:
+      return index::ScorerKind::kRandom;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(Field(i, "scorer"), ": unknown value ", static_cast<int>(scorer)));
+  }
+}
+
+bool IsKeyKey(index::ScorerKind kind) {
+  return kind == index::ScorerKind::kKeyKey || kind == index::ScorerKind::kKeyKeyWeighted;
+}
+bool NeedsQuery(index::ScorerKind kind) {
+  return kind == index::ScorerKind::kQuest || kind == index::ScorerKind::kArkVale;
+}
+
+// `v` must hold head_dim finite values, not all zero. An empty optional
+// vector is fine.
+absl::Status CheckVector(const google::protobuf::RepeatedField<float>& v, uint32_t head_dim,
+                         bool required, const std::string& field) {
+  if (v.empty() && !required) return absl::OkStatus();
+  if (v.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": required by this scorer (", head_dim, " values)"));
+  }
+  if (static_cast<uint32_t>(v.size()) != head_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", v.size(), " values, but the profile's head_dim is ", head_dim));
+  }
+  double norm2 = 0;
+  for (int d = 0; d < v.size(); ++d) {
+    if (!std::isfinite(v[d])) {
+      return absl::InvalidArgumentError(absl::StrCat(field, "[", d, "]: ", v[d], " is not finite"));
+    }
+    norm2 += static_cast<double>(v[d]) * v[d];
+  }
+  if (!(norm2 > 0)) return absl::InvalidArgumentError(absl::StrCat(field, ": all zero"));
+  return absl::OkStatus();
+}
+
+float Affinity(float dot) { return std::clamp(0.5f * (1.0f + dot), 0.0f, 1.0f); }
+
+// Microseconds since *t; moves *t to now.
+double Lap(std::chrono::steady_clock::time_point* t) {
+  const auto now = std::chrono::steady_clock::now();
+  const double us = std::chrono::duration<double, std::micro>(now - *t).count();
+  *t = now;
+  return us;
+}
+
+}  // namespace
+
+struct SelectHandler::Item {
+  int entry = -1;
+  std::shared_ptr<Context> ctx;
+  index::ScorerKind scorer = index::ScorerKind::kKeyKey;
+  int64_t budget_blocks = 0;
+  absl::Status status;
+  index::SelectRequest request;
+  size_t result = 0;  // index into results_
+};
+
+absl::StatusOr<std::unique_ptr<SelectHandler>> SelectHandler::Create(Runtime* runtime,
+                                                                     std::string tenant) {
+  absl::StatusOr<std::unique_ptr<index::Selector>> selector =
+      index::Selector::Create(runtime->selector_options());
+  if (!selector.ok()) return selector.status();
+  return std::unique_ptr<SelectHandler>(
+      new SelectHandler(runtime, std::move(tenant), std::move(*selector)));
+}
+
+SelectHandler::SelectHandler(Runtime* runtime, std::string tenant,
+                             std::unique_ptr<index::Selector> selector)
+    : runtime_(runtime), tenant_(std::move(tenant)), selector_(std::move(selector)) {}
+
+SelectHandler::~SelectHandler() = default;
+
+absl::Status SelectHandler::Check(const v1::ContextSelect& entry, int i, Item* item) {
+  const Config& config = runtime_->config();
+  const std::string id_field = Field(i, "context_id");
+  absl::StatusOr<std::shared_ptr<Context>> ctx =
+      runtime_->contexts()->Find(tenant_, entry.context_id(), id_field.c_str());
+  if (!ctx.ok()) return ctx.status();
+  item->ctx = std::move(*ctx);
+  absl::StatusOr<index::ScorerKind> scorer =
+      ScorerOf(entry.scorer(), runtime_->default_scorer(), i);
+  if (!scorer.ok()) return scorer.status();
+  item->scorer = *scorer;
+
+  const ModelProfile& profile = item->ctx->profile();
+  const uint64_t max_blocks = config.limits.max_batch_blocks;
+  switch (entry.budget_case()) {
+    case v1::ContextSelect::kMaxBlocks:
+      if (entry.max_blocks() == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(Field(i, "max_blocks"), ": 0; the budget must be at least 1 block"));
+      }
+      item->budget_blocks = entry.max_blocks();
+      break;
+    case v1::ContextSelect::kMaxTokens:
+      item->budget_blocks = entry.max_tokens() / profile.block_size_tokens;
+      if (item->budget_blocks == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            Field(i, "max_tokens"), ": ", entry.max_tokens(), " tokens are less than one block (",
+            profile.block_size_tokens, " tokens)"));
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(Field(i, "max_blocks"), ": no budget; set max_blocks or max_tokens"));
+  }
+  if (static_cast<uint64_t>(item->budget_blocks) > max_blocks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Field(i, entry.has_max_tokens() ? "max_tokens" : "max_blocks"), ": ",
+                     item->budget_blocks, " blocks exceed limits.max_batch_blocks = ", max_blocks));
+  }
+  if (absl::Status st =
+          CheckVector(entry.anchor(), profile.head_dim, IsKeyKey(item->scorer), Field(i, "anchor"));
+      !st.ok()) {
+    return st;
+  }
+  return CheckVector(entry.query(), profile.head_dim, NeedsQuery(item->scorer), Field(i, "query"));
+}
+
+absl::Status SelectHandler::Prepare(const v1::ContextSelect& entry, int i, Item* item) {
+  Context* ctx = item->ctx.get();
+  if (ctx->closed()) return NotOpen(Field(i, "context_id").c_str(), ctx->id());
+  const std::string step_field = Field(i, "step");
+  absl::StatusOr<int64_t> step = ctx->ResolveStep(entry.step(), step_field.c_str());
+  if (!step.ok()) return step.status();
+  const index::SelectorOptions& options = selector_->options();
+  const int64_t forced =
+      std::min<int64_t>(ctx->num_blocks(), int64_t{options.sink_blocks} + options.local_blocks);
+  if (item->budget_blocks < forced) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Field(i, entry.has_max_tokens() ? "max_tokens" : "max_blocks"), ": ", item->budget_blocks,
+        " blocks are fewer than the always-selected select.sink_blocks + "
+        "select.local_blocks = ",
+        forced));
+  }
+  const index::TreeOptions& tree = ctx->index().tree().options();
+  if (IsKeyKey(item->scorer) && (item->scorer == index::ScorerKind::kKeyKeyWeighted) !=
+                                    (tree.vector == index::TreeVector::kWeightedMean)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Field(i, "scorer"), ": ", index::ScorerName(item->scorer),
+        " needs contexts built for it; this daemon builds them for select.default_scorer = ",
+        runtime_->config().select.default_scorer));
+  }
+  if (NeedsQuery(item->scorer) &&
+      (!tree.keep_summaries || ctx->index().tree().summaries().min == nullptr)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Field(i, "scorer"), ": ", index::ScorerName(item->scorer),
+                     " needs index.keep_summaries = true and index.summary_bounds = true"));
+  }
+  index::SelectRequest& r = item->request;
+  r = index::SelectRequest();
+  r.context = &ctx->index();
+  r.anchor = absl::MakeConstSpan(entry.anchor().data(), entry.anchor_size());
+  r.query = absl::MakeConstSpan(entry.query().data(), entry.query_size());
+  r.scorer = item->scorer;
+  r.budget_blocks = item->budget_blocks;
+  r.step = *step;
+  r.seed = ctx->id();
+  return absl::OkStatus();
+}
+
+void SelectHandler::Finish(const v1::ContextSelect& entry, Item* item, v1::ContextSelection* out,
+                           std::vector<BlockKey>* prefetch) {
+  Context* ctx = item->ctx.get();
+  const index::SelectResult& result = results_[item->result];
+  BlockStore* store = runtime_->store();
+  auto lap = std::chrono::steady_clock::now();
+  // keys_ and handles_ keep their capacity (and their strings') across
+  // calls.
+  std::vector<BlockKey>& keys = keys_;
+  std::vector<absl::StatusOr<DeviceHandle>>& handles = handles_;
+  keys.resize(result.blocks.size());
+  for (size_t k = 0; k < result.blocks.size(); ++k) {
+    keys[k].tenant.assign(ctx->tenant());
+    keys[k].profile_id = ctx->profile().profile_id;
+    const absl::string_view id = ctx->block_id(result.blocks[k]);
+    keys[k].block_id.assign(id.data(), id.size());
+  }
+  absl::StatusOr<uint64_t> lease = store->AcquireHandles(keys, ctx->ttl_ms(), &handles);
+  if (!lease.ok()) {
+    ToItemStatus(lease.status(), out->mutable_status());
+    return;
+  }
+  // The new set is pinned: now the previous one may go.
+  if (ctx->lease_id() != 0) store->Release(ctx->lease_id()).IgnoreError();  // may have expired
+  uint32_t pinned = 0;
+  for (const auto& h : handles) pinned += h.ok() ? 1 : 0;
+  ctx->SetSelection(*lease, pinned, item->request.step);
+  ctx->Touch(runtime_->contexts()->NowMicros());
+  timings_.pin_us += Lap(&lap);
+
+  // Scores of the chosen blocks (see the header).
+  const index::ContextTree& tree = ctx->index().tree();
+  const size_t dim = static_cast<size_t>(tree.dim());
+  std::vector<float> q;
+  if (IsKeyKey(item->scorer) || item->scorer == index::ScorerKind::kKeyDiff) {
+    q = IsKeyKey(item->scorer) ? std::vector<float>(entry.anchor().begin(), entry.anchor().end())
+                               : tree.ContextMean();
+    const float norm = std::sqrt(index::simd::Dot(q.data(), q.data(), dim));
+    for (float& x : q) x = norm > 0 ? x / norm : 0.0f;
+  }
+  const int32_t window = selector_->options().stability.window_steps;
+  const index::StabilityTracker& stability = ctx->index().stability();
+  const int64_t n = ctx->num_blocks();
+  for (size_t k = 0; k < result.blocks.size(); ++k) {
+    const int64_t p = result.blocks[k];
+    v1::SelectedBlock* b = out->add_blocks();
+    b->set_position(static_cast<uint32_t>(p));
+    b->set_block_id(keys[k].block_id);
+    if (handles[k].ok()) {
+      b->set_residency(v1::RESIDENCY_RESIDENT);
+      v1::BlockHandle* handle = b->mutable_handle();
+      handle->set_arena_id(handles[k]->arena_id);
+      handle->set_offset_bytes(handles[k]->offset_bytes);
+      handle->set_size_bytes(handles[k]->size_bytes);
+      handle->set_generation(handles[k]->generation);
+    } else if (handles[k].status().code() != absl::StatusCode::kNotFound) {
+      b->set_residency(v1::RESIDENCY_PENDING);
+    }
+    float score = 0.0f;
+    if (!q.empty()) {
+      float dot = 0.0f;
+      index::simd::DotRowsHalf(tree.page_rows() + p * dim, 1, dim, q.data(), &dot);
+      score = Affinity(IsKeyKey(item->scorer) ? dot : -dot);
+    } else if (item->scorer == index::ScorerKind::kRecency) {
+      score = static_cast<float>(p + 1) / static_cast<float>(n);
+    }
+    b->set_score(score);
+    b->set_stability(p < stability.num_pages() ? stability.Stability(p, window) : 0.0f);
+  }
+  // Rising blocks stay rising for several steps: only those not handed to
+  // the prefetcher at the previous step are.
+  for (int64_t p : ctx->NewPrefetch(result.prefetch)) prefetch->push_back(ctx->KeyAt(p));
+  timings_.build_us += Lap(&lap);
+}
+
+void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse* response) {
+  timings_ = Timings();
+  auto lap = std::chrono::steady_clock::now();
+  response->Clear();
+  response->set_request_id(request.request_id());
+  const int n = request.contexts_size();
+  for (int i = 0; i < n; ++i) {
+    response->add_contexts()->set_context_id(request.contexts(i).context_id());
+  }
+  const uint64_t limit = runtime_->config().select.max_contexts_per_request;
+  if (static_cast<uint64_t>(n) > limit) {
+    const absl::Status st = absl::InvalidArgumentError(
+        absl::StrCat("contexts: ", n, " entries exceed select.max_contexts_per_request = ", limit));
+    for (int i = 0; i < n; ++i) ToItemStatus(st, response->mutable_contexts(i)->mutable_status());
+    return;
+  }
+
+  // 1. Checks that need no lock.
+  items_.clear();
+  items_.resize(n);
+  absl::flat_hash_map<uint64_t, int> first_use;
+  std::vector<Item*> valid;
+  for (int i = 0; i < n; ++i) {
+    const v1::ContextSelect& entry = request.contexts(i);
+    Item& item = items_[i];
+    item.entry = i;
+    item.status = Check(entry, i, &item);
+    if (item.status.ok()) {
+      auto [it, inserted] = first_use.emplace(entry.context_id(), i);
+      if (!inserted) {
+        item.status = absl::InvalidArgumentError(
+            absl::StrCat(Field(i, "context_id"), ": context ", entry.context_id(),
+                         " is already named by contexts[", it->second, "]"));
+      }
+    }
+    if (item.status.ok()) valid.push_back(&item);
+  }
+
+  // 2. Lock in increasing context id, check what needs the lock, select.
+  std::sort(valid.begin(), valid.end(),
+            [](const Item* a, const Item* b) { return a->ctx->id() < b->ctx->id(); });
+  for (Item* item : valid) item->ctx->mu.Lock();
+  requests_.clear();
+  for (Item* item : valid) {
+    item->status = Prepare(request.contexts(item->entry), item->entry, item);
+    if (!item->status.ok()) continue;
+    item->result = requests_.size();
+    requests_.push_back(item->request);
+  }
+  results_.resize(requests_.size());
+  timings_.check_us = Lap(&lap);
+  absl::Status batch = selector_->SelectBatch(requests_, absl::MakeSpan(results_));
+  timings_.select_us = Lap(&lap);
+  std::vector<BlockKey> prefetch;
+  for (Item* item : valid) {
+    if (!item->status.ok()) continue;
+    if (!batch.ok()) {
+      // Not expected after Prepare; select alone so only this entry fails.
+      item->status = selector_->Select(requests_[item->result], &results_[item->result]);
+      if (!item->status.ok()) {
+        item->status =
+            absl::Status(item->status.code(),
+                         absl::StrCat("contexts[", item->entry, "]: ", item->status.message()));
+        continue;
+      }
+    }
+    v1::ContextSelection* out = response->mutable_contexts(item->entry);
+    Finish(request.contexts(item->entry), item, out, &prefetch);
+  }
+  for (auto it = valid.rbegin(); it != valid.rend(); ++it) (*it)->ctx->mu.Unlock();
+
+  for (Item& item : items_) {
+    v1::ContextSelection* out = response->mutable_contexts(item.entry);
+    if (!item.status.ok() || !out->has_status()) ToItemStatus(item.status, out->mutable_status());
+    item.ctx.reset();
+  }
+  if (!prefetch.empty()) runtime_->prefetcher()->Submit(std::move(prefetch));
+}
+
+}  // namespace kvtier::daemon

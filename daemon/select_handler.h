@@ -1,0 +1,101 @@
+// SelectHandler: answers one SelectRequest of a Select stream (the reactor
+// in select_reactor.h does the streaming).
+//
+// Per request:
+//   1. Every ContextSelect entry is checked on its own; a bad entry gets an
+//      ItemStatus naming its field (contexts[i].anchor, .max_blocks, ...)
+//      and the others proceed:
+//        INVALID_ARGUMENT  anchor / query of the wrong dimension (the
+//                          profile's head_dim), NaN/Inf or all zero; no
+//                          budget, budget 0, below select.sink_blocks +
+//                          select.local_blocks or above
+//                          limits.max_batch_blocks; step going back; a
+//                          context named twice; an unknown scorer
+//        NOT_FOUND         context_id not open (for this tenant)
+//        FAILED_PRECONDITION  the scorer needs what the context was not
+//                          built with (select.default_scorer,
+//                          index.keep_summaries)
+//   2. The valid entries' contexts are locked (in increasing id, so that
+//      streams sharing contexts cannot deadlock) and selected in ONE
+//      index::Selector::SelectBatch call.
+//   3. Per context the chosen blocks are made resident in the device arena
+//      and pinned under a new lease of the context's TTL
+//      (BlockStore::AcquireHandles); only then is the previous Select's
+//      lease released, so blocks kept from one step to the next are never
+//      unpinned in between. Promotion (NVMe -> host -> arena) is
+//      synchronous in AcquireHandles: a block that is not RESIDENT could
+//      not get an arena slot now (every slot pinned: RESOURCE_EXHAUSTED)
+//      and comes back RESIDENCY_PENDING without a handle; ask again next
+//      step. wait_ms is therefore not needed and ignored. A block deleted
+//      or quarantined since the context was opened comes back
+//      RESIDENCY_UNSPECIFIED without a handle.
+//   4. Rising blocks the selector did not choose go to the prefetcher.
+//
+// SelectedBlock.score is the block's affinity in [0, 1] for the key-key,
+// KeyDiff and recency scorers, and 0 for Quest, ArkVale and random (their
+// per-step normalisation stays inside the selector); stability is the share
+// of the last select.window_steps steps above select.theta.
+//
+// Thread safety: not thread-safe (it owns an index::Selector); one per
+// stream, used by one callback at a time.
+#ifndef KVTIER_DAEMON_SELECT_HANDLER_H_
+#define KVTIER_DAEMON_SELECT_HANDLER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/runtime.h"
+#include "index/selector.h"
+#include "kvtier/v1/kvtier.pb.h"
+
+namespace kvtier::daemon {
+
+class SelectHandler {
+ public:
+  static absl::StatusOr<std::unique_ptr<SelectHandler>> Create(Runtime* runtime,
+                                                               std::string tenant);
+  ~SelectHandler();
+
+  // Fills *response (cleared first) with one ContextSelection per entry of
+  // request, in order, and request_id copied.
+  void Handle(const v1::SelectRequest& request, v1::SelectResponse* response);
+
+  // Where the last Handle spent its time, microseconds (steady clock).
+  struct Timings {
+    double check_us = 0;   // entry checks, context locks, Prepare
+    double select_us = 0;  // index::Selector::SelectBatch
+    double pin_us = 0;     // AcquireHandles + release of the previous leases
+    double build_us = 0;   // response blocks (ids, handles, scores, stability)
+  };
+  const Timings& last_timings() const { return timings_; }
+
+ private:
+  struct Item;  // one valid entry being selected
+
+  SelectHandler(Runtime* runtime, std::string tenant, std::unique_ptr<index::Selector> selector);
+  // Step 1 for entry i; on success fills *item (context not yet locked).
+  absl::Status Check(const v1::ContextSelect& entry, int i, Item* item);
+  // Checks that need the context's lock (closed, step, budget floor,
+  // scorer precondition) and builds item->request.
+  absl::Status Prepare(const v1::ContextSelect& entry, int i, Item* item);
+  // Pins the chosen blocks and fills the entry's selection.
+  void Finish(const v1::ContextSelect& entry, Item* item, v1::ContextSelection* out,
+              std::vector<BlockKey>* prefetch);
+
+  Runtime* const runtime_;
+  const std::string tenant_;
+  std::unique_ptr<index::Selector> selector_;
+  // Reused across requests.
+  std::vector<Item> items_;
+  std::vector<index::SelectRequest> requests_;
+  std::vector<index::SelectResult> results_;
+  std::vector<BlockKey> keys_;
+  std::vector<absl::StatusOr<DeviceHandle>> handles_;
+  Timings timings_;
+};
+
+}  // namespace kvtier::daemon
+
+#endif  // KVTIER_DAEMON_SELECT_HANDLER_H_

@@ -1,0 +1,143 @@
+#include "daemon/select_reactor.h"
+
+#include <google/protobuf/arena.h>
+
+#include <deque>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/grpc_status.h"
+#include "daemon/reactors.h"
+#include "daemon/select_handler.h"
+#include "daemon/tenant.h"
+
+namespace kvtier::daemon {
+namespace {
+
+class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse> {
+ public:
+  SelectReactor(std::unique_ptr<SelectHandler> handler, size_t max_queued)
+      : handler_(std::move(handler)), max_queued_(max_queued) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client closed its side, or the call is cancelled
+      absl::MutexLock lock(&mu_);
+      reads_done_ = true;
+      MaybeFinishLocked();
+      return;
+    }
+    std::unique_ptr<Outgoing> out = TakeOutgoing();
+    handler_->Handle(request_, out->response);
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    queue_.push_back(std::move(out));
+    if (!writing_) StartNextWriteLocked();
+    if (queue_.size() < max_queued_) {
+      StartRead(&request_);
+    } else {
+      read_paused_ = true;
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    spare_.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+    if (!ok) {  // the client is gone: nobody reads what is left
+      queue_.clear();
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "Select: the client went away"));
+      return;
+    }
+    if (!queue_.empty()) StartNextWriteLocked();
+    if (read_paused_ && !reads_done_ && !finished_ && queue_.size() < max_queued_) {
+      read_paused_ = false;
+      StartRead(&request_);
+    }
+    MaybeFinishLocked();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // A response with its own arena. Responses are built on an arena with an
+  // inline first block and the arenas are reused, so a typical response
+  // (64 blocks per context) costs no heap allocation.
+  struct Outgoing {
+    static constexpr size_t kInlineBytes = 16 << 10;
+    Outgoing() : arena(Options(this)) { Reset(); }
+    static google::protobuf::ArenaOptions Options(Outgoing* self) {
+      google::protobuf::ArenaOptions options;
+      options.initial_block = self->inline_block;
+      options.initial_block_size = kInlineBytes;
+      return options;
+    }
+    void Reset() {
+      arena.Reset();
+      response = google::protobuf::Arena::CreateMessage<v1::SelectResponse>(&arena);
+    }
+    alignas(8) char inline_block[kInlineBytes];
+    google::protobuf::Arena arena;
+    v1::SelectResponse* response = nullptr;
+  };
+
+  std::unique_ptr<Outgoing> TakeOutgoing() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!spare_.empty()) {
+        std::unique_ptr<Outgoing> out = std::move(spare_.back());
+        spare_.pop_back();
+        out->Reset();
+        return out;
+      }
+    }
+    return std::make_unique<Outgoing>();
+  }
+
+  void StartNextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    writing_ = true;
+    StartWrite(queue_.front()->response);
+  }
+
+  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (reads_done_ && !writing_ && queue_.empty()) FinishLocked(grpc::Status::OK);
+  }
+
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  const std::unique_ptr<SelectHandler> handler_;
+  const size_t max_queued_;
+  v1::SelectRequest request_;  // the one outstanding read's target
+
+  absl::Mutex mu_;
+  std::deque<std::unique_ptr<Outgoing>> queue_ ABSL_GUARDED_BY(mu_);  // front is being written
+  std::vector<std::unique_ptr<Outgoing>> spare_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse>* NewSelectReactor(
+    Runtime* runtime, grpc::CallbackServerContext* ctx) {
+  absl::StatusOr<std::unique_ptr<SelectHandler>> handler =
+      SelectHandler::Create(runtime, TenantOf(ctx));
+  if (!handler.ok()) {
+    return new FinishedBidiReactor<v1::SelectRequest, v1::SelectResponse>(
+        ToGrpcStatus(handler.status()));
+  }
+  return new SelectReactor(std::move(*handler), runtime->config().select.max_queued_responses);
+}
+
+}  // namespace kvtier::daemon

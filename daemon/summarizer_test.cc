@@ -1,0 +1,143 @@
+#include "daemon/summarizer.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "index/summary_codec.h"
+#include "tests/testutil/synthetic.h"
+
+namespace kvtier::daemon {
+namespace {
+
+// 2 layers x 2 kv heads x 4 tokens x 8 dims.
+ModelProfile Profile(KvDtype dtype = KvDtype::kFp16) {
+  ModelProfile p;
+  p.profile_id = 7;
+  p.name = "test";
+  p.layers = 2;
+  p.kv_heads = 2;
+  p.head_dim = 8;
+  p.block_size_tokens = 4;
+  p.dtype = dtype;
+  return p;
+}
+
+absl::Span<const uint8_t> Bytes(const std::string& s) {
+  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+TEST(SummarizerTest, SummaryHoldsTheMeansOfThePayloadKeys) {
+  SummarizerOptions options;
+  options.encoding = index::SummaryEncoding::kFp32;
+  Summarizer summarizer(options);
+  const ModelProfile profile = Profile();
+  testutil::SyntheticPayload payload = testutil::MakeBlockPayload(LayoutOf(profile), 3, {});
+  auto blob = summarizer.Summarize(profile, Bytes(payload.bytes));
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  auto summary = index::DecodeSummary(*blob);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_EQ(summary->mean.size(), 8u);
+  for (int d = 0; d < 8; ++d) {
+    EXPECT_NEAR(summary->mean[d], payload.mean[d], 1e-5) << d;
+    // Uniform weights before any estimate: the weighted mean is the mean.
+    EXPECT_NEAR(summary->weighted_mean[d], summary->mean[d], 1e-5) << d;
+  }
+  EXPECT_EQ(summary->weights_version, 0u);
+  EXPECT_EQ(summary->layer_mean.size(), 2u * 8u);
+  EXPECT_EQ(summary->min.size(), 8u);
+  EXPECT_GT(summary->radius, 0.0f);
+}
+
+TEST(SummarizerTest, HeadWeightsAreEstimatedAfterMinBlocksAndFavourVariedHeads) {
+  SummarizerOptions options;
+  options.head_weights_min_blocks = 4;
+  Summarizer summarizer(options);
+  const ModelProfile profile = Profile();
+  // Head (layer 0, head 1) varies 4x more than the others.
+  const std::vector<float> scale = {1, 4, 1, 1};
+  for (int i = 0; i < 3; ++i) {
+    auto p = testutil::MakeBlockPayload(LayoutOf(profile), 10 + i, scale);
+    ASSERT_TRUE(summarizer.Summarize(profile, Bytes(p.bytes)).ok());
+  }
+  EXPECT_EQ(summarizer.HeadWeightsOf(profile.profile_id).version, 0u);
+  EXPECT_TRUE(summarizer.HeadWeightsOf(profile.profile_id).weights.empty());
+  auto p = testutil::MakeBlockPayload(LayoutOf(profile), 13, scale);
+  ASSERT_TRUE(summarizer.Summarize(profile, Bytes(p.bytes)).ok());
+  index::HeadWeights w = summarizer.HeadWeightsOf(profile.profile_id);
+  EXPECT_EQ(w.version, 1u);
+  ASSERT_EQ(w.weights.size(), 4u);
+  EXPECT_GT(w.weights[1], 2.0f);
+  EXPECT_LT(w.weights[0], 1.0f);
+  // The next summary is weighted with version 1.
+  p = testutil::MakeBlockPayload(LayoutOf(profile), 14, scale);
+  auto blob = summarizer.Summarize(profile, Bytes(p.bytes));
+  ASSERT_TRUE(blob.ok());
+  EXPECT_EQ(index::DecodeSummary(*blob)->weights_version, 1u);
+  EXPECT_EQ(summarizer.HeadWeightsOf(999).version, 0u);
+}
+
+TEST(SummarizerTest, ConcurrentPutsReestimateAtEachDoubling) {
+  SummarizerOptions options;
+  options.head_weights_min_blocks = 4;
+  Summarizer summarizer(options);
+  const ModelProfile profile = Profile();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        auto p = testutil::MakeBlockPayload(LayoutOf(profile), t * 1000 + i, {});
+        EXPECT_TRUE(summarizer.Summarize(profile, Bytes(p.bytes)).ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // 200 blocks: estimates at 4, 8, 16, 32, 64 and 128.
+  EXPECT_EQ(summarizer.HeadWeightsOf(profile.profile_id).version, 6u);
+}
+
+TEST(SummarizerTest, NonFiniteKeysStoreTheBlockWithoutSummary) {
+  SummarizerOptions options;
+  options.head_weights_min_blocks = 1;
+  Summarizer summarizer(options);
+  const ModelProfile profile = Profile(KvDtype::kFp32);
+  auto p = testutil::MakeBlockPayload(LayoutOf(profile), 1, {});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(p.bytes.data() + 12, &nan, 4);  // a key of layer 0, head 0
+  auto blob = summarizer.Summarize(profile, Bytes(p.bytes));
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  EXPECT_TRUE(blob->empty());
+  EXPECT_EQ(summarizer.blocks_without_summary(), 1u);
+  // It did not count towards the head statistics.
+  EXPECT_EQ(summarizer.HeadWeightsOf(profile.profile_id).version, 0u);
+  // A value (NaN) in V does not matter.
+  p = testutil::MakeBlockPayload(LayoutOf(profile), 2, {});
+  const size_t v_offset = size_t{2} * 4 * 8 * 4;  // layer 0: K of 2 heads, then V
+  std::memcpy(p.bytes.data() + v_offset, &nan, 4);
+  blob = summarizer.Summarize(profile, Bytes(p.bytes));
+  ASSERT_TRUE(blob.ok());
+  EXPECT_FALSE(blob->empty());
+  EXPECT_EQ(summarizer.HeadWeightsOf(profile.profile_id).version, 1u);
+}
+
+TEST(SummarizerTest, ValuesBeyondFp16AreKeptInFp32) {
+  Summarizer summarizer(SummarizerOptions{});  // fp16 encoding
+  const ModelProfile profile = Profile(KvDtype::kFp32);
+  auto p = testutil::MakeBlockPayload(LayoutOf(profile), 1, {});
+  for (size_t i = 0; i < p.bytes.size(); i += 4) {
+    const float big = 1e6f;
+    std::memcpy(p.bytes.data() + i, &big, 4);
+  }
+  auto blob = summarizer.Summarize(profile, Bytes(p.bytes));
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  auto summary = index::DecodeSummary(*blob);
+  ASSERT_TRUE(summary.ok());
+  EXPECT_FLOAT_EQ(summary->mean[0], 1e6f);
+}
+
+}  // namespace
+}  // namespace kvtier::daemon
