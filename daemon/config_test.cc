@@ -142,10 +142,11 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
   auto config = LoadConfig("", {});
   ASSERT_TRUE(config.ok());
   EXPECT_EQ(config->placement.policy, "keydiff");
-  EXPECT_EQ(config->select.default_scorer, "keykey");
+  // The defaults the quality harness supports (docs/QUALITY.md).
+  EXPECT_EQ(config->select.default_scorer, "recency");
   EXPECT_DOUBLE_EQ(config->select.grid_keep_fraction, 0.5);
-  EXPECT_EQ(config->select.window_steps, 20u);
-  EXPECT_EQ(config->Flatten().at("select.theta"), "0.5");
+  EXPECT_EQ(config->select.window_steps, 32u);
+  EXPECT_EQ(config->Flatten().at("select.theta"), "0.8");
   config = LoadConfig("", {"select.theta=0.7", "tiers.keydiff.age_weight=1",
                            "tiers.placement=lru", "select.default_scorer=keykey_weighted"});
   ASSERT_TRUE(config.ok()) << config.status();

@@ -71,7 +71,13 @@ class SelectTest : public ::testing::Test {
         "tiers.host.capacity_bytes=16MiB",  "tiers.host.staging_bytes=256KiB",
         "tiers.nvme.file_count=1",          "tiers.nvme.file_size_bytes=16MiB",
         "tiers.nvme.io_threads=1",          "limits.max_batch_blocks=256",
-        "index.head_weights_min_blocks=16", "leases.default_ttl_ms=60000"};
+        "index.head_weights_min_blocks=16", "leases.default_ttl_ms=60000",
+        // The key-key path with the design's masks and stability settings,
+        // which these tests exercise (the shipped defaults differ:
+        // docs/QUALITY.md).
+        "select.default_scorer=keykey", "index.pages_per_chunk=16",
+        "select.page_keep_fraction=0.1", "select.local_blocks=4",
+        "select.window_steps=20", "select.theta=0.5", "select.stability_weight=0.3"};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     auto config = daemon::LoadConfig("", overrides);
     ASSERT_TRUE(config.ok()) << config.status();
