@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/keydiff_placement.h"
 #include "gpu/cpu/shm_device_ops.h"
+#include "gpu/cuda/device_ops_factory.h"
 #include "storage/common/errno_status.h"
 #include "storage/common/status_macros.h"
 #include "storage/env/env.h"
@@ -79,23 +80,23 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
         "key 'server.data_dir': another kvtierd is using ", config.server.data_dir));
   }
   rt->probe_ = gpu::ProbeDevices();
-  // The device tier runs on the shared-memory arena until the CUDA arena
-  // exists; "auto" picks it, "cuda" is refused rather than pretended.
-  if (config.device.backend == "cuda") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "key 'tiers.device.backend' is \"cuda\" but this build has no CUDA arena (device: ",
-        rt->probe_.description, "); use \"auto\" or \"shm\""));
-  }
-  gpu::ShmDeviceOpsOptions arena_options;
-  arena_options.file.file_mode = 0640;  // clients in the daemon's group map it read-only
-  gpu::GpuStatus gst = gpu::NewShmDeviceOps(ShmName(config, config.device.shm_dir, "arena"),
-                                            config.device.capacity_bytes, arena_options,
-                                            &rt->device_ops_);
+  // The device arena: CUDA HBM when a device is there ("auto") or demanded
+  // ("cuda"), the shared-memory arena otherwise ("shm", or no device).
+  gpu::DeviceTierOptions arena_options;
+  arena_options.backend = config.device.backend == "cuda"  ? gpu::DeviceBackend::kCuda
+                          : config.device.backend == "shm" ? gpu::DeviceBackend::kShm
+                                                           : gpu::DeviceBackend::kAuto;
+  arena_options.arena_bytes = config.device.capacity_bytes;
+  arena_options.shm_path = ShmName(config, config.device.shm_dir, "arena");
+  arena_options.shm.file.file_mode = 0640;  // clients in the daemon's group map it read-only
+  std::string why;
+  gpu::GpuStatus gst = gpu::NewDeviceOps(arena_options, &rt->device_ops_, &why);
   if (!gst.ok()) {
     return absl::Status(GpuToStatus(gst).code(),
-                        absl::StrCat("key 'tiers.device.shm_dir': cannot create the arena: ",
-                                     gst.message));
+                        absl::StrCat("key 'tiers.device.backend' = \"", config.device.backend,
+                                     "\": cannot create the device arena: ", gst.message));
   }
+  spdlog::info("device arena: {}", why);
   rt->device_backend_ = rt->device_ops_->arena().backend;
 
   absl::StatusOr<index::ScorerKind> scorer = index::ParseScorerKind(config.select.default_scorer);

@@ -115,8 +115,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config) {
                config.server.tcp_address.empty() ? "off" : config.server.tcp_address,
                server->runtime_->device_backend(),
                server->runtime_->device_probe().description);
-  if (server->runtime_->device_probe().device_count == 0) {
-    spdlog::info("no CUDA device: the device tier uses the shared-memory arena");
+  if (server->runtime_->device_backend() == "shm-arena") {
+    spdlog::info("the device tier uses the shared-memory arena (CPU)");
   }
   return server;
 }

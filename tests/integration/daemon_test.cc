@@ -14,6 +14,7 @@
 #include "client/client.h"
 #include "daemon/config.h"
 #include "daemon/server.h"
+#include "gpu/device_probe.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -106,6 +107,18 @@ TEST_F(DaemonTest, SecondDaemonOnSameDataDirIsRefused) {
   auto stats = client_->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_TRUE(std::filesystem::exists(stats->tiers(0).location()));
+}
+
+TEST_F(DaemonTest, CudaBackendWithoutDeviceIsRefusedNamingTheKey) {
+  if (gpu::ProbeDevices().device_count > 0) GTEST_SKIP() << "a CUDA device is present";
+  auto overrides = SmallConfig(dir_ + "-cuda");
+  overrides.push_back("tiers.device.backend=cuda");
+  auto config = daemon::LoadConfig("", overrides);
+  ASSERT_TRUE(config.ok());
+  auto server = daemon::Server::Start(*config);
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(server.status().message(), HasSubstr("tiers.device.backend"));
+  std::filesystem::remove_all(dir_ + "-cuda");
 }
 
 TEST_F(DaemonTest, StaleSocketFileIsReplaced) {
