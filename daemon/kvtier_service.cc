@@ -106,7 +106,7 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
     return FinishUnary(ctx, st);
   }
   if (auto profile = runtime_->store()->GetProfile(req->profile_id()); !profile.ok()) {
-    return FinishUnary(ctx, profile.status());
+    return FinishUnary(ctx, absl::InvalidArgumentError(std::string(profile.status().message())));
   }
   const std::string tenant = TenantOf(ctx);
   bool prefix = true;
