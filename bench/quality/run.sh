@@ -22,7 +22,12 @@ if [[ ! -x "$bin" ]]; then
   exit 1
 fi
 mkdir -p "$out_dir"
-"$bin" --out "$out_dir" "$@" | tee "$out_dir/run.txt"
+# The shared dumps sit beside the checkout (../shared/data/realkv).
+data_args=()
+if [[ -d "$root/../shared/data/realkv" ]]; then
+  data_args=(--data "$(cd "$root/../shared/data/realkv" && pwd)")
+fi
+"$bin" --out "$out_dir" "${data_args[@]}" "$@" | tee "$out_dir/run.txt"
 # The first python3 that has matplotlib (a pyenv python3 on PATH may not see
 # Debian's python3-matplotlib).
 for py in python3 /usr/bin/python3; do
