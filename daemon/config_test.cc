@@ -153,7 +153,10 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
   EXPECT_DOUBLE_EQ(config->select.theta, 0.7);
   EXPECT_DOUBLE_EQ(config->placement.age_weight, 1.0);  // an integer is a number too
   EXPECT_EQ(config->placement.policy, "lru");
-  EXPECT_TRUE(LoadConfig("", {"select.default_scorer=quest", "index.keep_summaries=true"}).ok());
+  EXPECT_TRUE(LoadConfig("", {"select.default_scorer=quest", "index.keep_summaries=true",
+                              "index.summary_bounds=true"})
+                  .ok());
+  EXPECT_FALSE(LoadConfig("", {"select.default_scorer=quest", "index.keep_summaries=true"}).ok());
 }
 
 TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {
