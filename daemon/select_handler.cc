@@ -230,10 +230,14 @@ void SelectHandler::Finish(const v1::ContextSelect& entry, Item* item, v1::Conte
   // Scores of the chosen blocks (see the header).
   const index::ContextTree& tree = ctx->index().tree();
   const size_t dim = static_cast<size_t>(tree.dim());
-  std::vector<float> q;
-  if (IsKeyKey(item->scorer) || item->scorer == index::ScorerKind::kKeyDiff) {
-    q = IsKeyKey(item->scorer) ? std::vector<float>(entry.anchor().begin(), entry.anchor().end())
-                               : tree.ContextMean();
+  std::vector<float>& q = unit_query_;
+  q.clear();
+  if (IsKeyKey(item->scorer)) {
+    q.assign(entry.anchor().begin(), entry.anchor().end());
+  } else if (item->scorer == index::ScorerKind::kKeyDiff) {
+    q = tree.ContextMean();
+  }
+  if (!q.empty()) {
     const float norm = std::sqrt(index::simd::Dot(q.data(), q.data(), dim));
     for (float& x : q) x = norm > 0 ? x / norm : 0.0f;
   }
@@ -292,8 +296,10 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
   // 1. Checks that need no lock.
   items_.clear();
   items_.resize(n);
-  absl::flat_hash_map<uint64_t, int> first_use;
-  std::vector<Item*> valid;
+  absl::flat_hash_map<uint64_t, int>& first_use = first_use_;
+  std::vector<Item*>& valid = valid_;
+  first_use.clear();
+  valid.clear();
   for (int i = 0; i < n; ++i) {
     const v1::ContextSelect& entry = request.contexts(i);
     Item& item = items_[i];

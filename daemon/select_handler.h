@@ -45,6 +45,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "absl/status/statusor.h"
 #include "daemon/runtime.h"
 #include "index/selector.h"
@@ -93,6 +95,10 @@ class SelectHandler {
   std::vector<index::SelectResult> results_;
   std::vector<BlockKey> keys_;
   std::vector<absl::StatusOr<DeviceHandle>> handles_;
+  // Scratch reused by every Handle() call (no per-step allocation).
+  std::vector<float> unit_query_;
+  std::vector<Item*> valid_;
+  absl::flat_hash_map<uint64_t, int> first_use_;
   Timings timings_;
 };
 
