@@ -141,6 +141,32 @@ inline constexpr std::chrono::nanoseconds kWaitForever =
 inline constexpr size_t kMaxCopiesPerBatch = 65536;
 inline constexpr uint64_t kMaxHostAllocBytes = uint64_t{1} << 40;  // 1 TiB
 
+// Checks shared by every implementation before a batch is queued: the batch
+// size, and for copy `index` that [offset, offset + size_bytes) lies inside
+// an arena of arena_bytes (overflow-safe) and that the host pointer is set
+// when bytes move. kInvalidArgument naming the copy, else OK.
+inline GpuStatus CheckCopyBatchSize(size_t copies) {
+  if (copies > kMaxCopiesPerBatch) {
+    return GpuStatus::Error(GpuStatus::kInvalidArgument,
+                            "batch holds more than kMaxCopiesPerBatch copies");
+  }
+  return GpuStatus::Ok();
+}
+inline GpuStatus CheckCopyRange(size_t index, uint64_t offset, uint64_t size_bytes,
+                                const void* host, uint64_t arena_bytes) {
+  if (offset > arena_bytes || size_bytes > arena_bytes - offset) {
+    return GpuStatus::Error(GpuStatus::kInvalidArgument,
+                            "copy " + std::to_string(index) + ": arena range [" +
+                                std::to_string(offset) + ", +" + std::to_string(size_bytes) +
+                                ") outside arena of " + std::to_string(arena_bytes) + " bytes");
+  }
+  if (host == nullptr && size_bytes > 0) {
+    return GpuStatus::Error(GpuStatus::kInvalidArgument,
+                            "copy " + std::to_string(index) + ": host pointer is null");
+  }
+  return GpuStatus::Ok();
+}
+
 class DeviceOps {
  public:
   virtual ~DeviceOps() = default;

@@ -70,34 +70,15 @@ ShmDeviceOps::~ShmDeviceOps() {
   }
 }
 
-GpuStatus ShmDeviceOps::CheckArenaRange(size_t index, uint64_t offset,
-                                        uint64_t size_bytes,
-                                        const void* host) const {
-  if (offset > info_.size_bytes || size_bytes > info_.size_bytes - offset) {
-    return GpuStatus::Error(
-        GpuStatus::kInvalidArgument,
-        "copy " + std::to_string(index) + ": arena range [" + std::to_string(offset) +
-            ", +" + std::to_string(size_bytes) + ") outside arena of " +
-            std::to_string(info_.size_bytes) + " bytes");
-  }
-  if (host == nullptr && size_bytes > 0) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "copy " + std::to_string(index) + ": host pointer is null");
-  }
-  return GpuStatus::Ok();
-}
 
 GpuStatus ShmDeviceOps::SubmitToArena(std::span<const HostToArenaCopy> copies,
                                       Fence* fence) {
-  if (copies.size() > kMaxCopiesPerBatch) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "batch holds more than kMaxCopiesPerBatch copies");
-  }
+  if (GpuStatus status = CheckCopyBatchSize(copies.size()); !status.ok()) return status;
   std::vector<Move> moves;
   moves.reserve(copies.size());
   for (size_t i = 0; i < copies.size(); ++i) {
     const HostToArenaCopy& c = copies[i];
-    GpuStatus status = CheckArenaRange(i, c.dst_offset, c.size_bytes, c.src);
+    GpuStatus status = CheckCopyRange(i, c.dst_offset, c.size_bytes, c.src, info_.size_bytes);
     if (!status.ok()) return status;
     moves.push_back({file_->data() + c.dst_offset, c.src,
                      static_cast<size_t>(c.size_bytes)});
@@ -107,15 +88,12 @@ GpuStatus ShmDeviceOps::SubmitToArena(std::span<const HostToArenaCopy> copies,
 
 GpuStatus ShmDeviceOps::SubmitToHost(std::span<const ArenaToHostCopy> copies,
                                      Fence* fence) {
-  if (copies.size() > kMaxCopiesPerBatch) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "batch holds more than kMaxCopiesPerBatch copies");
-  }
+  if (GpuStatus status = CheckCopyBatchSize(copies.size()); !status.ok()) return status;
   std::vector<Move> moves;
   moves.reserve(copies.size());
   for (size_t i = 0; i < copies.size(); ++i) {
     const ArenaToHostCopy& c = copies[i];
-    GpuStatus status = CheckArenaRange(i, c.src_offset, c.size_bytes, c.dst);
+    GpuStatus status = CheckCopyRange(i, c.src_offset, c.size_bytes, c.dst, info_.size_bytes);
     if (!status.ok()) return status;
     moves.push_back({c.dst, file_->data() + c.src_offset,
                      static_cast<size_t>(c.size_bytes)});

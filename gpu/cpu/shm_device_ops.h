@@ -82,8 +82,6 @@ class ShmDeviceOps final : public DeviceOps {
   ShmDeviceOps(std::unique_ptr<ShmFile> file, ArenaInfo info,
                const ShmDeviceOpsOptions& options);
 
-  GpuStatus CheckArenaRange(size_t index, uint64_t offset, uint64_t size_bytes,
-                            const void* host) const;
   GpuStatus Run(std::vector<Move> moves, Fence* fence);
   void WorkerLoop();
 

@@ -115,8 +115,6 @@ struct CudaDeviceOps::Impl {
   bool paused = false;  // guarded by pause_mu
 
   ~Impl();
-  GpuStatus CheckArenaRange(size_t index, uint64_t offset, uint64_t size_bytes,
-                            const void* host) const;
   GpuStatus Submit(Direction direction, const std::vector<Move>& moves, Fence* fence);
   // Records the outcome of a finished batch; mu must not be held.
   void Retire(uint64_t fence, const GpuStatus& status);
@@ -147,20 +145,6 @@ CudaDeviceOps::Impl::~Impl() {
   }
 }
 
-GpuStatus CudaDeviceOps::Impl::CheckArenaRange(size_t index, uint64_t offset, uint64_t size_bytes,
-                                               const void* host) const {
-  if (offset > info.size_bytes || size_bytes > info.size_bytes - offset) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "copy " + std::to_string(index) + ": arena range [" +
-                                std::to_string(offset) + ", +" + std::to_string(size_bytes) +
-                                ") outside arena of " + std::to_string(info.size_bytes) + " bytes");
-  }
-  if (host == nullptr && size_bytes > 0) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "copy " + std::to_string(index) + ": host pointer is null");
-  }
-  return GpuStatus::Ok();
-}
 
 void CudaDeviceOps::Impl::ReapLocked(int limit) {
   int checked = 0;
@@ -307,15 +291,12 @@ const ArenaInfo& CudaDeviceOps::arena() const { return impl_->info; }
 void* CudaDeviceOps::arena_base() const { return impl_->base; }
 
 GpuStatus CudaDeviceOps::SubmitToArena(std::span<const HostToArenaCopy> copies, Fence* fence) {
-  if (copies.size() > kMaxCopiesPerBatch) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "batch holds more than kMaxCopiesPerBatch copies");
-  }
+  if (GpuStatus status = CheckCopyBatchSize(copies.size()); !status.ok()) return status;
   std::vector<Move> moves;
   moves.reserve(copies.size());
   for (size_t i = 0; i < copies.size(); ++i) {
     const HostToArenaCopy& c = copies[i];
-    GpuStatus status = impl_->CheckArenaRange(i, c.dst_offset, c.size_bytes, c.src);
+    GpuStatus status = CheckCopyRange(i, c.dst_offset, c.size_bytes, c.src, impl_->info.size_bytes);
     if (!status.ok()) return status;
     AppendMerged(&moves, impl_->base + c.dst_offset, c.src, c.size_bytes);
   }
@@ -323,15 +304,12 @@ GpuStatus CudaDeviceOps::SubmitToArena(std::span<const HostToArenaCopy> copies, 
 }
 
 GpuStatus CudaDeviceOps::SubmitToHost(std::span<const ArenaToHostCopy> copies, Fence* fence) {
-  if (copies.size() > kMaxCopiesPerBatch) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "batch holds more than kMaxCopiesPerBatch copies");
-  }
+  if (GpuStatus status = CheckCopyBatchSize(copies.size()); !status.ok()) return status;
   std::vector<Move> moves;
   moves.reserve(copies.size());
   for (size_t i = 0; i < copies.size(); ++i) {
     const ArenaToHostCopy& c = copies[i];
-    GpuStatus status = impl_->CheckArenaRange(i, c.src_offset, c.size_bytes, c.dst);
+    GpuStatus status = CheckCopyRange(i, c.src_offset, c.size_bytes, c.dst, impl_->info.size_bytes);
     if (!status.ok()) return status;
     AppendMerged(&moves, c.dst, impl_->base + c.src_offset, c.size_bytes);
   }
