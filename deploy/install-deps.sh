@@ -17,7 +17,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libfaiss-dev libhiredis-dev
   redis-server fio prometheus python3-matplotlib
   # python client
-  python3 python3-grpcio python3-protobuf python3-numpy
+  python3 python3-grpcio python3-protobuf python3-numpy python3-torch
 )
 
 missing=()

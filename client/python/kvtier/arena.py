@@ -1,0 +1,159 @@
+"""Zero-copy views of the daemon's shared-memory files.
+
+ShmArena      the device arena of a daemon without a GPU ("shm-arena"), mapped
+              read-only once; a block handle (arena_id, offset_bytes,
+              size_bytes, generation) becomes a numpy array or torch tensor
+              over the mapped bytes, no copy.
+StagingFile   the host tier's staging file, mapped read-write, for the
+              zero-copy put path (ReserveSlots -> write the slot -> PutBlocks).
+
+Lifetime: views stay valid while the mapping lives (the mapping keeps the file
+alive even when the daemon removes it). A block's bytes are only meaningful
+while the daemon's lease on it holds (the Select that returned it, or the
+GetBlocks lease). Arena views are read-only: numpy refuses writes; a torch
+tensor over the arena does not know it and a write through it kills the
+process with SIGSEGV (the pages are mapped PROT_READ).
+
+Thread safety: every method may be called from several threads at once.
+"""
+
+import mmap
+import os
+import warnings
+
+import numpy as np
+
+from kvtier.errors import KvTierError, invalid_argument
+import grpc
+
+
+def _map(path, size_bytes, writable, what):
+    try:
+        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+    except OSError as e:
+        raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"{what} {path}: cannot open: {e.strerror}") from None
+    try:
+        actual = os.fstat(fd).st_size
+        if actual != size_bytes or size_bytes == 0:
+            raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"{what} {path}: {actual} bytes, the daemon announced {size_bytes}")
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        return mmap.mmap(fd, size_bytes, flags=mmap.MAP_SHARED, prot=prot)
+    finally:
+        os.close(fd)
+
+
+def _torch_from_numpy(arr):
+    import torch
+
+    with warnings.catch_warnings():
+        # Read-only mapping: torch warns that it cannot mark the tensor read-only.
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(arr)
+
+
+class ShmArena:
+    """The shared-memory device arena described by an OpenArenaResponse."""
+
+    kind = "shm"
+
+    def __init__(self, info):
+        self.arena_id = int(info.arena_id)
+        self.size_bytes = int(info.size_bytes)
+        self.path = info.shm_path
+        self._mm = _map(self.path, self.size_bytes, writable=False, what="arena")
+        self._bytes = np.frombuffer(self._mm, dtype=np.uint8)
+        self._torch = {}
+
+    def _range(self, handle, argument):
+        if int(handle.arena_id) != self.arena_id:
+            raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"{argument}: arena_id {handle.arena_id} is not the mapped arena "
+                              f"{self.arena_id} (the daemon restarted: reopen the arena)")
+        offset, size = int(handle.offset_bytes), int(handle.size_bytes)
+        if size <= 0 or offset < 0 or offset + size > self.size_bytes:
+            raise invalid_argument(argument, f"range [{offset}, {offset + size}) is empty or outside "
+                                   f"the {self.size_bytes}-byte arena")
+        return offset, size
+
+    def bytes_view(self, handle, argument="handle"):
+        """Read-only uint8 array over the handle's bytes."""
+        offset, size = self._range(handle, argument)
+        return self._bytes[offset : offset + size]
+
+    def view(self, handle, profile, argument="handle"):
+        """Read-only numpy array [layers, 2, kv_heads, tokens, head_dim] of the
+        profile's dtype (bf16 as uint16 bit patterns) over the block's bytes."""
+        offset, size = self._range(handle, argument)
+        if size != profile.block_size_bytes:
+            raise invalid_argument(argument, f"{size} bytes; profile {profile.profile_id} blocks "
+                                   f"are {profile.block_size_bytes}")
+        count = size // profile.itemsize
+        return np.frombuffer(self._mm, dtype=profile.numpy_dtype, count=count,
+                             offset=offset).reshape(profile.block_shape)
+
+    def torch_view(self, handle, profile, argument="handle"):
+        """torch tensor [layers, 2, kv_heads, tokens, head_dim] over the block's
+        bytes (CPU, zero-copy, must not be written)."""
+        arr = self.view(handle, profile, argument)
+        tensor = _torch_from_numpy(arr)
+        if profile.dtype == "bf16":
+            import torch
+
+            tensor = tensor.view(torch.bfloat16)
+        return tensor
+
+    def torch_elements(self, profile):
+        """The whole arena as one flat torch tensor of the profile's element
+        type (zero-copy), for engines that gather many blocks in one indexing
+        operation: block h starts at element h.offset_bytes // itemsize."""
+        key = profile.dtype
+        if key not in self._torch:
+            count = self.size_bytes // profile.itemsize
+            arr = np.frombuffer(self._mm, dtype=profile.numpy_dtype, count=count)
+            tensor = _torch_from_numpy(arr)
+            if profile.dtype == "bf16":
+                import torch
+
+                tensor = tensor.view(torch.bfloat16)
+            self._torch[key] = tensor
+        return self._torch[key]
+
+    def element_offset(self, handle, profile, argument="handle"):
+        """Checked start element of a block inside torch_elements(profile)."""
+        offset, size = self._range(handle, argument)
+        if size != profile.block_size_bytes or offset % profile.itemsize:
+            raise invalid_argument(argument, f"{size} bytes at {offset} is not one aligned block of "
+                                   f"profile {profile.profile_id}")
+        return offset // profile.itemsize
+
+    def close(self):
+        """Drops this object's references; views already handed out keep the
+        mapping alive until they are gone."""
+        self._torch.clear()
+        self._bytes = None
+
+
+class StagingFile:
+    """The staging file of ReserveSlots, mapped read-write."""
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            size = os.stat(path).st_size
+        except OSError as e:
+            raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"staging file {path}: {e.strerror}") from None
+        self.size_bytes = size
+        self._mm = _map(path, size, writable=True, what="staging file")
+        self._bytes = np.frombuffer(self._mm, dtype=np.uint8)
+
+    def write(self, slot, payload, argument="slot"):
+        """Copies a checked payload (see profile.block_payload) into the slot."""
+        offset, size = int(slot.offset_bytes), int(slot.size_bytes)
+        src = np.frombuffer(payload, dtype=np.uint8) if not isinstance(payload, np.ndarray) else payload
+        if offset + size > self.size_bytes or src.nbytes != size:
+            raise invalid_argument(argument, f"slot [{offset}, {offset + size}) does not fit the "
+                                   f"{src.nbytes}-byte payload in the {self.size_bytes}-byte file")
+        self._bytes[offset : offset + size] = src.reshape(-1).view(np.uint8)

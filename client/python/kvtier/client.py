@@ -1,0 +1,323 @@
+"""kvtier.Client: typed calls for every RPC of kvtier.v1.KvTier and kvtier.v1.Admin.
+
+    client = kvtier.Client("./var/kvtier/kvtierd.sock")
+    profile = client.register_profile(kvtier.Profile("my-model", num_layers=4,
+        num_kv_heads=2, head_dim=64, block_size_tokens=16, dtype="fp16"))
+    ids = kvtier.chain_hash_sequence(profile.profile_id, tokens, 16)
+    client.put_blocks(profile.profile_id, zip(ids, arrays))
+
+A target is a Unix socket path (anything with a '/' or ending in ".sock"),
+"unix:..." or "host:port". Every failure raises KvTierError with the gRPC code
+and the daemon's message; a per-item failure of a batched call raises the
+first failed item (index set) unless check=False is passed, in which case the
+per-item statuses are in the returned message. Responses are the generated
+protobuf messages (kvtier.v1.*_pb2; fields documented in proto/kvtier/v1/).
+
+Thread safety: a Client may be used from several threads (one gRPC channel).
+"""
+
+import os
+
+import grpc
+
+from kvtier import arena as arena_mod
+from kvtier._health import health_pb2
+from kvtier.errors import KvTierError, from_item_status, from_rpc_error, invalid_argument
+from kvtier.profile import Profile, block_payload, set_fields
+from kvtier.select import SelectSession
+from kvtier.v1 import admin_pb2, admin_pb2_grpc, kvtier_pb2, kvtier_pb2_grpc, types_pb2
+
+MAX_BLOCK_ID_BYTES = 32
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+_RETURN_MODES = {"bytes": kvtier_pb2.RETURN_MODE_BYTES, "handles": kvtier_pb2.RETURN_MODE_HANDLES}
+_TIERS = {None: types_pb2.TIER_UNSPECIFIED, "device": types_pb2.TIER_DEVICE,
+          "host": types_pb2.TIER_HOST, "nvme": types_pb2.TIER_NVME}
+
+
+def normalize_target(target):
+    """Path -> 'unix:<absolute path>'; 'unix:', 'dns:', 'ipv4:', 'ipv6:' pass; else host:port."""
+    if not isinstance(target, str) or not target:
+        raise invalid_argument("target", "empty daemon address")
+    if target.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
+        return target
+    if "/" in target or target.endswith(".sock"):
+        return "unix:" + os.path.abspath(target)
+    return target
+
+
+def _block_ids(ids, argument="block_ids"):
+    out = list(ids)
+    if not out:
+        raise invalid_argument(argument, "empty")
+    for i, block_id in enumerate(out):
+        if not isinstance(block_id, (bytes, bytearray)):
+            raise invalid_argument(f"{argument}[{i}]", f"expected bytes, got {type(block_id).__name__}")
+        if not 1 <= len(block_id) <= MAX_BLOCK_ID_BYTES:
+            raise invalid_argument(f"{argument}[{i}]", f"{len(block_id)} bytes, expected 1..{MAX_BLOCK_ID_BYTES}")
+    return [bytes(b) for b in out]
+
+
+class GetBlocksResult:
+    """results: BlockResult messages in request order (status, tier, data or
+    handle); lease_id: the HANDLES lease (release with Client.release)."""
+
+    def __init__(self, results, lease_id):
+        self.results = results
+        self.lease_id = lease_id
+
+    def raise_for_status(self):
+        for i, r in enumerate(self.results):
+            if r.status.code != 0:
+                raise from_item_status(r.status, f"block_ids[{i}]", i)
+        return self
+
+
+class Client:
+    def __init__(self, target, call_timeout_s=10.0, max_message_bytes=64 << 20):
+        self.target = normalize_target(target)
+        self.call_timeout_s = call_timeout_s
+        self._channel = grpc.insecure_channel(self.target, options=[
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+        ])
+        self._kvtier = kvtier_pb2_grpc.KvTierStub(self._channel)
+        self._admin = admin_pb2_grpc.AdminStub(self._channel)
+        self._health = self._channel.unary_unary(
+            _HEALTH_CHECK, request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+            response_deserializer=health_pb2.HealthCheckResponse.FromString)
+        self._profiles = {}         # profile_id -> Profile
+        self._context_shapes = {}   # context_id -> (layers, kv_heads, head_dim)
+        self._arena = None
+
+    def close(self):
+        if self._arena is not None:
+            self._arena.close()
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, request, what, timeout_s=None, wait_for_ready=None):
+        try:
+            return method(request, timeout=timeout_s or self.call_timeout_s, wait_for_ready=wait_for_ready)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, what, self.target) from None
+
+    def _stream(self, method, request, what, timeout_s=None):
+        try:
+            return list(method(request, timeout=timeout_s or self.call_timeout_s))
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, what, self.target) from None
+
+    # ---- health -------------------------------------------------------------
+    def health(self, timeout_s=None, wait_for_ready=False):
+        """'SERVING', 'NOT_SERVING' or 'UNKNOWN' (grpc.health.v1, whole server).
+        wait_for_ready=True waits (up to timeout_s) for the socket to accept."""
+        resp = self._call(self._health, health_pb2.HealthCheckRequest(), "Health.Check",
+                          timeout_s, wait_for_ready)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+    # ---- profiles -----------------------------------------------------------
+    def register_profile(self, profile, **extra_fields):
+        """Registers a Profile (extra_fields: further ModelProfile fields by name,
+        passed through). Returns the Profile with its profile_id."""
+        if not isinstance(profile, Profile):
+            raise invalid_argument("profile", f"expected kvtier.Profile, got {type(profile).__name__}")
+        request = kvtier_pb2.RegisterProfileRequest(profile=profile.to_proto(**extra_fields))
+        resp = self._call(self._kvtier.RegisterProfile, request, "RegisterProfile")
+        registered = Profile.from_proto(request.profile, resp.profile_id)
+        if resp.block_size_bytes != registered.block_size_bytes:
+            raise KvTierError(grpc.StatusCode.INTERNAL, f"RegisterProfile: daemon block size "
+                              f"{resp.block_size_bytes} != client's {registered.block_size_bytes}")
+        self._profiles[resp.profile_id] = registered
+        return registered
+
+    def get_profile(self, profile_id):
+        """GetProfileResponse (profile, block size, head weights and version)."""
+        return self._call(self._kvtier.GetProfile, kvtier_pb2.GetProfileRequest(profile_id=profile_id),
+                          "GetProfile")
+
+    def profile(self, profile_id, argument="profile_id"):
+        """The Profile of profile_id (cached; asks the daemon once). Unknown ids
+        raise INVALID_ARGUMENT naming `argument`."""
+        if not isinstance(profile_id, int) or profile_id <= 0:
+            raise invalid_argument(argument, f"{profile_id!r} is not a registered profile id")
+        cached = self._profiles.get(profile_id)
+        if cached is not None:
+            return cached
+        try:
+            resp = self.get_profile(profile_id)
+        except KvTierError as e:
+            if e.code == grpc.StatusCode.NOT_FOUND:
+                raise invalid_argument(argument, f"profile {profile_id} is not registered with the daemon") from None
+            raise
+        self._profiles[profile_id] = Profile.from_proto(resp.profile, profile_id)
+        return self._profiles[profile_id]
+
+    # ---- arena and staging --------------------------------------------------
+    def open_arena(self):
+        """OpenArenaResponse: shm_path (CPU arena) or cuda_ipc_handle + device_uuid."""
+        return self._call(self._kvtier.OpenArena, kvtier_pb2.OpenArenaRequest(), "OpenArena")
+
+    def arena(self):
+        """The mapped device arena (kvtier.ShmArena or kvtier.CudaArena), mapped on first use."""
+        if self._arena is None:
+            info = self.open_arena()
+            if info.shm_path:
+                self._arena = arena_mod.ShmArena(info)
+            elif info.cuda_ipc_handle:
+                from kvtier.cuda_arena import CudaArena
+
+                self._arena = CudaArena(info)
+            else:
+                raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION, "OpenArena: the daemon named no arena")
+        return self._arena
+
+    def reserve_slots(self, profile_id, count, lease_ttl_ms=0):
+        """ReserveSlotsResponse: staging_path and slots for the zero-copy put path."""
+        self.profile(profile_id)
+        if not isinstance(count, int) or count <= 0:
+            raise invalid_argument("count", f"{count!r} must be a positive integer")
+        request = kvtier_pb2.ReserveSlotsRequest(profile_id=profile_id, count=count, lease_ttl_ms=lease_ttl_ms)
+        return self._call(self._kvtier.ReserveSlots, request, "ReserveSlots")
+
+    # ---- blocks -------------------------------------------------------------
+    def put_blocks(self, profile_id, blocks, durable=False, staging=False, batch_blocks=64, check=True):
+        """Stores (block_id, payload) pairs; payloads as in kvtier.profile.block_payload.
+
+        staging=True writes each payload into a ReserveSlots slot and sends only
+        the slot (one copy, no bytes through gRPC). Every payload is checked
+        before anything is sent. Returns the PutBlocksResponse.
+        """
+        profile = self.profile(profile_id)
+        pairs = list(blocks)
+        if not pairs:
+            raise invalid_argument("blocks", "empty")
+        for i, p in enumerate(pairs):
+            _block_ids([p[0]], f"blocks[{i}].block_id")
+        ids = [bytes(p[0]) for p in pairs]
+        payloads = [block_payload(p[1], profile, f"blocks[{i}].data") for i, p in enumerate(pairs)]
+        puts = []
+        if staging:
+            reserved = self.reserve_slots(profile_id, len(pairs))
+            stage = arena_mod.StagingFile(reserved.staging_path)
+            for i, (slot, payload) in enumerate(zip(reserved.slots, payloads)):
+                stage.write(slot, payload, f"blocks[{i}].slot")
+                puts.append(kvtier_pb2.BlockPut(block_id=ids[i], slot=slot))
+        else:
+            puts = [kvtier_pb2.BlockPut(block_id=i, data=memoryview(p).tobytes()) for i, p in zip(ids, payloads)]
+        requests = [kvtier_pb2.PutBlocksRequest(profile_id=profile_id, durable=durable,
+                                                blocks=puts[s : s + batch_blocks])
+                    for s in range(0, len(puts), batch_blocks)]
+        try:
+            resp = self._kvtier.PutBlocks(iter(requests), timeout=self.call_timeout_s)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, "PutBlocks", self.target) from None
+        if check:
+            for i, r in enumerate(resp.results):
+                if r.status.code != 0:
+                    raise from_item_status(r.status, f"blocks[{i}] ({ids[i].hex()})", i)
+        return resp
+
+    def get_blocks(self, profile_id, block_ids, mode="bytes", lease_ttl_ms=0):
+        """GetBlocksResult; mode 'bytes' (data in the results) or 'handles'
+        (promoted into the device arena, pinned under lease_id). Misses are
+        per-item NOT_FOUND statuses, not exceptions (see raise_for_status)."""
+        self.profile(profile_id)
+        if mode not in _RETURN_MODES:
+            raise invalid_argument("mode", f"{mode!r}, expected 'bytes' or 'handles'")
+        request = kvtier_pb2.GetBlocksRequest(profile_id=profile_id, block_ids=_block_ids(block_ids),
+                                              mode=_RETURN_MODES[mode], lease_ttl_ms=lease_ttl_ms)
+        results, lease_id = [], 0
+        for resp in self._stream(self._kvtier.GetBlocks, request, "GetBlocks"):
+            results.extend(resp.results)
+            lease_id = resp.lease_id or lease_id
+        return GetBlocksResult(results, lease_id)
+
+    def lookup(self, profile_id, block_ids):
+        """LookupResponse: presence and tier per id, longest stored prefix."""
+        self.profile(profile_id)
+        request = kvtier_pb2.LookupRequest(profile_id=profile_id, block_ids=_block_ids(block_ids))
+        return self._call(self._kvtier.Lookup, request, "Lookup")
+
+    def delete_blocks(self, profile_id, block_ids, check=True):
+        """DeleteBlocksResponse; check raises the first failed id."""
+        self.profile(profile_id)
+        request = kvtier_pb2.DeleteBlocksRequest(profile_id=profile_id, block_ids=_block_ids(block_ids))
+        resp = self._call(self._kvtier.DeleteBlocks, request, "DeleteBlocks")
+        if check:
+            for i, status in enumerate(resp.statuses):
+                if status.code != 0:
+                    raise from_item_status(status, f"block_ids[{i}]", i)
+        return resp
+
+    # ---- contexts and selection ---------------------------------------------
+    def open_context(self, profile_id, segments, lease_ttl_ms=0):
+        """Opens a context over stored blocks. segments: a list of block-id lists,
+        or of (label, block-id list) pairs. Returns the OpenContextResponse."""
+        profile = self.profile(profile_id)
+        msgs = []
+        for i, seg in enumerate(segments):
+            label, ids = seg if isinstance(seg, tuple) else ("", seg)
+            msgs.append(kvtier_pb2.Segment(label=label, block_ids=_block_ids(ids, f"segments[{i}].block_ids")))
+        if not msgs:
+            raise invalid_argument("segments", "empty")
+        request = kvtier_pb2.OpenContextRequest(profile_id=profile_id, segments=msgs, lease_ttl_ms=lease_ttl_ms)
+        resp = self._call(self._kvtier.OpenContext, request, "OpenContext")
+        self._context_shapes[resp.context_id] = (profile.num_layers, profile.num_kv_heads, profile.head_dim)
+        return resp
+
+    def append_blocks(self, context_id, block_ids):
+        """AppendBlocksResponse (num_blocks in the context after the append)."""
+        request = kvtier_pb2.AppendBlocksRequest(context_id=context_id, block_ids=_block_ids(block_ids))
+        return self._call(self._kvtier.AppendBlocks, request, "AppendBlocks")
+
+    def close_context(self, context_id):
+        self._context_shapes.pop(context_id, None)
+        return self._call(self._kvtier.CloseContext, kvtier_pb2.CloseContextRequest(context_id=context_id),
+                          "CloseContext")
+
+    def select_session(self):
+        """A new streamed Select session (kvtier.select.SelectSession)."""
+        return SelectSession(self._kvtier, self.target, self._context_shapes)
+
+    def select(self, entries, timeout_s=None):
+        """One Select request on a short-lived stream: [Selection]."""
+        with self.select_session() as session:
+            return session.select(entries, timeout_s or self.call_timeout_s)
+
+    def release(self, context_id=None, lease_id=None):
+        """Unpins a context's Select set or a GetBlocks lease: ReleaseResponse."""
+        if (context_id is None) == (lease_id is None):
+            raise invalid_argument("release", "give exactly one of context_id and lease_id")
+        request = (kvtier_pb2.ReleaseRequest(context_id=context_id) if context_id is not None
+                   else kvtier_pb2.ReleaseRequest(lease_id=lease_id))
+        return self._call(self._kvtier.Release, request, "Release")
+
+    # ---- admin --------------------------------------------------------------
+    def stats(self):
+        """StatsResponse: version, uptime, tiers, configuration, counts."""
+        return self._call(self._admin.Stats, admin_pb2.StatsRequest(), "Stats")
+
+    def list_blocks(self, profile_id=0, tier=None, limit=0):
+        """ListBlocksResponse; tier None | 'device' | 'host' | 'nvme'."""
+        if tier not in _TIERS:
+            raise invalid_argument("tier", f"{tier!r}, expected None, 'device', 'host' or 'nvme'")
+        request = admin_pb2.ListBlocksRequest(profile_id=profile_id, tier=_TIERS[tier], limit=limit)
+        return self._call(self._admin.ListBlocks, request, "ListBlocks")
+
+    def list_contexts(self):
+        return self._call(self._admin.ListContexts, admin_pb2.ListContextsRequest(), "ListContexts")
+
+    def drain(self, timeout_s=None):
+        """Demotes everything to NVMe; returns the streamed DrainProgress messages."""
+        return self._stream(self._admin.Drain, admin_pb2.DrainRequest(), "Drain", timeout_s)
+
+    def verify(self, profile_id=0, timeout_s=None):
+        """Re-reads and checksums every durable block; the VerifyProgress messages."""
+        return self._stream(self._admin.Verify, admin_pb2.VerifyRequest(profile_id=profile_id),
+                            "Verify", timeout_s)
+

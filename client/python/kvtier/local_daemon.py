@@ -1,0 +1,143 @@
+"""Starts a private kvtierd for tests, examples and notebooks.
+
+    with kvtier.LocalDaemon("build/test/daemon/kvtierd") as daemon:
+        client = daemon.client()
+
+The daemon runs in a fresh temporary folder (data, NVMe tier files, socket)
+with small tier capacities and tiers.nvme.direct_io = false (tmpfs has no
+O_DIRECT); extra `--set key=value` overrides come from `settings`. Readiness is
+exact, not timed: the daemon's sd_notify READY=1 arrives on a private
+NOTIFY_SOCKET (sent once it listens), then a health check must answer SERVING.
+If the process exits first, KvTierError(UNAVAILABLE) quotes its log.
+
+stop() sends SIGTERM and waits; kill() sends SIGKILL (a daemon that goes
+away mid-stream). The folder is removed on exit.
+"""
+
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+
+import grpc
+
+from kvtier.client import Client
+from kvtier.errors import KvTierError
+
+DEFAULT_SETTINGS = {
+    "log.level": "warn",
+    "tiers.device.capacity_bytes": "32MiB",
+    "tiers.host.capacity_bytes": "64MiB",
+    "tiers.host.staging_bytes": "4MiB",
+    "tiers.nvme.file_count": "1",
+    "tiers.nvme.file_size_bytes": "64MiB",
+    "tiers.nvme.direct_io": "false",
+    "tiers.nvme.io_threads": "1",
+    "server.shutdown_grace_ms": "1000",
+}
+
+
+class LocalDaemon:
+    def __init__(self, kvtierd, settings=None, start_timeout_s=30.0):
+        if not os.access(kvtierd, os.X_OK):
+            raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION, f"kvtierd: {kvtierd} is not an executable")
+        self.kvtierd = kvtierd
+        self.settings = dict(DEFAULT_SETTINGS, **(settings or {}))
+        self.start_timeout_s = start_timeout_s
+        self.dir = None
+        self.process = None
+
+    @property
+    def socket_path(self):
+        return os.path.join(self.dir, "kvtierd.sock")
+
+    @property
+    def log_path(self):
+        return os.path.join(self.dir, "kvtierd.log")
+
+    def log(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def start(self):
+        # A short folder: socket paths are limited to 107 bytes.
+        self.dir = tempfile.mkdtemp(prefix="kvtier-py-", dir="/tmp")
+        notify_path = os.path.join(self.dir, "notify.sock")
+        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        notify.bind(notify_path)
+        argv = [self.kvtierd, "--data-dir", self.dir, "--socket", self.socket_path]
+        for key, value in self.settings.items():
+            argv += ["--set", f"{key}={value}"]
+        env = dict(os.environ, NOTIFY_SOCKET=notify_path)
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True)
+        try:
+            self._wait_ready(notify)
+        except BaseException:
+            self.kill()
+            self._cleanup()
+            raise
+        finally:
+            notify.close()
+        return self
+
+    def _wait_ready(self, notify):
+        pidfd = os.pidfd_open(self.process.pid)
+        try:
+            ready, _, _ = select.select([notify, pidfd], [], [], self.start_timeout_s)
+            while notify in ready:
+                if b"READY=1" in notify.recv(4096):
+                    break
+                ready, _, _ = select.select([notify, pidfd], [], [], self.start_timeout_s)
+            else:
+                if pidfd in ready:
+                    code = self.process.wait()
+                    raise KvTierError(grpc.StatusCode.UNAVAILABLE,
+                                      f"kvtierd exited with {code} before it was ready:\n{self.log()}")
+                raise KvTierError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                  f"kvtierd not ready after {self.start_timeout_s} s:\n{self.log()}")
+        finally:
+            os.close(pidfd)
+        with Client(self.socket_path) as client:
+            status = client.health(timeout_s=self.start_timeout_s, wait_for_ready=True)
+        if status != "SERVING":
+            raise KvTierError(grpc.StatusCode.UNAVAILABLE, f"kvtierd health is {status} after READY=1")
+
+    def client(self, **options):
+        return Client(self.socket_path, **options)
+
+    def stop(self, timeout_s=10.0):
+        """SIGTERM and wait; returns the exit code."""
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def kill(self):
+        """SIGKILL, as when the daemon crashes; returns once it is gone."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def _cleanup(self):
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        self._cleanup()
