@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "index/simd.h"
+#include "index/unit_vector.h"
 #include "index/validate.h"
 
 namespace kvtier::index {
@@ -17,7 +19,12 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-float Norm(const float* v, size_t n) { return std::sqrt(simd::Dot(v, v, n)); }
+// A double bound as a float: beyond the float range it saturates (the
+// Selector scales queries first, so that it never ranks saturated values).
+float Saturate(double v) {
+  constexpr double kMax = std::numeric_limits<float>::max();
+  return static_cast<float>(std::clamp(v, -kMax, kMax));
+}
 
 absl::Status Need(const float* p, const char* field, ScorerKind kind) {
   if (p != nullptr) return absl::OkStatus();
@@ -28,12 +35,13 @@ absl::Status Need(const float* p, const char* field, ScorerKind kind) {
 // out[b] = (1 + cos(x, rows_b)) / 2 (sign = +1) or (1 - cos) / 2 (sign = -1).
 void CosineScores(const float* rows, int64_t n, size_t dim, const float* x,
                   float sign, float* out) {
-  const float xn = Norm(x, dim);
+  std::vector<float> ux(dim), ur(dim);
+  const bool x_nonzero = UnitVector(x, dim, ux.data());
   for (int64_t b = 0; b < n; ++b) {
-    const float* r = rows + b * dim;
-    const float rn = Norm(r, dim);
     float cos = 0.0f;
-    if (rn > 0 && xn > 0) cos = simd::Dot(x, r, dim) / (rn * xn);
+    if (x_nonzero && UnitVector(rows + b * dim, dim, ur.data())) {
+      cos = simd::Dot(ux.data(), ur.data(), dim);
+    }
     cos = std::clamp(cos, -1.0f, 1.0f);
     out[b] = 0.5f * (1.0f + sign * cos);
   }
@@ -70,12 +78,14 @@ absl::string_view ScorerName(ScorerKind kind) {
       return "recency";
     case ScorerKind::kRandom:
       return "random";
+    case ScorerKind::kMass:
+      return "mass";
   }
   return "unknown";
 }
 
 absl::StatusOr<ScorerKind> ParseScorerKind(absl::string_view name) {
-  for (int k = 0; k <= static_cast<int>(ScorerKind::kRandom); ++k) {
+  for (int k = 0; k <= static_cast<int>(ScorerKind::kMass); ++k) {
     if (ScorerName(static_cast<ScorerKind>(k)) == name) {
       return static_cast<ScorerKind>(k);
     }
@@ -85,7 +95,8 @@ absl::StatusOr<ScorerKind> ParseScorerKind(absl::string_view name) {
 }
 
 bool ScoresInUnitInterval(ScorerKind kind) {
-  return kind != ScorerKind::kQuest && kind != ScorerKind::kArkVale;
+  return kind != ScorerKind::kQuest && kind != ScorerKind::kArkVale &&
+         kind != ScorerKind::kMass;
 }
 
 absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
@@ -133,11 +144,11 @@ absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
       for (int64_t b = 0; b < N; ++b) {
         const float* lo = view.min + b * D;
         const float* hi = view.max + b * D;
-        float acc = 0;
+        double acc = 0;
         for (size_t i = 0; i < D; ++i) {
-          acc += std::max(q[i] * hi[i], q[i] * lo[i]);
+          acc += std::max(double{q[i]} * hi[i], double{q[i]} * lo[i]);
         }
-        out[b] = acc;
+        out[b] = Saturate(acc);
       }
       return absl::OkStatus();
     }
@@ -153,9 +164,11 @@ absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
         return s;
       }
       const float* q = input.query.data();
-      const float qn = Norm(q, D);
+      const double qn = StableNorm(q, D);
       for (int64_t b = 0; b < N; ++b) {
-        out[b] = simd::Dot(q, view.mean + b * D, D) + qn * view.radius[b];
+        double dot = 0;
+        for (size_t i = 0; i < D; ++i) dot += double{q[i]} * view.mean[b * D + i];
+        out[b] = Saturate(dot + qn * view.radius[b]);
       }
       return absl::OkStatus();
     }
@@ -163,12 +176,10 @@ absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
       if (absl::Status s = Need(view.mean, "view.mean", kind); !s.ok()) {
         return s;
       }
-      std::vector<float> m(D, 0.0f);
+      std::vector<float> m(D, 0.0f), u(D);
       for (int64_t b = 0; b < N; ++b) {
-        const float* r = view.mean + b * D;
-        const float rn = Norm(r, D);
-        if (rn <= 0) continue;
-        for (size_t i = 0; i < D; ++i) m[i] += r[i] / rn;
+        if (!UnitVector(view.mean + b * D, D, u.data())) continue;
+        for (size_t i = 0; i < D; ++i) m[i] += u[i];
       }
       CosineScores(view.mean, N, D, m.data(), -1.0f, out.data());
       return absl::OkStatus();
@@ -187,6 +198,10 @@ absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
       }
       return absl::OkStatus();
     }
+    case ScorerKind::kMass:
+      return absl::InvalidArgumentError(
+          "scorer mass needs a context's KeyTable: run it through the "
+          "Selector");
   }
   return absl::InvalidArgumentError(
       absl::StrCat("scorer kind ", static_cast<int>(kind), " is unknown"));
@@ -201,6 +216,7 @@ const Scorer* GetScorer(ScorerKind kind) {
       new KindScorer(ScorerKind::kKeyDiff),
       new KindScorer(ScorerKind::kRecency),
       new KindScorer(ScorerKind::kRandom),
+      new KindScorer(ScorerKind::kMass),
   };
   const size_t i = static_cast<size_t>(kind);
   return i < sizeof(kScorers) / sizeof(kScorers[0]) ? kScorers[i] : nullptr;

@@ -16,8 +16,16 @@
 //                             the normalised mean_b of the view     [0,1]
 //   kRecency        none      (b + 1) / N (StreamingLLM's recent window) [0,1]
 //   kRandom         seed,step uniform in [0,1) from (seed, step, b)    [0,1)
+//   kMass           calibration, the expected attention mass of b (raw); see
+//                   head queries  key_scorers.h. It needs a context's KeyTable,
+//                                 so it runs only inside the Selector
+//                                 (ScoreBlocks refuses it).
 //
-// A block whose vector has zero norm has cos 0 (score 0.5).
+// A block whose vector has zero norm has cos 0 (score 0.5). Every score is
+// finite for finite input: norms are scale-safe (unit_vector.h); Quest and
+// ArkVale bounds are accumulated in double and saturate at +-FLT_MAX (the
+// Selector divides the query by its largest component first, which keeps
+// their ranking and avoids saturation).
 //
 // Thread safety: scorers hold no state; every function here is thread-safe.
 // The view's arrays must not change during a call.
@@ -43,10 +51,11 @@ enum class ScorerKind : uint8_t {
   kKeyDiff = 4,
   kRecency = 5,
   kRandom = 6,
+  kMass = 7,
 };
 
 // "keykey", "keykey_weighted", "quest", "arkvale", "keydiff", "recency",
-// "random".
+// "random", "mass".
 absl::string_view ScorerName(ScorerKind kind);
 absl::StatusOr<ScorerKind> ParseScorerKind(absl::string_view name);
 // True when the scorer's output lies in [0, 1] (others are raw bounds).

@@ -9,7 +9,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "index/key_scorers.h"
 #include "index/simd.h"
+#include "index/unit_vector.h"
 #include "index/validate.h"
 
 namespace kvtier::index {
@@ -51,6 +53,16 @@ size_t TopWithFloor(std::vector<ScoredIndex>* v, size_t k, WeightFn weight,
     k += extra;
   }
   return k;
+}
+
+bool IsKeyKey(ScorerKind k) {
+  return k == ScorerKind::kKeyKey || k == ScorerKind::kKeyKeyWeighted;
+}
+
+// A key-key request scored through the tree (pooled anchor).
+bool TreeKeyKey(const SelectRequest& r) {
+  return IsKeyKey(r.scorer) &&
+         static_cast<int64_t>(r.anchor.size()) == r.context->tree().dim();
 }
 
 inline float Affinity(float dot) {
@@ -158,6 +170,7 @@ struct Selector::Scratch {
   std::vector<int32_t> scored;  // non-forced pages scored this step
   std::vector<int64_t> held;
   std::vector<std::pair<float, int64_t>> rising;
+  KeyScorerScratch keys;  // per-layer key-key and mass
   // kGemm: scores of every level of this request's context (not owned).
   float* all_grid = nullptr;
   float* all_chunk = nullptr;
@@ -195,13 +208,6 @@ absl::Status ValidateSelectorOptions(const SelectorOptions& o) {
   return ValidateStabilityOptions(o.stability);
 }
 
-absl::StatusOr<std::unique_ptr<ContextIndex>> ContextIndex::Create(
-    const TreeOptions& options) {
-  auto tree = ContextTree::Create(options);
-  if (!tree.ok()) return tree.status();
-  return std::unique_ptr<ContextIndex>(new ContextIndex(std::move(*tree)));
-}
-
 absl::StatusOr<std::unique_ptr<Selector>> Selector::Create(
     const SelectorOptions& options) {
   if (absl::Status s = ValidateSelectorOptions(options); !s.ok()) return s;
@@ -229,14 +235,97 @@ absl::Status Selector::Validate(const SelectRequest& r, int64_t* budget) const {
     case ScorerKind::kKeyKey:
     case ScorerKind::kKeyKeyWeighted: {
       const bool weighted = r.scorer == ScorerKind::kKeyKeyWeighted;
-      if (weighted != (t.options().vector == TreeVector::kWeightedMean)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "scorer ", ScorerName(r.scorer), " needs a tree built from ",
-            weighted ? "weighted_mean" : "mean"));
+      const KeyTable* keys = r.context->keys();
+      const bool per_layer_kept = keys != nullptr && keys->has_layers();
+      const int64_t layered =
+          per_layer_kept ? int64_t{keys->options().num_layers} * t.dim() : 0;
+      if (static_cast<int64_t>(r.anchor.size()) != t.dim() &&
+          (layered == 0 || static_cast<int64_t>(r.anchor.size()) != layered)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "anchor has ", r.anchor.size(), " values; expected ", t.dim(),
+            " (pooled over layers and KV heads)",
+            per_layer_kept
+                ? absl::StrCat(" or ", layered, " (",
+                               keys->options().num_layers, " layers x ",
+                               t.dim(), ", per layer)")
+                : " (per-layer anchors need per-layer summaries)"));
       }
-      if (absl::Status s = CheckVector("anchor", r.anchor, t.dim(), true);
+      if (static_cast<int64_t>(r.anchor.size()) == t.dim()) {
+        if (weighted != (t.options().vector == TreeVector::kWeightedMean)) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "scorer ", ScorerName(r.scorer), " needs a tree built from ",
+              weighted ? "weighted_mean" : "mean"));
+        }
+        if (absl::Status s = CheckVector("anchor", r.anchor, t.dim(), true);
+            !s.ok()) {
+          return s;
+        }
+      } else {
+        if (weighted) {
+          return absl::InvalidArgumentError(
+              "scorer keykey_weighted takes a pooled anchor only");
+        }
+        if (keys->size() != t.num_pages()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the context's per-layer means cover ", keys->size(), " of ",
+              t.num_pages(), " pages (pages added around ContextIndex?)"));
+        }
+        if (absl::Status s = CheckFinite("anchor", r.anchor.data(),
+                                         r.anchor.size());
+            !s.ok()) {
+          return s;
+        }
+        const int64_t D = t.dim();
+        for (int64_t l = 0; l < keys->options().num_layers; ++l) {
+          double n2 = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            n2 += double{r.anchor[l * D + d]} * r.anchor[l * D + d];
+          }
+          if (!(n2 > 0)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("anchor row ", l, " (layer ", l, ") is all zero"));
+          }
+        }
+        if (!(r.recency_weight >= 0.0f && r.recency_weight <= 1.0f)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "recency_weight (", r.recency_weight, ") must be in [0, 1]"));
+        }
+      }
+      break;
+    }
+    case ScorerKind::kMass: {
+      if (r.head_queries.empty()) break;
+      const SelectionCalibration& c = r.context->calibration();
+      const int64_t want =
+          static_cast<int64_t>(c.retrieval_heads.size()) * t.dim();
+      if (want == 0 || static_cast<int64_t>(r.head_queries.size()) != want) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "head_queries has ", r.head_queries.size(), " values; expected ",
+            want == 0 ? std::string("none (the profile's calibration names no "
+                                    "retrieval heads)")
+                      : absl::StrCat(want, " (", c.retrieval_heads.size(),
+                                     " retrieval heads x ", t.dim(), ")")));
+      }
+      if (absl::Status s = CheckFinite("head_queries", r.head_queries.data(),
+                                       r.head_queries.size());
           !s.ok()) {
         return s;
+      }
+      for (size_t i = 0; i < c.retrieval_heads.size(); ++i) {
+        bool zero = true;
+        for (int64_t d = 0; d < t.dim(); ++d) {
+          zero &= r.head_queries[i * t.dim() + d] == 0.0f;
+        }
+        if (zero) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("head_queries row ", i, " is all zero"));
+        }
+      }
+      const KeyTable* keys = r.context->keys();
+      if (keys == nullptr || keys->num_key_heads() == 0 ||
+          keys->size() != t.num_pages()) {
+        return absl::FailedPreconditionError(
+            "head_queries need a context built with its profile's calibration");
       }
       break;
     }
@@ -303,11 +392,11 @@ absl::Status Selector::Validate(const SelectRequest& r, int64_t* budget) const {
 
 namespace {
 
+// Scale-safe: an anchor of 1e30 in every component gives the unit vector
+// an anchor of 1 does.
 void Normalise(absl::Span<const float> in, std::vector<float>* out) {
-  out->assign(in.begin(), in.end());
-  const float norm =
-      std::sqrt(simd::Dot(out->data(), out->data(), out->size()));
-  for (float& x : *out) x /= norm;
+  out->resize(in.size());
+  UnitVector(in.data(), in.size(), out->data());
 }
 
 }  // namespace
@@ -354,8 +443,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   }
   if (s->affinity.size() < static_cast<size_t>(n)) s->affinity.resize(n);
   s->scored.clear();
-  const bool key_key = r.scorer == ScorerKind::kKeyKey ||
-                       r.scorer == ScorerKind::kKeyKeyWeighted;
+  const bool key_key = TreeKeyKey(r);
   auto forced = [&](int64_t p) { return p < sinks || p >= local_first; };
 
   if (key_key) {
@@ -447,7 +535,29 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   } else {
     // Flat scorers over every page.
     float* aff = s->affinity.data();
-    if (r.scorer == ScorerKind::kKeyDiff) {
+    if (IsKeyKey(r.scorer)) {
+      // Per-layer anchor (Validate checked the shape).
+      LayerKeyKeyScores(*ctx.keys(), r.anchor, r.centered, &s->keys,
+                        absl::MakeSpan(aff, n))
+          .IgnoreError();
+      const auto [lo, hi] = std::minmax_element(aff, aff + n);
+      const float low = *lo, range = *hi - *lo;
+      const float w = r.recency_weight;
+      for (int64_t p = 0; p < n; ++p) {
+        const float a = range > 0 ? (aff[p] - low) / range : 0.5f;
+        aff[p] = (1.0f - w) * a +
+                 w * static_cast<float>(p + 1) / static_cast<float>(n);
+      }
+    } else if (r.scorer == ScorerKind::kMass) {
+      MassScores(ctx.keys(), ctx.calibration(), ctx.key_slots(), t.dim(), n,
+                 r.head_queries, &s->keys, absl::MakeSpan(aff, n))
+          .IgnoreError();  // validated
+      const auto [lo, hi] = std::minmax_element(aff, aff + n);
+      const float low = *lo, range = *hi - *lo;
+      for (int64_t p = 0; p < n; ++p) {
+        aff[p] = range > 0 ? (aff[p] - low) / range : 0.5f;
+      }
+    } else if (r.scorer == ScorerKind::kKeyDiff) {
       const std::vector<float> mean = t.ContextMean();
       const float norm = std::sqrt(simd::Dot(mean.data(), mean.data(), D));
       s->q.assign(D, 0.0f);
@@ -465,7 +575,15 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
       }
       ScoreInput in;
       in.anchor = r.anchor;
-      in.query = r.query;
+      // Bounds are positively homogeneous in the query: scaling it to a
+      // largest component of 1 keeps the ranking and cannot overflow.
+      s->q.assign(r.query.begin(), r.query.end());
+      float qmax = 0.0f;
+      for (float x : s->q) qmax = std::max(qmax, std::fabs(x));
+      if (qmax > 0) {
+        for (float& x : s->q) x /= qmax;
+      }
+      in.query = s->q;
       in.seed = r.seed;
       in.step = r.step;
       ScoreBlocks(r.scorer, view, in, absl::MakeSpan(aff, n)).IgnoreError();
@@ -581,8 +699,7 @@ absl::Status Selector::SelectBatch(absl::Span<const SelectRequest> requests,
     offsets.assign(requests.size() + 1, 0);
     for (size_t i = 0; i < requests.size(); ++i) {
       const ContextTree& t = requests[i].context->tree();
-      const bool key_key = requests[i].scorer == ScorerKind::kKeyKey ||
-                           requests[i].scorer == ScorerKind::kKeyKeyWeighted;
+      const bool key_key = TreeKeyKey(requests[i]);
       offsets[i + 1] =
           offsets[i] +
           (key_key ? t.num_grids() + t.num_chunks() + t.num_pages() : 0);

@@ -12,10 +12,16 @@
 //   free = budget - (sink + local blocks): the chosen pages are at most
 //   page_keep_fraction of the candidates, and any budget can be filled.
 //   Lower page_keep_fraction = more candidates = higher recall, more work.
+// A key-key request whose anchor has num_layers x head_dim values is
+// scored flat over the context's per-layer means instead (key_scorers.h:
+// mean over layers of the cosine, centred on the context's mean direction
+// when `centered`), then mixed with recency:
+//   affinity = (1 - recency_weight) * minmax(score) + recency_weight * (b + 1) / n.
+// kMass scores flat with the context's calibration (key_scorers.h).
 // Other scorers score every page flat with ScoreBlocks (scorer.h) on the
 // context's kept summaries (TreeOptions::keep_summaries); kKeyDiff, kRecency
-// and kRandom need no summaries. Raw bounds (Quest, ArkVale) are min-max
-// normalised per step to [0, 1] to serve as affinities.
+// and kRandom need no summaries. Raw scores (Quest, ArkVale, mass) are
+// min-max normalised per step to [0, 1] to serve as affinities.
 //
 // Then, for every scorer: sinks (first sink_blocks pages) and the local
 // window (last local_blocks pages) are always chosen; the stability windows
@@ -49,32 +55,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "index/context_index.h"
 #include "index/context_tree.h"
 #include "index/scorer.h"
 #include "index/stability.h"
 
 namespace kvtier::index {
-
-// One open context: its tree and its stability history.
-class ContextIndex {
- public:
-  static absl::StatusOr<std::unique_ptr<ContextIndex>> Create(
-      const TreeOptions& options);
-
-  ContextTree& tree() { return *tree_; }
-  const ContextTree& tree() const { return *tree_; }
-  StabilityTracker& stability() { return stability_; }
-  const StabilityTracker& stability() const { return stability_; }
-  size_t MemoryBytes() const {
-    return sizeof(*this) + tree_->MemoryBytes() + stability_.MemoryBytes();
-  }
-
- private:
-  explicit ContextIndex(std::unique_ptr<ContextTree> tree)
-      : tree_(std::move(tree)) {}
-  std::unique_ptr<ContextTree> tree_;
-  StabilityTracker stability_;
-};
 
 enum class SelectAlgorithm : uint8_t { kDescent = 0, kGemm = 1 };
 
@@ -95,8 +81,17 @@ absl::Status ValidateSelectorOptions(const SelectorOptions& options);
 
 struct SelectRequest {
   ContextIndex* context = nullptr;
-  absl::Span<const float> anchor;  // [dim], key-key scorers
-  absl::Span<const float> query;   // [dim], kQuest / kArkVale
+  // Key-key scorers: [dim] (pooled over layers and KV heads; the tree) or
+  // [num_layers][dim] (per layer; needs ContextIndexOptions::
+  // keep_layer_means).
+  absl::Span<const float> anchor;
+  absl::Span<const float> query;  // [dim], kQuest / kArkVale
+  // kMass: the current queries of the calibration's retrieval heads,
+  // [R][dim] in calibration order; empty = the prior alone.
+  absl::Span<const float> head_queries;
+  // Per-layer key-key only (see above).
+  bool centered = true;
+  float recency_weight = 0.5f;  // [0, 1]
   ScorerKind scorer = ScorerKind::kKeyKey;
   // Exactly one budget > 0. Tokens convert to floor(tokens /
   // block_size_tokens) blocks. The budget includes sinks and local blocks.
@@ -124,7 +119,9 @@ class Selector {
 
   // Selects for one context. *result is overwritten (its capacity reused).
   // InvalidArgument naming the field for a bad request (null context, anchor
-  // or query of the wrong dimension, NaN/Inf or zero norm, empty context,
+  // or query of the wrong dimension (the message names the sizes that fit),
+  // head_queries not R x dim, NaN/Inf or zero norm, recency_weight outside
+  // [0, 1], empty context,
   // no or zero budget, budget below sink + local blocks, step going back);
   // FailedPrecondition when the context lacks what the scorer needs. On
   // error the context's stability state is unchanged.

@@ -329,6 +329,10 @@ TEST(SelectorTest, FlatScorers) {
   SelectorOptions o;
   o.sink_blocks = 1;
   o.local_blocks = 1;
+  // The scorers alone: one context is scored by a different scorer at each
+  // step, so stability would carry one scorer's verdict into the next.
+  o.stability.weight = 0.0f;
+  o.stability.hold_threshold = 2.0f;
   auto selector = MakeSelector(o);
   SelectRequest r;
   r.context = ctx->get();
@@ -376,7 +380,8 @@ TEST(SelectorTest, InvalidInputNamesTheField) {
   const std::vector<float> short_anchor(64, 1.0f);
   r = good;
   r.anchor = short_anchor;
-  EXPECT_NE(message(r).find("anchor has 64 elements"), std::string::npos);
+  EXPECT_NE(message(r).find("anchor has 64 values; expected 128 (pooled"),
+            std::string::npos);
   std::vector<float> nan_anchor = syn.anchor;
   nan_anchor[7] = std::nanf("");
   r.anchor = nan_anchor;

@@ -66,22 +66,31 @@ uint64_t StabilityTracker::Aged(const Slot& s) const {
   return d >= 64 ? 0 : (s.bits << d);
 }
 
+int32_t StabilityTracker::Span(const Slot& s, int32_t window) const {
+  if (s.first_step == kNever) return 0;
+  const int64_t age = step_ - s.first_step + 1;
+  return static_cast<int32_t>(std::clamp<int64_t>(age, 1, window));
+}
+
 void StabilityTracker::Observe(int64_t page, bool relevant) {
   Slot& s = slots_[page];
+  if (s.first_step == kNever) s.first_step = step_;
   s.bits = (Aged(s) & ~uint64_t{1}) | (relevant ? 1u : 0u);
   s.last_step = step_;
   s.observed_call = call_;
 }
 
 float StabilityTracker::Stability(int64_t page, int32_t window) const {
-  window = std::clamp(window, 1, kMaxStabilityWindow);
-  return static_cast<float>(
-             std::popcount(Aged(slots_[page]) & WindowMask(window))) /
-         static_cast<float>(window);
+  const Slot& s = slots_[page];
+  const int32_t span = Span(s, std::clamp(window, 1, kMaxStabilityWindow));
+  if (span == 0) return 0.0f;
+  return static_cast<float>(std::popcount(Aged(s) & WindowMask(span))) /
+         static_cast<float>(span);
 }
 
 bool StabilityTracker::Rising(int64_t page, int32_t window) const {
-  window = std::clamp(window, 1, kMaxStabilityWindow);
+  window = Span(slots_[page], std::clamp(window, 1, kMaxStabilityWindow));
+  if (window == 0) return false;
   const uint64_t b = Aged(slots_[page]) & WindowMask(window);
   if ((b & 1u) == 0) return false;
   const int32_t newer = (window + 1) / 2;

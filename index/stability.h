@@ -1,7 +1,12 @@
 // Per-(context, block) relevance history: for every page a bit window of the
-// last W steps of "affinity > theta"; stability = set bits / W. The tracker
-// keeps the last 64 steps; W is chosen per query (selector option), so it can
-// be tuned without rebuilding contexts.
+// last W steps of "affinity > theta"; stability = set bits / min(W, age),
+// where age is the number of steps since the page was first observed
+// (counting the current one). A page is judged over its own life: a block
+// appended a moment ago that was relevant at every step it existed has
+// stability 1, like an old block relevant at every one of the last W steps,
+// so new blocks are not ranked below old ones for lack of history. The
+// tracker keeps the last 64 steps; W is chosen per query (selector option),
+// so it can be tuned without rebuilding contexts.
 //
 // Pages are aged lazily (a page's window is shifted by the number of steps
 // since it was last touched), so a step costs time in proportion to the
@@ -67,8 +72,9 @@ class StabilityTracker {
     return slots_[page].observed_call == call_;
   }
 
-  // Stability over the last `window` steps (1..64) in [0, 1] at the current
-  // step (pages not observed this step count a 0 bit for it).
+  // Stability over the last min(window, age) steps (window in 1..64) in
+  // [0, 1] at the current step (pages not observed this step count a 0 bit
+  // for it); 0 for a page never observed.
   float Stability(int64_t page, int32_t window) const;
   bool Rising(int64_t page, int32_t window) const;
 
@@ -83,11 +89,15 @@ class StabilityTracker {
   size_t MemoryBytes() const;
 
  private:
+  static constexpr int64_t kNever = INT64_MIN;
   struct Slot {
     uint64_t bits = 0;  // bit i: relevant at step last_step - i
     int64_t last_step = 0;
+    int64_t first_step = kNever;  // step of the first Observe
     uint32_t observed_call = 0;
   };
+  // min(window, steps since the page's first observation + 1); 0 if never.
+  int32_t Span(const Slot& s, int32_t window) const;
   uint64_t Aged(const Slot& s) const;
 
   int64_t step_ = 0;

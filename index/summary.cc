@@ -51,7 +51,36 @@ absl::Status CheckWeights(const BlockLayout& layout, const HeadWeights& w) {
   return absl::OkStatus();
 }
 
+absl::Status CheckKeyHeads(const BlockLayout& layout,
+                           const std::vector<int32_t>& heads) {
+  const int64_t total = int64_t{layout.num_layers} * layout.num_kv_heads;
+  for (size_t i = 0; i < heads.size(); ++i) {
+    if (heads[i] < 0 || heads[i] >= total || (i > 0 && heads[i] <= heads[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.key_heads[", i, "] (", heads[i],
+          ") must be ascending, distinct and in [0, ", total, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+float QuantizeInt8(const float* v, size_t n, int8_t* q) {
+  float m = 0.0f;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(v[i]));
+  if (!(m > 0)) {
+    std::fill(q, q + n, int8_t{0});
+    return 0.0f;
+  }
+  const float scale = m / 127.0f;
+  const float inv = 127.0f / m;
+  for (size_t i = 0; i < n; ++i) {
+    const float x = std::nearbyint(v[i] * inv);
+    q[i] = static_cast<int8_t>(std::clamp(x, -127.0f, 127.0f));
+  }
+  return scale;
+}
 
 absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
                                                  absl::string_view payload,
@@ -71,6 +100,9 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
     if (absl::Status s = CheckWeights(layout, *options.head_weights); !s.ok()) {
       return s;
     }
+  }
+  if (absl::Status s = CheckKeyHeads(layout, options.key_heads); !s.ok()) {
+    return s;
   }
   const int32_t L = layout.num_layers;
   const int32_t H = layout.num_kv_heads;
@@ -104,6 +136,12 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
                          -std::numeric_limits<float>::infinity());
   }
 
+  if (!options.key_heads.empty()) {
+    out.key_heads = options.key_heads;
+    out.key_tokens = T;
+    out.head_keys.assign(options.key_heads.size() * head_elems, 0);
+    out.key_scales.assign(options.key_heads.size(), 0.0f);
+  }
   std::vector<float> keys(head_elems);
   std::vector<float> head_sum(D);
   std::vector<double> block_sum(D, 0.0), layer_sum(D), weighted_sum(D, 0.0);
@@ -148,6 +186,14 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
         }
       }
       const size_t lh = static_cast<size_t>(l) * H + h;
+      const auto slot = std::lower_bound(options.key_heads.begin(),
+                                         options.key_heads.end(),
+                                         static_cast<int32_t>(lh));
+      if (slot != options.key_heads.end() && *slot == static_cast<int32_t>(lh)) {
+        const size_t j = static_cast<size_t>(slot - options.key_heads.begin());
+        out.key_scales[j] =
+            QuantizeInt8(keys.data(), head_elems, &out.head_keys[j * head_elems]);
+      }
       const double w =
           options.head_weights ? options.head_weights->weights[lh] : 0.0;
       weight_total += w;

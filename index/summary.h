@@ -9,6 +9,11 @@
 //                 holds every key (ArkVale's bounding sphere)
 //   layer_mean    mean key per layer over tokens and heads          [L][D]
 //   layer_min/max per-layer Quest bounds                            [L][D]
+//   head_keys     the keys of selected KV heads (a calibrated profile's
+//                 retrieval heads, calibration.h), int8 with one scale per
+//                 head: value = head_keys[(j * T + t) * D + d] *
+//                 key_scales[j] for slot j (KV head key_heads[j]),
+//                 token t, dim d                                  [R][T][D]
 //
 // Head variance: for every (layer, kv_head) of a profile the index keeps a
 // running mean vector and the sum of squared deviations (Welford, merged with
@@ -50,6 +55,9 @@ struct SummaryOptions {
   // When set, weighted_mean is computed with these weights; their shape must
   // match the layout.
   const HeadWeights* head_weights = nullptr;
+  // KV heads (layer * num_kv_heads + kv_head, ascending, distinct) whose
+  // keys are kept as int8 head_keys; empty keeps none.
+  std::vector<int32_t> key_heads;
 };
 
 struct BlockSummary {
@@ -64,7 +72,15 @@ struct BlockSummary {
   std::vector<float> layer_mean;  // empty unless per_layer
   std::vector<float> layer_min;   // empty unless per_layer_bounds
   std::vector<float> layer_max;
+  std::vector<int32_t> key_heads;  // empty unless SummaryOptions::key_heads
+  int32_t key_tokens = 0;          // T of head_keys (0 when absent)
+  std::vector<int8_t> head_keys;   // [R][T][D]
+  std::vector<float> key_scales;   // [R], >= 0
 };
+
+// Symmetric int8 quantisation of n values: scale = max |v| / 127 (0 for an
+// all-zero input), q = round(v / scale). Returns the scale.
+float QuantizeInt8(const float* v, size_t n, int8_t* q);
 
 // Per-(layer, kv_head) key statistics of a set of keys, index l * H + h.
 struct HeadStats {
@@ -81,7 +97,7 @@ struct HeadStats {
 // filled with this block's per-head statistics (for
 // HeadVarianceTracker::Merge). Errors: InvalidArgument naming the field for a
 // bad layout, wrong payload size, mismatched head weights, or non-finite
-// keys (NaN/Inf in the payload).
+// keys (NaN/Inf in the payload), key_heads out of range or unsorted.
 absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
                                                  absl::string_view payload,
                                                  const SummaryOptions& options,

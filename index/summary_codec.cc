@@ -15,8 +15,13 @@ constexpr uint16_t kFlagWeighted = 1u << 0;
 constexpr uint16_t kFlagBounds = 1u << 1;
 constexpr uint16_t kFlagLayerMean = 1u << 2;
 constexpr uint16_t kFlagLayerBounds = 1u << 3;
-constexpr uint16_t kKnownFlags =
-    kFlagWeighted | kFlagBounds | kFlagLayerMean | kFlagLayerBounds;
+constexpr uint16_t kFlagLayerInt8 = 1u << 4;
+constexpr uint16_t kFlagHeadKeys = 1u << 5;
+constexpr uint16_t kKnownFlags = kFlagWeighted | kFlagBounds | kFlagLayerMean |
+                                 kFlagLayerBounds | kFlagLayerInt8 |
+                                 kFlagHeadKeys;
+// Largest head-keys section accepted (bounds a decode of hostile input).
+constexpr uint64_t kMaxHeadKeyBytes = uint64_t{64} << 20;
 
 uint32_t Fnv1a(uint32_t h, const char* p, size_t n) {
   for (size_t i = 0; i < n; ++i) {
@@ -93,10 +98,69 @@ absl::Status GetSection(const char** p, const char* name, size_t n,
   return absl::OkStatus();
 }
 
+absl::Status PutLayerInt8(std::string* out, const BlockSummary& s) {
+  const size_t D = static_cast<size_t>(s.dim);
+  const size_t L = static_cast<size_t>(s.num_layers);
+  if (s.layer_mean.size() != L * D) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary.layer_mean has ", s.layer_mean.size(),
+                     " elements, expected ", L * D));
+  }
+  for (size_t i = 0; i < s.layer_mean.size(); ++i) {
+    if (!std::isfinite(s.layer_mean[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("summary.layer_mean[", i, "] is not finite"));
+    }
+  }
+  std::vector<int8_t> q(L * D);
+  for (size_t l = 0; l < L; ++l) {
+    PutLe<float>(out, QuantizeInt8(&s.layer_mean[l * D], D, &q[l * D]));
+  }
+  out->append(reinterpret_cast<const char*>(q.data()), q.size());
+  return absl::OkStatus();
+}
+
+absl::Status PutHeadKeys(std::string* out, const BlockSummary& s) {
+  const size_t R = s.key_heads.size();
+  const size_t per_head = static_cast<size_t>(s.key_tokens) * s.dim;
+  if (s.key_tokens < 1 || s.key_tokens > kMaxBlockSizeTokens ||
+      s.key_scales.size() != R || s.head_keys.size() != R * per_head) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "summary.head_keys has ", s.head_keys.size(), " values and ",
+        s.key_scales.size(), " scales for ", R, " heads of ", s.key_tokens,
+        " tokens x ", s.dim, " dims"));
+  }
+  for (size_t j = 0; j < R; ++j) {
+    if (s.key_heads[j] < 0 || (j > 0 && s.key_heads[j] <= s.key_heads[j - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "summary.key_heads[", j, "] must be >= 0, ascending and distinct"));
+    }
+    if (!std::isfinite(s.key_scales[j]) || s.key_scales[j] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("summary.key_scales[", j, "] must be finite and >= 0"));
+    }
+  }
+  PutLe<uint32_t>(out, static_cast<uint32_t>(R));
+  PutLe<uint32_t>(out, static_cast<uint32_t>(s.key_tokens));
+  for (int32_t h : s.key_heads) PutLe<uint32_t>(out, static_cast<uint32_t>(h));
+  for (float f : s.key_scales) PutLe<float>(out, f);
+  out->append(reinterpret_cast<const char*>(s.head_keys.data()),
+              s.head_keys.size());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
                                           SummaryEncoding encoding) {
+  SummaryCodecOptions options;
+  options.encoding = encoding;
+  return EncodeSummary(s, options);
+}
+
+absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
+                                          const SummaryCodecOptions& options) {
+  const SummaryEncoding encoding = options.encoding;
   if (encoding != SummaryEncoding::kFp32 &&
       encoding != SummaryEncoding::kFp16) {
     return absl::InvalidArgumentError("encoding is not fp32 or fp16");
@@ -110,6 +174,8 @@ absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
   if (!s.min.empty() || !s.max.empty()) flags |= kFlagBounds;
   if (!s.layer_mean.empty()) flags |= kFlagLayerMean;
   if (!s.layer_min.empty() || !s.layer_max.empty()) flags |= kFlagLayerBounds;
+  if (options.layer_int8 && (flags & kFlagLayerMean)) flags |= kFlagLayerInt8;
+  if (!s.key_heads.empty()) flags |= kFlagHeadKeys;
   const bool layered = (flags & (kFlagLayerMean | kFlagLayerBounds)) != 0;
   if (layered && (s.num_layers < 1 || s.num_layers > kMaxLayers)) {
     return absl::InvalidArgumentError(
@@ -127,7 +193,10 @@ absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
   const size_t LD = layered ? static_cast<size_t>(s.num_layers) * D : 0;
   std::string out;
   out.append(kMagic, 4);
-  PutLe<uint8_t>(&out, kSummaryFormatVersion);
+  // Version 1 readers can read blobs without the version-2 sections.
+  PutLe<uint8_t>(&out, (flags & (kFlagLayerInt8 | kFlagHeadKeys)) != 0
+                           ? kSummaryFormatVersion
+                           : uint8_t{1});
   PutLe<uint8_t>(&out, static_cast<uint8_t>(encoding));
   PutLe<uint16_t>(&out, flags);
   PutLe<uint16_t>(&out, static_cast<uint16_t>(s.dim));
@@ -144,12 +213,15 @@ absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
     if (st.ok()) st = PutSection(&out, "max", s.max, D, encoding);
   }
   if (st.ok() && (flags & kFlagLayerMean)) {
-    st = PutSection(&out, "layer_mean", s.layer_mean, LD, encoding);
+    st = (flags & kFlagLayerInt8)
+             ? PutLayerInt8(&out, s)
+             : PutSection(&out, "layer_mean", s.layer_mean, LD, encoding);
   }
   if (st.ok() && (flags & kFlagLayerBounds)) {
     st = PutSection(&out, "layer_min", s.layer_min, LD, encoding);
     if (st.ok()) st = PutSection(&out, "layer_max", s.layer_max, LD, encoding);
   }
+  if (st.ok() && (flags & kFlagHeadKeys)) st = PutHeadKeys(&out, s);
   if (!st.ok()) return st;
   const uint32_t sum = Checksum(out);
   std::memcpy(&out[20], &sum, sizeof(sum));
@@ -166,7 +238,7 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
     return absl::InvalidArgumentError("summary blob: bad magic");
   }
   const uint8_t version = GetLe<uint8_t>(b.data() + 4);
-  if (version != kSummaryFormatVersion) {
+  if (version < 1 || version > kSummaryFormatVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat("summary blob: unsupported format version ", version));
   }
@@ -177,7 +249,8 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
   }
   const auto enc = static_cast<SummaryEncoding>(enc_raw);
   const uint16_t flags = GetLe<uint16_t>(b.data() + 6);
-  if ((flags & ~kKnownFlags) != 0) {
+  const uint16_t v2_flags = kFlagLayerInt8 | kFlagHeadKeys;
+  if ((flags & ~kKnownFlags) != 0 || (version == 1 && (flags & v2_flags))) {
     return absl::InvalidArgumentError(
         absl::StrCat("summary blob: unknown flags 0x", absl::Hex(flags)));
   }
@@ -192,19 +265,43 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
     return absl::InvalidArgumentError(
         "summary blob: layer bounds without layer_mean");
   }
+  if ((flags & kFlagLayerInt8) && !(flags & kFlagLayerMean)) {
+    return absl::InvalidArgumentError(
+        "summary blob: int8 layer flag without layer_mean");
+  }
   if (layered ? (layers < 1 || layers > kMaxLayers) : layers != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "summary blob: num_layers (", layers, ") inconsistent with flags"));
   }
   const size_t D = dim;
   const size_t LD = static_cast<size_t>(layers) * D;
+  const size_t elem_bytes = enc == SummaryEncoding::kFp32 ? 4 : 2;
   size_t elems = D;
   if (flags & kFlagWeighted) elems += D;
   if (flags & kFlagBounds) elems += 2 * D;
-  if (flags & kFlagLayerMean) elems += LD;
   if (flags & kFlagLayerBounds) elems += 2 * LD;
-  const size_t elem_bytes = enc == SummaryEncoding::kFp32 ? 4 : 2;
-  const size_t expected = kSummaryHeaderBytes + elems * elem_bytes;
+  size_t expected = kSummaryHeaderBytes + elems * elem_bytes;
+  if (flags & kFlagLayerMean) {
+    expected += (flags & kFlagLayerInt8) ? layers * 4 + LD : LD * elem_bytes;
+  }
+  // The head-keys section sizes itself: read its counts first.
+  size_t heads = 0, tokens = 0;
+  if (flags & kFlagHeadKeys) {
+    if (b.size() < expected + 8) {
+      return absl::InvalidArgumentError(
+          "summary blob: head-keys section is truncated");
+    }
+    heads = GetLe<uint32_t>(b.data() + expected);
+    tokens = GetLe<uint32_t>(b.data() + expected + 4);
+    if (heads < 1 || heads > kMaxLayers * static_cast<size_t>(kMaxKvHeads) ||
+        tokens < 1 || tokens > static_cast<size_t>(kMaxBlockSizeTokens) ||
+        uint64_t{heads} * tokens * D > kMaxHeadKeyBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "summary blob: head keys of ", heads, " heads x ", tokens,
+          " tokens are out of range"));
+    }
+    expected += 8 + heads * 8 + heads * tokens * D;
+  }
   if (b.size() != expected) {
     return absl::InvalidArgumentError(
         absl::StrCat("summary blob length (", b.size(),
@@ -231,11 +328,54 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
     if (st.ok()) st = GetSection(&p, "max", D, enc, &s.max);
   }
   if (st.ok() && (flags & kFlagLayerMean)) {
-    st = GetSection(&p, "layer_mean", LD, enc, &s.layer_mean);
+    if (flags & kFlagLayerInt8) {
+      s.layer_mean.resize(LD);
+      const char* q = p + layers * 4;
+      for (size_t l = 0; l < layers && st.ok(); ++l) {
+        const float scale = GetLe<float>(p + l * 4);
+        if (!std::isfinite(scale) || scale < 0) {
+          st = absl::InvalidArgumentError(absl::StrCat(
+              "summary blob: layer_mean scale of layer ", l, " is invalid"));
+        }
+        for (size_t d = 0; d < D; ++d) {
+          s.layer_mean[l * D + d] =
+              static_cast<float>(static_cast<int8_t>(q[l * D + d])) * scale;
+        }
+      }
+      p = q + LD;
+    } else {
+      st = GetSection(&p, "layer_mean", LD, enc, &s.layer_mean);
+    }
   }
   if (st.ok() && (flags & kFlagLayerBounds)) {
     st = GetSection(&p, "layer_min", LD, enc, &s.layer_min);
     if (st.ok()) st = GetSection(&p, "layer_max", LD, enc, &s.layer_max);
+  }
+  if (st.ok() && (flags & kFlagHeadKeys)) {
+    p += 8;
+    s.key_tokens = static_cast<int32_t>(tokens);
+    s.key_heads.resize(heads);
+    s.key_scales.resize(heads);
+    for (size_t j = 0; j < heads; ++j) {
+      const uint32_t h = GetLe<uint32_t>(p + j * 4);
+      if (h > static_cast<uint32_t>(INT32_MAX) ||
+          (j > 0 && static_cast<int32_t>(h) <= s.key_heads[j - 1])) {
+        return absl::InvalidArgumentError(
+            "summary blob: key heads are not ascending and distinct");
+      }
+      s.key_heads[j] = static_cast<int32_t>(h);
+    }
+    p += heads * 4;
+    for (size_t j = 0; j < heads; ++j) {
+      s.key_scales[j] = GetLe<float>(p + j * 4);
+      if (!std::isfinite(s.key_scales[j]) || s.key_scales[j] < 0) {
+        return absl::InvalidArgumentError(
+            "summary blob: a head-key scale is invalid");
+      }
+    }
+    p += heads * 4;
+    s.head_keys.resize(heads * tokens * D);
+    std::memcpy(s.head_keys.data(), p, s.head_keys.size());
   }
   if (!st.ok()) return st;
   return s;

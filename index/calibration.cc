@@ -1,0 +1,127 @@
+#include "index/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvtier::index {
+namespace {
+
+constexpr int32_t kMaxQueryHeads = 4096;
+
+absl::Status CheckPrior(const char* name, const std::vector<float>& p) {
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (!std::isfinite(p[i]) || p[i] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "calibration.", name, "[", i, "] (", p[i], ") must be finite and >= 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int32_t KvHeadOf(const SelectionCalibration& c, const HeadRef& h,
+                 int32_t num_kv_heads) {
+  const int32_t group = c.num_q_heads / num_kv_heads;
+  return h.layer * num_kv_heads + h.q_head / group;
+}
+
+}  // namespace
+
+absl::Status ValidateCalibration(const SelectionCalibration& c,
+                                 const BlockLayout& layout) {
+  if (c.num_q_heads == 0) {
+    if (!c.retrieval_heads.empty() || !c.prior.empty() ||
+        !c.prior_all.empty() || !c.head_weights.empty()) {
+      return absl::InvalidArgumentError(
+          "calibration.num_q_heads is 0 (uncalibrated) but other calibration "
+          "fields are set");
+    }
+    return absl::OkStatus();
+  }
+  if (c.num_q_heads < 0 || c.num_q_heads > kMaxQueryHeads ||
+      c.num_q_heads % layout.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration.num_q_heads (", c.num_q_heads,
+        ") must be a multiple of the profile's num_kv_heads (",
+        layout.num_kv_heads, ") in [1, ", kMaxQueryHeads, "]"));
+  }
+  if (c.retrieval_heads.size() > static_cast<size_t>(kMaxRetrievalHeads)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration.retrieval_heads has ",
+                     c.retrieval_heads.size(), " heads, at most ",
+                     kMaxRetrievalHeads));
+  }
+  for (size_t i = 0; i < c.retrieval_heads.size(); ++i) {
+    const HeadRef& h = c.retrieval_heads[i];
+    if (h.layer < 0 || h.layer >= layout.num_layers || h.q_head < 0 ||
+        h.q_head >= c.num_q_heads) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "calibration.retrieval_heads[", i, "] (layer ", h.layer, ", q_head ",
+          h.q_head, ") is outside ", layout.num_layers, " layers x ",
+          c.num_q_heads, " query heads"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (c.retrieval_heads[j] == h) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("calibration.retrieval_heads[", i,
+                         "] repeats retrieval_heads[", j, "]"));
+      }
+    }
+  }
+  if (c.prior.empty() || c.prior.size() > static_cast<size_t>(kMaxPriorBlocks) ||
+      c.prior_all.size() != c.prior.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration.prior (", c.prior.size(), " entries) and prior_all (",
+        c.prior_all.size(), ") must have the same length in [1, ",
+        kMaxPriorBlocks, "]"));
+  }
+  if (absl::Status s = CheckPrior("prior", c.prior); !s.ok()) return s;
+  if (absl::Status s = CheckPrior("prior_all", c.prior_all); !s.ok()) return s;
+  if (!c.head_weights.empty() &&
+      c.head_weights.size() != c.retrieval_heads.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration.head_weights has ", c.head_weights.size(),
+        " entries; expected none or one per retrieval head (",
+        c.retrieval_heads.size(), ")"));
+  }
+  for (size_t i = 0; i < c.head_weights.size(); ++i) {
+    if (!(c.head_weights[i] > 0 && c.head_weights[i] <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibration.head_weights[", i, "] (", c.head_weights[i],
+                       ") must be in (0, 1]"));
+    }
+  }
+  if (!std::isfinite(c.softmax_scale) || c.softmax_scale < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration.softmax_scale (", c.softmax_scale,
+                     ") must be finite and >= 0 (0 = 1/sqrt(head_dim))"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int32_t> KeyHeadsOf(const SelectionCalibration& c,
+                                int32_t num_kv_heads) {
+  std::vector<int32_t> out;
+  if (!c.calibrated()) return out;
+  for (const HeadRef& h : c.retrieval_heads) {
+    out.push_back(KvHeadOf(c, h, num_kv_heads));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<int32_t> KeyHeadSlots(const SelectionCalibration& c,
+                                  int32_t num_kv_heads) {
+  const std::vector<int32_t> heads = KeyHeadsOf(c, num_kv_heads);
+  std::vector<int32_t> out;
+  for (const HeadRef& h : c.retrieval_heads) {
+    const int32_t lkv = KvHeadOf(c, h, num_kv_heads);
+    out.push_back(static_cast<int32_t>(
+        std::lower_bound(heads.begin(), heads.end(), lkv) - heads.begin()));
+  }
+  return out;
+}
+
+}  // namespace kvtier::index

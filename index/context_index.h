@@ -1,0 +1,82 @@
+// ContextIndex: everything the Selector keeps for one open context.
+//
+//   tree         Grid / Chunk / Page tree of the pooled summaries
+//                (context_tree.h): key-key selection with pooled anchors
+//   keys         optional KeyTable (key_table.h): per-layer means for
+//                per-layer anchors, int8 keys of the calibrated retrieval
+//                heads for the mass scorer
+//   calibration  the profile's selection calibration (calibration.h)
+//   stability    the per-page relevance windows (stability.h)
+//
+// Pages are added through AddSegment / Append, which keep the tree and the
+// key table the same length: both are validated before either changes, so
+// a failure leaves the context unchanged.
+//
+// Thread safety: not synchronised; the caller serialises mutations and
+// Selects of one context (Selector's contract).
+#ifndef KVTIER_INDEX_CONTEXT_INDEX_H_
+#define KVTIER_INDEX_CONTEXT_INDEX_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "index/calibration.h"
+#include "index/context_tree.h"
+#include "index/key_table.h"
+#include "index/stability.h"
+#include "index/summary.h"
+
+namespace kvtier::index {
+
+struct ContextIndexOptions {
+  TreeOptions tree;
+  // The profile's shape (needed with keep_layer_means or a calibration).
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;
+  // Keep every page's per-layer means (summaries must carry layer_mean of
+  // num_layers rows); enables per-layer anchors.
+  bool keep_layer_means = false;
+  int32_t block_size_tokens = 0;  // tokens of the head keys (default tree's)
+  SelectionCalibration calibration;
+};
+
+class ContextIndex {
+ public:
+  // InvalidArgument naming the field for a bad option or calibration.
+  static absl::StatusOr<std::unique_ptr<ContextIndex>> Create(
+      const TreeOptions& options);
+  static absl::StatusOr<std::unique_ptr<ContextIndex>> Create(
+      const ContextIndexOptions& options);
+
+  // Adds a segment / appends one page (see ContextTree; the key table's
+  // requirements are checked first).
+  absl::Status AddSegment(absl::Span<const BlockSummary> pages);
+  absl::Status Append(const BlockSummary& page);
+
+  ContextTree& tree() { return *tree_; }
+  const ContextTree& tree() const { return *tree_; }
+  // Null when neither per-layer means nor head keys are kept.
+  const KeyTable* keys() const { return keys_.get(); }
+  const SelectionCalibration& calibration() const { return calibration_; }
+  // KeyTable slot of each retrieval head (KeyHeadSlots()).
+  absl::Span<const int32_t> key_slots() const { return key_slots_; }
+  StabilityTracker& stability() { return stability_; }
+  const StabilityTracker& stability() const { return stability_; }
+  size_t MemoryBytes() const;
+
+ private:
+  ContextIndex(std::unique_ptr<ContextTree> tree, std::unique_ptr<KeyTable> keys,
+               SelectionCalibration calibration, std::vector<int32_t> slots);
+  std::unique_ptr<ContextTree> tree_;
+  std::unique_ptr<KeyTable> keys_;
+  const SelectionCalibration calibration_;
+  const std::vector<int32_t> key_slots_;
+  StabilityTracker stability_;
+};
+
+}  // namespace kvtier::index
+
+#endif  // KVTIER_INDEX_CONTEXT_INDEX_H_

@@ -1,0 +1,151 @@
+#include "index/key_scorers.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "index/unit_vector.h"
+
+namespace kvtier::index {
+namespace {
+
+// sum_d q[d] * x[d] for int8 q, float x (fixed order, vectorisable).
+inline float DotInt8(const int8_t* q, const float* x, size_t n) {
+  float acc = 0.0f;
+  for (size_t d = 0; d < n; ++d) acc += static_cast<float>(q[d]) * x[d];
+  return acc;
+}
+
+}  // namespace
+
+absl::Status LayerKeyKeyScores(const KeyTable& table,
+                               absl::Span<const float> anchor, bool centered,
+                               KeyScorerScratch* s, absl::Span<float> out) {
+  const int32_t L = table.options().num_layers;
+  const size_t D = static_cast<size_t>(table.options().dim);
+  const int64_t n = table.size();
+  if (L < 1 || anchor.size() != L * D ||
+      static_cast<int64_t>(out.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "per-layer key-key needs an anchor of ", L, " x ", D, " values (got ",
+        anchor.size(), ") and ", n, " outputs (got ", out.size(), ")"));
+  }
+  s->unit.resize(L * D);
+  s->centre.resize(L * D);
+  std::vector<double> au(L, 0.0), anorm(L, 1.0);
+  for (int32_t l = 0; l < L; ++l) {
+    float* a = &s->unit[l * D];
+    if (!UnitVector(&anchor[l * D], D, a)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("anchor row ", l, " (layer ", l, ") is all zero"));
+    }
+    if (!centered) continue;
+    s->row.resize(D);
+    const double* sum = table.LayerSum(l);
+    for (size_t d = 0; d < D; ++d) s->row[d] = static_cast<float>(sum[d] / n);
+    float* u = &s->centre[l * D];
+    UnitVector(s->row.data(), D, u);
+    double dot = 0;
+    for (size_t d = 0; d < D; ++d) dot += double{a[d]} * u[d];
+    au[l] = dot;
+    anorm[l] = std::sqrt(std::max(0.0, 1.0 - dot * dot));
+  }
+  const double inv_layers = 1.0 / L;
+  for (int64_t b = 0; b < n; ++b) {
+    double total = 0;
+    for (int32_t l = 0; l < L; ++l) {
+      const int8_t* q = table.LayerRow(b, l);
+      const double scale = table.LayerScale(b, l);
+      double ra = scale * DotInt8(q, &s->unit[l * D], D);
+      double r2 = table.LayerNorm2(b, l);
+      double an = 1.0;
+      if (centered) {
+        const double ru = scale * DotInt8(q, &s->centre[l * D], D);
+        ra -= ru * au[l];
+        r2 -= ru * ru;
+        an = anorm[l];
+      }
+      double cos = 0;
+      if (r2 > 0 && an > 0) cos = ra / (std::sqrt(r2) * an);
+      total += 0.5 * (1.0 + std::clamp(cos, -1.0, 1.0));
+    }
+    out[b] = static_cast<float>(total * inv_layers);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MassScores(const KeyTable* table,
+                        const SelectionCalibration& c,
+                        absl::Span<const int32_t> slots, int32_t dim, int64_t n,
+                        absl::Span<const float> head_queries,
+                        KeyScorerScratch* s, absl::Span<float> out) {
+  if (static_cast<int64_t>(out.size()) != n || n < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("out has ", out.size(), " values for ", n, " pages"));
+  }
+  if (!c.calibrated()) {
+    for (int64_t b = 0; b < n; ++b) {
+      out[b] = static_cast<float>(b + 1) / static_cast<float>(n);
+    }
+    return absl::OkStatus();
+  }
+  const bool with_queries = !head_queries.empty();
+  const std::vector<float>& prior = with_queries ? c.prior : c.prior_all;
+  const int64_t last = static_cast<int64_t>(prior.size()) - 1;
+  for (int64_t b = 0; b < n; ++b) {
+    out[b] = prior[std::min<int64_t>(n - 1 - b, last)];
+  }
+  if (!with_queries) return absl::OkStatus();
+  const size_t D = static_cast<size_t>(dim);
+  const size_t R = c.retrieval_heads.size();
+  if (table == nullptr || table->size() != n || slots.size() != R ||
+      head_queries.size() != R * D) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_queries has ", head_queries.size(), " values; expected ", R,
+        " retrieval heads x ", D, " (and a context with their keys)"));
+  }
+  const int32_t T = table->options().key_tokens;
+  const double softmax_scale =
+      c.softmax_scale > 0 ? c.softmax_scale : 1.0 / std::sqrt(static_cast<double>(dim));
+  s->lse.resize(n);
+  s->row.resize(D);
+  for (size_t i = 0; i < R; ++i) {
+    const float* q = &head_queries[i * D];
+    float qmax = 0.0f;
+    for (size_t d = 0; d < D; ++d) qmax = std::max(qmax, std::fabs(q[d]));
+    if (!(qmax > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("head_queries row ", i, " is all zero"));
+    }
+    // Scaled to [-1, 1] so that the float dot cannot overflow; the scale
+    // comes back in double.
+    for (size_t d = 0; d < D; ++d) s->row[d] = q[d] / qmax;
+    const int32_t slot = slots[i];
+    double top = -INFINITY;
+    for (int64_t b = 0; b < n; ++b) {
+      const int8_t* k = table->HeadKeys(b, slot);
+      const double f = softmax_scale * qmax * table->HeadScale(b, slot);
+      double m = -INFINITY, sum = 0;
+      for (int32_t t = 0; t < T; ++t) {
+        const double logit = f * DotInt8(k + t * D, s->row.data(), D);
+        if (logit > m) {
+          sum = sum * std::exp(m - logit) + 1.0;
+          m = logit;
+        } else {
+          sum += std::exp(logit - m);
+        }
+      }
+      s->lse[b] = m + std::log(sum);
+      top = std::max(top, s->lse[b]);
+    }
+    double z = 0;
+    for (int64_t b = 0; b < n; ++b) z += std::exp(s->lse[b] - top);
+    const double w = c.head_weights.empty() ? 1.0 : c.head_weights[i];
+    for (int64_t b = 0; b < n; ++b) {
+      out[b] += static_cast<float>(w * std::exp(s->lse[b] - top) / z);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier::index
