@@ -97,7 +97,7 @@ class ShmArena:
         """torch tensor [layers, 2, kv_heads, tokens, head_dim] over the block's
         bytes (CPU, zero-copy, must not be written)."""
         arr = self.view(handle, profile, argument)
-        tensor = _torch_from_numpy(arr)
+        tensor = _torch_from_numpy(arr.view(np.int16) if profile.dtype == "bf16" else arr)
         if profile.dtype == "bf16":
             import torch
 
@@ -112,7 +112,7 @@ class ShmArena:
         if key not in self._torch:
             count = self.size_bytes // profile.itemsize
             arr = np.frombuffer(self._mm, dtype=profile.numpy_dtype, count=count)
-            tensor = _torch_from_numpy(arr)
+            tensor = _torch_from_numpy(arr.view(np.int16) if profile.dtype == "bf16" else arr)
             if profile.dtype == "bf16":
                 import torch
 

@@ -3,15 +3,16 @@
     with kvtier.LocalDaemon("build/test/daemon/kvtierd") as daemon:
         client = daemon.client()
 
-The daemon runs in a fresh temporary folder (data, NVMe tier files, socket)
-with small tier capacities and tiers.nvme.direct_io = false (tmpfs has no
+The daemon runs in a fresh temporary folder (data, NVMe tier files, socket),
+with its shared-memory files (arena, host slab, staging) in a fresh folder of
+/dev/shm, small tier capacities and tiers.nvme.direct_io = false (tmpfs has no
 O_DIRECT); extra `--set key=value` overrides come from `settings`. Readiness is
 exact, not timed: the daemon's sd_notify READY=1 arrives on a private
 NOTIFY_SOCKET (sent once it listens), then a health check must answer SERVING.
 If the process exits first, KvTierError(UNAVAILABLE) quotes its log.
 
 stop() sends SIGTERM and waits; kill() sends SIGKILL (a daemon that goes
-away mid-stream). The folder is removed on exit.
+away mid-stream). Both folders are removed on exit, also after kill().
 """
 
 import os
@@ -48,6 +49,7 @@ class LocalDaemon:
         self.settings = dict(DEFAULT_SETTINGS, **(settings or {}))
         self.start_timeout_s = start_timeout_s
         self.dir = None
+        self.shm_dir = None
         self.process = None
 
     @property
@@ -68,11 +70,16 @@ class LocalDaemon:
     def start(self):
         # A short folder: socket paths are limited to 107 bytes.
         self.dir = tempfile.mkdtemp(prefix="kvtier-py-", dir="/tmp")
+        settings = dict(self.settings)
+        if os.access("/dev/shm", os.W_OK):
+            self.shm_dir = tempfile.mkdtemp(prefix="kvtier-py-", dir="/dev/shm")
+            settings.setdefault("tiers.device.shm_dir", self.shm_dir)
+            settings.setdefault("tiers.host.shm_dir", self.shm_dir)
         notify_path = os.path.join(self.dir, "notify.sock")
         notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         notify.bind(notify_path)
         argv = [self.kvtierd, "--data-dir", self.dir, "--socket", self.socket_path]
-        for key, value in self.settings.items():
+        for key, value in settings.items():
             argv += ["--set", f"{key}={value}"]
         env = dict(os.environ, NOTIFY_SOCKET=notify_path)
         with open(self.log_path, "wb") as log:
@@ -131,13 +138,18 @@ class LocalDaemon:
             self.process.wait()
 
     def _cleanup(self):
-        if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
+        for folder in (self.dir, self.shm_dir):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        self.dir = self.shm_dir = None
 
     def __enter__(self):
         return self.start()
 
-    def __exit__(self, *exc):
+    def close(self):
+        """stop(), then removes the folders."""
         self.stop()
         self._cleanup()
+
+    def __exit__(self, *exc):
+        self.close()

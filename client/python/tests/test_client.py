@@ -1,0 +1,201 @@
+"""Client calls against a real kvtierd over its Unix socket: results, the
+daemon's errors as KvTierError, and input refused before anything is sent."""
+
+import unittest
+
+import grpc
+import numpy as np
+import torch
+
+import kvtier
+from support import DaemonTestCase, random_block, small_profile
+
+INVALID = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class ProfileTest(DaemonTestCase):
+    def test_register_is_idempotent_and_conflicts_are_refused(self):
+        a = self.client.register_profile(small_profile("p-idem"))
+        b = self.client.register_profile(small_profile("p-idem"))
+        self.assertGreater(a.profile_id, 0)
+        self.assertEqual(a.profile_id, b.profile_id)
+        self.assertEqual(a.block_size_bytes, 2 * 2 * 2 * 16 * 32 * 2)
+        with self.assertKvTierError(grpc.StatusCode.ALREADY_EXISTS):
+            self.client.register_profile(small_profile("p-idem", head_dim=64))
+        got = self.client.get_profile(a.profile_id)
+        self.assertEqual(got.profile.name, "p-idem")
+        self.assertEqual(got.block_size_bytes, a.block_size_bytes)
+
+    def test_daemon_errors_keep_code_and_message(self):
+        with self.assertKvTierError(INVALID, "profile.name"):
+            self.client.register_profile(small_profile(""))
+        with self.assertKvTierError(grpc.StatusCode.NOT_FOUND):
+            self.client.get_profile(987654)
+
+    def test_profile_fields_are_checked_and_passed_by_name(self):
+        with self.assertKvTierError(INVALID, "profile.head_dim"):
+            small_profile(head_dim=0)
+        with self.assertKvTierError(INVALID, "dtype"):
+            small_profile(dtype="int8")
+        with self.assertKvTierError(INVALID, "profile.no_such_field", "ModelProfile has no field"):
+            self.client.register_profile(small_profile("p-extra"), no_such_field=1)
+
+
+class BlockTest(DaemonTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.profile = cls.client.register_profile(small_profile("blocks"))
+        cls.pid = cls.profile.profile_id
+
+    def ids(self, name, n):
+        return kvtier.chain_hash_sequence(self.pid, list(range(16 * n)), 16, [name])
+
+    def stored_blocks(self):
+        counts = self.client.list_blocks(profile_id=self.pid).counts
+        return sum(c.blocks for c in counts)
+
+    def test_put_and_get_numpy_torch_and_bytes(self):
+        ids = self.ids("roundtrip", 3)
+        arrays = [random_block(self.profile, i) for i in range(3)]
+        payloads = [arrays[0], torch.from_numpy(arrays[1]), arrays[2].tobytes()]
+        resp = self.client.put_blocks(self.pid, zip(ids, payloads))
+        self.assertEqual(resp.blocks_stored, 3)
+        got = self.client.get_blocks(self.pid, ids).raise_for_status()
+        for r, a in zip(got.results, arrays):
+            self.assertEqual(r.data, a.tobytes())
+        again = self.client.put_blocks(self.pid, [(ids[0], arrays[0])])
+        self.assertTrue(again.results[0].existed)
+
+    def test_staging_put_stores_the_same_bytes(self):
+        ids = self.ids("staging", 2)
+        arrays = [random_block(self.profile, 10 + i) for i in range(2)]
+        self.client.put_blocks(self.pid, zip(ids, arrays), staging=True)
+        got = self.client.get_blocks(self.pid, ids).raise_for_status()
+        self.assertEqual([r.data for r in got.results], [a.tobytes() for a in arrays])
+
+    def test_wrong_payloads_are_refused_before_sending(self):
+        before = self.stored_blocks()
+        good = random_block(self.profile, 1)
+        block_id = self.ids("refused", 1)[0]
+        cases = [
+            (good.astype(np.float32), "blocks[0].data: dtype float32"),
+            (good.reshape(-1)[:100], "blocks[0].data: shape (100,)"),
+            (good.reshape(2, 2, 2, 32, 16), "blocks[0].data: shape (2, 2, 2, 32, 16)"),
+            (torch.from_numpy(good).to(torch.bfloat16), "blocks[0].data: dtype bfloat16"),
+            (good.tobytes()[:-2], "blocks[0].data: 8190 bytes"),
+            ([1.0, 2.0], "blocks[0].data: expected bytes"),
+        ]
+        for payload, message in cases:
+            with self.subTest(message=message), self.assertKvTierError(INVALID, message):
+                self.client.put_blocks(self.pid, [(block_id, payload)])
+        # The second item is bad: the first is not stored either.
+        with self.assertKvTierError(INVALID, "blocks[1].data"):
+            self.client.put_blocks(self.pid, [(block_id, good), (self.ids("refused2", 1)[0], good[0])])
+        for bad_id, message in ((b"", "blocks[0].block_id[0]: 0 bytes"),
+                                (b"x" * 33, "33 bytes"), ("text", "expected bytes, got str")):
+            with self.assertKvTierError(INVALID, message):
+                self.client.put_blocks(self.pid, [(bad_id, good)])
+        with self.assertKvTierError(INVALID, "profile_id: profile 424242 is not registered"):
+            self.client.put_blocks(424242, [(block_id, good)])
+        with self.assertKvTierError(INVALID, "blocks: empty"):
+            self.client.put_blocks(self.pid, [])
+        self.assertEqual(self.stored_blocks(), before)
+        self.assertFalse(self.client.lookup(self.pid, [block_id]).entries[0].present)
+
+    def test_different_bytes_under_an_id_raise_the_item(self):
+        block_id = self.ids("conflict", 1)[0]
+        self.client.put_blocks(self.pid, [(block_id, random_block(self.profile, 1))])
+        with self.assertKvTierError(grpc.StatusCode.ALREADY_EXISTS, "blocks[0]") as check:
+            self.client.put_blocks(self.pid, [(block_id, random_block(self.profile, 2))])
+        self.assertEqual(check.exception.index, 0)
+        resp = self.client.put_blocks(self.pid, [(block_id, random_block(self.profile, 2))], check=False)
+        self.assertEqual(resp.results[0].status.code, grpc.StatusCode.ALREADY_EXISTS.value[0])
+
+    def test_misses_lookup_and_delete(self):
+        ids = self.ids("lookup", 3)
+        self.client.put_blocks(self.pid, [(ids[0], random_block(self.profile, 0)),
+                                          (ids[1], random_block(self.profile, 1))])
+        look = self.client.lookup(self.pid, ids)
+        self.assertEqual(look.prefix_blocks, 2)
+        self.assertEqual([e.present for e in look.entries], [True, True, False])
+        got = self.client.get_blocks(self.pid, ids)
+        self.assertEqual(got.results[2].status.code, grpc.StatusCode.NOT_FOUND.value[0])
+        with self.assertKvTierError(grpc.StatusCode.NOT_FOUND, "block_ids[2]") as check:
+            got.raise_for_status()
+        self.assertEqual(check.exception.index, 2)
+        self.client.delete_blocks(self.pid, ids[:1])
+        self.assertEqual(self.client.lookup(self.pid, ids).prefix_blocks, 0)
+        with self.assertKvTierError(grpc.StatusCode.NOT_FOUND, "block_ids[0]"):
+            self.client.delete_blocks(self.pid, ids[:1])
+        with self.assertKvTierError(INVALID, "mode"):
+            self.client.get_blocks(self.pid, ids, mode="copy")
+
+    def test_handles_pin_until_released(self):
+        ids = self.ids("handles", 2)
+        arrays = [random_block(self.profile, 20 + i) for i in range(2)]
+        self.client.put_blocks(self.pid, zip(ids, arrays))
+        got = self.client.get_blocks(self.pid, ids, mode="handles").raise_for_status()
+        self.assertNotEqual(got.lease_id, 0)
+        arena = self.client.arena()
+        for r, a in zip(got.results, arrays):
+            np.testing.assert_array_equal(arena.view(r.handle, self.profile), a)
+        with self.assertKvTierError(grpc.StatusCode.FAILED_PRECONDITION, "pinned"):
+            self.client.delete_blocks(self.pid, ids[:1])
+        self.assertEqual(self.client.release(lease_id=got.lease_id).blocks_unpinned, 2)
+        with self.assertKvTierError(grpc.StatusCode.NOT_FOUND):
+            self.client.release(lease_id=got.lease_id)
+        with self.assertKvTierError(INVALID, "exactly one"):
+            self.client.release()
+
+    def test_bf16_profile_takes_torch_bfloat16(self):
+        profile = self.client.register_profile(small_profile("bf16-model", dtype="bf16"))
+        tensor = torch.randn(profile.block_shape).to(torch.bfloat16)
+        block_id = kvtier.chain_hash(profile.profile_id, b"", list(range(16)))
+        self.client.put_blocks(profile.profile_id, [(block_id, tensor)])
+        got = self.client.get_blocks(profile.profile_id, [block_id], mode="handles").raise_for_status()
+        view = self.client.arena().torch_view(got.results[0].handle, profile)
+        self.assertEqual(view.dtype, torch.bfloat16)
+        self.assertTrue(torch.equal(view, tensor))
+        self.client.release(lease_id=got.lease_id)
+        with self.assertKvTierError(INVALID, "dtype float16"):
+            self.client.put_blocks(profile.profile_id, [(block_id, tensor.half())])
+
+
+class AdminTest(DaemonTestCase):
+    def test_health_stats_lists_verify_drain(self):
+        self.assertEqual(self.client.health(), "SERVING")
+        stats = self.client.stats()
+        self.assertTrue(stats.version)
+        self.assertEqual(len(stats.tiers), 3)
+        self.assertEqual(stats.config["tiers.nvme.direct_io"], "false")
+        profile = self.client.register_profile(small_profile("admin"))
+        ids = kvtier.chain_hash_sequence(profile.profile_id, list(range(32)), 16)
+        self.client.put_blocks(profile.profile_id, [(i, random_block(profile, n)) for n, i in enumerate(ids)],
+                               durable=True)
+        listed = self.client.list_blocks(profile_id=profile.profile_id, limit=10)
+        self.assertEqual(sorted(b.block_id for b in listed.blocks), sorted(ids))
+        self.assertTrue(all(e.durable for e in self.client.lookup(profile.profile_id, ids).entries))
+        with self.assertKvTierError(INVALID, "tier"):
+            self.client.list_blocks(tier="disk")
+        progress = self.client.verify(profile_id=profile.profile_id)
+        self.assertTrue(progress[-1].done)
+        self.assertEqual(progress[-1].corrupt_blocks, 0)
+        self.assertGreaterEqual(progress[-1].blocks_checked, 2)
+        drained = self.client.drain()
+        self.assertEqual(drained[-1].blocks_done, drained[-1].blocks_total)
+        self.assertEqual(len(self.client.list_contexts().contexts), 0)
+
+
+class UnreachableTest(unittest.TestCase):
+    def test_a_missing_daemon_is_unavailable_naming_the_target(self):
+        with kvtier.Client("/tmp/kvtier-no-such-daemon.sock", call_timeout_s=2) as client:
+            with self.assertRaises(kvtier.KvTierError) as e:
+                client.stats()
+        self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("unix:/tmp/kvtier-no-such-daemon.sock", e.exception.message)
+        self.assertIn("unreachable", e.exception.message)
+
+
+if __name__ == "__main__":
+    unittest.main()
