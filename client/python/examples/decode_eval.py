@@ -58,6 +58,11 @@ def parse_args(argv):
     p.add_argument("--max-steps", type=int, default=None, help="decode steps per text (default: to the end)")
     p.add_argument("--anchor", default="pooled", choices=("pooled", "layer", "head"),
                    help="anchor = mean key of the last 8 tokens over layers and KV heads / per layer / per head")
+    p.add_argument("--calibration", help="JSON of SelectionCalibration fields, registered with the profile "
+                   "(needs a proto and daemon with ModelProfile.calibration)")
+    p.add_argument("--retrieval-heads", default=None,
+                   help="layer:q_head,... whose queries go with every Select as head_queries "
+                   "(default: the calibration's retrieval_heads)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     p.add_argument("--out", help="write results.json and results.md here")
     p.add_argument("--ci", action="store_true", help="short run with checks, for CI")
@@ -115,8 +120,16 @@ def summarize(r, texts, prompt, decoded_end):
 def evaluate_model(client, model_key, args, log):
     model, texts = load_texts(args.data, model_key, args.texts)
     weights = MODELS[model_key][0]
+    extra, heads = {}, []
+    if args.calibration:
+        with open(args.calibration) as f:
+            extra["calibration"] = json.load(f)
+        heads = [(h["layer"], h["q_head"]) for h in extra["calibration"].get("retrieval_heads", [])]
+    if args.retrieval_heads:
+        heads = [tuple(int(x) for x in h.split(":")) for h in args.retrieval_heads.split(",")]
     profile = client.register_profile(kvtier.Profile(weights, model.num_layers, model.num_kv_heads,
-                                                     model.head_dim, 16, "fp16"))
+                                                     model.head_dim, 16, "fp16",
+                                                     revision="calibrated" if extra else ""), **extra)
     tokens = [t["tokens"] for t in texts]
     started = time.perf_counter()
     cache = kv_engine.PrefillCache(model, tokens, args.prompt)
@@ -131,7 +144,7 @@ def evaluate_model(client, model_key, args, log):
     for policy, scorer, budget in runs:
         f = 1.0 if policy == "full" else fraction(budget)
         engine = kv_engine.DecodeEngine(model, client, profile, policy=policy, fraction=f,
-                                        scorer=scorer, anchor=args.anchor, log=log)
+                                        scorer=scorer, anchor=args.anchor, retrieval_heads=heads, log=log)
         r = engine.run(tokens, cache, max_steps=end - args.prompt)
         row = {"model": weights, "policy": policy, "scorer": scorer,
                "budget": "all" if policy == "full" else budget}

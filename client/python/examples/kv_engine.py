@@ -92,7 +92,7 @@ class RunResult:
 
 class DecodeEngine:
     def __init__(self, model, client=None, profile=None, policy="full", fraction=1.0,
-                 scorer="recency", anchor="pooled", select_fields=None, log=print):
+                 scorer="recency", anchor="pooled", retrieval_heads=(), select_fields=None, log=print):
         if policy not in ("full", "select", "window", "local"):
             raise ValueError(f"policy: unknown {policy!r}")
         if policy in ("full", "select") and (client is None or profile is None):
@@ -106,6 +106,10 @@ class DecodeEngine:
         self.fraction = fraction
         self.scorer = scorer
         self.anchor = anchor
+        # (layer, q_head) pairs whose current queries go with every Select as
+        # head_queries (R * head_dim floats, in this order, after the rotary
+        # embedding): the retrieval heads of the profile's calibration.
+        self.retrieval_heads = [tuple(h) for h in retrieval_heads]
         self.select_fields = select_fields  # fn(engine, q_by_layer) -> extra ContextSelect fields
         self.log = log
         self.bs = profile.block_size_tokens if profile else 16
@@ -184,6 +188,10 @@ class DecodeEngine:
         extra = self.select_fields(self, q_by_layer) if self.select_fields else [{}] * len(self.contexts)
         entries = [dict({"context_id": c, "anchor": anchors[i], "max_blocks": budget, "scorer": scorer},
                         **extra[i]) for i, c in enumerate(self.contexts)]
+        if self.retrieval_heads and self.policy == "select":
+            queries = torch.stack([q_by_layer[layer][:, head] for layer, head in self.retrieval_heads], dim=1)
+            for i, entry in enumerate(entries):
+                entry["head_queries"] = queries[i].reshape(-1)
         started = time.perf_counter()
         try:
             self.pending = (self.session.send(entries), started)

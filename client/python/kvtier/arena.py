@@ -64,6 +64,7 @@ class ShmArena:
         self.path = info.shm_path
         self._mm = _map(self.path, self.size_bytes, writable=False, what="arena")
         self._bytes = np.frombuffer(self._mm, dtype=np.uint8)
+        self._flat = {}   # numpy dtype -> the whole arena as that type
         self._torch = {}
 
     def _range(self, handle, argument):
@@ -85,13 +86,19 @@ class ShmArena:
     def view(self, handle, profile, argument="handle"):
         """Read-only numpy array [layers, 2, kv_heads, tokens, head_dim] of the
         profile's dtype (bf16 as uint16 bit patterns) over the block's bytes."""
-        offset, size = self._range(handle, argument)
-        if size != profile.block_size_bytes:
-            raise invalid_argument(argument, f"{size} bytes; profile {profile.profile_id} blocks "
-                                   f"are {profile.block_size_bytes}")
-        count = size // profile.itemsize
-        return np.frombuffer(self._mm, dtype=profile.numpy_dtype, count=count,
-                             offset=offset).reshape(profile.block_shape)
+        offset, size = handle.offset_bytes, handle.size_bytes
+        itemsize = profile.itemsize
+        if (handle.arena_id != self.arena_id or size != profile.block_size_bytes or offset % itemsize
+                or offset + size > self.size_bytes):
+            self._range(handle, argument)  # raises the precise error
+            raise invalid_argument(argument, f"{size} bytes at {offset}; profile {profile.profile_id} "
+                                   f"blocks are {profile.block_size_bytes}, aligned to {itemsize}")
+        flat = self._flat.get(profile.numpy_dtype)
+        if flat is None:
+            flat = self._flat[profile.numpy_dtype] = np.frombuffer(
+                self._mm, dtype=profile.numpy_dtype, count=self.size_bytes // itemsize)
+        start = offset // itemsize
+        return flat[start : start + profile.block_elements].reshape(profile.block_shape)
 
     def torch_view(self, handle, profile, argument="handle"):
         """torch tensor [layers, 2, kv_heads, tokens, head_dim] over the block's
@@ -132,7 +139,7 @@ class ShmArena:
         """Drops this object's references; views already handed out keep the
         mapping alive until they are gone."""
         self._torch.clear()
-        self._bytes = None
+        self._flat.clear()
 
 
 class StagingFile:

@@ -48,7 +48,11 @@ def dtype_name(dtype):
 
 @dataclasses.dataclass(frozen=True)
 class Profile:
-    """A model's KV shape. profile_id is 0 until the daemon assigned one."""
+    """A model's KV shape. profile_id is 0 until the daemon assigned one.
+
+    Derived (read-only attributes): block_shape [layers, 2, kv_heads, tokens,
+    head_dim], numpy_dtype, itemsize, block_elements, block_size_bytes.
+    """
 
     name: str
     num_layers: int
@@ -65,22 +69,14 @@ class Profile:
             value = getattr(self, field)
             if not isinstance(value, (int, np.integer)) or value <= 0:
                 raise invalid_argument(f"profile.{field}", f"{value!r} must be a positive integer")
-
-    @property
-    def itemsize(self):
-        return DTYPES[self.dtype][1].itemsize
-
-    @property
-    def numpy_dtype(self):
-        return DTYPES[self.dtype][1]
-
-    @property
-    def block_shape(self):
-        return (self.num_layers, 2, self.num_kv_heads, self.block_size_tokens, self.head_dim)
-
-    @property
-    def block_size_bytes(self):
-        return int(np.prod(self.block_shape)) * self.itemsize
+        # Derived once: views of many blocks per step read these.
+        shape = (self.num_layers, 2, self.num_kv_heads, self.block_size_tokens, self.head_dim)
+        numpy_dtype = DTYPES[self.dtype][1]
+        object.__setattr__(self, "block_shape", shape)
+        object.__setattr__(self, "numpy_dtype", numpy_dtype)
+        object.__setattr__(self, "itemsize", numpy_dtype.itemsize)
+        object.__setattr__(self, "block_elements", int(np.prod(shape)))
+        object.__setattr__(self, "block_size_bytes", int(np.prod(shape)) * numpy_dtype.itemsize)
 
     def to_proto(self, **extra_fields):
         """ModelProfile message; extra_fields are further ModelProfile fields by name."""

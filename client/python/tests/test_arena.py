@@ -56,7 +56,7 @@ class ShmArenaTest(DaemonTestCase):
         with self.assertKvTierError(grpc.StatusCode.INVALID_ARGUMENT, "outside"):
             self.arena.view(outside, self.profile)
         other = small_profile("arena-other", head_dim=64)
-        with self.assertKvTierError(grpc.StatusCode.INVALID_ARGUMENT, "handle: 8192 bytes; profile 0 blocks are 16384"):
+        with self.assertKvTierError(grpc.StatusCode.INVALID_ARGUMENT, "handle: 8192 bytes at 0; profile 0 blocks are 16384"):
             self.arena.view(h, other)
 
 
