@@ -188,7 +188,9 @@ class DecodeEngine:
         extra = self.select_fields(self, q_by_layer) if self.select_fields else [{}] * len(self.contexts)
         entries = [dict({"context_id": c, "anchor": anchors[i], "max_blocks": budget, "scorer": scorer},
                         **extra[i]) for i, c in enumerate(self.contexts)]
-        if self.retrieval_heads and self.policy == "select":
+        # The first request (right after the prefill) has no decode queries
+        # yet and goes without head_queries: the scorer's prior alone.
+        if self.retrieval_heads and self.policy == "select" and q_by_layer[self.retrieval_heads[0][0]] is not None:
             queries = torch.stack([q_by_layer[layer][:, head] for layer, head in self.retrieval_heads], dim=1)
             for i, entry in enumerate(entries):
                 entry["head_queries"] = queries[i].reshape(-1)

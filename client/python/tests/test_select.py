@@ -111,6 +111,17 @@ class SelectTest(DaemonTestCase):
                 # The daemon decides whether it accepts per-layer anchors.
                 self.assertTrue(answer.ok or answer.error.code == INVALID, answer.error)
 
+    def test_fields_of_a_newer_proto_pass_by_name(self):
+        fields = kvtier_pb2.ContextSelect.DESCRIPTOR.fields_by_name
+        if "head_queries" not in fields:
+            self.skipTest("this build's proto has no ContextSelect.head_queries")
+        queries = np.arange(2 * 32, dtype=np.float32)
+        msg = kvtier.select.build_entry({"context_id": 1, "anchor": self.keys[0], "max_blocks": 3,
+                                         "head_queries": queries}, 0, {})
+        self.assertEqual(list(msg.head_queries), queries.tolist())
+        with self.assertKvTierError(INVALID, "contexts[0].head_queries: holds NaN"):
+            kvtier.select.build_entry({"context_id": 1, "head_queries": [float("nan")]}, 0, {})
+
     def test_one_bad_context_fails_only_its_entry(self):
         context, _, _ = self.make_context("mixed", n=4)
         entries = [{"context_id": context, "anchor": self.keys[0], "max_blocks": 2},
