@@ -50,6 +50,8 @@ def parse_args(argv):
                    help="folder with models/ and realkv/")
     p.add_argument("--kvtierd", help="start a private kvtierd from this binary")
     p.add_argument("--socket", help="use a running kvtierd at this socket instead")
+    p.add_argument("--daemon-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra --set for the private kvtierd, e.g. index.summary_per_layer=true (repeatable)")
     p.add_argument("--models", default="byte,copy")
     p.add_argument("--scorers", default=",".join(SCORERS))
     p.add_argument("--budgets", default="1/16,1/8,1/4")
@@ -177,9 +179,14 @@ def main(argv=None):
 
     daemon = None
     if args.kvtierd:
-        daemon = kvtier.LocalDaemon(args.kvtierd, settings={
-            "tiers.device.capacity_bytes": "96MiB", "tiers.host.capacity_bytes": "256MiB",
-            "tiers.nvme.file_size_bytes": "256MiB"}).start()
+        settings = {"tiers.device.capacity_bytes": "96MiB", "tiers.host.capacity_bytes": "256MiB",
+                    "tiers.nvme.file_size_bytes": "256MiB"}
+        for item in args.daemon_set:
+            key, sep, value = item.partition("=")
+            if not sep:
+                sys.exit(f"--daemon-set: {item!r} is not KEY=VALUE")
+            settings[key] = value
+        daemon = kvtier.LocalDaemon(args.kvtierd, settings=settings).start()
         client = daemon.client()
     else:
         client = kvtier.Client(args.socket)

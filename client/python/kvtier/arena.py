@@ -21,10 +21,10 @@ import mmap
 import os
 import warnings
 
+import grpc
 import numpy as np
 
 from kvtier.errors import KvTierError, invalid_argument
-import grpc
 
 
 def _map(path, size_bytes, writable, what):

@@ -23,7 +23,7 @@ import grpc
 from kvtier import arena as arena_mod
 from kvtier._health import health_pb2
 from kvtier.errors import KvTierError, from_item_status, from_rpc_error, invalid_argument
-from kvtier.profile import Profile, block_payload, set_fields
+from kvtier.profile import Profile, block_payload
 from kvtier.select import SelectSession
 from kvtier.v1 import admin_pb2, admin_pb2_grpc, kvtier_pb2, kvtier_pb2_grpc, types_pb2
 
