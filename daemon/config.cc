@@ -8,7 +8,10 @@
 
 #include <toml++/toml.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "index/scorer.h"
 #include "storage/common/status_macros.h"
 
 namespace kvtier::daemon {
@@ -129,14 +132,16 @@ const std::vector<Field>& Fields() {
       KV_NUM("limits.max_contexts", Kind::kUint, limits.max_contexts),
       KV_ENUM("index.summary_encoding", index.summary_encoding, "fp16", "fp32"),
       KV_BOOL("index.summary_bounds", index.summary_bounds),
+      KV_BOOL("index.summary_weighted", index.summary_weighted),
       KV_BOOL("index.summary_per_layer", index.summary_per_layer),
+      KV_ENUM("index.summary_layer_encoding", index.summary_layer_encoding, "int8", "float"),
       KV_BOOL("index.summary_per_layer_bounds", index.summary_per_layer_bounds),
       KV_NUM("index.head_weights_min_blocks", Kind::kUint, index.head_weights_min_blocks),
       KV_NUM("index.pages_per_chunk", Kind::kUint, index.pages_per_chunk),
       KV_NUM("index.chunks_per_grid", Kind::kUint, index.chunks_per_grid),
       KV_BOOL("index.keep_summaries", index.keep_summaries),
       KV_ENUM("select.default_scorer", select.default_scorer, "keykey", "keykey_weighted",
-              "quest", "arkvale", "keydiff", "recency", "random"),
+              "quest", "arkvale", "keydiff", "recency", "random", "mass"),
       KV_ENUM("select.algorithm", select.algorithm, "descent", "gemm"),
       KV_FLOAT("select.grid_keep_fraction", select.grid_keep_fraction),
       KV_FLOAT("select.chunk_keep_fraction", select.chunk_keep_fraction),
@@ -147,6 +152,9 @@ const std::vector<Field>& Fields() {
       KV_FLOAT("select.theta", select.theta),
       KV_FLOAT("select.stability_weight", select.stability_weight),
       KV_FLOAT("select.hold_threshold", select.hold_threshold),
+      KV_STR("select.stability_scorers", select.stability_scorers),
+      KV_BOOL("select.keykey_centered", select.keykey_centered),
+      KV_FLOAT("select.keykey_recency_weight", select.keykey_recency_weight),
       KV_NUM("select.max_prefetch_blocks", Kind::kUint, select.max_prefetch_blocks),
       KV_NUM("select.max_contexts_per_request", Kind::kUint, select.max_contexts_per_request),
       KV_NUM("select.max_queued_responses", Kind::kUint, select.max_queued_responses),
@@ -345,6 +353,20 @@ absl::Status ValidateIndex(const Config& c) {
 
 absl::Status ValidateSelect(const Config& c) {
   const Config::Select& s = c.select;
+  if (s.default_scorer == "keykey_weighted" && !c.index.summary_weighted) {
+    return Invalid("select.default_scorer",
+                   "\"keykey_weighted\" needs index.summary_weighted = true");
+  }
+  for (absl::string_view name : absl::StrSplit(s.stability_scorers, ',', absl::SkipEmpty())) {
+    if (!index::ParseScorerKind(absl::StripAsciiWhitespace(name)).ok()) {
+      return Invalid("select.stability_scorers",
+                     absl::StrCat("\"", name,
+                                  "\" is not a scorer (keykey, keykey_weighted, quest, arkvale, "
+                                  "keydiff, recency, random, mass)"));
+    }
+  }
+  KVTIER_RETURN_IF_ERROR(
+      InRange("select.keykey_recency_weight", s.keykey_recency_weight, 0, 1, false));
   if ((s.default_scorer == "quest" || s.default_scorer == "arkvale") &&
       (!c.index.keep_summaries || !c.index.summary_bounds)) {
     return Invalid("select.default_scorer",

@@ -70,7 +70,9 @@ struct Config {
   struct Index {
     std::string summary_encoding;  // fp16 | fp32
     bool summary_bounds = true;
+    bool summary_weighted = false;
     bool summary_per_layer = false;
+    std::string summary_layer_encoding;  // int8 | float (= summary_encoding)
     bool summary_per_layer_bounds = false;
     uint64_t head_weights_min_blocks = 0;
     uint64_t pages_per_chunk = 0;
@@ -90,6 +92,9 @@ struct Config {
     double theta = 0;
     double stability_weight = 0;
     double hold_threshold = 0;
+    std::string stability_scorers;  // comma-separated ScorerName values, or ""
+    bool keykey_centered = true;
+    double keykey_recency_weight = 0;
     uint64_t max_prefetch_blocks = 0;
     uint64_t max_contexts_per_request = 0;
     uint64_t max_queued_responses = 0;

@@ -143,12 +143,13 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
   ASSERT_TRUE(config.ok());
   EXPECT_EQ(config->placement.policy, "keydiff");
   // The defaults the quality harness supports (docs/QUALITY.md).
-  EXPECT_EQ(config->select.default_scorer, "recency");
+  EXPECT_EQ(config->select.default_scorer, "mass");
   EXPECT_DOUBLE_EQ(config->select.grid_keep_fraction, 0.5);
   EXPECT_EQ(config->select.window_steps, 32u);
   EXPECT_EQ(config->Flatten().at("select.theta"), "0.8");
   config = LoadConfig("", {"select.theta=0.7", "tiers.keydiff.age_weight=1",
-                           "tiers.placement=lru", "select.default_scorer=keykey_weighted"});
+                           "tiers.placement=lru", "select.default_scorer=keykey_weighted",
+                           "index.summary_weighted=true"});
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_DOUBLE_EQ(config->select.theta, 0.7);
   EXPECT_DOUBLE_EQ(config->placement.age_weight, 1.0);  // an integer is a number too
@@ -157,6 +158,15 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
                               "index.summary_bounds=true"})
                   .ok());
   EXPECT_FALSE(LoadConfig("", {"select.default_scorer=quest", "index.keep_summaries=true"}).ok());
+  // The weighted scorer needs its summaries; unknown stability scorers are
+  // named.
+  auto weighted = LoadConfig("", {"select.default_scorer=keykey_weighted"});
+  EXPECT_FALSE(weighted.ok());
+  EXPECT_THAT(std::string(weighted.status().message()), HasSubstr("index.summary_weighted"));
+  auto unknown = LoadConfig("", {"select.stability_scorers=keykey,bogus"});
+  EXPECT_FALSE(unknown.ok());
+  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("\"bogus\""));
+  EXPECT_FALSE(LoadConfig("", {"select.keykey_recency_weight=1.5"}).ok());
 }
 
 TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/convert.h"
 #include "index/summary_codec.h"
 #include "storage/catalog/records.h"
 
@@ -30,10 +31,12 @@ absl::Status CheckId(const std::string& id, const std::function<std::string()>& 
 // Drops the arrays a tree does not read so that a large context is built
 // without holding every block's full summary at once.
 void Strip(const ContextManagerOptions& options, index::BlockSummary* s) {
-  s->layer_mean = {};
+  if (!options.keep_layer_means) {
+    s->layer_mean = {};
+    s->num_layers = 0;
+  }
   s->layer_min = {};
   s->layer_max = {};
-  s->num_layers = 0;
   if (options.keep_summaries) return;
   if (options.vector == index::TreeVector::kMean) {
     s->weighted_mean = {};
@@ -66,6 +69,8 @@ Context::Context(uint64_t id, std::string tenant, ModelProfile profile, uint64_t
       tenant_(std::move(tenant)),
       profile_(std::move(profile)),
       ttl_ms_(ttl_ms),
+      num_retrieval_heads_(
+          static_cast<int32_t>(index->calibration().retrieval_heads.size())),
       index_(std::move(index)),
       block_ids_(std::move(block_ids)) {
   num_blocks_.store(static_cast<uint32_t>(block_ids_.size()), std::memory_order_relaxed);
@@ -242,7 +247,15 @@ absl::StatusOr<std::shared_ptr<Context>> ContextManager::Build(
   tree.chunks_per_grid = options_.chunks_per_grid;
   tree.vector = options_.vector;
   tree.keep_summaries = options_.keep_summaries;
-  absl::StatusOr<std::unique_ptr<index::ContextIndex>> index = index::ContextIndex::Create(tree);
+  index::ContextIndexOptions o;
+  o.tree = tree;
+  o.num_layers = static_cast<int32_t>(profile.layers);
+  o.num_kv_heads = static_cast<int32_t>(profile.kv_heads);
+  o.keep_layer_means = options_.keep_layer_means;
+  absl::StatusOr<index::SelectionCalibration> calibration = CalibrationOf(profile);
+  if (!calibration.ok()) return calibration.status();
+  o.calibration = std::move(*calibration);
+  absl::StatusOr<std::unique_ptr<index::ContextIndex>> index = index::ContextIndex::Create(o);
   if (!index.ok()) return index.status();
 
   BlockIdList ids;
@@ -256,7 +269,7 @@ absl::StatusOr<std::shared_ptr<Context>> ContextManager::Build(
     absl::StatusOr<std::vector<index::BlockSummary>> summaries = LoadSummaries(
         keys, [s](size_t j) { return absl::StrCat("segments[", s, "].block_ids[", j, "]"); });
     if (!summaries.ok()) return summaries.status();
-    absl::Status added = (*index)->tree().AddSegment(*summaries);
+    absl::Status added = (*index)->AddSegment(*summaries);
     if (!added.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("segments[", s,
@@ -315,7 +328,7 @@ absl::StatusOr<uint32_t> ContextManager::Append(const std::string& tenant, uint6
   if (!summaries.ok()) return summaries.status();
   for (size_t j = 0; j < summaries->size(); ++j) {
     // Tree and id list grow in step, so a failure leaves them consistent.
-    absl::Status st = ctx->index_->tree().Append((*summaries)[j]);
+    absl::Status st = ctx->index_->Append((*summaries)[j]);
     if (!st.ok()) {
       ctx->num_blocks_.store(static_cast<uint32_t>(ctx->block_ids_.size()));
       return absl::FailedPreconditionError(

@@ -50,6 +50,8 @@ struct ContextManagerOptions {
   index::TreeVector vector = index::TreeVector::kMean;
   // Keep full summaries per block (Quest / ArkVale scorers).
   bool keep_summaries = false;
+  // Keep per-layer means (per-layer anchors); needs index.summary_per_layer.
+  bool keep_layer_means = false;
   uint64_t max_contexts = 4096;
   uint64_t default_ttl_ms = 30000;  // lease_ttl_ms 0
   uint64_t max_ttl_ms = 600000;
@@ -82,6 +84,8 @@ class Context {
   const std::string& tenant() const { return tenant_; }
   const ModelProfile& profile() const { return profile_; }
   uint64_t ttl_ms() const { return ttl_ms_; }
+  // Retrieval heads of the profile's calibration (rows of head_queries).
+  int32_t num_retrieval_heads() const { return num_retrieval_heads_; }
 
   // Serialises Select, Append, Release and Close of this context.
   absl::Mutex mu;
@@ -131,6 +135,7 @@ class Context {
   const std::string tenant_;
   const ModelProfile profile_;
   const uint64_t ttl_ms_;
+  const int32_t num_retrieval_heads_;
 
   bool closed_ ABSL_GUARDED_BY(mu) = false;
   std::unique_ptr<index::ContextIndex> index_ ABSL_GUARDED_BY(mu);

@@ -1,5 +1,8 @@
 #include "daemon/convert.h"
 
+#include <algorithm>
+#include <climits>
+
 #include "absl/strings/str_cat.h"
 
 namespace kvtier::daemon {
@@ -13,7 +16,59 @@ absl::Status Range(const char* field, uint64_t value, uint64_t lo, uint64_t hi) 
   return absl::OkStatus();
 }
 
+index::Dtype ToIndexDtype(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kFp16:
+      return index::Dtype::kFp16;
+    case KvDtype::kBf16:
+      return index::Dtype::kBf16;
+    case KvDtype::kFp32:
+      return index::Dtype::kFp32;
+  }
+  return index::Dtype::kFp16;
+}
+
+index::SelectionCalibration FromProto(const v1::SelectionCalibration& c) {
+  index::SelectionCalibration out;
+  out.num_q_heads = static_cast<int32_t>(std::min<uint32_t>(c.num_q_heads(), INT32_MAX));
+  for (const v1::HeadRef& h : c.retrieval_heads()) {
+    out.retrieval_heads.push_back(
+        {static_cast<int32_t>(std::min<uint32_t>(h.layer(), INT32_MAX)),
+         static_cast<int32_t>(std::min<uint32_t>(h.q_head(), INT32_MAX))});
+  }
+  out.prior.assign(c.prior().begin(), c.prior().end());
+  out.prior_all.assign(c.prior_all().begin(), c.prior_all().end());
+  out.head_weights.assign(c.head_weights().begin(), c.head_weights().end());
+  out.softmax_scale = c.softmax_scale();
+  return out;
+}
+
 }  // namespace
+
+index::BlockLayout LayoutOf(const ModelProfile& profile) {
+  index::BlockLayout layout;
+  layout.num_layers = static_cast<int32_t>(profile.layers);
+  layout.num_kv_heads = static_cast<int32_t>(profile.kv_heads);
+  layout.head_dim = static_cast<int32_t>(profile.head_dim);
+  layout.block_size_tokens = static_cast<int32_t>(profile.block_size_tokens);
+  layout.dtype = ToIndexDtype(profile.dtype);
+  return layout;
+}
+
+absl::StatusOr<index::SelectionCalibration> CalibrationOf(const ModelProfile& profile) {
+  if (profile.calibration.empty()) return index::SelectionCalibration();
+  v1::SelectionCalibration proto;
+  if (!proto.ParseFromString(profile.calibration)) {
+    return absl::DataLossError(
+        absl::StrCat("profile ", profile.profile_id, ": stored calibration does not parse"));
+  }
+  index::SelectionCalibration c = FromProto(proto);
+  if (absl::Status st = index::ValidateCalibration(c, LayoutOf(profile)); !st.ok()) {
+    return absl::DataLossError(absl::StrCat("profile ", profile.profile_id,
+                                            ": stored calibration is invalid: ", st.message()));
+  }
+  return c;
+}
 
 absl::StatusOr<ModelProfile> FromProto(const v1::ModelProfile& proto) {
   if (proto.name().empty() || proto.name().size() > kMaxProfileNameBytes) {
@@ -55,6 +110,18 @@ absl::StatusOr<ModelProfile> FromProto(const v1::ModelProfile& proto) {
     return absl::InvalidArgumentError(absl::StrCat("profile: blocks of ", BlockSizeBytes(p),
                                                    " bytes exceed the limit of ", kMaxBlockBytes));
   }
+  if (proto.has_calibration()) {
+    const index::SelectionCalibration c = FromProto(proto.calibration());
+    if (absl::Status st = index::ValidateCalibration(c, LayoutOf(p)); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("profile.", st.message()));
+    }
+    if (c.calibrated()) p.calibration = proto.calibration().SerializeAsString();
+    if (p.calibration.size() > kMaxCalibrationBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("profile.calibration: ", p.calibration.size(),
+                                                     " bytes exceed the limit of ",
+                                                     kMaxCalibrationBytes));
+    }
+  }
   return p;
 }
 
@@ -76,6 +143,9 @@ v1::ModelProfile ToProto(const ModelProfile& p) {
     case KvDtype::kFp32:
       proto.set_dtype(v1::DTYPE_FP32);
       break;
+  }
+  if (!p.calibration.empty()) {
+    proto.mutable_calibration()->ParseFromString(p.calibration);  // validated when stored
   }
   return proto;
 }

@@ -4,15 +4,26 @@
 #define KVTIER_DAEMON_CONVERT_H_
 
 #include "absl/status/statusor.h"
+#include "index/block_layout.h"
+#include "index/calibration.h"
 #include "kvtier/v1/types.pb.h"
 #include "storage/catalog/records.h"
 #include "storage/store/block_store.h"
 
 namespace kvtier::daemon {
 
-// INVALID_ARGUMENT naming "profile.<field>" for a bad field.
+// INVALID_ARGUMENT naming "profile.<field>" for a bad field (the
+// calibration included: "profile.calibration.prior[3]: ..."). A valid
+// calibration is stored in ModelProfile::calibration as its proto bytes.
 absl::StatusOr<ModelProfile> FromProto(const v1::ModelProfile& proto);
 v1::ModelProfile ToProto(const ModelProfile& profile);
+
+// The index layout of a profile's blocks.
+index::BlockLayout LayoutOf(const ModelProfile& profile);
+
+// The profile's selection calibration (uncalibrated when it has none).
+// DATA_LOSS when the stored bytes do not parse or no longer validate.
+absl::StatusOr<index::SelectionCalibration> CalibrationOf(const ModelProfile& profile);
 
 v1::Tier ToProto(TierId tier);
 v1::BlockHandle ToProto(const DeviceHandle& handle);

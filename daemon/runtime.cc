@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/keydiff_placement.h"
+#include "daemon/options.h"
 #include "gpu/cpu/shm_device_ops.h"
 #include "gpu/cuda/device_ops_factory.h"
 #include "storage/common/errno_status.h"
@@ -35,36 +36,6 @@ std::string ShmName(const Config& config, const std::string& dir, const std::str
 
 // Most keys waiting for the prefetcher.
 constexpr size_t kMaxPendingPrefetchKeys = 1 << 16;
-
-SummarizerOptions SummarizerOptionsOf(const Config& config) {
-  SummarizerOptions options;
-  options.encoding = config.index.summary_encoding == "fp32" ? index::SummaryEncoding::kFp32
-                                                              : index::SummaryEncoding::kFp16;
-  options.bounds = config.index.summary_bounds;
-  options.per_layer = config.index.summary_per_layer;
-  options.per_layer_bounds = config.index.summary_per_layer_bounds;
-  options.head_weights_min_blocks = config.index.head_weights_min_blocks;
-  return options;
-}
-
-index::SelectorOptions SelectorOptionsOf(const Config& config) {
-  const Config::Select& s = config.select;
-  index::SelectorOptions options;
-  options.grid_keep_fraction = s.grid_keep_fraction;
-  options.chunk_keep_fraction = s.chunk_keep_fraction;
-  options.page_keep_fraction = s.page_keep_fraction;
-  options.sink_blocks = static_cast<int32_t>(s.sink_blocks);
-  options.local_blocks = static_cast<int32_t>(s.local_blocks);
-  options.max_prefetch_blocks = static_cast<int32_t>(s.max_prefetch_blocks);
-  options.algorithm =
-      s.algorithm == "gemm" ? index::SelectAlgorithm::kGemm : index::SelectAlgorithm::kDescent;
-  options.stability.window_steps = static_cast<int32_t>(s.window_steps);
-  options.stability.theta = static_cast<float>(s.theta);
-  options.stability.weight = static_cast<float>(s.stability_weight);
-  options.stability.hold_threshold = static_cast<float>(s.hold_threshold);
-  options.num_threads = 1;  // one Selector per stream; streams run in parallel
-  return options;
-}
 
 }  // namespace
 
@@ -99,12 +70,10 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
   spdlog::info("device arena: {}", why);
   rt->device_backend_ = rt->device_ops_->arena().backend;
 
-  absl::StatusOr<index::ScorerKind> scorer = index::ParseScorerKind(config.select.default_scorer);
-  if (!scorer.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("key 'select.default_scorer': ",
-                                                   scorer.status().message()));
-  }
+  absl::StatusOr<index::ScorerKind> scorer = DefaultScorerOf(config);
+  if (!scorer.ok()) return scorer.status();
   rt->default_scorer_ = *scorer;
+  rt->stability_scorers_ = StabilityScorersOf(config);
   rt->selector_options_ = SelectorOptionsOf(config);
   if (absl::Status st = index::ValidateSelectorOptions(rt->selector_options_); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("select.*: ", st.message()));
@@ -147,17 +116,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
   }
   rt->store_ = std::move(*store);
 
-  ContextManagerOptions contexts;
-  contexts.pages_per_chunk = static_cast<int32_t>(config.index.pages_per_chunk);
-  contexts.chunks_per_grid = static_cast<int32_t>(config.index.chunks_per_grid);
-  contexts.vector = rt->default_scorer_ == index::ScorerKind::kKeyKeyWeighted
-                        ? index::TreeVector::kWeightedMean
-                        : index::TreeVector::kMean;
-  contexts.keep_summaries = config.index.keep_summaries;
-  contexts.max_contexts = config.limits.max_contexts;
-  contexts.default_ttl_ms = config.leases.default_ttl_ms;
-  contexts.max_ttl_ms = config.leases.max_ttl_ms;
-  contexts.max_append_blocks = config.limits.max_batch_blocks;
+  const ContextManagerOptions contexts = ContextManagerOptionsOf(config);
   rt->contexts_ = std::make_unique<ContextManager>(rt->store_.get(), Env::Default(), contexts);
   rt->prefetcher_ = std::make_unique<Prefetcher>(rt->store_.get(), kMaxPendingPrefetchKeys);
   rt->reaper_ = std::thread([r = rt.get()] { r->ReaperLoop(); });

@@ -53,6 +53,10 @@ class Runtime {
   // Selector options and the scorer of SCORER_UNSPECIFIED (select.*).
   const index::SelectorOptions& selector_options() const { return selector_options_; }
   index::ScorerKind default_scorer() const { return default_scorer_; }
+  // Whether the stability filter runs for `kind` (select.stability_scorers).
+  bool uses_stability(index::ScorerKind kind) const {
+    return (stability_scorers_ >> static_cast<uint32_t>(kind)) & 1u;
+  }
 
  private:
   explicit Runtime(const Config& config);
@@ -70,6 +74,7 @@ class Runtime {
   std::unique_ptr<Prefetcher> prefetcher_;
   index::SelectorOptions selector_options_;
   index::ScorerKind default_scorer_ = index::ScorerKind::kKeyKey;
+  uint32_t stability_scorers_ = 0;
 
   std::mutex reaper_mu_;
   std::condition_variable reaper_cv_;

@@ -8,7 +8,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/grpc_status.h"
-#include "index/simd.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -34,6 +33,8 @@ absl::StatusOr<index::ScorerKind> ScorerOf(v1::Scorer scorer, index::ScorerKind 
       return index::ScorerKind::kRecency;
     case v1::SCORER_RANDOM:
       return index::ScorerKind::kRandom;
+    case v1::SCORER_MASS:
+      return index::ScorerKind::kMass;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat(Field(i, "scorer"), ": unknown value ", static_cast<int>(scorer)));
@@ -47,31 +48,79 @@ bool NeedsQuery(index::ScorerKind kind) {
   return kind == index::ScorerKind::kQuest || kind == index::ScorerKind::kArkVale;
 }
 
-// `v` must hold head_dim finite values, not all zero. An empty optional
-// vector is fine.
-absl::Status CheckVector(const google::protobuf::RepeatedField<float>& v, uint32_t head_dim,
-                         bool required, const std::string& field) {
-  if (v.empty() && !required) return absl::OkStatus();
-  if (v.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": required by this scorer (", head_dim, " values)"));
-  }
-  if (static_cast<uint32_t>(v.size()) != head_dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", v.size(), " values, but the profile's head_dim is ", head_dim));
-  }
-  double norm2 = 0;
+// Finite values, no row of `row_len` values all zero.
+absl::Status CheckRows(const google::protobuf::RepeatedField<float>& v, int row_len,
+                       const std::string& field) {
   for (int d = 0; d < v.size(); ++d) {
     if (!std::isfinite(v[d])) {
       return absl::InvalidArgumentError(absl::StrCat(field, "[", d, "]: ", v[d], " is not finite"));
     }
-    norm2 += static_cast<double>(v[d]) * v[d];
   }
-  if (!(norm2 > 0)) return absl::InvalidArgumentError(absl::StrCat(field, ": all zero"));
+  for (int row = 0; row * row_len < v.size(); ++row) {
+    bool zero = true;
+    for (int d = row * row_len; d < (row + 1) * row_len; ++d) zero &= v[d] == 0.0f;
+    if (zero) {
+      return absl::InvalidArgumentError(
+          v.size() == row_len ? absl::StrCat(field, ": all zero")
+                              : absl::StrCat(field, ": row ", row, " (values ", row * row_len,
+                                             "..", (row + 1) * row_len - 1, ") is all zero"));
+    }
+  }
   return absl::OkStatus();
 }
 
-float Affinity(float dot) { return std::clamp(0.5f * (1.0f + dot), 0.0f, 1.0f); }
+// The anchor: head_dim values (pooled) or num_layers * head_dim (per
+// layer, when the daemon keeps per-layer means). Empty is fine unless
+// required.
+absl::Status CheckAnchor(const google::protobuf::RepeatedField<float>& v,
+                         const ModelProfile& profile, bool per_layer, bool required,
+                         const std::string& field) {
+  const int dim = static_cast<int>(profile.head_dim);
+  const int layered = static_cast<int>(profile.layers) * dim;
+  if (v.empty() && !required) return absl::OkStatus();
+  if (v.size() != dim && !(per_layer && v.size() == layered)) {
+    const std::string sizes =
+        per_layer ? absl::StrCat(dim, " (pooled over layers and KV heads) or ", layered, " (",
+                                 profile.layers, " layers x ", dim, ", per layer)")
+                  : absl::StrCat(dim, " (pooled over layers and KV heads; per-layer anchors of ",
+                                 layered, " need index.summary_per_layer = true)");
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", v.size(), " values",
+                     v.empty() ? " (required by this scorer)" : "", "; expected ", sizes));
+  }
+  return CheckRows(v, dim, field);
+}
+
+// An optional query of head_dim values.
+absl::Status CheckQuery(const google::protobuf::RepeatedField<float>& v, uint32_t head_dim,
+                        bool required, const std::string& field) {
+  if (v.empty() && !required) return absl::OkStatus();
+  if (static_cast<uint32_t>(v.size()) != head_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", v.size(), " values", v.empty() ? " (required by this scorer)" : "",
+                     "; expected the profile's head_dim, ", head_dim));
+  }
+  return CheckRows(v, static_cast<int>(head_dim), field);
+}
+
+// head_queries: empty, or one head_dim row per retrieval head.
+absl::Status CheckHeadQueries(const google::protobuf::RepeatedField<float>& v,
+                              const ModelProfile& profile, int32_t heads,
+                              const std::string& field) {
+  if (v.empty()) return absl::OkStatus();
+  const int dim = static_cast<int>(profile.head_dim);
+  if (heads == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", v.size(), " values, but profile ", profile.profile_id,
+        " has no calibration with retrieval heads (send none)"));
+  }
+  if (v.size() != heads * dim) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", v.size(), " values; expected ",
+                                                   heads * dim, " (", heads, " retrieval heads x ",
+                                                   dim, ") or none"));
+  }
+  return CheckRows(v, dim, field);
+}
 
 // Microseconds since *t; moves *t to now.
 double Lap(std::chrono::steady_clock::time_point* t) {
@@ -147,12 +196,23 @@ absl::Status SelectHandler::Check(const v1::ContextSelect& entry, int i, Item* i
         absl::StrCat(Field(i, entry.has_max_tokens() ? "max_tokens" : "max_blocks"), ": ",
                      item->budget_blocks, " blocks exceed limits.max_batch_blocks = ", max_blocks));
   }
-  if (absl::Status st =
-          CheckVector(entry.anchor(), profile.head_dim, IsKeyKey(item->scorer), Field(i, "anchor"));
+  if (absl::Status st = CheckAnchor(entry.anchor(), profile, config.index.summary_per_layer,
+                                    IsKeyKey(item->scorer), Field(i, "anchor"));
       !st.ok()) {
     return st;
   }
-  return CheckVector(entry.query(), profile.head_dim, NeedsQuery(item->scorer), Field(i, "query"));
+  if (absl::Status st = CheckQuery(entry.query(), profile.head_dim, NeedsQuery(item->scorer),
+                                   Field(i, "query"));
+      !st.ok()) {
+    return st;
+  }
+  if (entry.has_recency_weight() &&
+      !(entry.recency_weight() >= 0.0f && entry.recency_weight() <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(Field(i, "recency_weight"), ": ",
+                                                   entry.recency_weight(), " is not in [0, 1]"));
+  }
+  return CheckHeadQueries(entry.head_queries(), profile, item->ctx->num_retrieval_heads(),
+                          Field(i, "head_queries"));
 }
 
 absl::Status SelectHandler::Prepare(const v1::ContextSelect& entry, int i, Item* item) {
@@ -191,6 +251,15 @@ absl::Status SelectHandler::Prepare(const v1::ContextSelect& entry, int i, Item*
   r.anchor = absl::MakeConstSpan(entry.anchor().data(), entry.anchor_size());
   r.query = absl::MakeConstSpan(entry.query().data(), entry.query_size());
   r.scorer = item->scorer;
+  if (item->scorer == index::ScorerKind::kMass) {
+    r.head_queries = absl::MakeConstSpan(entry.head_queries().data(), entry.head_queries_size());
+  }
+  const Config::Select& select = runtime_->config().select;
+  r.stability = runtime_->uses_stability(item->scorer);
+  r.centered = entry.has_centered() ? entry.centered() : select.keykey_centered;
+  r.recency_weight = entry.has_recency_weight()
+                         ? entry.recency_weight()
+                         : static_cast<float>(select.keykey_recency_weight);
   r.budget_blocks = item->budget_blocks;
   r.step = *step;
   r.seed = ctx->id();
@@ -227,23 +296,8 @@ void SelectHandler::Finish(const v1::ContextSelect& entry, Item* item, v1::Conte
   ctx->Touch(runtime_->contexts()->NowMicros());
   timings_.pin_us += Lap(&lap);
 
-  // Scores of the chosen blocks (see the header).
-  const index::ContextTree& tree = ctx->index().tree();
-  const size_t dim = static_cast<size_t>(tree.dim());
-  std::vector<float>& q = unit_query_;
-  q.clear();
-  if (IsKeyKey(item->scorer)) {
-    q.assign(entry.anchor().begin(), entry.anchor().end());
-  } else if (item->scorer == index::ScorerKind::kKeyDiff) {
-    q = tree.ContextMean();
-  }
-  if (!q.empty()) {
-    const float norm = std::sqrt(index::simd::Dot(q.data(), q.data(), dim));
-    for (float& x : q) x = norm > 0 ? x / norm : 0.0f;
-  }
   const int32_t window = selector_->options().stability.window_steps;
   const index::StabilityTracker& stability = ctx->index().stability();
-  const int64_t n = ctx->num_blocks();
   for (size_t k = 0; k < result.blocks.size(); ++k) {
     const int64_t p = result.blocks[k];
     v1::SelectedBlock* b = out->add_blocks();
@@ -259,15 +313,7 @@ void SelectHandler::Finish(const v1::ContextSelect& entry, Item* item, v1::Conte
     } else if (handles[k].status().code() != absl::StatusCode::kNotFound) {
       b->set_residency(v1::RESIDENCY_PENDING);
     }
-    float score = 0.0f;
-    if (!q.empty()) {
-      float dot = 0.0f;
-      index::simd::DotRowsHalf(tree.page_rows() + p * dim, 1, dim, q.data(), &dot);
-      score = Affinity(IsKeyKey(item->scorer) ? dot : -dot);
-    } else if (item->scorer == index::ScorerKind::kRecency) {
-      score = static_cast<float>(p + 1) / static_cast<float>(n);
-    }
-    b->set_score(score);
+    b->set_score(result.scores[k]);
     b->set_stability(p < stability.num_pages() ? stability.Stability(p, window) : 0.0f);
   }
   // Rising blocks stay rising for several steps: only those not handed to

@@ -5,8 +5,13 @@
 //   1. Every ContextSelect entry is checked on its own; a bad entry gets an
 //      ItemStatus naming its field (contexts[i].anchor, .max_blocks, ...)
 //      and the others proceed:
-//        INVALID_ARGUMENT  anchor / query of the wrong dimension (the
-//                          profile's head_dim), NaN/Inf or all zero; no
+//        INVALID_ARGUMENT  anchor of a length that fits no layout (head_dim
+//                          pooled, or num_layers x head_dim per layer when
+//                          index.summary_per_layer is on: the message names
+//                          both sizes), query not head_dim, head_queries
+//                          not R x head_dim (R = the profile's retrieval
+//                          heads), NaN/Inf or a row all zero;
+//                          recency_weight outside [0, 1]; no
 //                          budget, budget 0, below select.sink_blocks +
 //                          select.local_blocks or above
 //                          limits.max_batch_blocks; step going back; a
@@ -31,10 +36,11 @@
 //      RESIDENCY_UNSPECIFIED without a handle.
 //   4. Rising blocks the selector did not choose go to the prefetcher.
 //
-// SelectedBlock.score is the block's affinity in [0, 1] for the key-key,
-// KeyDiff and recency scorers, and 0 for Quest, ArkVale and random (their
-// per-step normalisation stays inside the selector); stability is the share
-// of the last select.window_steps steps above select.theta.
+// SelectedBlock.score is the affinity the selector ranked the block by, in
+// [0, 1] (raw scores min-max normalised per step), 0 when it was not scored
+// this step; stability is the share of the last select.window_steps steps
+// (or of the block's life) above select.theta. The stability filter ranks
+// only the scorers in select.stability_scorers.
 //
 // Thread safety: not thread-safe (it owns an index::Selector); one per
 // stream, used by one callback at a time.
@@ -96,7 +102,6 @@ class SelectHandler {
   std::vector<BlockKey> keys_;
   std::vector<absl::StatusOr<DeviceHandle>> handles_;
   // Scratch reused by every Handle() call (no per-step allocation).
-  std::vector<float> unit_query_;
   std::vector<Item*> valid_;
   absl::flat_hash_map<uint64_t, int> first_use_;
   Timings timings_;

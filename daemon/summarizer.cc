@@ -6,18 +6,6 @@
 namespace kvtier::daemon {
 namespace {
 
-index::Dtype ToIndexDtype(KvDtype dtype) {
-  switch (dtype) {
-    case KvDtype::kFp16:
-      return index::Dtype::kFp16;
-    case KvDtype::kBf16:
-      return index::Dtype::kBf16;
-    case KvDtype::kFp32:
-      return index::Dtype::kFp32;
-  }
-  return index::Dtype::kFp16;
-}
-
 std::shared_ptr<const index::HeadWeights> UniformWeights(const index::BlockLayout& layout) {
   auto w = std::make_shared<index::HeadWeights>();
   w->version = 0;
@@ -29,16 +17,6 @@ std::shared_ptr<const index::HeadWeights> UniformWeights(const index::BlockLayou
 
 }  // namespace
 
-index::BlockLayout LayoutOf(const ModelProfile& profile) {
-  index::BlockLayout layout;
-  layout.num_layers = static_cast<int32_t>(profile.layers);
-  layout.num_kv_heads = static_cast<int32_t>(profile.kv_heads);
-  layout.head_dim = static_cast<int32_t>(profile.head_dim);
-  layout.block_size_tokens = static_cast<int32_t>(profile.block_size_tokens);
-  layout.dtype = ToIndexDtype(profile.dtype);
-  return layout;
-}
-
 Summarizer::ProfileState::ProfileState(const index::BlockLayout& layout)
     : tracker(layout.num_layers, layout.num_kv_heads, layout.head_dim),
       weights(UniformWeights(layout)) {}
@@ -49,6 +27,10 @@ Summarizer::ProfileState* Summarizer::StateOf(const ModelProfile& profile,
   std::unique_ptr<ProfileState>& state = profiles_[profile.profile_id];
   if (state == nullptr) {
     state = std::make_unique<ProfileState>(layout);
+    // Validated when the profile was registered; a calibration that no
+    // longer parses keeps no head keys (OpenContext then names the blocks).
+    absl::StatusOr<index::SelectionCalibration> calibration = CalibrationOf(profile);
+    if (calibration.ok()) state->key_heads = index::KeyHeadsOf(*calibration, layout.num_kv_heads);
     absl::MutexLock state_lock(&state->mu);
     state->next_estimate_blocks = options_.head_weights_min_blocks;
   }
@@ -68,16 +50,21 @@ absl::StatusOr<std::string> Summarizer::Summarize(const ModelProfile& profile,
   options.bounds = options_.bounds;
   options.per_layer = options_.per_layer;
   options.per_layer_bounds = options_.per_layer_bounds;
-  options.head_weights = weights.get();
+  options.head_weights = options_.weighted ? weights.get() : nullptr;
+  options.key_heads = state->key_heads;
   index::HeadStats stats;
   absl::StatusOr<index::BlockSummary> summary = index::ComputeBlockSummary(
       layout, absl::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()),
       options, &stats);
+  index::SummaryCodecOptions codec;
+  codec.encoding = options_.encoding;
+  codec.layer_int8 = options_.layer_int8;
   absl::StatusOr<std::string> encoded =
-      summary.ok() ? index::EncodeSummary(*summary, options_.encoding) : summary.status();
+      summary.ok() ? index::EncodeSummary(*summary, codec) : summary.status();
   if (!encoded.ok() && summary.ok() && options_.encoding == index::SummaryEncoding::kFp16) {
     // A value beyond binary16 (possible for bf16/fp32 payloads).
-    encoded = index::EncodeSummary(*summary, index::SummaryEncoding::kFp32);
+    codec.encoding = index::SummaryEncoding::kFp32;
+    encoded = index::EncodeSummary(*summary, codec);
   }
   if (!encoded.ok()) {
     // Keys with NaN/Inf (or so large that their statistics overflow): the

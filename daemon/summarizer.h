@@ -1,7 +1,8 @@
 // Summarizer: the block store's summarize hook. For every block put it
 // computes the index summaries (index/summary.h: v_b over tokens, heads and
 // layers, a head-weighted v_b, Quest min/max, the ArkVale radius, per-layer
-// means) from the payload in the profile's layout
+// means, and for a calibrated profile the int8 keys of its retrieval heads'
+// KV heads) from the payload in the profile's layout
 // ([layer][k|v][kv_head][token][dim]) and encodes them with
 // index/summary_codec.h. It also keeps every profile's running head-variance
 // statistics and derives versioned head weights from them.
@@ -29,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "daemon/convert.h"
 #include "index/block_layout.h"
 #include "index/summary.h"
 #include "index/summary_codec.h"
@@ -40,13 +42,12 @@ struct SummarizerOptions {
   // fp16 falls back to fp32 for a block whose summary overflows binary16.
   index::SummaryEncoding encoding = index::SummaryEncoding::kFp16;
   bool bounds = true;
+  bool weighted = true;    // weighted_mean (the keykey_weighted scorer)
   bool per_layer = true;
+  bool layer_int8 = true;  // per-layer means as int8 with a scale per layer
   bool per_layer_bounds = false;
   uint64_t head_weights_min_blocks = 64;  // >= 1
 };
-
-// The index layout of a profile's blocks.
-index::BlockLayout LayoutOf(const ModelProfile& profile);
 
 class Summarizer {
  public:
@@ -77,6 +78,8 @@ class Summarizer {
     std::shared_ptr<const index::HeadWeights> weights ABSL_GUARDED_BY(mu);
     uint64_t blocks ABSL_GUARDED_BY(mu) = 0;
     uint64_t next_estimate_blocks ABSL_GUARDED_BY(mu) = 0;
+    // Constant after creation: KV heads whose keys are kept (calibration).
+    std::vector<int32_t> key_heads;
   };
 
   ProfileState* StateOf(const ModelProfile& profile, const index::BlockLayout& layout);

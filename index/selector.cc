@@ -423,6 +423,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   const size_t D = static_cast<size_t>(t.dim());
   const bool gemm = options_.algorithm == SelectAlgorithm::kGemm;
   out->blocks.clear();
+  out->scores.clear();
   out->prefetch.clear();
   out->rows_scored = 0;
   out->candidates = 0;
@@ -438,6 +439,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   if (budget >= n) {
     // The whole context fits: nothing to rank.
     for (int64_t p = 0; p < n; ++p) out->blocks.push_back(p);
+    out->scores.assign(n, 0.0f);
     st.SetChosen(out->blocks);
     return;
   }
@@ -526,7 +528,8 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
         out->rows_scored += p1 - p0;
       }
       for (int64_t p = p0; p < p1; ++p) {
-        st.Observe(p, Affinity(dots[p - p0]) > so.theta);
+        s->affinity[p] = Affinity(dots[p - p0]);
+        st.Observe(p, s->affinity[p] > so.theta);
       }
     };
     score_range(0, sinks);
@@ -606,7 +609,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   }
 
   // Stability, then the final ranking.
-  const float w = so.weight;
+  const float w = r.stability ? so.weight : 0.0f;
   const int32_t window = so.window_steps;
   s->pool.clear();
   for (int32_t p : s->scored) {
@@ -615,7 +618,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
         {(1.0f - w) * s->affinity[p] + w * st.Stability(p, window), p});
   }
   s->held.clear();
-  if (so.hold_threshold <= 1.0f) {
+  if (r.stability && so.hold_threshold <= 1.0f) {
     st.CollectHeld(so.hold_threshold, window, &s->held);
   }
   for (int64_t p : s->held) {
@@ -634,6 +637,9 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   for (int64_t p = local_first; p < n; ++p) out->blocks.push_back(p);
   std::sort(out->blocks.begin(), out->blocks.end());
   st.SetChosen(out->blocks);
+  for (int64_t p : out->blocks) {
+    out->scores.push_back(st.ObservedThisStep(p) ? s->affinity[p] : 0.0f);
+  }
 
   // Prefetch: rising pages that lost this step.
   s->rising.clear();

@@ -89,6 +89,9 @@ struct SelectRequest {
   // kMass: the current queries of the calibration's retrieval heads,
   // [R][dim] in calibration order; empty = the prior alone.
   absl::Span<const float> head_queries;
+  // Whether the stability filter ranks this request (weight and holding);
+  // the windows are updated either way.
+  bool stability = true;
   // Per-layer key-key only (see above).
   bool centered = true;
   float recency_weight = 0.5f;  // [0, 1]
@@ -103,6 +106,9 @@ struct SelectRequest {
 
 struct SelectResult {
   std::vector<int64_t> blocks;    // chosen page indices, ascending
+  // Per chosen page: the affinity it was ranked by this step, in [0, 1]
+  // (0 when not scored this step: held, or the whole context fit).
+  std::vector<float> scores;
   std::vector<int64_t> prefetch;  // rising, not chosen, most stable first
   int64_t rows_scored = 0;        // dot products computed (all levels)
   int64_t candidates = 0;         // pages that competed for the budget

@@ -13,7 +13,6 @@ class InProcessBackend final : public SelectionBackend {
   explicit InProcessBackend(const BackendConfig& config) : config_(config) {
     config_.tree.dim = config.layout.head_dim;
     config_.tree.block_size_tokens = config.layout.block_size_tokens;
-    config_.tree.keep_summaries = true;
     config_.tree.vector = config.scorer == index::ScorerKind::kKeyKeyWeighted
                               ? index::TreeVector::kWeightedMean
                               : index::TreeVector::kMean;
@@ -27,8 +26,16 @@ class InProcessBackend final : public SelectionBackend {
         index::Selector::Create(config_.selector);
     if (!sel.ok()) return sel.status();
     selector_ = std::move(*sel);
+    index::ContextIndexOptions o;
+    o.tree = config_.tree;
+    o.num_layers = config_.layout.num_layers;
+    o.num_kv_heads = config_.layout.num_kv_heads;
+    o.keep_layer_means = config_.summary_per_layer;
+    o.calibration = config_.calibration;
+    key_heads_ =
+        index::KeyHeadsOf(config_.calibration, config_.layout.num_kv_heads);
     absl::StatusOr<std::unique_ptr<index::ContextIndex>> ctx =
-        index::ContextIndex::Create(config_.tree);
+        index::ContextIndex::Create(o);
     if (!ctx.ok()) return ctx.status();
     context_ = std::move(*ctx);
     return absl::OkStatus();
@@ -59,13 +66,13 @@ class InProcessBackend final : public SelectionBackend {
       if (!s.ok()) return s.status();
       summaries.push_back(std::move(*s));
     }
-    return context_->tree().AddSegment(absl::MakeConstSpan(summaries));
+    return context_->AddSegment(absl::MakeConstSpan(summaries));
   }
 
   absl::Status Append(absl::string_view payload) override {
     absl::StatusOr<index::BlockSummary> s = Summarise(payload);
     if (!s.ok()) return s.status();
-    return context_->tree().Append(*s);
+    return context_->Append(*s);
   }
 
   int64_t num_blocks() const override { return context_->tree().num_pages(); }
@@ -77,7 +84,11 @@ class InProcessBackend final : public SelectionBackend {
     req.context = context_.get();
     req.anchor = r.anchor;
     req.query = r.query;
+    req.head_queries = r.head_queries;
     req.scorer = config_.scorer;
+    req.stability = config_.stability;
+    req.centered = config_.centered;
+    req.recency_weight = config_.recency_weight;
     req.budget_blocks = r.budget_blocks;
     req.step = r.step;
     req.seed = r.seed;
@@ -87,19 +98,33 @@ class InProcessBackend final : public SelectionBackend {
   }
 
  private:
+  // As the daemon's Summarizer computes and stores it (codec round trip).
   absl::StatusOr<index::BlockSummary> Summarise(absl::string_view payload) {
     index::SummaryOptions o;
-    o.bounds = true;
+    o.bounds = config_.summary_bounds;
+    o.per_layer = config_.summary_per_layer;
+    o.key_heads = key_heads_;
     if (config_.scorer == index::ScorerKind::kKeyKeyWeighted) {
       o.head_weights = &weights_;
     }
-    return index::ComputeBlockSummary(config_.layout, payload, o, nullptr);
+    absl::StatusOr<index::BlockSummary> s =
+        index::ComputeBlockSummary(config_.layout, payload, o, nullptr);
+    if (!s.ok()) return s.status();
+    absl::StatusOr<std::string> blob = index::EncodeSummary(*s, config_.codec);
+    if (!blob.ok() && config_.codec.encoding == index::SummaryEncoding::kFp16) {
+      index::SummaryCodecOptions wide = config_.codec;  // as the Summarizer
+      wide.encoding = index::SummaryEncoding::kFp32;
+      blob = index::EncodeSummary(*s, wide);
+    }
+    if (!blob.ok()) return blob.status();
+    return index::DecodeSummary(*blob);
   }
 
   BackendConfig config_;
   std::unique_ptr<index::Selector> selector_;
   std::unique_ptr<index::ContextIndex> context_;
   index::HeadWeights weights_;
+  std::vector<int32_t> key_heads_;
   index::SelectResult result_;
 };
 

@@ -28,24 +28,42 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "index/block_layout.h"
+#include "index/calibration.h"
 #include "index/selector.h"
 #include "index/summary.h"
+#include "index/summary_codec.h"
 
 namespace kvtier::quality {
 
 struct BackendConfig {
   index::BlockLayout layout;
   index::SelectorOptions selector;
-  // dim and block_size_tokens are taken from layout; keep_summaries is set;
-  // vector follows the scorer.
+  // dim and block_size_tokens are taken from layout; vector follows the
+  // scorer.
   index::TreeOptions tree;
   index::ScorerKind scorer = index::ScorerKind::kKeyKey;
+  // Summaries as the daemon's Summarizer computes them: in process they go
+  // through this codec and back, as the daemon stores them.
+  bool summary_bounds = true;      // min, max, radius (Quest, ArkVale)
+  bool summary_per_layer = false;  // per-layer means (per-layer anchors)
+  index::SummaryCodecOptions codec{index::SummaryEncoding::kFp32, false};
+  // Registered with the profile (head keys are kept for its heads).
+  index::SelectionCalibration calibration;
+  // Per request: the stability filter, and the per-layer key-key settings.
+  bool stability = true;
+  bool centered = true;
+  float recency_weight = 0.5f;
+  // End-to-end: start kvtierd on its embedded defaults (only its paths and
+  // capacities set) instead of this config's settings.
+  bool shipped_defaults = false;
 };
 
 struct BackendSelect {
-  absl::Span<const float> anchor;  // [head_dim]; key-key scorers
-  absl::Span<const float> query;   // [head_dim]; Quest, ArkVale
-  int64_t budget_blocks = 0;       // includes sinks and local blocks
+  // [head_dim] pooled, or [num_layers][head_dim] per layer; key-key scorers
+  absl::Span<const float> anchor;
+  absl::Span<const float> query;         // [head_dim]; Quest, ArkVale
+  absl::Span<const float> head_queries;  // [R][head_dim]; mass
+  int64_t budget_blocks = 0;             // includes sinks and local blocks
   int64_t step = 0;
   uint64_t seed = 0;
 };

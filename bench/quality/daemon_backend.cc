@@ -13,8 +13,10 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "bench/quality/methods.h"
 #include "client/client.h"
 #include "daemon/config.h"
+#include "daemon/options.h"
 #include "daemon/server.h"
 
 namespace kvtier::quality {
@@ -36,14 +38,30 @@ v1::Scorer ToProto(index::ScorerKind k) {
       return v1::SCORER_RECENCY;
     case index::ScorerKind::kRandom:
       return v1::SCORER_RANDOM;
+    case index::ScorerKind::kMass:
+      return v1::SCORER_MASS;
   }
   return v1::SCORER_UNSPECIFIED;
 }
 
-// The daemon settings that make its Selector equal to config's.
-std::vector<std::string> Overrides(const BackendConfig& c,
-                                   const std::string& data_dir) {
-  const index::SelectorOptions& s = c.selector;
+v1::SelectionCalibration ToProto(const index::SelectionCalibration& c) {
+  v1::SelectionCalibration p;
+  p.set_num_q_heads(static_cast<uint32_t>(c.num_q_heads));
+  for (const index::HeadRef& h : c.retrieval_heads) {
+    v1::HeadRef* r = p.add_retrieval_heads();
+    r->set_layer(static_cast<uint32_t>(h.layer));
+    r->set_q_head(static_cast<uint32_t>(h.q_head));
+  }
+  for (float x : c.prior) p.add_prior(x);
+  for (float x : c.prior_all) p.add_prior_all(x);
+  for (float x : c.head_weights) p.add_head_weights(x);
+  p.set_softmax_scale(c.softmax_scale);
+  return p;
+}
+
+// Where a daemon keeps its files, and how big its tiers are: the only
+// settings a shipped-defaults daemon gets.
+std::vector<std::string> Housekeeping(const std::string& data_dir) {
   return {
       "server.data_dir=" + data_dir,
       // Shared-memory files inside the data folder, removed with it.
@@ -58,9 +76,32 @@ std::vector<std::string> Overrides(const BackendConfig& c,
       "tiers.nvme.file_size_bytes=64MiB",
       "tiers.nvme.io_threads=1",
       "leases.default_ttl_ms=600000",
-      "index.summary_encoding=fp32",
-      "index.summary_bounds=true",
-      "index.keep_summaries=true",
+  };
+}
+
+// The daemon settings that make its Selector equal to config's.
+std::vector<std::string> Overrides(const BackendConfig& c,
+                                   const std::string& data_dir) {
+  std::vector<std::string> out = Housekeeping(data_dir);
+  if (c.shipped_defaults) return out;
+  const index::SelectorOptions& s = c.selector;
+  const bool weighted = c.scorer == index::ScorerKind::kKeyKeyWeighted;
+  std::vector<std::string> more = {
+      absl::StrCat("index.summary_encoding=",
+                   c.codec.encoding == index::SummaryEncoding::kFp32 ? "fp32"
+                                                                     : "fp16"),
+      absl::StrCat("index.summary_bounds=", c.summary_bounds ? "true" : "false"),
+      absl::StrCat("index.summary_weighted=", weighted ? "true" : "false"),
+      absl::StrCat("index.summary_per_layer=",
+                   c.summary_per_layer ? "true" : "false"),
+      absl::StrCat("index.summary_layer_encoding=",
+                   c.codec.layer_int8 ? "int8" : "float"),
+      absl::StrCat("index.keep_summaries=",
+                   c.tree.keep_summaries ? "true" : "false"),
+      absl::StrCat("select.stability_scorers=",
+                   c.stability ? index::ScorerName(c.scorer) : ""),
+      absl::StrCat("select.keykey_centered=", c.centered ? "true" : "false"),
+      absl::StrCat("select.keykey_recency_weight=", c.recency_weight),
       // Contexts are built for the default scorer (plain or weighted tree).
       absl::StrCat("select.default_scorer=", index::ScorerName(c.scorer)),
       absl::StrCat("index.pages_per_chunk=", c.tree.pages_per_chunk),
@@ -75,6 +116,8 @@ std::vector<std::string> Overrides(const BackendConfig& c,
       absl::StrCat("select.stability_weight=", s.stability.weight),
       absl::StrCat("select.hold_threshold=", s.stability.hold_threshold),
   };
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
 }
 
 // In-process daemons, one per distinct configuration, shared by every
@@ -165,6 +208,12 @@ class DaemonBackend final : public SelectionBackend {
     p.set_head_dim(config_.layout.head_dim);
     p.set_block_size_tokens(config_.layout.block_size_tokens);
     p.set_dtype(v1::DTYPE_FP16);
+    if (config_.calibration.calibrated()) {
+      *p.mutable_calibration() = ToProto(config_.calibration);
+      // One profile per calibration (a calibration is part of the profile).
+      p.set_revision(absl::StrCat(
+          "1-", std::hash<std::string>()(p.calibration().SerializeAsString())));
+    }
     absl::StatusOr<v1::RegisterProfileResponse> r = client_->RegisterProfile(p);
     if (!r.ok()) return r.status();
     profile_id_ = r->profile_id();
@@ -224,7 +273,10 @@ class DaemonBackend final : public SelectionBackend {
         config_.scorer == index::ScorerKind::kArkVale) {
       for (float x : r.query) e->add_query(x);
     }
-    e->set_scorer(ToProto(config_.scorer));
+    for (float x : r.head_queries) e->add_head_queries(x);
+    // A shipped-defaults daemon is asked as an engine would: its default.
+    e->set_scorer(config_.shipped_defaults ? v1::SCORER_UNSPECIFIED
+                                           : ToProto(config_.scorer));
     e->set_max_blocks(static_cast<uint32_t>(r.budget_blocks));
     e->set_step(static_cast<uint64_t>(r.step));
     v1::SelectResponse resp;
@@ -315,6 +367,39 @@ class DaemonBackend final : public SelectionBackend {
 };
 
 }  // namespace
+
+absl::StatusOr<BackendConfig> ShippedDefaults(const index::BlockLayout& layout) {
+  absl::StatusOr<daemon::Config> config = daemon::LoadConfig("", {});
+  if (!config.ok()) return config.status();
+  absl::StatusOr<index::ScorerKind> scorer = daemon::DefaultScorerOf(*config);
+  if (!scorer.ok()) return scorer.status();
+  BackendConfig c;
+  c.layout = layout;
+  c.selector = daemon::SelectorOptionsOf(*config);
+  c.scorer = *scorer;
+  const daemon::ContextManagerOptions contexts =
+      daemon::ContextManagerOptionsOf(*config);
+  c.tree.pages_per_chunk = contexts.pages_per_chunk;
+  c.tree.chunks_per_grid = contexts.chunks_per_grid;
+  c.tree.keep_summaries = contexts.keep_summaries;
+  const daemon::SummarizerOptions summaries =
+      daemon::SummarizerOptionsOf(*config);
+  c.summary_bounds = summaries.bounds;
+  c.summary_per_layer = summaries.per_layer && contexts.keep_layer_means;
+  c.codec.encoding = summaries.encoding;
+  c.codec.layer_int8 = summaries.layer_int8;
+  c.stability = (daemon::StabilityScorersOf(*config) >>
+                 static_cast<uint32_t>(*scorer)) & 1u;
+  c.centered = config->select.keykey_centered;
+  c.recency_weight = static_cast<float>(config->select.keykey_recency_weight);
+  c.shipped_defaults = true;
+  return c;
+}
+
+void InstallDaemonBackend() {
+  SetDaemonBackendFactory(&MakeKvtierdBackend);
+  SetShippedDefaultsFactory(&ShippedDefaults);
+}
 
 void StopInProcessDaemons() {
   std::lock_guard<std::mutex> lock(ServersMutex());

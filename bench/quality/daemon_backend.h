@@ -28,6 +28,15 @@ namespace kvtier::quality {
 absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeKvtierdBackend(
     const BackendConfig& config, const std::string& endpoint);
 
+// The BackendConfig of kvtierd's embedded defaults (deploy/kvtierd.toml)
+// for `layout`, from the same option builders the daemon uses
+// (daemon/options.h).
+absl::StatusOr<BackendConfig> ShippedDefaults(const index::BlockLayout& layout);
+
+// Installs MakeKvtierdBackend and ShippedDefaults as the harness's
+// factories (SetDaemonBackendFactory, SetShippedDefaultsFactory).
+void InstallDaemonBackend();
+
 // Shuts the in-process daemons down and removes their data folders. Every
 // backend using them must have been destroyed.
 void StopInProcessDaemons();

@@ -13,7 +13,7 @@ namespace {
 
 class EndToEndTest : public ::testing::Test {
  protected:
-  void SetUp() override { SetDaemonBackendFactory(&MakeKvtierdBackend); }
+  void SetUp() override { InstallDaemonBackend(); }
   void TearDown() override { StopInProcessDaemons(); }
 };
 
@@ -46,6 +46,43 @@ TEST_F(EndToEndTest, DaemonSelectionsEqualInProcessOnes) {
     compared += run->e2e_steps;
   }
   EXPECT_EQ(compared, 5 * 2 * 2 * 40);
+}
+
+// The new scorers end to end, at both timings: per-layer anchors (int8
+// per-layer means), the mass scorer with a calibration naming retrieval
+// heads (their int8 keys kept by the daemon, their queries sent with every
+// Select), and the daemon's shipped defaults asked with SCORER_UNSPECIFIED.
+TEST_F(EndToEndTest, PerLayerMassAndShippedDefaultsEqualInProcess) {
+  SyntheticDumpOptions so;
+  so.seq_len = 256;
+  absl::StatusOr<KvDump> d = MakeSyntheticDump(so);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ReplayConfig c;
+  c.max_steps = 40;
+  c.claims = false;
+  index::SelectionCalibration cal;
+  cal.num_q_heads = so.num_q_heads;
+  cal.retrieval_heads = {{1, 0}, {1, 3}};
+  cal.head_weights = {0.5f, 0.9f};
+  cal.prior = {0.5f, 0.2f, 0.1f, 0.05f};
+  cal.prior_all = {0.7f, 0.3f, 0.1f, 0.06f};
+  c.calibrations[d->metadata.count("model") ? d->metadata.at("model") : ""] = cal;
+  MethodOptions mo;
+  mo.endpoint = "inprocess";
+  mo.local_blocks = 1;
+  mo.calibration = cal;
+  c.runs = StandardRuns({"keykey_perlayer", "mass", "mass_prior", "default"},
+                        {1.0 / 8}, mo, /*stab_variant=*/true, {false, true});
+  absl::StatusOr<ReplayResult> r = RunReplay(*d, c);
+  ASSERT_TRUE(r.ok()) << r.status();
+  int64_t compared = 0;
+  for (const auto& [key, run] : r->runs) {
+    EXPECT_EQ(run->e2e_steps, 40) << key;
+    EXPECT_EQ(run->e2e_mismatches, 0) << key;
+    compared += run->e2e_steps;
+  }
+  // (3 methods x raw + stab, default x raw) x 2 timings.
+  EXPECT_EQ(compared, (3 * 2 + 1) * 2 * 40);
 }
 
 TEST_F(EndToEndTest, UnreachableDaemonIsAnError) {

@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/quality/calibrate.h"
 #include "bench/quality/kv_dump.h"
 #include "bench/quality/methods.h"
 #include "bench/quality/replay.h"
@@ -74,6 +75,13 @@ struct Flags {
   std::string tuned_methods = "keykey,keykey_weighted";
   int32_t jobs = 2;
   std::string endpoint;
+  std::string timing = "both";  // at | ahead | both
+  std::string calibrations = KVTIER_CALIBRATION_DIR;
+  std::vector<std::string> calibrate;  // dumps to calibrate from
+  std::string calibration_out = "bench/out/calibration";
+  std::string calibrate_budget = "1/8";
+  int32_t calibrate_max_heads = 8;
+  double calibrate_min_gain = 0.005;
 };
 
 const char* kDefaultMixes[] = {
@@ -170,7 +178,37 @@ absl::StatusOr<std::vector<std::string>> DumpPaths(
   return out;
 }
 
+// --calibrate: one calibration per dump, written as <model>.json.
+absl::Status RunCalibrate(const Flags& f) {
+  CalibrateOptions co;
+  co.replay = f.replay;
+  KVTIER_ASSIGN_OR_RETURN(co.budget, ParseFraction(f.calibrate_budget));
+  co.ahead = f.timing != "at";
+  co.sink_blocks = f.sink_blocks;
+  co.local_blocks = f.local_blocks;
+  co.max_heads = f.calibrate_max_heads;
+  co.min_gain = f.calibrate_min_gain;
+  co.progress = [](const std::string& line) {
+    std::printf("  %s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  std::filesystem::create_directories(f.calibration_out);
+  for (const std::string& path : f.calibrate) {
+    KVTIER_ASSIGN_OR_RETURN(KvDump d, LoadKvDump(path));
+    std::printf("calibrating on %s (budget %s, %s)\n", d.name.c_str(),
+                f.calibrate_budget.c_str(), co.ahead ? "one step ahead" : "at step t");
+    KVTIER_ASSIGN_OR_RETURN(CalibrationResult r, Calibrate(d, co));
+    const std::string out = absl::StrCat(f.calibration_out, "/", r.model, ".json");
+    if (absl::Status s = WriteFile(out, CalibrationToJson(r)); !s.ok()) return s;
+    std::printf("wrote %s: %zu retrieval heads, prior of %zu blocks\n",
+                out.c_str(), r.calibration.retrieval_heads.size(),
+                r.calibration.prior.size());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run(const Flags& f, const std::string& command) {
+  if (!f.calibrate.empty()) return RunCalibrate(f);
   KVTIER_ASSIGN_OR_RETURN(std::vector<double> budgets,
                           ParseList<double>(f.budgets, "--budgets"));
   KVTIER_ASSIGN_OR_RETURN(double detail, ParseFraction(f.detail_budget));
@@ -220,13 +258,25 @@ absl::Status Run(const Flags& f, const std::string& command) {
     if (absl::Status s = CheckMethodName(m); !s.ok()) return s;
   }
 
+  std::vector<bool> timings;
+  if (f.timing == "ahead" || f.timing == "both") timings.push_back(true);
+  if (f.timing == "at" || f.timing == "both") timings.push_back(false);
+  if (timings.empty()) {
+    return absl::InvalidArgumentError("--timing must be at, ahead or both");
+  }
+  // Sweeps, tuned and forced runs use the first timing (ahead when run).
+  const bool primary_ahead = timings.front();
+
   ReplayConfig config;
   config.replay = f.replay;
   config.step_stride = f.step_stride;
   config.max_steps = f.max_steps;
   config.claims = !f.no_claims;
   config.claims_stride = f.claims_stride;
-  config.runs = StandardRuns(methods, budgets, mo, !f.no_stab_variant);
+  if (!f.calibrations.empty() && f.calibrations != "none") {
+    KVTIER_ASSIGN_OR_RETURN(config.calibrations, LoadCalibrations(f.calibrations));
+  }
+  config.runs = StandardRuns(methods, budgets, mo, !f.no_stab_variant, timings);
 
   // The daemon's key-key scorers at the settings docs/QUALITY.md
   // recommends for the index as it is.
@@ -239,7 +289,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
           absl::StrCat("--tuned-methods: ", m, " is not a daemon scorer"));
     }
     for (double b : budgets) {
-      RunSpec r{m, "tuned", b, TunedOptions(mo)};
+      RunSpec r{m, "tuned", b, TunedOptions(mo), primary_ahead};
       config.runs.push_back(r);
     }
   }
@@ -271,7 +321,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
                           ? absl::StrCat("sweep:rank,W=", win, ",w=", w)
                           : absl::StrCat("sweep:index,W=", win, ",w=", w,
                                          ",theta=", thetas[ti]),
-                      detail, mo};
+                      detail, mo, primary_ahead};
             r.options.stability = mode;
             r.options.stability_options.window_steps = win;
             r.options.stability_options.weight = w;
@@ -301,7 +351,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
       }
       for (double b : budgets) {
         RunSpec r{m, absl::StrCat("forced:sink=", sink, ",local=", local), b,
-                  mo};
+                  mo, primary_ahead};
         r.options.stability = StabilityMode::kOff;
         r.options.sink_blocks = sink;
         r.options.local_blocks = local;
@@ -478,10 +528,26 @@ int main(int argc, char** argv) {
   app.add_option("--endpoint", f.endpoint,
                  "kvtierd address, or 'inprocess': compare the daemon's "
                  "selections with the in-process ones (end-to-end)");
+  app.add_option("--timing", f.timing,
+                 "at (chosen and used at step t), ahead (chosen at t - 1, "
+                 "used at t) or both")
+      ->capture_default_str();
+  app.add_option("--calibrations", f.calibrations,
+                 "folder of <model>.json selection calibrations ('none': "
+                 "replay uncalibrated)")
+      ->capture_default_str();
+  app.add_option("--calibrate", f.calibrate,
+                 "calibrate the mass scorer on these dumps instead of "
+                 "replaying; writes <model>.json to --calibration-out");
+  app.add_option("--calibration-out", f.calibration_out)->capture_default_str();
+  app.add_option("--calibrate-budget", f.calibrate_budget)->capture_default_str();
+  app.add_option("--calibrate-max-heads", f.calibrate_max_heads)
+      ->capture_default_str();
+  app.add_option("--calibrate-min-gain", f.calibrate_min_gain)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 #ifdef KVTIER_QUALITY_E2E
-  kvtier::quality::SetDaemonBackendFactory(
-      &kvtier::quality::MakeKvtierdBackend);
+  kvtier::quality::InstallDaemonBackend();
 #endif
   std::string command = "kvtier-eval";
   for (int i = 1; i < argc; ++i) absl::StrAppend(&command, " ", argv[i]);

@@ -1,6 +1,7 @@
 #include "bench/quality/methods.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -24,9 +25,28 @@ const std::map<std::string, ScorerKind>& DaemonScorers() {
       {"keydiff", ScorerKind::kKeyDiff},
       {"keykey", ScorerKind::kKeyKey},
       {"keykey_weighted", ScorerKind::kKeyKeyWeighted},
+      {"keykey_perlayer", ScorerKind::kKeyKey},
+      {"mass", ScorerKind::kMass},
+      {"mass_prior", ScorerKind::kMass},
+      // The daemon's embedded defaults (the scorer is theirs).
+      {"default", ScorerKind::kMass},
   };
   return *m;
 }
+
+// What a daemon method sends besides the pooled anchor.
+struct Sends {
+  bool per_layer_anchor = false;
+  bool head_queries = false;
+};
+Sends SendsOf(const std::string& name, ScorerKind kind) {
+  Sends s;
+  s.per_layer_anchor = name == "keykey_perlayer";
+  s.head_queries = name == "mass" || name == "default";
+  return s;
+}
+
+std::atomic<ShippedDefaultsFactory> g_shipped_defaults{nullptr};
 
 // Harness scorers usable alone; "recency" only inside mixes.
 const std::vector<std::string>& HarnessNames() {
@@ -203,8 +223,14 @@ absl::Status KeyKeyMean(const ReplayData& data, const StepInput& in,
 class IndexMethod final : public Method {
  public:
   IndexMethod(const ReplayData& data, std::unique_ptr<SelectionBackend> b,
-              ScorerKind kind, uint64_t seed)
-      : data_(data), backend_(std::move(b)), kind_(kind), seed_(seed) {}
+              ScorerKind kind, Sends sends,
+              index::SelectionCalibration calibration, uint64_t seed)
+      : data_(data),
+        backend_(std::move(b)),
+        kind_(kind),
+        sends_(sends),
+        calibration_(std::move(calibration)),
+        seed_(seed) {}
 
   absl::Status Select(const StepInput& in,
                       std::vector<int64_t>* blocks) override {
@@ -230,10 +256,21 @@ class IndexMethod final : public Method {
       if (!w.ok()) return w.status();
       weighted = std::move(*w);
       r.anchor = weighted;
+    } else if (sends_.per_layer_anchor) {
+      r.anchor = in.anchor_layer;
     } else {
       r.anchor = in.anchor;
     }
     r.query = in.query;
+    head_queries_.clear();
+    if (sends_.head_queries) {
+      // The current queries of the profile's retrieval heads at in.t.
+      for (const index::HeadRef& h : calibration_.retrieval_heads) {
+        const float* q = data_.dump->Q(h.layer, h.q_head, in.t);
+        head_queries_.insert(head_queries_.end(), q, q + data_.dump->head_dim);
+      }
+      r.head_queries = head_queries_;
+    }
     r.budget_blocks = in.budget - (in.has_partial ? 1 : 0);
     r.step = in.step;
     r.seed = seed_;
@@ -246,7 +283,10 @@ class IndexMethod final : public Method {
   const ReplayData& data_;
   std::unique_ptr<SelectionBackend> backend_;
   ScorerKind kind_;
+  Sends sends_;
+  const index::SelectionCalibration calibration_;
   uint64_t seed_;
+  std::vector<float> head_queries_;
 };
 
 class OracleMethod final : public Method {
@@ -363,8 +403,8 @@ index::SelectorOptions SelectorOptionsFor(const MethodOptions& o) {
 const std::vector<std::string>& MethodNames() {
   static const auto* v = [] {
     auto* out = new std::vector<std::string>{
-        "streamingllm", "random", "quest",          "arkvale",
-        "keydiff",      "keykey", "keykey_weighted"};
+        "streamingllm", "random", "quest", "arkvale", "keydiff", "keykey",
+        "keykey_weighted", "keykey_perlayer", "mass", "mass_prior", "default"};
     for (const std::string& h : HarnessNames()) out->push_back(h);
     return out;
   }();
@@ -407,18 +447,42 @@ absl::StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name,
                      "scorers only (the Selector has the index rule)"));
   }
   BackendConfig config;
-  config.layout = data.layout;
-  config.selector = so;
-  config.scorer = it->second;
-  config.tree.pages_per_chunk = o.pages_per_chunk;
-  config.tree.chunks_per_grid = o.chunks_per_grid;
-  config.tree.level_score = o.level_score;
+  if (name == "default") {
+    const ShippedDefaultsFactory shipped = g_shipped_defaults.load();
+    if (shipped == nullptr) {
+      return absl::UnimplementedError(
+          "method default: this binary cannot read the daemon's defaults "
+          "(built without the daemon)");
+    }
+    absl::StatusOr<BackendConfig> c = shipped(data.layout);
+    if (!c.ok()) return c.status();
+    config = std::move(*c);
+  } else {
+    config.layout = data.layout;
+    config.selector = so;
+    config.scorer = it->second;
+    config.tree.pages_per_chunk = o.pages_per_chunk;
+    config.tree.chunks_per_grid = o.chunks_per_grid;
+    config.tree.level_score = o.level_score;
+    config.tree.keep_summaries = true;
+    config.summary_per_layer = name == "keykey_perlayer";
+    config.codec.layer_int8 = o.layer_int8;
+    config.stability = o.stability != StabilityMode::kOff;
+    config.centered = o.centered;
+    config.recency_weight = o.recency_weight;
+  }
+  config.calibration = o.calibration ? *o.calibration : data.calibration;
   absl::StatusOr<std::unique_ptr<SelectionBackend>> backend =
       o.endpoint.empty() ? MakeInProcessBackend(config)
                          : MakeDaemonBackend(config, o.endpoint);
   if (!backend.ok()) return backend.status();
-  return std::unique_ptr<Method>(
-      new IndexMethod(data, std::move(*backend), it->second, o.seed));
+  return std::unique_ptr<Method>(new IndexMethod(
+      data, std::move(*backend), config.scorer,
+      SendsOf(name, config.scorer), config.calibration, o.seed));
+}
+
+void SetShippedDefaultsFactory(ShippedDefaultsFactory factory) {
+  g_shipped_defaults.store(factory);
 }
 
 absl::Status HarnessScores(const std::string& name, const ReplayData& data,

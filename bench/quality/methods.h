@@ -8,6 +8,14 @@
 //   keydiff          kKeyDiff: the most distinct blocks
 //   keykey           kKeyKey: cos(pooled anchor, v_b), Grid/Chunk/Page tree
 //   keykey_weighted  kKeyKeyWeighted (SamKV head-variance weights)
+//   keykey_perlayer  kKeyKey with a per-layer anchor (per-layer int8 means,
+//                    centred, mixed with recency: key_scorers.h)
+//   mass             kMass with the calibration's head queries
+//   mass_prior       kMass without head queries (the distance prior alone)
+//   default          the daemon's embedded defaults (deploy/kvtierd.toml),
+//                    sending what docs/API.md tells an engine to send: the
+//                    pooled anchor, and head queries for a calibrated
+//                    profile (needs SetShippedDefaultsFactory)
 // Harness scorers (scores computed here over the store's complete blocks,
 // then ranked by FlatSelect, the Selector's flat ranking with the same
 // stability rule):
@@ -43,12 +51,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "bench/quality/backend.h"
 #include "bench/quality/replay_data.h"
 #include "index/selector.h"
 #include "index/stability.h"
@@ -85,9 +95,23 @@ struct MethodOptions {
   double chunk_keep_fraction = 0.2;
   double grid_keep_fraction = 0.5;
   uint64_t seed = 7;
+  // Per-layer key-key (keykey_perlayer): int8 per-layer means, centring and
+  // the recency mix.
+  bool layer_int8 = true;
+  bool centered = true;
+  float recency_weight = 0.5f;
+  // The daemon methods' profile calibration when set (else the dump's,
+  // ReplayData::calibration): lets one replay compare calibrations.
+  std::optional<index::SelectionCalibration> calibration;
   // When set, daemon scorers run against kvtierd here (backend.h).
   std::string endpoint;
 };
+
+// The BackendConfig of kvtierd's embedded defaults for `layout` (linked in
+// with the daemon; see daemon_backend.h).
+using ShippedDefaultsFactory =
+    absl::StatusOr<BackendConfig> (*)(const index::BlockLayout& layout);
+void SetShippedDefaultsFactory(ShippedDefaultsFactory factory);
 
 // The Selector options `o` implies.
 index::SelectorOptions SelectorOptionsFor(const MethodOptions& o);

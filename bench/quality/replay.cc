@@ -46,6 +46,38 @@ absl::Status CheckSelection(const RunSpec& spec, const StepInput& in,
   return absl::OkStatus();
 }
 
+absl::Status CheckCalibration(const index::SelectionCalibration& c,
+                              const ReplayData& data) {
+  if (c.calibrated() && c.num_q_heads != data.dump->num_q_heads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_q_heads ", c.num_q_heads, " but the dump has ",
+                     data.dump->num_q_heads));
+  }
+  return index::ValidateCalibration(c, data.layout);
+}
+
+// The inputs an engine has at step tp (one step before it uses the set)
+// for a request whose set it will use at step t: the daemon's blocks are
+// the complete ones at tp; the budget leaves out what the engine keeps
+// itself at t (blocks completed since, its partial block).
+void AheadRequest(const ReplayData& data, const StepInput& at, int64_t bs,
+                  StepInput* req) {
+  const int64_t tp = at.t - 1;
+  const int64_t complete = (tp + 1) / bs;
+  ComputeAnchors(data, tp, req);
+  req->t = tp;
+  req->step = at.step;
+  req->num_blocks = complete;
+  req->num_complete = complete;
+  req->has_partial = false;
+  req->budget = at.budget - (at.num_complete - complete) -
+                (at.has_partial ? 1 : 0);
+  req->accumulated = at.accumulated;
+  req->snapkv = at.snapkv;
+  req->cache = nullptr;  // scores of step t - 1, not t
+  req->attention = nullptr;
+}
+
 int DistanceBucket(int64_t b, int64_t own) {
   if (b == 0) return 0;
   const int64_t d = own - b;
@@ -65,20 +97,23 @@ const char* DistanceBucketName(int bucket) {
 }
 
 std::string RunSpec::Key() const {
-  return absl::StrCat(method, "|", variant, "|", budget);
+  return absl::StrCat(method, "|", variant, "|", budget, ahead ? "|ahead" : "");
 }
 
 std::vector<RunSpec> StandardRuns(const std::vector<std::string>& methods,
                                   const std::vector<double>& budgets,
                                   const MethodOptions& options,
-                                  bool stab_variant) {
+                                  bool stab_variant,
+                                  const std::vector<bool>& timings) {
   std::vector<RunSpec> runs;
+  for (bool ahead : timings) {
   for (const std::string& m : methods) {
     for (double f : budgets) {
-      RunSpec r{m, "raw", f, options};
+      RunSpec r{m, "raw", f, options, ahead};
       r.options.stability = StabilityMode::kOff;
       runs.push_back(r);
-      if (stab_variant && m != "oracle" && m != "oracle_head") {
+      if (stab_variant && m != "oracle" && m != "oracle_head" &&
+          m != "default") {
         r.variant = "stab";
         r.options.stability = StabilityMode::kIndex;
         runs.push_back(r);
@@ -89,6 +124,7 @@ std::vector<RunSpec> StandardRuns(const std::vector<std::string>& methods,
         }
       }
     }
+  }
   }
   return runs;
 }
@@ -103,6 +139,18 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
   }
   absl::StatusOr<ReplayData> data_or = BuildReplayData(dump, config.replay);
   if (!data_or.ok()) return data_or.status();
+  auto model = dump.metadata.find("model");
+  if (model != dump.metadata.end()) {
+    auto c = config.calibrations.find(model->second);
+    if (c != config.calibrations.end()) {
+      if (absl::Status s = CheckCalibration(c->second, *data_or); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            dump.name, ": calibration of model ", model->second, ": ",
+            s.message()));
+      }
+      data_or->calibration = c->second;
+    }
+  }
   const ReplayData& data = *data_or;
   const int32_t bs = config.replay.block_size;
 
@@ -154,6 +202,8 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
     states.push_back(std::move(st));
   }
 
+  bool ahead_runs = false;
+  for (const RunSpec& spec : config.runs) ahead_runs |= spec.ahead;
   const int64_t T = dump.seq_len;
   const int64_t P = data.prompt_tokens;
   const int64_t prompt_blocks = P / bs;
@@ -162,9 +212,10 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
   std::vector<double> total, head_mass;
   std::vector<int64_t> blocks, twin_blocks;
   std::vector<std::vector<int64_t>> per_head(out.num_heads);
-  StepAttention att;
-  StepInput in;
+  StepAttention att, prev_att;
+  StepInput in, req;
   ScoreCache cache;
+  std::vector<int64_t> used;
   int64_t evaluated = 0;
   for (int64_t t = 0; t < T; ++t) {
     const bool step = t >= P && (t - P) % config.step_stride == 0;
@@ -204,9 +255,18 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
           st.result->metrics.AddPerHeadStep(att, in.forced, per_head, oracle);
           continue;
         }
-        in.charged_us = 0;
+        const StepInput* ask = &in;
+        if (spec.ahead) {
+          AheadRequest(data, in, bs, &req);
+          req.forced = ForcedBlocks::Make(req.num_blocks,
+                                          spec.options.sink_blocks,
+                                          spec.options.local_blocks);
+          req.attention = &prev_att;  // the oracle of step t - 1
+          ask = &req;
+        }
+        ask->charged_us = 0;
         const Clock::time_point t0 = Clock::now();
-        if (absl::Status s = st.method->Select(in, &blocks); !s.ok()) {
+        if (absl::Status s = st.method->Select(*ask, &blocks); !s.ok()) {
           return absl::Status(
               s.code(),
               absl::StrCat(dump.name, ": ", spec.Key(), ": ", s.message()));
@@ -214,16 +274,25 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
         const double us =
             std::chrono::duration<double, std::micro>(Clock::now() - t0)
                 .count() +
-            in.charged_us;
-        if (absl::Status s = CheckSelection(spec, in, blocks); !s.ok()) {
+            ask->charged_us;
+        if (absl::Status s = CheckSelection(spec, *ask, blocks); !s.ok()) {
           return s;
         }
         if (st.twin != nullptr) {
-          if (absl::Status s = st.twin->Select(in, &twin_blocks); !s.ok()) {
+          if (absl::Status s = st.twin->Select(*ask, &twin_blocks); !s.ok()) {
             return s;
           }
           ++st.result->e2e_steps;
           if (twin_blocks != blocks) ++st.result->e2e_mismatches;
+        }
+        if (spec.ahead) {
+          // The engine adds what it holds itself at t.
+          for (int64_t b = req.num_complete; b < in.num_blocks; ++b) {
+            blocks.push_back(b);
+          }
+          if (absl::Status s = CheckSelection(spec, in, blocks); !s.ok()) {
+            return s;
+          }
         }
         const int64_t churn =
             st.has_prev ? NewBlocks(st.prev, blocks, st.prev_num_blocks) : 0;
@@ -240,6 +309,7 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
       ++evaluated;
     }
     for (int64_t b = 0; b < att.num_blocks; ++b) accumulated[b] += total[b];
+    if (ahead_runs) std::swap(att, prev_att);  // att is recomputed next step
     if (t < P && t >= P - config.replay.snapkv_window) {
       for (int64_t b = 0; b < std::min<int64_t>(prompt_blocks, att.num_blocks);
            ++b) {

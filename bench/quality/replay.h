@@ -10,7 +10,20 @@
 //   forced    one (sink_blocks, local_blocks) point (raw ranking)
 // Each run keeps its own context state (stability windows, previous
 // selection) across the steps of a dump and its own oracle (same forced
-// blocks and budget). Steps: t = prompt_tokens + i * step_stride, at most
+// blocks and budget).
+//
+// Every run replays the dump as an engine drives the daemon: the prompt's
+// complete blocks open the context, and each block is put and appended
+// when it completes. Two timings:
+//   at     the set chosen at step t (anchor and queries of t, the blocks
+//          complete at t) is used at step t;
+//   ahead  the set is chosen at step t - 1 with what the engine had then
+//          (anchor and queries of t - 1, the blocks complete at t - 1), for
+//          a budget of B(t) minus the blocks the engine keeps itself (the
+//          block that completed since, and its partial block), and used at
+//          step t together with those: how docs/API.md tells engines to
+//          call Select, off the critical path.
+// Metrics always judge the set used at t against attention at t. Steps: t = prompt_tokens + i * step_stride, at most
 // max_steps of them; attention itself is computed at every position (H2O
 // accumulates over all of them).
 //
@@ -43,11 +56,15 @@ struct RunSpec {
   std::string variant;  // "raw", "stab", "stabrank", "sweep:...", "forced:..."
   double budget = 0;    // fraction of the visible blocks
   MethodOptions options;
-  std::string Key() const;  // "method|variant|budget"
+  bool ahead = false;   // one step ahead (see above); else at step t
+  std::string Key() const;  // "method|variant|budget" (+ "|ahead")
 };
 
 struct ReplayConfig {
   ReplayOptions replay;
+  // Selection calibrations by model name (a dump's "model" metadata); a
+  // dump of a model not listed replays uncalibrated.
+  std::map<std::string, index::SelectionCalibration> calibrations;
   std::vector<RunSpec> runs;
   int64_t step_stride = 1;
   int64_t max_steps = 0;  // 0 = every step
@@ -83,13 +100,15 @@ struct ReplayResult {
   std::vector<double> distance_mass = std::vector<double>(kDistanceBuckets);
 };
 
-// Expands the standard run list: every method x budget, "raw" and (unless
-// stab_variant is false or the method is an oracle) "stab", plus
-// "stabrank" for harness scorers.
+// Expands the standard run list: every method x budget x timing (ahead:
+// false, true, or both), "raw" and (unless stab_variant is false or the
+// method is an oracle or "default") "stab", plus "stabrank" for harness
+// scorers.
 std::vector<RunSpec> StandardRuns(const std::vector<std::string>& methods,
                                   const std::vector<double>& budgets,
                                   const MethodOptions& options,
-                                  bool stab_variant);
+                                  bool stab_variant,
+                                  const std::vector<bool>& timings = {false});
 
 // InvalidArgument naming the bad method or option; errors of the methods.
 absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,

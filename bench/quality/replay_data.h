@@ -38,6 +38,7 @@
 #include "bench/quality/kv_dump.h"
 #include "bench/quality/metrics.h"
 #include "index/block_layout.h"
+#include "index/calibration.h"
 #include "index/scorer.h"
 #include "index/summary.h"
 
@@ -66,6 +67,9 @@ struct ReplayData {
   double rope_theta = 0;                // 0: keys are used as stored
   std::vector<float> keys_norope;       // [L*Hkv][T][D]
   std::vector<float> head_mean_norope;  // [L*Hkv][n][D]
+  // The selection calibration of the dump's model (uncalibrated when the
+  // replay has none for it); the profile the daemon methods register.
+  index::SelectionCalibration calibration;
 
   // Views over the first n complete blocks.
   index::SummaryView PooledView(int64_t n) const;

@@ -35,11 +35,12 @@ constexpr absl::string_view kTunedSuffix = " (tuned)";
 // A table row is a method ("raw" runs) or "<method> (tuned)" (its "tuned"
 // run, which has no stab/stabrank twins).
 const RunResult* Find(const ReplayResult& g, const std::string& row,
-                      const std::string& variant, double budget) {
+                      const std::string& variant, double budget, bool ahead) {
   RunSpec s;
   s.method = row;
   s.variant = variant;
   s.budget = budget;
+  s.ahead = ahead;
   if (absl::EndsWith(row, kTunedSuffix)) {
     if (variant != "raw") return nullptr;
     s.method = row.substr(0, row.size() - kTunedSuffix.size());
@@ -56,10 +57,11 @@ MetricSummary Sum(const ReplayResult& g, const RunResult& r) {
 std::string F3(double v) { return absl::StrFormat("%.3f", v); }
 
 // Table rows: methods with a "raw" run, then "<method> (tuned)" rows.
-std::vector<std::string> RawMethods(const ReplayResult& g) {
+std::vector<std::string> RawMethods(const ReplayResult& g, bool ahead) {
   std::vector<std::string> out;
   std::set<std::string> seen;
   for (const auto& [key, r] : g.runs) {
+    if (r->spec.ahead != ahead) continue;
     std::string row;
     if (r->spec.variant == "raw") {
       row = r->spec.method;
@@ -73,12 +75,12 @@ std::vector<std::string> RawMethods(const ReplayResult& g) {
   return out;
 }
 
-void AppendHeadline(const ReplayResult& g, const ReportOptions& o,
+void AppendHeadline(const ReplayResult& g, const ReportOptions& o, bool ahead,
                     std::string* md) {
-  std::vector<std::string> methods = RawMethods(g);
+  std::vector<std::string> methods = RawMethods(g, ahead);
   auto share_at = [&](const std::string& m, const std::string& variant,
                       double b) {
-    const RunResult* r = Find(g, m, variant, b);
+    const RunResult* r = Find(g, m, variant, b, ahead);
     return r == nullptr ? -1.0 : Sum(g, *r).share;
   };
   std::stable_sort(methods.begin(), methods.end(),
@@ -87,7 +89,7 @@ void AppendHeadline(const ReplayResult& g, const ReportOptions& o,
                             share_at(b, "raw", o.detail_budget);
                    });
   absl::StrAppend(md,
-                  "\n### Headline: share of the oracle's mass beyond the "
+                  "\n#### Headline: share of the oracle's mass beyond the "
                   "always-kept blocks\n\n");
   absl::StrAppend(md,
                   "Raw ranking (no stability filter); worst = the worst "
@@ -107,7 +109,7 @@ void AppendHeadline(const ReplayResult& g, const ReportOptions& o,
       const double s = share_at(m, "raw", b);
       absl::StrAppend(md, " ", s < 0 ? "-" : F3(s), " |");
     }
-    const RunResult* r = Find(g, m, "raw", o.detail_budget);
+    const RunResult* r = Find(g, m, "raw", o.detail_budget, ahead);
     absl::StrAppend(md, " ", r ? F3(Sum(g, *r).share_worst) : "-", " |");
     for (const char* v : {"stab", "stabrank"}) {
       const double st = share_at(m, v, o.detail_budget);
@@ -144,10 +146,10 @@ void AppendHeadline(const ReplayResult& g, const ReportOptions& o,
   }
 }
 
-void AppendDetail(const ReplayResult& g, const ReportOptions& o,
+void AppendDetail(const ReplayResult& g, const ReportOptions& o, bool ahead,
                   std::string* md) {
   absl::StrAppend(
-      md, "\n### All metrics at budget ", BudgetLabel(o.detail_budget),
+      md, "\n#### All metrics at budget ", BudgetLabel(o.detail_budget),
       "\n\nrecall = attention mass of the chosen blocks; free = without "
       "sink/local blocks; /oracle = recall over the oracle's; overlap = "
       "share of the oracle's free blocks chosen; rel-L2 = relative L2 error "
@@ -158,9 +160,9 @@ void AppendDetail(const ReplayResult& g, const ReportOptions& o,
       "| method | blocks | recall | worst | free | /oracle | overlap | "
       "rel-L2 | worst | GQA worst | churn | KiB | us |\n"
       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-  std::vector<std::string> methods = RawMethods(g);
+  std::vector<std::string> methods = RawMethods(g, ahead);
   auto share_of = [&](const std::string& m) {
-    const RunResult* r = Find(g, m, "raw", o.detail_budget);
+    const RunResult* r = Find(g, m, "raw", o.detail_budget, ahead);
     return r == nullptr ? -1.0 : Sum(g, *r).share;
   };
   std::stable_sort(methods.begin(), methods.end(),
@@ -168,12 +170,12 @@ void AppendDetail(const ReplayResult& g, const ReportOptions& o,
                      return share_of(a) > share_of(b);
                    });
   for (const std::string& m : methods) {
-    const RunResult* r = Find(g, m, "raw", o.detail_budget);
+    const RunResult* r = Find(g, m, "raw", o.detail_budget, ahead);
     if (r == nullptr) continue;
     const MetricSummary s = Sum(g, *r);
     std::string churn = absl::StrFormat("%.2f", s.churn_blocks);
     for (const char* v : {"stab", "stabrank"}) {
-      const RunResult* st = Find(g, m, v, o.detail_budget);
+      const RunResult* st = Find(g, m, v, o.detail_budget, ahead);
       absl::StrAppend(&churn, " / ",
                       st ? absl::StrFormat("%.2f", Sum(g, *st).churn_blocks)
                          : std::string("-"));
@@ -191,9 +193,10 @@ void AppendDetail(const ReplayResult& g, const ReportOptions& o,
   }
 }
 
-void AppendSweeps(const ReplayResult& g, std::string* md) {
+void AppendSweeps(const ReplayResult& g, bool ahead, std::string* md) {
   std::string sweep, forced;
   for (const auto& [key, r] : g.runs) {
+    if (r->spec.ahead != ahead) continue;
     const MetricSummary s = Sum(g, *r);
     if (StartsWith(r->spec.variant, "sweep:")) {
       absl::StrAppend(
@@ -210,7 +213,7 @@ void AppendSweeps(const ReplayResult& g, std::string* md) {
   }
   if (!sweep.empty()) {
     absl::StrAppend(md,
-                    "\n### Stability filter sweep\n\nW = window (steps), w = "
+                    "\n#### Stability filter sweep\n\nW = window (steps), w = "
                     "weight of stability in the final rank, theta = "
                     "relevance threshold on the [0,1] affinity.\n\n"
                     "| method | setting | budget | share | recall | churn |\n"
@@ -219,7 +222,7 @@ void AppendSweeps(const ReplayResult& g, std::string* md) {
   }
   if (!forced.empty()) {
     absl::StrAppend(md,
-                    "\n### Sink and local blocks\n\nsink/local = "
+                    "\n#### Sink and local blocks\n\nsink/local = "
                     "SelectorOptions sink_blocks/local_blocks (the partial "
                     "block is kept besides); recall includes the forced "
                     "blocks, so settings compare directly.\n\n"
@@ -297,7 +300,7 @@ bool IsKvtierMethod(const std::string& m) {
 
 std::string ResultsCsv(const std::vector<const ReplayResult*>& groups) {
   std::string csv =
-      "group,method,variant,budget,dumps,steps,budget_blocks,share,"
+      "group,method,variant,budget,timing,dumps,steps,budget_blocks,share,"
       "share_worst,recall,recall_worst,recall_free,recall_free_worst,"
       "oracle_ratio,oracle_ratio_worst,overlap,rel_l2,rel_l2_worst,"
       "rel_l2_gqa_worst,churn_blocks,bytes_per_step,latency_us,e2e_steps,"
@@ -307,7 +310,8 @@ std::string ResultsCsv(const std::vector<const ReplayResult*>& groups) {
       const MetricSummary s = Sum(*g, *r);
       absl::StrAppend(
           &csv, g->group, ",", r->spec.method, ",\"", r->spec.variant, "\",",
-          absl::StrFormat("%.6g", r->spec.budget), ",", g->dumps, ",", s.steps,
+          absl::StrFormat("%.6g", r->spec.budget), ",",
+          r->spec.ahead ? "ahead" : "at", ",", g->dumps, ",", s.steps,
           ",",
           absl::StrFormat("%.4f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,"
                           "%.5f,%.5f,%.5f,%.5f,%.4f,%.1f,%.3f",
@@ -355,9 +359,18 @@ std::string QualityMarkdown(const std::vector<const ReplayResult*>& groups,
                     g->steps, " steps, ", absl::StrFormat("%.1f", g->seconds),
                     " s)\n");
     AppendDistance(*g, &md);
-    AppendHeadline(*g, o, &md);
-    AppendDetail(*g, o, &md);
-    AppendSweeps(*g, &md);
+    for (bool ahead : {true, false}) {
+      bool any = false;
+      for (const auto& [key, r] : g->runs) any |= r->spec.ahead == ahead;
+      if (!any) continue;
+      absl::StrAppend(&md, "\n### ",
+                      ahead ? "One step ahead (chosen at t - 1, used at t)"
+                            : "At step t (chosen and used at t)",
+                      "\n");
+      AppendHeadline(*g, o, ahead, &md);
+      AppendDetail(*g, o, ahead, &md);
+      AppendSweeps(*g, ahead, &md);
+    }
     AppendClaims(*g, &md);
     int64_t e2e_steps = 0, e2e_bad = 0;
     for (const auto& [key, r] : g->runs) {

@@ -229,6 +229,12 @@ std::string EncodeProfileRecord(const ModelProfile& profile) {
   PutU8(&out, static_cast<uint8_t>(profile.layout));
   PutShortBytes(&out, profile.name);
   PutShortBytes(&out, profile.revision);
+  // Optional trailing field (records written before calibrations end at the
+  // revision): u32 length + bytes.
+  if (!profile.calibration.empty()) {
+    PutLittle(&out, profile.calibration.size(), 4);
+    out.append(profile.calibration);
+  }
   AppendCheck(&out);
   return out;
 }
@@ -242,9 +248,15 @@ absl::StatusOr<ModelProfile> DecodeProfileRecord(absl::string_view bytes) {
   uint8_t layout = 0;
   if (!r.GetU64(&p.profile_id) || !r.GetU32(&p.layers) || !r.GetU32(&p.kv_heads) ||
       !r.GetU32(&p.head_dim) || !r.GetU32(&p.block_size_tokens) || !r.GetU8(&dtype) ||
-      !r.GetU8(&layout) || !r.GetShortBytes(&p.name) || !r.GetShortBytes(&p.revision) ||
-      !r.done()) {
+      !r.GetU8(&layout) || !r.GetShortBytes(&p.name) || !r.GetShortBytes(&p.revision)) {
     return Loss("profile record", "truncated");
+  }
+  if (!r.done()) {
+    uint32_t n = 0;
+    if (!r.GetU32(&n) || n == 0 || n > kMaxCalibrationBytes || !r.GetBytes(n, &p.calibration) ||
+        !r.done()) {
+      return Loss("profile record", "bad calibration field");
+    }
   }
   p.dtype = static_cast<KvDtype>(dtype);
   p.layout = static_cast<BlockLayout>(layout);

@@ -35,6 +35,8 @@
 //      9  u32  layers | u32 kv_heads | u32 head_dim | u32 block_size_tokens
 //     25  u8   dtype | u8 layout
 //     27  u8   name_len | name | u8 rev_len | revision
+//         [u32 calibration_len (1..64 KiB) | calibration]   (optional: only
+//              calibrated profiles; older records end at the revision)
 //         u32  check
 //
 // Column family "contexts":

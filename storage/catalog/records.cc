@@ -88,6 +88,11 @@ absl::Status ValidateProfile(const ModelProfile& profile) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype ", static_cast<int>(profile.dtype), " is not fp16/bf16/fp32"));
   }
+  if (profile.calibration.size() > kMaxCalibrationBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("profile calibration has ",
+                                                   profile.calibration.size(), " bytes; at most ",
+                                                   kMaxCalibrationBytes));
+  }
   if (profile.layout != BlockLayout::kLayerKvHeadTokenDim) {
     return absl::InvalidArgumentError(
         absl::StrCat("layout ", static_cast<int>(profile.layout), " is unknown"));

@@ -24,6 +24,7 @@ inline constexpr size_t kMaxContextIdBytes = 64;
 inline constexpr size_t kMaxSummaryBytes = 256 * 1024;  // v_b blob per block
 inline constexpr size_t kMaxProfileNameBytes = 128;
 inline constexpr size_t kMaxProfileRevisionBytes = 64;
+inline constexpr size_t kMaxCalibrationBytes = 64 * 1024;  // opaque blob
 inline constexpr size_t kMaxContextSegments = 4096;
 inline constexpr size_t kMaxContextBlocks = 1 << 18;  // over all segments
 inline constexpr uint32_t kMaxLayers = 1024;
@@ -103,6 +104,9 @@ struct ModelProfile {
   uint32_t block_size_tokens = 0;
   KvDtype dtype = KvDtype::kFp16;
   BlockLayout layout = BlockLayout::kLayerKvHeadTokenDim;
+  // The selection calibration, opaque to storage (the daemon encodes it;
+  // empty = uncalibrated), <= kMaxCalibrationBytes. Part of the definition.
+  std::string calibration;
 
   friend bool operator==(const ModelProfile&, const ModelProfile&) = default;
 };

@@ -371,7 +371,7 @@ TEST_F(SelectTest, BadEntriesFailAloneAndTheStreamKeepsWorking) {
       {grpc::StatusCode::NOT_FOUND, "contexts[6].context_id"},
       {grpc::StatusCode::INVALID_ARGUMENT, "contexts[7].context_id"},
       {grpc::StatusCode::INVALID_ARGUMENT, "contexts[8].max_blocks"},
-      {grpc::StatusCode::INVALID_ARGUMENT, "contexts[9].anchor: required"},
+      {grpc::StatusCode::INVALID_ARGUMENT, "contexts[9].anchor: 0 values (required"},
   };
   for (size_t i = 0; i < want.size(); ++i) {
     const auto& sel = resp.contexts(i);

@@ -1,0 +1,76 @@
+#include "daemon/options.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace kvtier::daemon {
+
+SummarizerOptions SummarizerOptionsOf(const Config& config) {
+  SummarizerOptions options;
+  options.encoding = config.index.summary_encoding == "fp32" ? index::SummaryEncoding::kFp32
+                                                              : index::SummaryEncoding::kFp16;
+  options.bounds = config.index.summary_bounds;
+  options.weighted = config.index.summary_weighted;
+  options.per_layer = config.index.summary_per_layer;
+  options.layer_int8 = config.index.summary_layer_encoding == "int8";
+  options.per_layer_bounds = config.index.summary_per_layer_bounds;
+  options.head_weights_min_blocks = config.index.head_weights_min_blocks;
+  return options;
+}
+
+index::SelectorOptions SelectorOptionsOf(const Config& config) {
+  const Config::Select& s = config.select;
+  index::SelectorOptions options;
+  options.grid_keep_fraction = s.grid_keep_fraction;
+  options.chunk_keep_fraction = s.chunk_keep_fraction;
+  options.page_keep_fraction = s.page_keep_fraction;
+  options.sink_blocks = static_cast<int32_t>(s.sink_blocks);
+  options.local_blocks = static_cast<int32_t>(s.local_blocks);
+  options.max_prefetch_blocks = static_cast<int32_t>(s.max_prefetch_blocks);
+  options.algorithm =
+      s.algorithm == "gemm" ? index::SelectAlgorithm::kGemm : index::SelectAlgorithm::kDescent;
+  options.stability.window_steps = static_cast<int32_t>(s.window_steps);
+  options.stability.theta = static_cast<float>(s.theta);
+  options.stability.weight = static_cast<float>(s.stability_weight);
+  options.stability.hold_threshold = static_cast<float>(s.hold_threshold);
+  options.num_threads = 1;  // one Selector per stream; streams run in parallel
+  return options;
+}
+
+ContextManagerOptions ContextManagerOptionsOf(const Config& config) {
+  ContextManagerOptions contexts;
+  contexts.pages_per_chunk = static_cast<int32_t>(config.index.pages_per_chunk);
+  contexts.chunks_per_grid = static_cast<int32_t>(config.index.chunks_per_grid);
+  contexts.vector = config.select.default_scorer == "keykey_weighted"
+                        ? index::TreeVector::kWeightedMean
+                        : index::TreeVector::kMean;
+  contexts.keep_summaries = config.index.keep_summaries;
+  contexts.keep_layer_means = config.index.summary_per_layer;
+  contexts.max_contexts = config.limits.max_contexts;
+  contexts.default_ttl_ms = config.leases.default_ttl_ms;
+  contexts.max_ttl_ms = config.leases.max_ttl_ms;
+  contexts.max_append_blocks = config.limits.max_batch_blocks;
+  return contexts;
+}
+
+absl::StatusOr<index::ScorerKind> DefaultScorerOf(const Config& config) {
+  absl::StatusOr<index::ScorerKind> scorer = index::ParseScorerKind(config.select.default_scorer);
+  if (!scorer.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key 'select.default_scorer': ", scorer.status().message()));
+  }
+  return scorer;
+}
+
+uint32_t StabilityScorersOf(const Config& config) {
+  uint32_t mask = 0;
+  for (absl::string_view name :
+       absl::StrSplit(config.select.stability_scorers, ',', absl::SkipEmpty())) {
+    absl::StatusOr<index::ScorerKind> k = index::ParseScorerKind(absl::StripAsciiWhitespace(name));
+    if (k.ok()) mask |= 1u << static_cast<uint32_t>(*k);  // validated by LoadConfig
+  }
+  return mask;
+}
+
+}  // namespace kvtier::daemon

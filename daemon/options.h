@@ -1,0 +1,33 @@
+// The options of the daemon's parts, derived from its Config in one place,
+// so that tools replaying the daemon's behaviour (the quality harness) build
+// exactly what kvtierd builds from the same configuration.
+//
+// Thread safety: pure functions.
+#ifndef KVTIER_DAEMON_OPTIONS_H_
+#define KVTIER_DAEMON_OPTIONS_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "daemon/config.h"
+#include "daemon/context_manager.h"
+#include "daemon/summarizer.h"
+#include "index/scorer.h"
+#include "index/selector.h"
+
+namespace kvtier::daemon {
+
+SummarizerOptions SummarizerOptionsOf(const Config& config);
+index::SelectorOptions SelectorOptionsOf(const Config& config);
+// store-independent parts of the context manager's options.
+ContextManagerOptions ContextManagerOptionsOf(const Config& config);
+
+// select.default_scorer; INVALID_ARGUMENT naming the key.
+absl::StatusOr<index::ScorerKind> DefaultScorerOf(const Config& config);
+
+// Bit (1 << ScorerKind) set for every scorer in select.stability_scorers.
+uint32_t StabilityScorersOf(const Config& config);
+
+}  // namespace kvtier::daemon
+
+#endif  // KVTIER_DAEMON_OPTIONS_H_
