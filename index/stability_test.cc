@@ -28,6 +28,35 @@ TEST(StabilityTest, CountsRelevantStepsInTheWindow) {
   EXPECT_FLOAT_EQ(t.Stability(0, 20), 0.0f);
 }
 
+// Regression: a block appended a moment ago had no history and lost to
+// older blocks for that alone (an engine appending each finished block got
+// less than a sliding window). A page is judged over its own life.
+TEST(StabilityTest, NewPagesAreJudgedOverTheirOwnLife) {
+  StabilityTracker t;
+  t.Resize(1);
+  for (int64_t step = 1; step <= 30; ++step) {
+    ASSERT_TRUE(t.BeginStep(step).ok());
+    t.Observe(0, true);
+    if (step == 27) t.Resize(2);  // appended at step 27
+    if (step >= 27) t.Observe(1, true);
+  }
+  EXPECT_FLOAT_EQ(t.Stability(0, 20), 1.0f);
+  EXPECT_FLOAT_EQ(t.Stability(1, 20), 1.0f);  // 4 of its 4 steps
+  ASSERT_TRUE(t.BeginStep(31).ok());
+  t.Observe(1, false);
+  EXPECT_FLOAT_EQ(t.Stability(1, 20), 4.0f / 5.0f);
+  // Once older than the window it is judged over the window.
+  for (int64_t step = 32; step <= 60; ++step) {
+    ASSERT_TRUE(t.BeginStep(step).ok());
+    t.Observe(1, step % 4 == 0);
+  }
+  EXPECT_FLOAT_EQ(t.Stability(1, 20), 5.0f / 20.0f);
+  // A page never observed has no stability (and is not rising).
+  t.Resize(3);
+  EXPECT_FLOAT_EQ(t.Stability(2, 20), 0.0f);
+  EXPECT_FALSE(t.Rising(2, 20));
+}
+
 TEST(StabilityTest, RisingMeansNewerHalfBeatsOlderHalf) {
   StabilityTracker t;
   t.Resize(2);

@@ -12,10 +12,29 @@
 #include "index/context_tree.h"
 #include "index/selector.h"
 
+#ifdef KVTIER_QUALITY_E2E
+#include "bench/quality/daemon_backend.h"
+#endif
+
 namespace kvtier::quality {
 namespace {
 
 using ::testing::HasSubstr;
+
+// Every method runs, "default" (the daemon's embedded defaults) included
+// when the daemon is linked in.
+std::vector<std::string> AllMethods() {
+#ifdef KVTIER_QUALITY_E2E
+  SetShippedDefaultsFactory(&ShippedDefaults);
+  std::vector<std::string> m = MethodNames();
+#else
+  std::vector<std::string> m;
+  for (const std::string& x : MethodNames()) {
+    if (x != "default") m.push_back(x);
+  }
+#endif
+  return m;
+}
 
 KvDump Synthetic(bool recall, int64_t tokens = 256) {
   SyntheticDumpOptions o;
@@ -58,7 +77,7 @@ TEST(ReplayTest, OracleBoundsEveryMethodAndEveryMethodRuns) {
   c.claims_stride = 8;
   MethodOptions mo;
   mo.local_blocks = 1;
-  std::vector<std::string> methods = MethodNames();
+  std::vector<std::string> methods = AllMethods();
   methods.push_back("oracle_head");
   methods.push_back("keykey_head_centered+recency:0.3");
   c.runs = StandardRuns(methods, {1.0 / 8, 1.0 / 4}, mo, true);
@@ -269,7 +288,7 @@ TEST(ReplayTest, RealDumpPrefix) {
   c.max_steps = 48;
   c.step_stride = 2;
   MethodOptions mo;
-  std::vector<std::string> methods = MethodNames();
+  std::vector<std::string> methods = AllMethods();
   methods.push_back("oracle_head");
   c.runs = StandardRuns(methods, {1.0 / 8}, mo, true);
   absl::StatusOr<ReplayResult> r = RunReplay(*d, c);
