@@ -125,7 +125,17 @@ def evaluate_model(client, model_key, args, log):
     extra, heads = {}, []
     if args.calibration:
         with open(args.calibration) as f:
-            extra["calibration"] = json.load(f)
+            calibration = json.load(f)
+        # Keep the SelectionCalibration fields; files may carry notes beside
+        # them (e.g. "model", "source").
+        fields = kvtier.v1.types_pb2.ModelProfile.DESCRIPTOR.fields_by_name.get("calibration")
+        if fields is not None:
+            known = fields.message_type.fields_by_name
+            dropped = sorted(k for k in calibration if k not in known)
+            if dropped:
+                log(f"{args.calibration}: ignoring {', '.join(dropped)} (not SelectionCalibration fields)")
+            calibration = {k: v for k, v in calibration.items() if k in known}
+        extra["calibration"] = calibration
         heads = [(h["layer"], h["q_head"]) for h in extra["calibration"].get("retrieval_heads", [])]
     if args.retrieval_heads:
         heads = [tuple(int(x) for x in h.split(":")) for h in args.retrieval_heads.split(",")]
