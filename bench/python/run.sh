@@ -24,6 +24,11 @@ export PYTHONPATH="$build/client/python"
 py=/usr/bin/python3
 "$py" "$root/bench/python/zero_copy_bench.py" --kvtierd "$build/daemon/kvtierd" \
   --json "$out/zero_copy.json" | tee "$out/zero_copy.txt"
+# The mass scorer's per-model calibrations (kvtier-eval --calibrate).
+calibration=()
+if [[ -d "$root/bench/quality/calibration" ]]; then
+  calibration=(--calibration-dir "$root/bench/quality/calibration")
+fi
 "$py" "$root/client/python/examples/decode_eval.py" --kvtierd "$build/daemon/kvtierd" \
-  --data "$data" --out "$out" "$@" | tee "$out/decode_eval.txt"
+  --data "$data" --out "$out" "${calibration[@]}" "$@" | tee "$out/decode_eval.txt"
 echo "run.sh: results in $out (results.md, results.json, zero_copy.json)"

@@ -40,7 +40,7 @@ import safetensors_io  # noqa: E402
 import kvtier  # noqa: E402
 
 MODELS = {"byte": ("model-austen-byte", "rk"), "copy": ("model-austen-copy", "rkc")}
-SCORERS = ("unspecified", "recency", "key_key")
+SCORERS = ("unspecified", "recency", "key_key", "mass")
 LOSS_TOLERANCE_NATS = 1e-3
 
 
@@ -60,8 +60,11 @@ def parse_args(argv):
     p.add_argument("--max-steps", type=int, default=None, help="decode steps per text (default: to the end)")
     p.add_argument("--anchor", default="pooled", choices=("pooled", "layer", "head"),
                    help="anchor = mean key of the last 8 tokens over layers and KV heads / per layer / per head")
-    p.add_argument("--calibration", help="JSON of SelectionCalibration fields, registered with the profile "
-                   "(needs a proto and daemon with ModelProfile.calibration)")
+    p.add_argument("--calibration", action="append", default=[], metavar="[MODEL=]FILE",
+                   help="JSON of SelectionCalibration fields registered with the profile of MODEL "
+                   "(byte, copy; every model without MODEL=); repeatable")
+    p.add_argument("--calibration-dir", help="folder of <dump model name>.json calibrations "
+                   "(e.g. bench/quality/calibration); --calibration takes precedence")
     p.add_argument("--retrieval-heads", default=None,
                    help="layer:q_head,... whose queries go with every Select as head_queries "
                    "(default: the calibration's retrieval_heads)")
@@ -88,11 +91,40 @@ def load_texts(data, model_key, per_kind):
         for i in range(per_kind):
             path = os.path.join(data, "realkv", f"{prefix}-persuasion-{kind}-{i:02d}.safetensors")
             tensors, meta = safetensors_io.read(path)
-            out.append({"name": os.path.basename(path), "kind": kind,
+            out.append({"name": os.path.basename(path), "kind": kind, "model": meta.get("model", ""),
                         "tokens": torch.from_numpy(np.array(tensors["tokens"], dtype=np.int64)),
                         "loss": float(meta["next_byte_loss_nats"])})
     model = byte_model.ByteModel.load(os.path.join(data, "models", weights + ".safetensors"))
     return model, out
+
+
+def calibration_path(args, model_key, dump_model):
+    for item in args.calibration:
+        key, sep, path = item.partition("=")
+        if not sep:
+            return item
+        if key == model_key:
+            return path
+    if args.calibration_dir:
+        path = os.path.join(args.calibration_dir, dump_model + ".json")
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def load_calibration(path, log):
+    """SelectionCalibration fields of a JSON file; other keys (notes such as
+    "model" or "source") are named and left out."""
+    with open(path) as f:
+        calibration = json.load(f)
+    field = kvtier.v1.types_pb2.ModelProfile.DESCRIPTOR.fields_by_name.get("calibration")
+    if field is None:
+        sys.exit(f"{path}: this build's ModelProfile has no calibration field")
+    known = field.message_type.fields_by_name
+    dropped = sorted(k for k in calibration if k not in known)
+    if dropped:
+        log(f"{path}: ignoring {', '.join(dropped)} (not SelectionCalibration fields)")
+    return {k: v for k, v in calibration.items() if k in known}
 
 
 def summarize(r, texts, prompt, decoded_end):
@@ -123,20 +155,11 @@ def evaluate_model(client, model_key, args, log):
     model, texts = load_texts(args.data, model_key, args.texts)
     weights = MODELS[model_key][0]
     extra, heads = {}, []
-    if args.calibration:
-        with open(args.calibration) as f:
-            calibration = json.load(f)
-        # Keep the SelectionCalibration fields; files may carry notes beside
-        # them (e.g. "model", "source").
-        fields = kvtier.v1.types_pb2.ModelProfile.DESCRIPTOR.fields_by_name.get("calibration")
-        if fields is not None:
-            known = fields.message_type.fields_by_name
-            dropped = sorted(k for k in calibration if k not in known)
-            if dropped:
-                log(f"{args.calibration}: ignoring {', '.join(dropped)} (not SelectionCalibration fields)")
-            calibration = {k: v for k, v in calibration.items() if k in known}
-        extra["calibration"] = calibration
+    path = calibration_path(args, model_key, texts[0]["model"])
+    if path:
+        extra["calibration"] = load_calibration(path, log)
         heads = [(h["layer"], h["q_head"]) for h in extra["calibration"].get("retrieval_heads", [])]
+        log(f"{model_key}: calibration {path}, retrieval heads {heads}")
     if args.retrieval_heads:
         heads = [tuple(int(x) for x in h.split(":")) for h in args.retrieval_heads.split(",")]
     profile = client.register_profile(kvtier.Profile(weights, model.num_layers, model.num_kv_heads,
