@@ -93,12 +93,7 @@ absl::Status MassScores(const KeyTable* table,
   const std::vector<float>& prior = with_queries ? c.prior : c.prior_all;
   const int64_t last = static_cast<int64_t>(prior.size()) - 1;
   for (int64_t b = 0; b < n; ++b) {
-    const int64_t d = n - 1 - b;
-    // Past its end the prior is flat; a relative 1e-6 leans its ties
-    // towards the more recent block (nothing is known beyond that).
-    out[b] = d < last ? prior[d]
-                      : prior[last] * (1.0f + 1e-6f * static_cast<float>(b + 1) /
-                                                  static_cast<float>(n));
+    out[b] = prior[std::min<int64_t>(n - 1 - b, last)];
   }
   if (!with_queries) return absl::OkStatus();
   const size_t D = static_cast<size_t>(dim);

@@ -17,8 +17,8 @@
 //   est_b = prior[d_b] + sum_i w_i softmax_b(lse_i(b)),
 //   lse_i(b) = log sum_{t in b} exp(s * q_i . k_{b,t})
 // where d_b = n - 1 - b (blocks before the context's last one; distances
-// past the prior's end use its last entry, ties there leaning by a
-// relative 1e-6 towards the more recent block), q_i the query of retrieval head
+// past the prior's end use its last entry: the Selector breaks the ties
+// of mass scores towards the more recent block), q_i the query of retrieval head
 // i (head_queries row i), k_{b,t} the int8 keys of its KV head, s the
 // calibration's softmax scale (1/sqrt(head_dim) when 0) and w_i its head
 // weight (1 when none). Without head queries: est_b = prior_all[d_b]. An

@@ -27,6 +27,11 @@ struct ScoredIndex {
 inline bool Better(const ScoredIndex& a, const ScoredIndex& b) {
   return a.score > b.score || (a.score == b.score && a.index < b.index);
 }
+// The mass scorer's ties (a calibration's prior is flat past its end) go to
+// the more recent block.
+inline bool BetterRecent(const ScoredIndex& a, const ScoredIndex& b) {
+  return a.score > b.score || (a.score == b.score && a.index > b.index);
+}
 
 // Moves the best `k` items of *v to its front; then, while the weight of the
 // kept items is below `target_weight`, keeps the next best ones. Returns the
@@ -630,7 +635,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   const size_t k = std::min<size_t>(free, s->pool.size());
   if (k < s->pool.size()) {
     std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(),
-                     Better);
+                     r.scorer == ScorerKind::kMass ? BetterRecent : Better);
   }
   for (int64_t p = 0; p < sinks; ++p) out->blocks.push_back(p);
   for (size_t i = 0; i < k; ++i) out->blocks.push_back(s->pool[i].index);

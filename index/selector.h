@@ -30,8 +30,9 @@
 // even when the masks skipped them this step; the remaining budget goes to
 // the best
 //   (1 - stability.weight) * affinity + stability.weight * stability
-// (ties to the lower page index). Rising pages (stability.h) that were not
-// chosen are returned as prefetch candidates, most stable first.
+// (ties to the lower page index; for kMass to the higher, more recent one).
+// Rising pages (stability.h) that were not chosen are returned as prefetch
+// candidates, most stable first.
 //
 // kGemm scores every level of every context of a batch in one pass over the
 // stacked rows (the shape a GPU kernel takes), then masks. kDescent scores
