@@ -145,7 +145,7 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
   // The defaults the quality harness supports (docs/QUALITY.md).
   EXPECT_EQ(config->select.default_scorer, "mass");
   EXPECT_DOUBLE_EQ(config->select.grid_keep_fraction, 0.5);
-  EXPECT_EQ(config->select.window_steps, 32u);
+  EXPECT_EQ(config->select.window_steps, 64u);
   EXPECT_EQ(config->Flatten().at("select.theta"), "0.8");
   config = LoadConfig("", {"select.theta=0.7", "tiers.keydiff.age_weight=1",
                            "tiers.placement=lru", "select.default_scorer=keykey_weighted",

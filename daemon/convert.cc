@@ -40,6 +40,7 @@ index::SelectionCalibration FromProto(const v1::SelectionCalibration& c) {
   out.prior_all.assign(c.prior_all().begin(), c.prior_all().end());
   out.head_weights.assign(c.head_weights().begin(), c.head_weights().end());
   out.softmax_scale = c.softmax_scale();
+  out.head_min_mass = c.head_min_mass();
   return out;
 }
 

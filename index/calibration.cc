@@ -92,6 +92,10 @@ absl::Status ValidateCalibration(const SelectionCalibration& c,
                        ") must be in (0, 1]"));
     }
   }
+  if (!(c.head_min_mass >= 0 && c.head_min_mass < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration.head_min_mass (", c.head_min_mass, ") must be in [0, 1)"));
+  }
   if (!std::isfinite(c.softmax_scale) || c.softmax_scale < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("calibration.softmax_scale (", c.softmax_scale,

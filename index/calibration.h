@@ -19,6 +19,10 @@
 //                    on stored blocks (1 - its mass on the engine's own
 //                    partial block), in (0, 1]; empty means 1 for each.
 //   softmax_scale    the model's attention scale; 0 means 1/sqrt(head_dim).
+//   head_min_mass    a retrieval head's estimated attention on a block
+//                    counts only from this share up, in [0, 1): below it the
+//                    head has no target worth a block (its attention is
+//                    spread), and the prior decides. 0 counts everything.
 //
 // Calibrations are computed offline from real attention (kvtier-eval
 // --calibrate, bench/quality/calibrate.h) and registered with the profile.
@@ -51,6 +55,7 @@ struct SelectionCalibration {
   std::vector<float> prior_all;
   std::vector<float> head_weights;
   float softmax_scale = 0.0f;
+  float head_min_mass = 0.0f;
 
   bool calibrated() const { return num_q_heads > 0; }
   friend bool operator==(const SelectionCalibration&,
@@ -62,7 +67,8 @@ struct SelectionCalibration {
 // retrieval heads within [0, layers) x [0, num_q_heads), distinct, at most
 // kMaxRetrievalHeads; prior and prior_all of equal length in [1,
 // kMaxPriorBlocks], finite and >= 0; head_weights empty or one per
-// retrieval head in (0, 1]; softmax_scale finite and >= 0. Otherwise
+// retrieval head in (0, 1]; softmax_scale finite and >= 0; head_min_mass in
+// [0, 1). Otherwise
 // InvalidArgument naming the field ("calibration.prior[3]", ...).
 absl::Status ValidateCalibration(const SelectionCalibration& calibration,
                                  const BlockLayout& layout);

@@ -4,16 +4,16 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "index/simd.h"
 #include "index/unit_vector.h"
 
 namespace kvtier::index {
 namespace {
 
-// sum_d q[d] * x[d] for int8 q, float x (fixed order, vectorisable).
 inline float DotInt8(const int8_t* q, const float* x, size_t n) {
-  float acc = 0.0f;
-  for (size_t d = 0; d < n; ++d) acc += static_cast<float>(q[d]) * x[d];
-  return acc;
+  float out;
+  simd::DotRowsInt8(q, 1, n, n, x, &out);
+  return out;
 }
 
 }  // namespace
@@ -125,24 +125,25 @@ absl::Status MassScores(const KeyTable* table,
     for (int64_t b = 0; b < n; ++b) {
       const int8_t* k = table->HeadKeys(b, slot);
       const double f = softmax_scale * qmax * table->HeadScale(b, slot);
-      double m = -INFINITY, sum = 0;
+      s->logits.resize(T);
+      simd::DotRowsInt8(k, T, D, D, s->row.data(), s->logits.data());
+      // lse = f * max + log sum exp(f * (dot - max)): the exponents are <= 0,
+      // so float exp cannot overflow whatever the query's scale.
+      float top_dot = s->logits[0];
+      for (int32_t t = 1; t < T; ++t) top_dot = std::max(top_dot, s->logits[t]);
+      float sum = 0.0f;
       for (int32_t t = 0; t < T; ++t) {
-        const double logit = f * DotInt8(k + t * D, s->row.data(), D);
-        if (logit > m) {
-          sum = sum * std::exp(m - logit) + 1.0;
-          m = logit;
-        } else {
-          sum += std::exp(logit - m);
-        }
+        sum += std::exp(static_cast<float>(f * (s->logits[t] - top_dot)));
       }
-      s->lse[b] = m + std::log(sum);
+      s->lse[b] = f * top_dot + std::log(static_cast<double>(sum));
       top = std::max(top, s->lse[b]);
     }
     double z = 0;
     for (int64_t b = 0; b < n; ++b) z += std::exp(s->lse[b] - top);
     const double w = c.head_weights.empty() ? 1.0 : c.head_weights[i];
     for (int64_t b = 0; b < n; ++b) {
-      out[b] += static_cast<float>(w * std::exp(s->lse[b] - top) / z);
+      const double p = std::exp(s->lse[b] - top) / z;
+      if (p >= c.head_min_mass) out[b] += static_cast<float>(w * p);
     }
   }
   return absl::OkStatus();

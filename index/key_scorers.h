@@ -23,7 +23,8 @@
 // calibration's softmax scale (1/sqrt(head_dim) when 0) and w_i its head
 // weight (1 when none). Without head queries: est_b = prior_all[d_b]. An
 // uncalibrated context scores est_b = (b + 1) / n, i.e. recency: the
-// sliding window.
+// sliding window. A head's term counts only where its softmax share is at
+// least the calibration's head_min_mass.
 //
 // Both are finite for any finite input: cosines are computed on unit
 // vectors found with scale-safe norms (unit_vector.h), logits in double.
@@ -49,6 +50,7 @@ struct KeyScorerScratch {
   std::vector<float> centre;   // [L][D] unit mean directions
   std::vector<double> lse;     // [N]
   std::vector<float> row;      // [D]
+  std::vector<float> logits;   // [T]
 };
 
 // out[b] for b in [0, table.size()). Requires anchor.size() ==

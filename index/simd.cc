@@ -64,6 +64,21 @@ void DotRowsHalfScalar(const uint16_t* rows, size_t nrows, size_t dim,
   }
 }
 
+void DotRowsInt8Scalar(const int8_t* rows, size_t nrows, size_t stride,
+                       size_t dim, const float* q, float* out) {
+  for (size_t r = 0; r < nrows; ++r) {
+    const int8_t* row = rows + r * stride;
+    float acc[4] = {0, 0, 0, 0};
+    size_t d = 0;
+    for (; d + 4 <= dim; d += 4) {
+      for (size_t j = 0; j < 4; ++j) acc[j] += row[d + j] * q[d + j];
+    }
+    float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+    for (; d < dim; ++d) sum += row[d] * q[d];
+    out[r] = sum;
+  }
+}
+
 float DotScalar(const float* a, const float* b, size_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   size_t i = 0;
@@ -165,6 +180,33 @@ KVTIER_AVX2 void DotRowsHalfAvx2(const uint16_t* rows, size_t nrows, size_t dim,
   }
 }
 
+KVTIER_AVX2 inline __m256 LoadInt8x8(const int8_t* p) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+}
+
+KVTIER_AVX2 void DotRowsInt8Avx2(const int8_t* rows, size_t nrows,
+                                 size_t stride, size_t dim, const float* q,
+                                 float* out) {
+  const size_t body = dim & ~size_t{7};
+  for (size_t r = 0; r < nrows; ++r) {
+    const int8_t* row = rows + r * stride;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    size_t d = 0;
+    for (; d + 16 <= body; d += 16) {
+      a0 = _mm256_fmadd_ps(LoadInt8x8(row + d), _mm256_loadu_ps(q + d), a0);
+      a1 = _mm256_fmadd_ps(LoadInt8x8(row + d + 8), _mm256_loadu_ps(q + d + 8),
+                           a1);
+    }
+    for (; d < body; d += 8) {
+      a0 = _mm256_fmadd_ps(LoadInt8x8(row + d), _mm256_loadu_ps(q + d), a0);
+    }
+    float sum = HorizontalSum256(_mm256_add_ps(a0, a1));
+    for (; d < dim; ++d) sum += row[d] * q[d];
+    out[r] = sum;
+  }
+}
+
 KVTIER_AVX2 float DotAvx2(const float* a, const float* b, size_t n) {
   __m256 acc = _mm256_setzero_ps();
   size_t i = 0;
@@ -249,6 +291,8 @@ struct Kernels {
   void (*float_to_half)(const float*, uint16_t*, size_t) = FloatToHalfScalar;
   void (*dot_rows_half)(const uint16_t*, size_t, size_t, const float*,
                         float*) = DotRowsHalfScalar;
+  void (*dot_rows_int8)(const int8_t*, size_t, size_t, size_t, const float*,
+                        float*) = DotRowsInt8Scalar;
   float (*dot)(const float*, const float*, size_t) = DotScalar;
   absl::string_view isa = "scalar";
 };
@@ -265,6 +309,7 @@ Kernels Detect() {
     k.bfloat_to_float = BfloatToFloatAvx2;
     k.float_to_half = FloatToHalfAvx2;
     k.dot_rows_half = DotRowsHalfAvx2;
+    k.dot_rows_int8 = DotRowsInt8Avx2;
     k.dot = DotAvx2;
     k.isa = "avx2";
     if (__builtin_cpu_supports("avx512f") &&
@@ -339,6 +384,11 @@ void FloatToHalfN(const float* src, uint16_t* dst, size_t n) {
 void DotRowsHalf(const uint16_t* rows, size_t nrows, size_t dim, const float* q,
                  float* out) {
   Active().dot_rows_half(rows, nrows, dim, q, out);
+}
+
+void DotRowsInt8(const int8_t* rows, size_t nrows, size_t stride, size_t dim,
+                 const float* q, float* out) {
+  Active().dot_rows_int8(rows, nrows, stride, dim, q, out);
 }
 
 float Dot(const float* a, const float* b, size_t n) {

@@ -37,6 +37,11 @@ void FloatToHalfN(const float* src, uint16_t* dst, size_t n);
 void DotRowsHalf(const uint16_t* rows, size_t nrows, size_t dim, const float* q,
                  float* out);
 
+// out[r] = sum_d rows[r * stride + d] * q[d] for r in [0, nrows), int8 rows
+// (stride >= dim elements between rows), accumulated in float.
+void DotRowsInt8(const int8_t* rows, size_t nrows, size_t stride, size_t dim,
+                 const float* q, float* out);
+
 // sum_i a[i] * b[i], accumulated in float with a fixed order.
 float Dot(const float* a, const float* b, size_t n);
 

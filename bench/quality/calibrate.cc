@@ -75,8 +75,29 @@ HeadPriors MeasurePriors(const KvDump& dump, const ReplayData& data,
   return out;
 }
 
+// Non-increasing least-squares fit (pool adjacent violators): the prior of
+// the heads that are not retrieval heads falls with distance; bumps far
+// back in one calibration text are what the retrieval heads are for, and
+// they would not repeat at the same distances in another text.
+void MakeNonIncreasing(std::vector<double>* v) {
+  std::vector<std::pair<double, int64_t>> pools;  // mean, count
+  for (double x : *v) {
+    pools.push_back({x, 1});
+    while (pools.size() > 1 && pools[pools.size() - 2].first < pools.back().first) {
+      const auto [m1, n1] = pools.back();
+      pools.pop_back();
+      auto& [m0, n0] = pools.back();
+      m0 = (m0 * n0 + m1 * n1) / (n0 + n1);
+      n0 += n1;
+    }
+  }
+  v->clear();
+  for (const auto& [m, n] : pools) v->insert(v->end(), n, m);
+}
+
 index::SelectionCalibration Build(const KvDump& dump, const HeadPriors& p,
-                                  const std::vector<int32_t>& heads) {
+                                  const std::vector<int32_t>& heads,
+                                  float head_min_mass) {
   index::SelectionCalibration c;
   c.num_q_heads = dump.num_q_heads;
   const size_t K = p.prior.empty() ? 1 : p.prior[0].size();
@@ -89,8 +110,11 @@ index::SelectionCalibration Build(const KvDump& dump, const HeadPriors& p,
       if (!retrieval) prior[d] += p.prior[h][d];
     }
   }
+  MakeNonIncreasing(&prior);
+  MakeNonIncreasing(&all);
   c.prior.assign(prior.begin(), prior.end());
   c.prior_all.assign(all.begin(), all.end());
+  c.head_min_mass = head_min_mass;
   for (int32_t h : heads) {
     c.retrieval_heads.push_back({h / dump.num_q_heads, h % dump.num_q_heads});
     c.head_weights.push_back(
@@ -107,6 +131,9 @@ std::string HeadName(const KvDump& dump, int32_t h) {
 
 absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump,
                                             const CalibrateOptions& o) {
+  if (!(o.head_min_mass >= 0 && o.head_min_mass < 1)) {
+    return absl::InvalidArgumentError("calibrate: head_min_mass must be in [0, 1)");
+  }
   if (!(o.budget > 0 && o.budget <= 1) || o.max_heads < 0 ||
       o.max_heads > index::kMaxRetrievalHeads || !(o.min_gain >= 0) ||
       o.sink_blocks < 0 || o.local_blocks < 0) {
@@ -151,7 +178,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump,
       spec.options.sink_blocks = o.sink_blocks;
       spec.options.local_blocks = o.local_blocks;
       spec.options.stability = StabilityMode::kOff;
-      spec.options.calibration = Build(dump, priors, heads);
+      spec.options.calibration = Build(dump, priors, heads, 0.0f);
       rc.runs.push_back(spec);
     }
     absl::StatusOr<ReplayResult> r = RunReplay(dump, rc);
@@ -191,7 +218,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump,
                                  round_best));
     }
   }
-  result.calibration = Build(dump, priors, chosen);
+  result.calibration = Build(dump, priors, chosen, o.head_min_mass);
   return result;
 }
 
@@ -217,6 +244,8 @@ std::string CalibrationToJson(const CalibrationResult& r) {
                       ",\n  \"head_weights\": ", floats(c.head_weights),
                       ",\n  \"softmax_scale\": ",
                       absl::StrFormat("%.9g", c.softmax_scale),
+                      ",\n  \"head_min_mass\": ",
+                      absl::StrFormat("%.9g", c.head_min_mass),
                       ",\n  \"prior\": ", floats(c.prior),
                       ",\n  \"prior_all\": ", floats(c.prior_all), "\n}\n");
 }
@@ -277,6 +306,10 @@ absl::StatusOr<CalibrationResult> CalibrationFromJson(absl::string_view text) {
   if (const JsonValue* s = v->Find("softmax_scale"); s != nullptr) {
     if (s->type != JsonValue::Type::kNumber) return bad("softmax_scale");
     c.softmax_scale = static_cast<float>(s->number);
+  }
+  if (const JsonValue* s = v->Find("head_min_mass"); s != nullptr) {
+    if (s->type != JsonValue::Type::kNumber) return bad("head_min_mass");
+    c.head_min_mass = static_cast<float>(s->number);
   }
   return r;
 }

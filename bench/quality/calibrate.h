@@ -6,7 +6,9 @@
 //      d blocks before the last one, over every step (sink blocks left out:
 //      they are always selected). Distances seen in fewer than 1/8 of the
 //      steps are pooled into the last entry, which stands for every larger
-//      distance.
+//      distance. The summed priors are then made non-increasing in distance
+//      (pool adjacent violators): far bumps of one text are the retrieval
+//      heads' business, so the prior alone ranks like a sliding window.
 //   2. Head weights: each head's mean share of attention on stored blocks.
 //   3. Retrieval heads, greedily: starting from the prior alone, each round
 //      replays the dump through the daemon's own mass scorer (in process,
@@ -45,6 +47,10 @@ struct CalibrateOptions {
   int32_t local_blocks = 1;  // as select.local_blocks
   int32_t max_heads = 8;     // 0..kMaxRetrievalHeads
   double min_gain = 0.005;
+  // Written into the calibration; the head search itself runs without it
+  // (the gate is chosen on next-byte loss in a real decode loop, which a
+  // replay of saved tensors cannot show: docs/QUALITY.md).
+  float head_min_mass = 0.0f;
   // Called after each greedy round with a one-line summary (may be empty).
   std::function<void(const std::string&)> progress;
 };

@@ -56,6 +56,7 @@ v1::SelectionCalibration ToProto(const index::SelectionCalibration& c) {
   for (float x : c.prior_all) p.add_prior_all(x);
   for (float x : c.head_weights) p.add_head_weights(x);
   p.set_softmax_scale(c.softmax_scale);
+  p.set_head_min_mass(c.head_min_mass);
   return p;
 }
 

@@ -82,6 +82,7 @@ struct Flags {
   std::string calibrate_budget = "1/8";
   int32_t calibrate_max_heads = 8;
   double calibrate_min_gain = 0.005;
+  float calibrate_head_min_mass = 0.0f;
 };
 
 const char* kDefaultMixes[] = {
@@ -188,6 +189,7 @@ absl::Status RunCalibrate(const Flags& f) {
   co.local_blocks = f.local_blocks;
   co.max_heads = f.calibrate_max_heads;
   co.min_gain = f.calibrate_min_gain;
+  co.head_min_mass = f.calibrate_head_min_mass;
   co.progress = [](const std::string& line) {
     std::printf("  %s\n", line.c_str());
     std::fflush(stdout);
@@ -544,6 +546,10 @@ int main(int argc, char** argv) {
   app.add_option("--calibrate-max-heads", f.calibrate_max_heads)
       ->capture_default_str();
   app.add_option("--calibrate-min-gain", f.calibrate_min_gain)
+      ->capture_default_str();
+  app.add_option("--calibrate-head-min-mass", f.calibrate_head_min_mass,
+                 "the calibration's head_min_mass (chosen on next-byte loss "
+                 "in the decode loop, docs/QUALITY.md)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 #ifdef KVTIER_QUALITY_E2E

@@ -28,6 +28,7 @@ const std::map<std::string, ScorerKind>& DaemonScorers() {
       {"keykey_perlayer", ScorerKind::kKeyKey},
       {"mass", ScorerKind::kMass},
       {"mass_prior", ScorerKind::kMass},
+      {"mass_ungated", ScorerKind::kMass},
       // The daemon's embedded defaults (the scorer is theirs).
       {"default", ScorerKind::kMass},
   };
@@ -42,7 +43,7 @@ struct Sends {
 Sends SendsOf(const std::string& name, ScorerKind kind) {
   Sends s;
   s.per_layer_anchor = name == "keykey_perlayer";
-  s.head_queries = name == "mass" || name == "default";
+  s.head_queries = name == "mass" || name == "mass_ungated" || name == "default";
   return s;
 }
 
@@ -404,7 +405,8 @@ const std::vector<std::string>& MethodNames() {
   static const auto* v = [] {
     auto* out = new std::vector<std::string>{
         "streamingllm", "random", "quest", "arkvale", "keydiff", "keykey",
-        "keykey_weighted", "keykey_perlayer", "mass", "mass_prior", "default"};
+        "keykey_weighted", "keykey_perlayer", "mass", "mass_prior", "mass_ungated",
+        "default"};
     for (const std::string& h : HarnessNames()) out->push_back(h);
     return out;
   }();
@@ -472,6 +474,7 @@ absl::StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name,
     config.recency_weight = o.recency_weight;
   }
   config.calibration = o.calibration ? *o.calibration : data.calibration;
+  if (name == "mass_ungated") config.calibration.head_min_mass = 0.0f;
   absl::StatusOr<std::unique_ptr<SelectionBackend>> backend =
       o.endpoint.empty() ? MakeInProcessBackend(config)
                          : MakeDaemonBackend(config, o.endpoint);

@@ -12,6 +12,8 @@
 //                    centred, mixed with recency: key_scorers.h)
 //   mass             kMass with the calibration's head queries
 //   mass_prior       kMass without head queries (the distance prior alone)
+//   mass_ungated     kMass with head queries and the calibration's
+//                    head_min_mass set to 0 (every retrieval share counts)
 //   default          the daemon's embedded defaults (deploy/kvtierd.toml),
 //                    sending what docs/API.md tells an engine to send: the
 //                    pooled anchor, and head queries for a calibrated

@@ -5,7 +5,9 @@ usage: plot.py RESULTS_CSV OUT_DIR
 
   recall_vs_budget.png  per dump group: share of the oracle's mass beyond
                         the always-kept blocks, and total attention recall,
-                        against the budget (raw ranking), one line a method
+                        against the budget (raw ranking), one line a method,
+                        one step ahead (chosen at t - 1, used at t)
+  recall_vs_budget_at.png  the same, chosen and used at step t
   churn_vs_window.png   stability sweep: blocks loaded per step and share
                         against the stability window W, one line per
                         (method, rule, weight)
@@ -22,13 +24,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 # Methods drawn in the budget plot (others stay in the tables), with styles.
 SHOWN = {
     "oracle": dict(color="black", lw=2.2),
+    "default": dict(color="tab:red", lw=3.0, zorder=6),
+    "mass_ungated": dict(color="tab:red", lw=1.4, ls="--", zorder=6),
+    "keykey_perlayer": dict(color="tab:pink", lw=1.6, ls="-."),
     "streamingllm": dict(color="tab:gray", lw=3.0, ls=":"),
     "random": dict(color="lightgray", lw=1.2),
     "keykey": dict(color="tab:blue", lw=2.0),
     "keykey_weighted": dict(color="tab:cyan", lw=1.2),
     "keykey (tuned)": dict(color="tab:blue", lw=2.0, ls="--"),
-    "keykey_layer_centered+recency:0.5": dict(color="tab:red", lw=1.6,
-                                              zorder=5),
+    "keykey_layer_centered+recency:0.5": dict(color="tab:orange", lw=1.0,
+                                              ls=":"),
     "keykey_head_centered": dict(color="tab:pink", lw=1.2),
     "keykey_flat+recency:0.5": dict(color="tab:purple", lw=1.2),
     "quest": dict(color="tab:olive", lw=1.2, ls="--"),
@@ -45,7 +50,10 @@ def load(path):
         return list(csv.DictReader(f))
 
 
-def budget_plot(rows, out):
+def budget_plot(rows, out, timing):
+    rows = [r for r in rows if r.get("timing", "at") == timing]
+    if not rows:
+        return
     groups = sorted({r["group"] for r in rows}, key=lambda g: (g == "all", g))
     fig, axes = plt.subplots(2, len(groups), figsize=(5.2 * len(groups), 8.5),
                              squeeze=False)
@@ -74,7 +82,9 @@ def budget_plot(rows, out):
             ax.set_title(group)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
-    fig.tight_layout(rect=(0, 0.09, 1, 1))
+    fig.suptitle("one step ahead (chosen at t - 1, used at t)" if timing == "ahead"
+                 else "at step t (chosen and used at t)")
+    fig.tight_layout(rect=(0, 0.09, 1, 0.97))
     fig.savefig(out, dpi=110)
 
 
@@ -88,6 +98,7 @@ def parse_setting(variant):
 def churn_plot(rows, out):
     sweep = [r for r in rows
              if r["group"] == "all" and r["variant"].startswith("sweep:")]
+    # The sweeps run at one timing (ahead when both are replayed).
     if not sweep:
         groups = {r["group"] for r in rows}
         group = sorted(groups)[0]
@@ -138,7 +149,8 @@ def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     rows = load(sys.argv[1])
-    budget_plot(rows, f"{sys.argv[2]}/recall_vs_budget.png")
+    budget_plot(rows, f"{sys.argv[2]}/recall_vs_budget.png", "ahead")
+    budget_plot(rows, f"{sys.argv[2]}/recall_vs_budget_at.png", "at")
     churn_plot(rows, f"{sys.argv[2]}/churn_vs_window.png")
 
 

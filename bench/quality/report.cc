@@ -21,6 +21,7 @@ bool StartsWith(const std::string& s, absl::string_view prefix) {
 
 std::string MethodKind(const std::string& m) {
   if (m == "oracle" || m == "oracle_head") return "reference";
+  if (StartsWith(m, "mass") || m == "default") return "kvtier (calibrated)";
   if (IsKvtierMethod(m)) return "kvtier (keys)";
   if (m == "quest" || m == "arkvale" || m == "quest_head" ||
       m == "arkvale_head" || m == "meankey_head") {
@@ -291,7 +292,7 @@ std::string BudgetLabel(double f) {
 }
 
 bool IsKvtierMethod(const std::string& m) {
-  if (StartsWith(m, "keykey")) return true;
+  if (StartsWith(m, "keykey") || StartsWith(m, "mass") || m == "default") return true;
   return m.find("+") != std::string::npos &&
          m.find("keykey") != std::string::npos &&
          m.find("h2o") == std::string::npos &&
