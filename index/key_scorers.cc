@@ -8,15 +8,6 @@
 #include "index/unit_vector.h"
 
 namespace kvtier::index {
-namespace {
-
-inline float DotInt8(const int8_t* q, const float* x, size_t n) {
-  float out;
-  simd::DotRowsInt8(q, 1, n, n, x, &out);
-  return out;
-}
-
-}  // namespace
 
 absl::Status LayerKeyKeyScores(const KeyTable& table,
                                absl::Span<const float> anchor, bool centered,
@@ -51,25 +42,36 @@ absl::Status LayerKeyKeyScores(const KeyTable& table,
     anorm[l] = std::sqrt(std::max(0.0, 1.0 - dot * dot));
   }
   const double inv_layers = 1.0 / L;
-  for (int64_t b = 0; b < n; ++b) {
-    double total = 0;
-    for (int32_t l = 0; l < L; ++l) {
-      const int8_t* q = table.LayerRow(b, l);
+  // One strided pass over the context per layer (and per vector).
+  s->total.assign(n, 0.0);
+  s->ra.resize(n);
+  s->ru.resize(n);
+  const size_t stride = static_cast<size_t>(L) * D;
+  for (int32_t l = 0; l < L; ++l) {
+    simd::DotRowsInt8(table.LayerRow(0, l), n, stride, D, &s->unit[l * D],
+                      s->ra.data());
+    if (centered) {
+      simd::DotRowsInt8(table.LayerRow(0, l), n, stride, D, &s->centre[l * D],
+                        s->ru.data());
+    }
+    for (int64_t b = 0; b < n; ++b) {
       const double scale = table.LayerScale(b, l);
-      double ra = scale * DotInt8(q, &s->unit[l * D], D);
+      double ra = scale * s->ra[b];
       double r2 = table.LayerNorm2(b, l);
       double an = 1.0;
       if (centered) {
-        const double ru = scale * DotInt8(q, &s->centre[l * D], D);
+        const double ru = scale * s->ru[b];
         ra -= ru * au[l];
         r2 -= ru * ru;
         an = anorm[l];
       }
       double cos = 0;
       if (r2 > 0 && an > 0) cos = ra / (std::sqrt(r2) * an);
-      total += 0.5 * (1.0 + std::clamp(cos, -1.0, 1.0));
+      s->total[b] += 0.5 * (1.0 + std::clamp(cos, -1.0, 1.0));
     }
-    out[b] = static_cast<float>(total * inv_layers);
+  }
+  for (int64_t b = 0; b < n; ++b) {
+    out[b] = static_cast<float>(s->total[b] * inv_layers);
   }
   return absl::OkStatus();
 }
@@ -121,28 +123,46 @@ absl::Status MassScores(const KeyTable* table,
     // comes back in double.
     for (size_t d = 0; d < D; ++d) s->row[d] = q[d] / qmax;
     const int32_t slot = slots[i];
+    // Pass 1: every token's dot and each block's largest logit.
+    s->logits.resize(static_cast<size_t>(n) * T);
+    s->top.resize(n);
     double top = -INFINITY;
     for (int64_t b = 0; b < n; ++b) {
-      const int8_t* k = table->HeadKeys(b, slot);
+      float* l = &s->logits[b * T];
+      simd::DotRowsInt8(table->HeadKeys(b, slot), T, D, D, s->row.data(), l);
+      float top_dot = l[0];
+      for (int32_t t = 1; t < T; ++t) top_dot = std::max(top_dot, l[t]);
       const double f = softmax_scale * qmax * table->HeadScale(b, slot);
-      s->logits.resize(T);
-      simd::DotRowsInt8(k, T, D, D, s->row.data(), s->logits.data());
-      // lse = f * max + log sum exp(f * (dot - max)): the exponents are <= 0,
-      // so float exp cannot overflow whatever the query's scale.
-      float top_dot = s->logits[0];
-      for (int32_t t = 1; t < T; ++t) top_dot = std::max(top_dot, s->logits[t]);
-      float sum = 0.0f;
-      for (int32_t t = 0; t < T; ++t) {
-        sum += std::exp(static_cast<float>(f * (s->logits[t] - top_dot)));
-      }
-      s->lse[b] = f * top_dot + std::log(static_cast<double>(sum));
-      top = std::max(top, s->lse[b]);
+      s->top[b] = f * top_dot;
+      top = std::max(top, s->top[b]);
     }
+    // Pass 2: lse = f * max + log sum exp(f * (dot - max)) (exponents <= 0,
+    // so exp cannot overflow whatever the query's scale). A block whose
+    // largest logit is kSkip below the best one weighs under e^-kSkip * T
+    // in the softmax: its largest logit stands for it.
+    constexpr double kSkip = 30.0;
     double z = 0;
-    for (int64_t b = 0; b < n; ++b) z += std::exp(s->lse[b] - top);
+    for (int64_t b = 0; b < n; ++b) {
+      double lse = s->top[b];
+      if (s->top[b] > top - kSkip) {
+        const double f = softmax_scale * qmax * table->HeadScale(b, slot);
+        const float* l = &s->logits[b * T];
+        float top_dot = l[0];
+        for (int32_t t = 1; t < T; ++t) top_dot = std::max(top_dot, l[t]);
+        lse += std::log(static_cast<double>(simd::SumExpBelow(
+            l, T, static_cast<float>(std::min(f, 1e30)), top_dot)));
+      }
+      s->lse[b] = lse;
+    }
+    double lse_top = -INFINITY;
+    for (int64_t b = 0; b < n; ++b) lse_top = std::max(lse_top, s->lse[b]);
+    for (int64_t b = 0; b < n; ++b) {
+      s->lse[b] = s->lse[b] > lse_top - 80 ? std::exp(s->lse[b] - lse_top) : 0.0;
+      z += s->lse[b];
+    }
     const double w = c.head_weights.empty() ? 1.0 : c.head_weights[i];
     for (int64_t b = 0; b < n; ++b) {
-      const double p = std::exp(s->lse[b] - top) / z;
+      const double p = s->lse[b] / z;
       if (p >= c.head_min_mass) out[b] += static_cast<float>(w * p);
     }
   }

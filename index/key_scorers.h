@@ -49,8 +49,11 @@ struct KeyScorerScratch {
   std::vector<float> unit;     // [L][D] unit anchor rows
   std::vector<float> centre;   // [L][D] unit mean directions
   std::vector<double> lse;     // [N]
+  std::vector<double> top;     // [N] largest logit per block
   std::vector<float> row;      // [D]
-  std::vector<float> logits;   // [T]
+  std::vector<float> logits;   // [N][T]
+  std::vector<float> ra, ru;   // [N] per-layer dots
+  std::vector<double> total;   // [N]
 };
 
 // out[b] for b in [0, table.size()). Requires anchor.size() ==

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "index/context_index.h"
 #include "index/selector.h"
+#include "index/simd.h"
 #include "index/summary_codec.h"
 #include "tests/testutil/synthetic.h"
 
@@ -65,6 +68,37 @@ std::vector<SyntheticPayload> Payloads(int n) {
   std::vector<SyntheticPayload> out;
   for (int i = 0; i < n; ++i) out.push_back(MakeBlockPayload(Layout(), 100 + i, {}));
   return out;
+}
+
+TEST(SimdTest, Int8RowDotsAndExpSumsMatchScalarReferences) {
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<int> q8(-127, 127);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (size_t dim : {1, 7, 16, 37, 128}) {
+    const size_t rows = 9, stride = dim + 5;
+    std::vector<int8_t> m(rows * stride);
+    for (int8_t& x : m) x = static_cast<int8_t>(q8(rng));
+    std::vector<float> q(dim), out(rows);
+    for (float& x : q) x = n(rng);
+    simd::DotRowsInt8(m.data(), rows, stride, dim, q.data(), out.data());
+    for (size_t r = 0; r < rows; ++r) {
+      double want = 0;
+      for (size_t d = 0; d < dim; ++d) want += double{q[d]} * m[r * stride + d];
+      EXPECT_NEAR(out[r], want, 1e-3 * (1 + std::fabs(want))) << dim << "," << r;
+    }
+  }
+  for (size_t len : {1, 8, 13, 64}) {
+    std::vector<float> x(len);
+    for (float& v : x) v = n(rng) * 5;
+    const float top = *std::max_element(x.begin(), x.end());
+    for (float scale : {0.0f, 0.3f, 3.0f, 1e30f}) {
+      double want = 0;
+      for (float v : x) want += std::exp(std::max(-87.0, double{scale} * (v - top)));
+      if (scale == 1e30f) want = std::count(x.begin(), x.end(), top);
+      EXPECT_NEAR(simd::SumExpBelow(x.data(), len, scale, top), want, 1e-6 * want)
+          << len << "," << scale;
+    }
+  }
 }
 
 TEST(CalibrationTest, KeyHeadsAndSlotsFollowGqaGroups) {
@@ -197,7 +231,7 @@ TEST(KeyTableTest, RefusesSummariesWithoutWhatTheContextNeeds) {
 // Direct double-precision references over the dequantised table rows.
 double LayerCos(const KeyTable& t, int64_t b, int32_t l, const float* a, bool centered) {
   std::vector<double> r(kD), x(a, a + kD), u(kD, 0);
-  for (int32_t d = 0; d < kD; ++d) r[d] = double{t.LayerRow(b, l)[d]} * t.LayerScale(b, l);
+  for (int32_t d = 0; d < kD; ++d) r[d] = static_cast<double>(t.LayerRow(b, l)[d]) * t.LayerScale(b, l);
   if (centered) {
     double n = 0;
     for (int32_t d = 0; d < kD; ++d) {

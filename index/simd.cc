@@ -1,5 +1,6 @@
 #include "index/simd.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -77,6 +78,29 @@ void DotRowsInt8Scalar(const int8_t* rows, size_t nrows, size_t stride,
     for (; d < dim; ++d) sum += row[d] * q[d];
     out[r] = sum;
   }
+}
+
+// exp(y) for y in [-87, 0]: y = k ln2 + r, |r| <= ln2 / 2, exp(r) by a
+// degree-6 polynomial (Cephes expf), 2^k by the exponent bits.
+inline float ExpNonPositive(float y) {
+  y = std::max(y, -87.0f);
+  const float k = std::nearbyint(y * 1.44269504088896341f);
+  float r = y - k * 0.693359375f;
+  r = r + k * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * BitsFloat(static_cast<uint32_t>(static_cast<int32_t>(k) + 127) << 23);
+}
+
+float SumExpBelowScalar(const float* x, size_t n, float scale, float shift) {
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) sum += ExpNonPositive(scale * (x[i] - shift));
+  return sum;
 }
 
 float DotScalar(const float* a, const float* b, size_t n) {
@@ -207,6 +231,36 @@ KVTIER_AVX2 void DotRowsInt8Avx2(const int8_t* rows, size_t nrows,
   }
 }
 
+KVTIER_AVX2 float SumExpBelowAvx2(const float* x, size_t n, float scale,
+                                  float shift) {
+  const __m256 vs = _mm256_set1_ps(scale), vh = _mm256_set1_ps(shift);
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  __m256 acc = _mm256_setzero_ps();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 y = _mm256_max_ps(
+        _mm256_mul_ps(vs, _mm256_sub_ps(_mm256_loadu_ps(x + i), vh)), lo);
+    const __m256 k = _mm256_round_ps(
+        _mm256_mul_ps(y, _mm256_set1_ps(1.44269504088896341f)),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), y);
+    r = _mm256_fmadd_ps(k, _mm256_set1_ps(2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+  }
+  float sum = HorizontalSum256(acc);
+  for (; i < n; ++i) sum += ExpNonPositive(scale * (x[i] - shift));
+  return sum;
+}
+
 KVTIER_AVX2 float DotAvx2(const float* a, const float* b, size_t n) {
   __m256 acc = _mm256_setzero_ps();
   size_t i = 0;
@@ -293,6 +347,8 @@ struct Kernels {
                         float*) = DotRowsHalfScalar;
   void (*dot_rows_int8)(const int8_t*, size_t, size_t, size_t, const float*,
                         float*) = DotRowsInt8Scalar;
+  float (*sum_exp_below)(const float*, size_t, float, float) =
+      SumExpBelowScalar;
   float (*dot)(const float*, const float*, size_t) = DotScalar;
   absl::string_view isa = "scalar";
 };
@@ -310,6 +366,7 @@ Kernels Detect() {
     k.float_to_half = FloatToHalfAvx2;
     k.dot_rows_half = DotRowsHalfAvx2;
     k.dot_rows_int8 = DotRowsInt8Avx2;
+    k.sum_exp_below = SumExpBelowAvx2;
     k.dot = DotAvx2;
     k.isa = "avx2";
     if (__builtin_cpu_supports("avx512f") &&
@@ -389,6 +446,10 @@ void DotRowsHalf(const uint16_t* rows, size_t nrows, size_t dim, const float* q,
 void DotRowsInt8(const int8_t* rows, size_t nrows, size_t stride, size_t dim,
                  const float* q, float* out) {
   Active().dot_rows_int8(rows, nrows, stride, dim, q, out);
+}
+
+float SumExpBelow(const float* x, size_t n, float scale, float shift) {
+  return Active().sum_exp_below(x, n, scale, shift);
 }
 
 float Dot(const float* a, const float* b, size_t n) {

@@ -6,7 +6,9 @@
 // fp16 profile (8 KiB blocks, K and V), whose keys follow
 // tests/testutil/synthetic.h (shared mean direction, topic runs, noise).
 // 64 contexts are opened over it. Each Select entry asks for 64 blocks
-// (0.8% of the context) with the default key-key scorer; its anchor is the
+// (0.8% of the context) with the pooled key-key scorer (SCORER_KEY_KEY;
+// the daemon's default scorer, mass, is measured in select_v2_bench); its
+// anchor is the
 // mean of the keys of the 4 blocks before a cursor that moves one block
 // every 4 steps, plus noise, so the selection drifts as a decoding
 // sequence's would. The arena holds every block, so a block is promoted
@@ -164,6 +166,7 @@ v1::SelectRequest MakeRequest(const Fixture& f, int first_context, int contexts_
     e->set_context_id(f.contexts[c]);
     std::vector<float> a = (*walks)[j].Next();
     e->mutable_anchor()->Add(a.begin(), a.end());
+    e->set_scorer(v1::SCORER_KEY_KEY);
     e->set_max_blocks(budget);
   }
   return req;

@@ -51,8 +51,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kLayers = 28, kKvHeads = 4, kQHeads = 28, kDim = 128, kTokens = 16;
-constexpr size_t kBlockBytes = size_t{kLayers} * 2 * kKvHeads * kTokens * kDim * 2;
+// The profile's shape (--shape 7b or small); set once in main.
+uint32_t kLayers = 28, kKvHeads = 4, kQHeads = 28, kDim = 128, kTokens = 16;
+size_t kBlockBytes = 0;
+std::string kShapeName;
 
 struct Args {
   std::string out;
@@ -62,6 +64,7 @@ struct Args {
   int warmup = 40;
   uint32_t budget = 64;
   bool quick = false;
+  std::string shape = "7b";
 };
 
 void Die(const std::string& what, const absl::Status& st) {
@@ -105,8 +108,8 @@ v1::ModelProfile Profile(int heads) {
   c->set_num_q_heads(kQHeads);
   for (int i = 0; i < heads; ++i) {
     v1::HeadRef* h = c->add_retrieval_heads();
-    h->set_layer(kLayers - 1 - (i % 8));
-    h->set_q_head((i * 5) % kQHeads);
+    h->set_layer(kLayers - 1 - (i % std::min<uint32_t>(8, kLayers)));
+    h->set_q_head((i * 5 + i / kLayers) % kQHeads);
   }
   for (int d = 0; d < 64; ++d) {
     c->add_prior(4.0f / (d + 1));
@@ -142,7 +145,22 @@ int main(int argc, char** argv) {
   app.add_option("--requests", args.requests, "timed Selects per kind")->capture_default_str();
   app.add_option("--budget", args.budget, "blocks per Select")->capture_default_str();
   app.add_flag("--quick", args.quick, "256 blocks, 60 requests (smoke run)");
+  app.add_option("--shape", args.shape,
+                 "7b: 28 layers, 4 KV / 28 query heads, head_dim 128; small: the shared "
+                 "models' 4 layers, 2 KV / 4 query heads, head_dim 64")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (args.shape == "small") {
+    kLayers = 4, kKvHeads = 2, kQHeads = 4, kDim = 64;
+    kShapeName = "the shared models' shape (4 layers, 2 KV heads, 4 query heads, head_dim 64, "
+                 "16 tokens, bf16)";
+  } else if (args.shape == "7b") {
+    kShapeName = "a 7B-class profile (28 layers, 4 KV heads, head_dim 128, 16 tokens, bf16)";
+  } else {
+    std::fprintf(stderr, "--shape must be 7b or small\n");
+    return 2;
+  }
+  kBlockBytes = size_t{kLayers} * 2 * kKvHeads * kTokens * kDim * 2;
   if (args.quick) {
     args.blocks = 256;
     args.requests = 60;
@@ -282,16 +300,15 @@ int main(int argc, char** argv) {
   }
 
   std::string md = absl::StrFormat(
-      "# Select v2 cost (kvtier_select_v2_bench)\n\nOne context of %d blocks of a 7B-class "
-      "profile (28 layers, 4 KV heads, head_dim 128, 16 tokens, bf16; %d calibrated retrieval "
-      "heads), budget %u blocks, one stream, one context per request, every block resident; ISA "
-      "%s; puts of the %d blocks took %.1f s. p50/p99: gRPC round trip; daemon: SelectHandler "
+      "# Select v2 cost (kvtier_select_v2_bench)\n\nOne context of %d blocks of %s with %d "
+      "calibrated retrieval heads, budget %u blocks, one stream, one context per request, every "
+      "block resident; ISA %s; puts of the %d blocks took %.1f s. p50/p99: gRPC round trip; daemon: SelectHandler "
       "per request without gRPC (p50), of which selector; client: computing the anchor from the "
       "last 8 tokens' keys (client/anchor.h) or gathering the head queries (p50).\n\n"
       "| request | bytes | p50 us | p99 us | vs pooled (p50) | daemon us | selector us | client "
       "us |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
-      args.blocks, args.heads, args.budget, std::string(index::simd::ActiveIsa()), args.blocks,
-      put_s);
+      args.blocks, kShapeName, args.heads, args.budget, std::string(index::simd::ActiveIsa()),
+      args.blocks, put_s);
   for (const Result& r : results) {
     absl::StrAppendFormat(&md, "| %s | %zu | %.1f | %.1f | %.2f | %.1f | %.1f | %.1f |\n", r.name,
                           r.request_bytes, r.p50, r.p99, r.p50 / results[0].p50, r.handler_us,

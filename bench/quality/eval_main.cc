@@ -49,9 +49,11 @@ struct Flags {
   std::string methods = "default";
   std::string extra_methods;
   bool no_stab_variant = false;
-  int32_t window = 20;
-  float theta = 0.5f;
-  float weight = 0.3f;
+  // The "stab" variant runs the daemon's shipped filter (deploy/kvtierd.toml
+  // select.window_steps, theta, stability_weight, hold_threshold).
+  int32_t window = 64;
+  float theta = 0.8f;
+  float weight = 0.5f;
   float hold = 0.5f;
   std::string sweep_methods =
       "keykey,keykey_flat,keykey_layer_centered+recency:0.5";
@@ -102,7 +104,7 @@ MethodOptions TunedOptions(MethodOptions o) {
   o.chunk_keep_fraction = 0.2;
   o.grid_keep_fraction = 0.5;
   o.stability = StabilityMode::kIndex;
-  o.stability_options.window_steps = 32;
+  o.stability_options.window_steps = 64;
   o.stability_options.theta = 0.8f;
   o.stability_options.weight = 0.5f;
   return o;
@@ -457,7 +459,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
       f.window, ", theta ", f.theta, ", weight ", f.weight, ", hold ", f.hold,
       "; (tuned) rows: the daemon scorer with pages_per_chunk 4, "
       "chunks_per_grid 4, page_keep_fraction 1.0, chunk_keep_fraction 0.2, "
-      "stability W 32, theta 0.8, weight 0.5.\n");
+      "stability W 64, theta 0.8, weight 0.5.\n");
   if (absl::Status s = WriteReport(f.out, ordered, ro); !s.ok()) return s;
   std::printf("wrote %s/{results.csv,claims.csv,quality.md}\n", f.out.c_str());
   return absl::OkStatus();

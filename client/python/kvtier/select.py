@@ -102,12 +102,13 @@ def build_entry(entry, index, context_shapes):
         vec = float_vector(anchor, f"{where}.anchor")
         shape = context_shapes.get(int(fields["context_id"]))
         if shape is not None:
-            layers, heads, dim = shape
-            allowed = (dim, layers * dim, layers * heads * dim)
+            layers, _heads, dim = shape
+            # The daemon's layouts (docs/API.md): pooled, or one row per layer.
+            allowed = (dim, layers * dim)
             if vec.size not in allowed:
                 raise invalid_argument(f"{where}.anchor", f"{vec.size} floats; the context's profile "
-                                       f"takes head_dim {dim}, num_layers*head_dim {layers * dim} or "
-                                       f"num_layers*num_kv_heads*head_dim {layers * heads * dim}")
+                                       f"takes head_dim {dim} (pooled) or num_layers*head_dim "
+                                       f"{layers * dim} (per layer)")
         msg.anchor.extend(vec.tolist())
     set_fields(msg, fields, where)
     return msg

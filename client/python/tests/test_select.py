@@ -102,15 +102,19 @@ class SelectTest(DaemonTestCase):
             self.assertEqual(pending.request_id, 1)
             self.assertTrue(pending.result(10)[0].ok)
 
-    def test_per_layer_anchor_lengths_pass_the_client_check(self):
+    def test_anchor_lengths_follow_the_daemons_layouts(self):
         context, _, _ = self.make_context("lengths", n=4)
         layers, heads, dim = 2, 2, 32
         with self.client.select_session() as session:
-            for n in (layers * dim, layers * heads * dim):
-                answer = session.select([{"context_id": context, "anchor": np.ones(n, np.float32),
-                                          "max_blocks": 2, "scorer": "key_key"}])[0]
-                # The daemon decides whether it accepts per-layer anchors.
-                self.assertTrue(answer.ok or answer.error.code == INVALID, answer.error)
+            # Per layer passes the client; the daemon decides (it needs
+            # index.summary_per_layer), and names the sizes when it refuses.
+            answer = session.select([{"context_id": context, "anchor": np.ones(layers * dim, np.float32),
+                                      "max_blocks": 2, "scorer": "key_key"}])[0]
+            self.assertTrue(answer.ok or answer.error.code == INVALID, answer.error)
+            # Per (layer, KV head) is no daemon layout: refused before sending.
+            with self.assertKvTierError(INVALID, "contexts[0].anchor: 128 floats"):
+                session.send([{"context_id": context, "anchor": np.ones(layers * heads * dim, np.float32),
+                               "max_blocks": 2, "scorer": "key_key"}])
 
     def test_fields_of_a_newer_proto_pass_by_name(self):
         fields = kvtier_pb2.ContextSelect.DESCRIPTOR.fields_by_name
