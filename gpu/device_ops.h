@@ -17,6 +17,17 @@
 //                             cudaIpcGetMemHandle, copies by cudaMemcpyAsync
 //                             on streams, fences by cudaEvent.
 //
+// Ordering: a batch is ordered only by its own fence. Batches of the two
+// directions (host -> arena, arena -> host) run independently and complete
+// in any order relative to each other (CUDA: two streams; the shared-memory
+// arena models this with ShmDeviceOpsOptions::out_of_order). So a caller
+// that demotes slot X (arena -> host) and then promotes another block into
+// X (host -> arena) must wait for the demotion's fence before submitting the
+// promotion, or the demotion may read the new bytes. Device work that reads
+// or writes the arena outside DeviceOps (kernels on a caller's stream) is
+// ordered with copies by CudaDeviceOps::OrderStreamAfter / OrderCopiesAfter
+// (gpu/cuda/cuda_device_ops.h), never by a host Wait alone.
+//
 // Thread safety: every method of every implementation is safe to call
 // concurrently from any number of threads without external locking.
 // Concurrent copies that write overlapping arena (or host) ranges leave
@@ -103,6 +114,10 @@ struct ArenaInfo {
   std::string device_uuid;
   int device_ordinal = -1;
 };
+
+// The two copy directions; each runs in submission order, independently
+// of the other (see Ordering above).
+enum class CopyDirection : uint8_t { kToArena = 0, kToHost = 1 };
 
 // One contiguous copy from host memory into the arena.
 struct HostToArenaCopy {
@@ -255,11 +270,16 @@ class DeviceOps {
   // Pins an existing mapping [ptr, ptr + size_bytes) (e.g. the host tier's
   // shared-memory region) so copies from and to it run at DMA speed.
   // kInvalidArgument for null/empty ranges and ranges overlapping an
-  // already registered one. The CPU implementation only records the range.
+  // already registered one or a buffer from AllocHost. Pinning runs without
+  // the object's lock: copies and other calls proceed meanwhile. A copy may
+  // span several registrations and buffers (it is cut at their boundaries,
+  // gpu/host_regions.h). The CPU implementation only records the range.
   virtual GpuStatus RegisterHost(void* ptr, uint64_t size_bytes) = 0;
 
   // Undoes RegisterHost(ptr, ...); kInvalidArgument if ptr was not
-  // registered. The caller guarantees no copy still uses the range.
+  // registered (or is being unregistered by another call). The range stays
+  // known until it is unpinned, and stays registered if unpinning fails.
+  // The caller guarantees no copy still uses the range.
   virtual GpuStatus UnregisterHost(void* ptr) = 0;
 };
 

@@ -5,7 +5,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <iterator>
 #include <random>
 
 namespace kvtier::gpu {
@@ -53,23 +52,26 @@ ShmDeviceOps::ShmDeviceOps(std::unique_ptr<ShmFile> file, ArenaInfo info,
     : file_(std::move(file)),
       info_(std::move(info)),
       async_copies_(options.async_copies),
+      out_of_order_(options.async_copies && options.out_of_order),
       max_inflight_batches_(options.max_inflight_batches) {
-  if (async_copies_) worker_ = std::thread([this] { WorkerLoop(); });
+  if (!async_copies_) return;
+  for (int q = 0; q < (out_of_order_ ? 2 : 1); ++q) {
+    workers_.emplace_back([this, q] { WorkerLoop(q); });
+  }
 }
 
 ShmDeviceOps::~ShmDeviceOps() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
-    paused_ = false;
+    paused_[0] = paused_[1] = false;
   }
   cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
-  for (const auto& [ptr, mapped_bytes] : host_allocs_) {
+  for (std::thread& worker : workers_) worker.join();
+  for (const auto& [ptr, mapped_bytes] : mapped_bytes_) {
     munmap(ptr, static_cast<size_t>(mapped_bytes));
   }
 }
-
 
 GpuStatus ShmDeviceOps::SubmitToArena(std::span<const HostToArenaCopy> copies,
                                       Fence* fence) {
@@ -83,7 +85,7 @@ GpuStatus ShmDeviceOps::SubmitToArena(std::span<const HostToArenaCopy> copies,
     moves.push_back({file_->data() + c.dst_offset, c.src,
                      static_cast<size_t>(c.size_bytes)});
   }
-  return Run(std::move(moves), fence);
+  return Run(CopyDirection::kToArena, std::move(moves), fence);
 }
 
 GpuStatus ShmDeviceOps::SubmitToHost(std::span<const ArenaToHostCopy> copies,
@@ -98,10 +100,10 @@ GpuStatus ShmDeviceOps::SubmitToHost(std::span<const ArenaToHostCopy> copies,
     moves.push_back({c.dst, file_->data() + c.src_offset,
                      static_cast<size_t>(c.size_bytes)});
   }
-  return Run(std::move(moves), fence);
+  return Run(CopyDirection::kToHost, std::move(moves), fence);
 }
 
-GpuStatus ShmDeviceOps::Run(std::vector<Move> moves, Fence* fence) {
+GpuStatus ShmDeviceOps::Run(CopyDirection direction, std::vector<Move> moves, Fence* fence) {
   if (moves.empty()) {
     *fence = Fence{0};
     return GpuStatus::Ok();
@@ -114,44 +116,49 @@ GpuStatus ShmDeviceOps::Run(std::vector<Move> moves, Fence* fence) {
     }
     std::lock_guard<std::mutex> lock(mu_);
     *fence = Fence{++issued_};
-    completed_through_ = issued_;
     return GpuStatus::Ok();
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (queue_.size() >= max_inflight_batches_) {
+    if (incomplete_.size() >= max_inflight_batches_) {
       return GpuStatus::Error(GpuStatus::kUnavailable,
                               "max_inflight_batches (" +
                                   std::to_string(max_inflight_batches_) +
                                   ") copies already queued");
     }
     *fence = Fence{++issued_};
-    queue_.emplace_back(issued_, std::move(moves));
+    incomplete_.insert(issued_);
+    const int q = out_of_order_ && direction == CopyDirection::kToHost ? 1 : 0;
+    queues_[q].push_back(Batch{issued_, direction, std::move(moves)});
   }
   cv_.notify_all();
   return GpuStatus::Ok();
 }
 
-void ShmDeviceOps::WorkerLoop() {
+bool ShmDeviceOps::Runnable(int q) const {
+  return !queues_[q].empty() && !paused_[static_cast<int>(queues_[q].front().direction)];
+}
+
+void ShmDeviceOps::WorkerLoop(int q) {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [this] { return stopping_ || (!paused_ && !queue_.empty()); });
-    if (queue_.empty()) return;  // stopping_ and drained
-    auto [fence, moves] = std::move(queue_.front());
-    queue_.pop_front();
+    cv_.wait(lock, [this, q] { return stopping_ || Runnable(q); });
+    if (queues_[q].empty()) return;  // stopping_ and drained
+    Batch batch = std::move(queues_[q].front());
+    queues_[q].pop_front();
     lock.unlock();
-    for (const Move& m : moves) {
+    for (const Move& m : batch.moves) {
       if (m.size_bytes > 0) std::memcpy(m.dst, m.src, m.size_bytes);
     }
     lock.lock();
-    completed_through_ = fence;
+    incomplete_.erase(batch.fence);
     cv_.notify_all();
   }
 }
 
 bool ShmDeviceOps::IsComplete(Fence fence) {
   std::lock_guard<std::mutex> lock(mu_);
-  return fence.value <= completed_through_;
+  return fence.value <= issued_ && incomplete_.count(fence.value) == 0;
 }
 
 GpuStatus ShmDeviceOps::Wait(Fence fence, std::chrono::nanoseconds timeout) {
@@ -160,7 +167,7 @@ GpuStatus ShmDeviceOps::Wait(Fence fence, std::chrono::nanoseconds timeout) {
     return GpuStatus::Error(GpuStatus::kInvalidArgument,
                             "fence " + std::to_string(fence.value) + " was never issued");
   }
-  auto done = [&] { return fence.value <= completed_through_; };
+  auto done = [&] { return incomplete_.count(fence.value) == 0; };
   if (timeout > kLongestFiniteWait) {
     cv_.wait(lock, done);
     return GpuStatus::Ok();
@@ -186,7 +193,12 @@ GpuStatus ShmDeviceOps::AllocHost(uint64_t size_bytes, HostBuffer* out) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    host_allocs_.emplace(ptr, mapped_bytes);
+    GpuStatus status = regions_.AddAllocation(ptr, mapped_bytes);
+    if (!status.ok()) {  // a fresh mapping overlaps a registered range
+      munmap(ptr, static_cast<size_t>(mapped_bytes));
+      return GpuStatus::Error(GpuStatus::kInternal, "AllocHost: new mapping " + status.message);
+    }
+    mapped_bytes_.emplace(ptr, mapped_bytes);
   }
   *out = HostBuffer{ptr, size_bytes, /*pinned=*/false};
   return GpuStatus::Ok();
@@ -196,13 +208,10 @@ GpuStatus ShmDeviceOps::FreeHost(const HostBuffer& buffer) {
   uint64_t mapped_bytes = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = host_allocs_.find(buffer.data);
-    if (it == host_allocs_.end()) {
-      return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                              "FreeHost: buffer was not allocated by AllocHost");
+    if (GpuStatus status = regions_.RemoveAllocation(buffer.data, &mapped_bytes); !status.ok()) {
+      return status;
     }
-    mapped_bytes = it->second;
-    host_allocs_.erase(it);
+    mapped_bytes_.erase(buffer.data);
   }
   if (munmap(buffer.data, static_cast<size_t>(mapped_bytes)) != 0) {
     return ErrnoToGpuStatus(errno, "FreeHost munmap");
@@ -211,46 +220,31 @@ GpuStatus ShmDeviceOps::FreeHost(const HostBuffer& buffer) {
 }
 
 GpuStatus ShmDeviceOps::RegisterHost(void* ptr, uint64_t size_bytes) {
-  if (ptr == nullptr || size_bytes == 0 || size_bytes > kMaxHostAllocBytes) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "RegisterHost needs a non-null range of 1..kMaxHostAllocBytes");
-  }
-  const uintptr_t start = reinterpret_cast<uintptr_t>(ptr);
-  if (start + size_bytes < start) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument, "RegisterHost range wraps");
-  }
   std::lock_guard<std::mutex> lock(mu_);
-  // Overlap with the first range starting at or after start, or with the
-  // last one starting before it.
-  auto next = registered_.lower_bound(start);
-  if (next != registered_.end() && next->first < start + size_bytes) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "RegisterHost range overlaps a registered range");
-  }
-  if (next != registered_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second > start) {
-      return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                              "RegisterHost range overlaps a registered range");
-    }
-  }
-  registered_.emplace(start, size_bytes);
-  return GpuStatus::Ok();
+  GpuStatus status = regions_.BeginRegister(ptr, size_bytes);
+  if (status.ok()) regions_.CommitRegister(ptr);  // nothing to pin
+  return status;
 }
 
 GpuStatus ShmDeviceOps::UnregisterHost(void* ptr) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (registered_.erase(reinterpret_cast<uintptr_t>(ptr)) == 0) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "UnregisterHost: pointer was not registered");
-  }
-  return GpuStatus::Ok();
+  GpuStatus status = regions_.BeginUnregister(ptr);
+  if (status.ok()) regions_.FinishUnregister(ptr, /*unpinned=*/true);
+  return status;
 }
 
 void ShmDeviceOps::PauseCopiesForTesting(bool paused) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    paused_ = paused;
+    paused_[0] = paused_[1] = paused;
+  }
+  cv_.notify_all();
+}
+
+void ShmDeviceOps::PauseDirectionForTesting(CopyDirection direction, bool paused) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_[static_cast<int>(direction)] = paused;
   }
   cv_.notify_all();
 }

@@ -3,9 +3,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <random>
@@ -13,6 +13,8 @@
 #include <thread>
 
 #include "gpu/cuda/cuda_status.h"
+#include "gpu/cuda/scoped_device.h"
+#include "gpu/host_regions.h"
 
 namespace kvtier::gpu {
 namespace {
@@ -30,6 +32,8 @@ constexpr int kPollYields = 32;
 // Submit* checks this many of the oldest outstanding batches for completion
 // so that callers that never wait do not run into the in-flight limit.
 constexpr int kReapPerSubmit = 4;
+// Idle events kept for reuse; more are destroyed.
+constexpr size_t kMaxPooledEvents = 4096;
 
 uint64_t RandomArenaId() {
   std::random_device rd;
@@ -38,54 +42,41 @@ uint64_t RandomArenaId() {
   return id;
 }
 
-// Makes `device` current for one scope and restores the previous device.
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) {
-      status_ = cudaSetDevice(device);
-    }
+#if CUDART_VERSION >= 13000
+// One cudaMemcpyBatchAsync for the whole plan, in stream order.
+cudaError_t EnqueueBatched(const std::vector<PlannedCopy>& plan, CopyDirection direction,
+                           int device, cudaStream_t stream) {
+  std::vector<void*> dsts(plan.size());
+  std::vector<const void*> srcs(plan.size());
+  std::vector<size_t> sizes(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    dsts[i] = plan[i].dst;
+    srcs[i] = plan[i].src;
+    sizes[i] = static_cast<size_t>(plan[i].size_bytes);
   }
-  ~ScopedDevice() {
-    if (previous_ >= 0 && status_ == cudaSuccess) cudaSetDevice(previous_);
+  const cudaMemLocation host{cudaMemLocationTypeHost, 0};
+  const cudaMemLocation gpu{cudaMemLocationTypeDevice, device};
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  attr.srcLocHint = direction == CopyDirection::kToArena ? host : gpu;
+  attr.dstLocHint = direction == CopyDirection::kToArena ? gpu : host;
+  attr.flags = 0;
+  size_t first_copy = 0;
+  return cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), plan.size(), &attr,
+                              &first_copy, 1, stream);
+}
+#endif
+
+cudaError_t EnqueueEach(const std::vector<PlannedCopy>& plan, CopyDirection direction,
+                        cudaStream_t stream) {
+  const cudaMemcpyKind kind =
+      direction == CopyDirection::kToArena ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+  for (const PlannedCopy& c : plan) {
+    const cudaError_t err =
+        cudaMemcpyAsync(c.dst, c.src, static_cast<size_t>(c.size_bytes), kind, stream);
+    if (err != cudaSuccess) return err;
   }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-  cudaError_t status() const { return status_; }
-
- private:
-  int previous_ = -1;
-  cudaError_t status_ = cudaSuccess;
-};
-
-// One submitted batch. Shared so that a waiter keeps the event alive while
-// another thread retires the batch.
-struct Batch {
-  cudaEvent_t event = nullptr;
-  ~Batch() {
-    if (event != nullptr) cudaEventDestroy(event);
-  }
-};
-
-// A copy after merging adjacent ones.
-struct Move {
-  void* dst;
-  const void* src;
-  size_t size_bytes;
-};
-
-void AppendMerged(std::vector<Move>* moves, void* dst, const void* src, uint64_t size_bytes) {
-  if (size_bytes == 0) return;
-  if (!moves->empty()) {
-    Move& last = moves->back();
-    if (static_cast<std::byte*>(last.dst) + last.size_bytes == dst &&
-        static_cast<const std::byte*>(last.src) + last.size_bytes == src) {
-      last.size_bytes += static_cast<size_t>(size_bytes);
-      return;
-    }
-  }
-  moves->push_back({dst, src, static_cast<size_t>(size_bytes)});
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -93,41 +84,72 @@ void AppendMerged(std::vector<Move>* moves, void* dst, const void* src, uint64_t
 bool CudaDeviceOpsCompiled() { return true; }
 
 struct CudaDeviceOps::Impl {
-  enum Direction { kToArena = 0, kToHost = 1 };
+  // One submitted batch. Shared so that a waiter keeps the event alive while
+  // another thread retires the batch; the event goes back to the pool when
+  // the last holder lets go.
+  struct Batch {
+    Impl* owner = nullptr;
+    cudaEvent_t event = nullptr;
+    ~Batch() {
+      if (event != nullptr) owner->ReleaseEvent(event);
+    }
+  };
+  // What a paused stream's host function waits on.
+  struct Gate {
+    Impl* impl;
+    int direction;
+  };
 
   // Constant after construction.
   int device = -1;
   std::byte* base = nullptr;
-  cudaStream_t streams[2] = {nullptr, nullptr};
+  cudaStream_t streams[2] = {nullptr, nullptr};  // per CopyDirection
   ArenaInfo info;
   uint32_t max_inflight = 0;
+  Gate gates[2] = {{this, 0}, {this, 1}};
+
+  // Cleared for good when the driver refuses cudaMemcpyBatchAsync.
+  std::atomic<bool> batch_api{CUDART_VERSION >= 13000};
+
+  std::mutex event_mu;
+  std::vector<cudaEvent_t> free_events;  // guarded by event_mu
 
   std::mutex mu;
   uint64_t issued = 0;                                 // guarded by mu
   uint32_t submitting = 0;                             // guarded by mu
   std::map<uint64_t, std::shared_ptr<Batch>> pending;  // guarded by mu
   std::map<uint64_t, GpuStatus> failed;                // guarded by mu
-  std::map<void*, uint64_t> host_allocs;               // guarded by mu
-  std::map<uintptr_t, uint64_t> registered;            // guarded by mu
+  HostRegions regions;                                 // guarded by mu
 
   std::mutex pause_mu;
   std::condition_variable pause_cv;
-  bool paused = false;  // guarded by pause_mu
+  bool paused[2] = {false, false};  // guarded by pause_mu
 
   ~Impl();
-  GpuStatus Submit(Direction direction, const std::vector<Move>& moves, Fence* fence);
+  // A reusable event (DisableTiming); the device must be current.
+  cudaError_t AcquireEvent(cudaEvent_t* event);
+  void ReleaseEvent(cudaEvent_t event);
+  // Cuts the copies' host sides at region boundaries and merges what may
+  // be merged (gpu/host_regions.h). Takes mu.
+  template <typename Copy, typename Addresses>
+  std::vector<PlannedCopy> Plan(std::span<const Copy> copies, bool host_is_src,
+                                Addresses addresses);
+  // The device must be current (callers hold a ScopedDevice).
+  GpuStatus Submit(CopyDirection direction, const std::vector<PlannedCopy>& plan, Fence* fence);
+  cudaError_t Enqueue(CopyDirection direction, const std::vector<PlannedCopy>& plan);
   // Records the outcome of a finished batch; mu must not be held.
   void Retire(uint64_t fence, const GpuStatus& status);
   // Retires finished batches among the oldest `limit` outstanding ones (all
-  // when limit < 0). Requires mu.
+  // when limit < 0). Requires mu and the device current.
   void ReapLocked(int limit);
-  static void CUDART_CB BlockWhilePaused(void* impl);
+  void Pause(int direction, bool pause);
+  static void CUDART_CB BlockWhilePaused(void* gate);
 };
 
 CudaDeviceOps::Impl::~Impl() {
   {
     std::lock_guard<std::mutex> lock(pause_mu);
-    paused = false;
+    paused[0] = paused[1] = false;
   }
   pause_cv.notify_all();
   ScopedDevice scoped(device);
@@ -135,16 +157,56 @@ CudaDeviceOps::Impl::~Impl() {
     if (stream != nullptr) cudaStreamSynchronize(stream);
   }
   pending.clear();
-  for (const auto& [ptr, size_bytes] : host_allocs) cudaFreeHost(ptr);
-  for (const auto& [start, size_bytes] : registered) {
-    cudaHostUnregister(reinterpret_cast<void*>(start));
-  }
+  for (cudaEvent_t event : free_events) cudaEventDestroy(event);
+  free_events.clear();
+  regions.ForEach([](void* ptr, uint64_t, HostRegions::Kind kind) {
+    if (kind == HostRegions::Kind::kAllocated) {
+      cudaFreeHost(ptr);
+    } else {
+      cudaHostUnregister(ptr);
+    }
+  });
   if (base != nullptr) cudaFree(base);
   for (cudaStream_t stream : streams) {
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 }
 
+cudaError_t CudaDeviceOps::Impl::AcquireEvent(cudaEvent_t* event) {
+  {
+    std::lock_guard<std::mutex> lock(event_mu);
+    if (!free_events.empty()) {
+      *event = free_events.back();
+      free_events.pop_back();
+      return cudaSuccess;
+    }
+  }
+  return cudaEventCreateWithFlags(event, cudaEventDisableTiming);
+}
+
+void CudaDeviceOps::Impl::ReleaseEvent(cudaEvent_t event) {
+  {
+    std::lock_guard<std::mutex> lock(event_mu);
+    if (free_events.size() < kMaxPooledEvents) {
+      free_events.push_back(event);
+      return;
+    }
+  }
+  cudaEventDestroy(event);
+}
+
+template <typename Copy, typename Addresses>
+std::vector<PlannedCopy> CudaDeviceOps::Impl::Plan(std::span<const Copy> copies,
+                                                   bool host_is_src, Addresses addresses) {
+  std::vector<PlannedCopy> plan;
+  plan.reserve(copies.size());
+  std::lock_guard<std::mutex> lock(mu);
+  for (const Copy& c : copies) {
+    const auto [dst, src] = addresses(c);
+    PlanCopy(regions, dst, src, c.size_bytes, host_is_src, &plan);
+  }
+  return plan;
+}
 
 void CudaDeviceOps::Impl::ReapLocked(int limit) {
   int checked = 0;
@@ -173,9 +235,26 @@ void CudaDeviceOps::Impl::Retire(uint64_t fence, const GpuStatus& status) {
   }
 }
 
-GpuStatus CudaDeviceOps::Impl::Submit(Direction direction, const std::vector<Move>& moves,
-                                      Fence* fence) {
-  if (moves.empty()) {
+cudaError_t CudaDeviceOps::Impl::Enqueue(CopyDirection direction,
+                                         const std::vector<PlannedCopy>& plan) {
+  const cudaStream_t stream = streams[static_cast<int>(direction)];
+#if CUDART_VERSION >= 13000
+  if (plan.size() > 1 && batch_api.load(std::memory_order_relaxed)) {
+    if (EnqueueBatched(plan, direction, device, stream) == cudaSuccess) return cudaSuccess;
+    // The batch API is new; a driver may refuse it. Queue the copies one by
+    // one (copies the refused call may have queued already are repeated:
+    // same bytes, same places) and stop using it once that works.
+    const cudaError_t err = EnqueueEach(plan, direction, stream);
+    if (err == cudaSuccess) batch_api.store(false, std::memory_order_relaxed);
+    return err;
+  }
+#endif
+  return EnqueueEach(plan, direction, stream);
+}
+
+GpuStatus CudaDeviceOps::Impl::Submit(CopyDirection direction,
+                                      const std::vector<PlannedCopy>& plan, Fence* fence) {
+  if (plan.empty()) {
     *fence = Fence{0};
     return GpuStatus::Ok();
   }
@@ -191,30 +270,22 @@ GpuStatus CudaDeviceOps::Impl::Submit(Direction direction, const std::vector<Mov
     ++submitting;
   }
   auto batch = std::make_shared<Batch>();
-  cudaError_t err = cudaSuccess;
-  const char* step = "cudaSetDevice";
-  {
-    ScopedDevice scoped(device);
-    err = scoped.status();
-    if (err == cudaSuccess) {
-      step = "cudaEventCreateWithFlags";
-      err = cudaEventCreateWithFlags(&batch->event, cudaEventDisableTiming);
-    }
-    const cudaStream_t stream = streams[direction];
-    const cudaMemcpyKind kind =
-        direction == kToArena ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
-    for (size_t i = 0; err == cudaSuccess && i < moves.size(); ++i) {
-      step = "cudaMemcpyAsync";
-      err = cudaMemcpyAsync(moves[i].dst, moves[i].src, moves[i].size_bytes, kind, stream);
-    }
-    if (err == cudaSuccess) {
-      step = "cudaEventRecord";
-      err = cudaEventRecord(batch->event, stream);
-    }
-    // Copies queued before the failure still use the caller's memory, which
-    // the caller may free once we return: let them finish first.
-    if (err != cudaSuccess) cudaStreamSynchronize(stream);
+  batch->owner = this;
+  const char* step = "cudaEventCreateWithFlags";
+  cudaError_t err = AcquireEvent(&batch->event);
+  if (err != cudaSuccess) batch->event = nullptr;
+  if (err == cudaSuccess) {
+    step = plan.size() > 1 && batch_api.load() ? "cudaMemcpyBatchAsync" : "cudaMemcpyAsync";
+    err = Enqueue(direction, plan);
   }
+  const cudaStream_t stream = streams[static_cast<int>(direction)];
+  if (err == cudaSuccess) {
+    step = "cudaEventRecord";
+    err = cudaEventRecord(batch->event, stream);
+  }
+  // Copies queued before the failure still use the caller's memory, which
+  // the caller may free once we return: let them finish first.
+  if (err != cudaSuccess) cudaStreamSynchronize(stream);
   std::lock_guard<std::mutex> lock(mu);
   --submitting;
   if (err != cudaSuccess) return CudaErrorToGpuStatus(err, step);
@@ -224,9 +295,24 @@ GpuStatus CudaDeviceOps::Impl::Submit(Direction direction, const std::vector<Mov
 }
 
 void CUDART_CB CudaDeviceOps::Impl::BlockWhilePaused(void* arg) {
-  Impl* impl = static_cast<Impl*>(arg);
+  const Gate* gate = static_cast<const Gate*>(arg);
+  Impl* impl = gate->impl;
   std::unique_lock<std::mutex> lock(impl->pause_mu);
-  impl->pause_cv.wait(lock, [impl] { return !impl->paused; });
+  impl->pause_cv.wait(lock, [impl, gate] { return !impl->paused[gate->direction]; });
+}
+
+void CudaDeviceOps::Impl::Pause(int direction, bool pause) {
+  {
+    std::lock_guard<std::mutex> lock(pause_mu);
+    if (paused[direction] == pause) return;
+    paused[direction] = pause;
+  }
+  if (!pause) {
+    pause_cv.notify_all();
+    return;
+  }
+  ScopedDevice scoped(device);
+  cudaLaunchHostFunc(streams[direction], &Impl::BlockWhilePaused, &gates[direction]);
 }
 
 GpuStatus CudaDeviceOps::Create(const CudaDeviceOpsOptions& options,
@@ -292,33 +378,42 @@ void* CudaDeviceOps::arena_base() const { return impl_->base; }
 
 GpuStatus CudaDeviceOps::SubmitToArena(std::span<const HostToArenaCopy> copies, Fence* fence) {
   if (GpuStatus status = CheckCopyBatchSize(copies.size()); !status.ok()) return status;
-  std::vector<Move> moves;
-  moves.reserve(copies.size());
   for (size_t i = 0; i < copies.size(); ++i) {
     const HostToArenaCopy& c = copies[i];
     GpuStatus status = CheckCopyRange(i, c.dst_offset, c.size_bytes, c.src, impl_->info.size_bytes);
     if (!status.ok()) return status;
-    AppendMerged(&moves, impl_->base + c.dst_offset, c.src, c.size_bytes);
   }
-  return impl_->Submit(Impl::kToArena, moves, fence);
+  std::byte* base = impl_->base;
+  const std::vector<PlannedCopy> plan =
+      impl_->Plan(copies, /*host_is_src=*/true, [base](const HostToArenaCopy& c) {
+        return std::pair<void*, const void*>(base + c.dst_offset, c.src);
+      });
+  ScopedDevice scoped(impl_->device);
+  if (scoped.status() != cudaSuccess) return CudaErrorToGpuStatus(scoped.status(), "cudaSetDevice");
+  return impl_->Submit(CopyDirection::kToArena, plan, fence);
 }
 
 GpuStatus CudaDeviceOps::SubmitToHost(std::span<const ArenaToHostCopy> copies, Fence* fence) {
   if (GpuStatus status = CheckCopyBatchSize(copies.size()); !status.ok()) return status;
-  std::vector<Move> moves;
-  moves.reserve(copies.size());
   for (size_t i = 0; i < copies.size(); ++i) {
     const ArenaToHostCopy& c = copies[i];
     GpuStatus status = CheckCopyRange(i, c.src_offset, c.size_bytes, c.dst, impl_->info.size_bytes);
     if (!status.ok()) return status;
-    AppendMerged(&moves, c.dst, impl_->base + c.src_offset, c.size_bytes);
   }
-  return impl_->Submit(Impl::kToHost, moves, fence);
+  std::byte* base = impl_->base;
+  const std::vector<PlannedCopy> plan =
+      impl_->Plan(copies, /*host_is_src=*/false, [base](const ArenaToHostCopy& c) {
+        return std::pair<void*, const void*>(c.dst, base + c.src_offset);
+      });
+  ScopedDevice scoped(impl_->device);
+  if (scoped.status() != cudaSuccess) return CudaErrorToGpuStatus(scoped.status(), "cudaSetDevice");
+  return impl_->Submit(CopyDirection::kToHost, plan, fence);
 }
 
 bool CudaDeviceOps::IsComplete(Fence fence) {
   if (fence.value == 0) return true;
-  std::shared_ptr<Batch> batch;
+  ScopedDevice scoped(impl_->device);
+  std::shared_ptr<Impl::Batch> batch;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (fence.value > impl_->issued) return false;
@@ -335,7 +430,8 @@ bool CudaDeviceOps::IsComplete(Fence fence) {
 
 GpuStatus CudaDeviceOps::Wait(Fence fence, std::chrono::nanoseconds timeout) {
   if (fence.value == 0) return GpuStatus::Ok();
-  std::shared_ptr<Batch> batch;
+  ScopedDevice scoped(impl_->device);
+  std::shared_ptr<Impl::Batch> batch;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (fence.value > impl_->issued) {
@@ -376,6 +472,43 @@ GpuStatus CudaDeviceOps::Wait(Fence fence, std::chrono::nanoseconds timeout) {
   return status;
 }
 
+GpuStatus CudaDeviceOps::OrderStreamAfter(Fence fence, CUstream_st* stream) {
+  if (fence.value == 0) return GpuStatus::Ok();
+  ScopedDevice scoped(impl_->device);
+  std::shared_ptr<Impl::Batch> batch;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (fence.value > impl_->issued) {
+      return GpuStatus::Error(GpuStatus::kInvalidArgument,
+                              "fence " + std::to_string(fence.value) + " was never issued");
+    }
+    auto failed = impl_->failed.find(fence.value);
+    if (failed != impl_->failed.end()) return failed->second;
+    auto it = impl_->pending.find(fence.value);
+    if (it == impl_->pending.end()) return GpuStatus::Ok();  // finished
+    batch = it->second;
+  }
+  // The wait binds to the event's current record: reusing the event for a
+  // later batch afterwards does not change what `stream` waits for.
+  return CudaErrorToGpuStatus(cudaStreamWaitEvent(stream, batch->event, 0),
+                              "OrderStreamAfter cudaStreamWaitEvent");
+}
+
+GpuStatus CudaDeviceOps::OrderCopiesAfter(CUstream_st* stream) {
+  ScopedDevice scoped(impl_->device);
+  cudaEvent_t event = nullptr;
+  cudaError_t err = impl_->AcquireEvent(&event);
+  if (err != cudaSuccess) return CudaErrorToGpuStatus(err, "OrderCopiesAfter cudaEventCreate");
+  err = cudaEventRecord(event, stream);
+  for (cudaStream_t copies : impl_->streams) {
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(copies, event, 0);
+  }
+  impl_->ReleaseEvent(event);
+  return CudaErrorToGpuStatus(err, "OrderCopiesAfter");
+}
+
+bool CudaDeviceOps::UsesBatchedCopies() const { return impl_->batch_api.load(); }
+
 GpuStatus CudaDeviceOps::AllocHost(uint64_t size_bytes, HostBuffer* out) {
   if (size_bytes == 0 || size_bytes > kMaxHostAllocBytes) {
     return GpuStatus::Error(
@@ -392,9 +525,15 @@ GpuStatus CudaDeviceOps::AllocHost(uint64_t size_bytes, HostBuffer* out) {
     }
   }
   std::memset(ptr, 0, static_cast<size_t>(size_bytes));
+  GpuStatus status;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->host_allocs.emplace(ptr, size_bytes);
+    status = impl_->regions.AddAllocation(ptr, size_bytes);
+  }
+  if (!status.ok()) {  // the fresh allocation lies in a range registered here
+    ScopedDevice scoped(impl_->device);
+    cudaFreeHost(ptr);
+    return GpuStatus::Error(GpuStatus::kInternal, "AllocHost: new buffer " + status.message);
   }
   *out = HostBuffer{ptr, size_bytes, /*pinned=*/true};
   return GpuStatus::Ok();
@@ -403,73 +542,70 @@ GpuStatus CudaDeviceOps::AllocHost(uint64_t size_bytes, HostBuffer* out) {
 GpuStatus CudaDeviceOps::FreeHost(const HostBuffer& buffer) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
-    if (impl_->host_allocs.erase(buffer.data) == 0) {
-      return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                              "FreeHost: buffer was not allocated by AllocHost");
-    }
+    uint64_t size_bytes = 0;
+    GpuStatus status = impl_->regions.RemoveAllocation(buffer.data, &size_bytes);
+    if (!status.ok()) return status;
   }
   ScopedDevice scoped(impl_->device);
   return CudaErrorToGpuStatus(cudaFreeHost(buffer.data), "FreeHost cudaFreeHost");
 }
 
 GpuStatus CudaDeviceOps::RegisterHost(void* ptr, uint64_t size_bytes) {
-  if (ptr == nullptr || size_bytes == 0 || size_bytes > kMaxHostAllocBytes) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "RegisterHost needs a non-null range of 1..kMaxHostAllocBytes");
-  }
-  const uintptr_t start = reinterpret_cast<uintptr_t>(ptr);
-  if (start + size_bytes < start) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument, "RegisterHost range wraps");
-  }
-  // The overlap check and the registration happen under one lock so two
-  // overlapping registrations cannot both pass the check.
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto next = impl_->registered.lower_bound(start);
-  if (next != impl_->registered.end() && next->first < start + size_bytes) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "RegisterHost range overlaps a registered range");
-  }
-  if (next != impl_->registered.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second > start) {
-      return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                              "RegisterHost range overlaps a registered range");
+  // Reserve under the lock (overlapping registrations fail at once), pin
+  // without it: pinning GiBs takes seconds and copies must go on.
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (GpuStatus status = impl_->regions.BeginRegister(ptr, size_bytes); !status.ok()) {
+      return status;
     }
   }
-  ScopedDevice scoped(impl_->device);
-  const cudaError_t err =
-      cudaHostRegister(ptr, static_cast<size_t>(size_bytes), cudaHostRegisterPortable);
-  if (err != cudaSuccess) return CudaErrorToGpuStatus(err, "RegisterHost cudaHostRegister");
-  impl_->registered.emplace(start, size_bytes);
+  cudaError_t err = cudaSuccess;
+  {
+    ScopedDevice scoped(impl_->device);
+    err = scoped.status();
+    if (err == cudaSuccess) {
+      err = cudaHostRegister(ptr, static_cast<size_t>(size_bytes), cudaHostRegisterPortable);
+    }
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (err != cudaSuccess) {
+    impl_->regions.AbortRegister(ptr);
+    return CudaErrorToGpuStatus(err, "RegisterHost cudaHostRegister");
+  }
+  impl_->regions.CommitRegister(ptr);
   return GpuStatus::Ok();
 }
 
 GpuStatus CudaDeviceOps::UnregisterHost(void* ptr) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto it = impl_->registered.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == impl_->registered.end()) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "UnregisterHost: pointer was not registered");
+  // The range stays known (and refuses overlapping registrations) until it
+  // is unpinned; if unpinning fails it stays registered.
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (GpuStatus status = impl_->regions.BeginUnregister(ptr); !status.ok()) return status;
   }
-  impl_->registered.erase(it);
-  ScopedDevice scoped(impl_->device);
-  return CudaErrorToGpuStatus(cudaHostUnregister(ptr), "UnregisterHost cudaHostUnregister");
+  cudaError_t err = cudaSuccess;
+  {
+    ScopedDevice scoped(impl_->device);
+    err = scoped.status();
+    if (err == cudaSuccess) err = cudaHostUnregister(ptr);
+  }
+  // Not registered with CUDA (any more) is as good as unpinned.
+  const bool unpinned = err == cudaSuccess || err == cudaErrorHostMemoryNotRegistered;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->regions.FinishUnregister(ptr, unpinned);
+  }
+  if (unpinned) return GpuStatus::Ok();
+  return CudaErrorToGpuStatus(err, "UnregisterHost cudaHostUnregister");
 }
 
 void CudaDeviceOps::PauseCopiesForTesting(bool paused) {
-  {
-    std::lock_guard<std::mutex> lock(impl_->pause_mu);
-    if (impl_->paused == paused) return;
-    impl_->paused = paused;
-  }
-  if (!paused) {
-    impl_->pause_cv.notify_all();
-    return;
-  }
-  ScopedDevice scoped(impl_->device);
-  for (cudaStream_t stream : impl_->streams) {
-    cudaLaunchHostFunc(stream, &Impl::BlockWhilePaused, impl_.get());
-  }
+  impl_->Pause(0, paused);
+  impl_->Pause(1, paused);
+}
+
+void CudaDeviceOps::PauseDirectionForTesting(CopyDirection direction, bool paused) {
+  impl_->Pause(static_cast<int>(direction), paused);
 }
 
 }  // namespace kvtier::gpu

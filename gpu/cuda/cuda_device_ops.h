@@ -3,12 +3,19 @@
 // cudaIpcGetMemHandle (see docs/GPU.md for the handle lifecycle).
 //
 // Copies: host -> arena batches run on one stream, arena -> host batches on
-// another (both non-blocking), so promotions and demotions overlap. Each
-// batch ends with a cudaEvent; its Fence completes when that event has
-// completed. Adjacent copies (contiguous on both sides) are merged into one
-// cudaMemcpyAsync. At most max_inflight_batches batches are outstanding
-// (submitted and not yet observed complete by IsComplete, Wait or an
-// internal reap); beyond that Submit* returns kUnavailable.
+// another (both non-blocking), so promotions and demotions overlap, and a
+// fence of one direction may complete before an earlier fence of the other
+// (device_ops.h, Ordering). Each batch ends with a cudaEvent taken from a
+// pool; its Fence completes when that event has completed. The host side of
+// every copy is cut at the boundaries of this object's AllocHost buffers
+// and RegisterHost ranges, and copies contiguous on both sides are merged
+// only inside one of them (gpu/host_regions.h), because CUDA refuses a copy
+// that runs from one pinned allocation into the next. A batch of several
+// copies is queued with one cudaMemcpyBatchAsync where the runtime has it
+// (CUDA 13); when the driver refuses it the batch is queued copy by copy
+// and later batches skip it. At most max_inflight_batches batches are
+// outstanding (submitted and not yet observed complete by IsComplete, Wait
+// or an internal reap); beyond that Submit* returns kUnavailable.
 //
 // Wait: kWaitForever blocks in cudaEventSynchronize; a finite timeout polls
 // cudaEventQuery with a backoff that starts with yields and grows to
@@ -16,7 +23,8 @@
 //
 // Host memory: AllocHost is cudaHostAlloc(portable) and zeroed;
 // RegisterHost is cudaHostRegister(portable) after the same overlap check as
-// the CPU implementation.
+// the CPU implementation, run without the object's lock (pinning GiBs takes
+// seconds; copies go on meanwhile).
 //
 // Every call sets the arena's device as current for the duration of the
 // call and restores the caller's device afterwards.
@@ -34,6 +42,10 @@
 #include <vector>
 
 #include "gpu/device_ops.h"
+
+// cudaStream_t is CUstream_st*; declared here so this header needs no CUDA
+// headers.
+struct CUstream_st;
 
 namespace kvtier::gpu {
 
@@ -87,11 +99,32 @@ class CudaDeviceOps final : public DeviceOps {
   // (gpu/cuda/kernels.h). Valid while this object lives.
   void* arena_base() const;
 
+  // Device-side ordering with work outside DeviceOps (no host wait):
+  //   OrderStreamAfter   work queued on `stream` after this call runs after
+  //                      the batch of `fence` (cudaStreamWaitEvent). Use it
+  //                      before a kernel reads blocks just promoted. OK for
+  //                      Fence{0} and batches already finished; the batch's
+  //                      error if it failed; kInvalidArgument for a fence
+  //                      never issued.
+  //   OrderCopiesAfter   batches of both directions submitted after this
+  //                      call run after the work queued on `stream` so far
+  //                      (e.g. a kernel writing arena bytes that are then
+  //                      demoted).
+  // `stream` must belong to this object's device.
+  GpuStatus OrderStreamAfter(Fence fence, CUstream_st* stream);
+  GpuStatus OrderCopiesAfter(CUstream_st* stream);
+
+  // Whether batches are queued with cudaMemcpyBatchAsync (false once the
+  // driver refused it, or when the runtime lacks it).
+  bool UsesBatchedCopies() const;
+
   // While paused, each copy stream is held by a host function queued on it,
   // so batches submitted afterwards stay incomplete until unpaused. Lets
   // tests observe incomplete fences, Wait timeouts and the in-flight limit
   // deterministically. The destructor unpauses.
   void PauseCopiesForTesting(bool paused);
+  // The same for one direction's stream only; the other keeps running.
+  void PauseDirectionForTesting(CopyDirection direction, bool paused);
 
  private:
   struct Impl;

@@ -41,6 +41,10 @@ GpuStatus CudaDeviceOps::AllocHost(uint64_t, HostBuffer*) { return NotCompiled()
 GpuStatus CudaDeviceOps::FreeHost(const HostBuffer&) { return NotCompiled(); }
 GpuStatus CudaDeviceOps::RegisterHost(void*, uint64_t) { return NotCompiled(); }
 GpuStatus CudaDeviceOps::UnregisterHost(void*) { return NotCompiled(); }
+GpuStatus CudaDeviceOps::OrderStreamAfter(Fence, CUstream_st*) { return NotCompiled(); }
+GpuStatus CudaDeviceOps::OrderCopiesAfter(CUstream_st*) { return NotCompiled(); }
+bool CudaDeviceOps::UsesBatchedCopies() const { return false; }
 void CudaDeviceOps::PauseCopiesForTesting(bool) {}
+void CudaDeviceOps::PauseDirectionForTesting(CopyDirection, bool) {}
 
 }  // namespace kvtier::gpu

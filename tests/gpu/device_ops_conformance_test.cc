@@ -1,7 +1,9 @@
 // DeviceOps conformance: one test body, run against every implementation:
-//   ShmSync   shared-memory arena, copies inside Submit*
-//   ShmAsync  shared-memory arena, copies on a worker thread
-//   Cuda      cudaMalloc arena (skips without a CUDA device or CUDA build)
+//   ShmSync        shared-memory arena, copies inside Submit*
+//   ShmAsync       shared-memory arena, copies on one worker thread, in order
+//   ShmOutOfOrder  shared-memory arena, one worker per direction, so fences
+//                  of the two directions complete in any order (as on CUDA)
+//   Cuda           cudaMalloc arena (skips without a CUDA device or CUDA build)
 // Each test asserts the contract written in gpu/device_ops.h.
 #include <sys/mman.h>
 #include <unistd.h>
@@ -31,8 +33,12 @@ constexpr std::chrono::milliseconds kShortWait{2};
 struct Instance {
   std::unique_ptr<DeviceOps> ops;
   std::function<void(bool)> pause;  // null: copies finish inside Submit*
+  // Pauses one direction (null when pause is).
+  std::function<void(CopyDirection, bool)> pause_direction;
   std::string skip;                 // non-empty: the implementation is absent here
   bool pinned_host = false;         // AllocHost returns pinned memory
+  // The directions run apart: a paused one holds back only its own batches.
+  bool independent_directions = false;
 };
 
 struct Implementation {
@@ -52,9 +58,10 @@ std::string ShmPath(const std::string& tag) {
   return "/dev/shm/kvtier-conformance-" + std::to_string(getpid()) + "-" + name + "-" + tag;
 }
 
-Instance MakeShm(bool async, const std::string& tag, uint32_t max_inflight) {
+Instance MakeShm(bool async, bool out_of_order, const std::string& tag, uint32_t max_inflight) {
   ShmDeviceOpsOptions options;
   options.async_copies = async;
+  options.out_of_order = out_of_order;
   options.max_inflight_batches = max_inflight;
   std::unique_ptr<ShmDeviceOps> ops;
   Instance instance;
@@ -67,6 +74,10 @@ Instance MakeShm(bool async, const std::string& tag, uint32_t max_inflight) {
   if (async) {
     ShmDeviceOps* raw = ops.get();
     instance.pause = [raw](bool paused) { raw->PauseCopiesForTesting(paused); };
+    instance.pause_direction = [raw](CopyDirection direction, bool paused) {
+      raw->PauseDirectionForTesting(direction, paused);
+    };
+    instance.independent_directions = out_of_order;
   }
   instance.ops = std::move(ops);
   return instance;
@@ -90,6 +101,10 @@ Instance MakeCuda(const std::string& tag, uint32_t max_inflight) {
   }
   CudaDeviceOps* raw = ops.get();
   instance.pause = [raw](bool paused) { raw->PauseCopiesForTesting(paused); };
+  instance.pause_direction = [raw](CopyDirection direction, bool paused) {
+    raw->PauseDirectionForTesting(direction, paused);
+  };
+  instance.independent_directions = true;
   instance.pinned_host = true;
   instance.ops = std::move(ops);
   return instance;
@@ -403,10 +418,162 @@ TEST_P(DeviceOpsConformanceTest, ConcurrentSubmittersKeepTheirBytes) {
   EXPECT_EQ(failures.load(), 0);
 }
 
+TEST_P(DeviceOpsConformanceTest, FenceOfOneDirectionCompletesBeforeAnEarlierOneOfTheOther) {
+  MAKE_OR_SKIP(inst);
+  if (!inst.independent_directions) GTEST_SKIP() << "both directions share one queue here";
+  auto* src = static_cast<uint8_t*>(HostBuffer(inst.ops.get(), 4096));
+  auto* dst = static_cast<uint8_t*>(HostBuffer(inst.ops.get(), 4096));
+  ASSERT_NE(src, nullptr);
+  ASSERT_NE(dst, nullptr);
+  std::memset(src, 0x11, 4096);
+  inst.pause_direction(CopyDirection::kToArena, true);
+  Fence in_fence, out_fence;
+  const HostToArenaCopy in{src, 0, 4096};
+  ASSERT_TRUE(inst.ops->SubmitToArena({&in, 1}, &in_fence).ok());
+  const ArenaToHostCopy out{65536, dst, 4096};
+  ASSERT_TRUE(inst.ops->SubmitToHost({&out, 1}, &out_fence).ok());
+  ASSERT_GT(out_fence.value, in_fence.value);
+  // The later fence completes while the earlier one is held back.
+  ASSERT_TRUE(inst.ops->Wait(out_fence, kWaitForever).ok());
+  EXPECT_TRUE(inst.ops->IsComplete(out_fence));
+  EXPECT_FALSE(inst.ops->IsComplete(in_fence));
+  inst.pause_direction(CopyDirection::kToArena, false);
+  ASSERT_TRUE(inst.ops->Wait(in_fence, kWaitForever).ok());
+  std::vector<std::byte> arena;
+  ASSERT_TRUE(inst.ops->ReadArena(0, 4096, &arena).ok());
+  EXPECT_EQ(arena, std::vector<std::byte>(4096, std::byte{0x11}));
+}
+
+// Demote slot X, then promote another block into X: only the demotion's
+// fence orders the two (device_ops.h, Ordering).
+TEST_P(DeviceOpsConformanceTest, DemotionAndPromotionOfOneSlotAreOrderedByFencesOnly) {
+  MAKE_OR_SKIP(inst);
+  constexpr uint64_t kSlot = 8192, kBytes = 4096;
+  auto* demoted = static_cast<uint8_t*>(HostBuffer(inst.ops.get(), kBytes));
+  auto* incoming = static_cast<uint8_t*>(HostBuffer(inst.ops.get(), kBytes));
+  ASSERT_NE(demoted, nullptr);
+  ASSERT_NE(incoming, nullptr);
+  const auto resident = Pattern(kBytes, 21), next = Pattern(kBytes, 22);
+  std::memcpy(incoming, next.data(), kBytes);
+  const HostToArenaCopy fill{resident.data(), kSlot, kBytes};
+  const ArenaToHostCopy demote{kSlot, demoted, kBytes};
+  const HostToArenaCopy promote{incoming, kSlot, kBytes};
+
+  // Waiting for the demotion before promoting: each side gets its bytes.
+  ASSERT_TRUE(inst.ops->CopyToArena({&fill, 1}).ok());
+  Fence demote_fence, promote_fence;
+  ASSERT_TRUE(inst.ops->SubmitToHost({&demote, 1}, &demote_fence).ok());
+  ASSERT_TRUE(inst.ops->Wait(demote_fence, kWaitForever).ok());
+  ASSERT_TRUE(inst.ops->SubmitToArena({&promote, 1}, &promote_fence).ok());
+  ASSERT_TRUE(inst.ops->Wait(promote_fence, kWaitForever).ok());
+  EXPECT_EQ(std::vector<uint8_t>(demoted, demoted + kBytes), resident);
+  std::vector<std::byte> arena;
+  ASSERT_TRUE(inst.ops->ReadArena(kSlot, kBytes, &arena).ok());
+  EXPECT_EQ(std::memcmp(arena.data(), next.data(), kBytes), 0);
+
+  if (!inst.independent_directions) return;
+  // Submission order alone does not order the directions: with the
+  // demotion held back, the promotion lands first and the demotion then
+  // reads the promoted bytes. A caller must wait for the demotion's fence.
+  ASSERT_TRUE(inst.ops->CopyToArena({&fill, 1}).ok());
+  std::memset(demoted, 0, kBytes);
+  inst.pause_direction(CopyDirection::kToHost, true);
+  ASSERT_TRUE(inst.ops->SubmitToHost({&demote, 1}, &demote_fence).ok());
+  ASSERT_TRUE(inst.ops->SubmitToArena({&promote, 1}, &promote_fence).ok());
+  ASSERT_TRUE(inst.ops->Wait(promote_fence, kWaitForever).ok());
+  EXPECT_FALSE(inst.ops->IsComplete(demote_fence));
+  inst.pause_direction(CopyDirection::kToHost, false);
+  ASSERT_TRUE(inst.ops->Wait(demote_fence, kWaitForever).ok());
+  EXPECT_EQ(std::vector<uint8_t>(demoted, demoted + kBytes), next)
+      << "the demotion ran after the later promotion";
+}
+
+// Copies that are contiguous on both sides but whose host side crosses from
+// one registration into the next must not become one device copy.
+TEST_P(DeviceOpsConformanceTest, AdjacentCopiesAcrossTwoRegistrationsRoundTrip) {
+  MAKE_OR_SKIP(inst);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* region =
+      mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(region, MAP_FAILED);
+  auto* bytes = static_cast<uint8_t*>(region);
+  ASSERT_TRUE(inst.ops->RegisterHost(bytes, 2 * page).ok());
+  ASSERT_TRUE(inst.ops->RegisterHost(bytes + 2 * page, 2 * page).ok());
+  const auto pattern = Pattern(4 * page, 31);
+  std::memcpy(bytes, pattern.data(), pattern.size());
+  // Pages 1 and 2 (one in each registration) to arena pages 0 and 1, then
+  // one copy over all four pages (both registrations).
+  const HostToArenaCopy in[] = {{bytes + page, 0, page},
+                                {bytes + 2 * page, page, page},
+                                {bytes, 4 * page, 4 * page}};
+  ASSERT_TRUE(inst.ops->CopyToArena(in).ok());
+  std::vector<std::byte> arena;
+  ASSERT_TRUE(inst.ops->ReadArena(0, 2 * page, &arena).ok());
+  EXPECT_EQ(std::memcmp(arena.data(), pattern.data() + page, 2 * page), 0);
+  ASSERT_TRUE(inst.ops->ReadArena(4 * page, 4 * page, &arena).ok());
+  EXPECT_EQ(std::memcmp(arena.data(), pattern.data(), 4 * page), 0);
+
+  std::memset(bytes, 0, 4 * page);
+  const ArenaToHostCopy out[] = {{0, bytes + page, page}, {page, bytes + 2 * page, page}};
+  ASSERT_TRUE(inst.ops->CopyToHost(out).ok());
+  EXPECT_EQ(std::memcmp(bytes + page, pattern.data() + page, 2 * page), 0);
+  EXPECT_TRUE(inst.ops->UnregisterHost(bytes).ok());
+  EXPECT_TRUE(inst.ops->UnregisterHost(bytes + 2 * page).ok());
+  munmap(region, 4 * page);
+}
+
+TEST_P(DeviceOpsConformanceTest, RegisterHostRefusesBuffersFromAllocHost) {
+  MAKE_OR_SKIP(inst);
+  gpu::HostBuffer buffer;
+  ASSERT_TRUE(inst.ops->AllocHost(8192, &buffer).ok());
+  GpuStatus status = inst.ops->RegisterHost(buffer.data, 4096);
+  EXPECT_EQ(status.code, GpuStatus::kInvalidArgument) << status.ToString();
+  EXPECT_NE(status.message.find("AllocHost"), std::string::npos) << status.message;
+  ASSERT_TRUE(inst.ops->FreeHost(buffer).ok());
+}
+
+TEST_P(DeviceOpsConformanceTest, ConcurrentOverlappingRegistrationsLetExactlyOneIn) {
+  MAKE_OR_SKIP(inst);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  constexpr int kThreads = 8;
+  void* region = mmap(nullptr, (kThreads + 1) * page, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(region, MAP_FAILED);
+  auto* bytes = static_cast<uint8_t*>(region);
+  std::atomic<int> ready{0}, won{0}, refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) std::this_thread::yield();
+      // Every range holds page kThreads / 2, so any two overlap.
+      const size_t first = static_cast<size_t>(t <= kThreads / 2 ? t : kThreads / 2);
+      GpuStatus status = inst.ops->RegisterHost(bytes + first * page, (kThreads / 2 + 1) * page);
+      if (status.ok()) {
+        won.fetch_add(1);
+      } else if (status.code == GpuStatus::kInvalidArgument) {
+        refused.fetch_add(1);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(won.load(), 1);
+  EXPECT_EQ(refused.load(), kThreads - 1);
+  int unregistered = 0;
+  for (int t = 0; t <= kThreads / 2; ++t) {
+    unregistered += inst.ops->UnregisterHost(bytes + t * page).ok() ? 1 : 0;
+  }
+  EXPECT_EQ(unregistered, 1);
+  munmap(region, (kThreads + 1) * page);
+}
+
 std::vector<Implementation> Implementations() {
   return {
-      {"ShmSync", [](const std::string& tag, uint32_t n) { return MakeShm(false, tag, n); }},
-      {"ShmAsync", [](const std::string& tag, uint32_t n) { return MakeShm(true, tag, n); }},
+      {"ShmSync",
+       [](const std::string& tag, uint32_t n) { return MakeShm(false, false, tag, n); }},
+      {"ShmAsync", [](const std::string& tag, uint32_t n) { return MakeShm(true, false, tag, n); }},
+      {"ShmOutOfOrder",
+       [](const std::string& tag, uint32_t n) { return MakeShm(true, true, tag, n); }},
       {"Cuda", [](const std::string& tag, uint32_t n) { return MakeCuda(tag, n); }},
   };
 }
