@@ -1,5 +1,7 @@
-// Raw launchers of the device-tier kernels: enqueue on `stream`, return the
-// launch error (cudaGetLastError). Callers check shapes first with the
+// Raw launchers of the device-tier kernels: enqueue on `stream` (which must
+// belong to the current device) and return the error of this launch only
+// (cudaLaunchKernelEx; an unrelated earlier failure of the thread is not
+// reported, see launch.cuh). Callers check shapes first with the
 // Check*Params functions of kernels.h; these do not. Most callers want the
 // checked wrappers in kernels.h instead.
 //
@@ -24,13 +26,17 @@ cudaError_t LaunchPoolKeys(const PoolKeysParams& params, cudaStream_t stream);
 // rows x 32 anchors per CTA, each thread a 4 x 4 tile, D in chunks of 32.
 cudaError_t LaunchScoreLevels(const ScoreParams& params, cudaStream_t stream);
 
-// Device workspace TopK needs for num_anchors anchors (8 KiB + 32 B each);
-// 0 for num_anchors <= 0.
-size_t TopKWorkspaceBytes(int32_t num_anchors);
-
-// One memset of the workspace, three histogram passes and one gather, each
-// over all anchors at once.
+// One kernel: grid (C, B) with C = TopKCtasPerAnchor(N) CTAs of 512
+// threads per anchor, a thread-block cluster on sm_90 (topk.cu).
 cudaError_t LaunchTopK(const TopKParams& params, cudaStream_t stream);
+
+// CTAs (one cluster) TopK gives each anchor on `device`: ceil(N / 8192),
+// at most 16 (or the largest cluster the device can hold), 1 on chips
+// without clusters.
+int TopKCtasPerAnchor(int64_t num_rows, int device);
+
+// One warp per row, grid-stride over all segments' rows.
+cudaError_t LaunchScoreSegments(const SegmentScoreParams& params, cudaStream_t stream);
 
 }  // namespace kvtier::gpu
 

@@ -105,6 +105,10 @@ struct PoolKeysParams {
 //   kCosineUnit  scores[a][r] = (1 + cos(anchors[a], levels[r])) / 2, in
 //                [0, 1]; a zero vector has cos 0 (score 0.5). The same
 //                mapping as index::ScorerKind::kKeyKey.
+// Non-finite inputs: a row or an anchor holding a NaN or Inf element
+// scores NaN with both kinds (the CPU reference agrees), and TopK ranks NaN
+// last. Norms are accumulated in fp32: finite rows whose squared norm
+// overflows (elements beyond ~1e18) score as zero vectors under kCosineUnit.
 enum class ScoreKind : uint8_t { kDot = 0, kCosineUnit = 1 };
 
 struct ScoreParams {
@@ -123,10 +127,13 @@ struct ScoreParams {
 
 // ---- Top-K per anchor -----------------------------------------------------
 //
-// For each anchor a: the k rows with the largest scores[a][r]. The output
-// is the set in no particular order; ties at the k-th value are broken
-// arbitrarily; NaN ranks below every number. Exact (radix select over the
-// fp32 bit pattern, three passes of 11, 11 and 10 bits).
+// For each anchor a: the k rows with the largest scores[a][r], exact (radix
+// select over the fp32 bit pattern, three passes of 11, 11 and 10 bits).
+// Ties at the k-th value go to the lowest rows, so the set is the same on
+// every run and equals a stable descending sort's first k. Output order:
+// the rows greater than the k-th value in ascending row order, then the
+// rows equal to it in ascending row order. NaN ranks below every number;
+// -0.0 and +0.0 tie.
 struct TopKParams {
   const float* scores = nullptr;  // [num_anchors][num_rows]
   int64_t num_rows = 0;           // N, 1..kMaxScoreRows
@@ -134,9 +141,39 @@ struct TopKParams {
   int32_t k = 0;                  // 1..N
   int32_t* indices = nullptr;     // [num_anchors][k] row numbers
   float* values = nullptr;        // [num_anchors][k] their scores (may be null)
-  void* workspace = nullptr;      // device, >= TopKWorkspaceBytes(num_anchors)
-  size_t workspace_bytes = 0;
 };
+
+// ---- (c) Segmented scoring: many tables, one anchor per segment -----------
+//
+// The Selector's levels of many contexts scored in one launch. Segment s
+// names num_rows fp16 rows of dim elements (contiguous, row stride = dim)
+// and the anchor they are scored against:
+//   scores[segments[s].out_offset + i] = anchors[segments[s].anchor] . row_i
+// accumulated in fp32 (raw dot products: the index maps them to
+// affinities). Segments are stacked in order: segments[0].out_offset == 0
+// and out_offset[s + 1] = out_offset[s] + num_rows[s], total_rows in all.
+// The launcher cannot read the device-side segment table: callers build it
+// consistently (index/gpu_scoring.cc does).
+struct RowSegment {
+  const uint16_t* rows = nullptr;  // device, fp16 bits [num_rows][dim]
+  int64_t num_rows = 0;            // >= 1
+  int64_t out_offset = 0;
+  int32_t anchor = 0;  // 0..num_anchors-1
+  int32_t reserved = 0;
+};
+
+struct SegmentScoreParams {
+  const RowSegment* segments = nullptr;  // device [num_segments]
+  int32_t num_segments = 0;              // 1..kMaxSegments
+  int64_t total_rows = 0;                // 1..kMaxScoreRows
+  const float* anchors = nullptr;        // device [num_anchors][dim] fp32
+  int32_t num_anchors = 0;               // 1..kMaxSegmentAnchors
+  int32_t dim = 0;                       // 1..kMaxScoreDim
+  float* scores = nullptr;               // device [total_rows]
+};
+
+inline constexpr int32_t kMaxSegments = 1 << 20;
+inline constexpr int32_t kMaxSegmentAnchors = 1 << 20;
 
 }  // namespace kvtier::gpu
 

@@ -79,11 +79,18 @@ GpuStatus CheckTopKParams(const TopKParams& p) {
   if (!status.ok()) return status;
   if (p.scores == nullptr) return Invalid("scores is null");
   if (p.indices == nullptr) return Invalid("indices is null");
-  if (p.workspace == nullptr) return Invalid("workspace is null");
-  if (p.workspace_bytes < TopKWorkspaceBytes(p.num_anchors)) {
-    return Invalid("workspace_bytes " + std::to_string(p.workspace_bytes) + " below the " +
-                   std::to_string(TopKWorkspaceBytes(p.num_anchors)) + " TopK needs");
-  }
+  return GpuStatus::Ok();
+}
+
+GpuStatus CheckSegmentScoreParams(const SegmentScoreParams& p) {
+  GpuStatus status = CheckRange("num_segments", p.num_segments, 1, kMaxSegments);
+  if (status.ok()) status = CheckRange("total_rows", p.total_rows, 1, kMaxScoreRows);
+  if (status.ok()) status = CheckRange("num_anchors", p.num_anchors, 1, kMaxSegmentAnchors);
+  if (status.ok()) status = CheckRange("dim", p.dim, 1, kMaxScoreDim);
+  if (!status.ok()) return status;
+  if (p.segments == nullptr) return Invalid("segments is null");
+  if (p.anchors == nullptr) return Invalid("anchors is null");
+  if (p.scores == nullptr) return Invalid("scores is null");
   return GpuStatus::Ok();
 }
 
@@ -103,6 +110,12 @@ GpuStatus TopK(const TopKParams& params, cudaStream_t stream) {
   GpuStatus status = CheckTopKParams(params);
   if (!status.ok()) return status;
   return CudaErrorToGpuStatus(LaunchTopK(params, stream), "TopK launch");
+}
+
+GpuStatus ScoreSegments(const SegmentScoreParams& params, cudaStream_t stream) {
+  GpuStatus status = CheckSegmentScoreParams(params);
+  if (!status.ok()) return status;
+  return CudaErrorToGpuStatus(LaunchScoreSegments(params, stream), "ScoreSegments launch");
 }
 
 }  // namespace kvtier::gpu

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "gpu/cuda/kernel_launch.h"
+#include "gpu/cuda/launch.cuh"
 
 namespace kvtier::gpu {
 namespace {
@@ -182,18 +183,15 @@ cudaError_t LaunchPoolKeys(const PoolKeysParams& params, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(params.num_blocks));
   switch (params.shape.dtype) {
     case ElementType::kFp16:
-      PoolKeysKernel<__half><<<grid, threads, smem_bytes, stream>>>(params);
-      break;
+      return LaunchKernel(PoolKeysKernel<__half>, grid, dim3(threads), smem_bytes, stream, params);
     case ElementType::kBf16:
-      PoolKeysKernel<__nv_bfloat16><<<grid, threads, smem_bytes, stream>>>(params);
-      break;
+      return LaunchKernel(PoolKeysKernel<__nv_bfloat16>, grid, dim3(threads), smem_bytes, stream,
+                          params);
     case ElementType::kFp32:
-      PoolKeysKernel<float><<<grid, threads, smem_bytes, stream>>>(params);
-      break;
+      return LaunchKernel(PoolKeysKernel<float>, grid, dim3(threads), smem_bytes, stream, params);
     default:
       return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace kvtier::gpu

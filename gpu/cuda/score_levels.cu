@@ -10,9 +10,16 @@
 //                     staged through shared memory in D chunks of 32; each
 //                     of 128 threads accumulates a 4 x 4 block of dots.
 // Output scores are [B][N] (anchor-major) so top-K reads rows contiguously.
+// A row or anchor with a NaN or Inf element scores NaN (kernel_shapes.h).
+//
+// ScoreSegmentsKernel: the Selector's levels of many contexts in one launch;
+// one warp per row (grid-stride over the stacked rows of all segments), the
+// row's segment found by binary search over the out_offset prefix (cached
+// while consecutive rows stay in one segment), the anchor read through L1.
 #include <cuda_fp16.h>
 
 #include "gpu/cuda/kernel_launch.h"
+#include "gpu/cuda/launch.cuh"
 
 namespace kvtier::gpu {
 namespace {
@@ -35,7 +42,8 @@ __device__ __forceinline__ float WarpSum(float v) {
 }
 
 __device__ __forceinline__ float FinishScore(ScoreKind kind, float dot, float anchor_norm,
-                                             float row_norm) {
+                                             float row_norm, bool nonfinite) {
+  if (nonfinite) return __int_as_float(0x7fc00000);  // NaN, as the CPU reference
   if (kind == ScoreKind::kDot) return dot;
   const float denom = anchor_norm * row_norm;
   float cos = denom > 0.0f ? dot / denom : 0.0f;
@@ -47,6 +55,7 @@ template <typename T>
 __global__ void __launch_bounds__(kSmallThreads) ScoreRowsSmallKernel(ScoreParams p) {
   extern __shared__ float anchors_s[];  // [B][D]
   __shared__ float anchor_norm_s[kSmallBatch];
+  __shared__ bool anchor_bad_s[kSmallBatch];
   const int dim = p.dim;
   const int num_anchors = p.num_anchors;
   for (int i = threadIdx.x; i < num_anchors * dim; i += blockDim.x) anchors_s[i] = p.anchors[i];
@@ -56,9 +65,18 @@ __global__ void __launch_bounds__(kSmallThreads) ScoreRowsSmallKernel(ScoreParam
   const int warps = blockDim.x / 32;
   if (warp < num_anchors) {
     float n = 0.0f;
-    for (int d = lane; d < dim; d += 32) n += anchors_s[warp * dim + d] * anchors_s[warp * dim + d];
+    bool bad = false;
+    for (int d = lane; d < dim; d += 32) {
+      const float x = anchors_s[warp * dim + d];
+      bad |= !isfinite(x);
+      n += x * x;
+    }
     n = WarpSum(n);
-    if (lane == 0) anchor_norm_s[warp] = sqrtf(n);
+    bad = __any_sync(0xffffffffu, bad);
+    if (lane == 0) {
+      anchor_norm_s[warp] = sqrtf(n);
+      anchor_bad_s[warp] = bad;
+    }
   }
   __syncthreads();
 
@@ -68,9 +86,11 @@ __global__ void __launch_bounds__(kSmallThreads) ScoreRowsSmallKernel(ScoreParam
     const T* row = levels + r * p.row_stride;
     float acc[kSmallBatch] = {};
     float norm = 0.0f;
+    bool bad = false;
 #pragma unroll 4
     for (int d = lane; d < dim; d += 32) {
       const float x = ToFloat(row[d]);
+      bad |= !isfinite(x);
       norm += x * x;
 #pragma unroll
       for (int a = 0; a < kSmallBatch; ++a) {
@@ -78,13 +98,14 @@ __global__ void __launch_bounds__(kSmallThreads) ScoreRowsSmallKernel(ScoreParam
       }
     }
     norm = sqrtf(WarpSum(norm));
+    bad = __any_sync(0xffffffffu, bad);
 #pragma unroll
     for (int a = 0; a < kSmallBatch; ++a) {
       if (a < num_anchors) {
         const float dot = WarpSum(acc[a]);
         if (lane == 0) {
           p.scores[static_cast<int64_t>(a) * p.num_rows + r] =
-              FinishScore(p.kind, dot, anchor_norm_s[a], norm);
+              FinishScore(p.kind, dot, anchor_norm_s[a], norm, bad || anchor_bad_s[a]);
         }
       }
     }
@@ -98,7 +119,12 @@ __global__ void __launch_bounds__(kTileThreads) ScoreRowsTiledKernel(ScoreParams
   __shared__ float anchors_s[kTileAnchors][kTileChunk + 1];
   __shared__ float row_norm_s[kTileRows];
   __shared__ float anchor_norm_s[kTileAnchors];
+  __shared__ int row_bad_s[kTileRows];
+  __shared__ int anchor_bad_s[kTileAnchors];
   const int tid = threadIdx.x;
+  if (tid < kTileRows) row_bad_s[tid] = 0;
+  if (tid < kTileAnchors) anchor_bad_s[tid] = 0;
+  __syncthreads();
   const int tx = tid % 8;  // anchors tx, tx + 8, tx + 16, tx + 24
   const int ty = tid / 8;  // rows ty, ty + 16, ty + 32, ty + 48
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileRows;
@@ -112,15 +138,19 @@ __global__ void __launch_bounds__(kTileThreads) ScoreRowsTiledKernel(ScoreParams
     for (int idx = tid; idx < kTileRows * kTileChunk; idx += kTileThreads) {
       const int r = idx / kTileChunk, c = idx % kTileChunk;
       const int64_t row = row0 + r;
-      rows_s[r][c] = (row < p.num_rows && c0 + c < p.dim)
-                         ? ToFloat(levels[row * p.row_stride + c0 + c])
-                         : 0.0f;
+      const float x = (row < p.num_rows && c0 + c < p.dim)
+                          ? ToFloat(levels[row * p.row_stride + c0 + c])
+                          : 0.0f;
+      if (!isfinite(x)) row_bad_s[r] = 1;  // every writer stores 1
+      rows_s[r][c] = x;
     }
     for (int idx = tid; idx < kTileAnchors * kTileChunk; idx += kTileThreads) {
       const int a = idx / kTileChunk, c = idx % kTileChunk;
-      anchors_s[a][c] = (anchor0 + a < p.num_anchors && c0 + c < p.dim)
-                            ? p.anchors[static_cast<int64_t>(anchor0 + a) * p.dim + c0 + c]
-                            : 0.0f;
+      const float x = (anchor0 + a < p.num_anchors && c0 + c < p.dim)
+                          ? p.anchors[static_cast<int64_t>(anchor0 + a) * p.dim + c0 + c]
+                          : 0.0f;
+      if (!isfinite(x)) anchor_bad_s[a] = 1;
+      anchors_s[a][c] = x;
     }
     __syncthreads();
 #pragma unroll 8
@@ -162,8 +192,51 @@ __global__ void __launch_bounds__(kTileThreads) ScoreRowsTiledKernel(ScoreParams
       const int r = ty + 16 * i;
       if (row0 + r >= p.num_rows) continue;
       p.scores[static_cast<int64_t>(anchor0 + a) * p.num_rows + row0 + r] =
-          FinishScore(p.kind, acc[i][j], anchor_norm_s[a], row_norm_s[r]);
+          FinishScore(p.kind, acc[i][j], anchor_norm_s[a], row_norm_s[r],
+                      row_bad_s[r] != 0 || anchor_bad_s[a] != 0);
     }
+  }
+}
+
+// One warp per row of the stacked segments. See the file comment.
+__global__ void __launch_bounds__(kSmallThreads) ScoreSegmentsKernel(SegmentScoreParams p) {
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int warps = blockDim.x / 32;
+  const int dim = p.dim;
+  int segment = 0;
+  int64_t seg_begin = 0, seg_end = 0;  // [seg_begin, seg_end) rows of `segment`
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * warps + warp; r < p.total_rows;
+       r += static_cast<int64_t>(gridDim.x) * warps) {
+    if (r < seg_begin || r >= seg_end) {
+      int lo = 0, hi = p.num_segments - 1;  // last segment with out_offset <= r
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (p.segments[mid].out_offset <= r) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      segment = lo;
+      seg_begin = p.segments[lo].out_offset;
+      seg_end = seg_begin + p.segments[lo].num_rows;
+    }
+    const RowSegment& seg = p.segments[segment];
+    const __half* row = reinterpret_cast<const __half*>(seg.rows) + (r - seg_begin) * dim;
+    const float* anchor = p.anchors + static_cast<int64_t>(seg.anchor) * dim;
+    float acc = 0.0f;
+    if ((dim & 1) == 0 && (reinterpret_cast<uintptr_t>(row) & 3) == 0) {
+      const __half2* row2 = reinterpret_cast<const __half2*>(row);
+      for (int d = lane; d < dim / 2; d += 32) {
+        const float2 x = __half22float2(row2[d]);
+        acc += x.x * __ldg(anchor + 2 * d) + x.y * __ldg(anchor + 2 * d + 1);
+      }
+    } else {
+      for (int d = lane; d < dim; d += 32) acc += __half2float(row[d]) * __ldg(anchor + d);
+    }
+    acc = WarpSum(acc);
+    if (lane == 0) p.scores[r] = acc;
   }
 }
 
@@ -174,13 +247,12 @@ cudaError_t LaunchScoreTyped(const ScoreParams& p, cudaStream_t stream) {
     int64_t ctas = (p.num_rows + warps - 1) / warps;
     if (ctas > kSmallMaxCtas) ctas = kSmallMaxCtas;
     const size_t smem_bytes = static_cast<size_t>(p.num_anchors) * p.dim * sizeof(float);
-    ScoreRowsSmallKernel<T><<<static_cast<unsigned>(ctas), kSmallThreads, smem_bytes, stream>>>(p);
-  } else {
-    const dim3 grid(static_cast<unsigned>((p.num_rows + kTileRows - 1) / kTileRows),
-                    static_cast<unsigned>((p.num_anchors + kTileAnchors - 1) / kTileAnchors));
-    ScoreRowsTiledKernel<T><<<grid, kTileThreads, 0, stream>>>(p);
+    return LaunchKernel(ScoreRowsSmallKernel<T>, dim3(static_cast<unsigned>(ctas)),
+                        dim3(kSmallThreads), smem_bytes, stream, p);
   }
-  return cudaGetLastError();
+  const dim3 grid(static_cast<unsigned>((p.num_rows + kTileRows - 1) / kTileRows),
+                  static_cast<unsigned>((p.num_anchors + kTileAnchors - 1) / kTileAnchors));
+  return LaunchKernel(ScoreRowsTiledKernel<T>, grid, dim3(kTileThreads), 0, stream, p);
 }
 
 }  // namespace
@@ -194,6 +266,14 @@ cudaError_t LaunchScoreLevels(const ScoreParams& params, cudaStream_t stream) {
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+cudaError_t LaunchScoreSegments(const SegmentScoreParams& params, cudaStream_t stream) {
+  const int64_t warps = kSmallThreads / 32;
+  int64_t ctas = (params.total_rows + warps - 1) / warps;
+  if (ctas > kSmallMaxCtas) ctas = kSmallMaxCtas;
+  return LaunchKernel(ScoreSegmentsKernel, dim3(static_cast<unsigned>(ctas)), dim3(kSmallThreads),
+                      0, stream, params);
 }
 
 }  // namespace kvtier::gpu

@@ -238,18 +238,34 @@ TEST(KernelShapeCheckTest, ScoreAndTopKNameTheBadField) {
   t.num_anchors = 1;
   t.k = 4;
   t.indices = indices;
-  t.workspace = buffer;
-  t.workspace_bytes = TopKWorkspaceBytes(1);
   ASSERT_TRUE(CheckTopKParams(t).ok());
   TopKParams bad_t = t;
   bad_t.k = 5;
   EXPECT_NE(CheckTopKParams(bad_t).message.find("k must be in 1..4"), std::string::npos);
   bad_t = t;
-  bad_t.workspace_bytes = TopKWorkspaceBytes(1) - 1;
-  EXPECT_NE(CheckTopKParams(bad_t).message.find("workspace_bytes"), std::string::npos);
+  bad_t.indices = nullptr;
+  EXPECT_NE(CheckTopKParams(bad_t).message.find("indices"), std::string::npos);
   EXPECT_EQ(TopK(bad_t, nullptr).code, GpuStatus::kInvalidArgument);
-  EXPECT_EQ(TopKWorkspaceBytes(0), 0u);
-  EXPECT_GT(TopKWorkspaceBytes(2), TopKWorkspaceBytes(1));
+
+  static RowSegment segment;
+  SegmentScoreParams g;
+  g.segments = &segment;
+  g.num_segments = 1;
+  g.total_rows = 4;
+  g.anchors = buffer;
+  g.num_anchors = 1;
+  g.dim = 1;
+  g.scores = buffer;
+  ASSERT_TRUE(CheckSegmentScoreParams(g).ok());
+  SegmentScoreParams bad_g = g;
+  bad_g.num_segments = 0;
+  EXPECT_NE(CheckSegmentScoreParams(bad_g).message.find("num_segments"), std::string::npos);
+  bad_g = g;
+  bad_g.dim = kMaxScoreDim + 1;
+  EXPECT_NE(CheckSegmentScoreParams(bad_g).message.find("dim"), std::string::npos);
+  bad_g = g;
+  bad_g.segments = nullptr;
+  EXPECT_EQ(ScoreSegments(bad_g, nullptr).code, GpuStatus::kInvalidArgument);
 }
 
 #endif  // KVTIER_HAVE_CUDA

@@ -172,13 +172,11 @@ bool BenchSelect(const SelectCase& c, int iters, double* total_us, double* score
   std::vector<float> anchors(static_cast<size_t>(c.anchors) * kDim);
   for (float& x : anchors) x = dist(rng);
 
-  void *d_levels, *d_anchors, *d_scores, *d_indices, *d_work;
-  const size_t work_bytes = TopKWorkspaceBytes(c.anchors);
+  void *d_levels, *d_anchors, *d_scores, *d_indices;
   BENCH_CUDA(cudaMalloc(&d_levels, levels.size()));
   BENCH_CUDA(cudaMalloc(&d_anchors, anchors.size() * 4));
   BENCH_CUDA(cudaMalloc(&d_scores, static_cast<size_t>(c.anchors) * kRows * 4));
   BENCH_CUDA(cudaMalloc(&d_indices, static_cast<size_t>(c.anchors) * c.k * 4));
-  BENCH_CUDA(cudaMalloc(&d_work, work_bytes));
   BENCH_CUDA(cudaMemcpy(d_levels, levels.data(), levels.size(), cudaMemcpyHostToDevice));
   BENCH_CUDA(cudaMemcpy(d_anchors, anchors.data(), anchors.size() * 4, cudaMemcpyHostToDevice));
 
@@ -197,8 +195,6 @@ bool BenchSelect(const SelectCase& c, int iters, double* total_us, double* score
   t.num_anchors = c.anchors;
   t.k = c.k;
   t.indices = static_cast<int32_t*>(d_indices);
-  t.workspace = d_work;
-  t.workspace_bytes = work_bytes;
   BENCH_CHECK(CheckScoreParams(s).ok() && CheckTopKParams(t).ok(), "bench shapes");
 
   cudaStream_t stream;
@@ -248,7 +244,7 @@ bool BenchSelect(const SelectCase& c, int iters, double* total_us, double* score
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaStreamDestroy(stream);
-  for (void* p : {d_levels, d_anchors, d_scores, d_indices, d_work}) cudaFree(p);
+  for (void* p : {d_levels, d_anchors, d_scores, d_indices}) cudaFree(p);
   return true;
 }
 

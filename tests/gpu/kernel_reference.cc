@@ -79,21 +79,30 @@ std::vector<float> ScoreReference(const void* levels, ElementType levels_type, i
                                   ScoreKind kind) {
   std::vector<float> scores(static_cast<size_t>(num_anchors) * num_rows);
   std::vector<double> anchor_norm(num_anchors, 0.0);
+  std::vector<bool> anchor_bad(num_anchors, false);
   for (int a = 0; a < num_anchors; ++a) {
     for (int d = 0; d < dim; ++d) {
       anchor_norm[a] += double{anchors[a * dim + d]} * anchors[a * dim + d];
+      if (!std::isfinite(anchors[a * dim + d])) anchor_bad[a] = true;
     }
     anchor_norm[a] = std::sqrt(anchor_norm[a]);
   }
   for (int64_t r = 0; r < num_rows; ++r) {
     std::vector<double> row(dim);
     double row_norm = 0.0;
+    bool row_bad = false;
     for (int d = 0; d < dim; ++d) {
       row[d] = LoadElement(levels, levels_type, r * row_stride + d);
       row_norm += row[d] * row[d];
+      if (!std::isfinite(row[d])) row_bad = true;
     }
     row_norm = std::sqrt(row_norm);
     for (int a = 0; a < num_anchors; ++a) {
+      if (row_bad || anchor_bad[a]) {
+        // A NaN or Inf element makes the score NaN (kernel_shapes.h).
+        scores[static_cast<size_t>(a) * num_rows + r] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
       double dot = 0.0;
       for (int d = 0; d < dim; ++d) dot += anchors[a * dim + d] * row[d];
       double score = dot;
@@ -103,6 +112,21 @@ std::vector<float> ScoreReference(const void* levels, ElementType levels_type, i
         score = 0.5 * (1.0 + cos);
       }
       scores[static_cast<size_t>(a) * num_rows + r] = static_cast<float>(score);
+    }
+  }
+  return scores;
+}
+
+std::vector<float> ScoreSegmentsReference(const std::vector<SegmentReference>& segments,
+                                          const std::vector<float>& anchors, int32_t dim) {
+  std::vector<float> scores;
+  for (const SegmentReference& seg : segments) {
+    for (int64_t r = 0; r < seg.num_rows; ++r) {
+      double dot = 0.0;
+      for (int d = 0; d < dim; ++d) {
+        dot += double{HalfToFloat(seg.rows[r * dim + d])} * anchors[seg.anchor * dim + d];
+      }
+      scores.push_back(static_cast<float>(dot));
     }
   }
   return scores;

@@ -34,11 +34,22 @@ PoolReference PoolKeysReference(const KvBlockShape& shape, const void* block,
                                 const std::vector<float>& head_weights);
 
 // scores [num_anchors][num_rows] for levels [num_rows][row_stride] of
-// levels_type and anchors [num_anchors][dim].
+// levels_type and anchors [num_anchors][dim]. A row or anchor with a NaN or
+// Inf element scores NaN.
 std::vector<float> ScoreReference(const void* levels, ElementType levels_type, int64_t num_rows,
                                   int64_t row_stride, int32_t dim,
                                   const std::vector<float>& anchors, int32_t num_anchors,
                                   ScoreKind kind);
+
+// Segmented scoring: host copies of each segment's fp16 rows; returns the
+// stacked dot products [sum of num_rows] (double accumulation).
+struct SegmentReference {
+  const uint16_t* rows = nullptr;  // [num_rows][dim] fp16 bits, host
+  int64_t num_rows = 0;
+  int32_t anchor = 0;
+};
+std::vector<float> ScoreSegmentsReference(const std::vector<SegmentReference>& segments,
+                                          const std::vector<float>& anchors, int32_t dim);
 
 // Top k of each anchor's row of scores [num_anchors][num_rows]: values in
 // descending order (NaN last), and the matching row numbers (ties by lower

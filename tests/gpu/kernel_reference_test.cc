@@ -97,6 +97,36 @@ TEST(ScoreReferenceTest, CosineAndDot) {
   EXPECT_FLOAT_EQ(dot[4 + 1], 2.0f);
 }
 
+// The GPU kernels follow the same rule (kernel_shapes.h): any NaN or Inf
+// element of a row or an anchor makes that score NaN, for both kinds.
+TEST(ScoreReferenceTest, NonFiniteRowsAndAnchorsScoreNaN) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> levels = {1, 0,     // row 0: finite
+                                     inf, 0,   // row 1: Inf
+                                     0, nan,   // row 2: NaN
+                                     -inf, 1};  // row 3: -Inf
+  for (ScoreKind kind : {ScoreKind::kCosineUnit, ScoreKind::kDot}) {
+    auto scores = ScoreReference(levels.data(), ElementType::kFp32, 4, 2, 2, {1, 0}, 1, kind);
+    EXPECT_FALSE(std::isnan(scores[0]));
+    EXPECT_TRUE(std::isnan(scores[1]));
+    EXPECT_TRUE(std::isnan(scores[2]));
+    EXPECT_TRUE(std::isnan(scores[3]));
+    scores = ScoreReference(levels.data(), ElementType::kFp32, 4, 2, 2, {inf, 0}, 1, kind);
+    EXPECT_TRUE(std::isnan(scores[0])) << "a non-finite anchor";
+  }
+}
+
+TEST(ScoreSegmentsReferenceTest, StacksSegmentsWithTheirOwnAnchors) {
+  const std::vector<uint16_t> a = {FloatToHalf(1), FloatToHalf(2),    // row 0
+                                   FloatToHalf(-1), FloatToHalf(0.5)};  // row 1
+  const std::vector<uint16_t> b = {FloatToHalf(3), FloatToHalf(0)};
+  const std::vector<float> anchors = {1, 1,    // anchor 0
+                                      0, 2};   // anchor 1
+  const auto scores = ScoreSegmentsReference({{a.data(), 2, 1}, {b.data(), 1, 0}}, anchors, 2);
+  EXPECT_EQ(scores, (std::vector<float>{4.0f, 1.0f, 3.0f}));
+}
+
 TEST(TopKReferenceTest, DescendingWithTiesByRowAndNanLast) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> scores = {0.5f, nan,  0.9f, 0.5f, -1.0f,  // anchor 0
@@ -107,6 +137,9 @@ TEST(TopKReferenceTest, DescendingWithTiesByRowAndNanLast) {
   EXPECT_EQ(ref.values[3], -1.0f);
   ref = TopKReferenceSelect(scores, 5, 2, 5);
   EXPECT_EQ(ref.indices[4], 1);  // NaN comes last
+  // -0.0 and +0.0 tie, so the lower row wins.
+  ref = TopKReferenceSelect({0.0f, -0.0f, -0.0f, 0.0f}, 4, 1, 2);
+  EXPECT_EQ(ref.indices, (std::vector<int32_t>{0, 1}));
 }
 
 }  // namespace

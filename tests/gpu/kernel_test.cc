@@ -2,13 +2,16 @@
 // within fp tolerance; selections equal exactly. Skips without a device.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "gpu/cuda/cuda_device_ops.h"
 #include "gpu/cuda/kernels.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/cuda_test_util.h"
@@ -276,6 +279,83 @@ TEST_F(ScoreLevelsTest, SmallBatchMatchesReference) {
   }
 }
 
+TEST_F(ScoreLevelsTest, NonFiniteRowsAndAnchorsScoreNaNLikeTheReference) {
+  for (int32_t anchors : {2, 12}) {  // the small-batch and the tiled kernel
+    SCOPED_TRACE("B=" + std::to_string(anchors));
+    const int64_t rows = 70;
+    const int32_t dim = 40;
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> levels(rows * dim), anchor_values(anchors * dim);
+    for (float& x : levels) x = dist(rng);
+    for (float& x : anchor_values) x = dist(rng);
+    levels[5 * dim + 7] = std::numeric_limits<float>::quiet_NaN();
+    levels[6 * dim] = std::numeric_limits<float>::infinity();
+    levels[69 * dim + 39] = -std::numeric_limits<float>::infinity();
+    anchor_values[1 * dim + 3] = std::numeric_limits<float>::infinity();
+    for (ScoreKind kind : {ScoreKind::kCosineUnit, ScoreKind::kDot}) {
+      DeviceBuffer d_levels(levels.size() * 4), d_anchors(anchor_values.size() * 4),
+          d_scores(static_cast<size_t>(anchors) * rows * 4);
+      KVTIER_ASSERT_CUDA(d_levels.Upload(levels.data(), levels.size() * 4));
+      KVTIER_ASSERT_CUDA(d_anchors.Upload(anchor_values.data(), anchor_values.size() * 4));
+      ScoreParams p;
+      p.levels = d_levels.get();
+      p.num_rows = rows;
+      p.row_stride = dim;
+      p.dim = dim;
+      p.anchors = d_anchors.get<float>();
+      p.num_anchors = anchors;
+      p.kind = kind;
+      p.scores = d_scores.get<float>();
+      ASSERT_TRUE(ScoreLevels(p, stream_).ok());
+      KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
+      std::vector<float> got;
+      KVTIER_ASSERT_CUDA(d_scores.Download(&got, static_cast<size_t>(anchors) * rows));
+      const auto want = ScoreReference(levels.data(), ElementType::kFp32, rows, dim, dim,
+                                       anchor_values, anchors, kind);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::isnan(got[i]), std::isnan(want[i])) << "score " << i;
+      }
+      EXPECT_TRUE(std::isnan(got[5]) && std::isnan(got[6]) && std::isnan(got[69]));
+      EXPECT_TRUE(std::isnan(got[rows + 0])) << "anchor 1 holds Inf";
+    }
+  }
+}
+
+// An unrelated failed call earlier on the thread leaves an error in the
+// thread's last-error slot; launches must report only their own outcome.
+TEST_F(ScoreLevelsTest, LaunchReportsOnlyItsOwnError) {
+  const int64_t rows = 64;
+  const int32_t dim = 32;
+  std::vector<float> levels(rows * dim, 0.5f), anchor(dim, 1.0f);
+  DeviceBuffer d_levels(levels.size() * 4), d_anchor(dim * 4), d_scores(rows * 4),
+      d_indices(8 * 4);
+  KVTIER_ASSERT_CUDA(d_levels.Upload(levels.data(), levels.size() * 4));
+  KVTIER_ASSERT_CUDA(d_anchor.Upload(anchor.data(), dim * 4));
+  ScoreParams p;
+  p.levels = d_levels.get();
+  p.num_rows = rows;
+  p.row_stride = dim;
+  p.dim = dim;
+  p.anchors = d_anchor.get<float>();
+  p.num_anchors = 1;
+  p.scores = d_scores.get<float>();
+  TopKParams t;
+  t.scores = d_scores.get<float>();
+  t.num_rows = rows;
+  t.num_anchors = 1;
+  t.k = 8;
+  t.indices = d_indices.get<int32_t>();
+  ASSERT_EQ(cudaSetDevice(-1), cudaErrorInvalidDevice);  // leaves a last error behind
+  GpuStatus status = ScoreLevels(p, stream_);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  ASSERT_EQ(cudaSetDevice(-1), cudaErrorInvalidDevice);
+  status = TopK(t, stream_);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  cudaGetLastError();
+  KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
+}
+
 TEST_F(ScoreLevelsTest, TiledBatchMatchesReference) {
   for (ElementType type : {ElementType::kFp32, ElementType::kFp16}) {
     for (ScoreKind kind : {ScoreKind::kCosineUnit, ScoreKind::kDot}) {
@@ -288,35 +368,33 @@ TEST_F(ScoreLevelsTest, TiledBatchMatchesReference) {
 
 // ---- top-K ------------------------------------------------------------
 
-// Checks a top-K result against the reference on the same scores: the same
-// multiset of values per anchor, and distinct valid indices whose scores
-// are the returned values (values may be null: then only the indices).
+// Checks a top-K result against the reference on the same scores: exactly
+// the reference's rows (ties to the lowest rows), in the documented order
+// (rows above the k-th value ascending, then rows equal to it ascending),
+// and the values of those rows (values may be null: then only the rows).
 void ExpectTopKMatches(const std::vector<float>& scores, int64_t rows, int32_t anchors, int32_t k,
                        const std::vector<int32_t>& indices, const std::vector<float>* values) {
   const TopKReference ref = TopKReferenceSelect(scores, rows, anchors, k);
   auto same = [](float x, float y) { return x == y || (std::isnan(x) && std::isnan(y)); };
   for (int a = 0; a < anchors; ++a) {
-    std::vector<float> got;
-    std::set<int32_t> seen;
+    const float* row = scores.data() + static_cast<size_t>(a) * rows;
+    const float kth = ref.values[static_cast<size_t>(a) * k + k - 1];
+    std::vector<int32_t> greater, equal;
     for (int i = 0; i < k; ++i) {
-      const int32_t index = indices[static_cast<size_t>(a) * k + i];
-      ASSERT_GE(index, 0);
-      ASSERT_LT(index, rows);
-      EXPECT_TRUE(seen.insert(index).second) << "row " << index << " returned twice";
-      const float score = scores[static_cast<size_t>(a) * rows + index];
-      got.push_back(score);
-      if (values != nullptr) {
-        EXPECT_TRUE(same(score, (*values)[static_cast<size_t>(a) * k + i])) << "row " << index;
-      }
+      const int32_t r = ref.indices[static_cast<size_t>(a) * k + i];
+      (same(row[r], kth) ? equal : greater).push_back(r);
     }
-    std::sort(got.begin(), got.end(), [](float x, float y) {
-      if (std::isnan(x) != std::isnan(y)) return std::isnan(y);
-      return x > y;
-    });
+    std::sort(greater.begin(), greater.end());
+    std::sort(equal.begin(), equal.end());
+    std::vector<int32_t> want = greater;
+    want.insert(want.end(), equal.begin(), equal.end());
+    const std::vector<int32_t> got(indices.begin() + static_cast<size_t>(a) * k,
+                                   indices.begin() + static_cast<size_t>(a + 1) * k);
+    ASSERT_EQ(got, want) << "anchor " << a;
+    if (values == nullptr) continue;
     for (int i = 0; i < k; ++i) {
-      ASSERT_TRUE(same(got[i], ref.values[static_cast<size_t>(a) * k + i]))
-          << "anchor " << a << " rank " << i << ": got " << got[i] << ", want "
-          << ref.values[static_cast<size_t>(a) * k + i];
+      ASSERT_TRUE(same(row[got[i]], (*values)[static_cast<size_t>(a) * k + i]))
+          << "anchor " << a << " slot " << i;
     }
   }
 }
@@ -327,7 +405,7 @@ class TopKTest : public KernelTest {
     SCOPED_TRACE("N=" + std::to_string(rows) + " B=" + std::to_string(anchors) +
                  " K=" + std::to_string(k));
     DeviceBuffer d_scores(scores.size() * 4), d_indices(static_cast<size_t>(anchors) * k * 4),
-        d_values(static_cast<size_t>(anchors) * k * 4), d_work(TopKWorkspaceBytes(anchors));
+        d_values(static_cast<size_t>(anchors) * k * 4);
     KVTIER_ASSERT_CUDA(d_scores.Upload(scores.data(), scores.size() * 4));
     TopKParams p;
     p.scores = d_scores.get<float>();
@@ -336,19 +414,22 @@ class TopKTest : public KernelTest {
     p.k = k;
     p.indices = d_indices.get<int32_t>();
     p.values = d_values.get<float>();
-    p.workspace = d_work.get();
-    p.workspace_bytes = d_work.size_bytes();
-    // Twice on the same workspace: the second run must not see the first.
+    // Twice: the second run must give the same bytes as the first.
+    std::vector<int32_t> first;
     for (int run = 0; run < 2; ++run) {
       GpuStatus status = TopK(p, stream_);
       ASSERT_TRUE(status.ok()) << status.ToString();
+      KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
+      std::vector<int32_t> indices;
+      std::vector<float> values;
+      KVTIER_ASSERT_CUDA(d_indices.Download(&indices, static_cast<size_t>(anchors) * k));
+      KVTIER_ASSERT_CUDA(d_values.Download(&values, static_cast<size_t>(anchors) * k));
+      ExpectTopKMatches(scores, rows, anchors, k, indices, &values);
+      if (run == 0) first = indices;
+      if (run == 1) {
+        EXPECT_EQ(indices, first) << "two runs differ";
+      }
     }
-    KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
-    std::vector<int32_t> indices;
-    std::vector<float> values;
-    KVTIER_ASSERT_CUDA(d_indices.Download(&indices, static_cast<size_t>(anchors) * k));
-    KVTIER_ASSERT_CUDA(d_values.Download(&values, static_cast<size_t>(anchors) * k));
-    ExpectTopKMatches(scores, rows, anchors, k, indices, &values);
   }
 };
 
@@ -374,6 +455,39 @@ TEST_F(TopKTest, TiesNegativesAndInfinities) {
   for (int32_t k : {1, 500, 1177, 10'000, static_cast<int32_t>(rows)}) Check(scores, rows, 2, k);
 }
 
+TEST_F(TopKTest, AllEqualScoresGiveTheLowestRows) {
+  // Every score ties: the selection is rows 0..k-1, across every slice of
+  // the cluster.
+  for (int64_t rows : {int64_t{1000}, int64_t{70'000}, int64_t{300'000}}) {
+    std::vector<float> scores(rows, 0.75f);
+    scores[rows / 2] = -0.0f;  // below 0.75
+    for (int32_t k : {1, 999, 4097}) {
+      if (k > rows) continue;
+      Check(scores, rows, 1, k);
+    }
+  }
+  std::vector<float> zeros(5000, 0.0f);
+  for (size_t i = 0; i < zeros.size(); i += 3) zeros[i] = -0.0f;  // -0.0 ties with +0.0
+  Check(zeros, 5000, 1, 1234);
+}
+
+TEST_F(TopKTest, SizesFromOneCtaToAFullCluster) {
+  int device = 0;
+  KVTIER_ASSERT_CUDA(cudaGetDevice(&device));
+  std::mt19937 rng(8);
+  std::uniform_int_distribution<int> level(0, 999);  // many ties, many distinct values
+  for (int64_t rows : {int64_t{100}, int64_t{8192}, int64_t{65'536}, int64_t{1 << 20}}) {
+    std::printf("N=%lld: %d CTAs per anchor\n", static_cast<long long>(rows),
+                TopKCtasPerAnchor(rows, device));
+    std::vector<float> scores(rows * 2);
+    for (float& x : scores) x = 0.001f * level(rng);
+    for (int32_t k : {1, 64, static_cast<int32_t>(rows / 8), static_cast<int32_t>(rows)}) {
+      if (k < 1) continue;
+      Check(scores, rows, 2, k);
+    }
+  }
+}
+
 TEST_F(TopKTest, NanRanksLast) {
   const int64_t rows = 5000;
   std::vector<float> scores(rows);
@@ -394,7 +508,7 @@ TEST_F(TopKTest, ScoreThenSelectOnOneStream) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (float& x : anchor_values) x = dist(rng);
   DeviceBuffer d_levels(levels.size()), d_anchors(anchor_values.size() * 4),
-      d_scores(rows * anchors * 4), d_indices(anchors * k * 4), d_work(TopKWorkspaceBytes(anchors));
+      d_scores(rows * anchors * 4), d_indices(anchors * k * 4);
   KVTIER_ASSERT_CUDA(d_levels.Upload(levels.data(), levels.size()));
   KVTIER_ASSERT_CUDA(d_anchors.Upload(anchor_values.data(), anchor_values.size() * 4));
   ScoreParams s;
@@ -412,8 +526,6 @@ TEST_F(TopKTest, ScoreThenSelectOnOneStream) {
   t.num_anchors = anchors;
   t.k = k;
   t.indices = d_indices.get<int32_t>();
-  t.workspace = d_work.get();
-  t.workspace_bytes = d_work.size_bytes();
   ASSERT_TRUE(ScoreLevels(s, stream_).ok());
   ASSERT_TRUE(TopK(t, stream_).ok());
   KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
@@ -424,9 +536,112 @@ TEST_F(TopKTest, ScoreThenSelectOnOneStream) {
   const auto want_scores = ScoreReference(levels.data(), ElementType::kFp16, rows, dim, dim,
                                           anchor_values, anchors, ScoreKind::kCosineUnit);
   ExpectNear(scores, want_scores, 1e-5f, "scores");
-  // The selection equals the reference top-K of the GPU's own scores (as a
-  // multiset of values, so exact ties at rank K may pick either row).
+  // The selection equals the reference top-K of the GPU's own scores,
+  // ties at rank K included.
   ExpectTopKMatches(scores, rows, anchors, k, indices, nullptr);
+}
+
+// ---- segmented scoring ------------------------------------------------
+
+TEST_F(KernelTest, ScoreSegmentsMatchesReference) {
+  for (int32_t dim : {128, 33}) {  // the half2 path and the scalar path
+    SCOPED_TRACE("D=" + std::to_string(dim));
+    std::mt19937 rng(dim);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    const std::vector<int64_t> sizes = {1, 300, 17, 5000, 2, 64};
+    const int32_t anchors = 4;
+    std::vector<std::vector<uint16_t>> host(sizes.size());
+    std::vector<DeviceBuffer> tables;
+    std::vector<SegmentReference> ref;
+    std::vector<RowSegment> segments;
+    int64_t total = 0;
+    for (size_t s = 0; s < sizes.size(); ++s) {
+      host[s].resize(sizes[s] * dim);
+      for (uint16_t& h : host[s]) h = FloatToHalf(dist(rng));
+      tables.emplace_back(host[s].size() * 2);
+      KVTIER_ASSERT_CUDA(tables.back().Upload(host[s].data(), host[s].size() * 2));
+      const int32_t anchor = static_cast<int32_t>((s * 3) % anchors);
+      ref.push_back({host[s].data(), sizes[s], anchor});
+      RowSegment seg;
+      seg.rows = tables.back().get<uint16_t>();
+      seg.num_rows = sizes[s];
+      seg.out_offset = total;
+      seg.anchor = anchor;
+      segments.push_back(seg);
+      total += sizes[s];
+    }
+    std::vector<float> anchor_values(anchors * dim);
+    for (float& x : anchor_values) x = dist(rng);
+    DeviceBuffer d_segments(segments.size() * sizeof(RowSegment)),
+        d_anchors(anchor_values.size() * 4), d_scores(total * 4);
+    KVTIER_ASSERT_CUDA(d_segments.Upload(segments.data(), segments.size() * sizeof(RowSegment)));
+    KVTIER_ASSERT_CUDA(d_anchors.Upload(anchor_values.data(), anchor_values.size() * 4));
+    SegmentScoreParams p;
+    p.segments = d_segments.get<RowSegment>();
+    p.num_segments = static_cast<int32_t>(segments.size());
+    p.total_rows = total;
+    p.anchors = d_anchors.get<float>();
+    p.num_anchors = anchors;
+    p.dim = dim;
+    p.scores = d_scores.get<float>();
+    GpuStatus status = ScoreSegments(p, stream_);
+    ASSERT_TRUE(status.ok()) << status.ToString();
+    KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
+    std::vector<float> got;
+    KVTIER_ASSERT_CUDA(d_scores.Download(&got, total));
+    ExpectNear(got, ScoreSegmentsReference(ref, anchor_values, dim), 1e-5f * dim, "scores");
+  }
+}
+
+// ---- ordering of kernels after copies ---------------------------------
+
+// A kernel that pools blocks just promoted must run after the promotion on
+// the device: OrderStreamAfter makes the stream wait for the copy's fence
+// (a host Wait alone would not order the kernel).
+TEST_F(KernelTest, PoolingAfterOrderStreamAfterSeesThePromotedBytes) {
+  const KvBlockShape shape{2, 2, 16, 64, ElementType::kFp32};
+  const uint64_t block_bytes = shape.BlockBytes();
+  CudaDeviceOpsOptions options;
+  options.arena_bytes = 4 * block_bytes;
+  std::unique_ptr<CudaDeviceOps> ops;
+  GpuStatus status = CudaDeviceOps::Create(options, &ops);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  HostBuffer host;
+  ASSERT_TRUE(ops->AllocHost(block_bytes, &host).ok());
+  auto* keys = static_cast<float*>(host.data);
+  for (int64_t i = 0; i < shape.BlockElements(); ++i) keys[i] = 2.0f;
+
+  DeviceBuffer d_offsets(8), d_mean(shape.head_dim * 4), d_flags(4);
+  const uint64_t offset = block_bytes;  // slot 1, zero until promoted
+  KVTIER_ASSERT_CUDA(d_offsets.Upload(&offset, 8));
+  PoolKeysParams p;
+  p.shape = shape;
+  p.arena = static_cast<const std::byte*>(ops->arena_base());
+  p.arena_bytes = options.arena_bytes;
+  p.block_offsets = d_offsets.get<uint64_t>();
+  p.num_blocks = 1;
+  p.mean = d_mean.get<float>();
+  p.flags = d_flags.get<uint32_t>();
+
+  // The promotion is held back; the kernel is queued behind it.
+  ops->PauseDirectionForTesting(CopyDirection::kToArena, true);
+  Fence fence;
+  const HostToArenaCopy copy{host.data, offset, block_bytes};
+  ASSERT_TRUE(ops->SubmitToArena({&copy, 1}, &fence).ok());
+  ASSERT_TRUE(ops->OrderStreamAfter(fence, stream_).ok());
+  ASSERT_TRUE(PoolKeys(p, stream_).ok());
+  EXPECT_EQ(cudaStreamQuery(stream_), cudaErrorNotReady) << "the kernel ran before the copy";
+  ops->PauseDirectionForTesting(CopyDirection::kToArena, false);
+  KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  ASSERT_TRUE(ops->Wait(fence, kWaitForever).ok());
+  std::vector<float> mean;
+  KVTIER_ASSERT_CUDA(d_mean.Download(&mean, shape.head_dim));
+  EXPECT_EQ(mean, std::vector<float>(shape.head_dim, 2.0f));
+  // A finished fence orders nothing and is fine to pass again.
+  EXPECT_TRUE(ops->OrderStreamAfter(fence, stream_).ok());
+  EXPECT_EQ(ops->OrderStreamAfter(Fence{fence.value + 100}, stream_).code,
+            GpuStatus::kInvalidArgument);
+  EXPECT_TRUE(ops->OrderCopiesAfter(stream_).ok());
 }
 
 }  // namespace
