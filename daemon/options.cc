@@ -3,6 +3,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "index/gpu_scoring.h"
 
 namespace kvtier::daemon {
 
@@ -35,6 +36,13 @@ index::SelectorOptions SelectorOptionsOf(const Config& config) {
   options.stability.weight = static_cast<float>(s.stability_weight);
   options.stability.hold_threshold = static_cast<float>(s.hold_threshold);
   options.num_threads = 1;  // one Selector per stream; streams run in parallel
+  // Pooled key-key levels are scored on the GPU when the device tier is (or
+  // may be) CUDA: each Selector makes its own scorer on device 0, the
+  // daemon's arena device; without one the factory fails and the CPU scores.
+  if (config.device.backend != "shm") {
+    options.level_scorer = [] { return index::NewCudaLevelScorer(/*device_ordinal=*/0); };
+    options.level_scorer_min_rows = index::kDefaultGpuMinRows;
+  }
   return options;
 }
 

@@ -18,6 +18,8 @@
 namespace kvtier::daemon {
 
 SummarizerOptions SummarizerOptionsOf(const Config& config);
+// With tiers.device.backend auto or cuda the options carry a GPU level
+// scorer factory (index/gpu_scoring.h; the CPU scores when it fails).
 index::SelectorOptions SelectorOptionsOf(const Config& config);
 // store-independent parts of the context manager's options.
 ContextManagerOptions ContextManagerOptionsOf(const Config& config);

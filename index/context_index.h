@@ -12,6 +12,10 @@
 // key table the same length: both are validated before either changes, so
 // a failure leaves the context unchanged.
 //
+// attachment: state another part keeps per context and that must live and
+// die with it (the GPU level scorer's device copy of the tree's rows,
+// level_scorer.h); null until set.
+//
 // Thread safety: not synchronised; the caller serialises mutations and
 // Selects of one context (Selector's contract).
 #ifndef KVTIER_INDEX_CONTEXT_INDEX_H_
@@ -19,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +35,12 @@
 #include "index/summary.h"
 
 namespace kvtier::index {
+
+// Base of per-context state kept by other parts (see attachment above).
+class ContextAttachment {
+ public:
+  virtual ~ContextAttachment() = default;
+};
 
 struct ContextIndexOptions {
   TreeOptions tree;
@@ -65,6 +76,13 @@ class ContextIndex {
   absl::Span<const int32_t> key_slots() const { return key_slots_; }
   StabilityTracker& stability() { return stability_; }
   const StabilityTracker& stability() const { return stability_; }
+  // The attachment (null when none); replacing it destroys the old one.
+  ContextAttachment* attachment() { return attachment_.get(); }
+  void set_attachment(std::unique_ptr<ContextAttachment> attachment) {
+    attachment_ = std::move(attachment);
+  }
+  // Host bytes of the tree, key table and stability windows (an
+  // attachment's memory is its owner's to count).
   size_t MemoryBytes() const;
 
  private:
@@ -75,6 +93,7 @@ class ContextIndex {
   const SelectionCalibration calibration_;
   const std::vector<int32_t> key_slots_;
   StabilityTracker stability_;
+  std::unique_ptr<ContextAttachment> attachment_;
 };
 
 }  // namespace kvtier::index

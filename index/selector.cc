@@ -210,6 +210,11 @@ absl::Status ValidateSelectorOptions(const SelectorOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "options.num_threads (", o.num_threads, ") must be in [1, 256]"));
   }
+  if (o.level_scorer_min_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.level_scorer_min_rows (", o.level_scorer_min_rows,
+                     ") must be >= 0"));
+  }
   return ValidateStabilityOptions(o.stability);
 }
 
@@ -224,6 +229,14 @@ Selector::Selector(const SelectorOptions& options)
       workers_(std::make_unique<Workers>(options.num_threads)) {
   for (int32_t i = 0; i < workers_->size(); ++i) {
     scratch_.push_back(std::make_unique<Scratch>());
+  }
+  if (options.level_scorer) {
+    absl::StatusOr<std::unique_ptr<LevelScorer>> scorer = options.level_scorer();
+    if (scorer.ok()) {
+      level_scorer_ = std::move(*scorer);
+    } else {
+      level_create_status_ = scorer.status();
+    }
   }
 }
 
@@ -426,7 +439,9 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   const StabilityOptions& so = options_.stability;
   const int64_t n = t.num_pages();
   const size_t D = static_cast<size_t>(t.dim());
-  const bool gemm = options_.algorithm == SelectAlgorithm::kGemm;
+  // Every level already scored (kGemm, or the level scorer): SelectBatch
+  // points all_grid at the scores.
+  const bool gemm = s->all_grid != nullptr;
   out->blocks.clear();
   out->scores.clear();
   out->prefetch.clear();
@@ -702,8 +717,20 @@ absl::Status Selector::SelectBatch(absl::Span<const SelectRequest> requests,
       return absl::InvalidArgumentError("requests name the same context twice");
     }
   }
-  const bool gemm = options_.algorithm == SelectAlgorithm::kGemm;
   std::vector<size_t>& offsets = batch_offsets_;
+  // Stacked level rows of the pooled key-key requests, for the level
+  // scorer's threshold.
+  bool device = false;
+  if (level_scorer_ != nullptr) {
+    int64_t rows = 0;
+    for (const SelectRequest& r : requests) {
+      if (!TreeKeyKey(r)) continue;
+      const ContextTree& t = r.context->tree();
+      rows += t.num_grids() + t.num_chunks() + t.num_pages();
+    }
+    device = rows > 0 && rows >= options_.level_scorer_min_rows;
+  }
+  const bool gemm = options_.algorithm == SelectAlgorithm::kGemm || device;
   if (gemm) {
     // One pass over the stacked grid, chunk and page rows of every key-key
     // context of the batch.
@@ -716,20 +743,41 @@ absl::Status Selector::SelectBatch(absl::Span<const SelectRequest> requests,
           (key_key ? t.num_grids() + t.num_chunks() + t.num_pages() : 0);
     }
     gemm_scores_.resize(offsets.back());
-    workers_->ParallelFor(static_cast<int64_t>(requests.size()),
-                          [&](int32_t w, int64_t i) {
-                            if (offsets[i + 1] == offsets[i]) return;
-                            const ContextTree& t = requests[i].context->tree();
-                            Scratch* s = scratch_[w].get();
-                            s->all_grid = gemm_scores_.data() + offsets[i];
-                            s->all_chunk = s->all_grid + t.num_grids();
-                            s->all_page = s->all_chunk + t.num_chunks();
-                            ScoreAllLevels(requests[i], s);
-                          });
+    bool scored = false;
+    if (device) {
+      level_jobs_.clear();
+      level_anchors_.resize(0);
+      for (const SelectRequest& r : requests) {
+        if (TreeKeyKey(r)) level_anchors_.resize(level_anchors_.size() + r.anchor.size());
+      }
+      size_t at = 0;
+      for (const SelectRequest& r : requests) {
+        if (!TreeKeyKey(r)) continue;
+        UnitVector(r.anchor.data(), r.anchor.size(), level_anchors_.data() + at);
+        level_jobs_.push_back({r.context, level_anchors_.data() + at});
+        at += r.anchor.size();
+      }
+      level_status_ = level_scorer_->ScoreLevels(level_jobs_, gemm_scores_.data());
+      scored = level_status_.ok();
+      if (scored) ++level_batches_;
+    }
+    if (!scored) {
+      workers_->ParallelFor(static_cast<int64_t>(requests.size()),
+                            [&](int32_t w, int64_t i) {
+                              if (offsets[i + 1] == offsets[i]) return;
+                              const ContextTree& t = requests[i].context->tree();
+                              Scratch* s = scratch_[w].get();
+                              s->all_grid = gemm_scores_.data() + offsets[i];
+                              s->all_chunk = s->all_grid + t.num_grids();
+                              s->all_page = s->all_chunk + t.num_chunks();
+                              ScoreAllLevels(requests[i], s);
+                            });
+    }
   }
   workers_->ParallelFor(static_cast<int64_t>(requests.size()),
                         [&](int32_t w, int64_t i) {
                           Scratch* s = scratch_[w].get();
+                          s->all_grid = s->all_chunk = s->all_page = nullptr;
                           if (gemm) {
                             const ContextTree& t = requests[i].context->tree();
                             s->all_grid = gemm_scores_.data() + offsets[i];

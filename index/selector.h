@@ -41,6 +41,15 @@
 // kernel is deterministic, simd.h); kDescent reads far fewer rows and is the
 // default (bench/select measures both).
 //
+// Level scorer (SelectorOptions::level_scorer, level_scorer.h): when set,
+// batches whose pooled key-key contexts stack at least
+// level_scorer_min_rows level rows are scored in that one pass on the
+// scorer (a GPU, gpu_scoring.h) whatever the algorithm, then ranked here as
+// kGemm ranks; results equal the CPU's up to the scorer's fp32 summation
+// order (identical where no two candidates are that close). If the scorer
+// fails, the batch is scored on the CPU and the error is kept in
+// last_level_scorer_status().
+//
 // Thread safety: a Selector is not thread-safe (it owns scratch buffers and
 // worker threads); use one per calling thread. A context is used by one
 // Select at a time: the caller serialises per context (a batch must not
@@ -50,6 +59,7 @@
 #define KVTIER_INDEX_SELECTOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -58,6 +68,7 @@
 #include "absl/types/span.h"
 #include "index/context_index.h"
 #include "index/context_tree.h"
+#include "index/level_scorer.h"
 #include "index/scorer.h"
 #include "index/stability.h"
 
@@ -75,6 +86,10 @@ struct SelectorOptions {
   SelectAlgorithm algorithm = SelectAlgorithm::kDescent;
   StabilityOptions stability;
   int32_t num_threads = 1;  // [1, 256]; workers for SelectBatch
+  // Makes the level scorer of each Selector (called once by Create); null,
+  // or a factory returning an error, scores on the CPU only.
+  std::function<absl::StatusOr<std::unique_ptr<LevelScorer>>()> level_scorer;
+  int64_t level_scorer_min_rows = 0;  // >= 0
 };
 
 // InvalidArgument naming the field when out of range.
@@ -124,6 +139,14 @@ class Selector {
 
   const SelectorOptions& options() const { return options_; }
 
+  // The level scorer in use (null: CPU only), why the factory gave none
+  // (OK when it did or none was asked for), the last scoring error (OK
+  // after a success), and how many batches it scored.
+  const LevelScorer* level_scorer() const { return level_scorer_.get(); }
+  const absl::Status& level_scorer_create_status() const { return level_create_status_; }
+  const absl::Status& last_level_scorer_status() const { return level_status_; }
+  int64_t level_scorer_batches() const { return level_batches_; }
+
   // Selects for one context. *result is overwritten (its capacity reused).
   // InvalidArgument naming the field for a bad request (null context, anchor
   // or query of the wrong dimension (the message names the sizes that fit),
@@ -156,6 +179,13 @@ class Selector {
   std::vector<size_t> batch_offsets_;
   std::vector<const ContextIndex*> batch_contexts_;
   std::unique_ptr<Workers> workers_;
+  // Level scorer; the jobs and unit anchors of a batch are reused.
+  std::unique_ptr<LevelScorer> level_scorer_;
+  absl::Status level_create_status_;
+  absl::Status level_status_;
+  int64_t level_batches_ = 0;
+  std::vector<LevelJob> level_jobs_;
+  std::vector<float> level_anchors_;
 };
 
 }  // namespace kvtier::index

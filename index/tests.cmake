@@ -17,3 +17,6 @@ kvtier_add_test(kvtier_index_selector_test
 kvtier_add_test(kvtier_index_key_scorers_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/key_scorers_test.cc
   LIBS kvtier_index kvtier_testutil LABELS index)
+kvtier_add_test(kvtier_index_level_scorer_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/level_scorer_test.cc
+  LIBS kvtier_index LABELS index)

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "gpu/cuda/batch_copy.h"
 #include "gpu/cuda/cuda_status.h"
 #include "gpu/cuda/scoped_device.h"
 #include "gpu/host_regions.h"
@@ -40,43 +41,6 @@ uint64_t RandomArenaId() {
   uint64_t id = 0;
   while (id == 0) id = (uint64_t{rd()} << 32) ^ rd();
   return id;
-}
-
-#if CUDART_VERSION >= 13000
-// One cudaMemcpyBatchAsync for the whole plan, in stream order.
-cudaError_t EnqueueBatched(const std::vector<PlannedCopy>& plan, CopyDirection direction,
-                           int device, cudaStream_t stream) {
-  std::vector<void*> dsts(plan.size());
-  std::vector<const void*> srcs(plan.size());
-  std::vector<size_t> sizes(plan.size());
-  for (size_t i = 0; i < plan.size(); ++i) {
-    dsts[i] = plan[i].dst;
-    srcs[i] = plan[i].src;
-    sizes[i] = static_cast<size_t>(plan[i].size_bytes);
-  }
-  const cudaMemLocation host{cudaMemLocationTypeHost, 0};
-  const cudaMemLocation gpu{cudaMemLocationTypeDevice, device};
-  cudaMemcpyAttributes attr{};
-  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-  attr.srcLocHint = direction == CopyDirection::kToArena ? host : gpu;
-  attr.dstLocHint = direction == CopyDirection::kToArena ? gpu : host;
-  attr.flags = 0;
-  size_t first_copy = 0;
-  return cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), plan.size(), &attr,
-                              &first_copy, 1, stream);
-}
-#endif
-
-cudaError_t EnqueueEach(const std::vector<PlannedCopy>& plan, CopyDirection direction,
-                        cudaStream_t stream) {
-  const cudaMemcpyKind kind =
-      direction == CopyDirection::kToArena ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
-  for (const PlannedCopy& c : plan) {
-    const cudaError_t err =
-        cudaMemcpyAsync(c.dst, c.src, static_cast<size_t>(c.size_bytes), kind, stream);
-    if (err != cudaSuccess) return err;
-  }
-  return cudaSuccess;
 }
 
 }  // namespace
@@ -109,7 +73,7 @@ struct CudaDeviceOps::Impl {
   Gate gates[2] = {{this, 0}, {this, 1}};
 
   // Cleared for good when the driver refuses cudaMemcpyBatchAsync.
-  std::atomic<bool> batch_api{CUDART_VERSION >= 13000};
+  std::atomic<bool> batch_api{BatchCopyCompiled()};
 
   std::mutex event_mu;
   std::vector<cudaEvent_t> free_events;  // guarded by event_mu
@@ -237,19 +201,7 @@ void CudaDeviceOps::Impl::Retire(uint64_t fence, const GpuStatus& status) {
 
 cudaError_t CudaDeviceOps::Impl::Enqueue(CopyDirection direction,
                                          const std::vector<PlannedCopy>& plan) {
-  const cudaStream_t stream = streams[static_cast<int>(direction)];
-#if CUDART_VERSION >= 13000
-  if (plan.size() > 1 && batch_api.load(std::memory_order_relaxed)) {
-    if (EnqueueBatched(plan, direction, device, stream) == cudaSuccess) return cudaSuccess;
-    // The batch API is new; a driver may refuse it. Queue the copies one by
-    // one (copies the refused call may have queued already are repeated:
-    // same bytes, same places) and stop using it once that works.
-    const cudaError_t err = EnqueueEach(plan, direction, stream);
-    if (err == cudaSuccess) batch_api.store(false, std::memory_order_relaxed);
-    return err;
-  }
-#endif
-  return EnqueueEach(plan, direction, stream);
+  return EnqueueCopies(plan, direction, device, streams[static_cast<int>(direction)], &batch_api);
 }
 
 GpuStatus CudaDeviceOps::Impl::Submit(CopyDirection direction,
