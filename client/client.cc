@@ -1,11 +1,58 @@
 #include "client/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/client_interceptor.h>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace kvtier {
 namespace {
+
+// Adds "authorization: Bearer <token>" to the initial metadata of every call
+// on the channel. An interceptor rather than call credentials: gRPC sends
+// call credentials only over channels it considers secure, and the Unix
+// socket channel is an insecure one.
+class BearerInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerInterceptor(const std::string* value) : value_(value) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace("authorization", *value_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* const value_;  // owned by the factory, which the channel keeps
+};
+
+class BearerInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerInterceptorFactory(const std::string& token) : value_("Bearer " + token) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* /*info*/) override {
+    return new BearerInterceptor(&value_);
+  }
+
+ private:
+  const std::string value_;
+};
+
+absl::Status CheckToken(const std::string& token) {
+  if (token.size() > kMaxTokenBytes) {
+    return absl::InvalidArgumentError("options.token: " + std::to_string(token.size()) +
+                                      " bytes, at most " + std::to_string(kMaxTokenBytes));
+  }
+  for (size_t i = 0; i < token.size(); ++i) {
+    if (token[i] <= ' ' || token[i] > '~') {
+      return absl::InvalidArgumentError("options.token: byte " + std::to_string(i) +
+                                        " is a space, a control byte or not ASCII");
+    }
+  }
+  return absl::OkStatus();
+}
 
 void SetDeadline(grpc::ClientContext* ctx, const ClientOptions& options) {
   ctx->set_deadline(std::chrono::system_clock::now() + options.call_timeout);
@@ -32,12 +79,17 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
                                                         const ClientOptions& options) {
   if (target.empty()) return absl::InvalidArgumentError("target: empty daemon address");
+  if (absl::Status st = CheckToken(options.token); !st.ok()) return st;
   std::string normalized = NormalizeTarget(target);
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
-  auto channel =
-      grpc::CreateCustomChannel(normalized, grpc::InsecureChannelCredentials(), args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!options.token.empty()) {
+    interceptors.push_back(std::make_unique<BearerInterceptorFactory>(options.token));
+  }
+  auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(
+      normalized, grpc::InsecureChannelCredentials(), args, std::move(interceptors));
   return std::unique_ptr<Client>(new Client(normalized, options, std::move(channel)));
 }
 
@@ -47,6 +99,16 @@ Client::Client(std::string target, ClientOptions options, std::shared_ptr<grpc::
       channel_(std::move(channel)),
       kvtier_(v1::KvTier::NewStub(channel_)),
       admin_(v1::Admin::NewStub(channel_)) {}
+
+client::SharedFileSource Client::ArenaSource(const v1::OpenArenaResponse& arena) const {
+  if (!arena.shm_path().empty()) return client::SharedFileSource{arena.shm_path(), "", ""};
+  return client::SharedFileSource{"", arena.fd_socket_path(), options_.token};
+}
+
+client::SharedFileSource Client::StagingSource(const v1::ReserveSlotsResponse& slots) const {
+  if (!slots.staging_path().empty()) return client::SharedFileSource{slots.staging_path(), "", ""};
+  return client::SharedFileSource{"", slots.fd_socket_path(), options_.token};
+}
 
 absl::StatusOr<ServingStatus> Client::Health() {
   auto stub = grpc::health::v1::Health::NewStub(channel_);

@@ -8,6 +8,15 @@
 // or "host:port" for TCP. Every call returns absl::Status / StatusOr with the
 // daemon's gRPC status code and message unchanged.
 //
+// Authentication: with ClientOptions.token set, every call made through this
+// client's channel -- the wrappers below, the stubs kvtier_stub() and
+// admin_stub() hand out (streams included) and Health -- carries the
+// metadata "authorization: Bearer <token>" (a channel interceptor adds it).
+// A daemon with auth.tenants_file set answers UNAUTHENTICATED without it.
+// Its CPU arena and staging file are then reached through the fd socket
+// its responses name, not by path: ArenaSource / StagingSource below feed
+// client/shm's mappers either way.
+//
 // Thread safety: a Client is safe for concurrent use by multiple threads
 // (one gRPC channel, shared).
 #ifndef KVTIER_CLIENT_CLIENT_H_
@@ -20,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/shm/shm_mapping.h"
 #include "kvtier/v1/admin.grpc.pb.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
 
@@ -29,7 +39,13 @@ class Channel;
 
 namespace kvtier {
 
+// Longest bearer token Connect accepts.
+inline constexpr size_t kMaxTokenBytes = 256;
+
 struct ClientOptions {
+  // Bearer token of the caller's tenant; empty: none (authentication off).
+  // Printable ASCII without spaces, at most kMaxTokenBytes.
+  std::string token;
   // Deadline of each unary call.
   std::chrono::milliseconds call_timeout{10000};
   // Largest message sent or received; match the daemon's
@@ -42,7 +58,8 @@ enum class ServingStatus { kUnknown, kServing, kNotServing };
 class Client {
  public:
   // Creates the channel; does not wait for the daemon (the first call does).
-  // INVALID_ARGUMENT for an empty target.
+  // INVALID_ARGUMENT for an empty target, or a token that is not printable
+  // ASCII without spaces or longer than kMaxTokenBytes ("options.token").
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
                                                          const ClientOptions& options = {});
 
@@ -73,7 +90,14 @@ class Client {
   absl::StatusOr<v1::DeleteBlocksResponse> DeleteBlocks(const v1::DeleteBlocksRequest& request);
   absl::StatusOr<v1::ReleaseResponse> Release(const v1::ReleaseRequest& request);
 
-  // Stubs for calls without a convenience wrapper (streams).
+  // Where to map what OpenArena / ReserveSlots named: the path when the
+  // daemon sent one, else its fd socket with this client's token. Pass the
+  // result to ShmArenaView::Open / ShmStagingFile::Open (client/shm).
+  client::SharedFileSource ArenaSource(const v1::OpenArenaResponse& arena) const;
+  client::SharedFileSource StagingSource(const v1::ReserveSlotsResponse& slots) const;
+
+  // Stubs for calls without a convenience wrapper (streams). Calls through
+  // them carry the token too.
   v1::KvTier::Stub* kvtier_stub() { return kvtier_.get(); }
   v1::Admin::Stub* admin_stub() { return admin_.get(); }
   const ClientOptions& options() const { return options_; }

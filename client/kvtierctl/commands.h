@@ -1,10 +1,13 @@
 // kvtierctl subcommands. Each returns the process exit code: 0 on success,
-// 1 when the daemon answered with an error, 2 for usage errors, 3 when the
+// 1 when the daemon answered with an error (or, for `tenants`, the file
+// could not be read, parsed or written), 2 for usage errors, 3 when the
 // daemon cannot be reached, 4 when verify found corrupt blocks.
 #ifndef KVTIER_CLIENT_KVTIERCTL_COMMANDS_H_
 #define KVTIER_CLIENT_KVTIERCTL_COMMANDS_H_
 
 #include <iosfwd>
+#include <string>
+#include <vector>
 
 #include "client/client.h"
 
@@ -32,6 +35,26 @@ int RunDrain(Client& client, const GlobalOptions& options, bool is_terminal, std
 // Prints version, uptime, each tier (capacity, use) and the configuration.
 int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out,
               std::ostream& err);
+
+// `tenants`: edit the tenants file (auth.tenants_file) offline; the daemon
+// applies it on SIGHUP. Tokens are printed once on out and stored only as
+// SHA-256; hints go to err.
+struct TenantAddOptions {
+  std::string name;
+  std::string file;
+  std::string role = "data";
+  std::vector<std::string> quotas;      // "key=value"
+  std::vector<std::string> cert_names;
+};
+// Appends a tenant with one new token (creating the file, mode 0600).
+int RunTenantsAdd(const TenantAddOptions& add, const GlobalOptions& options, std::ostream& out,
+                  std::ostream& err);
+// Name, role, token count, cert names and quotas of every tenant; never hashes.
+int RunTenantsList(const std::string& file, const GlobalOptions& options, std::ostream& out,
+                   std::ostream& err);
+// Adds a new token to a tenant; revoke_others drops its other tokens.
+int RunTenantsRotate(const std::string& name, const std::string& file, bool revoke_others,
+                     const GlobalOptions& options, std::ostream& out, std::ostream& err);
 
 // Exit code for a failed call: 3 for UNAVAILABLE / DEADLINE_EXCEEDED (no
 // daemon), else 1; prints the status to err.

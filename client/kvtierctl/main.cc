@@ -5,9 +5,15 @@
 //   kvtierctl ls [--profile N] [--limit N]   blocks per tier and profile
 //   kvtierctl verify [--profile N]     re-read and checksum every durable block
 //   kvtierctl drain                    demote everything to NVMe
+//   kvtierctl tenants add NAME --file PATH [--role data|admin]
+//                     [--quota key=value ...] [--cert-name CN ...]
+//   kvtierctl tenants list --file PATH
+//   kvtierctl tenants rotate NAME --file PATH [--revoke-others]
 //
 // The daemon is found at --socket, else $KVTIER_SOCKET, else
-// ./var/kvtier/kvtierd.sock (where deploy/run.sh starts it).
+// ./var/kvtier/kvtierd.sock (where deploy/run.sh starts it). A daemon with
+// tenants (auth.tenants_file) wants a bearer token: --token, --token-file,
+// else $KVTIER_TOKEN. `tenants` edits the file offline and needs neither.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -18,16 +24,22 @@
 
 #include "client/client.h"
 #include "client/kvtierctl/commands.h"
+#include "client/kvtierctl/credentials.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"kvtierctl: administer a kvtierd daemon"};
   app.require_subcommand(1);
-  std::string socket;
+  app.fallthrough();  // global options may follow the subcommand
+  std::string socket, token, token_file;
   kvtier::ctl::GlobalOptions options;
   int timeout_ms = 10000;
   app.add_option("-s,--socket", socket,
                  "Daemon address: socket path or host:port "
                  "(default $KVTIER_SOCKET or ./var/kvtier/kvtierd.sock)");
+  app.add_option("--token", token,
+                 "Bearer token of your tenant (default $KVTIER_TOKEN); visible to other local "
+                 "users in the process list, so prefer --token-file or the variable");
+  app.add_option("--token-file", token_file, "File holding the bearer token");
   app.add_flag("--json", options.json, "Machine-readable JSON output");
   app.add_option("--timeout-ms", timeout_ms, "Deadline of each call")->check(CLI::PositiveNumber);
   CLI::App* status = app.add_subcommand("status", "Version, uptime, tiers and configuration");
@@ -44,7 +56,53 @@ int main(int argc, char** argv) {
   verify->add_flag("--json", options.json, "Machine-readable JSON output");
   CLI::App* drain = app.add_subcommand("drain", "Demote every block to NVMe (durable)");
   drain->add_flag("--json", options.json, "Machine-readable JSON output");
-  CLI11_PARSE(app, argc, argv);
+
+  CLI::App* tenants = app.add_subcommand(
+      "tenants", "Edit the tenants file (auth.tenants_file); the daemon applies it on SIGHUP");
+  tenants->require_subcommand(1);
+  kvtier::ctl::TenantAddOptions add;
+  CLI::App* add_cmd = tenants->add_subcommand(
+      "add", "Append a tenant with a new token (printed once; the file keeps its SHA-256)");
+  add_cmd->add_option("name", add.name, "Tenant name: 1..64 bytes of [A-Za-z0-9._-]")->required();
+  add_cmd->add_option("--file", add.file, "The tenants file (created 0600 if absent)")->required();
+  add_cmd->add_option("--role", add.role, "data (KvTier service) or admin (both services)");
+  add_cmd->add_option("--quota", add.quotas,
+                      "key=value, repeatable: device_bytes pinned_bytes staging_bytes "
+                      "host_bytes nvme_bytes (sizes: 4096, 64MiB) staging_slots contexts "
+                      "blocks_per_context profiles (counts)")
+      ->allow_extra_args(false);
+  add_cmd->add_option("--cert-name", add.cert_names,
+                      "mTLS client-certificate common name, repeatable")
+      ->allow_extra_args(false);
+  add_cmd->add_flag("--json", options.json, "Print the token as JSON");
+  std::string list_file;
+  CLI::App* list_cmd = tenants->add_subcommand("list", "Tenants, roles, token counts, quotas");
+  list_cmd->add_option("--file", list_file, "The tenants file")->required();
+  list_cmd->add_flag("--json", options.json, "Machine-readable JSON output");
+  std::string rotate_name, rotate_file;
+  bool revoke_others = false;
+  CLI::App* rotate_cmd = tenants->add_subcommand(
+      "rotate", "Give a tenant a new token (printed once); rewrites the file in kvtierctl's "
+                "layout, without comments");
+  rotate_cmd->add_option("name", rotate_name, "Tenant name")->required();
+  rotate_cmd->add_option("--file", rotate_file, "The tenants file")->required();
+  rotate_cmd->add_flag("--revoke-others", revoke_others, "Drop the tenant's other tokens");
+  rotate_cmd->add_flag("--json", options.json, "Print the token as JSON");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help prints and exits 0; every other parse error is a usage error.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  if (add_cmd->parsed()) return kvtier::ctl::RunTenantsAdd(add, options, std::cout, std::cerr);
+  if (list_cmd->parsed()) {
+    return kvtier::ctl::RunTenantsList(list_file, options, std::cout, std::cerr);
+  }
+  if (rotate_cmd->parsed()) {
+    return kvtier::ctl::RunTenantsRotate(rotate_name, rotate_file, revoke_others, options,
+                                         std::cout, std::cerr);
+  }
 
   if (socket.empty()) {
     const char* env = std::getenv("KVTIER_SOCKET");
@@ -52,6 +110,12 @@ int main(int argc, char** argv) {
   }
   kvtier::ClientOptions client_options;
   client_options.call_timeout = std::chrono::milliseconds(timeout_ms);
+  auto resolved = kvtier::ctl::ResolveToken(token, token_file, std::getenv("KVTIER_TOKEN"));
+  if (!resolved.ok()) {
+    std::cerr << "kvtierctl: " << resolved.status().message() << "\n";
+    return 2;
+  }
+  client_options.token = *resolved;
   auto client = kvtier::Client::Connect(socket, client_options);
   if (!client.ok()) {
     std::cerr << "kvtierctl: " << client.status().message() << "\n";

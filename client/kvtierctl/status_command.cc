@@ -13,6 +13,10 @@ int ReportError(const absl::Status& status, const Client& client, std::ostream& 
                      status.code() == absl::StatusCode::kDeadlineExceeded;
   err << "kvtierctl: " << (unreachable ? "cannot reach kvtierd at " + client.target() + ": " : "")
       << absl::StatusCodeToString(status.code()) << ": " << status.message() << "\n";
+  if (status.code() == absl::StatusCode::kUnauthenticated) {
+    err << "kvtierctl: this daemon has tenants: give your token with --token-file, "
+           "$KVTIER_TOKEN or --token\n";
+  }
   return unreachable ? 3 : 1;
 }
 

@@ -7,40 +7,81 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
+
+#include "client/shm/fd_fetch.h"
 
 namespace kvtier::client {
 
 bool ShmMapping::MapFile(const std::string& path, bool writable,
                          uint64_t expected_size_bytes, std::byte** data,
                          uint64_t* size_bytes, std::string* error) {
+  const int fd = open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) {
+    *error = "open " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  return MapFd(fd, path, writable, expected_size_bytes, data, size_bytes, error);
+}
+
+bool ShmMapping::MapFd(int fd, const std::string& name, bool writable,
+                       uint64_t expected_size_bytes, std::byte** data,
+                       uint64_t* size_bytes, std::string* error) {
   auto fail = [&](const char* what, int err) {
-    *error = std::string(what) + " " + path + ": " + std::strerror(err);
+    close(fd);
+    *error = std::string(what) + " " + name + ": " + std::strerror(err);
     return false;
   };
-  const int fd = open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return fail("open", errno);
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    close(fd);
-    return fail("fstat", err);
+  if (fd < 0) {
+    *error = "no descriptor for " + name;
+    return false;
   }
+  struct stat st;
+  if (fstat(fd, &st) != 0) return fail("fstat", errno);
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
   if (file_bytes == 0 || (expected_size_bytes != 0 && file_bytes != expected_size_bytes)) {
     close(fd);
-    *error = "shm file " + path + " has " + std::to_string(file_bytes) + " bytes, expected " +
+    *error = "shm file " + name + " has " + std::to_string(file_bytes) + " bytes, expected " +
              (expected_size_bytes != 0 ? std::to_string(expected_size_bytes)
                                        : std::string("a non-empty file"));
     return false;
   }
   void* mapped = mmap(nullptr, static_cast<size_t>(file_bytes),
                       writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
-  const int err = errno;
+  if (mapped == MAP_FAILED) return fail("mmap", errno);
   close(fd);  // the mapping keeps the file alive
-  if (mapped == MAP_FAILED) return fail("mmap", err);
   *data = static_cast<std::byte*>(mapped);
   *size_bytes = file_bytes;
   return true;
+}
+
+bool ShmMapping::MapSource(const SharedFileSource& source, bool writable,
+                           uint64_t expected_size_bytes, std::byte** data,
+                           uint64_t* size_bytes, std::string* name, std::string* error) {
+  if (!source.path.empty()) {
+    *name = source.path;
+    return MapFile(source.path, writable, expected_size_bytes, data, size_bytes, error);
+  }
+  if (source.fd_socket_path.empty()) {
+    *error = "the daemon named neither a path nor an fd_socket_path for the shared file";
+    return false;
+  }
+  const SharedFileKind kind = writable ? SharedFileKind::kStaging : SharedFileKind::kArena;
+  FetchedFd fetched =
+      FetchSharedFd(source.fd_socket_path, kind, source.token, source.fetch_timeout_ms);
+  if (!fetched.ok()) {
+    *error = fetched.ToString();
+    return false;
+  }
+  *name = source.fd_socket_path + " (" + SharedFileKindName(kind) + ")";
+  // The daemon's announced size must agree with the caller's and the file's.
+  if (expected_size_bytes != 0 && fetched.size_bytes() != expected_size_bytes) {
+    *error = *name + ": the fd socket announced " + std::to_string(fetched.size_bytes()) +
+             " bytes, expected " + std::to_string(expected_size_bytes);
+    return false;
+  }
+  return MapFd(fetched.Release(), *name, writable, fetched.size_bytes(), data, size_bytes,
+               error);
 }
 
 ShmMapping::~ShmMapping() { munmap(data_, static_cast<size_t>(size_bytes_)); }
@@ -54,6 +95,30 @@ std::unique_ptr<ShmArenaView> ShmArenaView::Open(const std::string& path,
     return nullptr;
   }
   return std::unique_ptr<ShmArenaView>(new ShmArenaView(path, data, size_bytes));
+}
+
+std::unique_ptr<ShmArenaView> ShmArenaView::OpenFd(int fd, std::string name,
+                                                   uint64_t expected_size_bytes,
+                                                   std::string* error) {
+  std::byte* data = nullptr;
+  uint64_t size_bytes = 0;
+  if (!MapFd(fd, name, /*writable=*/false, expected_size_bytes, &data, &size_bytes, error)) {
+    return nullptr;
+  }
+  return std::unique_ptr<ShmArenaView>(new ShmArenaView(std::move(name), data, size_bytes));
+}
+
+std::unique_ptr<ShmArenaView> ShmArenaView::Open(const SharedFileSource& source,
+                                                 uint64_t expected_size_bytes,
+                                                 std::string* error) {
+  std::byte* data = nullptr;
+  uint64_t size_bytes = 0;
+  std::string name;
+  if (!MapSource(source, /*writable=*/false, expected_size_bytes, &data, &size_bytes, &name,
+                 error)) {
+    return nullptr;
+  }
+  return std::unique_ptr<ShmArenaView>(new ShmArenaView(std::move(name), data, size_bytes));
 }
 
 std::span<const std::byte> ShmArenaView::Slot(uint64_t offset, uint64_t size_bytes) const {
@@ -70,6 +135,30 @@ std::unique_ptr<ShmStagingFile> ShmStagingFile::Open(const std::string& path,
     return nullptr;
   }
   return std::unique_ptr<ShmStagingFile>(new ShmStagingFile(path, data, size_bytes));
+}
+
+std::unique_ptr<ShmStagingFile> ShmStagingFile::OpenFd(int fd, std::string name,
+                                                       uint64_t expected_size_bytes,
+                                                       std::string* error) {
+  std::byte* data = nullptr;
+  uint64_t size_bytes = 0;
+  if (!MapFd(fd, name, /*writable=*/true, expected_size_bytes, &data, &size_bytes, error)) {
+    return nullptr;
+  }
+  return std::unique_ptr<ShmStagingFile>(new ShmStagingFile(std::move(name), data, size_bytes));
+}
+
+std::unique_ptr<ShmStagingFile> ShmStagingFile::Open(const SharedFileSource& source,
+                                                     uint64_t expected_size_bytes,
+                                                     std::string* error) {
+  std::byte* data = nullptr;
+  uint64_t size_bytes = 0;
+  std::string name;
+  if (!MapSource(source, /*writable=*/true, expected_size_bytes, &data, &size_bytes, &name,
+                 error)) {
+    return nullptr;
+  }
+  return std::unique_ptr<ShmStagingFile>(new ShmStagingFile(std::move(name), data, size_bytes));
 }
 
 std::span<std::byte> ShmStagingFile::Slot(uint64_t offset, uint64_t size_bytes) const {

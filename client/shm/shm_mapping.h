@@ -7,6 +7,11 @@
 //                   client writes a block into the slot the daemon reserved
 //                   for it, then tells the daemon to adopt the slot.
 //
+// Either file is reached by path (authentication off: shm_path,
+// staging_path) or, with authentication on, as a descriptor fetched from
+// the daemon's fd socket (fd_socket_path; client/shm/fd_fetch.h). Open
+// with a SharedFileSource picks the one the daemon's response names.
+//
 // Depends only on the C++ standard library and POSIX.
 //
 // Lifetime: spans stay valid while the view lives, even after the daemon
@@ -28,6 +33,18 @@
 
 namespace kvtier::client {
 
+// Where a shared file is, as OpenArena / ReserveSlots name it. Exactly one
+// of path and fd_socket_path is used: path when it is set, else a
+// descriptor fetched from fd_socket_path with token (empty: none).
+// Client::ArenaSource / StagingSource (client/client.h) fill it from a
+// response and the client's token.
+struct SharedFileSource {
+  std::string path;
+  std::string fd_socket_path;
+  std::string token;
+  int fetch_timeout_ms = 5000;
+};
+
 // A whole-file shared mapping. Use the two classes below.
 class ShmMapping {
  public:
@@ -36,6 +53,8 @@ class ShmMapping {
   ~ShmMapping();
 
   uint64_t size_bytes() const { return size_bytes_; }
+  // The file's path, or for a mapping made from a descriptor the name it
+  // was given (e.g. "/run/kvtier/fd.sock (arena)"); for messages.
   const std::string& path() const { return path_; }
 
   // True when [offset, offset + size_bytes) is a non-empty range inside
@@ -51,6 +70,16 @@ class ShmMapping {
   static bool MapFile(const std::string& path, bool writable,
                       uint64_t expected_size_bytes, std::byte** data,
                       uint64_t* size_bytes, std::string* error);
+  // As MapFile, for an open descriptor; always closes fd. `name` stands
+  // for the file in messages.
+  static bool MapFd(int fd, const std::string& name, bool writable,
+                    uint64_t expected_size_bytes, std::byte** data,
+                    uint64_t* size_bytes, std::string* error);
+  // source.path through MapFile, else FetchSharedFd + MapFd; *name
+  // receives what path() will report.
+  static bool MapSource(const SharedFileSource& source, bool writable,
+                        uint64_t expected_size_bytes, std::byte** data,
+                        uint64_t* size_bytes, std::string* name, std::string* error);
   ShmMapping(std::string path, std::byte* data, uint64_t size_bytes)
       : path_(std::move(path)), data_(data), size_bytes_(size_bytes) {}
 
@@ -64,6 +93,18 @@ class ShmArenaView : public ShmMapping {
   // Maps the arena file (ArenaInfo::shm_path) read-only. Pass the arena's
   // size_bytes as expected_size_bytes to detect a wrong or replaced file.
   static std::unique_ptr<ShmArenaView> Open(const std::string& path,
+                                            uint64_t expected_size_bytes,
+                                            std::string* error);
+  // Maps an open descriptor of the arena (from FetchSharedFd; read-only is
+  // enough). Takes ownership: fd is closed before this returns, on success
+  // and on failure (the mapping keeps the file alive). `name` is path().
+  static std::unique_ptr<ShmArenaView> OpenFd(int fd, std::string name,
+                                              uint64_t expected_size_bytes,
+                                              std::string* error);
+  // By path or through the fd socket, as the source says. On failure
+  // returns nullptr and *error names the file or socket and the cause (for
+  // a refused fetch: the daemon's status code name and message).
+  static std::unique_ptr<ShmArenaView> Open(const SharedFileSource& source,
                                             uint64_t expected_size_bytes,
                                             std::string* error);
 
@@ -80,6 +121,17 @@ class ShmStagingFile : public ShmMapping {
   // Maps the staging file read-write. The daemon creates it; this never
   // creates or resizes a file.
   static std::unique_ptr<ShmStagingFile> Open(const std::string& path,
+                                              uint64_t expected_size_bytes,
+                                              std::string* error);
+  // Maps an open read-write descriptor of the staging file (from
+  // FetchSharedFd). Takes ownership: fd is closed before this returns.
+  static std::unique_ptr<ShmStagingFile> OpenFd(int fd, std::string name,
+                                                uint64_t expected_size_bytes,
+                                                std::string* error);
+  // By path or through the fd socket, as the source says (see
+  // ShmArenaView::Open). Pass ReserveSlotsResponse.staging_size_bytes, or
+  // 0 when the daemon sent none (authentication off).
+  static std::unique_ptr<ShmStagingFile> Open(const SharedFileSource& source,
                                               uint64_t expected_size_bytes,
                                               std::string* error);
 

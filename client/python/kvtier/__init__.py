@@ -6,6 +6,7 @@
 
 Modules: client (Client, every RPC), profile (Profile, payload checks),
 select (streamed Select sessions), arena / cuda_arena (zero-copy block views),
+fd_passing (the arena and staging descriptors of a daemon with tenants),
 chain_hash (reference block ids), connector (a vLLM KV-connector-shaped
 adapter), errors (KvTierError). Generated stubs: kvtier.v1.*_pb2.
 """

@@ -7,6 +7,10 @@ ShmArena      the device arena of a daemon without a GPU ("shm-arena"), mapped
 StagingFile   the host tier's staging file, mapped read-write, for the
               zero-copy put path (ReserveSlots -> write the slot -> PutBlocks).
 
+Either file is opened by path (shm_path / staging_path), or, when the daemon
+has tenants and names an fd_socket_path instead, from a descriptor fetched
+there with the client's token (kvtier.fd_passing); the mapping is the same.
+
 Lifetime: views stay valid while the mapping lives (the mapping keeps the file
 alive even when the daemon removes it). A block's bytes are only meaningful
 while the daemon's lease on it holds (the Select that returned it, or the
@@ -25,23 +29,49 @@ import grpc
 import numpy as np
 
 from kvtier.errors import KvTierError, invalid_argument
+from kvtier.fd_passing import fetch_shared_fd
+
+
+def _map_fd(fd, size_bytes, writable, what, name):
+    """Maps the whole file behind fd (size_bytes None: whatever it holds, if
+    not empty); always closes fd (the mapping keeps the file alive)."""
+    try:
+        actual = os.fstat(fd).st_size
+        if size_bytes is None:
+            size_bytes = actual
+        if actual != size_bytes or size_bytes == 0:
+            raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"{what} {name}: {actual} bytes, the daemon announced {size_bytes}")
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        try:
+            return mmap.mmap(fd, size_bytes, flags=mmap.MAP_SHARED, prot=prot)
+        except OSError as e:
+            raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"{what} {name}: cannot map: {e.strerror}") from None
+    finally:
+        os.close(fd)
 
 
 def _map(path, size_bytes, writable, what):
     try:
-        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
     except OSError as e:
         raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
                           f"{what} {path}: cannot open: {e.strerror}") from None
-    try:
-        actual = os.fstat(fd).st_size
-        if actual != size_bytes or size_bytes == 0:
-            raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
-                              f"{what} {path}: {actual} bytes, the daemon announced {size_bytes}")
-        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
-        return mmap.mmap(fd, size_bytes, flags=mmap.MAP_SHARED, prot=prot)
-    finally:
+    return _map_fd(fd, size_bytes, writable, what, path)
+
+
+def _map_from_socket(fd_socket_path, kind, token, size_bytes, writable, what):
+    """(mmap, name) of the file the fd socket hands out; size_bytes None takes
+    the size the daemon announces there."""
+    fd, announced = fetch_shared_fd(fd_socket_path, kind, token)
+    name = f"{fd_socket_path} ({kind})"
+    if size_bytes is not None and announced != size_bytes:
         os.close(fd)
+        raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"{what} {name}: the fd socket announced {announced} bytes, "
+                          f"the response {size_bytes}")
+    return _map_fd(fd, announced, writable, what, name), name
 
 
 def _torch_from_numpy(arr):
@@ -54,15 +84,25 @@ def _torch_from_numpy(arr):
 
 
 class ShmArena:
-    """The shared-memory device arena described by an OpenArenaResponse."""
+    """The shared-memory device arena described by an OpenArenaResponse: its
+    shm_path, or (daemon with tenants) its fd_socket_path, where `token` (the
+    client's, None for none) fetches a read-only descriptor. `path` names the
+    file or the socket."""
 
     kind = "shm"
 
-    def __init__(self, info):
+    def __init__(self, info, token=None):
         self.arena_id = int(info.arena_id)
         self.size_bytes = int(info.size_bytes)
-        self.path = info.shm_path
-        self._mm = _map(self.path, self.size_bytes, writable=False, what="arena")
+        if info.shm_path:
+            self.path = info.shm_path
+            self._mm = _map(self.path, self.size_bytes, writable=False, what="arena")
+        elif info.fd_socket_path:
+            self._mm, self.path = _map_from_socket(info.fd_socket_path, "arena", token, self.size_bytes,
+                                                   writable=False, what="arena")
+        else:
+            raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
+                              "OpenArena: the daemon named neither shm_path nor fd_socket_path")
         self._bytes = np.frombuffer(self._mm, dtype=np.uint8)
         self._flat = {}   # numpy dtype -> the whole arena as that type
         self._torch = {}
@@ -143,18 +183,38 @@ class ShmArena:
 
 
 class StagingFile:
-    """The staging file of ReserveSlots, mapped read-write."""
+    """The staging file of ReserveSlots, mapped read-write: by path, or from a
+    descriptor the fd socket hands out for `token` (StagingFile.open picks the
+    one a ReserveSlotsResponse names). `path` names the file or the socket."""
 
-    def __init__(self, path):
-        self.path = path
-        try:
-            size = os.stat(path).st_size
-        except OSError as e:
-            raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
-                              f"staging file {path}: {e.strerror}") from None
-        self.size_bytes = size
-        self._mm = _map(path, size, writable=True, what="staging file")
+    def __init__(self, path=None, *, fd_socket_path=None, token=None, size_bytes=None):
+        if path:
+            self.path = path
+            try:
+                size = os.stat(path).st_size
+            except OSError as e:
+                raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
+                                  f"staging file {path}: {e.strerror}") from None
+            self._mm = _map(path, size, writable=True, what="staging file")
+        elif fd_socket_path:
+            self._mm, self.path = _map_from_socket(fd_socket_path, "staging", token, size_bytes,
+                                                   writable=True, what="staging file")
+        else:
+            raise invalid_argument("path", "give a staging file path or an fd_socket_path")
+        self.size_bytes = len(self._mm)
         self._bytes = np.frombuffer(self._mm, dtype=np.uint8)
+
+    @classmethod
+    def open(cls, reserved, token=None):
+        """The staging file a ReserveSlotsResponse names (staging_path, else
+        fd_socket_path of staging_size_bytes)."""
+        if reserved.staging_path:
+            return cls(reserved.staging_path)
+        if reserved.fd_socket_path:
+            return cls(fd_socket_path=reserved.fd_socket_path, token=token,
+                       size_bytes=int(reserved.staging_size_bytes) or None)
+        raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
+                          "ReserveSlots: the daemon named neither staging_path nor fd_socket_path")
 
     def write(self, slot, payload, argument="slot"):
         """Copies a checked payload (see profile.block_payload) into the slot."""

@@ -13,9 +13,17 @@ first failed item (index set) unless check=False is passed, in which case the
 per-item statuses are in the returned message. Responses are the generated
 protobuf messages (kvtier.v1.*_pb2; fields documented in proto/kvtier/v1/).
 
+Tenants: a daemon with auth.tenants_file wants a bearer token on every call.
+Client(target, token=...) sends "authorization: Bearer <token>" with each one
+(unary calls, the put and get streams, Select sessions, admin calls); token
+None takes $KVTIER_TOKEN when set, "" sends none. The arena and staging file
+of such a daemon come as descriptors from its fd socket, fetched with the same
+token: arena() and put_blocks(staging=True) do it; nothing else changes.
+
 Thread safety: a Client may be used from several threads (one gRPC channel).
 """
 
+import collections
 import os
 
 import grpc
@@ -23,6 +31,7 @@ import grpc
 from kvtier import arena as arena_mod
 from kvtier._health import health_pb2
 from kvtier.errors import KvTierError, from_item_status, from_rpc_error, invalid_argument
+from kvtier.fd_passing import valid_token
 from kvtier.profile import Profile, block_payload
 from kvtier.select import SelectSession
 from kvtier.v1 import admin_pb2, admin_pb2_grpc, kvtier_pb2, kvtier_pb2_grpc, types_pb2
@@ -57,6 +66,57 @@ def _block_ids(ids, argument="block_ids"):
     return [bytes(b) for b in out]
 
 
+_CallDetails = collections.namedtuple(
+    "_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression"))
+
+
+class _ClientCallDetails(_CallDetails, grpc.ClientCallDetails):
+    pass
+
+
+class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                   grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    """Adds "authorization: Bearer <token>" to every call on the channel."""
+
+    def __init__(self, token):
+        self._pair = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, d):
+        metadata = list(d.metadata or ()) + [self._pair]
+        return _ClientCallDetails(d.method, d.timeout, metadata, d.credentials,
+                                  getattr(d, "wait_for_ready", None), getattr(d, "compression", None))
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_stream_unary(self, continuation, details, request_iterator):
+        return continuation(self._with_token(details), request_iterator)
+
+    def intercept_stream_stream(self, continuation, details, request_iterator):
+        return continuation(self._with_token(details), request_iterator)
+
+
+def resolve_token(token):
+    """The token a Client sends: token itself; None -> $KVTIER_TOKEN (unset or
+    empty: none); "" -> none. Returns None for none; INVALID_ARGUMENT for a
+    token that cannot be a metadata value (the message never quotes it)."""
+    if token is None:
+        token = os.environ.get("KVTIER_TOKEN") or ""
+        where = "KVTIER_TOKEN"
+    else:
+        where = "token"
+    if not isinstance(token, str):
+        raise invalid_argument("token", f"expected str, got {type(token).__name__}")
+    if token == "":
+        return None
+    if not valid_token(token):
+        raise invalid_argument(where, "must be printable ASCII without spaces, at most 256 bytes")
+    return token
+
+
 class GetBlocksResult:
     """results: BlockResult messages in request order (status, tier, data or
     handle); lease_id: the HANDLES lease (release with Client.release)."""
@@ -73,13 +133,16 @@ class GetBlocksResult:
 
 
 class Client:
-    def __init__(self, target, call_timeout_s=10.0, max_message_bytes=64 << 20):
+    def __init__(self, target, call_timeout_s=10.0, max_message_bytes=64 << 20, token=None):
         self.target = normalize_target(target)
         self.call_timeout_s = call_timeout_s
+        self._token = resolve_token(token)
         self._channel = grpc.insecure_channel(self.target, options=[
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
         ])
+        if self._token is not None:
+            self._channel = grpc.intercept_channel(self._channel, _BearerToken(self._token))
         self._kvtier = kvtier_pb2_grpc.KvTierStub(self._channel)
         self._admin = admin_pb2_grpc.AdminStub(self._channel)
         self._health = self._channel.unary_unary(
@@ -158,26 +221,33 @@ class Client:
         return self._profiles[profile_id]
 
     # ---- arena and staging --------------------------------------------------
+    @property
+    def has_token(self):
+        """True when this client sends a bearer token."""
+        return self._token is not None
+
     def open_arena(self):
-        """OpenArenaResponse: shm_path (CPU arena) or cuda_ipc_handle + device_uuid."""
+        """OpenArenaResponse: shm_path or fd_socket_path (CPU arena), or
+        cuda_ipc_handle + device_uuid."""
         return self._call(self._kvtier.OpenArena, kvtier_pb2.OpenArenaRequest(), "OpenArena")
 
     def arena(self):
         """The mapped device arena (kvtier.ShmArena or kvtier.CudaArena), mapped on first use."""
         if self._arena is None:
             info = self.open_arena()
-            if info.shm_path:
-                self._arena = arena_mod.ShmArena(info)
-            elif info.cuda_ipc_handle:
+            if info.cuda_ipc_handle:
                 from kvtier.cuda_arena import CudaArena
 
                 self._arena = CudaArena(info)
+            elif info.shm_path or info.fd_socket_path:
+                self._arena = arena_mod.ShmArena(info, token=self._token)
             else:
                 raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION, "OpenArena: the daemon named no arena")
         return self._arena
 
     def reserve_slots(self, profile_id, count, lease_ttl_ms=0):
-        """ReserveSlotsResponse: staging_path and slots for the zero-copy put path."""
+        """ReserveSlotsResponse: staging_path (or fd_socket_path and
+        staging_size_bytes) and slots for the zero-copy put path."""
         self.profile(profile_id)
         if not isinstance(count, int) or count <= 0:
             raise invalid_argument("count", f"{count!r} must be a positive integer")
@@ -203,7 +273,7 @@ class Client:
         puts = []
         if staging:
             reserved = self.reserve_slots(profile_id, len(pairs))
-            stage = arena_mod.StagingFile(reserved.staging_path)
+            stage = arena_mod.StagingFile.open(reserved, token=self._token)
             for i, (slot, payload) in enumerate(zip(reserved.slots, payloads)):
                 stage.write(slot, payload, f"blocks[{i}].slot")
                 puts.append(kvtier_pb2.BlockPut(block_id=ids[i], slot=slot))

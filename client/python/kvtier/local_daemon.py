@@ -11,6 +11,10 @@ exact, not timed: the daemon's sd_notify READY=1 arrives on a private
 NOTIFY_SOCKET (sent once it listens), then a health check must answer SERVING.
 If the process exits first, KvTierError(UNAVAILABLE) quotes its log.
 
+A daemon with tenants: pass settings={"auth.tenants_file": path} and the
+token of one of them; the readiness check and client() then use it (client()
+options may still override it, e.g. token="" for a caller without one).
+
 stop() sends SIGTERM and waits; kill() sends SIGKILL (a daemon that goes
 away mid-stream). Both folders are removed on exit, also after kill().
 """
@@ -42,12 +46,13 @@ DEFAULT_SETTINGS = {
 
 
 class LocalDaemon:
-    def __init__(self, kvtierd, settings=None, start_timeout_s=30.0):
+    def __init__(self, kvtierd, settings=None, start_timeout_s=30.0, token=None):
         if not os.access(kvtierd, os.X_OK):
             raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION, f"kvtierd: {kvtierd} is not an executable")
         self.kvtierd = kvtierd
         self.settings = dict(DEFAULT_SETTINGS, **(settings or {}))
         self.start_timeout_s = start_timeout_s
+        self.token = token
         self.dir = None
         self.shm_dir = None
         self.process = None
@@ -112,12 +117,17 @@ class LocalDaemon:
                                   f"kvtierd not ready after {self.start_timeout_s} s:\n{self.log()}")
         finally:
             os.close(pidfd)
-        with Client(self.socket_path) as client:
+        # Its own token only, never $KVTIER_TOKEN: readiness must not depend on
+        # the caller's environment.
+        with Client(self.socket_path, token=self.token or "") as client:
             status = client.health(timeout_s=self.start_timeout_s, wait_for_ready=True)
         if status != "SERVING":
             raise KvTierError(grpc.StatusCode.UNAVAILABLE, f"kvtierd health is {status} after READY=1")
 
     def client(self, **options):
+        """A Client of this daemon; token defaults to the daemon's (when given)."""
+        if self.token is not None:
+            options.setdefault("token", self.token)
         return Client(self.socket_path, **options)
 
     def stop(self, timeout_s=10.0):

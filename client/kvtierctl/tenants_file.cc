@@ -1,0 +1,410 @@
+#include "client/kvtierctl/tenants_file.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <iterator>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kvtier::ctl {
+namespace {
+
+// The one place errno becomes a status in kvtierctl's file handling.
+absl::Status FileError(int err, absl::string_view what, const std::string& path) {
+  return absl::ErrnoToStatus(err, absl::StrCat(what, " ", path));
+}
+
+absl::Status Bad(const std::string& path, size_t i, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": tenants[", i, "]: ", what));
+}
+
+// Position in kQuotaKeys, or -1.
+int QuotaIndex(absl::string_view key) {
+  for (size_t i = 0; i < std::size(kQuotaKeys); ++i) {
+    if (key == kQuotaKeys[i]) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool IsQuotaKey(absl::string_view key) { return QuotaIndex(key) >= 0; }
+
+std::string KnownQuotaKeys() { return absl::StrJoin(kQuotaKeys, ", "); }
+
+bool AllDigits(absl::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+// The daemon's size syntax (daemon/config.cc ParseSize): 1..19 digits, then
+// optional spaces and a unit; the product must fit 64 bits.
+bool ValidSizeText(absl::string_view text) {
+  size_t i = 0;
+  while (i < text.size() && absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0 || i > 19) return false;
+  const uint64_t n = std::strtoull(std::string(text.substr(0, i)).c_str(), nullptr, 10);
+  absl::string_view unit = text.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  static const std::pair<const char*, uint64_t> kUnits[] = {{"", 1},
+                                                            {"B", 1},
+                                                            {"KiB", 1ull << 10},
+                                                            {"MiB", 1ull << 20},
+                                                            {"GiB", 1ull << 30},
+                                                            {"TiB", 1ull << 40},
+                                                            {"KB", 1000ull},
+                                                            {"MB", 1000000ull},
+                                                            {"GB", 1000000000ull},
+                                                            {"TB", 1000000000000ull}};
+  for (const auto& [name, mult] : kUnits) {
+    if (unit == name) return n <= UINT64_MAX / mult;
+  }
+  return false;
+}
+
+bool ValidHash(absl::string_view h) {
+  if (h.size() != 64) return false;
+  for (char c : h) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c)) || absl::ascii_isupper(c)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A TOML basic string: quotes, backslashes and control bytes escaped.
+std::string TomlString(absl::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04X", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+void AppendStringList(const char* key, const std::vector<std::string>& values, std::string* out) {
+  if (values.size() == 1) {
+    absl::StrAppend(out, key, " = [", TomlString(values[0]), "]\n");
+    return;
+  }
+  absl::StrAppend(out, key, " = [\n");
+  for (const std::string& v : values) absl::StrAppend(out, "  ", TomlString(v), ",\n");
+  absl::StrAppend(out, "]\n");
+}
+
+absl::Status ParseStringList(const toml::node& node, const std::string& key,
+                             std::vector<std::string>* out) {
+  const toml::array* a = node.as_array();
+  if (a == nullptr) return absl::InvalidArgumentError(key + " must be a list of strings");
+  for (const toml::node& v : *a) {
+    if (!v.is_string()) return absl::InvalidArgumentError(key + " must be a list of strings");
+    out->push_back(v.as_string()->get());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseQuotaTable(const toml::table& table, std::vector<Quota>* out) {
+  for (const auto& [k, node] : table) {
+    const std::string key(k.str());
+    if (!IsQuotaKey(key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown quota quotas.", key, " (known: ", KnownQuotaKeys(), ")"));
+    }
+    if (const auto* i = node.as_integer()) {
+      if (i->get() < 0) return absl::InvalidArgumentError(absl::StrCat("quotas.", key, " < 0"));
+      out->push_back(Quota{key, std::to_string(i->get()), false});
+    } else if (const auto* s = node.as_string(); s != nullptr && ValidSizeText(s->get())) {
+      out->push_back(Quota{key, s->get(), true});
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("quotas.", key, ": a non-negative integer or a size like \"64MiB\""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TenantEntry> ParseEntry(const toml::table& e, const std::string& path, size_t i) {
+  TenantEntry t;
+  t.role.clear();
+  for (const auto& [k, node] : e) {
+    const std::string key(k.str());
+    if (key == "name") {
+      if (!node.is_string()) return Bad(path, i, "name must be a string");
+      t.name = node.as_string()->get();
+    } else if (key == "role") {
+      if (!node.is_string()) return Bad(path, i, "role must be data or admin");
+      t.role = node.as_string()->get();
+    } else if (key == "token_sha256" || key == "cert_names") {
+      absl::Status st =
+          ParseStringList(node, key, key == "token_sha256" ? &t.token_sha256 : &t.cert_names);
+      if (!st.ok()) return Bad(path, i, st.message());
+    } else if (key == "quotas") {
+      if (!node.is_table()) return Bad(path, i, "quotas must be a table");
+      absl::Status st = ParseQuotaTable(*node.as_table(), &t.quotas);
+      if (!st.ok()) return Bad(path, i, st.message());
+    } else {
+      return Bad(path, i, absl::StrCat("unknown key '", key, "'"));
+    }
+  }
+  if (t.role.empty()) t.role = "data";  // the daemon's default
+  SortQuotas(&t.quotas);
+  return t;
+}
+
+}  // namespace
+
+void SortQuotas(std::vector<Quota>* quotas) {
+  std::stable_sort(quotas->begin(), quotas->end(), [](const Quota& a, const Quota& b) {
+    return QuotaIndex(a.key) < QuotaIndex(b.key);
+  });
+}
+
+bool ValidTenantName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxTenantNameBytes) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<Quota> ParseQuotaArgument(absl::string_view key_equals_value) {
+  const size_t eq = key_equals_value.find('=');
+  if (eq == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--quota ", key_equals_value, ": expected key=value"));
+  }
+  const std::string key(absl::StripAsciiWhitespace(key_equals_value.substr(0, eq)));
+  const std::string value(absl::StripAsciiWhitespace(key_equals_value.substr(eq + 1)));
+  if (!IsQuotaKey(key)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--quota ", key, ": unknown quota (known: ", KnownQuotaKeys(), ")"));
+  }
+  const bool is_size = absl::EndsWith(key, "_bytes");
+  // Plain digits become a TOML integer, which is signed 64-bit.
+  if (AllDigits(value) &&
+      (value.size() < 19 || (value.size() == 19 && value <= "9223372036854775807"))) {
+    return Quota{key, value, false};
+  }
+  if (is_size && !AllDigits(value) && ValidSizeText(value)) return Quota{key, value, true};
+  return absl::InvalidArgumentError(
+      absl::StrCat("--quota ", key, ": ",
+                   is_size ? "a size like 4096 or 64MiB (units B KiB MiB GiB TiB KB MB GB TB)"
+                           : "a non-negative integer",
+                   ", got '", value, "'"));
+}
+
+absl::Status ValidateTenants(const std::vector<TenantEntry>& tenants, const std::string& path) {
+  if (tenants.size() > kMaxTenants) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", tenants.size(), " tenants exceed the limit of ", kMaxTenants));
+  }
+  std::set<std::string> names, hashes, certs;
+  for (size_t i = 0; i < tenants.size(); ++i) {
+    const TenantEntry& t = tenants[i];
+    if (t.name.empty()) return Bad(path, i, "name is required");
+    if (!ValidTenantName(t.name)) {
+      return Bad(path, i,
+                 absl::StrCat("name \"", t.name, "\" must be 1..", kMaxTenantNameBytes,
+                              " bytes of [A-Za-z0-9._-]"));
+    }
+    if (t.role != "data" && t.role != "admin") return Bad(path, i, "role must be data or admin");
+    if (t.token_sha256.empty() && t.cert_names.empty()) {
+      return Bad(path, i, "needs token_sha256 or cert_names (else it cannot authenticate)");
+    }
+    if (!names.insert(t.name).second) {
+      return Bad(path, i, absl::StrCat("tenant \"", t.name, "\" is listed twice"));
+    }
+    for (const std::string& h : t.token_sha256) {
+      if (!ValidHash(h)) {
+        return Bad(path, i, "token_sha256 entries are 64 lowercase hex digits (SHA-256)");
+      }
+      if (!hashes.insert(h).second) return Bad(path, i, "a token hash is listed twice");
+    }
+    for (const std::string& n : t.cert_names) {
+      if (n.empty() || n.size() > kMaxCertNameBytes) {
+        return Bad(path, i,
+                   absl::StrCat("cert_names entries are 1..", kMaxCertNameBytes, " bytes"));
+      }
+      if (!certs.insert(n).second) {
+        return Bad(path, i, absl::StrCat("cert name \"", n, "\" is listed twice"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TenantEntry>> ParseTenants(const std::string& text,
+                                                      const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":", e.source().begin.line, ": ", std::string(e.description())));
+  }
+  for (const auto& [key, node] : root) {
+    if (key.str() != "tenants") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": unknown key '", std::string(key.str()), "' (only [[tenants]])"));
+    }
+  }
+  std::vector<TenantEntry> out;
+  if (root.contains("tenants")) {
+    const toml::array* list = root["tenants"].as_array();
+    if (list == nullptr) {
+      return absl::InvalidArgumentError(path + ": tenants must be an array of tables");
+    }
+    for (size_t i = 0; i < list->size(); ++i) {
+      const toml::table* e = (*list)[i].as_table();
+      if (e == nullptr) return Bad(path, i, "not a table");
+      absl::StatusOr<TenantEntry> t = ParseEntry(*e, path, i);
+      if (!t.ok()) return t.status();
+      out.push_back(std::move(*t));
+    }
+  }
+  if (absl::Status st = ValidateTenants(out, path); !st.ok()) return st;
+  return out;
+}
+
+absl::StatusOr<std::vector<TenantEntry>> ReadTenantsFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return FileError(errno, "open", path);
+  std::string text;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
+  const int err = errno;
+  close(fd);
+  if (n < 0) return FileError(err, "read", path);
+  return ParseTenants(text, path);
+}
+
+std::string FormatTenant(const TenantEntry& t) {
+  std::string out = "[[tenants]]\n";
+  absl::StrAppend(&out, "name = ", TomlString(t.name), "\n");
+  absl::StrAppend(&out, "role = ", TomlString(t.role), "\n");
+  if (!t.token_sha256.empty()) AppendStringList("token_sha256", t.token_sha256, &out);
+  if (!t.cert_names.empty()) AppendStringList("cert_names", t.cert_names, &out);
+  if (!t.quotas.empty()) {
+    absl::StrAppend(&out, "[tenants.quotas]\n");
+    for (const Quota& q : t.quotas) {
+      absl::StrAppend(&out, q.key, " = ", q.is_size_string ? TomlString(q.value) : q.value, "\n");
+    }
+  }
+  return out;
+}
+
+std::string FormatTenantsFile(const std::vector<TenantEntry>& tenants) {
+  std::string out =
+      "# kvtierd tenants (auth.tenants_file; format in daemon/auth/tenants.h).\n"
+      "# Edited by `kvtierctl tenants`: tokens are stored only as SHA-256.\n"
+      "# Apply changes with `kill -HUP <kvtierd pid>` or `systemctl reload kvtierd`.\n";
+  for (const TenantEntry& t : tenants) absl::StrAppend(&out, "\n", FormatTenant(t));
+  return out;
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  std::string target = path;
+  mode_t mode = 0600;
+  uid_t uid = static_cast<uid_t>(-1);
+  gid_t gid = static_cast<gid_t>(-1);
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) {
+      return absl::FailedPreconditionError(path + " exists and is not a regular file");
+    }
+    // Replace what a symlink points at, not the link.
+    char resolved[PATH_MAX];
+    if (realpath(path.c_str(), resolved) == nullptr) return FileError(errno, "realpath", path);
+    target = resolved;
+    mode = (st.st_mode & 0770) | 0600;
+    uid = st.st_uid;
+    gid = st.st_gid;
+  } else if (errno != ENOENT) {
+    return FileError(errno, "stat", path);
+  }
+  const std::string tmp = absl::StrCat(target, ".tmp-", getpid());
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return FileError(errno, "create", tmp);
+  auto fail = [&](absl::Status status) {
+    close(fd);
+    unlink(tmp.c_str());
+    return status;
+  };
+  if (fchmod(fd, mode) != 0) return fail(FileError(errno, "chmod", tmp));
+  if (uid != static_cast<uid_t>(-1) && (uid != geteuid() || gid != getegid()) &&
+      fchown(fd, uid, gid) != 0) {
+    return fail(FileError(errno, "keep the owner and group of " + path + " on", tmp));
+  }
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(FileError(errno, "write", tmp));
+    off += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0) return fail(FileError(errno, "fsync", tmp));
+  if (close(fd) != 0) {
+    unlink(tmp.c_str());
+    return FileError(errno, "close", tmp);
+  }
+  if (rename(tmp.c_str(), target.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return FileError(err, "rename onto", target);
+  }
+  const size_t slash = target.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : target.substr(0, slash + 1);
+  // The rename is durable once the folder is.
+  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return FileError(errno, "open the folder", dir);
+  const int rc = fsync(dfd);
+  const int err = errno;
+  close(dfd);
+  if (rc != 0) return FileError(err, "fsync", dir);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> LockTenantsFolder(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return FileError(errno, "open the folder", dir);
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    const int err = errno;
+    close(fd);
+    return FileError(err, "lock the folder", dir);
+  }
+  return fd;
+}
+
+void CloseLock(int fd) {
+  if (fd >= 0) close(fd);  // releases the flock
+}
+
+}  // namespace kvtier::ctl
