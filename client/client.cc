@@ -88,8 +88,26 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   if (!options.token.empty()) {
     interceptors.push_back(std::make_unique<BearerInterceptorFactory>(options.token));
   }
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!options.tls_root_certs_pem.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options.tls_root_certs_pem;
+    ssl.pem_cert_chain = options.tls_cert_chain_pem;
+    ssl.pem_private_key = options.tls_private_key_pem;
+    creds = grpc::SslCredentials(ssl);
+    if (!options.tls_server_name.empty()) {
+      args.SetSslTargetNameOverride(options.tls_server_name);
+    }
+  } else if (!options.tls_cert_chain_pem.empty() || !options.tls_private_key_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "options.tls_root_certs_pem: a client certificate needs the roots that verify the daemon");
+  }
+  if (options.tls_cert_chain_pem.empty() != options.tls_private_key_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "options.tls_private_key_pem: set both the client certificate chain and its key");
+  }
   auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(
-      normalized, grpc::InsecureChannelCredentials(), args, std::move(interceptors));
+      normalized, creds, args, std::move(interceptors));
   return std::unique_ptr<Client>(new Client(normalized, options, std::move(channel)));
 }
 

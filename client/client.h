@@ -51,6 +51,16 @@ struct ClientOptions {
   // Largest message sent or received; match the daemon's
   // server.max_message_bytes.
   int max_message_bytes = 64 << 20;
+  // TLS for a TCP target (the daemon serves TCP only with TLS). With
+  // tls_root_certs_pem set the channel uses TLS and trusts those roots;
+  // tls_cert_chain_pem + tls_private_key_pem add a client certificate
+  // (mTLS: its common name maps to a tenant). tls_server_name overrides
+  // the name checked against the server certificate (default: the host).
+  // Empty: plaintext (right for a Unix socket).
+  std::string tls_root_certs_pem;
+  std::string tls_cert_chain_pem;
+  std::string tls_private_key_pem;
+  std::string tls_server_name;
 };
 
 enum class ServingStatus { kUnknown, kServing, kNotServing };

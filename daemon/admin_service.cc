@@ -7,6 +7,8 @@
 #include "daemon/convert.h"
 #include "daemon/grpc_status.h"
 #include "daemon/progress_reactor.h"
+#include "daemon/reactors.h"
+#include "daemon/tenant.h"
 #include "daemon/version.h"
 
 namespace kvtier::daemon {
@@ -17,8 +19,46 @@ constexpr uint64_t kProgressEvery = 64;
 
 }  // namespace
 
+grpc::ServerUnaryReactor* AdminService::Refuse(grpc::CallbackServerContext* ctx,
+                                               const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+void AdminService::AddTenantStats(v1::StatsResponse* resp) {
+  for (const TenantPtr& t : runtime_->tenants().All()) {
+    TenantUsage u = runtime_->store()->UsageOf(t->name);
+    v1::TenantStats* ts = resp->add_tenants();
+    ts->set_name(t->name);
+    ts->set_role(t->role == Role::kAdmin ? "admin" : "data");
+    ts->set_arena_bytes(u.arena_bytes);
+    ts->set_device_bytes(u.device_bytes);
+    ts->set_pinned_bytes(u.pinned_bytes);
+    ts->set_staging_slots(u.staging_slots);
+    ts->set_host_bytes(u.host_bytes);
+    ts->set_nvme_bytes(u.nvme_bytes);
+    ts->set_profiles(u.profiles);
+    ts->set_leases(u.leases);
+    ts->set_contexts(runtime_->contexts()->OpenCount(t->name));
+    const TenantQuotas& q = t->quotas;
+    const std::pair<const char*, uint64_t> quotas[] = {
+        {"device_bytes", q.device_bytes},   {"pinned_bytes", q.pinned_bytes},
+        {"staging_bytes", q.staging_bytes}, {"staging_slots", q.staging_slots},
+        {"contexts", q.contexts},           {"blocks_per_context", q.blocks_per_context},
+        {"host_bytes", q.host_bytes},       {"nvme_bytes", q.nvme_bytes},
+        {"profiles", q.profiles}};
+    for (const auto& [name, value] : quotas) {
+      if (value != 0) (*ts->mutable_quotas())[name] = value;
+    }
+  }
+}
+
 grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* ctx,
                                               const v1::StatsRequest*, v1::StatsResponse* resp) {
+  if (auto caller = AdminCallerOf(runtime_->tenants(), ctx); !caller.ok()) {
+    return Refuse(ctx, caller.status());
+  }
   const Config& config = runtime_->config();
   BlockStoreStats stats = runtime_->store()->Stats();
   resp->set_version(kVersion);
@@ -37,6 +77,8 @@ grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* ctx,
   resp->set_open_contexts(runtime_->contexts()->size());
   resp->set_active_leases(stats.active_leases);
   resp->set_quarantined_blocks(stats.quarantined_blocks);
+  resp->set_staging_slots(stats.staging_slots);
+  AddTenantStats(resp);
   for (const auto& [key, value] : config.Flatten()) (*resp->mutable_config())[key] = value;
   (*resp->mutable_config())["gpu.probe"] = runtime_->device_probe().description;
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -47,6 +89,9 @@ grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* AdminService::ListBlocks(grpc::CallbackServerContext* ctx,
                                                    const v1::ListBlocksRequest* req,
                                                    v1::ListBlocksResponse* resp) {
+  if (auto caller = AdminCallerOf(runtime_->tenants(), ctx); !caller.ok()) {
+    return Refuse(ctx, caller.status());
+  }
   std::map<std::pair<uint64_t, int>, std::pair<uint64_t, uint64_t>> counts;
   const uint32_t limit = req->limit();
   runtime_->store()->ForEachBlock(
@@ -64,6 +109,7 @@ grpc::ServerUnaryReactor* AdminService::ListBlocks(grpc::CallbackServerContext* 
           info->set_size_bytes(loc.size_bytes);
           info->set_durable(loc.durable);
           info->set_pinned(loc.pinned);
+          info->set_tenant(key.tenant);
         }
       });
   for (const auto& [k, v] : counts) {
@@ -81,6 +127,9 @@ grpc::ServerUnaryReactor* AdminService::ListBlocks(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* AdminService::ListContexts(grpc::CallbackServerContext* ctx,
                                                      const v1::ListContextsRequest*,
                                                      v1::ListContextsResponse* resp) {
+  if (auto caller = AdminCallerOf(runtime_->tenants(), ctx); !caller.ok()) {
+    return Refuse(ctx, caller.status());
+  }
   std::vector<ContextInfo> contexts = runtime_->contexts()->List();
   std::sort(contexts.begin(), contexts.end(), [](const ContextInfo& a, const ContextInfo& b) {
     return a.context_id < b.context_id;
@@ -93,14 +142,18 @@ grpc::ServerUnaryReactor* AdminService::ListContexts(grpc::CallbackServerContext
     info->set_pinned_blocks(c.pinned_blocks);
     info->set_last_step(c.last_step);
     info->set_idle_ms(c.idle_ms);
+    info->set_tenant(c.tenant);
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
-grpc::ServerWriteReactor<v1::DrainProgress>* AdminService::Drain(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<v1::DrainProgress>* AdminService::Drain(grpc::CallbackServerContext* ctx,
                                                                  const v1::DrainRequest*) {
+  if (auto caller = AdminCallerOf(runtime_->tenants(), ctx); !caller.ok()) {
+    return new FinishedWriteReactor<v1::DrainProgress>(ToGrpcStatus(caller.status()));
+  }
   BlockStore* store = runtime_->store();
   return new ProgressReactor<v1::DrainProgress>(
       [store](const std::function<void(const v1::DrainProgress&)>& post) {
@@ -114,8 +167,11 @@ grpc::ServerWriteReactor<v1::DrainProgress>* AdminService::Drain(grpc::CallbackS
       });
 }
 
-grpc::ServerWriteReactor<v1::VerifyProgress>* AdminService::Verify(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<v1::VerifyProgress>* AdminService::Verify(grpc::CallbackServerContext* ctx,
                                                                    const v1::VerifyRequest* req) {
+  if (auto caller = AdminCallerOf(runtime_->tenants(), ctx); !caller.ok()) {
+    return new FinishedWriteReactor<v1::VerifyProgress>(ToGrpcStatus(caller.status()));
+  }
   BlockStore* store = runtime_->store();
   const uint64_t profile_id = req->profile_id();
   return new ProgressReactor<v1::VerifyProgress>(

@@ -1,5 +1,7 @@
 // AdminService: the administration gRPC service (proto/kvtier/v1/admin.proto)
-// used by kvtierctl.
+// used by kvtierctl. Every call needs a caller with the admin role
+// (PERMISSION_DENIED for the data role, UNAUTHENTICATED without
+// credentials); admins see every tenant's blocks, contexts and usage.
 //
 // Thread safety: all handlers may run concurrently on gRPC threads.
 #ifndef KVTIER_DAEMON_ADMIN_SERVICE_H_
@@ -28,6 +30,10 @@ class AdminService final : public v1::Admin::CallbackService {
                                                        const v1::VerifyRequest* req) override;
 
  private:
+  static grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx,
+                                          const absl::Status& status);
+  void AddTenantStats(v1::StatsResponse* resp);
+
   Runtime* const runtime_;  // not owned; outlives the service
 };
 

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/convert.h"
 #include "daemon/grpc_status.h"
+#include "daemon/reactors.h"
 #include "daemon/tenant.h"
 
 namespace kvtier::daemon {
@@ -41,8 +42,12 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
           "blocks: ", request_.blocks_size(), " exceed limits.max_batch_blocks = ", limit));
     }
     if (response_->results_size() + request_.blocks_size() > kMaxPutResultsPerStream) {
+      // Checked before storing anything of this message: the response (one
+      // result per block) stays bounded, and what was acknowledged is
+      // exactly what the earlier messages stored.
       return absl::ResourceExhaustedError(absl::StrCat(
-          "blocks: more than ", kMaxPutResultsPerStream, " blocks in one PutBlocks stream"));
+          "blocks: more than ", kMaxPutResultsPerStream,
+          " blocks in one PutBlocks stream; open another stream"));
     }
     if (auto profile = runtime_->store()->GetProfile(request_.profile_id()); !profile.ok()) {
       return absl::InvalidArgumentError(std::string(profile.status().message()));
@@ -155,7 +160,8 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResp
       keys.push_back(BlockKey{tenant_, request_->profile_id(), id});
     }
     std::vector<absl::StatusOr<DeviceHandle>> handles;
-    auto lease = runtime_->store()->AcquireHandles(keys, request_->lease_ttl_ms(), &handles);
+    auto lease =
+        runtime_->store()->AcquireHandles(tenant_, keys, request_->lease_ttl_ms(), &handles);
     if (!lease.ok()) return lease.status();
     response_.set_lease_id(*lease);
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -218,12 +224,20 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResp
 
 grpc::ServerReadReactor<v1::PutBlocksRequest>* NewPutBlocksReactor(
     Runtime* runtime, grpc::CallbackServerContext* ctx, v1::PutBlocksResponse* response) {
-  return new PutBlocksReactor(runtime, TenantOf(ctx), response);
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime->tenants(), ctx);
+  if (!caller.ok()) {
+    return new FinishedReadReactor<v1::PutBlocksRequest>(ToGrpcStatus(caller.status()));
+  }
+  return new PutBlocksReactor(runtime, (*caller)->name, response);
 }
 
 grpc::ServerWriteReactor<v1::GetBlocksResponse>* NewGetBlocksReactor(
     Runtime* runtime, grpc::CallbackServerContext* ctx, const v1::GetBlocksRequest* request) {
-  return new GetBlocksReactor(runtime, TenantOf(ctx), request);
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime->tenants(), ctx);
+  if (!caller.ok()) {
+    return new FinishedWriteReactor<v1::GetBlocksResponse>(ToGrpcStatus(caller.status()));
+  }
+  return new GetBlocksReactor(runtime, (*caller)->name, request);
 }
 
 }  // namespace kvtier::daemon

@@ -17,7 +17,7 @@ namespace kvtier::daemon {
 
 // Most results one PutBlocks stream may produce (its response holds one
 // per block).
-inline constexpr uint64_t kMaxPutResultsPerStream = 1 << 20;
+inline constexpr uint64_t kMaxPutResultsPerStream = 1 << 16;
 
 grpc::ServerReadReactor<v1::PutBlocksRequest>* NewPutBlocksReactor(
     Runtime* runtime, grpc::CallbackServerContext* ctx, v1::PutBlocksResponse* response);

@@ -103,9 +103,17 @@ const std::vector<Field>& Fields() {
               return os.str();
             }},
       KV_STR("server.tcp_address", server.tcp_address),
+      KV_STR("server.tls_cert_file", server.tls_cert_file),
+      KV_STR("server.tls_key_file", server.tls_key_file),
+      KV_STR("server.tls_client_ca_file", server.tls_client_ca_file),
       KV_NUM("server.max_message_bytes", Kind::kSize, server.max_message_bytes),
       KV_NUM("server.shutdown_grace_ms", Kind::kUint, server.shutdown_grace_ms),
       KV_NUM("server.max_concurrent_streams", Kind::kUint, server.max_concurrent_streams),
+      KV_STR("auth.tenants_file", auth.tenants_file),
+      KV_STR("auth.shm_dir", auth.shm_dir),
+      KV_STR("auth.fd_socket_path", auth.fd_socket_path),
+      KV_NUM("auth.tenant_arena_bytes", Kind::kSize, auth.tenant_arena_bytes),
+      KV_NUM("auth.tenant_staging_bytes", Kind::kSize, auth.tenant_staging_bytes),
       KV_ENUM("log.level", log.level, "trace", "debug", "info", "warn", "error", "critical",
               "off"),
       KV_ENUM("log.format", log.format, "text", "json"),
@@ -418,6 +426,30 @@ absl::Status Validate(Config& c) {
   if (c.server.socket_mode > 0777) return Invalid("server.socket_mode", "must be at most 0777");
   if (!c.server.tcp_address.empty() && c.server.tcp_address.rfind(':') == std::string::npos) {
     return Invalid("server.tcp_address", "must be host:port, e.g. 127.0.0.1:50551");
+  }
+  if (!c.server.tcp_address.empty() &&
+      (c.server.tls_cert_file.empty() || c.server.tls_key_file.empty())) {
+    return Invalid("server.tls_cert_file",
+                   "TCP (server.tcp_address) is served only with TLS: set server.tls_cert_file "
+                   "and server.tls_key_file");
+  }
+  if (c.server.tls_cert_file.empty() != c.server.tls_key_file.empty()) {
+    return Invalid("server.tls_key_file", "set both server.tls_cert_file and server.tls_key_file");
+  }
+  if (!c.server.tls_client_ca_file.empty() && c.server.tls_cert_file.empty()) {
+    return Invalid("server.tls_client_ca_file", "needs server.tls_cert_file (mTLS is TLS)");
+  }
+  if (c.auth.fd_socket_path.empty()) c.auth.fd_socket_path = c.server.socket_path + ".fd";
+  if (c.auth.fd_socket_path.size() > 107) {
+    return Invalid("auth.fd_socket_path",
+                   absl::StrCat("is ", c.auth.fd_socket_path.size(),
+                                " bytes; a Unix socket path is at most 107 bytes"));
+  }
+  if (c.auth.tenant_arena_bytes < 4096) {
+    return Invalid("auth.tenant_arena_bytes", "must be >= 4KiB");
+  }
+  if (c.auth.tenant_staging_bytes < 4096) {
+    return Invalid("auth.tenant_staging_bytes", "must be >= 4KiB");
   }
   if (c.server.max_message_bytes < (64u << 10) || c.server.max_message_bytes > (1ull << 31) - 1) {
     return Invalid("server.max_message_bytes", "must be between 64KiB and 2GiB-1");

@@ -23,11 +23,22 @@ struct Config {
     std::string data_dir;
     std::string socket_path;  // resolved: never empty after Load()
     uint32_t socket_mode = 0;
-    std::string tcp_address;  // empty = TCP off
+    std::string tcp_address;  // empty = TCP off; requires tls_cert_file
+    std::string tls_cert_file;       // PEM chain of the TCP listener
+    std::string tls_key_file;        // PEM private key of tls_cert_file
+    std::string tls_client_ca_file;  // set: mTLS, client certs verified against it
     uint64_t max_message_bytes = 0;
     uint64_t shutdown_grace_ms = 0;
     uint64_t max_concurrent_streams = 0;
   } server;
+  // auth.*: tenants (daemon/auth/tenants.h). tenants_file empty = off.
+  struct Auth {
+    std::string tenants_file;
+    std::string shm_dir;         // "" = a per-daemon directory in tiers.device.shm_dir
+    std::string fd_socket_path;  // resolved: never empty after Load()
+    uint64_t tenant_arena_bytes = 0;
+    uint64_t tenant_staging_bytes = 0;
+  } auth;
   struct Log {
     std::string level;
     std::string format;

@@ -44,11 +44,26 @@ TEST_F(ConfigTest, EmbeddedDefaultsAreValid) {
   EXPECT_EQ(config->nvme_capacity_bytes(), 4ull * (512ull << 20));
 }
 
+TEST_F(ConfigTest, TcpIsServedOnlyWithTls) {
+  auto config = LoadConfig("", {"server.tcp_address=127.0.0.1:50551"});
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config.status().message(), HasSubstr("server.tls_cert_file"));
+  config = LoadConfig("", {"server.tls_cert_file=/a.crt"});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("server.tls_key_file"));
+  config = LoadConfig("", {"server.tls_client_ca_file=/ca.crt"});
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("server.tls_client_ca_file"));
+}
+
 TEST_F(ConfigTest, FileOverridesDefaults) {
   auto config = LoadConfig(Write(R"(
 [server]
 data_dir = "/tmp/x"
 tcp_address = "127.0.0.1:50551"
+tls_cert_file = "/etc/kvtier/server.crt"
+tls_key_file = "/etc/kvtier/server.key"
 [tiers.host]
 capacity_bytes = 8192000
 [tiers.nvme]

@@ -1,5 +1,7 @@
 #include "daemon/context_manager.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <iterator>
 #include <random>
@@ -11,6 +13,7 @@
 #include "daemon/convert.h"
 #include "index/summary_codec.h"
 #include "storage/catalog/records.h"
+#include "storage/common/status_macros.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -59,8 +62,22 @@ std::string DescribeBlockId(absl::string_view id) { return absl::BytesToHexStrin
 // ---- BlockIdList / Context -------------------------------------------------
 
 void BlockIdList::Add(absl::string_view id) {
+  positions_.emplace(XXH3_64bits(id.data(), id.size()), static_cast<uint32_t>(end_.size()));
   bytes_.append(id.data(), id.size());
   end_.push_back(static_cast<uint32_t>(bytes_.size()));
+}
+
+int64_t BlockIdList::Find(absl::string_view id) const {
+  auto it = positions_.find(XXH3_64bits(id.data(), id.size()));
+  if (it == positions_.end() || at(it->second) != id) {
+    if (it == positions_.end()) return -1;
+    // A hash collision with another id: scan (never in practice).
+    for (size_t i = 0; i < size(); ++i) {
+      if (at(i) == id) return static_cast<int64_t>(i);
+    }
+    return -1;
+  }
+  return it->second;
 }
 
 Context::Context(uint64_t id, std::string tenant, ModelProfile profile, uint64_t ttl_ms,
@@ -118,11 +135,38 @@ size_t Context::MemoryBytes() const {
 // ---- ContextManager --------------------------------------------------------
 
 ContextManager::ContextManager(BlockStore* store, Env* env, const ContextManagerOptions& options)
-    : store_(store), env_(env), options_(options) {
-  // Ids start at a random point so that a restarted daemon does not hand
-  // out an id a client of the previous one may still hold.
-  std::random_device rd;
-  next_id_ = ((static_cast<uint64_t>(rd()) & 0xffffffu) << 24) + 1;
+    : store_(store), env_(env), options_(options) {}
+
+void ContextManager::SetTenantLimits(const std::string& tenant, const ContextLimits& limits) {
+  absl::MutexLock lock(&mu_);
+  tenants_[tenant].limits = limits;
+}
+
+uint64_t ContextManager::OpenCount(const std::string& tenant) {
+  absl::MutexLock lock(&mu_);
+  auto it = tenants_.find(tenant);
+  return it == tenants_.end() ? 0 : it->second.open;
+}
+
+void ContextManager::EraseLocked(uint64_t id) {
+  auto it = contexts_.find(id);
+  if (it == contexts_.end()) return;
+  --tenants_[it->second->tenant()].open;
+  contexts_.erase(it);
+}
+
+absl::Status ContextManager::CheckBlocks(const std::string& tenant, size_t total,
+                                         const char* field) {
+  uint64_t limit = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tenants_.find(tenant);
+    if (it != tenants_.end()) limit = it->second.limits.blocks_per_context;
+  }
+  if (limit == 0 || total <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      field, ": the context would hold ", total, " blocks; quota blocks_per_context of tenant \"",
+      tenant, "\" is ", limit));
 }
 
 ContextManager::~ContextManager() {
@@ -202,12 +246,30 @@ absl::StatusOr<OpenedContext> ContextManager::Open(
     }
     total += segments[s].size();
   }
-  if (total == 0) {
-    return absl::InvalidArgumentError("segments: no blocks (a context needs at least one)");
-  }
   if (total > kMaxContextBlocks) {
     return absl::InvalidArgumentError(absl::StrCat(
         "segments: ", total, " blocks exceed the limit of ", kMaxContextBlocks, " per context"));
+  }
+  {
+    // Each block at most once: a repeat would pin, score and cost memory
+    // for nothing (and a request of one id many times is a cheap way to
+    // make the daemon build a large tree).
+    absl::flat_hash_map<absl::string_view, std::pair<size_t, size_t>> seen;
+    seen.reserve(total);
+    for (size_t s = 0; s < segments.size(); ++s) {
+      for (size_t j = 0; j < segments[s].size(); ++j) {
+        auto [it, fresh] = seen.try_emplace(segments[s][j], s, j);
+        if (!fresh) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "segments[", s, "].block_ids[", j, "]: repeats segments[", it->second.first,
+              "].block_ids[", it->second.second, "] (a block appears at most once in a context)"));
+        }
+      }
+    }
+  }
+  KVTIER_RETURN_IF_ERROR(CheckBlocks(tenant, total, "segments"));
+  if (total == 0) {
+    return absl::InvalidArgumentError("segments: no blocks (a context needs at least one)");
   }
   if (lease_ttl_ms > options_.max_ttl_ms) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -225,13 +287,27 @@ absl::StatusOr<OpenedContext> ContextManager::Open(
           absl::StrCat("limits.max_contexts = ", options_.max_contexts,
                        " contexts are open; close some (CloseContext) first"));
     }
+    TenantContexts& t = tenants_[tenant];
+    if (t.limits.contexts != 0 && t.open >= t.limits.contexts) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("quota contexts of tenant \"", tenant, "\": ", t.open, " of ",
+                       t.limits.contexts, " contexts are open; close some (CloseContext) first"));
+    }
+    ++t.open;
     ++opening_;
-    id = next_id_++;
+    // Random ids: not guessable from one another, and a restarted daemon
+    // does not hand out an id a client of the previous one still holds.
+    while (id == 0 || contexts_.contains(id) || reserved_ids_.contains(id)) id = ids_();
+    reserved_ids_.insert(id);
   }
   absl::StatusOr<std::shared_ptr<Context>> built = Build(tenant, *profile, id, segments, ttl_ms);
   absl::MutexLock lock(&mu_);
   --opening_;
-  if (!built.ok()) return built.status();
+  reserved_ids_.erase(id);
+  if (!built.ok()) {
+    --tenants_[tenant].open;
+    return built.status();
+  }
   const uint32_t num_blocks = (*built)->num_blocks_snapshot();
   contexts_[id] = std::move(*built);
   return OpenedContext{id, num_blocks};
@@ -318,6 +394,23 @@ absl::StatusOr<uint32_t> ContextManager::Append(const std::string& tenant, uint6
     return absl::InvalidArgumentError(absl::StrCat("block_ids: the context would hold ", total,
                                                    " blocks, the limit is ", kMaxContextBlocks));
   }
+  KVTIER_RETURN_IF_ERROR(CheckBlocks(tenant, total, "block_ids"));
+  {
+    absl::flat_hash_map<absl::string_view, size_t> batch;
+    for (size_t j = 0; j < block_ids.size(); ++j) {
+      const int64_t at = ctx->block_ids_.Find(block_ids[j]);
+      if (at >= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "block_ids[", j, "]: already at position ", at,
+            " of the context (a block appears at most once in a context)"));
+      }
+      auto [it, fresh] = batch.try_emplace(block_ids[j], j);
+      if (!fresh) {
+        return absl::InvalidArgumentError(absl::StrCat("block_ids[", j, "]: repeats block_ids[",
+                                                       it->second, "]"));
+      }
+    }
+  }
   std::vector<BlockKey> keys;
   keys.reserve(block_ids.size());
   for (const std::string& id : block_ids) {
@@ -350,7 +443,7 @@ absl::StatusOr<uint32_t> ContextManager::Release(const std::string& tenant, uint
   if (ctx->closed()) return NotOpen("context_id", context_id);
   ctx->Touch(env_->NowMicros());
   if (ctx->lease_id_ == 0) return 0u;
-  absl::StatusOr<uint32_t> released = store_->Release(ctx->lease_id_);
+  absl::StatusOr<uint32_t> released = store_->Release(ctx->tenant(), ctx->lease_id_);
   ctx->lease_id_ = 0;
   ctx->pinned_blocks_.store(0, std::memory_order_relaxed);
   return released.ok() ? *released : 0u;  // NOT_FOUND: the lease expired
@@ -359,7 +452,7 @@ absl::StatusOr<uint32_t> ContextManager::Release(const std::string& tenant, uint
 void ContextManager::CloseLocked(Context* ctx) {
   if (ctx->closed_) return;
   ctx->closed_ = true;
-  if (ctx->lease_id_ != 0) store_->Release(ctx->lease_id_).IgnoreError();  // may have expired
+  if (ctx->lease_id_ != 0) store_->Release(ctx->tenant(), ctx->lease_id_).IgnoreError();  // may have expired
   ctx->lease_id_ = 0;
   ctx->pinned_blocks_.store(0, std::memory_order_relaxed);
   ctx->index_.reset();
@@ -374,8 +467,8 @@ absl::Status ContextManager::Close(const std::string& tenant, uint64_t context_i
     if (it == contexts_.end() || it->second->tenant() != tenant) {
       return NotOpen("context_id", context_id);
     }
-    ctx = std::move(it->second);
-    contexts_.erase(it);
+    ctx = it->second;
+    EraseLocked(context_id);
   }
   absl::MutexLock lock(&ctx->mu);
   CloseLocked(ctx.get());
@@ -404,7 +497,7 @@ size_t ContextManager::ReapIdle() {
     }
     absl::MutexLock lock(&mu_);
     auto it = contexts_.find(ctx->id());
-    if (it != contexts_.end() && it->second == ctx) contexts_.erase(it);
+    if (it != contexts_.end() && it->second == ctx) EraseLocked(ctx->id());
     ++closed;
   }
   return closed;

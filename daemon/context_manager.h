@@ -6,7 +6,7 @@
 // picks under the context's lease.
 //
 // Lifetime of a context:
-//   Open     -> context_id (never reused within a process, never 0)
+//   Open     -> context_id (random 64-bit, never 0, not reused while open)
 //   Append   extends the tree (the last segment)
 //   Select   one at a time per context (Context::mu); each Select's pins
 //            replace the previous Select's (Context::lease_id)
@@ -16,7 +16,11 @@
 //            than their lease TTL; their pins expire at the same time.
 //
 // Tenancy: a context belongs to the tenant that opened it; another tenant
-// sees NOT_FOUND.
+// sees NOT_FOUND (the same answer as for an id nobody holds). Per-tenant
+// limits (SetTenantLimits) cap open contexts and blocks per context
+// (RESOURCE_EXHAUSTED naming the quota). A block id appears at most once in
+// a context: a repeat in Open or Append is INVALID_ARGUMENT naming both
+// positions.
 //
 // Thread safety: every method may be called concurrently. Lock order: a
 // context's mu is never taken while holding mu_, and mu_ may be taken while
@@ -28,11 +32,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -58,6 +64,12 @@ struct ContextManagerOptions {
   uint64_t max_append_blocks = 4096;  // block_ids per AppendBlocks
 };
 
+// A tenant's limits; 0 = none beyond the daemon-wide ones.
+struct ContextLimits {
+  uint64_t contexts = 0;            // open at once
+  uint64_t blocks_per_context = 0;  // blocks in one context
+};
+
 // The ordered block ids of a context, stored back to back.
 class BlockIdList {
  public:
@@ -67,11 +79,18 @@ class BlockIdList {
     return absl::string_view(bytes_.data() + begin, end_[i] - begin);
   }
   size_t size() const { return end_.size(); }
-  size_t MemoryBytes() const { return bytes_.capacity() + end_.capacity() * sizeof(uint32_t); }
+  // Position of id, or -1 when absent.
+  int64_t Find(absl::string_view id) const;
+  size_t MemoryBytes() const {
+    return bytes_.capacity() + end_.capacity() * sizeof(uint32_t) +
+           positions_.capacity() * (sizeof(uint64_t) + sizeof(uint32_t) + 1);
+  }
 
  private:
   std::string bytes_;
   std::vector<uint32_t> end_;  // end offset of each id in bytes_
+  // XXH3 of an id -> its first position (the id itself is compared on a hit).
+  absl::flat_hash_map<uint64_t, uint32_t> positions_;
 };
 
 class Context {
@@ -172,6 +191,11 @@ class ContextManager {
   // Releases every open context's pins.
   ~ContextManager();
 
+  // Replaces a tenant's limits (open contexts stay open).
+  void SetTenantLimits(const std::string& tenant, const ContextLimits& limits);
+  // The tenant's open contexts.
+  uint64_t OpenCount(const std::string& tenant);
+
   // Builds a context from segments of block ids (each 1..32 bytes).
   // INVALID_ARGUMENT naming the field: no blocks, too many blocks or
   // segments, a bad id, lease_ttl_ms above max_ttl_ms. NOT_FOUND: profile_id.
@@ -213,6 +237,14 @@ class ContextManager {
   absl::StatusOr<std::shared_ptr<Context>> Build(
       const std::string& tenant, const ModelProfile& profile, uint64_t id,
       const std::vector<std::vector<std::string>>& segments, uint64_t ttl_ms);
+  struct TenantContexts {
+    ContextLimits limits;
+    uint64_t open = 0;  // in contexts_ or being opened
+  };
+  // Removes ctx from contexts_ and its tenant's count.
+  void EraseLocked(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tenant's blocks_per_context limit checked against `total`.
+  absl::Status CheckBlocks(const std::string& tenant, size_t total, const char* field);
   // Marks ctx closed and unpins its set. Requires ctx->mu.
   void CloseLocked(Context* ctx) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ctx->mu);
   // Decodes the summaries of keys; FAILED_PRECONDITION listing blocks that
@@ -227,7 +259,9 @@ class ContextManager {
   absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Context>> contexts_ ABSL_GUARDED_BY(mu_);
   uint64_t opening_ ABSL_GUARDED_BY(mu_) = 0;  // Opens past the limit check
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<std::string, TenantContexts> tenants_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> reserved_ids_ ABSL_GUARDED_BY(mu_);  // being opened
+  std::mt19937_64 ids_ ABSL_GUARDED_BY(mu_){std::random_device{}()};
 };
 
 // "0a1b..." for ids of bytes, as error messages show them.

@@ -70,7 +70,7 @@ class ContextManagerTest : public ::testing::Test {
     auto store = BlockStore::Open(options);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
-    auto profile = store_->RegisterProfile(SmallProfile());
+    auto profile = store_->RegisterProfile(SmallProfile(), "t");
     ASSERT_TRUE(profile.ok());
     profile_ = profile->first;
     Make(ContextManagerOptions{});
@@ -113,7 +113,7 @@ class ContextManagerTest : public ::testing::Test {
     std::vector<BlockKey> keys;
     for (int i = 0; i < n; ++i) keys.push_back((*ctx)->KeyAt(i));
     std::vector<absl::StatusOr<DeviceHandle>> handles;
-    auto lease = store_->AcquireHandles(keys, (*ctx)->ttl_ms(), &handles);
+    auto lease = store_->AcquireHandles("t", keys, (*ctx)->ttl_ms(), &handles);
     ASSERT_TRUE(lease.ok()) << lease.status();
     (*ctx)->SetSelection(*lease, n, 1);
   }
@@ -149,6 +149,29 @@ TEST_F(ContextManagerTest, OpenBuildsTheTreeFromStoredSummaries) {
   EXPECT_EQ(contexts_->size(), 1u);
 }
 
+TEST_F(ContextManagerTest, ABlockAppearsAtMostOnceInAContext) {
+  auto ids = Put(0, 4);
+  // Twice in one segment, and across segments: refused, naming both places.
+  auto st = contexts_->Open("t", profile_.profile_id, {{ids[0], ids[1], ids[0]}}, 0).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  st = contexts_->Open("t", profile_.profile_id, {{ids[0], ids[1]}, {ids[1]}}, 0).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  auto ctx = contexts_->Open("t", profile_.profile_id, {{ids[0], ids[1]}}, 0);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  // Appending one already there, or the same one twice in a batch.
+  const uint64_t id = ctx->context_id;
+  st = contexts_->Append("t", id, {ids[1]}).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("already at position 1"));
+  st = contexts_->Append("t", id, {ids[2], ids[2]}).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("repeats block_ids[0]"));
+  // Nothing of a refused batch was appended.
+  auto appended = contexts_->Append("t", id, {ids[2], ids[3]});
+  ASSERT_TRUE(appended.ok()) << appended.status();
+  EXPECT_EQ(*appended, 4u);
+}
+
 TEST_F(ContextManagerTest, OpenNamesWhatIsWrong) {
   auto ids = Put(0, 8);
   auto st = contexts_->Open("t", profile_.profile_id, {{}, {}}, 0).status();
@@ -165,7 +188,7 @@ TEST_F(ContextManagerTest, OpenNamesWhatIsWrong) {
   EXPECT_THAT(st.message(), HasSubstr("lease_ttl_ms"));
 
   // 12 unstored blocks: the first 8 are listed, the rest counted.
-  std::vector<std::string> second = {ids[0]};
+  std::vector<std::string> second = {Put(100, 1)[0]};
   for (int i = 0; i < 12; ++i) second.push_back("missing" + std::to_string(i));
   st = contexts_->Open("t", profile_.profile_id, {ids, second}, 0).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);

@@ -1,5 +1,7 @@
 #include "daemon/kvtier_service.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/block_reactors.h"
 #include "daemon/convert.h"
@@ -37,9 +39,12 @@ absl::Status KvTierService::CheckBatch(const char* field, int size) const {
 grpc::ServerUnaryReactor* KvTierService::RegisterProfile(grpc::CallbackServerContext* ctx,
                                                          const v1::RegisterProfileRequest* req,
                                                          v1::RegisterProfileResponse* resp) {
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  if (!caller.ok()) return FinishUnary(ctx, caller.status());
+  const std::string& tenant = (*caller)->name;
   auto profile = FromProto(req->profile());
   if (!profile.ok()) return FinishUnary(ctx, profile.status());
-  auto registered = runtime_->store()->RegisterProfile(*profile);
+  auto registered = runtime_->store()->RegisterProfile(*profile, tenant);
   if (!registered.ok()) return FinishUnary(ctx, registered.status());
   resp->set_profile_id(registered->first.profile_id);
   resp->set_block_size_bytes(BlockSizeBytes(registered->first));
@@ -50,6 +55,9 @@ grpc::ServerUnaryReactor* KvTierService::RegisterProfile(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* KvTierService::GetProfile(grpc::CallbackServerContext* ctx,
                                                     const v1::GetProfileRequest* req,
                                                     v1::GetProfileResponse* resp) {
+  if (auto caller = CallerOf(runtime_->tenants(), ctx); !caller.ok()) {
+    return FinishUnary(ctx, caller.status());
+  }
   auto profile = runtime_->store()->GetProfile(req->profile_id());
   if (!profile.ok()) return FinishUnary(ctx, profile.status());
   *resp->mutable_profile() = ToProto(*profile);
@@ -63,10 +71,21 @@ grpc::ServerUnaryReactor* KvTierService::GetProfile(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* KvTierService::OpenArena(grpc::CallbackServerContext* ctx,
                                                    const v1::OpenArenaRequest*,
                                                    v1::OpenArenaResponse* resp) {
-  const gpu::ArenaInfo& arena = runtime_->store()->arena();
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  if (!caller.ok()) return FinishUnary(ctx, caller.status());
+  const std::string& tenant = (*caller)->name;
+  absl::StatusOr<gpu::ArenaInfo> arena_or = runtime_->store()->Arena(tenant);
+  if (!arena_or.ok()) return FinishUnary(ctx, arena_or.status());
+  const gpu::ArenaInfo& arena = *arena_or;
   resp->set_arena_id(arena.arena_id);
   resp->set_size_bytes(arena.size_bytes);
-  resp->set_shm_path(arena.shm_path);
+  if (runtime_->store()->per_tenant_memory()) {
+    // The file is private to the daemon: its descriptor comes from the fd
+    // socket, for this tenant only.
+    if (!arena.shm_path.empty()) resp->set_fd_socket_path(runtime_->fd_socket_path());
+  } else {
+    resp->set_shm_path(arena.shm_path);
+  }
   resp->set_cuda_ipc_handle(arena.ipc_handle);
   resp->set_device_uuid(arena.device_uuid);
   return FinishUnary(ctx, grpc::Status::OK);
@@ -75,10 +94,21 @@ grpc::ServerUnaryReactor* KvTierService::OpenArena(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* KvTierService::ReserveSlots(grpc::CallbackServerContext* ctx,
                                                       const v1::ReserveSlotsRequest* req,
                                                       v1::ReserveSlotsResponse* resp) {
-  auto slots = runtime_->store()->ReserveStaging(TenantOf(ctx), req->profile_id(), req->count(),
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  if (!caller.ok()) return FinishUnary(ctx, caller.status());
+  const std::string& tenant = (*caller)->name;
+  auto slots = runtime_->store()->ReserveStaging(tenant, req->profile_id(), req->count(),
                                                  req->lease_ttl_ms());
   if (!slots.ok()) return FinishUnary(ctx, slots.status());
-  resp->set_staging_path(runtime_->store()->staging_path());
+  absl::StatusOr<std::string> path = runtime_->store()->StagingPath(tenant);
+  if (!path.ok()) return FinishUnary(ctx, path.status());
+  if (runtime_->store()->per_tenant_memory()) {
+    resp->set_fd_socket_path(runtime_->fd_socket_path());
+    std::error_code ec;
+    resp->set_staging_size_bytes(std::filesystem::file_size(*path, ec));
+  } else {
+    resp->set_staging_path(*path);
+  }
   for (const StagingSlot& s : *slots) {
     v1::SlotRef* ref = resp->add_slots();
     ref->set_slot_id(s.slot_id);
@@ -102,13 +132,15 @@ grpc::ServerWriteReactor<v1::GetBlocksResponse>* KvTierService::GetBlocks(
 grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx,
                                                 const v1::LookupRequest* req,
                                                 v1::LookupResponse* resp) {
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  if (!caller.ok()) return FinishUnary(ctx, caller.status());
+  const std::string& tenant = (*caller)->name;
   if (auto st = CheckBatch("block_ids", req->block_ids_size()); !st.ok()) {
     return FinishUnary(ctx, st);
   }
   if (auto profile = runtime_->store()->GetProfile(req->profile_id()); !profile.ok()) {
     return FinishUnary(ctx, absl::InvalidArgumentError(std::string(profile.status().message())));
   }
-  const std::string tenant = TenantOf(ctx);
   bool prefix = true;
   uint32_t prefix_blocks = 0;
   for (const std::string& id : req->block_ids()) {
@@ -132,10 +164,12 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
 grpc::ServerUnaryReactor* KvTierService::DeleteBlocks(grpc::CallbackServerContext* ctx,
                                                       const v1::DeleteBlocksRequest* req,
                                                       v1::DeleteBlocksResponse* resp) {
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  if (!caller.ok()) return FinishUnary(ctx, caller.status());
+  const std::string& tenant = (*caller)->name;
   if (auto st = CheckBatch("block_ids", req->block_ids_size()); !st.ok()) {
     return FinishUnary(ctx, st);
   }
-  const std::string tenant = TenantOf(ctx);
   for (const std::string& id : req->block_ids()) {
     absl::Status st = runtime_->store()->Delete(BlockKey{tenant, req->profile_id(), id});
     ToItemStatus(st, resp->add_statuses());
@@ -146,12 +180,15 @@ grpc::ServerUnaryReactor* KvTierService::DeleteBlocks(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* KvTierService::OpenContext(grpc::CallbackServerContext* ctx,
                                                      const v1::OpenContextRequest* req,
                                                      v1::OpenContextResponse* resp) {
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  if (!caller.ok()) return FinishUnary(ctx, caller.status());
+  const std::string& tenant = (*caller)->name;
   std::vector<std::vector<std::string>> segments;
   segments.reserve(req->segments_size());
   for (const v1::Segment& segment : req->segments()) {
     segments.emplace_back(segment.block_ids().begin(), segment.block_ids().end());
   }
-  auto opened = runtime_->contexts()->Open(TenantOf(ctx), req->profile_id(), segments,
+  auto opened = runtime_->contexts()->Open(tenant, req->profile_id(), segments,
                                            req->lease_ttl_ms());
   if (!opened.ok()) return FinishUnary(ctx, opened.status());
   resp->set_context_id(opened->context_id);
@@ -162,8 +199,11 @@ grpc::ServerUnaryReactor* KvTierService::OpenContext(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* KvTierService::AppendBlocks(grpc::CallbackServerContext* ctx,
                                                       const v1::AppendBlocksRequest* req,
                                                       v1::AppendBlocksResponse* resp) {
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  if (!caller.ok()) return FinishUnary(ctx, caller.status());
+  const std::string& tenant = (*caller)->name;
   std::vector<std::string> ids(req->block_ids().begin(), req->block_ids().end());
-  auto appended = runtime_->contexts()->Append(TenantOf(ctx), req->context_id(), ids);
+  auto appended = runtime_->contexts()->Append(tenant, req->context_id(), ids);
   if (!appended.ok()) return FinishUnary(ctx, appended.status());
   resp->set_num_blocks(*appended);
   return FinishUnary(ctx, grpc::Status::OK);
@@ -172,7 +212,10 @@ grpc::ServerUnaryReactor* KvTierService::AppendBlocks(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* KvTierService::CloseContext(grpc::CallbackServerContext* ctx,
                                                       const v1::CloseContextRequest* req,
                                                       v1::CloseContextResponse*) {
-  return FinishUnary(ctx, runtime_->contexts()->Close(TenantOf(ctx), req->context_id()));
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  if (!caller.ok()) return FinishUnary(ctx, caller.status());
+  const std::string& tenant = (*caller)->name;
+  return FinishUnary(ctx, runtime_->contexts()->Close(tenant, req->context_id()));
 }
 
 grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse>* KvTierService::Select(
@@ -183,15 +226,18 @@ grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse>* KvTierService::S
 grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ctx,
                                                  const v1::ReleaseRequest* req,
                                                  v1::ReleaseResponse* resp) {
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  if (!caller.ok()) return FinishUnary(ctx, caller.status());
+  const std::string& tenant = (*caller)->name;
   switch (req->target_case()) {
     case v1::ReleaseRequest::kLeaseId: {
-      auto released = runtime_->store()->Release(req->lease_id());
+      auto released = runtime_->store()->Release(tenant, req->lease_id());
       if (!released.ok()) return FinishUnary(ctx, released.status());
       resp->set_blocks_unpinned(*released);
       return FinishUnary(ctx, grpc::Status::OK);
     }
     case v1::ReleaseRequest::kContextId: {
-      auto released = runtime_->contexts()->Release(TenantOf(ctx), req->context_id());
+      auto released = runtime_->contexts()->Release(tenant, req->context_id());
       if (!released.ok()) return FinishUnary(ctx, released.status());
       resp->set_blocks_unpinned(*released);
       return FinishUnary(ctx, grpc::Status::OK);

@@ -3,6 +3,9 @@
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 
+#include <time.h>
+
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -71,6 +74,7 @@ int Run(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);  // reload auth.tenants_file
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -83,8 +87,45 @@ int Run(int argc, char** argv) {
   }
   sd_notify(0, "READY=1\nSTATUS=serving");
 
+  // The signal loop doubles as the watchdog's: with WatchdogSec set it
+  // pings at half the interval, and only while the runtime's reaper keeps
+  // completing rounds (a wedged store lock stops the pings and systemd
+  // restarts the daemon).
+  uint64_t watchdog_usec = 0;
+  const bool watchdog = sd_watchdog_enabled(0, &watchdog_usec) > 0 && watchdog_usec > 0;
+  const auto ping_every = std::chrono::microseconds(watchdog ? watchdog_usec / 2 : 0);
+  kvtier::daemon::Runtime* runtime = (*server)->runtime();
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  while (true) {
+    if (watchdog) {
+      timespec timeout{static_cast<time_t>(ping_every.count() / 1000000),
+                       static_cast<long>(ping_every.count() % 1000000) * 1000};
+      sig = sigtimedwait(&stop_signals, nullptr, &timeout);
+      if (sig < 0) {
+        if (runtime->Responsive(std::chrono::duration_cast<std::chrono::milliseconds>(ping_every))) {
+          sd_notify(0, "WATCHDOG=1");
+        } else {
+          spdlog::warn("watchdog: the reaper has not completed a round in {} ms; not pinging",
+                       std::chrono::duration_cast<std::chrono::milliseconds>(ping_every).count());
+        }
+        continue;
+      }
+    } else if (sigwait(&stop_signals, &sig) != 0) {
+      continue;
+    }
+    if (sig != SIGHUP) break;
+    sd_notify(0, "RELOADING=1");
+    absl::Status reloaded = runtime->ReloadTenants();
+    if (reloaded.ok()) {
+      spdlog::info("SIGHUP: tenants reloaded from {}", config->auth.tenants_file.empty()
+                                                           ? "<authentication off>"
+                                                           : config->auth.tenants_file);
+    } else {
+      spdlog::error("SIGHUP: tenants not reloaded (the previous table stays): {}",
+                    std::string(reloaded.message()));
+    }
+    sd_notify(0, "READY=1\nSTATUS=serving");
+  }
   spdlog::info("signal {} received, shutting down (grace {} ms)", sig,
                config->server.shutdown_grace_ms);
   sd_notify(0, "STOPPING=1");

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,6 +35,24 @@ std::string ShmName(const Config& config, const std::string& dir, const std::str
   return absl::StrCat(dir, "/kvtier-", ::getuid(), "-", absl::Hex(h), "-", what);
 }
 
+// Creates (or takes over) a directory only this user can enter: mode 0700,
+// owned by us, not a symlink.
+absl::Status MakePrivateDir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoToStatus(errno, "key 'auth.shm_dir': mkdir " + dir);
+  }
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) return ErrnoToStatus(errno, "key 'auth.shm_dir': " + dir);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key 'auth.shm_dir': ", dir, " is not a directory owned by the daemon's user"));
+  }
+  if ((st.st_mode & 0777) != 0700 && ::chmod(dir.c_str(), 0700) != 0) {
+    return ErrnoToStatus(errno, "key 'auth.shm_dir': chmod 0700 " + dir);
+  }
+  return absl::OkStatus();
+}
+
 // Most keys waiting for the prefetcher.
 constexpr size_t kMaxPendingPrefetchKeys = 1 << 16;
 
@@ -51,6 +70,18 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
         "key 'server.data_dir': another kvtierd is using ", config.server.data_dir));
   }
   rt->probe_ = gpu::ProbeDevices();
+  if (config.auth.tenants_file.empty()) {
+    rt->tenants_ = std::make_unique<TenantRegistry>();
+  } else {
+    absl::StatusOr<std::unique_ptr<TenantRegistry>> tenants =
+        TenantRegistry::Load(config.auth.tenants_file);
+    if (!tenants.ok()) {
+      return absl::Status(tenants.status().code(),
+                          absl::StrCat("key 'auth.tenants_file': ", tenants.status().message()));
+    }
+    rt->tenants_ = std::move(*tenants);
+  }
+  const bool per_tenant = rt->tenants_->enabled();
   // The device arena: CUDA HBM when a device is there ("auto") or demanded
   // ("cuda"), the shared-memory arena otherwise ("shm", or no device).
   gpu::DeviceTierOptions arena_options;
@@ -60,6 +91,18 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
   arena_options.arena_bytes = config.device.capacity_bytes;
   arena_options.shm_path = ShmName(config, config.device.shm_dir, "arena");
   arena_options.shm.file.file_mode = 0640;  // clients in the daemon's group map it read-only
+  if (per_tenant) {
+    // Arenas are made per tenant on first use; this one only finds the
+    // backend (and fails start-up, not a tenant's first call, when the
+    // demanded backend is missing).
+    rt->tenant_shm_dir_ = config.auth.shm_dir.empty()
+                              ? ShmName(config, config.device.shm_dir, "tenants")
+                              : config.auth.shm_dir;
+    KVTIER_RETURN_IF_ERROR(MakePrivateDir(rt->tenant_shm_dir_));
+    arena_options.arena_bytes = 4096;
+    arena_options.shm_path = rt->tenant_shm_dir_ + "/probe";
+    arena_options.shm.file.file_mode = 0600;
+  }
   std::string why;
   gpu::GpuStatus gst = gpu::NewDeviceOps(arena_options, &rt->device_ops_, &why);
   if (!gst.ok()) {
@@ -69,6 +112,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
   }
   spdlog::info("device arena: {}", why);
   rt->device_backend_ = rt->device_ops_->arena().backend;
+  if (per_tenant) rt->device_ops_.reset();
 
   absl::StatusOr<index::ScorerKind> scorer = DefaultScorerOf(config);
   if (!scorer.ok()) return scorer.status();
@@ -85,6 +129,28 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
   options.env = Env::Default();
   options.device_ops = rt->device_ops_.get();
   options.device_capacity_bytes = config.device.capacity_bytes;
+  if (per_tenant) {
+    options.make_tenant_arena = [arena_options, dir = rt->tenant_shm_dir_](
+                                    const std::string& tenant, uint64_t size_bytes)
+        -> absl::StatusOr<std::unique_ptr<gpu::DeviceOps>> {
+      gpu::DeviceTierOptions o = arena_options;
+      o.arena_bytes = size_bytes;
+      o.shm_path = absl::StrCat(dir, "/arena-", tenant);
+      std::unique_ptr<gpu::DeviceOps> ops;
+      gpu::GpuStatus st = gpu::NewDeviceOps(o, &ops, nullptr);
+      if (!st.ok()) {
+        return absl::Status(GpuToStatus(st).code(),
+                            absl::StrCat("the device arena of tenant \"", tenant,
+                                         "\": ", st.message));
+      }
+      return ops;
+    };
+    options.tenant_arena_bytes = config.auth.tenant_arena_bytes;
+    options.tenant_staging_path = [dir = rt->tenant_shm_dir_](const std::string& tenant) {
+      return absl::StrCat(dir, "/staging-", tenant);
+    };
+    options.tenant_staging_bytes = config.auth.tenant_staging_bytes;
+  }
   options.host_shm_path = ShmName(config, config.host.shm_dir, "host");
   options.host_capacity_bytes = config.host.capacity_bytes;
   options.staging_shm_path = ShmName(config, config.host.shm_dir, "staging");
@@ -119,8 +185,65 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
   const ContextManagerOptions contexts = ContextManagerOptionsOf(config);
   rt->contexts_ = std::make_unique<ContextManager>(rt->store_.get(), Env::Default(), contexts);
   rt->prefetcher_ = std::make_unique<Prefetcher>(rt->store_.get(), kMaxPendingPrefetchKeys);
+  rt->ApplyTenantQuotas();
+  if (per_tenant) {
+    absl::StatusOr<std::unique_ptr<FdServer>> fds = FdServer::Start(
+        config.auth.fd_socket_path, config.server.socket_mode,
+        [r = rt.get()](const std::string& token, SharedFile kind) {
+          return r->SharedFileOf(token, kind);
+        });
+    if (!fds.ok()) {
+      return absl::Status(fds.status().code(),
+                          absl::StrCat("key 'auth.fd_socket_path': ", fds.status().message()));
+    }
+    rt->fd_server_ = std::move(*fds);
+  }
   rt->reaper_ = std::thread([r = rt.get()] { r->ReaperLoop(); });
   return rt;
+}
+
+void Runtime::ApplyTenantQuotas() {
+  for (const TenantPtr& t : tenants_->All()) {
+    TenantLimits limits;
+    limits.device_bytes = t->quotas.device_bytes;
+    limits.pinned_bytes = t->quotas.pinned_bytes;
+    limits.staging_bytes = t->quotas.staging_bytes;
+    limits.staging_slots = t->quotas.staging_slots;
+    limits.host_bytes = t->quotas.host_bytes;
+    limits.nvme_bytes = t->quotas.nvme_bytes;
+    limits.profiles = t->quotas.profiles;
+    store_->SetTenantLimits(t->name, limits);
+    contexts_->SetTenantLimits(t->name,
+                               ContextLimits{t->quotas.contexts, t->quotas.blocks_per_context});
+  }
+}
+
+absl::Status Runtime::ReloadTenants() {
+  std::lock_guard<std::mutex> lock(reload_mu_);
+  KVTIER_RETURN_IF_ERROR(tenants_->Reload());
+  ApplyTenantQuotas();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SharedFileRef> Runtime::SharedFileOf(const std::string& token, SharedFile kind) {
+  TenantPtr tenant = tenants_->ByToken(token);
+  if (tenant == nullptr) return absl::UnauthenticatedError("unknown bearer token");
+  SharedFileRef ref;
+  if (kind == SharedFile::kArena) {
+    KVTIER_ASSIGN_OR_RETURN(gpu::ArenaInfo arena, store_->Arena(tenant->name));
+    if (arena.shm_path.empty()) {
+      return absl::FailedPreconditionError(
+          "the device arena is CUDA memory: open it with OpenArena's cuda_ipc_handle");
+    }
+    ref.path = arena.shm_path;
+    ref.size_bytes = arena.size_bytes;
+  } else {
+    KVTIER_ASSIGN_OR_RETURN(ref.path, store_->StagingPath(tenant->name));
+    std::error_code ec;
+    ref.size_bytes = std::filesystem::file_size(ref.path, ec);
+    if (ec) return absl::InternalError(absl::StrCat("staging file: ", ec.message()));
+  }
+  return ref;
 }
 
 Runtime::Runtime(const Config& config)
@@ -133,10 +256,12 @@ Runtime::~Runtime() {
   }
   reaper_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
+  fd_server_.reset();
   prefetcher_.reset();
   contexts_.reset();  // unpins what contexts hold
   store_.reset();
   device_ops_.reset();
+  if (!tenant_shm_dir_.empty()) ::rmdir(tenant_shm_dir_.c_str());  // empty once the store closed
   if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
 }
 
@@ -151,8 +276,19 @@ void Runtime::ReaperLoop() {
     if (reaped > 0) spdlog::debug("reaped {} expired leases", reaped);
     size_t closed = contexts_->ReapIdle();
     if (closed > 0) spdlog::debug("closed {} idle contexts", closed);
+    reaper_round_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                           std::memory_order_relaxed);
     lock.lock();
   }
+}
+
+bool Runtime::Responsive(std::chrono::milliseconds within) const {
+  const int64_t last = reaper_round_ns_.load(std::memory_order_relaxed);
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  // Before the first round: counted from the start.
+  const auto since = last == 0 ? std::chrono::steady_clock::now() - started_
+                               : now - std::chrono::steady_clock::duration(last);
+  return since <= within;
 }
 
 uint64_t Runtime::uptime_s() const {

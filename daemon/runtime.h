@@ -9,6 +9,7 @@
 #ifndef KVTIER_DAEMON_RUNTIME_H_
 #define KVTIER_DAEMON_RUNTIME_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -17,6 +18,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "daemon/auth/fd_server.h"
+#include "daemon/auth/tenants.h"
 #include "daemon/config.h"
 #include "daemon/context_manager.h"
 #include "daemon/prefetcher.h"
@@ -35,13 +38,30 @@ class Runtime {
   // holds it), probes the device, creates the device arena (tiers.device.backend =
   // "cuda" without a CUDA arena is FAILED_PRECONDITION naming the key),
   // opens the block store (reconciling catalog and files) and starts the
-  // reaper of expired leases and idle contexts.
+  // reaper of expired leases and idle contexts. With auth.tenants_file set
+  // it loads the tenants, gives each tenant an arena and a staging file of
+  // its own (in auth.shm_dir, mode 0700, files 0600) and serves their
+  // descriptors on auth.fd_socket_path.
   static absl::StatusOr<std::unique_ptr<Runtime>> Create(const Config& config);
   // Stops the reaper and the prefetcher, closes every context, closes the
   // store, removes shm files.
   ~Runtime();
 
   const Config& config() const { return config_; }
+  // The tenants (authentication off: the one "default" tenant).
+  const TenantRegistry& tenants() const { return *tenants_; }
+  // The 0700 directory of the per-tenant arena and staging files; "" when
+  // authentication is off.
+  const std::string& tenant_shm_dir() const { return tenant_shm_dir_; }
+  // Re-reads auth.tenants_file (SIGHUP) and applies the quotas to the store
+  // and the context manager; on error nothing changes. Thread-safe.
+  absl::Status ReloadTenants();
+  // True when the reaper (which takes the store's and the contexts' locks
+  // every kReaperPeriod) completed a round within `within`: what the
+  // systemd watchdog ping vouches for.
+  bool Responsive(std::chrono::milliseconds within) const;
+  // The socket handing out per-tenant descriptors; "" when auth is off.
+  std::string fd_socket_path() const { return fd_server_ ? fd_server_->path() : ""; }
   const gpu::DeviceProbe& device_probe() const { return probe_; }
   // "cuda:0 ..." or "shm-arena".
   const std::string& device_backend() const { return device_backend_; }
@@ -61,17 +81,24 @@ class Runtime {
  private:
   explicit Runtime(const Config& config);
   void ReaperLoop();
+  void ApplyTenantQuotas();
+  // The FdServer's resolver: the caller's own arena or staging file.
+  absl::StatusOr<SharedFileRef> SharedFileOf(const std::string& token, SharedFile kind);
 
   const Config config_;
   int lock_fd_ = -1;  // flock'ed <data_dir>/kvtierd.lock, held for life
   gpu::DeviceProbe probe_;
   std::string device_backend_;
   const std::chrono::steady_clock::time_point started_;
-  std::unique_ptr<gpu::DeviceOps> device_ops_;
+  std::unique_ptr<TenantRegistry> tenants_;
+  std::mutex reload_mu_;       // serialises ReloadTenants
+  std::string tenant_shm_dir_;  // per-tenant mode only
+  std::unique_ptr<gpu::DeviceOps> device_ops_;  // single-tenant mode only
   std::unique_ptr<Summarizer> summarizer_;
   std::unique_ptr<BlockStore> store_;
   std::unique_ptr<ContextManager> contexts_;
   std::unique_ptr<Prefetcher> prefetcher_;
+  std::unique_ptr<FdServer> fd_server_;
   index::SelectorOptions selector_options_;
   index::ScorerKind default_scorer_ = index::ScorerKind::kKeyKey;
   uint32_t stability_scorers_ = 0;
@@ -79,6 +106,7 @@ class Runtime {
   std::mutex reaper_mu_;
   std::condition_variable reaper_cv_;
   bool stopping_ = false;  // guarded by reaper_mu_
+  std::atomic<int64_t> reaper_round_ns_{0};  // steady clock, end of the last round
   std::thread reaper_;
 };
 

@@ -283,13 +283,13 @@ void SelectHandler::Finish(const v1::ContextSelect& entry, Item* item, v1::Conte
     const absl::string_view id = ctx->block_id(result.blocks[k]);
     keys[k].block_id.assign(id.data(), id.size());
   }
-  absl::StatusOr<uint64_t> lease = store->AcquireHandles(keys, ctx->ttl_ms(), &handles);
+  absl::StatusOr<uint64_t> lease = store->AcquireHandles(ctx->tenant(), keys, ctx->ttl_ms(), &handles);
   if (!lease.ok()) {
     ToItemStatus(lease.status(), out->mutable_status());
     return;
   }
   // The new set is pinned: now the previous one may go.
-  if (ctx->lease_id() != 0) store->Release(ctx->lease_id()).IgnoreError();  // may have expired
+  if (ctx->lease_id() != 0) store->Release(ctx->tenant(), ctx->lease_id()).IgnoreError();  // may have expired
   uint32_t pinned = 0;
   for (const auto& h : handles) pinned += h.ok() ? 1 : 0;
   ctx->SetSelection(*lease, pinned, item->request.step);

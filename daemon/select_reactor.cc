@@ -131,8 +131,13 @@ class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1
 
 grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse>* NewSelectReactor(
     Runtime* runtime, grpc::CallbackServerContext* ctx) {
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime->tenants(), ctx);
+  if (!caller.ok()) {
+    return new FinishedBidiReactor<v1::SelectRequest, v1::SelectResponse>(
+        ToGrpcStatus(caller.status()));
+  }
   absl::StatusOr<std::unique_ptr<SelectHandler>> handler =
-      SelectHandler::Create(runtime, TenantOf(ctx));
+      SelectHandler::Create(runtime, (*caller)->name);
   if (!handler.ok()) {
     return new FinishedBidiReactor<v1::SelectRequest, v1::SelectResponse>(
         ToGrpcStatus(handler.status()));

@@ -9,13 +9,17 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/admin_service.h"
+#include "daemon/auth/auth_processor.h"
 #include "daemon/kvtier_service.h"
 #include "storage/common/errno_status.h"
 #include "storage/common/status_macros.h"
@@ -59,6 +63,35 @@ absl::Status PrepareSocketPath(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ReadPem(const std::string& key, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("key '", key, "': cannot read ", path));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  if (buf.str().find("-----BEGIN") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("key '", key, "': ", path, " is not PEM"));
+  }
+  return buf.str();
+}
+
+// TLS for the TCP listener; with tls_client_ca_file, client certificates
+// are required and verified (mTLS).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsCredentials(
+    const Config::Server& server) {
+  grpc::SslServerCredentialsOptions options;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  KVTIER_ASSIGN_OR_RETURN(pair.cert_chain, ReadPem("server.tls_cert_file", server.tls_cert_file));
+  KVTIER_ASSIGN_OR_RETURN(pair.private_key, ReadPem("server.tls_key_file", server.tls_key_file));
+  options.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!server.tls_client_ca_file.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(options.pem_root_certs,
+                            ReadPem("server.tls_client_ca_file", server.tls_client_ca_file));
+    options.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(options);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config) {
@@ -86,14 +119,33 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config) {
   builder.SetMaxSendMessageSize(static_cast<int>(config.server.max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(config.server.max_concurrent_streams));
-  builder.AddListeningPort("unix:" + server->socket_path_, grpc::InsecureServerCredentials());
+  const TenantRegistry& tenants = server->runtime_->tenants();
+  std::shared_ptr<grpc::ServerCredentials> unix_creds = grpc::InsecureServerCredentials();
+  if (tenants.enabled()) {
+    // Local credentials let the processor see every call's metadata; the
+    // processor refuses calls without a tenant's token before any handler.
+    unix_creds = grpc::experimental::LocalServerCredentials(UDS);
+    unix_creds->SetAuthMetadataProcessor(std::make_shared<TenantAuthProcessor>(&tenants));
+  }
+  builder.AddListeningPort("unix:" + server->socket_path_, unix_creds);
   if (!config.server.tcp_address.empty()) {
-    builder.AddListeningPort(config.server.tcp_address, grpc::InsecureServerCredentials(),
-                             &server->tcp_port_);
+    KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> tls,
+                            TlsCredentials(config.server));
+    if (tenants.enabled()) {
+      tls->SetAuthMetadataProcessor(std::make_shared<TenantAuthProcessor>(&tenants));
+    }
+    builder.AddListeningPort(config.server.tcp_address, tls, &server->tcp_port_);
   }
   builder.RegisterService(server->kvtier_service_.get());
   builder.RegisterService(server->admin_service_.get());
-  server->grpc_server_ = builder.BuildAndStart();
+  {
+    // The socket is created by bind() inside BuildAndStart with mode
+    // 0777 & ~umask: it never exists with wider permissions than
+    // server.socket_mode, not even before a chmod.
+    const mode_t old = ::umask(static_cast<mode_t>(~config.server.socket_mode & 0777));
+    server->grpc_server_ = builder.BuildAndStart();
+    ::umask(old);
+  }
   if (server->grpc_server_ == nullptr) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on unix:", server->socket_path_,
@@ -104,11 +156,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config) {
     server->grpc_server_->Shutdown();
     return absl::UnavailableError(
         absl::StrCat("key 'server.tcp_address': cannot listen on ", config.server.tcp_address));
-  }
-  if (::chmod(server->socket_path_.c_str(), config.server.socket_mode) != 0) {
-    absl::Status st = ErrnoToStatus(errno, "chmod " + server->socket_path_);
-    server->grpc_server_->Shutdown();
-    return st;
   }
   server->grpc_server_->GetHealthCheckService()->SetServingStatus(true);
   spdlog::info("listening socket={} tcp={} device={} gpu=\"{}\"", server->socket_path_,

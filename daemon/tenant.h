@@ -1,18 +1,35 @@
-// The tenant of a call. It comes from the connection's credentials, never
-// from a request field; until authentication is configured every caller is
-// the tenant "default".
+// The tenant of a call. It comes from the call's credentials, never from a
+// request field: its own "authorization: Bearer" metadata (calls of several
+// tenants may share one connection), else the connection's verified client
+// certificate. The TenantAuthProcessor (daemon/auth/auth_processor.h) has
+// already refused calls without either before any handler runs.
+//
+//   absl::StatusOr<TenantPtr> caller = CallerOf(*runtime->tenants(), ctx);
+//   if (!caller.ok()) return Finish(caller.status());   // UNAUTHENTICATED
+//   ... BlockKey{(*caller)->name, ...}
+//
+// With authentication off every caller is the tenant "default" (admin, no
+// quotas). With it on, a call whose tenant is missing from the current
+// table (removed by a reload since the processor ran) is UNAUTHENTICATED:
+// callers fail closed.
+//
+// Thread safety: both functions are thread-safe.
 #ifndef KVTIER_DAEMON_TENANT_H_
 #define KVTIER_DAEMON_TENANT_H_
 
 #include <grpcpp/grpcpp.h>
 
-#include <string>
+#include "absl/status/statusor.h"
+#include "daemon/auth/tenants.h"
 
 namespace kvtier::daemon {
 
-inline constexpr char kDefaultTenant[] = "default";
+absl::StatusOr<TenantPtr> CallerOf(const TenantRegistry& registry,
+                                   const grpc::CallbackServerContext* ctx);
 
-inline std::string TenantOf(const grpc::CallbackServerContext* /*ctx*/) { return kDefaultTenant; }
+// CallerOf, and PERMISSION_DENIED unless the caller has the admin role.
+absl::StatusOr<TenantPtr> AdminCallerOf(const TenantRegistry& registry,
+                                        const grpc::CallbackServerContext* ctx);
 
 }  // namespace kvtier::daemon
 

@@ -99,11 +99,11 @@ absl::StatusOr<std::unique_ptr<KvtierPaths>> KvtierPaths::Start(const KvtierOpti
   k->client_ = std::move(*client);
   auto arena = k->client_->OpenArena();
   if (!arena.ok()) return arena.status();
-  if (arena->shm_path().empty()) {
+  if (arena->shm_path().empty() && arena->fd_socket_path().empty()) {
     return absl::FailedPreconditionError("the device arena is not a shared-memory file");
   }
   std::string err;
-  k->arena_ = client::ShmArenaView::Open(arena->shm_path(), arena->size_bytes(), &err);
+  k->arena_ = client::ShmArenaView::Open(k->client_->ArenaSource(*arena), arena->size_bytes(), &err);
   if (k->arena_ == nullptr) return absl::InternalError(err);
   k->arena_id_ = arena->arena_id();
   return k;
@@ -223,9 +223,13 @@ absl::Status KvtierPaths::PutStaged(uint64_t profile_id, const WorkingSet& ws,
       failed = slots.status();
       break;
     }
-    if (staging_ == nullptr || staging_->path() != slots->staging_path()) {
+    // One staging file per daemon (or per tenant): map it once, again only
+    // if the daemon names a different file.
+    if (staging_ == nullptr ||
+        (!slots->staging_path().empty() && staging_->path() != slots->staging_path())) {
       std::string err;
-      staging_ = client::ShmStagingFile::Open(slots->staging_path(), 0, &err);
+      staging_ = client::ShmStagingFile::Open(client_->StagingSource(*slots),
+                                              slots->staging_size_bytes(), &err);
       if (staging_ == nullptr) {
         failed = absl::InternalError(err);
         break;

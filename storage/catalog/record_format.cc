@@ -229,12 +229,16 @@ std::string EncodeProfileRecord(const ModelProfile& profile) {
   PutU8(&out, static_cast<uint8_t>(profile.layout));
   PutShortBytes(&out, profile.name);
   PutShortBytes(&out, profile.revision);
-  // Optional trailing field (records written before calibrations end at the
-  // revision): u32 length + bytes.
-  if (!profile.calibration.empty()) {
-    PutLittle(&out, profile.calibration.size(), 4);
-    out.append(profile.calibration);
-  }
+  // Optional trailing fields, each u8 tag | u32 length | bytes (records
+  // written before them end at the revision).
+  auto field = [&out](uint8_t tag, const std::string& bytes) {
+    if (bytes.empty()) return;
+    PutU8(&out, tag);
+    PutLittle(&out, bytes.size(), 4);
+    out.append(bytes);
+  };
+  field(kProfileCalibrationTag, profile.calibration);
+  field(kProfileOwnerTag, profile.owner);
   AppendCheck(&out);
   return out;
 }
@@ -251,11 +255,20 @@ absl::StatusOr<ModelProfile> DecodeProfileRecord(absl::string_view bytes) {
       !r.GetU8(&layout) || !r.GetShortBytes(&p.name) || !r.GetShortBytes(&p.revision)) {
     return Loss("profile record", "truncated");
   }
-  if (!r.done()) {
+  while (!r.done()) {
+    uint8_t tag = 0;
     uint32_t n = 0;
-    if (!r.GetU32(&n) || n == 0 || n > kMaxCalibrationBytes || !r.GetBytes(n, &p.calibration) ||
-        !r.done()) {
-      return Loss("profile record", "bad calibration field");
+    std::string bytes;
+    if (!r.GetU8(&tag) || !r.GetU32(&n) || n == 0 || n > kMaxCalibrationBytes ||
+        !r.GetBytes(n, &bytes)) {
+      return Loss("profile record", "truncated optional field");
+    }
+    if (tag == kProfileCalibrationTag && p.calibration.empty()) {
+      p.calibration = std::move(bytes);
+    } else if (tag == kProfileOwnerTag && p.owner.empty() && n <= kMaxTenantBytes) {
+      p.owner = std::move(bytes);
+    } else {
+      return Loss("profile record", absl::StrCat("unknown or repeated field ", int{tag}));
     }
   }
   p.dtype = static_cast<KvDtype>(dtype);

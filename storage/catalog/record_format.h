@@ -35,8 +35,10 @@
 //      9  u32  layers | u32 kv_heads | u32 head_dim | u32 block_size_tokens
 //     25  u8   dtype | u8 layout
 //     27  u8   name_len | name | u8 rev_len | revision
-//         [u32 calibration_len (1..64 KiB) | calibration]   (optional: only
-//              calibrated profiles; older records end at the revision)
+//         optional fields, each u8 tag | u32 len (1..64 KiB) | bytes:
+//           tag 1 calibration (opaque; calibrated profiles only)
+//           tag 2 owner (the tenant that registered it first)
+//         (older records end at the revision)
 //         u32  check
 //
 // Column family "contexts":
@@ -77,6 +79,8 @@ std::string EncodeBlockRecord(const BlockRecord& record);
 absl::StatusOr<BlockRecord> DecodeBlockRecord(absl::string_view bytes);
 
 // Profiles.
+inline constexpr uint8_t kProfileCalibrationTag = 1;
+inline constexpr uint8_t kProfileOwnerTag = 2;
 std::string EncodeProfileIdKey(uint64_t profile_id);
 inline constexpr char kProfileIdKeyTag = 'i';
 std::string EncodeProfileNameKey(absl::string_view name, absl::string_view revision);

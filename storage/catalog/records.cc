@@ -88,6 +88,10 @@ absl::Status ValidateProfile(const ModelProfile& profile) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype ", static_cast<int>(profile.dtype), " is not fp16/bf16/fp32"));
   }
+  if (profile.owner.size() > kMaxTenantBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("profile owner has ", profile.owner.size(),
+                                                   " bytes; at most ", kMaxTenantBytes));
+  }
   if (profile.calibration.size() > kMaxCalibrationBytes) {
     return absl::InvalidArgumentError(absl::StrCat("profile calibration has ",
                                                    profile.calibration.size(), " bytes; at most ",
@@ -114,6 +118,7 @@ uint64_t BlockSizeBytes(const ModelProfile& profile) {
 bool SameDefinition(const ModelProfile& a, const ModelProfile& b) {
   ModelProfile a_copy = a;
   a_copy.profile_id = b.profile_id;
+  a_copy.owner = b.owner;
   return a_copy == b;
 }
 

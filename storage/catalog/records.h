@@ -107,6 +107,9 @@ struct ModelProfile {
   // The selection calibration, opaque to storage (the daemon encodes it;
   // empty = uncalibrated), <= kMaxCalibrationBytes. Part of the definition.
   std::string calibration;
+  // The tenant that registered it first (counts against its profiles
+  // quota). Not part of the definition: profiles are shared shapes.
+  std::string owner;
 
   friend bool operator==(const ModelProfile&, const ModelProfile&) = default;
 };
@@ -122,7 +125,7 @@ absl::Status ValidateProfile(const ModelProfile& profile);
 // Only meaningful for a profile that passes ValidateProfile.
 uint64_t BlockSizeBytes(const ModelProfile& profile);
 
-// Equal in everything but profile_id.
+// Equal in everything but profile_id and owner.
 bool SameDefinition(const ModelProfile& a, const ModelProfile& b);
 
 // ---- Contexts -------------------------------------------------------------

@@ -23,6 +23,15 @@
 //     correct bytes under the same id replaces it.
 //   * A put of different bytes (different checksum) under an existing id is
 //     ALREADY_EXISTS; the stored block stays.
+//   * Tenants: every key carries its tenant, so tenants never see each
+//     other's blocks (identical bytes of two tenants are two blocks). Leases
+//     belong to the tenant that took them (random 64-bit ids; another
+//     tenant's id reads as unknown). With per-tenant arenas (the
+//     multi-tenant options below) each tenant's device copies and staging
+//     slots live in memory of its own, which only that tenant is given.
+//     Per-tenant limits (SetTenantLimits) cap pinned bytes, staging slots,
+//     host and NVMe bytes and profiles; exceeding one is RESOURCE_EXHAUSTED
+//     naming the quota.
 //
 // Thread safety: all public methods may be called concurrently. Internally
 // one mutex guards the metadata; payload I/O (memcpy, NVMe, device copies)
@@ -86,6 +95,43 @@ struct BlockStoreOptions {
 
   // Creates the placement policy (storage/store/placement.h); null: LRU.
   std::function<std::unique_ptr<PlacementPolicy>()> make_placement;
+
+  // Multi-tenant mode (set both; device_ops may then be null): each
+  // tenant's device copies live in an arena of its own, created on the
+  // tenant's first use by make_tenant_arena(tenant, size_bytes) with
+  // size_bytes = its limits.device_bytes or else tenant_arena_bytes; all
+  // arenas together stay within device_capacity_bytes (creating one beyond
+  // that is RESOURCE_EXHAUSTED). Its staging slots come from a file of its
+  // own at tenant_staging_path(tenant), mode 0600, of limits.staging_bytes
+  // or else tenant_staging_bytes.
+  std::function<absl::StatusOr<std::unique_ptr<gpu::DeviceOps>>(const std::string& tenant,
+                                                                uint64_t size_bytes)>
+      make_tenant_arena;
+  uint64_t tenant_arena_bytes = 0;
+  std::function<std::string(const std::string& tenant)> tenant_staging_path;
+  uint64_t tenant_staging_bytes = 0;
+};
+
+// Per-tenant limits; 0 = none beyond the tiers' capacities.
+struct TenantLimits {
+  uint64_t device_bytes = 0;   // its arena's size (multi-tenant mode)
+  uint64_t pinned_bytes = 0;   // device bytes its leases pin at once
+  uint64_t staging_bytes = 0;  // its staging file's size (multi-tenant mode)
+  uint64_t staging_slots = 0;  // staging slots reserved at once
+  uint64_t host_bytes = 0;     // its blocks' bytes in the host tier
+  uint64_t nvme_bytes = 0;     // its blocks' bytes on NVMe
+  uint64_t profiles = 0;       // profiles it registered (first)
+};
+
+struct TenantUsage {
+  uint64_t arena_bytes = 0;  // its arena's size (0 before first use)
+  uint64_t device_bytes = 0;
+  uint64_t pinned_bytes = 0;
+  uint64_t staging_slots = 0;
+  uint64_t host_bytes = 0;
+  uint64_t nvme_bytes = 0;
+  uint64_t profiles = 0;
+  uint64_t leases = 0;
 };
 
 struct PutOutcome {
@@ -152,43 +198,59 @@ class BlockStore {
 
   virtual ~BlockStore() = default;
 
+  // ---- Tenants ---------------------------------------------------------
+  // Replaces the limits of `tenant` (they apply to new work; what is held
+  // already is not revoked).
+  virtual void SetTenantLimits(const std::string& tenant, const TenantLimits& limits) = 0;
+  virtual TenantUsage UsageOf(const std::string& tenant) = 0;
+
   // ---- Profiles --------------------------------------------------------
   // Identical definition -> same id (created = false); same name+revision
   // with another shape -> ALREADY_EXISTS; bad field -> INVALID_ARGUMENT.
+  // A new profile counts against `tenant`'s profiles quota
+  // (RESOURCE_EXHAUSTED naming it).
   virtual absl::StatusOr<std::pair<ModelProfile, bool>> RegisterProfile(
-      const ModelProfile& profile) = 0;
+      const ModelProfile& profile, const std::string& tenant) = 0;
   virtual absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) = 0;
 
   // ---- Blocks ----------------------------------------------------------
   // data must be exactly the profile's block size (INVALID_ARGUMENT naming
   // "data"; an unregistered profile is INVALID_ARGUMENT naming
-  // "profile_id"). durable: acknowledge
+  // "profile_id"); a put past the tenant's host_bytes (or, durable,
+  // nvme_bytes) quota is RESOURCE_EXHAUSTED naming it. durable: acknowledge
   // only once the NVMe copy and its catalog record are synced.
   // expected_xxh3 != 0: the payload's XXH3-64 must equal it, else DATA_LOSS
   // and nothing is stored.
   virtual absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
                                          bool durable, uint64_t expected_xxh3 = 0) = 0;
-  // Reserves count staging slots of the profile's block size, returned
-  // to the pool after ttl_ms (0 = default) unless used by PutFromStaging.
+  // Reserves count staging slots of the profile's block size in the
+  // tenant's staging area, returned to the pool after ttl_ms (0 = default)
+  // unless used by PutFromStaging; past the tenant's staging_slots quota
+  // RESOURCE_EXHAUSTED naming it.
   virtual absl::StatusOr<std::vector<StagingSlot>> ReserveStaging(const std::string& tenant,
                                                                   uint64_t profile_id,
                                                                   uint32_t count,
                                                                   uint64_t ttl_ms) = 0;
-  // Stores the bytes a client wrote into a staging slot (checksummed and
-  // copied into the host tier, so later writes to the slot cannot change
-  // the stored block); the slot is consumed.
+  // Stores the bytes a client wrote into a staging slot: they are first
+  // copied into daemon-private memory, and only that copy is checksummed,
+  // summarised and stored, so a client rewriting the slot meanwhile cannot
+  // make the store hold bytes that differ from their checksum; the slot is
+  // consumed.
   virtual absl::StatusOr<PutOutcome> PutFromStaging(const BlockKey& key, const StagingSlot& slot,
                                                     bool durable, uint64_t expected_xxh3 = 0) = 0;
   // The bytes of a block (promoting an NVMe-only block to the host tier
   // when there is room). NOT_FOUND when missing or quarantined.
   virtual absl::Status Get(const BlockKey& key, std::string* out, TierId* from) = 0;
-  // Makes every block resident in the device arena and pins them under a
-  // new lease of ttl_ms (0 = default; above max -> INVALID_ARGUMENT).
-  // Per-block outcome in *statuses (same order); blocks that failed are not
-  // pinned. Returns the lease id (0 when nothing was pinned).
-  virtual absl::StatusOr<uint64_t> AcquireHandles(const std::vector<BlockKey>& keys,
-                                                  uint64_t ttl_ms,
-                                                  std::vector<absl::StatusOr<DeviceHandle>>* handles) = 0;
+  // Makes every block resident in the tenant's device arena and pins them
+  // under a new lease of `tenant` lasting ttl_ms (0 = default; above max ->
+  // INVALID_ARGUMENT). Every key must be the tenant's. Per-block outcome in
+  // *handles (same order); blocks that failed are not pinned (a block that
+  // would take the tenant past its pinned_bytes quota is
+  // RESOURCE_EXHAUSTED naming it). Returns the lease id (0 when nothing
+  // was pinned).
+  virtual absl::StatusOr<uint64_t> AcquireHandles(
+      const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
+      std::vector<absl::StatusOr<DeviceHandle>>* handles) = 0;
   virtual BlockLocation Lookup(const BlockKey& key) = 0;
   // The summaries of keys, in order. Keys that are not stored (or are
   // quarantined) are appended to *missing and get an empty string.
@@ -201,9 +263,10 @@ class BlockStore {
   virtual absl::Status Delete(const BlockKey& key) = 0;
 
   // ---- Leases ----------------------------------------------------------
-  // Unpins everything the lease holds; returns how many blocks. NOT_FOUND
-  // for an unknown or already expired lease.
-  virtual absl::StatusOr<uint32_t> Release(uint64_t lease_id) = 0;
+  // Unpins everything the tenant's lease holds; returns how many blocks.
+  // NOT_FOUND for an unknown or already expired lease, or another
+  // tenant's.
+  virtual absl::StatusOr<uint32_t> Release(const std::string& tenant, uint64_t lease_id) = 0;
   // Ends every lease (and staging reservation) past its deadline on the
   // Env's monotonic clock. Returns how many leases ended.
   virtual size_t ReapExpired() = 0;
@@ -223,8 +286,13 @@ class BlockStore {
   // host copies that are not pinned.
   virtual absl::Status Drain(const std::function<void(uint64_t done, uint64_t total)>& progress) = 0;
 
-  virtual const gpu::ArenaInfo& arena() const = 0;
-  virtual std::string staging_path() const = 0;
+  // The tenant's device arena (created on first use in multi-tenant mode;
+  // RESOURCE_EXHAUSTED when the device tier has no room for it).
+  virtual absl::StatusOr<gpu::ArenaInfo> Arena(const std::string& tenant) = 0;
+  // The file the tenant's staging slots live in.
+  virtual absl::StatusOr<std::string> StagingPath(const std::string& tenant) = 0;
+  // True when tenants have arenas and staging files of their own.
+  virtual bool per_tenant_memory() const = 0;
 };
 
 }  // namespace kvtier

@@ -35,14 +35,24 @@ NvmeLocation FromExtent(const NvmeExtent& ext) {
 
 absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOptions& options) {
   if (options.env == nullptr) return absl::InvalidArgumentError("options.env: must be set");
-  if (options.device_ops == nullptr) {
+  const bool multi = options.make_tenant_arena != nullptr;
+  if (multi != (options.tenant_staging_path != nullptr)) {
+    return absl::InvalidArgumentError(
+        "options.make_tenant_arena and tenant_staging_path: set both or neither");
+  }
+  if (!multi && options.device_ops == nullptr) {
     return absl::InvalidArgumentError("options.device_ops: must be set");
+  }
+  if (multi && (options.tenant_arena_bytes < kSlotAlignmentBytes ||
+                options.tenant_staging_bytes < kSlotAlignmentBytes)) {
+    return absl::InvalidArgumentError(
+        "options.tenant_arena_bytes and tenant_staging_bytes: at least 4096");
   }
   if (options.data_dir.empty()) return absl::InvalidArgumentError("options.data_dir: empty");
   if (options.host_capacity_bytes < kSlotAlignmentBytes) {
     return absl::InvalidArgumentError("options.host_capacity_bytes: below 4096");
   }
-  if (options.staging_capacity_bytes < kSlotAlignmentBytes) {
+  if (!multi && options.staging_capacity_bytes < kSlotAlignmentBytes) {
     return absl::InvalidArgumentError("options.staging_capacity_bytes: below 4096");
   }
   if (options.default_lease_ttl_ms == 0 ||
@@ -74,12 +84,16 @@ absl::Status BlockStoreImpl::Init() {
   host_options.file.file_mode = 0600;
   KVTIER_ASSIGN_OR_RETURN(host_, HostTier::Open(host_options));
 
-  HostTierOptions staging_options = host_options;
-  staging_options.path = options_.staging_shm_path;
-  staging_options.capacity_bytes =
-      options_.staging_capacity_bytes / kSlotAlignmentBytes * kSlotAlignmentBytes;
-  staging_options.file.file_mode = 0660;  // clients write their blocks here
-  KVTIER_ASSIGN_OR_RETURN(staging_, HostTier::Open(staging_options));
+  multi_tenant_ = options_.make_tenant_arena != nullptr;
+  if (!multi_tenant_) {
+    HostTierOptions staging_options = host_options;
+    staging_options.path = options_.staging_shm_path;
+    staging_options.capacity_bytes =
+        options_.staging_capacity_bytes / kSlotAlignmentBytes * kSlotAlignmentBytes;
+    staging_options.file.file_mode = 0660;  // clients write their blocks here
+    KVTIER_ASSIGN_OR_RETURN(shared_.owned_staging, HostTier::Open(staging_options));
+    shared_.staging = shared_.owned_staging.get();
+  }
 
   NvmeTierOptions nvme_options;
   nvme_options.directory = options_.nvme_dir;
@@ -103,17 +117,27 @@ absl::Status BlockStoreImpl::Init() {
   }
   KVTIER_ASSIGN_OR_RETURN(nvme_, NvmeTier::Open(nvme_options));
 
-  device_capacity_bytes_ =
-      std::min(options_.device_capacity_bytes, options_.device_ops->arena().size_bytes);
   absl::MutexLock lock(&mu_);
-  device_alloc_ = std::make_unique<ExtentAllocator>(device_capacity_bytes_, kSlotAlignmentBytes);
+  if (multi_tenant_) {
+    device_capacity_bytes_ = options_.device_capacity_bytes;
+  } else {
+    device_capacity_bytes_ =
+        std::min(options_.device_capacity_bytes, options_.device_ops->arena().size_bytes);
+    shared_.device = options_.device_ops;
+    shared_.capacity_bytes = device_capacity_bytes_;
+    shared_.device_alloc =
+        std::make_unique<ExtentAllocator>(device_capacity_bytes_, kSlotAlignmentBytes);
+  }
   policy_ = options_.make_placement ? options_.make_placement() : NewLruPolicy();
   next_device_generation_ = (std::random_device()() | 1ull) << 20;
 
   // Reconcile: durable records with a valid extent become NVMe-only blocks;
   // everything else is removed from the catalog.
   KVTIER_ASSIGN_OR_RETURN(auto profiles, catalog_->ListProfiles());
-  for (const ModelProfile& p : profiles) profiles_[p.profile_id] = p;
+  for (const ModelProfile& p : profiles) {
+    profiles_[p.profile_id] = p;
+    if (!p.owner.empty()) ++TenantLocked(p.owner).usage.profiles;
+  }
   std::vector<BlockKey> stale;
   const int64_t now = static_cast<int64_t>(env_->NowMicros());
   KVTIER_ASSIGN_OR_RETURN(
@@ -162,14 +186,116 @@ absl::Status BlockStoreImpl::Init() {
   return absl::OkStatus();
 }
 
+// ---- Tenants ---------------------------------------------------------------
+
+BlockStoreImpl::TenantState& BlockStoreImpl::TenantLocked(const std::string& tenant) {
+  return tenants_[tenant];
+}
+
+absl::Status BlockStoreImpl::CheckQuota(const std::string& tenant, const char* what,
+                                        uint64_t used, uint64_t add, uint64_t limit) {
+  if (limit == 0 || used + add <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat("quota ", what, " of tenant \"", tenant,
+                                                   "\": ", used, " in use + ", add, " exceeds ",
+                                                   limit));
+}
+
+void BlockStoreImpl::SetTenantLimits(const std::string& tenant, const TenantLimits& limits) {
+  absl::MutexLock lock(&mu_);
+  TenantLocked(tenant).limits = limits;
+}
+
+TenantUsage BlockStoreImpl::UsageOf(const std::string& tenant) {
+  absl::MutexLock lock(&mu_);
+  TenantUsage u = TenantLocked(tenant).usage;
+  u.leases = leases_.CountOf(tenant);
+  if (multi_tenant_) {
+    auto it = spaces_.find(tenant);
+    u.arena_bytes = it == spaces_.end() ? 0 : it->second->capacity_bytes;
+  } else {
+    u.arena_bytes = shared_.capacity_bytes;
+  }
+  return u;
+}
+
+absl::StatusOr<BlockStoreImpl::MemorySpace*> BlockStoreImpl::SpaceLocked(
+    const std::string& tenant, bool staging) {
+  if (!multi_tenant_) return &shared_;
+  std::unique_ptr<MemorySpace>& space = spaces_[tenant];
+  if (space == nullptr) space = std::make_unique<MemorySpace>();
+  const TenantLimits& limits = TenantLocked(tenant).limits;
+  if (space->device == nullptr) {
+    const uint64_t want = (limits.device_bytes != 0 ? limits.device_bytes
+                                                    : options_.tenant_arena_bytes) /
+                          kSlotAlignmentBytes * kSlotAlignmentBytes;
+    if (arena_bytes_ + want > device_capacity_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "device tier: an arena of ", want, " bytes for tenant \"", tenant, "\" does not fit (",
+          arena_bytes_, " of tiers.device.capacity_bytes = ", device_capacity_bytes_,
+          " are other tenants' arenas)"));
+    }
+    absl::StatusOr<std::unique_ptr<gpu::DeviceOps>> ops = options_.make_tenant_arena(tenant, want);
+    if (!ops.ok()) return ops.status();
+    space->owned_device = std::move(*ops);
+    space->device = space->owned_device.get();
+    space->capacity_bytes = std::min(want, space->device->arena().size_bytes);
+    space->device_alloc =
+        std::make_unique<ExtentAllocator>(space->capacity_bytes, kSlotAlignmentBytes);
+    arena_bytes_ += space->capacity_bytes;
+  }
+  if (staging && space->staging == nullptr) {
+    HostTierOptions o;
+    o.path = options_.tenant_staging_path(tenant);
+    o.capacity_bytes = (limits.staging_bytes != 0 ? limits.staging_bytes
+                                                  : options_.tenant_staging_bytes) /
+                       kSlotAlignmentBytes * kSlotAlignmentBytes;
+    o.alignment_bytes = kSlotAlignmentBytes;
+    o.file.file_mode = 0600;  // handed to its tenant only, as a file descriptor
+    KVTIER_ASSIGN_OR_RETURN(space->owned_staging, HostTier::Open(o));
+    space->staging = space->owned_staging.get();
+  }
+  return space.get();
+}
+
+BlockStoreImpl::MemorySpace* BlockStoreImpl::SpaceOfLocked(const Entry& e) {
+  if (!multi_tenant_) return &shared_;
+  return spaces_.at(e.key.tenant).get();
+}
+
+absl::StatusOr<gpu::ArenaInfo> BlockStoreImpl::Arena(const std::string& tenant) {
+  absl::MutexLock lock(&mu_);
+  KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/false));
+  return space->device->arena();
+}
+
+absl::StatusOr<std::string> BlockStoreImpl::StagingPath(const std::string& tenant) {
+  absl::MutexLock lock(&mu_);
+  KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/true));
+  return space->staging->path();
+}
+
 // ---- Profiles --------------------------------------------------------------
 
 absl::StatusOr<std::pair<ModelProfile, bool>> BlockStoreImpl::RegisterProfile(
-    const ModelProfile& profile) {
+    const ModelProfile& profile, const std::string& tenant) {
   KVTIER_RETURN_IF_ERROR(ValidateProfile(profile));
-  KVTIER_ASSIGN_OR_RETURN(RegisteredProfile registered, catalog_->RegisterProfile(profile));
+  ModelProfile owned = profile;
+  owned.owner = tenant;
+  {
+    absl::MutexLock lock(&mu_);
+    bool known = false;
+    for (const auto& [id, p] : profiles_) {
+      known |= p.name == profile.name && p.revision == profile.revision;
+    }
+    TenantState& t = TenantLocked(tenant);
+    if (!known) {
+      KVTIER_RETURN_IF_ERROR(CheckQuota(tenant, "profiles", t.usage.profiles, 1, t.limits.profiles));
+    }
+  }
+  KVTIER_ASSIGN_OR_RETURN(RegisteredProfile registered, catalog_->RegisterProfile(owned));
   absl::MutexLock lock(&mu_);
   profiles_[registered.profile.profile_id] = registered.profile;
+  if (registered.created) ++TenantLocked(tenant).usage.profiles;
   return std::make_pair(registered.profile, registered.created);
 }
 
@@ -221,25 +347,33 @@ void BlockStoreImpl::WaitIdleLocked(Entry* e) {
 void BlockStoreImpl::AddCopyLocked(Entry* e, TierId tier) {
   ++blocks_in_tier_[static_cast<int>(tier)];
   policy_->Insert(tier, e);
+  TenantUsage& u = TenantLocked(e->key.tenant).usage;
+  (tier == TierId::kDevice ? u.device_bytes
+   : tier == TierId::kHost ? u.host_bytes
+                           : u.nvme_bytes) += e->size_bytes;
 }
 
 void BlockStoreImpl::DropCopyLocked(Entry* e, TierId tier) {
   if (!e->Has(tier)) return;
   policy_->Remove(tier, e);
   --blocks_in_tier_[static_cast<int>(tier)];
+  TenantUsage& u = TenantLocked(e->key.tenant).usage;
   switch (tier) {
     case TierId::kDevice:
-      device_alloc_->Free(e->device->offset, e->device->size_bytes);
+      SpaceOfLocked(*e)->device_alloc->Free(e->device->offset, e->device->size_bytes);
       e->device.reset();
+      u.device_bytes -= e->size_bytes;
       break;
     case TierId::kHost:
       host_->Free(*e->host).IgnoreError();
       e->host.reset();
+      u.host_bytes -= e->size_bytes;
       break;
     case TierId::kNvme:
       nvme_->Free(*e->nvme).IgnoreError();
       e->nvme.reset();
       e->durable = false;
+      u.nvme_bytes -= e->size_bytes;
       break;
   }
 }
@@ -313,6 +447,11 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
   if (!e->host && !e->device) {
     return absl::InternalError(absl::StrCat(Describe(e->key), " has no copy to persist"));
   }
+  {
+    const TenantState& t = TenantLocked(e->key.tenant);
+    KVTIER_RETURN_IF_ERROR(CheckQuota(e->key.tenant, "nvme_bytes", t.usage.nvme_bytes,
+                                      e->size_bytes, t.limits.nvme_bytes));
+  }
   ++e->busy;
   e->persisting = true;
   const BlockKey key = e->key;
@@ -320,6 +459,7 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
   const uint64_t size = e->size_bytes;
   std::optional<HostSlot> host = e->host;
   std::optional<DeviceSlot> device = e->device;
+  gpu::DeviceOps* device_ops = device ? SpaceOfLocked(*e)->device : nullptr;
   mu_.Unlock();
   // The entry is busy: its host and device copies stay where they are.
   std::vector<uint8_t> device_copy;
@@ -332,7 +472,7 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
   } else {
     device_copy.resize(size);
     gpu::ArenaToHostCopy copy{device->offset, device_copy.data(), size};
-    st = GpuToStatus(options_.device_ops->CopyToHost({&copy, 1}));
+    st = GpuToStatus(device_ops->CopyToHost({&copy, 1}));
     src = device_copy.data();
   }
   absl::StatusOr<NvmeLocation> loc = absl::UnknownError("not written");
@@ -356,6 +496,32 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
   e->durable = true;
   AddCopyLocked(e, TierId::kNvme);
   return absl::OkStatus();
+}
+
+absl::Status BlockStoreImpl::MakeTenantHostRoomLocked(const std::string& tenant,
+                                                      uint64_t size_bytes) {
+  while (true) {
+    TenantState& t = TenantLocked(tenant);
+    if (t.limits.host_bytes == 0 || t.usage.host_bytes + size_bytes <= t.limits.host_bytes) {
+      return absl::OkStatus();
+    }
+    Entry* victim = policy_->Victim(TierId::kHost, [&](const Entry& e) {
+      return e.busy == 0 && !e.writing && e.key.tenant == tenant;
+    });
+    if (victim == nullptr) {
+      return CheckQuota(tenant, "host_bytes", t.usage.host_bytes, size_bytes, t.limits.host_bytes);
+    }
+    if (victim->Copies() > 1 || victim->quarantined) {
+      DropCopyLocked(victim, TierId::kHost);
+      continue;
+    }
+    absl::Status st = PersistLocked(victim);
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("quota host_bytes of tenant \"", tenant,
+                                                  "\" reached and demotion to nvme failed: ",
+                                                  st.message()));
+    }
+  }
 }
 
 absl::StatusOr<HostSlot> BlockStoreImpl::MakeRoomHostLocked(uint64_t size_bytes) {
@@ -385,22 +551,27 @@ absl::StatusOr<HostSlot> BlockStoreImpl::MakeRoomHostLocked(uint64_t size_bytes)
   }
 }
 
-absl::StatusOr<DeviceSlot> BlockStoreImpl::MakeRoomDeviceLocked(uint64_t size_bytes) {
+absl::StatusOr<DeviceSlot> BlockStoreImpl::MakeRoomDeviceLocked(MemorySpace* space,
+                                                                 const std::string& tenant,
+                                                                 uint64_t size_bytes) {
+  ExtentAllocator* alloc = space->device_alloc.get();
   while (true) {
-    std::optional<uint64_t> offset = device_alloc_->Allocate(size_bytes);
+    std::optional<uint64_t> offset = alloc->Allocate(size_bytes);
     if (offset) return DeviceSlot{*offset, size_bytes, next_device_generation_++};
-    if (device_alloc_->RoundUp(size_bytes) > device_alloc_->capacity_bytes()) {
-      return absl::ResourceExhaustedError(absl::StrCat("device tier capacity ",
-                                                       device_capacity_bytes_,
+    if (alloc->RoundUp(size_bytes) > alloc->capacity_bytes()) {
+      return absl::ResourceExhaustedError(absl::StrCat("device arena of ", alloc->capacity_bytes(),
                                                        " bytes is smaller than one block"));
     }
-    Entry* victim = policy_->Victim(TierId::kDevice, [](const Entry& e) {
-      return e.pins == 0 && e.busy == 0 && !e.writing;
+    // Only copies in this arena make room in it.
+    Entry* victim = policy_->Victim(TierId::kDevice, [&](const Entry& e) {
+      return e.pins == 0 && e.busy == 0 && !e.writing &&
+             (!multi_tenant_ || e.key.tenant == tenant);
     });
     if (victim == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "device tier full: ", device_alloc_->used_bytes(), " of ", device_capacity_bytes_,
-          " bytes used and every block in it is pinned or in use"));
+          "device tier full: ", alloc->used_bytes(), " of ", alloc->capacity_bytes(),
+          " bytes of ", multi_tenant_ ? absl::StrCat("tenant \"", tenant, "\"'s arena") : "the arena",
+          " used and every block in it is pinned or in use"));
     }
     if (victim->Copies() == 1 && !victim->quarantined) {
       KVTIER_RETURN_IF_ERROR(EnsureHostCopyLocked(victim));
@@ -412,7 +583,9 @@ absl::StatusOr<DeviceSlot> BlockStoreImpl::MakeRoomDeviceLocked(uint64_t size_by
 absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e) {
   if (e->host) return absl::OkStatus();
   ++e->busy;
-  absl::StatusOr<HostSlot> slot = MakeRoomHostLocked(e->size_bytes);
+  absl::Status room = MakeTenantHostRoomLocked(e->key.tenant, e->size_bytes);
+  absl::StatusOr<HostSlot> slot =
+      room.ok() ? MakeRoomHostLocked(e->size_bytes) : absl::StatusOr<HostSlot>(room);
   if (!slot.ok()) {
     --e->busy;
     idle_cv_.SignalAll();
@@ -423,9 +596,10 @@ absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e) {
   absl::Status st;
   if (e->device) {
     DeviceSlot dslot = *e->device;
+    gpu::DeviceOps* ops = SpaceOfLocked(*e)->device;
     mu_.Unlock();
     gpu::ArenaToHostCopy copy{dslot.offset, dst, dslot.size_bytes};
-    st = GpuToStatus(options_.device_ops->CopyToHost({&copy, 1}));
+    st = GpuToStatus(ops->CopyToHost({&copy, 1}));
     mu_.Lock();
   } else if (e->nvme) {
     NvmeLocation loc = *e->nvme;
@@ -513,6 +687,8 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
     EraseLocked(e);
     return st;
   };
+  absl::Status room = MakeTenantHostRoomLocked(key.tenant, data.size());
+  if (!room.ok()) return fail(room);
   absl::StatusOr<HostSlot> slot = MakeRoomHostLocked(data.size());
   if (!slot.ok()) return fail(slot.status());
   auto dst = host_->Data(*slot);
@@ -554,22 +730,33 @@ absl::StatusOr<std::vector<StagingSlot>> BlockStoreImpl::ReserveStaging(const st
   }
   const ModelProfile& profile = profiles_.at(profile_id);
   const uint64_t size = BlockSizeBytes(profile);
+  {
+    const TenantState& t = TenantLocked(tenant);
+    KVTIER_RETURN_IF_ERROR(CheckQuota(tenant, "staging_slots", t.usage.staging_slots, count,
+                                      t.limits.staging_slots));
+  }
+  KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/true));
+  HostTier* staging = space->staging;
   const uint64_t deadline =
       env_->NowMicros() + 1000 * (ttl_ms == 0 ? options_.default_lease_ttl_ms : ttl_ms);
   std::vector<StagingSlot> out;
   for (uint32_t i = 0; i < count; ++i) {
-    absl::StatusOr<HostSlot> slot = staging_->Allocate(size);
+    absl::StatusOr<HostSlot> slot = staging->Allocate(size);
     if (!slot.ok()) {
       for (const StagingSlot& s : out) {
-        staging_->Free(staging_slots_[s.slot_id].slot).IgnoreError();
+        staging->Free(staging_slots_[s.slot_id].slot).IgnoreError();
         staging_slots_.erase(s.slot_id);
       }
+      TenantLocked(tenant).usage.staging_slots -= out.size();
       return absl::ResourceExhaustedError(absl::StrCat(
-          "staging area full (", staging_->stats().capacity_bytes,
+          "staging area full (", staging->stats().capacity_bytes,
           " bytes): release or use reserved slots first: ", slot.status().message()));
     }
-    uint64_t id = next_staging_id_++;
-    staging_slots_[id] = StagingReservation{*slot, tenant, profile_id, deadline};
+    // Random ids: a tenant cannot guess another tenant's slot ids.
+    uint64_t id = 0;
+    while (id == 0 || staging_slots_.contains(id)) id = staging_ids_();
+    staging_slots_[id] = StagingReservation{*slot, tenant, profile_id, deadline, staging};
+    ++TenantLocked(tenant).usage.staging_slots;
     out.push_back(StagingSlot{id, slot->offset, slot->size_bytes, slot->generation});
   }
   return out;
@@ -579,32 +766,42 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
                                                           const StagingSlot& slot, bool durable,
                                                           uint64_t expected_xxh3) {
   HostSlot host_slot;
+  HostTier* staging = nullptr;
   {
     absl::MutexLock lock(&mu_);
     auto it = staging_slots_.find(slot.slot_id);
-    if (it == staging_slots_.end() || it->second.slot.offset != slot.offset_bytes ||
+    if (it == staging_slots_.end() || it->second.tenant != key.tenant ||
+        it->second.slot.offset != slot.offset_bytes ||
         it->second.slot.generation != slot.generation ||
         it->second.slot.size_bytes != slot.size_bytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("slot: slot_id ", slot.slot_id, " is not a reserved staging slot "
                        "(unknown, expired, already used, or offset/generation differ)"));
     }
-    if (it->second.tenant != key.tenant || it->second.profile_id != key.profile_id) {
+    if (it->second.profile_id != key.profile_id) {
       return absl::InvalidArgumentError(
           absl::StrCat("slot: slot_id ", slot.slot_id, " was reserved for another profile"));
     }
     host_slot = it->second.slot;
+    staging = it->second.staging;
     staging_slots_.erase(it);
+    --TenantLocked(key.tenant).usage.staging_slots;
   }
-  auto data = staging_->Data(host_slot);
-  absl::StatusOr<PutOutcome> outcome =
-      data.ok() ? Put(key,
-                      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()),
-                                          data->size()),
-                      durable, expected_xxh3)
-                : absl::StatusOr<PutOutcome>(data.status());
-  staging_->Free(host_slot).IgnoreError();
-  return outcome;
+  // The slot is shared with the client, which may still be writing it: take
+  // one private copy and store only that (checksum, summary and tiers all
+  // see the same bytes). The staging file outlives its reservations.
+  std::vector<uint8_t> copy;
+  auto data = staging->Data(host_slot);
+  if (data.ok()) {
+    copy.resize(data->size());
+    std::memcpy(copy.data(), data->data(), data->size());
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    staging->Free(host_slot).IgnoreError();
+  }
+  if (!data.ok()) return data.status();
+  return Put(key, copy, durable, expected_xxh3);
 }
 
 absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* from) {
@@ -657,10 +854,11 @@ absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* 
     mu_.Lock();
   } else {
     DeviceSlot slot = *e->device;
+    gpu::DeviceOps* ops = SpaceOfLocked(*e)->device;
     mu_.Unlock();
     out->resize(slot.size_bytes);
     gpu::ArenaToHostCopy copy{slot.offset, out->data(), slot.size_bytes};
-    st = GpuToStatus(options_.device_ops->CopyToHost({&copy, 1}));
+    st = GpuToStatus(ops->CopyToHost({&copy, 1}));
     mu_.Lock();
   }
   --e->busy;
@@ -669,7 +867,7 @@ absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* 
 }
 
 absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
-    const std::vector<BlockKey>& keys, uint64_t ttl_ms,
+    const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
     std::vector<absl::StatusOr<DeviceHandle>>* handles) {
   if (ttl_ms > options_.max_lease_ttl_ms) {
     return absl::InvalidArgumentError(absl::StrCat("lease_ttl_ms: ", ttl_ms, " exceeds the maximum ",
@@ -677,9 +875,14 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
   }
   handles->clear();
   absl::MutexLock lock(&mu_);
+  KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/false));
   std::vector<BlockKey> pinned;
   for (const BlockKey& key : keys) {
     absl::Status valid = ValidateBlockKey(key);
+    if (valid.ok() && key.tenant != tenant) {
+      valid = absl::PermissionDeniedError(
+          absl::StrCat(Describe(key), " belongs to another tenant than the lease's"));
+    }
     if (!valid.ok()) {
       handles->push_back(valid);
       continue;
@@ -694,26 +897,36 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
           absl::StrCat("DATA_LOSS: ", Describe(key), " failed its checksum and is quarantined")));
       continue;
     }
+    if (e->pins == 0) {
+      const TenantState& t = TenantLocked(tenant);
+      absl::Status quota = CheckQuota(tenant, "pinned_bytes", t.usage.pinned_bytes,
+                                      e->size_bytes, t.limits.pinned_bytes);
+      if (!quota.ok()) {
+        handles->push_back(quota);
+        continue;
+      }
+    }
     e->last_access_micros = env_->NowMicros();
     ++e->busy;  // keeps every copy of e in place while we work on it
     absl::Status st;
     if (!e->device) {
       st = EnsureHostCopyLocked(e);
       absl::StatusOr<DeviceSlot> slot =
-          st.ok() ? MakeRoomDeviceLocked(e->size_bytes) : absl::StatusOr<DeviceSlot>(st);
+          st.ok() ? MakeRoomDeviceLocked(space, tenant, e->size_bytes)
+                  : absl::StatusOr<DeviceSlot>(st);
       if (slot.ok() && e->device) {
-        device_alloc_->Free(slot->offset, slot->size_bytes);  // promoted meanwhile
+        space->device_alloc->Free(slot->offset, slot->size_bytes);  // promoted meanwhile
       } else if (slot.ok()) {
         auto src = host_->Data(*e->host);
         mu_.Unlock();
         gpu::HostToArenaCopy copy{src->data(), slot->offset, slot->size_bytes};
-        st = GpuToStatus(options_.device_ops->CopyToArena({&copy, 1}));
+        st = GpuToStatus(space->device->CopyToArena({&copy, 1}));
         mu_.Lock();
         if (st.ok()) {
           e->device = *slot;
           AddCopyLocked(e, TierId::kDevice);
         } else {
-          device_alloc_->Free(slot->offset, slot->size_bytes);
+          space->device_alloc->Free(slot->offset, slot->size_bytes);
         }
       } else {
         st = slot.status();
@@ -722,10 +935,13 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
       policy_->Touch(TierId::kDevice, e);
     }
     if (st.ok()) {
-      if (e->pins++ == 0) pinned_bytes_ += e->size_bytes;
+      if (e->pins++ == 0) {
+        pinned_bytes_ += e->size_bytes;
+        TenantLocked(tenant).usage.pinned_bytes += e->size_bytes;
+      }
       pinned.push_back(key);
-      handles->push_back(DeviceHandle{arena().arena_id, e->device->offset, e->size_bytes,
-                                      e->device->generation});
+      handles->push_back(DeviceHandle{space->device->arena().arena_id, e->device->offset,
+                                      e->size_bytes, e->device->generation});
     } else {
       handles->push_back(st);
     }
@@ -734,7 +950,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
   }
   if (pinned.empty()) return 0;
   const uint64_t ttl = ttl_ms == 0 ? options_.default_lease_ttl_ms : ttl_ms;
-  return leases_.Add(std::move(pinned), env_->NowMicros() + ttl * 1000);
+  return leases_.Add(tenant, std::move(pinned), env_->NowMicros() + ttl * 1000);
 }
 
 BlockLocation BlockStoreImpl::Lookup(const BlockKey& key) {
@@ -792,12 +1008,15 @@ void BlockStoreImpl::UnpinLocked(const BlockKey& key) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
   Entry* e = it->second.get();
-  if (e->pins > 0 && --e->pins == 0) pinned_bytes_ -= e->size_bytes;
+  if (e->pins > 0 && --e->pins == 0) {
+    pinned_bytes_ -= e->size_bytes;
+    TenantLocked(e->key.tenant).usage.pinned_bytes -= e->size_bytes;
+  }
 }
 
-absl::StatusOr<uint32_t> BlockStoreImpl::Release(uint64_t lease_id) {
+absl::StatusOr<uint32_t> BlockStoreImpl::Release(const std::string& tenant, uint64_t lease_id) {
   absl::MutexLock lock(&mu_);
-  std::optional<Lease> lease = leases_.Remove(lease_id);
+  std::optional<Lease> lease = leases_.Remove(lease_id, tenant);
   if (!lease) {
     return absl::NotFoundError(
         absl::StrCat("lease_id ", lease_id, " is unknown (released or expired)"));
@@ -814,7 +1033,8 @@ absl::Status BlockStoreImpl::ReapLocked(size_t* reaped) {
   }
   for (auto it = staging_slots_.begin(); it != staging_slots_.end();) {
     if (it->second.deadline_micros <= now) {
-      staging_->Free(it->second.slot).IgnoreError();
+      it->second.staging->Free(it->second.slot).IgnoreError();
+      --TenantLocked(it->second.tenant).usage.staging_slots;
       staging_slots_.erase(it++);
       ++*reaped;
     } else {
@@ -840,10 +1060,19 @@ BlockStoreStats BlockStoreImpl::Stats() {
   absl::MutexLock lock(&mu_);
   TierUsage& d = stats.tiers[0];
   d.tier = TierId::kDevice;
-  d.backend = arena().backend;
-  d.location = arena().shm_path.empty() ? arena().backend : arena().shm_path;
   d.capacity_bytes = device_capacity_bytes_;
-  d.used_bytes = device_alloc_->used_bytes();
+  if (multi_tenant_) {
+    d.backend = "per-tenant arenas";
+    d.location = absl::StrCat(spaces_.size(), " tenant arenas, ", arena_bytes_, " bytes");
+    for (const auto& [tenant, space] : spaces_) {
+      if (space->device_alloc) d.used_bytes += space->device_alloc->used_bytes();
+    }
+  } else {
+    const gpu::ArenaInfo& arena = shared_.device->arena();
+    d.backend = arena.backend;
+    d.location = arena.shm_path.empty() ? arena.backend : arena.shm_path;
+    d.used_bytes = shared_.device_alloc->used_bytes();
+  }
   d.pinned_bytes = pinned_bytes_;
   d.blocks = blocks_in_tier_[0];
   TierUsage& h = stats.tiers[1];

@@ -5,8 +5,10 @@
 //  1. Every entry in entries_ that is not `writing` and not quarantined has
 //     at least one copy.
 //  2. A copy in tier T is in the placement policy's order for T.
-//  3. device_alloc_ / host_ / nvme_ space is used exactly by the copies of
-//     entries, staging reservations and operations in flight.
+//  3. Each MemorySpace's device allocator, host_ and nvme_ space is used
+//     exactly by the copies of entries, staging reservations and operations
+//     in flight; an entry's device copy lives in its tenant's space (the
+//     shared one in single-tenant mode).
 //  4. An entry with pins > 0 has a device copy that is never evicted.
 //  5. An entry with busy > 0 is never freed; its copies that are being read
 //     are not evicted (no copy of a busy entry is evicted).
@@ -15,11 +17,13 @@
 #define KVTIER_STORAGE_STORE_BLOCK_STORE_IMPL_H_
 
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/catalog/catalog.h"
 #include "storage/common/extent_allocator.h"
@@ -39,8 +43,10 @@ class BlockStoreImpl final : public BlockStore {
 
   absl::Status Init();
 
+  void SetTenantLimits(const std::string& tenant, const TenantLimits& limits) override;
+  TenantUsage UsageOf(const std::string& tenant) override;
   absl::StatusOr<std::pair<ModelProfile, bool>> RegisterProfile(
-      const ModelProfile& profile) override;
+      const ModelProfile& profile, const std::string& tenant) override;
   absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) override;
   absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
                                  bool durable, uint64_t expected_xxh3) override;
@@ -51,14 +57,14 @@ class BlockStoreImpl final : public BlockStore {
                                             bool durable, uint64_t expected_xxh3) override;
   absl::Status Get(const BlockKey& key, std::string* out, TierId* from) override;
   absl::StatusOr<uint64_t> AcquireHandles(
-      const std::vector<BlockKey>& keys, uint64_t ttl_ms,
+      const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
       std::vector<absl::StatusOr<DeviceHandle>>* handles) override;
   BlockLocation Lookup(const BlockKey& key) override;
   std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,
                                         std::vector<BlockKey>* missing) override;
   size_t Prefetch(const std::vector<BlockKey>& keys) override;
   absl::Status Delete(const BlockKey& key) override;
-  absl::StatusOr<uint32_t> Release(uint64_t lease_id) override;
+  absl::StatusOr<uint32_t> Release(const std::string& tenant, uint64_t lease_id) override;
   size_t ReapExpired() override;
   BlockStoreStats Stats() override;
   void ForEachBlock(uint64_t profile_id,
@@ -67,15 +73,33 @@ class BlockStoreImpl final : public BlockStore {
                       const std::function<void(uint64_t, uint64_t, const BlockKey*)>& progress)
       override;
   absl::Status Drain(const std::function<void(uint64_t, uint64_t)>& progress) override;
-  const gpu::ArenaInfo& arena() const override { return options_.device_ops->arena(); }
-  std::string staging_path() const override { return staging_->path(); }
+  absl::StatusOr<gpu::ArenaInfo> Arena(const std::string& tenant) override;
+  absl::StatusOr<std::string> StagingPath(const std::string& tenant) override;
+  bool per_tenant_memory() const override { return multi_tenant_; }
 
  private:
+  // The memory clients map: a device arena with its slot allocator and a
+  // staging file. One shared space in single-tenant mode; one per tenant
+  // (created on first use) in multi-tenant mode.
+  struct MemorySpace {
+    gpu::DeviceOps* device = nullptr;
+    std::unique_ptr<gpu::DeviceOps> owned_device;
+    std::unique_ptr<ExtentAllocator> device_alloc;
+    uint64_t capacity_bytes = 0;
+    HostTier* staging = nullptr;
+    std::unique_ptr<HostTier> owned_staging;
+  };
+  // Limits and what a tenant holds.
+  struct TenantState {
+    TenantLimits limits;
+    TenantUsage usage;
+  };
   struct StagingReservation {
     HostSlot slot;
     std::string tenant;
     uint64_t profile_id = 0;
     uint64_t deadline_micros = 0;
+    HostTier* staging = nullptr;  // the file the slot lives in
   };
 
   absl::StatusOr<ModelProfile> ProfileLocked(uint64_t profile_id)
@@ -88,10 +112,29 @@ class BlockStoreImpl final : public BlockStore {
   // Waits until e is neither busy nor being written. e stays valid.
   void WaitIdleLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // The tenant's memory space, creating its arena (and, with `staging`,
+  // its staging file) in multi-tenant mode.
+  absl::StatusOr<MemorySpace*> SpaceLocked(const std::string& tenant, bool staging)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The space of an entry that has a device copy (it exists).
+  MemorySpace* SpaceOfLocked(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  TenantState& TenantLocked(const std::string& tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED naming the quota when `add` more bytes of the
+  // tenant's `what` would pass its limit `limit` (0 = none).
+  static absl::Status CheckQuota(const std::string& tenant, const char* what, uint64_t used,
+                                 uint64_t add, uint64_t limit);
+
+  // Brings the tenant's host bytes to at most its host_bytes limit minus
+  // size_bytes by demoting its own least-recently-used host copies (to
+  // NVMe when a copy is the last one); RESOURCE_EXHAUSTED naming the quota
+  // when that is not possible. May release mu_.
+  absl::Status MakeTenantHostRoomLocked(const std::string& tenant, uint64_t size_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Space. Both may release mu_ while demoting a victim.
   absl::StatusOr<HostSlot> MakeRoomHostLocked(uint64_t size_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<DeviceSlot> MakeRoomDeviceLocked(uint64_t size_bytes)
+  absl::StatusOr<DeviceSlot> MakeRoomDeviceLocked(MemorySpace* space, const std::string& tenant,
+                                                  uint64_t size_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes e to NVMe, syncs, records it durably. Releases mu_ during I/O.
   absl::Status PersistLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -114,19 +157,23 @@ class BlockStoreImpl final : public BlockStore {
   Env* const env_;
   std::unique_ptr<Catalog> catalog_;
   std::unique_ptr<HostTier> host_;
-  std::unique_ptr<HostTier> staging_;
   std::unique_ptr<NvmeTier> nvme_;
   uint64_t device_capacity_bytes_ = 0;
+  bool multi_tenant_ = false;
+  MemorySpace shared_;  // single-tenant mode
 
   mutable absl::Mutex mu_;
   absl::CondVar idle_cv_;  // signalled when an entry stops being busy/writing
   absl::flat_hash_map<BlockKey, std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, ModelProfile> profiles_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<ExtentAllocator> device_alloc_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<MemorySpace>> spaces_ ABSL_GUARDED_BY(mu_);
+  uint64_t arena_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // multi-tenant arenas together
+  // node map: TenantState references stay valid while mu_ is released.
+  absl::node_hash_map<std::string, TenantState> tenants_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<PlacementPolicy> policy_ ABSL_GUARDED_BY(mu_);
   LeaseTable leases_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, StagingReservation> staging_slots_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_staging_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::mt19937_64 staging_ids_ ABSL_GUARDED_BY(mu_){std::random_device{}()};
   uint64_t next_device_generation_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t blocks_in_tier_[kNumTiers] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -83,7 +83,7 @@ class BlockStoreTest : public ::testing::Test {
     auto store = BlockStore::Open(options_);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
-    auto profile = store_->RegisterProfile(SmallProfile());
+    auto profile = store_->RegisterProfile(SmallProfile(), "default");
     ASSERT_TRUE(profile.ok()) << profile.status();
     profile_id_ = profile->first.profile_id;
   }
@@ -199,7 +199,7 @@ TEST_F(BlockStoreTest, FullTiersFailFastAndKeepEveryBlock) {
 TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
   std::vector<absl::StatusOr<DeviceHandle>> handles;
-  auto lease = store_->AcquireHandles({Key(0), Key(1), Key(2), Key(3)}, 0, &handles);
+  auto lease = store_->AcquireHandles("default", {Key(0), Key(1), Key(2), Key(3)}, 0, &handles);
   ASSERT_TRUE(lease.ok()) << lease.status();
   ASSERT_EQ(handles.size(), 4u);
   for (int i = 0; i < 4; ++i) {
@@ -212,7 +212,7 @@ TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {
   // The device tier (4 blocks) is full of pinned blocks: a fifth fails fast.
   ASSERT_TRUE(store_->Put(Key(4), Payload(4), false).ok());
   std::vector<absl::StatusOr<DeviceHandle>> more;
-  auto none = store_->AcquireHandles({Key(4)}, 0, &more);
+  auto none = store_->AcquireHandles("default", {Key(4)}, 0, &more);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(*none, 0u);
   EXPECT_EQ(more[0].status().code(), absl::StatusCode::kResourceExhausted);
@@ -224,26 +224,26 @@ TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {
   env_->AdvanceMicros(2'000);
   EXPECT_EQ(store_->ReapExpired(), 1u);
   EXPECT_EQ(store_->Stats().tiers[0].pinned_bytes, 0u);
-  EXPECT_EQ(store_->Release(*lease).status().code(), absl::StatusCode::kNotFound);
-  auto fifth = store_->AcquireHandles({Key(4)}, 0, &more);
+  EXPECT_EQ(store_->Release("default", *lease).status().code(), absl::StatusCode::kNotFound);
+  auto fifth = store_->AcquireHandles("default", {Key(4)}, 0, &more);
   ASSERT_TRUE(fifth.ok());
   ASSERT_TRUE(more[0].ok()) << more[0].status();
-  ASSERT_TRUE(store_->Release(*fifth).ok());
+  ASSERT_TRUE(store_->Release("default", *fifth).ok());
   EXPECT_TRUE(store_->Delete(Key(0)).ok());
 }
 
 TEST_F(BlockStoreTest, PinnedBlocksSurvivePressure) {
   ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
   std::vector<absl::StatusOr<DeviceHandle>> handles;
-  auto lease = store_->AcquireHandles({Key(0)}, 5000, &handles);
+  auto lease = store_->AcquireHandles("default", {Key(0)}, 5000, &handles);
   ASSERT_TRUE(lease.ok() && handles[0].ok());
   DeviceHandle pinned = *handles[0];
   for (int i = 1; i < 12; ++i) {
     ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
     std::vector<absl::StatusOr<DeviceHandle>> h;
-    auto l = store_->AcquireHandles({Key(i)}, 0, &h);
+    auto l = store_->AcquireHandles("default", {Key(i)}, 0, &h);
     ASSERT_TRUE(l.ok());
-    if (*l != 0) ASSERT_TRUE(store_->Release(*l).ok());
+    if (*l != 0) ASSERT_TRUE(store_->Release("default", *l).ok());
   }
   std::vector<std::byte> bytes;
   ASSERT_TRUE(device_ops_->ReadArena(pinned.offset_bytes, pinned.size_bytes, &bytes).ok());
@@ -426,7 +426,7 @@ TEST_F(BlockStoreTest, StagingSlotsPutWithoutGrpcCopies) {
   ASSERT_EQ(slots->size(), 2u);
   // A client maps the staging file and writes into its slot.
   {
-    std::fstream f(store_->staging_path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(*store_->StagingPath("default"), std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(f.good());
     auto data = Payload(9);
     f.seekp((*slots)[0].offset_bytes);

@@ -2,14 +2,28 @@
 
 namespace kvtier {
 
-uint64_t LeaseTable::Add(std::vector<BlockKey> blocks, uint64_t deadline_micros) {
-  uint64_t id = next_id_++;
+uint64_t LeaseTable::Add(std::string owner, std::vector<BlockKey> blocks,
+                         uint64_t deadline_micros) {
+  uint64_t id = 0;
+  while (id == 0 || leases_.contains(id)) id = rng_();
   by_deadline_.emplace(deadline_micros, id);
-  leases_.emplace(id, Lease{id, deadline_micros, std::move(blocks)});
+  leases_.emplace(id, Lease{id, std::move(owner), deadline_micros, std::move(blocks)});
   return id;
 }
 
-std::optional<Lease> LeaseTable::Remove(uint64_t lease_id) {
+std::optional<Lease> LeaseTable::Remove(uint64_t lease_id, const std::string& owner) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end() || it->second.owner != owner) return std::nullopt;
+  return Take(lease_id);
+}
+
+size_t LeaseTable::CountOf(const std::string& owner) const {
+  size_t n = 0;
+  for (const auto& [id, lease] : leases_) n += lease.owner == owner;
+  return n;
+}
+
+std::optional<Lease> LeaseTable::Take(uint64_t lease_id) {
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return std::nullopt;
   Lease lease = std::move(it->second);
@@ -22,7 +36,7 @@ std::vector<Lease> LeaseTable::TakeExpired(uint64_t now_micros) {
   std::vector<Lease> expired;
   while (!by_deadline_.empty() && by_deadline_.begin()->first <= now_micros) {
     uint64_t id = by_deadline_.begin()->second;
-    auto lease = Remove(id);
+    auto lease = Take(id);
     if (lease) expired.push_back(std::move(*lease));
   }
   return expired;

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <random>
+#include <string>
 #include <set>
 #include <utility>
 #include <vector>
@@ -23,18 +25,21 @@ namespace kvtier {
 
 struct Lease {
   uint64_t lease_id = 0;
+  std::string owner;             // who may release it (the tenant)
   uint64_t deadline_micros = 0;  // monotonic clock (Env::NowMicros)
   std::vector<BlockKey> blocks;  // each pinned once by this lease
 };
 
 class LeaseTable {
  public:
-  // Adds a lease; ids are never reused within a process and never 0.
-  uint64_t Add(std::vector<BlockKey> blocks, uint64_t deadline_micros);
+  // Adds a lease of `owner`. Ids are random 64-bit values (not guessable
+  // from one another), never 0 and never reused while the lease exists.
+  uint64_t Add(std::string owner, std::vector<BlockKey> blocks, uint64_t deadline_micros);
 
   // Removes and returns the lease, or nullopt when unknown (released or
-  // expired already).
-  std::optional<Lease> Remove(uint64_t lease_id);
+  // expired already) or held by another owner (the same answer, so that a
+  // caller cannot learn another owner's lease ids).
+  std::optional<Lease> Remove(uint64_t lease_id, const std::string& owner);
 
   // Removes and returns every lease whose deadline is <= now_micros.
   std::vector<Lease> TakeExpired(uint64_t now_micros);
@@ -43,9 +48,13 @@ class LeaseTable {
   std::optional<uint64_t> NextDeadline() const;
 
   size_t size() const { return leases_.size(); }
+  // Leases held by `owner`.
+  size_t CountOf(const std::string& owner) const;
 
  private:
-  uint64_t next_id_ = 1;
+  std::optional<Lease> Take(uint64_t lease_id);
+
+  std::mt19937_64 rng_{std::random_device{}()};
   absl::flat_hash_map<uint64_t, Lease> leases_;
   std::set<std::pair<uint64_t, uint64_t>> by_deadline_;  // (deadline, id)
 };

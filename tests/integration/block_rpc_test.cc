@@ -148,7 +148,7 @@ TEST_F(BlockRpcTest, PutGetLookupAcrossEveryTier) {
   auto arena = client_->OpenArena();
   ASSERT_TRUE(arena.ok());
   std::string err;
-  auto view = client::ShmArenaView::Open(arena->shm_path(), arena->size_bytes(), &err);
+  auto view = client::ShmArenaView::Open(client_->ArenaSource(*arena), arena->size_bytes(), &err);
   ASSERT_NE(view, nullptr) << err;
   for (int i = 0; i < 8; ++i) {
     const auto& r = (*pinned)[i];
@@ -245,7 +245,8 @@ TEST_F(BlockRpcTest, StagingSlotPathStoresWithoutBytesInTheMessage) {
   auto slots = client_->ReserveSlots(profile_id_, 2);
   ASSERT_TRUE(slots.ok()) << slots.status();
   std::string err;
-  auto staging = client::ShmStagingFile::Open(slots->staging_path(), 0, &err);
+  auto staging = client::ShmStagingFile::Open(client_->StagingSource(*slots),
+                                              slots->staging_size_bytes(), &err);
   ASSERT_NE(staging, nullptr) << err;
   auto ids = Chain(2);
   v1::PutBlocksRequest req;

@@ -169,22 +169,7 @@ TEST_F(DaemonTest, ShutdownRemovesSocketAndStopsServing) {
   EXPECT_FALSE((*client)->Health().ok());
 }
 
-TEST_F(DaemonTest, TcpListenerWhenConfigured) {
-  auto overrides = SmallConfig(dir_ + "-tcp");
-  overrides.push_back("server.tcp_address=127.0.0.1:0");
-  auto config = daemon::LoadConfig("", overrides);
-  ASSERT_TRUE(config.ok());
-  auto server = daemon::Server::Start(*config);
-  ASSERT_TRUE(server.ok()) << server.status();
-  ASSERT_GT((*server)->tcp_port(), 0);
-  auto client = Client::Connect("127.0.0.1:" + std::to_string((*server)->tcp_port()));
-  ASSERT_TRUE(client.ok());
-  auto health = (*client)->Health();
-  ASSERT_TRUE(health.ok()) << health.status();
-  EXPECT_EQ(*health, ServingStatus::kServing);
-  (*server)->Shutdown();
-  std::filesystem::remove_all(dir_ + "-tcp");
-}
+// TCP (served only with TLS) is tested in tests/security/tls_test.cc.
 
 }  // namespace
 }  // namespace kvtier

@@ -102,7 +102,7 @@ class SelectTest : public ::testing::Test {
     auto arena = client_->OpenArena();
     ASSERT_TRUE(arena.ok());
     std::string err;
-    arena_ = client::ShmArenaView::Open(arena->shm_path(), arena->size_bytes(), &err);
+    arena_ = client::ShmArenaView::Open(client_->ArenaSource(*arena), arena->size_bytes(), &err);
     ASSERT_NE(arena_, nullptr) << err;
   }
 

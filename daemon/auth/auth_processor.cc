@@ -1,0 +1,48 @@
+#include "daemon/auth/auth_processor.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
+
+namespace kvtier::daemon {
+namespace {
+
+constexpr absl::string_view kBearer = "Bearer ";
+
+}  // namespace
+
+grpc::Status TenantAuthProcessor::Process(const InputMetadata& auth_metadata,
+                                          grpc::AuthContext* context,
+                                          OutputMetadata* consumed_auth_metadata,
+                                          OutputMetadata* /*response_metadata*/) {
+  TenantPtr tenant;
+  auto it = auth_metadata.find("authorization");
+  if (it != auth_metadata.end()) {
+    const absl::string_view value(it->second.data(), it->second.size());
+    if (!absl::StartsWith(value, kBearer)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "authorization metadata must be 'Bearer <token>'");
+    }
+    tenant = registry_->ByToken(value.substr(kBearer.size()));
+    if (tenant == nullptr) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "unknown bearer token");
+    }
+    // Not consumed: the handler re-reads it per call (daemon/tenant.h), as
+    // the AuthContext is shared by every call on the connection.
+  } else {
+    // A client certificate the TLS handshake verified (mTLS listeners only).
+    for (const grpc::string_ref& cn : context->FindPropertyValues("x509_common_name")) {
+      tenant = registry_->ByCertName(absl::string_view(cn.data(), cn.size()));
+      if (tenant != nullptr) break;
+    }
+    if (tenant == nullptr) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "missing credentials: send 'authorization: Bearer <token>' metadata "
+                          "(or a client certificate a tenant lists, over TLS)");
+    }
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace kvtier::daemon

@@ -1,0 +1,177 @@
+#include "daemon/auth/fd_server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "storage/common/errno_status.h"
+
+namespace kvtier::daemon {
+namespace {
+
+constexpr size_t kMaxLineBytes = 512;
+constexpr int kRequestTimeoutMs = 2000;
+
+bool FillAddress(const std::string& path, sockaddr_un* addr) {
+  if (path.empty() || path.size() >= sizeof(addr->sun_path)) return false;
+  std::memset(addr, 0, sizeof(*addr));
+  addr->sun_family = AF_UNIX;
+  std::memcpy(addr->sun_path, path.data(), path.size());
+  return true;
+}
+
+// Reads up to '\n' (not included) within the deadline.
+bool ReadLine(int fd, int timeout_ms, std::string* line) {
+  line->clear();
+  while (line->size() < kMaxLineBytes) {
+    pollfd p{fd, POLLIN, 0};
+    int r = ::poll(&p, 1, timeout_ms);
+    if (r <= 0) return false;
+    char buf[kMaxLineBytes];
+    ssize_t n = ::recv(fd, buf, kMaxLineBytes - line->size(), 0);
+    if (n <= 0) return false;
+    line->append(buf, static_cast<size_t>(n));
+    size_t nl = line->find('\n');
+    if (nl != std::string::npos) {
+      line->resize(nl);
+      return true;
+    }
+  }
+  return false;
+}
+
+void SendAll(int fd, const std::string& text) {
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = ::send(fd, text.data() + off, text.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+void SendError(int fd, const absl::Status& st) {
+  std::string msg(st.message());
+  for (char& c : msg) {
+    if (c == '\n') c = ' ';
+  }
+  SendAll(fd, absl::StrCat("error ", static_cast<int>(st.code()), " ", msg, "\n"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(const std::string& path, uint32_t mode,
+                                                           Resolver resolver) {
+  sockaddr_un addr;
+  if (!FillAddress(path, &addr)) {
+    return absl::InvalidArgumentError(absl::StrCat("fd socket path: ", path,
+                                                   " is empty or longer than 107 bytes"));
+  }
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(path, " exists and is not a socket"));
+    }
+    ::unlink(path.c_str());
+  }
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return ErrnoToStatus(errno, "socket");
+  const mode_t old = ::umask(static_cast<mode_t>(~mode & 0777));
+  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int bind_errno = errno;
+  ::umask(old);
+  if (rc != 0) {
+    ::close(fd);
+    return ErrnoToStatus(bind_errno, "bind " + path);
+  }
+  if (::listen(fd, 64) != 0) {
+    absl::Status s = ErrnoToStatus(errno, "listen " + path);
+    ::close(fd);
+    ::unlink(path.c_str());
+    return s;
+  }
+  int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake < 0) {
+    absl::Status s = ErrnoToStatus(errno, "eventfd");
+    ::close(fd);
+    ::unlink(path.c_str());
+    return s;
+  }
+  std::unique_ptr<FdServer> server(new FdServer(path, fd, wake, std::move(resolver)));
+  server->worker_ = std::thread([s = server.get()] { s->Loop(); });
+  return server;
+}
+
+FdServer::FdServer(std::string path, int listen_fd, int wake_fd, Resolver resolver)
+    : path_(std::move(path)), listen_fd_(listen_fd), wake_fd_(wake_fd),
+      resolver_(std::move(resolver)) {}
+
+FdServer::~FdServer() {
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+  if (worker_.joinable()) worker_.join();
+  ::close(listen_fd_);
+  ::close(wake_fd_);
+  ::unlink(path_.c_str());
+}
+
+void FdServer::Loop() {
+  while (true) {
+    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    int r = ::poll(p, 2, -1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 || (p[1].revents & POLLIN)) return;
+    if (!(p[0].revents & POLLIN)) continue;
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    Serve(fd);
+    ::close(fd);
+  }
+}
+
+void FdServer::Serve(int fd) {
+  std::string line;
+  if (!ReadLine(fd, kRequestTimeoutMs, &line)) return;
+  std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(' ', 1));
+  if (parts.size() != 2 || (parts[0] != "arena" && parts[0] != "staging")) {
+    SendError(fd, absl::InvalidArgumentError("request must be '<arena|staging> <token>'"));
+    return;
+  }
+  const SharedFile kind = parts[0] == "arena" ? SharedFile::kArena : SharedFile::kStaging;
+  absl::StatusOr<SharedFileRef> ref = resolver_(parts[1], kind);
+  if (!ref.ok()) {
+    SendError(fd, ref.status());
+    return;
+  }
+  int file = ::open(ref->path.c_str(),
+                    (kind == SharedFile::kArena ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
+  if (file < 0) {
+    SendError(fd, ErrnoToStatus(errno, "open the shared file"));
+    return;
+  }
+  const std::string reply = absl::StrCat("ok ", ref->size_bytes, "\n");
+  iovec iov{const_cast<char*>(reply.data()), reply.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &file, sizeof(int));
+  if (::sendmsg(fd, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(reply.size())) ++served_;
+  ::close(file);
+}
+
+}  // namespace kvtier::daemon

@@ -1,0 +1,78 @@
+// FdServer: hands a tenant the file descriptors of its own shared memory
+// (its device arena and its staging file) over a Unix socket, so those
+// files can be mode 0600 in a directory only the daemon can enter and no
+// other process can open them by path.
+//
+// Protocol (one request per connection, text lines, at most 512 bytes):
+//
+//   client -> daemon   "<kind> <token>\n"    kind: "arena" | "staging"
+//   daemon -> client   "ok <size_bytes>\n"   with one descriptor attached
+//                                            (SCM_RIGHTS): the arena
+//                                            read-only, staging read-write
+//                      "error <code> <message>\n"
+//                                            no descriptor; <code> is the
+//                                            gRPC status code number
+//
+// <token> is the same bearer token the gRPC calls carry ("-" when
+// authentication is off). The daemon closes the connection after its reply;
+// a client that sends nothing within 2 s is dropped.
+//
+// The client side is client/shm/fd_fetch.h.
+//
+// Thread safety: Start and the destructor from one thread; the resolver is
+// called from the server's one worker thread.
+#ifndef KVTIER_DAEMON_AUTH_FD_SERVER_H_
+#define KVTIER_DAEMON_AUTH_FD_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+
+namespace kvtier::daemon {
+
+enum class SharedFile : uint8_t { kArena = 0, kStaging = 1 };
+
+// A file the server may hand out: the path it opens, and its size.
+struct SharedFileRef {
+  std::string path;
+  uint64_t size_bytes = 0;
+};
+
+class FdServer {
+ public:
+  // Maps (token, kind) to the caller's file; an error (UNAUTHENTICATED for
+  // a bad token) is sent back as the "error" line.
+  using Resolver =
+      std::function<absl::StatusOr<SharedFileRef>(const std::string& token, SharedFile kind)>;
+
+  // Listens on path (replacing a stale socket there), created with `mode`
+  // (applied through the umask, so the socket never exists with wider
+  // permissions).
+  static absl::StatusOr<std::unique_ptr<FdServer>> Start(const std::string& path, uint32_t mode,
+                                                         Resolver resolver);
+  ~FdServer();  // stops the worker and removes the socket
+
+  const std::string& path() const { return path_; }
+  uint64_t served() const { return served_.load(); }
+
+ private:
+  FdServer(std::string path, int listen_fd, int wake_fd, Resolver resolver);
+  void Loop();
+  void Serve(int fd);
+
+  const std::string path_;
+  const int listen_fd_;
+  const int wake_fd_;  // eventfd: written by the destructor to stop Loop
+  const Resolver resolver_;
+  std::atomic<uint64_t> served_{0};
+  std::thread worker_;
+};
+
+}  // namespace kvtier::daemon
+
+#endif  // KVTIER_DAEMON_AUTH_FD_SERVER_H_

@@ -1,0 +1,25 @@
+// Bearer tokens: how they are made and how the tenants file stores them.
+// Shared by the daemon (checking) and kvtierctl (`tenants add`); depends
+// only on OpenSSL and abseil strings.
+//
+// Thread safety: both functions are thread-safe.
+#ifndef KVTIER_DAEMON_AUTH_TOKEN_H_
+#define KVTIER_DAEMON_AUTH_TOKEN_H_
+
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace kvtier::daemon {
+
+// SHA-256 of the token as 64 lowercase hex digits (the tenants file's
+// token_sha256 values).
+std::string HashToken(absl::string_view token);
+
+// A new random bearer token: 256 bits from the OpenSSL CSPRNG, 43
+// URL-safe base64 characters. Empty only if the CSPRNG fails.
+std::string NewToken();
+
+}  // namespace kvtier::daemon
+
+#endif  // KVTIER_DAEMON_AUTH_TOKEN_H_

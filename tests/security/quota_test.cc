@@ -1,0 +1,143 @@
+// Quotas: every tenant quota is enforced with RESOURCE_EXHAUSTED naming
+// the quota, per-request sizes are bounded, and a tenant's usage never
+// passes its quota.
+#include "gmock/gmock.h"
+#include "tests/security/security_fixture.h"
+
+namespace kvtier::security {
+namespace {
+
+using ::testing::HasSubstr;
+
+class QuotaTest : public SecurityTest {
+ protected:
+  void SetUp() override {
+    StartDaemon({"limits.max_batch_blocks=64"});
+    q_ = As("q");
+    pq_ = Register(q_.get());
+    ASSERT_NE(pq_, 0u);
+  }
+  v1::TenantStats StatsOfQ() {
+    auto stats = As("ops")->Stats();
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    for (const auto& t : stats->tenants()) {
+      if (t.name() == "q") return t;
+    }
+    ADD_FAILURE() << "no tenant q in Stats";
+    return {};
+  }
+  std::unique_ptr<Client> q_;
+  uint64_t pq_ = 0;
+};
+
+TEST_F(QuotaTest, ProfilesAndStagingSlots) {
+  v1::ModelProfile other = Profile();
+  other.set_name("other");
+  auto second = q_->RegisterProfile(other);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(second.status().message(), HasSubstr("quota profiles"));
+
+  auto too_many = q_->ReserveSlots(pq_, 5);
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(too_many.status().message(), HasSubstr("staging_slots"));
+  auto four = q_->ReserveSlots(pq_, 4);
+  ASSERT_TRUE(four.ok()) << four.status();
+  auto fifth = q_->ReserveSlots(pq_, 1);
+  EXPECT_EQ(fifth.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(StatsOfQ().staging_slots(), 4u);
+  EXPECT_EQ(StatsOfQ().quotas().at("staging_slots"), 4u);
+  // Another tenant is not held back by q's quota.
+  auto a = As("a");
+  EXPECT_TRUE(a->ReserveSlots(Register(a.get()), 8).ok());
+}
+
+TEST_F(QuotaTest, StoredBytesStayWithinHostAndNvmeQuotas) {
+  // nvme_bytes = 32 KiB: four durable 8 KiB blocks, not five.
+  auto durable = Put(q_.get(), pq_, Ids("d", 5), 1, /*durable=*/true);
+  ASSERT_EQ(durable.size(), 5u);
+  EXPECT_EQ(std::count(durable.begin(), durable.end(), 0), 4);
+  EXPECT_EQ(durable[4], grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // host_bytes = 64 KiB: more puts either fit (demoting q's own copies) or
+  // are refused; q never holds more than its quota.
+  auto more = Put(q_.get(), pq_, Ids("h", 12), 100);
+  for (int code : more) {
+    EXPECT_TRUE(code == 0 || code == grpc::StatusCode::RESOURCE_EXHAUSTED) << code;
+  }
+  v1::TenantStats s = StatsOfQ();
+  EXPECT_LE(s.host_bytes(), 64u << 10);
+  EXPECT_LE(s.nvme_bytes(), 32u << 10);
+  EXPECT_GT(s.host_bytes(), 0u);
+}
+
+TEST_F(QuotaTest, ContextsBlocksPerContextAndPins) {
+  auto ids = Ids("c", 8);
+  auto put = Put(q_.get(), pq_, ids, 1);
+  ASSERT_EQ(std::count(put.begin(), put.end(), 0), 8);
+  auto open = [&](int n) {
+    v1::OpenContextRequest req;
+    req.set_profile_id(pq_);
+    auto* seg = req.add_segments();
+    for (int i = 0; i < n; ++i) seg->add_block_ids(ids[i]);
+    grpc::ClientContext ctx;
+    v1::OpenContextResponse out;
+    grpc::Status st = q_->kvtier_stub()->OpenContext(&ctx, req, &out);
+    return std::make_pair(st, out.context_id());
+  };
+  auto [st1, c1] = open(8);
+  ASSERT_TRUE(st1.ok()) << st1.error_message();
+  {  // blocks_per_context = 8
+    grpc::ClientContext ctx;
+    v1::AppendBlocksRequest req;
+    req.set_context_id(c1);
+    req.add_block_ids(BlockIdOf("x", 0));
+    v1::AppendBlocksResponse out;
+    grpc::Status st = q_->kvtier_stub()->AppendBlocks(&ctx, req, &out);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(st.error_message(), HasSubstr("blocks_per_context"));
+  }
+  auto [st2, c2] = open(2);
+  ASSERT_TRUE(st2.ok());
+  auto [st3, c3] = open(2);  // contexts = 2
+  EXPECT_EQ(st3.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(st3.error_message(), HasSubstr("quota contexts"));
+  EXPECT_EQ(StatsOfQ().contexts(), 2u);
+
+  // pinned_bytes = 16 KiB: two 8 KiB blocks pinned at once, not three.
+  v1::GetBlocksRequest get;
+  get.set_profile_id(pq_);
+  get.set_mode(v1::RETURN_MODE_HANDLES);
+  for (int i = 0; i < 3; ++i) get.add_block_ids(ids[i]);
+  auto got = q_->GetBlocks(get);
+  ASSERT_TRUE(got.ok()) << got.status();
+  int refused = 0;
+  for (const auto& r : *got) {
+    if (r.status().code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+      EXPECT_THAT(r.status().message(), HasSubstr("pinned_bytes"));
+    }
+  }
+  EXPECT_GE(refused, 1);
+  EXPECT_LE(StatsOfQ().pinned_bytes(), 16u << 10);
+}
+
+TEST_F(QuotaTest, OneRequestCannotNameAnIdOverAndOver) {
+  // 262,144 copies of one id in one request: refused by its size, before
+  // any work, naming the field.
+  v1::GetBlocksRequest get;
+  get.set_profile_id(pq_);
+  const std::string id = BlockIdOf("c", 0);
+  for (int i = 0; i < 262144; ++i) get.add_block_ids(id);
+  auto got = q_->GetBlocks(get);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got.status().message(), HasSubstr("block_ids"));
+  v1::LookupRequest lookup;
+  lookup.set_profile_id(pq_);
+  *lookup.mutable_block_ids() = get.block_ids();
+  auto looked = q_->Lookup(lookup);
+  EXPECT_EQ(looked.status().code(), absl::StatusCode::kInvalidArgument);
+  // The daemon still answers.
+  EXPECT_TRUE(q_->Health().ok());
+}
+
+}  // namespace
+}  // namespace kvtier::security

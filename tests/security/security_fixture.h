@@ -1,0 +1,157 @@
+// A kvtierd (in-process daemon::Server over a real Unix socket) with
+// authentication on: a tenants file with data tenants "a" and "b", a
+// quota-bound data tenant "q" and an admin "ops", each with a fresh bearer
+// token. Helpers connect as a tenant, register the test profile and put
+// blocks whose keys are real fp16 values (so they join contexts).
+#ifndef KVTIER_TESTS_SECURITY_SECURITY_FIXTURE_H_
+#define KVTIER_TESTS_SECURITY_SECURITY_FIXTURE_H_
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "daemon/auth/token.h"
+#include "daemon/config.h"
+#include "daemon/server.h"
+#include "gtest/gtest.h"
+#include "index/simd.h"
+
+namespace kvtier::security {
+
+// 2 layers x (k|v) x 2 kv heads x 16 tokens x 32 dims x fp16 = 8 KiB.
+inline constexpr int kLayers = 2, kHeads = 2, kTokens = 16, kDim = 32;
+inline constexpr size_t kBlockBytes = size_t{kLayers} * 2 * kHeads * kTokens * kDim * 2;
+
+// Block bytes with finite keys drawn from `seed`.
+inline std::string Payload(uint64_t seed) {
+  std::string out(kBlockBytes, '\0');
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  auto* h = reinterpret_cast<uint16_t*>(out.data());
+  for (size_t i = 0; i < kBlockBytes / 2; ++i) h[i] = index::simd::FloatToHalf(noise(rng));
+  return out;
+}
+
+inline std::string BlockIdOf(const std::string& tag, int i) {
+  std::string id = tag + "-" + std::to_string(i);
+  id.resize(32, '.');
+  return id;
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  // Extra config overrides and extra TOML appended to the tenants file.
+  void StartDaemon(const std::vector<std::string>& extra = {}, const std::string& more_tenants = "") {
+    dir_ = "/tmp/kvtier-sec-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    for (const char* name : {"a", "b", "q", "ops"}) tokens_[name] = daemon::NewToken();
+    tenants_file_ = dir_ + "/tenants.toml";
+    WriteTenants(more_tenants);
+    std::vector<std::string> overrides = {
+        "server.data_dir=" + dir_ + "/data", "log.level=error",
+        "server.shutdown_grace_ms=1000",     "tiers.device.capacity_bytes=1MiB",
+        "tiers.host.capacity_bytes=4MiB",    "tiers.host.staging_bytes=512KiB",
+        "tiers.nvme.file_count=1",           "tiers.nvme.file_size_bytes=8MiB",
+        "tiers.nvme.io_threads=1",           "leases.default_ttl_ms=60000",
+        "auth.tenants_file=" + tenants_file_, "auth.tenant_arena_bytes=512KiB",
+        "auth.tenant_staging_bytes=256KiB"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    auto config = daemon::LoadConfig("", overrides);
+    ASSERT_TRUE(config.ok()) << config.status();
+    config_ = *config;
+    auto server = daemon::Server::Start(config_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+
+  void WriteTenants(const std::string& more = "") {
+    std::ofstream f(tenants_file_, std::ios::trunc);
+    for (const char* name : {"a", "b"}) {
+      f << "[[tenants]]\nname = \"" << name << "\"\nrole = \"data\"\ntoken_sha256 = [\""
+        << daemon::HashToken(tokens_[name]) << "\"]\ncert_names = [\"" << name << "\"]\n";
+    }
+    f << "[[tenants]]\nname = \"q\"\nrole = \"data\"\ntoken_sha256 = [\""
+      << daemon::HashToken(tokens_["q"]) << "\"]\n[tenants.quotas]\n"
+      << "contexts = 2\nblocks_per_context = 8\nstaging_slots = 4\nprofiles = 1\n"
+      << "pinned_bytes = \"16KiB\"\nnvme_bytes = \"32KiB\"\nhost_bytes = \"64KiB\"\n";
+    f << "[[tenants]]\nname = \"ops\"\nrole = \"admin\"\ntoken_sha256 = [\""
+      << daemon::HashToken(tokens_["ops"]) << "\"]\n";
+    f << more;
+  }
+
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::unique_ptr<Client> As(const std::string& tenant) {
+    ClientOptions options;
+    options.token = tokens_.count(tenant) ? tokens_[tenant] : tenant;
+    auto client = Client::Connect(server_->socket_path(), options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+  static v1::ModelProfile Profile() {
+    v1::ModelProfile profile;
+    profile.set_name("tiny");
+    profile.set_revision("1");
+    profile.set_num_layers(kLayers);
+    profile.set_num_kv_heads(kHeads);
+    profile.set_head_dim(kDim);
+    profile.set_block_size_tokens(kTokens);
+    profile.set_dtype(v1::DTYPE_FP16);
+    return profile;
+  }
+
+  static uint64_t Register(Client* c) {
+    auto registered = c->RegisterProfile(Profile());
+    EXPECT_TRUE(registered.ok()) << registered.status();
+    return registered.ok() ? registered->profile_id() : 0;
+  }
+
+  // Puts ids[i] with Payload(first_seed + i); returns the per-block codes.
+  static std::vector<int> Put(Client* c, uint64_t profile_id, const std::vector<std::string>& ids,
+                              uint64_t first_seed, bool durable = false) {
+    v1::PutBlocksRequest req;
+    req.set_profile_id(profile_id);
+    req.set_durable(durable);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      v1::BlockPut* b = req.add_blocks();
+      b->set_block_id(ids[i]);
+      b->set_data(Payload(first_seed + i));
+    }
+    auto put = c->PutBlocks({req});
+    EXPECT_TRUE(put.ok()) << put.status();
+    std::vector<int> codes;
+    if (put.ok()) {
+      for (const auto& r : put->results()) codes.push_back(r.status().code());
+    }
+    return codes;
+  }
+
+  static std::vector<std::string> Ids(const std::string& tag, int n) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(BlockIdOf(tag, i));
+    return ids;
+  }
+
+  std::string dir_;
+  std::string tenants_file_;
+  std::map<std::string, std::string> tokens_;
+  daemon::Config config_;
+  std::unique_ptr<daemon::Server> server_;
+};
+
+}  // namespace kvtier::security
+
+#endif  // KVTIER_TESTS_SECURITY_SECURITY_FIXTURE_H_

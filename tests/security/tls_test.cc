@@ -1,0 +1,117 @@
+// TCP is served only over TLS; with a client CA configured, mTLS: a
+// verified client certificate's common name maps to a tenant. Certificates
+// are made in the test (tests/testutil/tls_certs.h).
+#include "gmock/gmock.h"
+#include "tests/security/security_fixture.h"
+#include "tests/testutil/tls_certs.h"
+
+namespace kvtier::security {
+namespace {
+
+class TlsTest : public SecurityTest {
+ protected:
+  void SetUp() override {
+    ca_ = testutil::MakeCa("kvtier test CA");
+    server_cert_ = testutil::IssueCert(ca_, "localhost");
+    const std::string d = "/tmp/kvtier-tls-" + std::to_string(::getpid());
+    std::filesystem::create_directories(d);
+    ASSERT_TRUE(testutil::WriteFile(d + "/ca.crt", ca_.cert));
+    ASSERT_TRUE(testutil::WriteFile(d + "/server.crt", server_cert_.cert));
+    ASSERT_TRUE(testutil::WriteFile(d + "/server.key", server_cert_.key));
+    cert_dir_ = d;
+  }
+  void TearDown() override {
+    SecurityTest::TearDown();
+    std::filesystem::remove_all(cert_dir_);
+  }
+  void StartTls(bool mtls) {
+    std::vector<std::string> extra = {"server.tcp_address=127.0.0.1:0",
+                                      "server.tls_cert_file=" + cert_dir_ + "/server.crt",
+                                      "server.tls_key_file=" + cert_dir_ + "/server.key"};
+    if (mtls) extra.push_back("server.tls_client_ca_file=" + cert_dir_ + "/ca.crt");
+    StartDaemon(extra);
+    ASSERT_GT(server_->tcp_port(), 0);
+  }
+  // Health over TCP with the given client certificate (empty: none).
+  absl::Status HealthOverTcp(const testutil::PemPair& client, const std::string& token = "",
+                             const std::string& roots = "") {
+    ClientOptions options;
+    options.call_timeout = std::chrono::milliseconds(3000);
+    options.tls_root_certs_pem = roots.empty() ? ca_.cert : roots;
+    options.tls_cert_chain_pem = client.cert;
+    options.tls_private_key_pem = client.key;
+    options.tls_server_name = "localhost";
+    options.token = token;
+    auto c = Client::Connect("127.0.0.1:" + std::to_string(server_->tcp_port()), options);
+    if (!c.ok()) return c.status();
+    return (*c)->Health().status();
+  }
+  std::unique_ptr<Client> TcpClient(const testutil::PemPair& client) {
+    ClientOptions options;
+    options.tls_root_certs_pem = ca_.cert;
+    options.tls_cert_chain_pem = client.cert;
+    options.tls_private_key_pem = client.key;
+    options.tls_server_name = "localhost";
+    auto c = Client::Connect("127.0.0.1:" + std::to_string(server_->tcp_port()), options);
+    EXPECT_TRUE(c.ok());
+    return std::move(*c);
+  }
+  testutil::PemPair ca_, server_cert_;
+  std::string cert_dir_;
+};
+
+TEST_F(TlsTest, PlainTcpIsRefusedByTheConfig) {
+  auto config = daemon::LoadConfig("", {"server.tcp_address=127.0.0.1:0"});
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(TlsTest, TlsWithATokenServesAndRefusesWithout) {
+  StartTls(/*mtls=*/false);
+  EXPECT_TRUE(HealthOverTcp({}, tokens_["a"]).ok());
+  EXPECT_EQ(HealthOverTcp({}).code(), absl::StatusCode::kUnauthenticated);
+  // A client that does not trust the daemon's CA does not connect.
+  testutil::PemPair rogue = testutil::MakeCa("rogue CA");
+  EXPECT_FALSE(HealthOverTcp({}, tokens_["a"], rogue.cert).ok());
+  // Plaintext against the TLS port fails.
+  ClientOptions plain;
+  plain.call_timeout = std::chrono::milliseconds(2000);
+  plain.token = tokens_["a"];
+  auto c = Client::Connect("127.0.0.1:" + std::to_string(server_->tcp_port()), plain);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE((*c)->Health().ok());
+}
+
+TEST_F(TlsTest, ClientCertificatesMapToTenants) {
+  StartTls(/*mtls=*/true);
+  testutil::PemPair cert_a = testutil::IssueCert(ca_, "a");
+  EXPECT_TRUE(HealthOverTcp(cert_a).ok());
+  // The certificate's tenant is "a": it sees what "a" stored over the socket.
+  auto a = As("a");
+  const uint64_t p = Register(a.get());
+  auto ids = Ids("tls", 2);
+  Put(a.get(), p, ids, 3);
+  auto tcp = TcpClient(cert_a);
+  v1::LookupRequest lookup;
+  lookup.set_profile_id(p);
+  for (const auto& id : ids) lookup.add_block_ids(id);
+  auto seen = tcp->Lookup(lookup);
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  for (const auto& e : seen->entries()) EXPECT_TRUE(e.present());
+  auto as_b = TcpClient(testutil::IssueCert(ca_, "b"))->Lookup(lookup);
+  ASSERT_TRUE(as_b.ok());
+  for (const auto& e : as_b->entries()) EXPECT_FALSE(e.present());
+
+  // Refused: no certificate, one from another CA, an expired one, one not
+  // yet valid, and a valid one whose name no tenant lists.
+  EXPECT_FALSE(HealthOverTcp({}).ok());
+  testutil::PemPair rogue = testutil::MakeCa("rogue CA");
+  EXPECT_FALSE(HealthOverTcp(testutil::IssueCert(rogue, "a")).ok());
+  EXPECT_FALSE(HealthOverTcp(testutil::IssueCert(ca_, "a", -7200, -3600)).ok());
+  EXPECT_FALSE(HealthOverTcp(testutil::IssueCert(ca_, "a", 3600, 7200)).ok());
+  auto unknown = HealthOverTcp(testutil::IssueCert(ca_, "nobody"));
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kUnauthenticated) << unknown;
+}
+
+}  // namespace
+}  // namespace kvtier::security
