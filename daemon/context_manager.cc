@@ -255,7 +255,6 @@ absl::StatusOr<OpenedContext> ContextManager::Open(
     // for nothing (and a request of one id many times is a cheap way to
     // make the daemon build a large tree).
     absl::flat_hash_map<absl::string_view, std::pair<size_t, size_t>> seen;
-    seen.reserve(total);
     for (size_t s = 0; s < segments.size(); ++s) {
       for (size_t j = 0; j < segments[s].size(); ++j) {
         auto [it, fresh] = seen.try_emplace(segments[s][j], s, j);

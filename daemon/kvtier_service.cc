@@ -1,5 +1,7 @@
 #include "daemon/kvtier_service.h"
 
+#include "absl/container/flat_hash_map.h"
+
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -183,6 +185,24 @@ grpc::ServerUnaryReactor* KvTierService::OpenContext(grpc::CallbackServerContext
   absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
   if (!caller.ok()) return FinishUnary(ctx, caller.status());
   const std::string& tenant = (*caller)->name;
+  // Repeats are refused before anything is copied: a request naming one id
+  // many times costs only its own message (ContextManager::Open checks
+  // again, for in-process callers).
+  {
+    absl::flat_hash_map<absl::string_view, std::pair<int, int>> seen;
+    for (int s = 0; s < req->segments_size(); ++s) {
+      const auto& ids = req->segments(s).block_ids();
+      for (int j = 0; j < ids.size(); ++j) {
+        auto [it, fresh] = seen.try_emplace(ids[j], s, j);
+        if (!fresh) {
+          return FinishUnary(ctx, absl::InvalidArgumentError(absl::StrCat(
+                                      "segments[", s, "].block_ids[", j, "]: repeats segments[",
+                                      it->second.first, "].block_ids[", it->second.second,
+                                      "] (a block appears at most once in a context)")));
+        }
+      }
+    }
+  }
   std::vector<std::vector<std::string>> segments;
   segments.reserve(req->segments_size());
   for (const v1::Segment& segment : req->segments()) {

@@ -32,7 +32,8 @@ class ProcessTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   // Starts kvtierd and waits for READY=1 on a notify socket.
-  std::unique_ptr<ChildProcess> StartDaemon(std::vector<std::string> extra_args = {}) {
+  std::unique_ptr<ChildProcess> StartDaemon(std::vector<std::string> extra_args = {},
+                                            std::vector<std::string> extra_env = {}) {
     notify_ = std::make_unique<NotifySocket>(dir_ + "/notify.sock");
     std::vector<std::string> argv = {KVTIERD_PATH,
                                      "--data-dir",
@@ -50,8 +51,8 @@ class ProcessTest : public ::testing::Test {
                                      "--set",
                                      "tiers.nvme.file_size_bytes=16MiB"};
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-    auto child = std::make_unique<ChildProcess>(
-        argv, std::vector<std::string>{"NOTIFY_SOCKET=" + notify_->path()}, dir_ + "/log");
+    extra_env.push_back("NOTIFY_SOCKET=" + notify_->path());
+    auto child = std::make_unique<ChildProcess>(argv, extra_env, dir_ + "/log");
     EXPECT_TRUE(notify_->WaitFor("READY=1", std::chrono::seconds(20)))
         << testing::ReadFile(dir_ + "/log");
     return child;
@@ -83,6 +84,19 @@ TEST_F(ProcessTest, StatusPrintsTiersAndSigtermExitsCleanly) {
   EXPECT_EQ(*code, 0);
   EXPECT_FALSE(std::filesystem::exists(socket_));
   EXPECT_THAT(testing::ReadFile(dir_ + "/log"), HasSubstr("stopped"));
+}
+
+TEST_F(ProcessTest, PingsTheSystemdWatchdogWhileResponsive) {
+  // As systemd starts it with WatchdogSec=1: pings at half the interval.
+  auto daemon = StartDaemon({}, {"WATCHDOG_USEC=1000000"});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(notify_->WaitFor("WATCHDOG=1", std::chrono::seconds(5)))
+        << "ping " << i << testing::ReadFile(dir_ + "/log");
+  }
+  daemon->Signal(SIGTERM);
+  auto code = daemon->Wait(std::chrono::seconds(5));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0);
 }
 
 TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {

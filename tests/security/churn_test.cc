@@ -74,6 +74,7 @@ TEST_F(ChurnTest, KilledClientsLeaveNothingBehind) {
   auto a = As("a");
   const uint64_t p = Register(a.get());
   Put(a.get(), p, Ids("churn", 8), 1);
+  ASSERT_TRUE(a->OpenArena().ok());  // the tenant's one arena exists from here on
   auto ops = As("ops");
   auto usage = [&] {
     auto stats = ops->Stats();
@@ -120,6 +121,7 @@ TEST_F(ChurnTest, KilledClientsLeaveNothingBehind) {
   EXPECT_EQ(now.leases(), before.leases());
   EXPECT_EQ(now.pinned_bytes(), before.pinned_bytes());
   EXPECT_EQ(now.staging_slots(), before.staging_slots());
+  EXPECT_EQ(now.arena_bytes(), before.arena_bytes()) << "one arena per tenant, not per client";
   auto stats = ops->Stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->open_contexts(), 0u);

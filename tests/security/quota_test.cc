@@ -1,6 +1,10 @@
 // Quotas: every tenant quota is enforced with RESOURCE_EXHAUSTED naming
 // the quota, per-request sizes are bounded, and a tenant's usage never
 // passes its quota.
+#include <unistd.h>
+
+#include <fstream>
+
 #include "gmock/gmock.h"
 #include "tests/security/security_fixture.h"
 
@@ -137,6 +141,38 @@ TEST_F(QuotaTest, OneRequestCannotNameAnIdOverAndOver) {
   EXPECT_EQ(looked.status().code(), absl::StatusCode::kInvalidArgument);
   // The daemon still answers.
   EXPECT_TRUE(q_->Health().ok());
+}
+
+// Resident set size of this process (the daemon runs in it), bytes.
+uint64_t RssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+TEST_F(QuotaTest, AContextOfOneIdRepeatedIsRefusedWithoutBuildingIt) {
+  auto a = As("a");  // no blocks_per_context quota: only the daemon's limits
+  const uint64_t p = Register(a.get());
+  Put(a.get(), p, {BlockIdOf("one", 0)}, 1);
+  v1::OpenContextRequest open;
+  open.set_profile_id(p);
+  auto* seg = open.add_segments();
+  for (int i = 0; i < 262144; ++i) seg->add_block_ids(BlockIdOf("one", 0));
+  const uint64_t before = RssBytes();
+  grpc::ClientContext ctx;
+  v1::OpenContextResponse out;
+  grpc::Status st = a->kvtier_stub()->OpenContext(&ctx, open, &out);
+  const uint64_t after = RssBytes();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("block_ids[1]"));
+  // The request itself is ~9 MB on each side; a tree of 262,144 entries
+  // would be ~86 MB more.
+  EXPECT_LT(after - std::min(after, before), uint64_t{48} << 20)
+      << "RSS grew from " << before << " to " << after;
+  std::printf("OpenContext of 262,144 copies of one id: RSS +%.1f MiB\n",
+              static_cast<double>(after - std::min(after, before)) / (1 << 20));
+  EXPECT_EQ(As("ops")->Stats()->open_contexts(), 0u);
 }
 
 }  // namespace
