@@ -166,9 +166,10 @@ TEST_F(QuotaTest, AContextOfOneIdRepeatedIsRefusedWithoutBuildingIt) {
   const uint64_t after = RssBytes();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("block_ids[1]"));
-  // The request itself is ~9 MB on each side; a tree of 262,144 entries
-  // would be ~86 MB more.
-  EXPECT_LT(after - std::min(after, before), uint64_t{48} << 20)
+  // Client and daemon share this process: the 9 MB message serialized,
+  // received and parsed into 262,144 strings costs ~45 MiB here; building
+  // the context's tree would add ~86 MiB on top.
+  EXPECT_LT(after - std::min(after, before), uint64_t{64} << 20)
       << "RSS grew from " << before << " to " << after;
   std::printf("OpenContext of 262,144 copies of one id: RSS +%.1f MiB\n",
               static_cast<double>(after - std::min(after, before)) / (1 << 20));
