@@ -20,6 +20,39 @@ int ReportError(const absl::Status& status, const Client& client, std::ostream& 
   return unreachable ? 3 : 1;
 }
 
+namespace {
+
+// One row per tenant: what it holds now; then the quotas that are set.
+void PrintTenants(const v1::StatsResponse& stats, std::ostream& out) {
+  if (stats.tenants().empty()) return;
+  char line[256];
+  std::snprintf(line, sizeof(line), "\n%-20s %-5s %10s %10s %10s %10s %6s %6s %6s\n", "TENANT",
+                "ROLE", "ARENA", "PINNED", "HOST", "NVME", "SLOTS", "LEASES", "CTXS");
+  out << line;
+  for (const v1::TenantStats& t : stats.tenants()) {
+    std::snprintf(line, sizeof(line), "%-20s %-5s %10s %10s %10s %10s %6llu %6llu %6llu\n",
+                  t.name().c_str(), t.role().c_str(), HumanBytes(t.arena_bytes()).c_str(),
+                  HumanBytes(t.pinned_bytes()).c_str(), HumanBytes(t.host_bytes()).c_str(),
+                  HumanBytes(t.nvme_bytes()).c_str(),
+                  static_cast<unsigned long long>(t.staging_slots()),
+                  static_cast<unsigned long long>(t.leases()),
+                  static_cast<unsigned long long>(t.contexts()));
+    out << line;
+  }
+  for (const v1::TenantStats& t : stats.tenants()) {
+    if (t.quotas().empty()) continue;
+    std::map<std::string, uint64_t> sorted(t.quotas().begin(), t.quotas().end());
+    out << "  quotas of " << t.name() << ":";
+    for (const auto& [key, value] : sorted) {
+      const bool bytes = key.size() > 6 && key.compare(key.size() - 6, 6, "_bytes") == 0;
+      out << " " << key << "=" << (bytes ? HumanBytes(value) : std::to_string(value));
+    }
+    out << "\n";
+  }
+}
+
+}  // namespace
+
 int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out,
               std::ostream& err) {
   auto stats = client.Stats();
@@ -39,8 +72,10 @@ int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out,
     out << line;
   }
   out << "\nprofiles " << stats->profiles() << ", open contexts " << stats->open_contexts()
-      << ", active leases " << stats->active_leases() << ", quarantined blocks "
-      << stats->quarantined_blocks() << "\n\nconfiguration:\n";
+      << ", active leases " << stats->active_leases() << ", staging slots "
+      << stats->staging_slots() << ", quarantined blocks " << stats->quarantined_blocks() << "\n";
+  PrintTenants(*stats, out);
+  out << "\nconfiguration:\n";
   std::map<std::string, std::string> sorted(stats->config().begin(), stats->config().end());
   for (const auto& [key, value] : sorted) out << "  " << key << " = " << value << "\n";
   return 0;

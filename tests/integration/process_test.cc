@@ -72,6 +72,8 @@ TEST_F(ProcessTest, StatusPrintsTiersAndSigtermExitsCleanly) {
   EXPECT_THAT(status.out, HasSubstr("host"));
   EXPECT_THAT(status.out, HasSubstr("nvme"));
   EXPECT_THAT(status.out, HasSubstr("64 MiB"));  // host tier capacity
+  EXPECT_THAT(status.out, HasSubstr("TENANT"));
+  EXPECT_THAT(status.out, HasSubstr("default  "));  // authentication off: one tenant
 
   auto json = RunCommand({KVTIERCTL_PATH, "status", "--json"}, {"KVTIER_SOCKET=" + socket_});
   EXPECT_EQ(json.exit_code, 0) << json.err;
