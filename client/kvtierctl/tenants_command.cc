@@ -29,29 +29,12 @@ int Usage(const std::string& message, std::ostream& err) {
   return 2;
 }
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 // Prints a new token: the token alone on out (or JSON), the warnings on err.
 void PrintToken(const std::string& name, const std::string& token, const std::string& file,
                 const GlobalOptions& options, std::ostream& out, std::ostream& err) {
   if (options.json) {
-    out << "{\"tenant\": " << JsonString(name) << ", \"token\": " << JsonString(token) << "}\n";
+    out << "{\"tenant\": " << QuoteString(name) << ", \"token\": " << QuoteString(token) << "}\n";
   } else {
     out << token << "\n";
   }
@@ -190,13 +173,13 @@ int RunTenantsList(const std::string& file, const GlobalOptions& options, std::o
     for (size_t i = 0; i < tenants->size(); ++i) {
       const TenantEntry& t = (*tenants)[i];
       std::vector<std::string> certs, quotas;
-      for (const std::string& c : t.cert_names) certs.push_back(JsonString(c));
+      for (const std::string& c : t.cert_names) certs.push_back(QuoteString(c));
       for (const Quota& q : t.quotas) {
-        quotas.push_back(JsonString(q.key) + ": " +
-                         (q.is_size_string ? JsonString(q.value) : q.value));
+        quotas.push_back(QuoteString(q.key) + ": " +
+                         (q.is_size_string ? QuoteString(q.value) : q.value));
       }
-      out << (i ? ",\n " : "\n ") << "{\"name\": " << JsonString(t.name)
-          << ", \"role\": " << JsonString(t.role) << ", \"tokens\": " << t.token_sha256.size()
+      out << (i ? ",\n " : "\n ") << "{\"name\": " << QuoteString(t.name)
+          << ", \"role\": " << QuoteString(t.role) << ", \"tokens\": " << t.token_sha256.size()
           << ", \"cert_names\": [" << absl::StrJoin(certs, ", ") << "], \"quotas\": {"
           << absl::StrJoin(quotas, ", ") << "}}";
     }

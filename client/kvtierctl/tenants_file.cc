@@ -75,42 +75,14 @@ bool ValidSizeText(absl::string_view text) {
   return false;
 }
 
-bool ValidHash(absl::string_view h) {
-  if (h.size() != 64) return false;
-  for (char c : h) {
-    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c)) || absl::ascii_isupper(c)) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// A TOML basic string: quotes, backslashes and control bytes escaped.
-std::string TomlString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04X", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 void AppendStringList(const char* key, const std::vector<std::string>& values, std::string* out) {
   if (values.size() == 1) {
-    absl::StrAppend(out, key, " = [", TomlString(values[0]), "]\n");
+    absl::StrAppend(out, key, " = [", QuoteString(values[0]), "]\n");
     return;
   }
   absl::StrAppend(out, key, " = [\n");
-  for (const std::string& v : values) absl::StrAppend(out, "  ", TomlString(v), ",\n");
+  for (const std::string& v : values) absl::StrAppend(out, "  ", QuoteString(v), ",\n");
   absl::StrAppend(out, "]\n");
 }
 
@@ -175,21 +147,31 @@ absl::StatusOr<TenantEntry> ParseEntry(const toml::table& e, const std::string& 
 
 }  // namespace
 
+std::string QuoteString(absl::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04X", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 void SortQuotas(std::vector<Quota>* quotas) {
   std::stable_sort(quotas->begin(), quotas->end(), [](const Quota& a, const Quota& b) {
     return QuotaIndex(a.key) < QuotaIndex(b.key);
   });
 }
 
-bool ValidTenantName(absl::string_view name) {
-  if (name.empty() || name.size() > kMaxTenantNameBytes) return false;
-  for (char c : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
-      return false;
-    }
-  }
-  return true;
-}
+bool ValidTenantName(absl::string_view name) { return daemon::IsTenantName(name); }
 
 absl::StatusOr<Quota> ParseQuotaArgument(absl::string_view key_equals_value) {
   const size_t eq = key_equals_value.find('=');
@@ -239,7 +221,7 @@ absl::Status ValidateTenants(const std::vector<TenantEntry>& tenants, const std:
       return Bad(path, i, absl::StrCat("tenant \"", t.name, "\" is listed twice"));
     }
     for (const std::string& h : t.token_sha256) {
-      if (!ValidHash(h)) {
+      if (!daemon::IsTokenHash(h)) {
         return Bad(path, i, "token_sha256 entries are 64 lowercase hex digits (SHA-256)");
       }
       if (!hashes.insert(h).second) return Bad(path, i, "a token hash is listed twice");
@@ -305,14 +287,14 @@ absl::StatusOr<std::vector<TenantEntry>> ReadTenantsFile(const std::string& path
 
 std::string FormatTenant(const TenantEntry& t) {
   std::string out = "[[tenants]]\n";
-  absl::StrAppend(&out, "name = ", TomlString(t.name), "\n");
-  absl::StrAppend(&out, "role = ", TomlString(t.role), "\n");
+  absl::StrAppend(&out, "name = ", QuoteString(t.name), "\n");
+  absl::StrAppend(&out, "role = ", QuoteString(t.role), "\n");
   if (!t.token_sha256.empty()) AppendStringList("token_sha256", t.token_sha256, &out);
   if (!t.cert_names.empty()) AppendStringList("cert_names", t.cert_names, &out);
   if (!t.quotas.empty()) {
     absl::StrAppend(&out, "[tenants.quotas]\n");
     for (const Quota& q : t.quotas) {
-      absl::StrAppend(&out, q.key, " = ", q.is_size_string ? TomlString(q.value) : q.value, "\n");
+      absl::StrAppend(&out, q.key, " = ", q.is_size_string ? QuoteString(q.value) : q.value, "\n");
     }
   }
   return out;

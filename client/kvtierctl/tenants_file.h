@@ -28,11 +28,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "daemon/auth/token.h"
 
 namespace kvtier::ctl {
 
 // The daemon's limits (daemon/auth/tenants.h).
-inline constexpr size_t kMaxTenantNameBytes = 64;
+inline constexpr size_t kMaxTenantNameBytes = daemon::kMaxTenantNameBytes;
 inline constexpr size_t kMaxTenants = 4096;
 inline constexpr size_t kMaxCertNameBytes = 256;
 
@@ -59,6 +60,10 @@ struct TenantEntry {
 };
 
 bool ValidTenantName(absl::string_view name);
+
+// s as a double-quoted string with quotes, backslashes and control bytes
+// escaped (\uXXXX): a TOML basic string, and also a JSON string.
+std::string QuoteString(absl::string_view s);
 
 // Puts quotas in kQuotaKeys order: the order ParseTenants returns (toml++
 // does not keep a table's key order) and FormatTenant writes.

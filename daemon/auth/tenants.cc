@@ -16,27 +16,6 @@ absl::Status Bad(const std::string& path, size_t i, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": tenants[", i, "]: ", what));
 }
 
-bool ValidName(absl::string_view name) {
-  if (name.empty() || name.size() > kMaxTenantNameBytes) return false;
-  for (char c : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' &&
-        c != '-') {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool ValidHash(absl::string_view h) {
-  if (h.size() != 64) return false;
-  for (char c : h) {
-    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c)) || absl::ascii_isupper(c)) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // A size ("64MiB" or an integer) or a count.
 absl::StatusOr<uint64_t> QuotaValue(const toml::node& node, const std::string& key) {
   if (const auto* i = node.as_integer()) {
@@ -126,7 +105,7 @@ absl::StatusOr<std::shared_ptr<const TenantRegistry::Table>> TenantRegistry::Par
     for (const auto& [key, node] : *e) {
       const std::string k(key.str());
       if (k == "name") {
-        if (!node.is_string() || !ValidName(node.as_string()->get())) {
+        if (!node.is_string() || !IsTenantName(node.as_string()->get())) {
           return Bad(path, i, "name must be 1..64 bytes of [A-Za-z0-9._-]");
         }
         t->name = node.as_string()->get();
@@ -140,7 +119,7 @@ absl::StatusOr<std::shared_ptr<const TenantRegistry::Table>> TenantRegistry::Par
         for (const auto& v : *a) {
           if (!v.is_string()) return Bad(path, i, k + " must be a list of strings");
           const std::string s = v.as_string()->get();
-          if (k == "token_sha256" && !ValidHash(s)) {
+          if (k == "token_sha256" && !IsTokenHash(s)) {
             return Bad(path, i, "token_sha256 entries are 64 lowercase hex digits (SHA-256)");
           }
           if (k == "cert_names" && (s.empty() || s.size() > 256)) {

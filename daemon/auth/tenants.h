@@ -46,7 +46,6 @@
 namespace kvtier::daemon {
 
 inline constexpr char kDefaultTenant[] = "default";
-inline constexpr size_t kMaxTenantNameBytes = 64;
 inline constexpr size_t kMaxTenants = 4096;
 
 enum class Role : uint8_t { kData = 0, kAdmin = 1 };

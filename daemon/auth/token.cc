@@ -1,5 +1,7 @@
 #include "daemon/auth/token.h"
 
+#include "absl/strings/ascii.h"
+
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
@@ -21,6 +23,26 @@ std::string NewToken() {
   absl::WebSafeBase64Escape(
       absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)), &out);
   return out;
+}
+
+bool IsTokenHash(absl::string_view hex) {
+  if (hex.size() != 64) return false;
+  for (char c : hex) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c)) || absl::ascii_isupper(c)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool IsTenantName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxTenantNameBytes) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace kvtier::daemon

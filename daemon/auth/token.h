@@ -2,7 +2,7 @@
 // Shared by the daemon (checking) and kvtierctl (`tenants add`); depends
 // only on OpenSSL and abseil strings.
 //
-// Thread safety: both functions are thread-safe.
+// Thread safety: all functions are thread-safe.
 #ifndef KVTIER_DAEMON_AUTH_TOKEN_H_
 #define KVTIER_DAEMON_AUTH_TOKEN_H_
 
@@ -19,6 +19,13 @@ std::string HashToken(absl::string_view token);
 // A new random bearer token: 256 bits from the OpenSSL CSPRNG, 43
 // URL-safe base64 characters. Empty only if the CSPRNG fails.
 std::string NewToken();
+
+// The tenants file's rules, shared so kvtierctl writes only what the
+// daemon loads: a token_sha256 value is 64 lowercase hex digits; a tenant
+// name is 1..64 bytes of [A-Za-z0-9._-].
+inline constexpr size_t kMaxTenantNameBytes = 64;
+bool IsTokenHash(absl::string_view hex);
+bool IsTenantName(absl::string_view name);
 
 }  // namespace kvtier::daemon
 
