@@ -70,11 +70,15 @@ class SelectTest(DaemonTestCase):
         with self.client.select_session() as session:
             entry = {"context_id": context, "anchor": self.keys[0], "max_blocks": 2, "scorer": "recency"}
             first = session.send([entry])
+            # The daemon answers requests in order, but the append below goes
+            # over another call: wait for the first answer so it is known to
+            # precede the append (otherwise the two race).
+            first_blocks = [b.position for b in first.result(10)[0].blocks]
             new_id = kvtier.chain_hash(self.pid, ids[-1], list(range(16)), ["ahead"])
             self.client.put_blocks(self.pid, [(new_id, keyed_block(self.profile, self.keys[4], 99))])
             self.assertEqual(self.client.append_blocks(context, [new_id]).num_blocks, 5)
             second = session.send([entry])
-            self.assertEqual([b.position for b in first.result(10)[0].blocks], [0, 3])
+            self.assertEqual(first_blocks, [0, 3])
             self.assertEqual([b.position for b in second.result(10)[0].blocks], [0, 4])
             self.assertGreater(second.request_id, first.request_id)
 
