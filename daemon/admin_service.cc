@@ -17,6 +17,20 @@ namespace {
 // Progress messages are sent at most this often (plus the last one).
 constexpr uint64_t kProgressEvery = 64;
 
+// The most quarantined blocks one Verify answer lists (Stats counts all).
+constexpr uint64_t kMaxListedQuarantined = 10000;
+
+void FillQuarantined(const QuarantinedBlock& q, v1::BlockInfo* info) {
+  info->set_profile_id(q.key.profile_id);
+  info->set_block_id(q.key.block_id);
+  info->set_tenant(q.key.tenant);
+  info->set_tier(ToProto(q.tier));
+  info->set_quarantined(true);
+  info->set_quarantine_location(q.location);
+  info->set_quarantine_reason(q.reason);
+  info->set_quarantined_at_micros(q.found_micros);
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* AdminService::Refuse(grpc::CallbackServerContext* ctx,
@@ -38,6 +52,7 @@ void AdminService::AddTenantStats(v1::StatsResponse* resp) {
     ts->set_staging_slots(u.staging_slots);
     ts->set_host_bytes(u.host_bytes);
     ts->set_nvme_bytes(u.nvme_bytes);
+    ts->set_retained_bytes(u.retained_bytes);
     ts->set_profiles(u.profiles);
     ts->set_leases(u.leases);
     ts->set_contexts(runtime_->contexts()->OpenCount(t->name));
@@ -47,7 +62,7 @@ void AdminService::AddTenantStats(v1::StatsResponse* resp) {
         {"staging_bytes", q.staging_bytes}, {"staging_slots", q.staging_slots},
         {"contexts", q.contexts},           {"blocks_per_context", q.blocks_per_context},
         {"host_bytes", q.host_bytes},       {"nvme_bytes", q.nvme_bytes},
-        {"profiles", q.profiles}};
+        {"retained_bytes", q.retained_bytes}, {"profiles", q.profiles}};
     for (const auto& [name, value] : quotas) {
       if (value != 0) (*ts->mutable_quotas())[name] = value;
     }
@@ -78,6 +93,11 @@ grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* ctx,
   resp->set_active_leases(stats.active_leases);
   resp->set_quarantined_blocks(stats.quarantined_blocks);
   resp->set_staging_slots(stats.staging_slots);
+  resp->set_evicted_blocks(stats.evicted_blocks);
+  resp->set_retained_bytes(stats.retained_bytes);
+  resp->set_checksum_failures_device(stats.checksum_failures[0]);
+  resp->set_checksum_failures_host(stats.checksum_failures[1]);
+  resp->set_checksum_failures_nvme(stats.checksum_failures[2]);
   AddTenantStats(resp);
   for (const auto& [key, value] : config.Flatten()) (*resp->mutable_config())[key] = value;
   (*resp->mutable_config())["gpu.probe"] = runtime_->device_probe().description;
@@ -94,7 +114,20 @@ grpc::ServerUnaryReactor* AdminService::ListBlocks(grpc::CallbackServerContext* 
   }
   std::map<std::pair<uint64_t, int>, std::pair<uint64_t, uint64_t>> counts;
   const uint32_t limit = req->limit();
-  runtime_->store()->ForEachBlock(
+  if (!v1::Tier_IsValid(req->tier())) {
+    return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat(
+                           "tier: ", static_cast<int>(req->tier()), " is not a Tier")));
+  }
+  if (req->quarantined()) {
+    runtime_->store()->ForEachQuarantined(req->profile_id(), [&](const QuarantinedBlock& q) {
+      auto& c = counts[{q.key.profile_id, static_cast<int>(v1::TIER_UNSPECIFIED)}];
+      ++c.first;
+      if (static_cast<uint32_t>(resp->blocks_size()) < limit) {
+        FillQuarantined(q, resp->add_blocks());
+      }
+    });
+  }
+  if (!req->quarantined()) runtime_->store()->ForEachBlock(
       req->profile_id(), [&](const BlockKey& key, const BlockLocation& loc) {
         v1::Tier tier = ToProto(loc.tier);
         if (req->tier() != v1::TIER_UNSPECIFIED && req->tier() != tier) return;
@@ -109,6 +142,7 @@ grpc::ServerUnaryReactor* AdminService::ListBlocks(grpc::CallbackServerContext* 
           info->set_size_bytes(loc.size_bytes);
           info->set_durable(loc.durable);
           info->set_pinned(loc.pinned);
+          info->set_retained(loc.retained);
           info->set_tenant(key.tenant);
         }
       });
@@ -188,11 +222,18 @@ grpc::ServerWriteReactor<v1::VerifyProgress>* AdminService::Verify(grpc::Callbac
               pending.set_blocks_checked(done);
               pending.set_blocks_total(total);
               pending.set_corrupt_blocks(corrupt);
-              pending.set_done(done == total);
               post(pending);
               pending.clear_corrupt_block_ids();
             });
-        return st;
+        if (!st.ok()) return st;
+        // The last message: every quarantined block, whoever found it.
+        pending.set_done(true);
+        uint64_t listed = 0;
+        store->ForEachQuarantined(profile_id, [&](const QuarantinedBlock& q) {
+          if (listed++ < kMaxListedQuarantined) FillQuarantined(q, pending.add_quarantined());
+        });
+        post(pending);
+        return absl::OkStatus();
       });
 }
 

@@ -63,14 +63,14 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
               key,
               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(put.data().data()),
                                   put.data().size()),
-              request_.durable(), put.xxh3());
+              request_.durable(), put.xxh3(), request_.retain());
           break;
         case v1::BlockPut::kSlot:
           outcome = store->PutFromStaging(
               key,
               StagingSlot{put.slot().slot_id(), put.slot().offset_bytes(),
                           put.slot().size_bytes(), put.slot().generation()},
-              request_.durable(), put.xxh3());
+              request_.durable(), put.xxh3(), request_.retain());
           break;
         default:
           outcome = absl::InvalidArgumentError(
@@ -83,6 +83,7 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
         result->set_tier(ToProto(outcome->tier));
         result->set_durable(outcome->durable);
         result->set_existed(outcome->existed);
+        result->set_retained(outcome->retained);
         if (!outcome->existed) {
           response_->set_blocks_stored(response_->blocks_stored() + 1);
           response_->set_bytes_stored(response_->bytes_stored() +
@@ -139,6 +140,12 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResp
   absl::Status Validate() {
     const uint64_t limit = runtime_->config().limits.max_batch_blocks;
     if (request_->block_ids_size() == 0) return absl::InvalidArgumentError("block_ids: empty");
+    if (request_->mode() != v1::RETURN_MODE_UNSPECIFIED &&
+        request_->mode() != v1::RETURN_MODE_BYTES && request_->mode() != v1::RETURN_MODE_HANDLES) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mode: ", static_cast<int>(request_->mode()),
+                       " is not a ReturnMode (BYTES or HANDLES)"));
+    }
     if (static_cast<uint64_t>(request_->block_ids_size()) > limit) {
       return absl::InvalidArgumentError(absl::StrCat(
           "block_ids: ", request_->block_ids_size(), " exceed limits.max_batch_blocks = ", limit));

@@ -164,6 +164,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
   options.write_through = config.nvme.write_through;
   options.default_lease_ttl_ms = config.leases.default_ttl_ms;
   options.max_lease_ttl_ms = config.leases.max_ttl_ms;
+  options.log_warning = [](const std::string& message) { spdlog::warn("store: {}", message); };
   options.summarize = [summarizer = rt->summarizer_.get()](const ModelProfile& profile,
                                                            absl::Span<const uint8_t> payload) {
     return summarizer->Summarize(profile, payload);
@@ -211,6 +212,7 @@ void Runtime::ApplyTenantQuotas() {
     limits.staging_slots = t->quotas.staging_slots;
     limits.host_bytes = t->quotas.host_bytes;
     limits.nvme_bytes = t->quotas.nvme_bytes;
+    limits.retained_bytes = t->quotas.retained_bytes;
     limits.profiles = t->quotas.profiles;
     store_->SetTenantLimits(t->name, limits);
     contexts_->SetTenantLimits(t->name,

@@ -20,12 +20,15 @@ struct GlobalOptions {
 struct LsOptions {
   uint64_t profile_id = 0;  // 0 = all
   uint32_t limit = 0;       // blocks to list individually; 0 = counts only
+  bool quarantined = false; // list quarantined blocks instead (every one)
 };
 
 // Blocks per (profile, tier), optionally the first `limit` blocks.
 int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std::ostream& out,
           std::ostream& err);
-// Re-reads and checksums every durable block, with a progress bar on err.
+// Re-reads and checksums every copy of every block, with a progress bar on
+// err, then lists every quarantined block (found now or earlier). Exit
+// status 4 when any block is quarantined.
 int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id,
               bool is_terminal, std::ostream& out, std::ostream& err);
 // Demotes every block to NVMe, with a progress bar on err.

@@ -1,10 +1,50 @@
 #include "client/kvtierctl/format.h"
 
+#include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <cstdio>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+
 namespace kvtier::ctl {
+namespace {
+
+// Block ids are bytes, which protobuf's JSON mapping writes as base64; the
+// CLI shows them in hex everywhere (as its tables do).
+bool IsIdField(const std::string& name) {
+  return name == "block_id" || name == "block_ids" || absl::EndsWith(name, "_block_ids");
+}
+
+void HexifyIds(google::protobuf::Value* value, bool is_id);
+
+void HexifyStruct(google::protobuf::Struct* s) {
+  for (auto& [name, value] : *s->mutable_fields()) HexifyIds(&value, IsIdField(name));
+}
+
+void HexifyIds(google::protobuf::Value* value, bool is_id) {
+  switch (value->kind_case()) {
+    case google::protobuf::Value::kStringValue:
+      if (is_id) {
+        std::string raw;
+        if (absl::Base64Unescape(value->string_value(), &raw)) {
+          value->set_string_value(absl::BytesToHexString(raw));
+        }
+      }
+      break;
+    case google::protobuf::Value::kListValue:
+      for (auto& v : *value->mutable_list_value()->mutable_values()) HexifyIds(&v, is_id);
+      break;
+    case google::protobuf::Value::kStructValue:
+      HexifyStruct(value->mutable_struct_value());
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
 
 std::string HumanBytes(uint64_t bytes) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -54,6 +94,13 @@ int PrintJson(const google::protobuf::Message& message, std::ostream& out, std::
   print.always_print_primitive_fields = true;
   print.preserve_proto_field_names = true;
   auto st = google::protobuf::util::MessageToJsonString(message, &json, print);
+  google::protobuf::Struct tree;
+  if (st.ok()) st = google::protobuf::util::JsonStringToMessage(json, &tree);
+  if (st.ok()) {
+    HexifyStruct(&tree);
+    json.clear();
+    st = google::protobuf::util::MessageToJsonString(tree, &json, print);
+  }
   if (!st.ok()) {
     err << "kvtierctl: cannot encode JSON: " << st.ToString() << "\n";
     return 1;

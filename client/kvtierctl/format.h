@@ -22,6 +22,8 @@ std::string HumanDuration(uint64_t seconds);
 const char* TierLabel(v1::Tier tier);
 // Pretty JSON with proto field names and default values; returns the exit
 // code (0, or 1 after printing why to err).
+// Block ids (fields block_id, block_ids, *_block_ids) are written in hex,
+// like every table of the CLI, not in protobuf's base64.
 int PrintJson(const google::protobuf::Message& message, std::ostream& out, std::ostream& err);
 
 }  // namespace kvtier::ctl

@@ -49,9 +49,12 @@ int main(int argc, char** argv) {
   CLI::App* ls = app.add_subcommand("ls", "Blocks per tier and profile");
   ls->add_option("--profile", ls_options.profile_id, "Only this profile id");
   ls->add_option("--limit", ls_options.limit, "Also list up to N blocks individually");
+  ls->add_flag("--quarantined", ls_options.quarantined,
+               "List quarantined blocks (whoever found them) instead; with no --limit, all");
   ls->add_flag("--json", options.json, "Machine-readable JSON output");
   uint64_t verify_profile = 0;
-  CLI::App* verify = app.add_subcommand("verify", "Re-read and checksum every durable block");
+  CLI::App* verify = app.add_subcommand(
+      "verify", "Re-read and checksum every copy of every block; list every quarantined block");
   verify->add_option("--profile", verify_profile, "Only this profile id");
   verify->add_flag("--json", options.json, "Machine-readable JSON output");
   CLI::App* drain = app.add_subcommand("drain", "Demote every block to NVMe (durable)");
@@ -68,7 +71,8 @@ int main(int argc, char** argv) {
   add_cmd->add_option("--role", add.role, "data (KvTier service) or admin (both services)");
   add_cmd->add_option("--quota", add.quotas,
                       "key=value, repeatable: device_bytes pinned_bytes staging_bytes "
-                      "host_bytes nvme_bytes (sizes: 4096, 64MiB) staging_slots contexts "
+                      "host_bytes nvme_bytes retained_bytes (sizes: 4096, 64MiB) "
+                      "staging_slots contexts "
                       "blocks_per_context profiles (counts)")
       ->allow_extra_args(false);
   add_cmd->add_option("--cert-name", add.cert_names,

@@ -11,17 +11,46 @@
 
 namespace kvtier::ctl {
 
+namespace {
+
+void PrintQuarantined(const google::protobuf::RepeatedPtrField<v1::BlockInfo>& blocks,
+                      std::ostream& out) {
+  char line[512];
+  std::snprintf(line, sizeof(line), "%-66s %-16s %-10s %-7s %-28s %s\n", "BLOCK_ID", "TENANT",
+                "PROFILE", "TIER", "LOCATION", "REASON");
+  out << line;
+  for (const v1::BlockInfo& b : blocks) {
+    std::snprintf(line, sizeof(line), "%-66s %-16s %-10llu %-7s %-28s %s\n",
+                  absl::BytesToHexString(b.block_id()).c_str(), b.tenant().c_str(),
+                  static_cast<unsigned long long>(b.profile_id()), TierLabel(b.tier()),
+                  b.quarantine_location().empty() ? "-" : b.quarantine_location().c_str(),
+                  b.quarantine_reason().c_str());
+    out << line;
+  }
+}
+
+}  // namespace
+
 int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std::ostream& out,
           std::ostream& err) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + client.options().call_timeout);
   v1::ListBlocksRequest req;
   req.set_profile_id(ls.profile_id);
-  req.set_limit(ls.limit);
+  req.set_quarantined(ls.quarantined);
+  req.set_limit(ls.quarantined && ls.limit == 0 ? UINT32_MAX : ls.limit);
   v1::ListBlocksResponse resp;
   grpc::Status st = client.admin_stub()->ListBlocks(&ctx, req, &resp);
   if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
   if (options.json) return PrintJson(resp, out, err);
+  if (ls.quarantined) {
+    if (resp.blocks_size() == 0) {
+      out << "(no quarantined blocks)\n";
+      return 0;
+    }
+    PrintQuarantined(resp.blocks(), out);
+    return 0;
+  }
   char line[200];
   std::snprintf(line, sizeof(line), "%-10s %-7s %10s %12s\n", "PROFILE", "TIER", "BLOCKS", "BYTES");
   out << line;
@@ -34,15 +63,15 @@ int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std
   if (resp.counts_size() == 0) out << "(no blocks)\n";
   if (resp.blocks_size() > 0) {
     out << "\n";
-    std::snprintf(line, sizeof(line), "%-66s %-10s %-7s %10s %-8s %s\n", "BLOCK_ID", "PROFILE",
-                  "TIER", "SIZE", "DURABLE", "PINNED");
+    std::snprintf(line, sizeof(line), "%-66s %-10s %-7s %10s %-8s %-7s %s\n", "BLOCK_ID",
+                  "PROFILE", "TIER", "SIZE", "DURABLE", "PINNED", "RETAINED");
     out << line;
     for (const v1::BlockInfo& b : resp.blocks()) {
-      std::snprintf(line, sizeof(line), "%-66s %-10llu %-7s %10s %-8s %s\n",
+      std::snprintf(line, sizeof(line), "%-66s %-10llu %-7s %10s %-8s %-7s %s\n",
                     absl::BytesToHexString(b.block_id()).c_str(),
                     static_cast<unsigned long long>(b.profile_id()), TierLabel(b.tier()),
                     HumanBytes(b.size_bytes()).c_str(), b.durable() ? "yes" : "no",
-                    b.pinned() ? "yes" : "no");
+                    b.pinned() ? "yes" : "no", b.retained() ? "yes" : "no");
       out << line;
     }
   }
@@ -73,14 +102,16 @@ int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id,
   if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
   last.clear_corrupt_block_ids();
   for (const auto& id : corrupt_ids) last.add_corrupt_block_ids(id);
+  const int rc = last.quarantined_size() > 0 ? 4 : 0;
   if (options.json) {
-    int rc = PrintJson(last, out, err);
-    return rc != 0 ? rc : (corrupt ? 4 : 0);
+    int json_rc = PrintJson(last, out, err);
+    return json_rc != 0 ? json_rc : rc;
   }
-  out << "verified " << last.blocks_checked() << " durable blocks: " << corrupt
-      << " corrupt (quarantined)\n";
-  for (const auto& id : corrupt_ids) out << "  corrupt " << absl::BytesToHexString(id) << "\n";
-  return corrupt ? 4 : 0;
+  out << "verified " << last.blocks_checked() << " blocks (every copy): " << corrupt
+      << " corrupt found by this run; " << last.quarantined_size()
+      << " quarantined in all\n";
+  if (last.quarantined_size() > 0) PrintQuarantined(last.quarantined(), out);
+  return rc;
 }
 
 int RunDrain(Client& client, const GlobalOptions& options, bool is_terminal, std::ostream& out,

@@ -41,7 +41,8 @@ inline constexpr size_t kMaxCertNameBytes = 256;
 // Keys ending in "_bytes" take a size (4096 or "64MiB"); the others a count.
 inline constexpr const char* kQuotaKeys[] = {"device_bytes",  "pinned_bytes", "staging_bytes",
                                              "staging_slots", "contexts",     "blocks_per_context",
-                                             "host_bytes",    "nvme_bytes",   "profiles"};
+                                             "host_bytes",    "nvme_bytes",   "retained_bytes",
+                                             "profiles"};
 
 struct Quota {
   std::string key;

@@ -45,6 +45,7 @@ absl::Status ParseQuotas(const toml::table& t, TenantQuotas* q) {
       {"blocks_per_context", &TenantQuotas::blocks_per_context},
       {"host_bytes", &TenantQuotas::host_bytes},
       {"nvme_bytes", &TenantQuotas::nvme_bytes},
+      {"retained_bytes", &TenantQuotas::retained_bytes},
       {"profiles", &TenantQuotas::profiles},
   };
   for (const auto& [key, node] : t) {

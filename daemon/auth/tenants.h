@@ -20,6 +20,7 @@
 //   blocks_per_context = 65536  # blocks of one context
 //   host_bytes = "1GiB"         # its blocks' bytes in host DRAM
 //   nvme_bytes = "8GiB"         # its blocks' bytes on NVMe
+//   retained_bytes = "2GiB"     # its blocks put with retain (never evicted)
 //   profiles = 16               # profiles it registered
 //
 // Tokens are stored hashed; `kvtierctl tenants add` writes an entry and
@@ -60,6 +61,7 @@ struct TenantQuotas {
   uint64_t blocks_per_context = 0;
   uint64_t host_bytes = 0;
   uint64_t nvme_bytes = 0;
+  uint64_t retained_bytes = 0;
   uint64_t profiles = 0;
 };
 

@@ -10,7 +10,8 @@ namespace {
 constexpr uint8_t kFlagDurable = 1 << 0;
 constexpr uint8_t kFlagQuarantined = 1 << 1;
 constexpr uint8_t kFlagHasNvme = 1 << 2;
-constexpr uint8_t kKnownFlags = kFlagDurable | kFlagQuarantined | kFlagHasNvme;
+constexpr uint8_t kFlagRetained = 1 << 3;
+constexpr uint8_t kKnownFlags = kFlagDurable | kFlagQuarantined | kFlagHasNvme | kFlagRetained;
 constexpr size_t kCheckBytes = 4;
 
 void PutU8(std::string* out, uint8_t v) { out->push_back(static_cast<char>(v)); }
@@ -156,6 +157,7 @@ std::string EncodeBlockRecord(const BlockRecord& record) {
   if (record.durable) flags |= kFlagDurable;
   if (record.quarantined) flags |= kFlagQuarantined;
   if (record.nvme.has_value()) flags |= kFlagHasNvme;
+  if (record.retained) flags |= kFlagRetained;
   PutU8(&out, flags);
   PutLittle(&out, record.size_bytes, 8);
   PutLittle(&out, record.checksum, 8);
@@ -187,6 +189,7 @@ absl::StatusOr<BlockRecord> DecodeBlockRecord(absl::string_view bytes) {
   }
   record.durable = (flags & kFlagDurable) != 0;
   record.quarantined = (flags & kFlagQuarantined) != 0;
+  record.retained = (flags & kFlagRetained) != 0;
   if ((flags & kFlagHasNvme) != 0) {
     NvmeExtent loc;
     if (!r.GetU32(&loc.file_index) || !r.GetU64(&loc.offset) || !r.GetU64(&loc.length)) {

@@ -14,8 +14,8 @@
 //   key   = u8 tenant_len | tenant | u64be profile_id | block_id (1..32)
 //   value (version 1):
 //      0  u8   version = 1
-//      1  u8   flags: bit0 durable, bit1 quarantined, bit2 has_nvme;
-//              other bits must be 0
+//      1  u8   flags: bit0 durable, bit1 quarantined, bit2 has_nvme,
+//              bit3 retained; other bits must be 0
 //      2  u64  size_bytes
 //     10  u64  checksum (XXH3-64 of the payload)
 //     18  i64  created_micros

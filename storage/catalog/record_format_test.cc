@@ -84,7 +84,7 @@ TEST(RecordFormatTest, WellSealedButInvalidFieldsAreDataLoss) {
   EXPECT_EQ(DecodeBlockRecord(Resealed(bytes, 0, 2)).status().code(),
             absl::StatusCode::kDataLoss);
   // Unknown flag bit.
-  EXPECT_EQ(DecodeBlockRecord(Resealed(bytes, 1, 0x0f)).status().code(),
+  EXPECT_EQ(DecodeBlockRecord(Resealed(bytes, 1, 0x1f)).status().code(),
             absl::StatusCode::kDataLoss);
   // Durable without an nvme location.
   BlockRecord r;

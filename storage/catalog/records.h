@@ -13,25 +13,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "storage/common/limits.h"
 
 namespace kvtier {
 
-// ---- Limits (checked by the Validate* functions; bad input is
-// INVALID_ARGUMENT naming the field) ---------------------------------------
-inline constexpr size_t kMaxTenantBytes = 128;
-inline constexpr size_t kMaxBlockIdBytes = 32;
-inline constexpr size_t kMaxContextIdBytes = 64;
-inline constexpr size_t kMaxSummaryBytes = 256 * 1024;  // v_b blob per block
-inline constexpr size_t kMaxProfileNameBytes = 128;
-inline constexpr size_t kMaxProfileRevisionBytes = 64;
-inline constexpr size_t kMaxCalibrationBytes = 64 * 1024;  // opaque blob
-inline constexpr size_t kMaxContextSegments = 4096;
-inline constexpr size_t kMaxContextBlocks = 1 << 18;  // over all segments
-inline constexpr uint32_t kMaxLayers = 1024;
-inline constexpr uint32_t kMaxKvHeads = 1024;
-inline constexpr uint32_t kMaxHeadDim = 4096;
-inline constexpr uint32_t kMaxBlockSizeTokens = 4096;
-inline constexpr uint64_t kMaxBlockBytes = uint64_t{1} << 30;  // 1 GiB
+// Limits (storage/common/limits.h) are checked by the Validate* functions;
+// bad input is INVALID_ARGUMENT naming the field.
 
 // ---- Blocks ---------------------------------------------------------------
 
@@ -71,6 +58,9 @@ struct BlockRecord {
   bool durable = false;
   // A checksum mismatch was seen; the block is never served.
   bool quarantined = false;
+  // Its writer asked the cache to keep it: it is never evicted, only
+  // deleted.
+  bool retained = false;
   // Set by the caller; the catalog never reads a clock.
   int64_t created_micros = 0;
   int64_t last_access_micros = 0;

@@ -1,7 +1,9 @@
 #include "storage/env/fault_injection_env.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -45,6 +47,9 @@ class FaultInjectionEnv::FaultBlockFile final : public BlockFile {
   }
 
   absl::Status Sync() override {
+    if (env_->ChooseFault(IoOp::kSync) != Fault::kNone) {
+      return ErrnoToStatus(EIO, absl::StrCat("fdatasync ", path()));
+    }
     const uint64_t seq = env_->NextSeq();
     KVTIER_RETURN_IF_ERROR(base_->Sync());
     env_->ForgetSynced(path(), seq);
@@ -202,10 +207,42 @@ absl::StatusOr<std::unique_ptr<IoQueue>> FaultInjectionEnv::NewIoQueue(
 
 FaultInjectionEnv::Fault FaultInjectionEnv::ChooseFault(IoOp op) {
   absl::MutexLock lock(&mu_);
-  if (op == IoOp::kSync) return Fault::kNone;
-  if (op == IoOp::kWrite && no_space_) return Fault::kNoSpace;
-  const uint32_t one_in =
-      op == IoOp::kRead ? read_error_one_in_ : write_error_one_in_;
+  switch (op) {
+    case IoOp::kRead:
+      return ChooseLocked(FileOp::kRead);
+    case IoOp::kWrite:
+      return ChooseLocked(FileOp::kWrite);
+    case IoOp::kSync:
+      return ChooseLocked(FileOp::kSync);
+  }
+  return Fault::kNone;
+}
+
+FaultInjectionEnv::Fault FaultInjectionEnv::ChooseFileFault(FileOp op) {
+  absl::MutexLock lock(&mu_);
+  return ChooseLocked(op);
+}
+
+FaultInjectionEnv::Fault FaultInjectionEnv::ChooseLocked(FileOp op) {
+  if ((op == FileOp::kWrite || op == FileOp::kCreate) && no_space_) {
+    return Fault::kNoSpace;
+  }
+  uint32_t one_in = 0;
+  switch (op) {
+    case FileOp::kRead:
+      one_in = read_error_one_in_;
+      break;
+    case FileOp::kWrite:
+      one_in = write_error_one_in_;
+      break;
+    case FileOp::kSync:
+      one_in = sync_error_one_in_;
+      break;
+    case FileOp::kCreate:
+      break;
+  }
+  // The generator advances only while a knob is set, so a seed gives the
+  // same faults whatever ran before with the knobs off.
   if (one_in > 0 && rng_() % one_in == 0) {
     ++injected_errors_;
     return Fault::kIoError;
@@ -268,6 +305,11 @@ void FaultInjectionEnv::ForgetSynced(const std::string& path,
 }
 
 absl::Status FaultInjectionEnv::DropUnsyncedData() {
+  KVTIER_RETURN_IF_ERROR(RestoreBlockFiles());
+  return RestoreTrackedFiles();
+}
+
+absl::Status FaultInjectionEnv::RestoreBlockFiles() {
   std::map<std::string, FileState> files;
   {
     absl::MutexLock lock(&mu_);
@@ -294,6 +336,22 @@ absl::Status FaultInjectionEnv::DropUnsyncedData() {
   return absl::OkStatus();
 }
 
+absl::Status FaultInjectionEnv::RestoreTrackedFiles() {
+  std::map<std::string, TrackedFile> tracked;
+  {
+    absl::MutexLock lock(&mu_);
+    tracked.swap(tracked_);
+  }
+  for (const auto& [path, file] : tracked) {
+    if (!file.name_durable) {
+      KVTIER_RETURN_IF_ERROR(file.owner->RemoveFile(path));
+    } else {
+      KVTIER_RETURN_IF_ERROR(file.owner->TruncateFile(path, file.synced_bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
 uint64_t FaultInjectionEnv::unsynced_write_count() const {
   absl::MutexLock lock(&mu_);
   uint64_t count = 0;
@@ -314,6 +372,11 @@ void FaultInjectionEnv::SetWriteErrorOneIn(uint32_t n) {
 uint64_t FaultInjectionEnv::injected_error_count() const {
   absl::MutexLock lock(&mu_);
   return injected_errors_;
+}
+
+void FaultInjectionEnv::SetSyncErrorOneIn(uint32_t n) {
+  absl::MutexLock lock(&mu_);
+  sync_error_one_in_ = n;
 }
 
 void FaultInjectionEnv::SetNoSpace(bool no_space) {
@@ -371,6 +434,105 @@ void FaultInjectionEnv::SleepForMicros(uint64_t micros) {
     }
   }
   target()->SleepForMicros(micros);
+}
+
+// ---- Files of other file systems ------------------------------------------
+
+namespace {
+
+std::string NormalPath(const std::string& path) {
+  std::string normal = std::filesystem::path(path).lexically_normal().string();
+  while (normal.size() > 1 && normal.back() == '/') normal.pop_back();
+  return normal;
+}
+
+std::string ParentDir(const std::string& normal_path) {
+  return std::filesystem::path(normal_path).parent_path().string();
+}
+
+}  // namespace
+
+void FaultInjectionEnv::TrackFileCreated(FileRestorer* owner,
+                                         const std::string& path,
+                                         bool existed) {
+  const std::string key = NormalPath(path);
+  absl::MutexLock lock(&mu_);
+  auto it = tracked_.find(key);
+  // A name created since the last directory sync stays undurable when the
+  // file is recreated; a name that existed untracked was durable.
+  const bool name_durable =
+      it != tracked_.end() ? it->second.name_durable : existed;
+  tracked_[key] = TrackedFile{owner, 0, name_durable};
+}
+
+void FaultInjectionEnv::TrackFileOpened(FileRestorer* owner,
+                                        const std::string& path,
+                                        uint64_t size_bytes) {
+  const std::string key = NormalPath(path);
+  absl::MutexLock lock(&mu_);
+  if (tracked_.contains(key)) return;
+  tracked_[key] = TrackedFile{owner, size_bytes, true};
+}
+
+void FaultInjectionEnv::TrackFileSynced(const std::string& path,
+                                        uint64_t synced_bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = tracked_.find(NormalPath(path));
+  if (it != tracked_.end()) it->second.synced_bytes = synced_bytes;
+}
+
+void FaultInjectionEnv::TrackFileTruncated(const std::string& path,
+                                           uint64_t size_bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = tracked_.find(NormalPath(path));
+  if (it != tracked_.end()) {
+    it->second.synced_bytes = std::min(it->second.synced_bytes, size_bytes);
+  }
+}
+
+void FaultInjectionEnv::TrackFileRenamed(const std::string& from,
+                                         const std::string& to,
+                                         bool to_existed) {
+  const std::string from_key = NormalPath(from);
+  const std::string to_key = NormalPath(to);
+  absl::MutexLock lock(&mu_);
+  auto old_to = tracked_.find(to_key);
+  const bool to_name_durable =
+      old_to != tracked_.end() ? old_to->second.name_durable : to_existed;
+  auto source = tracked_.find(from_key);
+  if (source == tracked_.end()) {
+    // Untracked contents (synced) under the new name.
+    if (old_to != tracked_.end()) tracked_.erase(old_to);
+    return;
+  }
+  TrackedFile moved = source->second;
+  tracked_.erase(source);
+  moved.name_durable = to_name_durable;
+  tracked_[to_key] = moved;
+}
+
+void FaultInjectionEnv::TrackFileDeleted(const std::string& path) {
+  absl::MutexLock lock(&mu_);
+  tracked_.erase(NormalPath(path));
+}
+
+void FaultInjectionEnv::TrackDirSynced(const std::string& dir) {
+  const std::string key = NormalPath(dir);
+  absl::MutexLock lock(&mu_);
+  for (auto& [path, file] : tracked_) {
+    if (ParentDir(path) == key) file.name_durable = true;
+  }
+}
+
+void FaultInjectionEnv::UntrackFiles(FileRestorer* owner) {
+  absl::MutexLock lock(&mu_);
+  std::erase_if(tracked_,
+                [owner](const auto& entry) { return entry.second.owner == owner; });
+}
+
+uint64_t FaultInjectionEnv::tracked_file_count() const {
+  absl::MutexLock lock(&mu_);
+  return tracked_.size();
 }
 
 }  // namespace kvtier

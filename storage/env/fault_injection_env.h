@@ -18,6 +18,25 @@
 //      the manual time, WallMicros the wall time at that moment plus the
 //      manual advance, and SleepForMicros advances the manual clock instead
 //      of sleeping.
+//  (e) Sync errors. With SetSyncErrorOneIn(n), each block-file fdatasync
+//      (IoOp::kSync, BlockFile::Sync) fails with EIO with probability 1/n
+//      (Env::SyncDir is not faulted). A failed sync syncs nothing: a later
+//      drop still undoes the writes before it.
+//  (f) Files of other file systems. A file system that is not an Env (the
+//      catalog's RocksDB files, storage/catalog/fault_file_system.h) asks
+//      ChooseFileFault before each operation, so the knobs above drive it
+//      too, and reports what it did to its files through the Track*
+//      methods. DropUnsyncedData() then restores those files through the
+//      FileRestorer that reported them: a file created since the last
+//      successful sync of its directory is removed; any other is truncated
+//      to its size at its last successful sync. Not simulated:
+//        - renames and deletions are durable at once, except that a file
+//          renamed to a new name needs a directory sync like a new file
+//          (without one it is removed, not put back under its old name);
+//        - truncations are durable at once;
+//        - unsynced bytes are lost whole: no torn or reordered writes, and
+//          synced bytes never change;
+//        - directories themselves never disappear.
 //
 // Thread safety: all methods are thread-safe. Files and queues created
 // through this Env must be destroyed before it. Queues keep the IoQueue
@@ -54,8 +73,10 @@ class FaultInjectionEnv final : public EnvWrapper {
   void SleepForMicros(uint64_t micros) override;
 
   // (a) Restores every block file to its contents at its last successful
-  // sync. Call it when no I/O is in flight (e.g. after closing the tier that
-  // used the files). The restored bytes are synced.
+  // sync, then every tracked file (f). Call it when no I/O is in flight
+  // (e.g. after closing the tier and the catalog that used the files). The
+  // restored block-file bytes are synced. On error the remaining files are
+  // left as they are and forgotten.
   absl::Status DropUnsyncedData();
   // Writes whose old contents are still remembered (not yet synced).
   uint64_t unsynced_write_count() const;
@@ -72,6 +93,63 @@ class FaultInjectionEnv final : public EnvWrapper {
   void SetNowMicros(uint64_t now_micros);
   void AdvanceMicros(uint64_t micros);
 
+  // (e) 0 disables. Counts only syncs started afterwards.
+  void SetSyncErrorOneIn(uint32_t n);
+
+  // (f) Files of other file systems.
+  enum class FileOp : uint8_t {
+    kRead,    // read knob
+    kWrite,   // no space, then the write knob (appends, positioned writes)
+    kSync,    // sync knob (file and directory syncs)
+    kCreate,  // no space (creating a file)
+  };
+  enum class Fault : uint8_t { kNone, kIoError, kNoSpace };
+  // The fault for one operation, drawn from the same seeded sequence as the
+  // block files' faults. One-in-N errors count in injected_error_count().
+  Fault ChooseFileFault(FileOp op);
+
+  // Undoes unsynced changes to tracked files at a drop. Implemented by the
+  // file system that reported them, which must call UntrackFiles(this)
+  // before it is destroyed. Both calls treat a missing file as done.
+  class FileRestorer {
+   public:
+    // Shrinks `path` to size_bytes when it is longer.
+    virtual absl::Status TruncateFile(const std::string& path,
+                                      uint64_t size_bytes) = 0;
+    virtual absl::Status RemoveFile(const std::string& path) = 0;
+
+   protected:
+    ~FileRestorer() = default;
+  };
+
+  // Reports, after the operation succeeded. Paths are compared after
+  // lexical normalisation; a path that is not tracked is left alone at a
+  // drop (files that existed before tracking count as synced).
+  //
+  // `path` was created empty or emptied by opening it for writing;
+  // `existed`: its name was there before (its directory entry is durable
+  // unless it was itself created since the last directory sync).
+  void TrackFileCreated(FileRestorer* owner, const std::string& path,
+                        bool existed);
+  // An existing file of size_bytes was opened for appending. A file not
+  // tracked yet starts synced at that size.
+  void TrackFileOpened(FileRestorer* owner, const std::string& path,
+                       uint64_t size_bytes);
+  // A sync of `path` succeeded; its first synced_bytes bytes are durable.
+  void TrackFileSynced(const std::string& path, uint64_t synced_bytes);
+  // `path` was truncated to size_bytes.
+  void TrackFileTruncated(const std::string& path, uint64_t size_bytes);
+  // `from` was renamed to `to`; `to_existed`: `to` was there before.
+  void TrackFileRenamed(const std::string& from, const std::string& to,
+                        bool to_existed);
+  void TrackFileDeleted(const std::string& path);
+  // A sync of directory `dir` succeeded: the names of its files are durable.
+  void TrackDirSynced(const std::string& dir);
+  // Forgets every file reported by owner.
+  void UntrackFiles(FileRestorer* owner);
+  // Files tracked now (a drop forgets them all).
+  uint64_t tracked_file_count() const;
+
  private:
   class FaultBlockFile;
   class FaultIoQueue;
@@ -87,10 +165,20 @@ class FaultInjectionEnv final : public EnvWrapper {
   struct FileState {
     std::vector<UndoRecord> undo;
   };
+  // A file of another file system (f).
+  struct TrackedFile {
+    FileRestorer* owner = nullptr;
+    uint64_t synced_bytes = 0;
+    // Its name survives a power loss (created before the last directory
+    // sync, or existed before it was tracked).
+    bool name_durable = false;
+  };
 
-  // Decisions for one request, taken under mu_.
-  enum class Fault { kNone, kIoError, kNoSpace };
+  // Decisions for one block-file request.
   Fault ChooseFault(IoOp op);
+  Fault ChooseLocked(FileOp op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RestoreBlockFiles();
+  absl::Status RestoreTrackedFiles();
 
   // Saves the bytes a write to `file` at [offset, offset + length) will
   // overwrite; returns the record id (0 when nothing needs saving).
@@ -105,10 +193,13 @@ class FaultInjectionEnv final : public EnvWrapper {
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   uint32_t read_error_one_in_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t write_error_one_in_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t sync_error_one_in_ ABSL_GUARDED_BY(mu_) = 0;
   bool no_space_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t injected_errors_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, FileState> files_ ABSL_GUARDED_BY(mu_);
+  // By normalised path.
+  std::map<std::string, TrackedFile> tracked_ ABSL_GUARDED_BY(mu_);
   std::optional<uint64_t> manual_now_micros_ ABSL_GUARDED_BY(mu_);
   uint64_t manual_wall_base_micros_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t manual_start_micros_ ABSL_GUARDED_BY(mu_) = 0;

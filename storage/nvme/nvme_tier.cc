@@ -10,6 +10,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -231,11 +232,18 @@ absl::StatusOr<NvmeLocation> NvmeTier::Allocate(uint64_t length_bytes) {
   }
   uint64_t used_bytes = 0;
   for (const ExtentAllocator& space : space_) used_bytes += space.used_bytes();
-  return absl::ResourceExhaustedError(absl::StrCat(
+  absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
       "nvme tier full: capacity_bytes=",
       uint64_t{num_files} * options_.file_size_bytes,
       " used_bytes=", used_bytes, ", no free extent of ",
       RoundUpToDirectIo(length_bytes), " bytes"));
+  full.SetPayload(kTierFullPayload, absl::Cord("1"));
+  return full;
+}
+
+bool NvmeTier::IsTierFull(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kResourceExhausted &&
+         status.GetPayload(kTierFullPayload).has_value();
 }
 
 void NvmeTier::Release(const NvmeLocation& location) {

@@ -179,6 +179,12 @@ class NvmeTier {
   NvmeTierStats stats() const;
   const NvmeTierOptions& options() const { return options_; }
 
+  // True for the RESOURCE_EXHAUSTED of Write/WriteBatch that means "no free
+  // extent" (the owner may evict and retry), as opposed to an I/O error
+  // such as ENOSPC from the file system.
+  static bool IsTierFull(const absl::Status& status);
+  static constexpr char kTierFullPayload[] = "kvtier.nvme/tier_full";
+
  private:
   class Batch;
   struct File;

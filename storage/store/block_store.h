@@ -7,19 +7,38 @@
 //   * A block has a copy in one or more tiers. Put lands in host DRAM (and
 //     on NVMe when the put is durable or write_through is set). Get promotes
 //     NVMe -> host; handle requests promote to the device arena.
-//   * Capacities are hard. Making room evicts least-recently-used copies
-//     chosen by the placement policy; a copy that is the block's last one is
-//     first demoted to the next tier (device -> host -> NVMe). Copies pinned
-//     by a lease, or being read or written, are never evicted. When nothing
-//     can be evicted the operation fails fast with RESOURCE_EXHAUSTED.
-//     kvtier never drops a block's last copy on its own: a full NVMe tier
-//     fails puts until blocks are deleted.
+//   * A cache with explicit capacities. Making room in a tier gives up the
+//     copy the placement policy picks (least recently used by default);
+//     a copy that is the block's last one is first demoted to the next
+//     tier (device -> host -> NVMe). The NVMe tier is the last local tier:
+//     when it is full (or a tenant reaches its nvme_bytes quota) the
+//     victim's NVMe copy is dropped, and a block whose last copy that was
+//     is evicted (gone; Stats counts it). Host copies of non-durable
+//     blocks that cannot be demoted because NVMe has no room are evicted
+//     the same way. Never evicted: copies pinned by a lease, copies being
+//     read or written, and blocks their writer marked retained (a per-put
+//     flag, counted against the tenant's retained_bytes quota; a retained
+//     block may move between tiers but never leaves the cache until
+//     deleted). A put is refused only when nothing can be evicted:
+//     RESOURCE_EXHAUSTED naming the tier and why (pinned, retained, in
+//     use, or a quota).
 //   * Durability: a block is durable once its NVMe copy was fdatasync'ed
-//     AND its catalog record was written with sync. Only durable blocks
-//     survive a restart; Open() reconciles catalog and tier files.
-//   * Integrity: every NVMe read is checksum-verified. A mismatch
-//     quarantines the block (persisted); it then reads as NOT_FOUND whose
-//     message starts with "DATA_LOSS", never as bytes. A later put of the
+//     AND its catalog record was written with sync. A durable block
+//     survives a crash until it is evicted or deleted (retain it to keep
+//     it for good). Open() reconciles catalog and tier files. An eviction
+//     or delete removes the catalog record (synced) before the NVMe
+//     extent is freed, so a crash never leaves a record pointing at
+//     reused space; when that catalog write fails the operation fails and
+//     the block stays.
+//   * Integrity: every copy is checksum-verified (XXH3-64 taken at put)
+//     whenever it is read: on Get from any tier, on every NVMe read, and
+//     when it crosses a tier (demotion to host or NVMe, promotion to the
+//     device arena). A mismatch quarantines the block: every copy is
+//     dropped (once no reader holds it), the verdict is persisted, the
+//     options' log callback gets a warning naming tenant, profile, id,
+//     tier and location, and the block then reads as NOT_FOUND whose
+//     message starts with "DATA_LOSS", never as bytes. ForEachQuarantined
+//     lists every quarantined block, whoever found it. A later put of the
 //     correct bytes under the same id replaces it.
 //   * A put of different bytes (different checksum) under an existing id is
 //     ALREADY_EXISTS; the stored block stays.
@@ -32,6 +51,10 @@
 //     Per-tenant limits (SetTenantLimits) cap pinned bytes, staging slots,
 //     host and NVMe bytes and profiles; exceeding one is RESOURCE_EXHAUSTED
 //     naming the quota.
+//
+// Errors: every failed step of an operation fails the operation (nothing
+// is ignored); problems found outside any request (recovery at Open, a
+// quarantine that could not be persisted) go to the options' log callback.
 //
 // Thread safety: all public methods may be called concurrently. Internally
 // one mutex guards the metadata; payload I/O (memcpy, NVMe, device copies)
@@ -54,11 +77,19 @@
 #include "storage/store/placement.h"
 #include "storage/tier.h"
 
+namespace rocksdb {
+class Env;
+}  // namespace rocksdb
+
 namespace kvtier {
 
 struct BlockStoreOptions {
   std::string data_dir;  // catalog in <data_dir>/catalog
   Env* env = nullptr;    // all file and clock access; not owned
+  // The catalog's RocksDB environment (tests route it through a
+  // fault-injecting file system); nullptr: rocksdb::Env::Default(). Not
+  // owned; must outlive the store.
+  rocksdb::Env* catalog_env = nullptr;
 
   // Device tier: the arena behind device_ops (not owned). capacity is
   // min(device_capacity_bytes, arena size).
@@ -93,6 +124,12 @@ struct BlockStoreOptions {
                                             absl::Span<const uint8_t> payload)>
       summarize;
 
+  // Receives warnings the store cannot return to a caller (quarantines,
+  // recovery at Open dropping records or files, a quarantine verdict that
+  // could not be persisted). Called under the store's lock: must be quick
+  // and must not call back into the store. Null: dropped.
+  std::function<void(const std::string& message)> log_warning;
+
   // Creates the placement policy (storage/store/placement.h); null: LRU.
   std::function<std::unique_ptr<PlacementPolicy>()> make_placement;
 
@@ -120,6 +157,7 @@ struct TenantLimits {
   uint64_t staging_slots = 0;  // staging slots reserved at once
   uint64_t host_bytes = 0;     // its blocks' bytes in the host tier
   uint64_t nvme_bytes = 0;     // its blocks' bytes on NVMe
+  uint64_t retained_bytes = 0; // bytes of its blocks marked retained
   uint64_t profiles = 0;       // profiles it registered (first)
 };
 
@@ -130,6 +168,7 @@ struct TenantUsage {
   uint64_t staging_slots = 0;
   uint64_t host_bytes = 0;
   uint64_t nvme_bytes = 0;
+  uint64_t retained_bytes = 0;
   uint64_t profiles = 0;
   uint64_t leases = 0;
 };
@@ -138,6 +177,7 @@ struct PutOutcome {
   TierId tier = TierId::kHost;  // fastest tier holding it after the put
   bool durable = false;
   bool existed = false;         // identical bytes were already stored
+  bool retained = false;        // kept until deleted (never evicted)
 };
 
 struct BlockLocation {
@@ -145,7 +185,17 @@ struct BlockLocation {
   TierId tier = TierId::kNvme;  // fastest copy
   bool durable = false;
   bool pinned = false;
+  bool retained = false;
   uint64_t size_bytes = 0;
+};
+
+// A block that failed its checksum, as ForEachQuarantined reports it.
+struct QuarantinedBlock {
+  BlockKey key;
+  TierId tier = TierId::kNvme;  // where the bad copy was found
+  std::string location;         // e.g. "nvme-003.dat @ 1048576", "host slot @ 8192"
+  std::string reason;           // what failed; "found before the last restart" after one
+  int64_t found_micros = 0;     // wall clock; 0 when found before the last restart
 };
 
 // A device-arena reference handed to clients.
@@ -180,6 +230,10 @@ struct BlockStoreStats {
   uint64_t profiles = 0;
   uint64_t active_leases = 0;
   uint64_t quarantined_blocks = 0;
+  // Checksum mismatches found, by the tier of the bad copy (TierId order).
+  uint64_t checksum_failures[kNumTiers] = {0, 0, 0};
+  uint64_t evicted_blocks = 0;   // blocks given up by the cache (not deletes)
+  uint64_t retained_bytes = 0;   // all tenants
   uint64_t staging_slots = 0;
   // In-memory metadata per block (entry + index overhead), bytes.
   uint64_t metadata_bytes_per_block = 0;
@@ -220,9 +274,14 @@ class BlockStore {
   // nvme_bytes) quota is RESOURCE_EXHAUSTED naming it. durable: acknowledge
   // only once the NVMe copy and its catalog record are synced.
   // expected_xxh3 != 0: the payload's XXH3-64 must equal it, else DATA_LOSS
-  // and nothing is stored.
+  // and nothing is stored. retain: the block is never evicted (only
+  // deleted); it counts against the tenant's retained_bytes quota
+  // (RESOURCE_EXHAUSTED naming it). Putting identical bytes again with
+  // retain marks a stored block retained; a put without retain never
+  // clears the mark.
   virtual absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
-                                         bool durable, uint64_t expected_xxh3 = 0) = 0;
+                                         bool durable, uint64_t expected_xxh3 = 0,
+                                         bool retain = false) = 0;
   // Reserves count staging slots of the profile's block size in the
   // tenant's staging area, returned to the pool after ttl_ms (0 = default)
   // unless used by PutFromStaging; past the tenant's staging_slots quota
@@ -237,7 +296,8 @@ class BlockStore {
   // make the store hold bytes that differ from their checksum; the slot is
   // consumed.
   virtual absl::StatusOr<PutOutcome> PutFromStaging(const BlockKey& key, const StagingSlot& slot,
-                                                    bool durable, uint64_t expected_xxh3 = 0) = 0;
+                                                    bool durable, uint64_t expected_xxh3 = 0,
+                                                    bool retain = false) = 0;
   // The bytes of a block (promoting an NVMe-only block to the host tier
   // when there is room). NOT_FOUND when missing or quarantined.
   virtual absl::Status Get(const BlockKey& key, std::string* out, TierId* from) = 0;
@@ -259,7 +319,9 @@ class BlockStore {
   // Best effort: brings NVMe-only blocks into the host tier (no pin) so a
   // later AcquireHandles is fast. Returns how many were promoted.
   virtual size_t Prefetch(const std::vector<BlockKey>& keys) = 0;
-  // FAILED_PRECONDITION when pinned; NOT_FOUND when absent.
+  // FAILED_PRECONDITION when pinned; NOT_FOUND when absent. A quarantined
+  // block can be deleted. When removing its catalog record fails, that
+  // error is returned and the block stays.
   virtual absl::Status Delete(const BlockKey& key) = 0;
 
   // ---- Leases ----------------------------------------------------------
@@ -277,8 +339,13 @@ class BlockStore {
   // profile = all) with its location; under no lock across calls.
   virtual void ForEachBlock(uint64_t profile_id,
                             const std::function<void(const BlockKey&, const BlockLocation&)>& fn) = 0;
-  // Re-reads and checksums every durable block; progress(done, total,
-  // corrupt key or nullptr) after each. Corrupt blocks are quarantined.
+  // Calls fn for every quarantined block (profile filter: 0 = all), whoever
+  // found it; under no lock across calls.
+  virtual void ForEachQuarantined(uint64_t profile_id,
+                                  const std::function<void(const QuarantinedBlock&)>& fn) = 0;
+  // Re-reads and checksums every copy of every block (device, host and
+  // NVMe); progress(done, total, corrupt key or nullptr) after each block.
+  // Corrupt blocks are quarantined.
   virtual absl::Status Verify(
       uint64_t profile_id,
       const std::function<void(uint64_t done, uint64_t total, const BlockKey* corrupt)>& progress) = 0;

@@ -31,6 +31,22 @@ NvmeLocation FromExtent(const NvmeExtent& ext) {
   return NvmeLocation{ext.file_index, ext.offset, ext.length};
 }
 
+std::string HostPlace(const char* what, const HostSlot& slot) {
+  return absl::StrCat(what, " @ ", slot.offset);
+}
+
+const char* TierLabel(TierId tier) {
+  switch (tier) {
+    case TierId::kDevice:
+      return "device";
+    case TierId::kHost:
+      return "host";
+    case TierId::kNvme:
+      return "nvme";
+  }
+  return "unknown";
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOptions& options) {
@@ -73,6 +89,7 @@ BlockStoreImpl::~BlockStoreImpl() = default;
 absl::Status BlockStoreImpl::Init() {
   KVTIER_RETURN_IF_ERROR(env_->CreateDir(options_.data_dir, /*recursive=*/true));
   CatalogOptions catalog_options;
+  catalog_options.rocksdb_env = options_.catalog_env;
   KVTIER_ASSIGN_OR_RETURN(catalog_,
                           Catalog::Open(options_.data_dir + "/catalog", catalog_options));
 
@@ -103,7 +120,7 @@ absl::Status BlockStoreImpl::Init() {
   nvme_options.io_threads = options_.nvme_io_threads;
   nvme_options.queue_depth = options_.nvme_queue_depth;
   nvme_options.env = env_;
-  nvme_options.staging_bytes = std::min<uint64_t>(64ull << 20, options_.nvme_file_size_bytes);
+  nvme_options.staging_bytes = std::min<uint64_t>(kMaxBlockBytes, options_.nvme_file_size_bytes);
   nvme_options.max_block_bytes = nvme_options.staging_bytes;
   auto host_region = host_->region();
   nvme_options.registered_regions.push_back(
@@ -177,12 +194,25 @@ absl::Status BlockStoreImpl::Init() {
         e->durable = true;
         entries_[key] = std::move(entry);
         AddCopyLocked(e, TierId::kNvme);
+        if (record->retained) SetRetainedLocked(e);
         return true;
       }));
-  (void)scan;
+  if (scan.corrupt_records > 0 || scan.corrupt_keys > 0) {
+    LogLocked(absl::StrCat("catalog: ", scan.corrupt_records, " block records and ",
+                           scan.corrupt_keys, " keys failed to decode at open; dropped"));
+  }
+  if (!stale.empty()) {
+    LogLocked(absl::StrCat("recovery: ", stale.size(),
+                           " catalog records without a valid durable NVMe copy were dropped"));
+  }
   for (const BlockKey& key : stale) KVTIER_RETURN_IF_ERROR(catalog_->DeleteBlock(key));
   KVTIER_ASSIGN_OR_RETURN(NvmeOrphanReport orphans, nvme_->RemoveOrphanFiles());
-  (void)orphans;
+  for (const std::string& path : orphans.removed) {
+    LogLocked(absl::StrCat("recovery: removed ", path, " (not a file of this NVMe tier)"));
+  }
+  for (const std::string& path : orphans.foreign) {
+    LogLocked(absl::StrCat("recovery: ", path, " in the NVMe directory is not kvtier's; kept"));
+  }
   return absl::OkStatus();
 }
 
@@ -279,6 +309,20 @@ absl::StatusOr<std::string> BlockStoreImpl::StagingPath(const std::string& tenan
 absl::StatusOr<std::pair<ModelProfile, bool>> BlockStoreImpl::RegisterProfile(
     const ModelProfile& profile, const std::string& tenant) {
   KVTIER_RETURN_IF_ERROR(ValidateProfile(profile));
+  // Every block must fit every tier it can be demoted to.
+  const uint64_t block_bytes = BlockSizeBytes(profile);
+  if (block_bytes > nvme_->options().max_block_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile: blocks of ", block_bytes,
+                     " bytes exceed the largest block the NVMe tier stores (",
+                     nvme_->options().max_block_bytes,
+                     " bytes: min(64 MiB, tiers.nvme.file_size_bytes))"));
+  }
+  if (block_bytes > host_->stats().capacity_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("profile: blocks of ", block_bytes,
+                                                   " bytes exceed the host tier's capacity of ",
+                                                   host_->stats().capacity_bytes, " bytes"));
+  }
   ModelProfile owned = profile;
   owned.owner = tenant;
   {
@@ -365,12 +409,18 @@ void BlockStoreImpl::DropCopyLocked(Entry* e, TierId tier) {
       u.device_bytes -= e->size_bytes;
       break;
     case TierId::kHost:
-      host_->Free(*e->host).IgnoreError();
+      if (absl::Status st = host_->Free(*e->host); !st.ok()) {
+        LogLocked(absl::StrCat("host tier: freeing the copy of ", Describe(e->key), ": ",
+                               st.message()));
+      }
       e->host.reset();
       u.host_bytes -= e->size_bytes;
       break;
     case TierId::kNvme:
-      nvme_->Free(*e->nvme).IgnoreError();
+      if (absl::Status st = nvme_->Free(*e->nvme); !st.ok()) {
+        LogLocked(absl::StrCat("nvme tier: freeing the copy of ", Describe(e->key), ": ",
+                               st.message()));
+      }
       e->nvme.reset();
       e->durable = false;
       u.nvme_bytes -= e->size_bytes;
@@ -378,14 +428,26 @@ void BlockStoreImpl::DropCopyLocked(Entry* e, TierId tier) {
   }
 }
 
-void BlockStoreImpl::EraseLocked(Entry* e) {
+absl::Status BlockStoreImpl::EraseLocked(Entry* e) {
   if (e->durable || e->quarantined) {
     // The record goes first: a crash in between leaves free space, never a
-    // record pointing at reused space.
+    // record pointing at reused space. If it cannot go, nothing is freed.
     absl::Status st = catalog_->DeleteBlock(e->key);
-    (void)st;
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("removing the catalog record of ",
+                                                  Describe(e->key), ": ", st.message()));
+    }
   }
+  ForgetLocked(e);
+  return absl::OkStatus();
+}
+
+void BlockStoreImpl::ForgetLocked(Entry* e) {
   if (e->quarantined) --quarantined_;
+  if (e->retained) {
+    retained_bytes_ -= e->size_bytes;
+    TenantLocked(e->key.tenant).usage.retained_bytes -= e->size_bytes;
+  }
   for (TierId t : {TierId::kDevice, TierId::kHost, TierId::kNvme}) DropCopyLocked(e, t);
   summary_bytes_ -= e->summary.capacity();
   BlockKey key = e->key;
@@ -393,22 +455,72 @@ void BlockStoreImpl::EraseLocked(Entry* e) {
   idle_cv_.SignalAll();
 }
 
-void BlockStoreImpl::QuarantineLocked(Entry* e, const absl::Status& why) {
+void BlockStoreImpl::SetRetainedLocked(Entry* e) {
+  if (e->retained) return;
+  e->retained = true;
+  retained_bytes_ += e->size_bytes;
+  TenantLocked(e->key.tenant).usage.retained_bytes += e->size_bytes;
+}
+
+void BlockStoreImpl::LogLocked(const std::string& message) {
+  if (options_.log_warning) options_.log_warning(message);
+}
+
+absl::Status BlockStoreImpl::QuarantinedError(const BlockKey& key, absl::string_view detail) {
+  return absl::NotFoundError(absl::StrCat("DATA_LOSS: ", Describe(key), " ", detail));
+}
+
+absl::Status BlockStoreImpl::CheckCopyLocked(Entry* e, TierId tier, std::string location,
+                                             absl::Span<const uint8_t> data) {
+  const uint64_t got = Checksum(data);
+  if (got == e->checksum) return absl::OkStatus();
+  absl::Status why = absl::DataLossError(
+      absl::StrCat("checksum mismatch in the ", TierLabel(tier), " copy: stored ",
+                   absl::Hex(e->checksum, absl::kZeroPad16), ", read ",
+                   absl::Hex(got, absl::kZeroPad16)));
+  QuarantineLocked(e, tier, std::move(location), why);
+  return QuarantinedError(e->key, absl::StrCat("failed its checksum: ", why.message()));
+}
+
+void BlockStoreImpl::QuarantineLocked(Entry* e, TierId tier, std::string location,
+                                      const absl::Status& why) {
+  ++checksum_failures_[static_cast<int>(tier)];
   if (e->quarantined) return;
   e->quarantined = true;
   ++quarantined_;
-  BlockRecord record = RecordLocked(*e);
-  record.quarantined = true;
-  record.durable = false;
-  record.nvme.reset();
-  // Persist the verdict so the block stays a miss after a restart.
-  absl::Status st = catalog_->PutBlock(e->key, record);
-  (void)st;
-  (void)why;
-  // Only the corrupt NVMe copy goes now (reads of it verify checksums, so a
-  // racing reader fails rather than seeing reused space). Other copies may
-  // be in use by readers; eviction drops them later without persisting.
+  auto note = std::make_unique<QuarantineNote>();
+  note->tier = tier;
+  note->location = std::move(location);
+  note->reason = std::string(why.message());
+  note->found_micros = static_cast<int64_t>(env_->WallMicros());
+  // A durable block's verdict is persisted so that it stays a miss after a
+  // restart. If that fails, the in-memory verdict still holds, and after a
+  // restart the durable record's copy is verified again on its first read.
+  // A block that was never durable has no record and would not survive a
+  // restart anyway.
+  absl::Status st;
+  if (e->durable) {
+    BlockRecord record = RecordLocked(*e);
+    record.quarantined = true;
+    record.durable = false;
+    record.nvme.reset();
+    st = catalog_->PutBlock(e->key, record);
+  }
+  LogLocked(absl::StrCat("quarantined ", TierLabel(tier), " copy of block ",
+                         absl::BytesToHexString(e->key.block_id), " of tenant \"", e->key.tenant,
+                         "\" profile ", e->key.profile_id, " at ", note->location, ": ",
+                         note->reason,
+                         st.ok() ? ""
+                                 : absl::StrCat(" (verdict not persisted: ", st.message(), ")")));
+  e->quarantine = std::move(note);
+  // The NVMe copy goes now (reads of it verify checksums, so a racing
+  // reader fails rather than seeing reused space); the others go once no
+  // one reads or pins them (eviction drops what is left).
   DropCopyLocked(e, TierId::kNvme);
+  if (e->busy == 0) {
+    DropCopyLocked(e, TierId::kHost);
+    if (e->pins == 0) DropCopyLocked(e, TierId::kDevice);
+  }
 }
 
 BlockRecord BlockStoreImpl::RecordLocked(const Entry& e) const {
@@ -418,6 +530,7 @@ BlockRecord BlockStoreImpl::RecordLocked(const Entry& e) const {
   if (e.nvme) record.nvme = ToExtent(*e.nvme);
   record.durable = e.durable;
   record.quarantined = e.quarantined;
+  record.retained = e.retained;
   record.created_micros = e.created_micros;
   record.last_access_micros = e.created_micros;
   record.summary = e.summary;
@@ -432,6 +545,7 @@ BlockLocation BlockStoreImpl::LocationLocked(const Entry& e) const {
   loc.tier = *fastest;
   loc.durable = e.durable;
   loc.pinned = e.pins > 0;
+  loc.retained = e.retained;
   loc.size_bytes = e.size_bytes;
   return loc;
 }
@@ -442,18 +556,31 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
   while (e->persisting) idle_cv_.Wait(&mu_);
   if (e->durable) return absl::OkStatus();
   if (e->quarantined) {
-    return absl::FailedPreconditionError(absl::StrCat(Describe(e->key), " is quarantined"));
+    return QuarantinedError(e->key, "failed its checksum and is quarantined");
   }
   if (!e->host && !e->device) {
     return absl::InternalError(absl::StrCat(Describe(e->key), " has no copy to persist"));
   }
-  {
-    const TenantState& t = TenantLocked(e->key.tenant);
-    KVTIER_RETURN_IF_ERROR(CheckQuota(e->key.tenant, "nvme_bytes", t.usage.nvme_bytes,
-                                      e->size_bytes, t.limits.nvme_bytes));
-  }
   ++e->busy;
   e->persisting = true;
+  auto finish = [&](absl::Status st) {
+    --e->busy;
+    e->persisting = false;
+    idle_cv_.SignalAll();
+    return st;
+  };
+  // The tenant's own NVMe blocks make room for it under its quota.
+  while (true) {
+    const TenantState& t = TenantLocked(e->key.tenant);
+    absl::Status quota = CheckQuota(e->key.tenant, "nvme_bytes", t.usage.nvme_bytes,
+                                    e->size_bytes, t.limits.nvme_bytes);
+    if (quota.ok()) break;
+    absl::Status evicted = EvictOneNvmeLocked(&e->key.tenant, e);
+    if (!evicted.ok()) {
+      return finish(absl::Status(quota.code(), absl::StrCat(quota.message(), "; ",
+                                                            evicted.message())));
+    }
+  }
   const BlockKey key = e->key;
   BlockRecord record = RecordLocked(*e);
   const uint64_t size = e->size_bytes;
@@ -475,79 +602,163 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
     st = GpuToStatus(device_ops->CopyToHost({&copy, 1}));
     src = device_copy.data();
   }
+  const bool intact = st.ok() && Checksum(absl::MakeConstSpan(src, size)) == record.checksum;
   absl::StatusOr<NvmeLocation> loc = absl::UnknownError("not written");
-  if (st.ok()) {
-    loc = nvme_->Write(absl::MakeConstSpan(src, size));
+  if (st.ok() && intact) {
+    while (true) {
+      loc = nvme_->Write(absl::MakeConstSpan(src, size));
+      if (!NvmeTier::IsTierFull(loc.status())) break;
+      // The NVMe tier is full: it is the last tier, so a victim goes.
+      mu_.Lock();
+      absl::Status evicted = EvictOneNvmeLocked(nullptr, e);
+      mu_.Unlock();
+      if (!evicted.ok()) {
+        loc = absl::Status(evicted.code(), absl::StrCat(loc.status().message(), "; ",
+                                                        evicted.message()));
+        break;
+      }
+    }
     st = loc.status();
   }
-  if (st.ok()) st = nvme_->Sync();
-  if (st.ok()) {
+  if (st.ok() && intact) st = nvme_->Sync();
+  bool record_unknown = false;  // the record may or may not be on disk
+  if (st.ok() && intact) {
     record.nvme = ToExtent(*loc);
     record.durable = true;
     st = catalog_->PutBlock(key, record);
+    record_unknown = !st.ok();
   }
-  if (!st.ok() && loc.ok()) nvme_->Free(*loc).IgnoreError();
+  absl::Status freed;
+  if (!st.ok() && loc.ok()) {
+    if (record_unknown) {
+      // A failed catalog write may still have reached the WAL, and a
+      // restart would replay a record naming this extent: it stays
+      // allocated until the next Open, whose reconciliation frees it
+      // unless a record names it (then the synced bytes are that block).
+      freed = absl::DataLossError(absl::StrCat(
+          "kept allocated until restart (the catalog write failed: ", st.message(), ")"));
+    } else {
+      freed = nvme_->Free(*loc);
+    }
+  }
   mu_.Lock();
-  --e->busy;
-  e->persisting = false;
-  idle_cv_.SignalAll();
-  if (!st.ok()) return st;
+  if (st.ok() && !intact) {
+    const TierId tier = host ? TierId::kHost : TierId::kDevice;
+    std::string place = host ? HostPlace("host slot", *host)
+                             : absl::StrCat("device arena @ ", device->offset);
+    --e->busy;  // so that the quarantine can free its copies
+    st = CheckCopyLocked(e, tier, std::move(place), absl::MakeConstSpan(src, size));
+    ++e->busy;
+    if (st.ok()) st = absl::InternalError("copy changed while it was being persisted");
+  }
+  if (!freed.ok()) {
+    LogLocked(absl::StrCat("nvme: extent ", loc->ToString(), " of ", Describe(key),
+                           " after a failed persist: ", freed.message()));
+  }
+  if (!st.ok()) return finish(st);
   e->nvme = *loc;
   e->durable = true;
   AddCopyLocked(e, TierId::kNvme);
+  return finish(absl::OkStatus());
+}
+
+absl::Status BlockStoreImpl::EvictOneNvmeLocked(const std::string* tenant, const Entry* self) {
+  Entry* victim = policy_->Victim(TierId::kNvme, [&](const Entry& x) {
+    return &x != self && x.busy == 0 && !x.writing && !x.persisting && !x.retained &&
+           (tenant == nullptr || x.key.tenant == *tenant) && (x.Copies() > 1 || x.pins == 0);
+  });
+  if (victim == nullptr) {
+    NvmeTierStats n = nvme_->stats();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "nvme tier: no block ", tenant ? absl::StrCat("of tenant \"", *tenant, "\" ") : "",
+        "can be evicted (", n.used_bytes, " of ", n.capacity_bytes,
+        " bytes used; every block on it is retained, pinned or in use)"));
+  }
+  if (victim->Copies() == 1) {
+    KVTIER_RETURN_IF_ERROR(EraseLocked(victim));
+    ++evicted_blocks_;
+    return absl::OkStatus();
+  }
+  // Another copy stays: only the NVMe copy (and with it durability) goes.
+  // Its record goes first so that no record points at the freed extent.
+  absl::Status st = catalog_->DeleteBlock(victim->key);
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("removing the catalog record of ",
+                                                Describe(victim->key), ": ", st.message()));
+  }
+  DropCopyLocked(victim, TierId::kNvme);
   return absl::OkStatus();
+}
+
+bool BlockStoreImpl::FreeOneHostCopyLocked(const std::function<bool(const Entry&)>& accept,
+                                           absl::flat_hash_set<BlockKey>* stuck,
+                                           absl::Status* why) {
+  Entry* victim = policy_->Victim(TierId::kHost, [&](const Entry& e) {
+    return e.busy == 0 && !e.writing && accept(e) && !stuck->contains(e.key);
+  });
+  if (victim == nullptr) return false;
+  if (victim->Copies() > 1 || victim->quarantined) {
+    DropCopyLocked(victim, TierId::kHost);
+    return true;
+  }
+  const BlockKey key = victim->key;
+  absl::Status st = PersistLocked(victim);  // releases mu_; victim stays (not freed while busy)
+  if (st.ok()) {
+    // Now on NVMe: the host copy goes unless someone started using it.
+    if (victim->busy == 0 && victim->host && victim->Copies() > 1) {
+      DropCopyLocked(victim, TierId::kHost);
+    }
+    return true;
+  }
+  if (st.code() == absl::StatusCode::kResourceExhausted && !victim->retained &&
+      victim->pins == 0 && victim->busy == 0 && !victim->writing && !victim->durable) {
+    // NVMe has no room for it either: the cache gives the block up.
+    ForgetLocked(victim);  // not durable: it has no catalog record
+    ++evicted_blocks_;
+    return true;
+  }
+  stuck->insert(key);
+  *why = st;
+  return true;
 }
 
 absl::Status BlockStoreImpl::MakeTenantHostRoomLocked(const std::string& tenant,
                                                       uint64_t size_bytes) {
+  absl::flat_hash_set<BlockKey> stuck;
+  absl::Status why;
   while (true) {
     TenantState& t = TenantLocked(tenant);
     if (t.limits.host_bytes == 0 || t.usage.host_bytes + size_bytes <= t.limits.host_bytes) {
       return absl::OkStatus();
     }
-    Entry* victim = policy_->Victim(TierId::kHost, [&](const Entry& e) {
-      return e.busy == 0 && !e.writing && e.key.tenant == tenant;
-    });
-    if (victim == nullptr) {
-      return CheckQuota(tenant, "host_bytes", t.usage.host_bytes, size_bytes, t.limits.host_bytes);
-    }
-    if (victim->Copies() > 1 || victim->quarantined) {
-      DropCopyLocked(victim, TierId::kHost);
-      continue;
-    }
-    absl::Status st = PersistLocked(victim);
-    if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("quota host_bytes of tenant \"", tenant,
-                                                  "\" reached and demotion to nvme failed: ",
-                                                  st.message()));
+    const bool freed = FreeOneHostCopyLocked(
+        [&](const Entry& e) { return e.key.tenant == tenant; }, &stuck, &why);
+    if (!freed) {
+      absl::Status quota = CheckQuota(tenant, "host_bytes", t.usage.host_bytes, size_bytes,
+                                      t.limits.host_bytes);
+      if (why.ok()) return quota;
+      return absl::Status(quota.code(), absl::StrCat(quota.message(),
+                                                     " and demotion to nvme failed: ",
+                                                     why.message()));
     }
   }
 }
 
 absl::StatusOr<HostSlot> BlockStoreImpl::MakeRoomHostLocked(uint64_t size_bytes) {
+  absl::flat_hash_set<BlockKey> stuck;
+  absl::Status why;
   while (true) {
     absl::StatusOr<HostSlot> slot = host_->Allocate(size_bytes);
     if (slot.ok() || slot.status().code() != absl::StatusCode::kResourceExhausted) return slot;
-    Entry* victim = policy_->Victim(TierId::kHost, [](const Entry& e) {
-      return e.busy == 0 && !e.writing;
-    });
-    if (victim == nullptr) {
+    if (!FreeOneHostCopyLocked([](const Entry&) { return true; }, &stuck, &why)) {
       HostTierStats s = host_->stats();
-      return absl::ResourceExhaustedError(
-          absl::StrCat("host tier full: ", s.used_bytes, " of ", s.capacity_bytes,
-                       " bytes used and every block in it is in use"));
+      std::string msg = absl::StrCat("host tier full: ", s.used_bytes, " of ", s.capacity_bytes,
+                                     " bytes used and every block in it is in use");
+      if (!why.ok()) {
+        absl::StrAppend(&msg, ", pinned, or retained and cannot be demoted: ", why.message());
+      }
+      return absl::ResourceExhaustedError(msg);
     }
-    if (victim->Copies() > 1 || victim->quarantined) {
-      DropCopyLocked(victim, TierId::kHost);
-      continue;
-    }
-    absl::Status st = PersistLocked(victim);
-    if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("host tier full and demotion to nvme failed: ",
-                                                  st.message()));
-    }
-    // Persisted: the host copy is no longer the last one and goes on the
-    // next iteration unless someone started using it meanwhile.
   }
 }
 
@@ -574,7 +785,8 @@ absl::StatusOr<DeviceSlot> BlockStoreImpl::MakeRoomDeviceLocked(MemorySpace* spa
           " used and every block in it is pinned or in use"));
     }
     if (victim->Copies() == 1 && !victim->quarantined) {
-      KVTIER_RETURN_IF_ERROR(EnsureHostCopyLocked(victim));
+      absl::Status st = EnsureHostCopyLocked(victim);
+      if (!st.ok() && !victim->quarantined) return st;  // a corrupt victim just goes
     }
     if (victim->pins == 0 && victim->busy == 0) DropCopyLocked(victim, TierId::kDevice);
   }
@@ -600,24 +812,38 @@ absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e) {
     mu_.Unlock();
     gpu::ArenaToHostCopy copy{dslot.offset, dst, dslot.size_bytes};
     st = GpuToStatus(ops->CopyToHost({&copy, 1}));
+    const uint64_t checksum = e->checksum;  // constant while the entry lives
+    const bool intact = st.ok() && Checksum(absl::MakeConstSpan(dst, dslot.size_bytes)) == checksum;
     mu_.Lock();
+    if (st.ok() && !intact) {
+      --e->busy;  // so that a quarantine can free the copies
+      st = CheckCopyLocked(e, TierId::kDevice, absl::StrCat("device arena @ ", dslot.offset),
+                           absl::MakeConstSpan(dst, dslot.size_bytes));
+      ++e->busy;
+    }
   } else if (e->nvme) {
     NvmeLocation loc = *e->nvme;
     uint64_t checksum = e->checksum;
     mu_.Unlock();
     st = nvme_->Read(loc, checksum, absl::MakeSpan(dst, loc.length_bytes));
     mu_.Lock();
-    if (st.code() == absl::StatusCode::kDataLoss) QuarantineLocked(e, st);
+    if (st.code() == absl::StatusCode::kDataLoss) {
+      --e->busy;
+      QuarantineLocked(e, TierId::kNvme, loc.ToString(), st);
+      ++e->busy;
+    }
   } else {
     st = absl::InternalError(absl::StrCat(Describe(e->key), " has no copy"));
   }
   --e->busy;
   idle_cv_.SignalAll();
   if (!st.ok() || e->host || e->quarantined) {
-    host_->Free(*slot).IgnoreError();  // failed, or someone else promoted it
+    // Failed, or someone else promoted it. The slot was allocated above and
+    // is exactly ours, so freeing it cannot fail.
+    absl::Status freed = host_->Free(*slot);
+    if (!freed.ok()) LogLocked(absl::StrCat("host tier: ", freed.message()));
     if (e->quarantined) {
-      return absl::NotFoundError(
-          absl::StrCat("DATA_LOSS: ", Describe(e->key), " failed its checksum: ", st.message()));
+      return QuarantinedError(e->key, absl::StrCat("failed its checksum: ", st.message()));
     }
     return st;
   }
@@ -630,7 +856,7 @@ absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e) {
 
 absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
                                                absl::Span<const uint8_t> data, bool durable,
-                                               uint64_t expected_xxh3) {
+                                               uint64_t expected_xxh3, bool retain) {
   ModelProfile profile;
   {
     absl::MutexLock lock(&mu_);
@@ -655,18 +881,37 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
   if (Entry* e = FindReadyLocked(key)) {
     if (e->quarantined) {
       WaitIdleLocked(e);
-      EraseLocked(e);  // the correct bytes restore a quarantined block
+      // The correct bytes restore a quarantined block.
+      KVTIER_RETURN_IF_ERROR(EraseLocked(e));
     } else if (e->checksum != checksum || e->size_bytes != data.size()) {
       return absl::AlreadyExistsError(absl::StrCat(
           Describe(key), ": different bytes are already stored under this block_id"));
     } else {
       outcome.existed = true;
       policy_->Touch(*e->Fastest(), e);
+      if (retain && !e->retained) {
+        const TenantState& t = TenantLocked(key.tenant);
+        KVTIER_RETURN_IF_ERROR(CheckQuota(key.tenant, "retained_bytes", t.usage.retained_bytes,
+                                          e->size_bytes, t.limits.retained_bytes));
+        if (e->durable) {
+          // The mark must survive a restart with the block.
+          BlockRecord record = RecordLocked(*e);
+          record.retained = true;
+          KVTIER_RETURN_IF_ERROR(catalog_->PutBlock(key, record));
+        }
+        SetRetainedLocked(e);
+      }
       if (durable && !e->durable) KVTIER_RETURN_IF_ERROR(PersistLocked(e));
       outcome.tier = *e->Fastest();
       outcome.durable = e->durable;
+      outcome.retained = e->retained;
       return outcome;
     }
+  }
+  if (retain) {
+    const TenantState& t = TenantLocked(key.tenant);
+    KVTIER_RETURN_IF_ERROR(CheckQuota(key.tenant, "retained_bytes", t.usage.retained_bytes,
+                                      data.size(), t.limits.retained_bytes));
   }
   auto owned = std::make_unique<Entry>();
   Entry* e = owned.get();
@@ -680,11 +925,19 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
   e->last_access_micros = env_->NowMicros();
   e->busy = 1;
   entries_[key] = std::move(owned);
+  if (retain) SetRetainedLocked(e);
 
   auto fail = [&](absl::Status st) {
     --e->busy;
     e->writing = false;
-    EraseLocked(e);
+    if (e->durable) {
+      // Never the case today (a durable entry was persisted, which is the
+      // last step), but a record must not outlive its entry.
+      absl::Status erased = EraseLocked(e);
+      if (!erased.ok()) LogLocked(std::string(erased.message()));
+    } else {
+      ForgetLocked(e);
+    }
     return st;
   };
   absl::Status room = MakeTenantHostRoomLocked(key.tenant, data.size());
@@ -706,6 +959,7 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
   idle_cv_.SignalAll();
   outcome.tier = *e->Fastest();
   outcome.durable = e->durable;
+  outcome.retained = e->retained;
   return outcome;
 }
 
@@ -744,7 +998,9 @@ absl::StatusOr<std::vector<StagingSlot>> BlockStoreImpl::ReserveStaging(const st
     absl::StatusOr<HostSlot> slot = staging->Allocate(size);
     if (!slot.ok()) {
       for (const StagingSlot& s : out) {
-        staging->Free(staging_slots_[s.slot_id].slot).IgnoreError();
+        if (absl::Status st = staging->Free(staging_slots_[s.slot_id].slot); !st.ok()) {
+          LogLocked(absl::StrCat("staging: ", st.message()));
+        }
         staging_slots_.erase(s.slot_id);
       }
       TenantLocked(tenant).usage.staging_slots -= out.size();
@@ -764,7 +1020,7 @@ absl::StatusOr<std::vector<StagingSlot>> BlockStoreImpl::ReserveStaging(const st
 
 absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
                                                           const StagingSlot& slot, bool durable,
-                                                          uint64_t expected_xxh3) {
+                                                          uint64_t expected_xxh3, bool retain) {
   HostSlot host_slot;
   HostTier* staging = nullptr;
   {
@@ -798,10 +1054,12 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
   }
   {
     absl::MutexLock lock(&mu_);
-    staging->Free(host_slot).IgnoreError();
+    if (absl::Status st = staging->Free(host_slot); !st.ok()) {
+      LogLocked(absl::StrCat("staging: ", st.message()));
+    }
   }
   if (!data.ok()) return data.status();
-  return Put(key, copy, durable, expected_xxh3);
+  return Put(key, copy, durable, expected_xxh3, retain);
 }
 
 absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* from) {
@@ -809,10 +1067,7 @@ absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* 
   absl::MutexLock lock(&mu_);
   Entry* e = FindReadyLocked(key);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat(Describe(key), " is not stored"));
-  if (e->quarantined) {
-    return absl::NotFoundError(absl::StrCat("DATA_LOSS: ", Describe(key),
-                                            " failed its checksum and is quarantined"));
-  }
+  if (e->quarantined) return QuarantinedError(key, "failed its checksum and is quarantined");
   e->last_access_micros = env_->NowMicros();
   if (!e->host && !e->device) {
     // NVMe only: promote to the host tier when there is room, else read
@@ -832,9 +1087,8 @@ absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* 
       idle_cv_.SignalAll();
       if (st.code() == absl::StatusCode::kDataLoss) {
         out->clear();
-        QuarantineLocked(e, st);
-        return absl::NotFoundError(
-            absl::StrCat("DATA_LOSS: ", Describe(key), " failed its checksum: ", st.message()));
+        QuarantineLocked(e, TierId::kNvme, loc.ToString(), st);
+        return QuarantinedError(key, absl::StrCat("failed its checksum: ", st.message()));
       }
       if (!st.ok()) out->clear();
       if (st.ok()) *from = TierId::kNvme;
@@ -847,22 +1101,38 @@ absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* 
   ++e->busy;
   policy_->Touch(*e->Fastest(), e);
   absl::Status st;
+  TierId read_from = TierId::kHost;
+  std::string place;
+  const uint64_t checksum = e->checksum;
+  auto bytes = [&] {
+    return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(out->data()), out->size());
+  };
+  bool intact = false;
+  // What leaves the store is what was put: the copy handed out is verified
+  // (outside the lock), so a damaged host or device copy is never served.
   if (e->host) {
     auto data = host_->Data(*e->host);
+    place = HostPlace("host slot", *e->host);
     mu_.Unlock();
     out->assign(reinterpret_cast<const char*>(data->data()), data->size());
+    intact = Checksum(bytes()) == checksum;
     mu_.Lock();
   } else {
     DeviceSlot slot = *e->device;
     gpu::DeviceOps* ops = SpaceOfLocked(*e)->device;
+    read_from = TierId::kDevice;
+    place = absl::StrCat("device arena @ ", slot.offset);
     mu_.Unlock();
     out->resize(slot.size_bytes);
     gpu::ArenaToHostCopy copy{slot.offset, out->data(), slot.size_bytes};
     st = GpuToStatus(ops->CopyToHost({&copy, 1}));
+    intact = st.ok() && Checksum(bytes()) == checksum;
     mu_.Lock();
   }
   --e->busy;
   idle_cv_.SignalAll();
+  if (st.ok() && !intact) st = CheckCopyLocked(e, read_from, std::move(place), bytes());
+  if (!st.ok()) out->clear();
   return st;
 }
 
@@ -893,8 +1163,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
       continue;
     }
     if (e->quarantined) {
-      handles->push_back(absl::NotFoundError(
-          absl::StrCat("DATA_LOSS: ", Describe(key), " failed its checksum and is quarantined")));
+      handles->push_back(QuarantinedError(key, "failed its checksum and is quarantined"));
       continue;
     }
     if (e->pins == 0) {
@@ -918,11 +1187,26 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
         space->device_alloc->Free(slot->offset, slot->size_bytes);  // promoted meanwhile
       } else if (slot.ok()) {
         auto src = host_->Data(*e->host);
+        const HostSlot host_slot = *e->host;
+        const uint64_t checksum = e->checksum;
         mu_.Unlock();
-        gpu::HostToArenaCopy copy{src->data(), slot->offset, slot->size_bytes};
-        st = GpuToStatus(space->device->CopyToArena({&copy, 1}));
+        // Promotion verifies what it promotes: a damaged host copy never
+        // reaches the arena clients read.
+        const auto src_bytes =
+            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(src->data()), src->size());
+        const bool intact = Checksum(src_bytes) == checksum;
+        if (intact) {
+          gpu::HostToArenaCopy copy{src->data(), slot->offset, slot->size_bytes};
+          st = GpuToStatus(space->device->CopyToArena({&copy, 1}));
+        }
         mu_.Lock();
-        if (st.ok()) {
+        if (!intact) {
+          space->device_alloc->Free(slot->offset, slot->size_bytes);
+          --e->busy;
+          st = CheckCopyLocked(e, TierId::kHost, HostPlace("host slot", host_slot), src_bytes);
+          ++e->busy;
+          if (st.ok()) st = absl::InternalError("host copy changed while it was promoted");
+        } else if (st.ok()) {
           e->device = *slot;
           AddCopyLocked(e, TierId::kDevice);
         } else {
@@ -998,8 +1282,7 @@ absl::Status BlockStoreImpl::Delete(const BlockKey& key) {
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(key), " is pinned by ", e->pins, " lease(s)"));
   }
-  EraseLocked(e);
-  return absl::OkStatus();
+  return EraseLocked(e);
 }
 
 // ---- Leases ----------------------------------------------------------------
@@ -1033,7 +1316,9 @@ absl::Status BlockStoreImpl::ReapLocked(size_t* reaped) {
   }
   for (auto it = staging_slots_.begin(); it != staging_slots_.end();) {
     if (it->second.deadline_micros <= now) {
-      it->second.staging->Free(it->second.slot).IgnoreError();
+      if (absl::Status st = it->second.staging->Free(it->second.slot); !st.ok()) {
+        LogLocked(absl::StrCat("staging: ", st.message()));
+      }
       --TenantLocked(it->second.tenant).usage.staging_slots;
       staging_slots_.erase(it++);
       ++*reaped;
@@ -1047,7 +1332,7 @@ absl::Status BlockStoreImpl::ReapLocked(size_t* reaped) {
 size_t BlockStoreImpl::ReapExpired() {
   absl::MutexLock lock(&mu_);
   size_t reaped = 0;
-  ReapLocked(&reaped).IgnoreError();
+  if (absl::Status st = ReapLocked(&reaped); !st.ok()) LogLocked(std::string(st.message()));
   return reaped;
 }
 
@@ -1093,6 +1378,9 @@ BlockStoreStats BlockStoreImpl::Stats() {
   stats.profiles = profiles_.size();
   stats.active_leases = leases_.size();
   stats.quarantined_blocks = quarantined_;
+  for (int t = 0; t < kNumTiers; ++t) stats.checksum_failures[t] = checksum_failures_[t];
+  stats.evicted_blocks = evicted_blocks_;
+  stats.retained_bytes = retained_bytes_;
   stats.staging_slots = staging_slots_.size();
   // Estimate: Entry, the map slot (key inline + pointer, at ~80% load),
   // two heap copies of a 32-byte id, one placement list node, malloc
@@ -1118,6 +1406,29 @@ void BlockStoreImpl::ForEachBlock(
   for (const auto& [key, loc] : snapshot) fn(key, loc);
 }
 
+void BlockStoreImpl::ForEachQuarantined(uint64_t profile_id,
+                                        const std::function<void(const QuarantinedBlock&)>& fn) {
+  std::vector<QuarantinedBlock> snapshot;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, entry] : entries_) {
+      if (!entry->quarantined || (profile_id != 0 && key.profile_id != profile_id)) continue;
+      QuarantinedBlock q;
+      q.key = key;
+      if (entry->quarantine) {
+        q.tier = entry->quarantine->tier;
+        q.location = entry->quarantine->location;
+        q.reason = entry->quarantine->reason;
+        q.found_micros = entry->quarantine->found_micros;
+      } else {
+        q.reason = "found before the last restart";
+      }
+      snapshot.push_back(std::move(q));
+    }
+  }
+  for (const QuarantinedBlock& q : snapshot) fn(q);
+}
+
 absl::Status BlockStoreImpl::Verify(
     uint64_t profile_id,
     const std::function<void(uint64_t, uint64_t, const BlockKey*)>& progress) {
@@ -1125,34 +1436,69 @@ absl::Status BlockStoreImpl::Verify(
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [key, entry] : entries_) {
-      if ((profile_id == 0 || key.profile_id == profile_id) && entry->durable) keys.push_back(key);
+      if ((profile_id == 0 || key.profile_id == profile_id) && !entry->quarantined) {
+        keys.push_back(key);
+      }
     }
   }
   std::vector<uint8_t> buffer;
   uint64_t done = 0;
   for (const BlockKey& key : keys) {
     bool corrupt = false;
-    {
+    for (TierId tier : {TierId::kDevice, TierId::kHost, TierId::kNvme}) {
       absl::MutexLock lock(&mu_);
       auto it = entries_.find(key);
-      if (it != entries_.end() && it->second->durable && !it->second->writing) {
-        Entry* e = it->second.get();
-        ++e->busy;
+      if (it == entries_.end() || it->second->writing || it->second->quarantined) break;
+      Entry* e = it->second.get();
+      if (!e->Has(tier)) continue;
+      ++e->busy;
+      const uint64_t checksum = e->checksum;
+      absl::Status st;
+      std::string place;
+      bool intact = true;
+      if (tier == TierId::kNvme) {
         NvmeLocation loc = *e->nvme;
-        uint64_t checksum = e->checksum;
+        place = loc.ToString();
         mu_.Unlock();
         buffer.resize(loc.length_bytes);
-        absl::Status st = nvme_->Read(loc, checksum, absl::MakeSpan(buffer));
+        st = nvme_->Read(loc, checksum, absl::MakeSpan(buffer));
         mu_.Lock();
-        --e->busy;
-        idle_cv_.SignalAll();
-        if (st.code() == absl::StatusCode::kDataLoss) {
-          QuarantineLocked(e, st);
-          corrupt = true;
-        } else if (!st.ok()) {
-          return st;
+        intact = st.code() != absl::StatusCode::kDataLoss;
+      } else if (tier == TierId::kHost) {
+        auto data = host_->Data(*e->host);
+        place = HostPlace("host slot", *e->host);
+        st = data.status();
+        mu_.Unlock();
+        if (st.ok()) {
+          buffer.assign(reinterpret_cast<const uint8_t*>(data->data()),
+                        reinterpret_cast<const uint8_t*>(data->data()) + data->size());
+          intact = Checksum(buffer) == checksum;
         }
+        mu_.Lock();
+      } else {
+        DeviceSlot slot = *e->device;
+        gpu::DeviceOps* ops = SpaceOfLocked(*e)->device;
+        place = absl::StrCat("device arena @ ", slot.offset);
+        mu_.Unlock();
+        buffer.resize(slot.size_bytes);
+        gpu::ArenaToHostCopy copy{slot.offset, buffer.data(), slot.size_bytes};
+        st = GpuToStatus(ops->CopyToHost({&copy, 1}));
+        if (st.ok()) intact = Checksum(buffer) == checksum;
+        mu_.Lock();
       }
+      --e->busy;
+      idle_cv_.SignalAll();
+      if (!intact) {
+        if (tier == TierId::kNvme) {
+          QuarantineLocked(e, tier, std::move(place), st);
+          corrupt = true;
+        } else {
+          // Re-checks the buffer and quarantines; its status is the verdict.
+          corrupt = !CheckCopyLocked(e, tier, std::move(place), buffer).ok();
+        }
+        if (corrupt) break;
+      }
+      if (!st.ok()) return st;
     }
     ++done;
     progress(done, keys.size(), corrupt ? &key : nullptr);

@@ -13,6 +13,8 @@
 //  5. An entry with busy > 0 is never freed; its copies that are being read
 //     are not evicted (no copy of a busy entry is evicted).
 //  6. entry.durable implies entry.nvme and a synced catalog record.
+//  7. A retained entry is never evicted and its NVMe copy never dropped
+//     (its host copy may be, once it is on NVMe).
 #ifndef KVTIER_STORAGE_STORE_BLOCK_STORE_IMPL_H_
 #define KVTIER_STORAGE_STORE_BLOCK_STORE_IMPL_H_
 
@@ -23,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/catalog/catalog.h"
@@ -49,12 +52,13 @@ class BlockStoreImpl final : public BlockStore {
       const ModelProfile& profile, const std::string& tenant) override;
   absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) override;
   absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
-                                 bool durable, uint64_t expected_xxh3) override;
+                                 bool durable, uint64_t expected_xxh3, bool retain) override;
   absl::StatusOr<std::vector<StagingSlot>> ReserveStaging(const std::string& tenant,
                                                           uint64_t profile_id, uint32_t count,
                                                           uint64_t ttl_ms) override;
   absl::StatusOr<PutOutcome> PutFromStaging(const BlockKey& key, const StagingSlot& slot,
-                                            bool durable, uint64_t expected_xxh3) override;
+                                            bool durable, uint64_t expected_xxh3,
+                                            bool retain) override;
   absl::Status Get(const BlockKey& key, std::string* out, TierId* from) override;
   absl::StatusOr<uint64_t> AcquireHandles(
       const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
@@ -69,6 +73,8 @@ class BlockStoreImpl final : public BlockStore {
   BlockStoreStats Stats() override;
   void ForEachBlock(uint64_t profile_id,
                     const std::function<void(const BlockKey&, const BlockLocation&)>& fn) override;
+  void ForEachQuarantined(uint64_t profile_id,
+                          const std::function<void(const QuarantinedBlock&)>& fn) override;
   absl::Status Verify(uint64_t profile_id,
                       const std::function<void(uint64_t, uint64_t, const BlockKey*)>& progress)
       override;
@@ -133,6 +139,23 @@ class BlockStoreImpl final : public BlockStore {
   // Space. Both may release mu_ while demoting a victim.
   absl::StatusOr<HostSlot> MakeRoomHostLocked(uint64_t size_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives up one host copy among those `accept` allows (never one in
+  // *stuck): drops it when the block has another copy, else demotes the
+  // block to NVMe, else (NVMe has no room) evicts the block unless it is
+  // retained or pinned. A victim that could not go is added to *stuck and
+  // *why says why. Returns false when no candidate is left. May release
+  // mu_.
+  bool FreeOneHostCopyLocked(const std::function<bool(const Entry&)>& accept,
+                             absl::flat_hash_set<BlockKey>* stuck, absl::Status* why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives up one NVMe copy (the placement policy's victim among copies that
+  // are not retained, not in use, not `self`, of `tenant` when not null,
+  // and not a pinned block's last copy): its catalog record is removed
+  // first (synced), then the extent is freed; a block left without copies
+  // is evicted. RESOURCE_EXHAUSTED naming why when there is none; the
+  // catalog's error when the record could not be removed.
+  absl::Status EvictOneNvmeLocked(const std::string* tenant, const Entry* self)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<DeviceSlot> MakeRoomDeviceLocked(MemorySpace* space, const std::string& tenant,
                                                   uint64_t size_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -143,10 +166,23 @@ class BlockStoreImpl final : public BlockStore {
 
   void AddCopyLocked(Entry* e, TierId tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropCopyLocked(Entry* e, TierId tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Frees every copy and the catalog record and erases the entry.
-  void EraseLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Marks e quarantined (persisted) and frees its copies.
-  void QuarantineLocked(Entry* e, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the catalog record (when e has one), then frees every copy and
+  // erases the entry. On a catalog error nothing changes and it is
+  // returned.
+  absl::Status EraseLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Erases an entry that has no catalog record (a put that failed).
+  void ForgetLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks e quarantined (persisted; a failure to persist is logged), logs
+  // a warning and frees its copies that no one is using.
+  void QuarantineLocked(Entry* e, TierId tier, std::string location, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The DATA_LOSS-flavoured NOT_FOUND a quarantined block reads as.
+  static absl::Status QuarantinedError(const BlockKey& key, absl::string_view detail);
+  // Quarantine if `data` does not match e's checksum; returns that error.
+  absl::Status CheckCopyLocked(Entry* e, TierId tier, std::string location,
+                               absl::Span<const uint8_t> data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogLocked(const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetRetainedLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnpinLocked(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   BlockLocation LocationLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   BlockRecord RecordLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -178,6 +214,9 @@ class BlockStoreImpl final : public BlockStore {
   uint64_t blocks_in_tier_[kNumTiers] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t quarantined_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t checksum_failures_[kNumTiers] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
+  uint64_t evicted_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t retained_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t summary_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // capacity of every summary
 };
 

@@ -16,105 +16,12 @@
 #include "gtest/gtest.h"
 #include "storage/env/fault_injection_env.h"
 #include "storage/env/test_util.h"
+#include "storage/store/store_test_util.h"
 
 namespace kvtier {
 namespace {
 
 using ::testing::HasSubstr;
-
-// 2 layers x 2 (k|v) x 2 heads x 16 tokens x 64 dim x fp16 = 16 KiB.
-ModelProfile SmallProfile() {
-  ModelProfile p;
-  p.name = "test-model";
-  p.revision = "r1";
-  p.layers = 2;
-  p.kv_heads = 2;
-  p.head_dim = 64;
-  p.block_size_tokens = 16;
-  p.dtype = KvDtype::kFp16;
-  return p;
-}
-constexpr uint64_t kBlockBytes = 16384;
-
-std::vector<uint8_t> Payload(uint64_t seed) {
-  std::vector<uint8_t> data(kBlockBytes);
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i < data.size(); i += 8) {
-    uint64_t v = rng();
-    std::memcpy(&data[i], &v, 8);
-  }
-  return data;
-}
-
-std::string Id(uint64_t n) { return "block-" + std::to_string(n); }
-
-class BlockStoreTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    env_ = std::make_unique<FaultInjectionEnv>(Env::Default(), 42);
-    env_->SetNowMicros(1'000'000);
-    shm_prefix_ = "/dev/shm/kvtier-bst-" + std::to_string(::getpid()) + "-" +
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    gpu::ShmDeviceOpsOptions arena_options;
-    gpu::GpuStatus created = gpu::ShmDeviceOps::Create(shm_prefix_ + "-arena", 8 * kBlockBytes,
-                                                       arena_options, &device_ops_);
-    ASSERT_TRUE(created.ok()) << created.ToString();
-    options_.data_dir = dir_.path();
-    options_.env = env_.get();
-    options_.device_ops = device_ops_.get();
-    options_.device_capacity_bytes = 4 * kBlockBytes;
-    options_.host_shm_path = shm_prefix_ + "-host";
-    options_.host_capacity_bytes = 8 * kBlockBytes;
-    options_.staging_shm_path = shm_prefix_ + "-staging";
-    options_.staging_capacity_bytes = 4 * kBlockBytes;
-    options_.nvme_dir = dir_.path() + "/nvme";
-    options_.nvme_file_count = 2;
-    options_.nvme_file_size_bytes = 32 * kBlockBytes;
-    options_.nvme_direct_io = testing::DirectIoSupported(Env::Default(), dir_.path());
-    options_.nvme_io_threads = 1;
-    options_.nvme_queue_depth = 16;
-    options_.default_lease_ttl_ms = 1000;
-    options_.max_lease_ttl_ms = 10000;
-    Reopen();
-  }
-
-  void Reopen() {
-    store_.reset();
-    auto store = BlockStore::Open(options_);
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    auto profile = store_->RegisterProfile(SmallProfile(), "default");
-    ASSERT_TRUE(profile.ok()) << profile.status();
-    profile_id_ = profile->first.profile_id;
-  }
-
-  BlockKey Key(uint64_t n) { return BlockKey{"default", profile_id_, Id(n)}; }
-
-  void ExpectReadable(uint64_t n) {
-    std::string out;
-    TierId from;
-    absl::Status st = store_->Get(Key(n), &out, &from);
-    ASSERT_TRUE(st.ok()) << "block " << n << ": " << st;
-    std::vector<uint8_t> want = Payload(n);
-    ASSERT_EQ(out.size(), want.size());
-    EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size()), 0) << "block " << n;
-  }
-
-  void ExpectWithinCapacity() {
-    BlockStoreStats stats = store_->Stats();
-    for (const TierUsage& t : stats.tiers) {
-      EXPECT_LE(t.used_bytes, t.capacity_bytes) << TierName(t.tier);
-    }
-  }
-
-  testing::ScopedTempDir dir_;
-  std::unique_ptr<FaultInjectionEnv> env_;
-  std::string shm_prefix_;
-  std::unique_ptr<gpu::ShmDeviceOps> device_ops_;
-  BlockStoreOptions options_;
-  std::unique_ptr<BlockStore> store_;
-  uint64_t profile_id_ = 0;
-};
 
 TEST_F(BlockStoreTest, PutGetLookupRoundTrip) {
   auto outcome = store_->Put(Key(1), Payload(1), /*durable=*/false);
@@ -173,12 +80,12 @@ TEST_F(BlockStoreTest, ThreeTimesHostCapacityStaysWithinLimitsAndReadable) {
   ExpectWithinCapacity();
 }
 
-TEST_F(BlockStoreTest, FullTiersFailFastAndKeepEveryBlock) {
-  // host 8 blocks + NVMe 2 files x 32 blocks: 72 blocks fit in all.
+TEST_F(BlockStoreTest, FullRetainedCacheFailsFastAndKeepsEveryBlock) {
+  // host 8 blocks + NVMe 2 files x 32 blocks: 72 retained blocks fit in all.
   int stored = 0;
   absl::Status last;
   for (int i = 0; i < 100; ++i) {
-    auto outcome = store_->Put(Key(i), Payload(i), false);
+    auto outcome = store_->Put(Key(i), Payload(i), false, 0, /*retain=*/true);
     if (!outcome.ok()) {
       last = outcome.status();
       break;
@@ -186,14 +93,16 @@ TEST_F(BlockStoreTest, FullTiersFailFastAndKeepEveryBlock) {
     ++stored;
   }
   EXPECT_EQ(last.code(), absl::StatusCode::kResourceExhausted) << last;
+  EXPECT_THAT(last.message(), HasSubstr("retained"));
   EXPECT_GE(stored, 64);
   EXPECT_LE(stored, 72);
   ExpectWithinCapacity();
   for (int i = 0; i < stored; ++i) ExpectReadable(i);
   EXPECT_FALSE(store_->Lookup(Key(stored)).present);
+  EXPECT_EQ(store_->Stats().evicted_blocks, 0u);
   // Deleting makes room again.
   ASSERT_TRUE(store_->Delete(Key(0)).ok());
-  EXPECT_TRUE(store_->Put(Key(stored), Payload(stored), false).ok());
+  EXPECT_TRUE(store_->Put(Key(stored), Payload(stored), false, 0, true).ok());
 }
 
 TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -21,6 +22,14 @@ struct DeviceSlot {
   uint64_t generation = 0;
 };
 
+// Where and why a quarantined entry's bad copy was found.
+struct QuarantineNote {
+  TierId tier = TierId::kNvme;
+  std::string location;
+  std::string reason;
+  int64_t found_micros = 0;
+};
+
 struct Entry {
   BlockKey key;
   uint64_t size_bytes = 0;
@@ -33,8 +42,11 @@ struct Entry {
   std::optional<NvmeLocation> nvme;
   bool durable = false;      // nvme copy synced and catalog record synced
   bool quarantined = false;  // checksum mismatch seen; never served
+  bool retained = false;     // never evicted (the writer asked); only deleted
   bool writing = true;       // put in progress: not yet visible
   bool persisting = false;   // an NVMe write of it is in progress
+
+  std::unique_ptr<QuarantineNote> quarantine;  // set when quarantined in this run
 
   uint32_t pins = 0;  // leases holding its device copy
   uint32_t busy = 0;  // operations reading/writing its copies right now

@@ -134,7 +134,7 @@ TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
 
   auto verify = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "verify"});
   EXPECT_EQ(verify.exit_code, 0) << verify.err;
-  EXPECT_THAT(verify.out, HasSubstr("verified 5 durable blocks: 0 corrupt"));
+  EXPECT_THAT(verify.out, HasSubstr("verified 5 blocks (every copy): 0 corrupt"));
   EXPECT_THAT(verify.err, HasSubstr("5/5 blocks 100%"));  // progress bar
 
   // Damage the NVMe copy of every block: verify finds and quarantines them.
@@ -151,6 +151,22 @@ TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
   EXPECT_THAT(verify.out, HasSubstr("5 corrupt"));
   auto status = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "status", "--json"});
   EXPECT_THAT(status.out, HasSubstr("\"quarantined_blocks\": \"5\""));
+  EXPECT_THAT(status.out, HasSubstr("\"checksum_failures_nvme\": \"5\""));
+  // A second run finds nothing new but still reports every quarantined
+  // block, and fails.
+  verify = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "verify", "--json"});
+  EXPECT_EQ(verify.exit_code, 4) << verify.err;
+  EXPECT_THAT(verify.out, HasSubstr("\"block_id\": \"626c6b30\""));  // hex, not base64
+  EXPECT_THAT(verify.out, HasSubstr("\"corrupt_blocks\": \"0\""));
+  auto quarantined =
+      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--quarantined"});
+  EXPECT_EQ(quarantined.exit_code, 0) << quarantined.err;
+  EXPECT_THAT(quarantined.out, HasSubstr("626c6b34"));  // "blk4"
+  EXPECT_THAT(quarantined.out, HasSubstr("nvme-000.dat"));
+  EXPECT_THAT(quarantined.out, HasSubstr("checksum"));
+  // Each quarantine left a warning naming the block in the daemon's log.
+  EXPECT_THAT(testing::ReadFile(dir_ + "/log"),
+              HasSubstr("quarantined nvme copy of block 626c6b32"));
   daemon->Signal(SIGTERM);
   EXPECT_EQ(daemon->Wait(std::chrono::seconds(5)), std::optional<int>(0));
 }

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <thread>
 
 #include "tests/security/security_fixture.h"
@@ -60,17 +61,23 @@ bool WaitReady(const Child& c, int timeout_ms) {
   return got.rfind("ready", 0) == 0;
 }
 
-void Kill(Child& c) {
+// Kills and reaps the child; returns its exit code when it had already
+// exited on its own (a failed step of kvtier_churn_client), else -1.
+int Kill(Child& c) {
   ::kill(c.pid, SIGKILL);
   int status = 0;
   ::waitpid(c.pid, &status, 0);
   ::close(c.out);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 class ChurnTest : public SecurityTest {};
 
 TEST_F(ChurnTest, KilledClientsLeaveNothingBehind) {
-  StartDaemon({"leases.default_ttl_ms=500", "tiers.device.capacity_bytes=4MiB"});
+  // Killed clients hold their staging slots until the 500 ms TTL ends:
+  // the staging area fits every client one TTL can spawn (2 slots each).
+  StartDaemon({"leases.default_ttl_ms=500", "tiers.device.capacity_bytes=4MiB",
+               "auth.tenant_staging_bytes=8MiB"});
   auto a = As("a");
   const uint64_t p = Register(a.get());
   Put(a.get(), p, Ids("churn", 8), 1);
@@ -91,6 +98,7 @@ TEST_F(ChurnTest, KilledClientsLeaveNothingBehind) {
                                          std::to_string(p), "churn", "8"};
   std::deque<Child> live;
   int ready = 0;
+  std::map<int, int> exit_codes;
   uint64_t max_contexts = 0;
   for (int i = 0; i < kCycles; ++i) {
     Child c = Spawn(argv);
@@ -98,13 +106,21 @@ TEST_F(ChurnTest, KilledClientsLeaveNothingBehind) {
     if (WaitReady(c, 20000)) ++ready;
     live.push_back(c);
     if (static_cast<int>(live.size()) >= kInFlight) {
-      Kill(live.front());
+      if (int code = Kill(live.front()); code >= 0) ++exit_codes[code];
       live.pop_front();
     }
     if (i % 100 == 99) max_contexts = std::max<uint64_t>(max_contexts, usage().contexts());
   }
-  for (Child& c : live) Kill(c);
-  EXPECT_EQ(ready, kCycles) << "every client got its resources before it was killed";
+  for (Child& c : live) {
+    if (int code = Kill(c); code >= 0) ++exit_codes[code];
+  }
+  std::string failed;
+  for (const auto& [code, count] : exit_codes) {
+    failed += " exit " + std::to_string(code) + ": " + std::to_string(count) + ";";
+  }
+  EXPECT_EQ(ready, kCycles) << "every client got its resources before it was killed"
+                            << " (clients that failed, by kvtier_churn_client exit code:" << failed
+                            << ")";
   EXPECT_GT(max_contexts, 0u) << "the clients' contexts were seen while they lived";
 
   // Everything returns within the TTLs (500 ms) plus reaper rounds.

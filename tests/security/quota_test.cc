@@ -56,11 +56,18 @@ TEST_F(QuotaTest, ProfilesAndStagingSlots) {
 }
 
 TEST_F(QuotaTest, StoredBytesStayWithinHostAndNvmeQuotas) {
-  // nvme_bytes = 32 KiB: four durable 8 KiB blocks, not five.
+  // nvme_bytes = 32 KiB: four durable 8 KiB blocks at once. A cache put
+  // beyond it evicts q's own oldest block; retained blocks are never
+  // evicted, so a fifth retained one is refused, naming the quota.
   auto durable = Put(q_.get(), pq_, Ids("d", 5), 1, /*durable=*/true);
   ASSERT_EQ(durable.size(), 5u);
-  EXPECT_EQ(std::count(durable.begin(), durable.end(), 0), 4);
-  EXPECT_EQ(durable[4], grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(std::count(durable.begin(), durable.end(), 0), 5);
+  EXPECT_LE(StatsOfQ().nvme_bytes(), 32u << 10);
+  auto retained = Put(q_.get(), pq_, Ids("r", 5), 50, /*durable=*/true, /*retain=*/true);
+  ASSERT_EQ(retained.size(), 5u);
+  EXPECT_EQ(std::count(retained.begin(), retained.end(), 0), 4);
+  EXPECT_EQ(retained[4], grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(StatsOfQ().retained_bytes(), 32u << 10);
   // host_bytes = 64 KiB: more puts either fit (demoting q's own copies) or
   // are refused; q never holds more than its quota.
   auto more = Put(q_.get(), pq_, Ids("h", 12), 100);

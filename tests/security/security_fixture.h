@@ -121,10 +121,11 @@ class SecurityTest : public ::testing::Test {
 
   // Puts ids[i] with Payload(first_seed + i); returns the per-block codes.
   static std::vector<int> Put(Client* c, uint64_t profile_id, const std::vector<std::string>& ids,
-                              uint64_t first_seed, bool durable = false) {
+                              uint64_t first_seed, bool durable = false, bool retain = false) {
     v1::PutBlocksRequest req;
     req.set_profile_id(profile_id);
     req.set_durable(durable);
+    req.set_retain(retain);
     for (size_t i = 0; i < ids.size(); ++i) {
       v1::BlockPut* b = req.add_blocks();
       b->set_block_id(ids[i]);

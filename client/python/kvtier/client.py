@@ -255,8 +255,14 @@ class Client:
         return self._call(self._kvtier.ReserveSlots, request, "ReserveSlots")
 
     # ---- blocks -------------------------------------------------------------
-    def put_blocks(self, profile_id, blocks, durable=False, staging=False, batch_blocks=64, check=True):
+    def put_blocks(self, profile_id, blocks, durable=False, staging=False, batch_blocks=64, check=True,
+                   retain=False):
         """Stores (block_id, payload) pairs; payloads as in kvtier.profile.block_payload.
+
+        durable=True acknowledges each block once it is synced to NVMe (it then
+        survives a crash until evicted or deleted). retain=True keeps the blocks
+        until deleted: the cache never evicts them (tenant quota
+        retained_bytes).
 
         staging=True writes each payload into a ReserveSlots slot and sends only
         the slot (one copy, no bytes through gRPC). Every payload is checked
@@ -279,7 +285,7 @@ class Client:
                 puts.append(kvtier_pb2.BlockPut(block_id=ids[i], slot=slot))
         else:
             puts = [kvtier_pb2.BlockPut(block_id=i, data=memoryview(p).tobytes()) for i, p in zip(ids, payloads)]
-        requests = [kvtier_pb2.PutBlocksRequest(profile_id=profile_id, durable=durable,
+        requests = [kvtier_pb2.PutBlocksRequest(profile_id=profile_id, durable=durable, retain=retain,
                                                 blocks=puts[s : s + batch_blocks])
                     for s in range(0, len(puts), batch_blocks)]
         try:

@@ -1,0 +1,177 @@
+// Cache semantics of the BlockStore: the last local tier evicts, retained,
+// pinned and in-use blocks never go, quotas evict the tenant's own blocks,
+// and nothing evicted is ever served or resurrected by a restart.
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "storage/store/block_store.h"
+#include "storage/store/store_test_util.h"
+
+namespace kvtier {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Present blocks read back exactly; absent ones are NOT_FOUND. Returns how
+// many are present.
+int CheckEveryBlock(BlockStore& store, const std::function<BlockKey(uint64_t)>& key, int n) {
+  int present = 0;
+  for (int i = 0; i < n; ++i) {
+    std::string out;
+    TierId from;
+    absl::Status st = store.Get(key(i), &out, &from);
+    if (st.code() == absl::StatusCode::kNotFound) {
+      EXPECT_FALSE(store.Lookup(key(i)).present) << i;
+      continue;
+    }
+    EXPECT_TRUE(st.ok()) << i << ": " << st;
+    std::vector<uint8_t> want = Payload(i);
+    EXPECT_EQ(out.size(), want.size());
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size()), 0) << "block " << i;
+    ++present;
+  }
+  return present;
+}
+
+TEST_F(BlockStoreTest, FullCacheEvictsLeastRecentlyUsedAndNeverRefuses) {
+  // host 8 + NVMe 64 blocks: 72 fit; 200 puts all succeed.
+  const int n = 200;
+  for (int i = 0; i < n; ++i) {
+    auto outcome = store_->Put(Key(i), Payload(i), /*durable=*/false);
+    ASSERT_TRUE(outcome.ok()) << i << ": " << outcome.status();
+    ExpectWithinCapacity();
+  }
+  BlockStoreStats stats = store_->Stats();
+  EXPECT_GE(stats.evicted_blocks, static_cast<uint64_t>(n - 72));
+  EXPECT_EQ(stats.blocks, static_cast<uint64_t>(n) - stats.evicted_blocks);
+  // The most recent blocks are the ones kept.
+  int present = 0;
+  for (int i = 0; i < n; ++i) present += store_->Lookup(Key(i)).present;
+  EXPECT_EQ(present, static_cast<int>(stats.blocks));
+  for (int i = n - 40; i < n; ++i) EXPECT_TRUE(store_->Lookup(Key(i)).present) << i;
+  EXPECT_FALSE(store_->Lookup(Key(0)).present);
+  // Reading promotes NVMe blocks to host, which may evict others: every
+  // read is exact or a miss, never other bytes.
+  EXPECT_GT(CheckEveryBlock(*store_, [&](uint64_t i) { return Key(i); }, n), 40);
+}
+
+TEST_F(BlockStoreTest, DurableBlocksSurviveUntilEvictedAndEvictionIsDurable) {
+  const int n = 150;
+  for (int i = 0; i < n; ++i) {
+    auto outcome = store_->Put(Key(i), Payload(i), /*durable=*/true);
+    ASSERT_TRUE(outcome.ok()) << i << ": " << outcome.status();
+    EXPECT_TRUE(outcome->durable);
+  }
+  const uint64_t evicted = store_->Stats().evicted_blocks;
+  EXPECT_GE(evicted, static_cast<uint64_t>(n - 72));
+  const int before = CheckEveryBlock(*store_, [&](uint64_t i) { return Key(i); }, n);
+  // After a restart only NVMe copies come back: every durable block that was
+  // not evicted, and no evicted one (its record went before its extent).
+  Reopen();
+  BlockStoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.quarantined_blocks, 0u) << "a record pointed at reused space";
+  EXPECT_EQ(stats.blocks, stats.tiers[2].blocks);
+  EXPECT_LE(stats.blocks, static_cast<uint64_t>(before));
+  EXPECT_GE(stats.blocks, 60u);
+  EXPECT_GE(CheckEveryBlock(*store_, [&](uint64_t i) { return Key(i); }, n), 50);
+}
+
+TEST_F(BlockStoreTest, RetainedBlocksAreNeverEvicted) {
+  for (int i = 0; i < 10; ++i) {
+    auto outcome = store_->Put(Key(i), Payload(i), /*durable=*/true, 0, /*retain=*/true);
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_TRUE(outcome->retained);
+  }
+  for (int i = 10; i < 300; ++i) {
+    ASSERT_TRUE(store_->Put(Key(i), Payload(i), i % 2 == 0).ok()) << i;
+  }
+  EXPECT_GT(store_->Stats().evicted_blocks, 0u);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_TRUE(store_->Lookup(Key(i)).retained) << i;
+    ExpectReadable(i);
+  }
+  EXPECT_EQ(store_->Stats().retained_bytes, 10 * kBlockBytes);
+  Reopen();  // the mark is persisted with the record
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_TRUE(store_->Lookup(Key(i)).retained) << i;
+    ExpectReadable(i);
+  }
+  EXPECT_EQ(store_->UsageOf("default").retained_bytes, 10 * kBlockBytes);
+}
+
+TEST_F(BlockStoreTest, RePutWithRetainMarksAStoredBlock) {
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), true).ok());
+  EXPECT_FALSE(store_->Lookup(Key(1)).retained);
+  auto again = store_->Put(Key(1), Payload(1), true, 0, /*retain=*/true);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->existed);
+  EXPECT_TRUE(again->retained);
+  auto plain = store_->Put(Key(1), Payload(1), true);  // never clears the mark
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->retained);
+  Reopen();
+  EXPECT_TRUE(store_->Lookup(Key(1)).retained);
+  ASSERT_TRUE(store_->Delete(Key(1)).ok());
+  EXPECT_EQ(store_->Stats().retained_bytes, 0u);
+}
+
+TEST_F(BlockStoreTest, RetainedBytesQuotaNamesItself) {
+  TenantLimits limits;
+  limits.retained_bytes = 3 * kBlockBytes;
+  store_->SetTenantLimits("default", limits);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false, 0, true).ok());
+  auto refused = store_->Put(Key(3), Payload(3), false, 0, true);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr("retained_bytes"));
+  EXPECT_FALSE(store_->Lookup(Key(3)).present);
+  EXPECT_TRUE(store_->Put(Key(3), Payload(3), false).ok()) << "without retain it is a cache put";
+  auto upgrade = store_->Put(Key(3), Payload(3), false, 0, true);
+  EXPECT_EQ(upgrade.status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(store_->Delete(Key(0)).ok());
+  EXPECT_TRUE(store_->Put(Key(3), Payload(3), false, 0, true).ok());
+  EXPECT_EQ(store_->UsageOf("default").retained_bytes, 3 * kBlockBytes);
+}
+
+TEST_F(BlockStoreTest, NvmeQuotaEvictsTheTenantsOwnBlocksOnly) {
+  TenantLimits limits;
+  limits.nvme_bytes = 4 * kBlockBytes;
+  store_->SetTenantLimits("small", limits);
+  auto small_key = [&](uint64_t i) { return BlockKey{"small", profile_id_, Id(i)}; };
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), true).ok());
+  for (int i = 0; i < 12; ++i) {
+    auto outcome = store_->Put(small_key(i), Payload(i), true);
+    ASSERT_TRUE(outcome.ok()) << i << ": " << outcome.status();
+    EXPECT_LE(store_->UsageOf("small").nvme_bytes, 4 * kBlockBytes);
+  }
+  for (int i = 0; i < 5; ++i) ExpectReadable(i);  // the other tenant's blocks stay
+  int durable = 0;
+  for (int i = 0; i < 12; ++i) durable += store_->Lookup(small_key(i)).durable;
+  EXPECT_GE(durable, 3);
+  EXPECT_LE(durable, 4);
+  // Retained blocks of the tenant fill its quota: then it is refused.
+  limits.retained_bytes = 0;
+  store_->SetTenantLimits("small", limits);
+  for (int i = 8; i < 12; ++i) {
+    ASSERT_TRUE(store_->Put(small_key(i), Payload(i), true, 0, true).ok()) << i;
+  }
+  auto refused = store_->Put(small_key(20), Payload(20), true);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr("nvme_bytes"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("retained"));
+}
+
+TEST_F(BlockStoreTest, PinnedBlocksAreNotEvicted) {
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+  std::vector<absl::StatusOr<DeviceHandle>> handles;
+  auto lease = store_->AcquireHandles("default", {Key(0), Key(1)}, 5000, &handles);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  for (int i = 2; i < 200; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+  EXPECT_GT(store_->Stats().evicted_blocks, 0u);
+  ExpectReadable(0);
+  ExpectReadable(1);
+  EXPECT_TRUE(store_->Lookup(Key(0)).pinned);
+}
+
+}  // namespace
+}  // namespace kvtier
