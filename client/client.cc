@@ -225,6 +225,12 @@ absl::StatusOr<v1::PutBlocksResponse> Client::PutBlocks(
   writer->WritesDone();
   grpc::Status st = writer->Finish();
   if (!st.ok()) return FromGrpcStatus(st);
+  // 0: a daemon that does not report it (older than the field).
+  if (resp.messages_received() != 0 && resp.messages_received() != requests.size()) {
+    return absl::DataLossError(absl::StrCat(
+        "PutBlocks: the daemon read ", resp.messages_received(), " of the ", requests.size(),
+        " messages sent (a message it could not parse ends the stream)"));
+  }
   return resp;
 }
 

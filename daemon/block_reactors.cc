@@ -33,6 +33,7 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
 
  private:
   absl::Status Process() {
+    response_->set_messages_received(response_->messages_received() + 1);
     const uint64_t limit = runtime_->config().limits.max_batch_blocks;
     if (request_.profile_id() == 0) {
       return absl::InvalidArgumentError("profile_id: required in every PutBlocksRequest");

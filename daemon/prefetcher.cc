@@ -19,14 +19,30 @@ Prefetcher::~Prefetcher() {
 
 bool Prefetcher::Submit(std::vector<BlockKey> keys) {
   if (keys.empty()) return true;
+  return Enqueue(std::move(keys)) != 0;
+}
+
+uint64_t Prefetcher::Enqueue(std::vector<BlockKey> keys) {
+  if (keys.empty()) return 0;
   absl::MutexLock lock(&mu_);
   if (stopping_ || pending_keys_ + keys.size() > max_pending_keys_) {
     dropped_ += keys.size();
-    return false;
+    return 0;
   }
   pending_keys_ += keys.size();
   queue_.push_back(std::move(keys));
-  return true;
+  return ++submitted_batches_;
+}
+
+bool Prefetcher::WaitFor(uint64_t ticket, absl::Duration timeout) {
+  if (ticket == 0) return false;
+  struct Args {
+    const uint64_t* done;
+    uint64_t ticket;
+  } args{&done_batches_, ticket};
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(
+      absl::Condition(+[](Args* a) { return *a->done >= a->ticket; }, &args), timeout);
 }
 
 void Prefetcher::Loop() {
@@ -43,6 +59,7 @@ void Prefetcher::Loop() {
     absl::MutexLock lock(&mu_);
     pending_keys_ -= batch.size();
     promoted_ += promoted;
+    ++done_batches_;
   }
 }
 

@@ -1,7 +1,8 @@
-// Prefetcher: brings blocks whose stability is rising from NVMe into host
-// memory (BlockStore::Prefetch, no pin) on a background thread, so that a
-// later Select can promote them to the device tier without reading NVMe on
-// its own path.
+// Prefetcher: brings blocks from NVMe into host memory (BlockStore::Prefetch,
+// no pin) on a background thread: blocks whose stability is rising, and
+// blocks a Select chose that were on NVMe only (answered PENDING), so that
+// Select promotes them to the device tier from memory and never reads NVMe
+// on its own (gRPC) thread. Batches are processed in submission order.
 //
 // Bounded: at most max_pending_keys keys wait; a Submit beyond that drops
 // its keys (prefetching is a hint).
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/store/block_store.h"
 
@@ -31,6 +33,12 @@ class Prefetcher {
   // Queues keys; returns false (and queues none) when that would exceed
   // max_pending_keys.
   bool Submit(std::vector<BlockKey> keys);
+  // As Submit, returning a ticket for WaitFor (0 when the keys were
+  // dropped or there were none).
+  uint64_t Enqueue(std::vector<BlockKey> keys);
+  // Waits until the batch of `ticket` (and every earlier one) was
+  // prefetched, or `timeout` passed; true when it was.
+  bool WaitFor(uint64_t ticket, absl::Duration timeout);
 
   // Blocks until no key is queued or being prefetched.
   void WaitIdle();
@@ -50,6 +58,8 @@ class Prefetcher {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t promoted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t submitted_batches_ ABSL_GUARDED_BY(mu_) = 0;  // the last ticket handed out
+  uint64_t done_batches_ ABSL_GUARDED_BY(mu_) = 0;       // tickets up to this are done
   std::thread worker_;
 };
 

@@ -168,6 +168,10 @@ absl::Status SelectHandler::Check(const v1::ContextSelect& entry, int i, Item* i
       ScorerOf(entry.scorer(), runtime_->default_scorer(), i);
   if (!scorer.ok()) return scorer.status();
   item->scorer = *scorer;
+  if (entry.wait_ms() > kMaxSelectWaitMs) {
+    return absl::InvalidArgumentError(absl::StrCat(Field(i, "wait_ms"), ": ", entry.wait_ms(),
+                                                   " exceeds the limit of ", kMaxSelectWaitMs));
+  }
 
   const ModelProfile& profile = item->ctx->profile();
   const uint64_t max_blocks = config.limits.max_batch_blocks;
@@ -283,7 +287,24 @@ void SelectHandler::Finish(const v1::ContextSelect& entry, Item* item, v1::Conte
     const absl::string_view id = ctx->block_id(result.blocks[k]);
     keys[k].block_id.assign(id.data(), id.size());
   }
-  absl::StatusOr<uint64_t> lease = store->AcquireHandles(ctx->tenant(), keys, ctx->ttl_ms(), &handles);
+  // No disk I/O on this thread: blocks on NVMe only are brought into host
+  // memory by the prefetcher. With wait_ms the call waits for that (up to
+  // wait_ms); otherwise they come back PENDING ("on its way") and are
+  // promoted from memory at a later step.
+  Prefetcher* prefetcher = runtime_->prefetcher();
+  if (entry.wait_ms() > 0) {
+    std::vector<BlockKey> on_nvme;
+    for (const BlockKey& key : keys) {
+      const BlockLocation loc = store->Lookup(key);
+      if (loc.present && loc.tier == TierId::kNvme) on_nvme.push_back(key);
+    }
+    if (!on_nvme.empty()) {
+      prefetcher->WaitFor(prefetcher->Enqueue(std::move(on_nvme)),
+                          absl::Milliseconds(entry.wait_ms()));
+    }
+  }
+  absl::StatusOr<uint64_t> lease = store->AcquireHandles(ctx->tenant(), keys, ctx->ttl_ms(),
+                                                         &handles, /*memory_only=*/true);
   if (!lease.ok()) {
     ToItemStatus(lease.status(), out->mutable_status());
     return;
@@ -310,6 +331,9 @@ void SelectHandler::Finish(const v1::ContextSelect& entry, Item* item, v1::Conte
       handle->set_offset_bytes(handles[k]->offset_bytes);
       handle->set_size_bytes(handles[k]->size_bytes);
       handle->set_generation(handles[k]->generation);
+    } else if (handles[k].status().code() == absl::StatusCode::kUnavailable) {
+      b->set_residency(v1::RESIDENCY_PENDING);  // on NVMe only: on its way
+      prefetch->push_back(keys[k]);
     } else if (handles[k].status().code() != absl::StatusCode::kNotFound) {
       b->set_residency(v1::RESIDENCY_PENDING);
     }

@@ -27,13 +27,17 @@
 //      and pinned under a new lease of the context's TTL
 //      (BlockStore::AcquireHandles); only then is the previous Select's
 //      lease released, so blocks kept from one step to the next are never
-//      unpinned in between. Promotion (NVMe -> host -> arena) is
-//      synchronous in AcquireHandles: a block that is not RESIDENT could
-//      not get an arena slot now (every slot pinned: RESOURCE_EXHAUSTED)
-//      and comes back RESIDENCY_PENDING without a handle; ask again next
-//      step. wait_ms is therefore not needed and ignored. A block deleted
-//      or quarantined since the context was opened comes back
-//      RESIDENCY_UNSPECIFIED without a handle.
+//      unpinned in between. The handler never touches disk: promotion
+//      host -> arena is a memory copy done here (AcquireHandles with
+//      memory_only); a block whose only copy is on NVMe is handed to the
+//      prefetcher (a background thread reads it into host memory) and
+//      comes back RESIDENCY_PENDING ("on its way"); with wait_ms > 0 the
+//      handler first waits up to wait_ms (at most kMaxSelectWaitMs) for
+//      the chosen NVMe-only blocks to reach host memory. A block that
+//      could not get an arena slot (every slot pinned) is PENDING too;
+//      ask again next step. A block deleted or quarantined since the
+//      context was opened comes back RESIDENCY_UNSPECIFIED without a
+//      handle.
 //   4. Rising blocks the selector did not choose go to the prefetcher.
 //
 // SelectedBlock.score is the affinity the selector ranked the block by, in
@@ -59,6 +63,10 @@
 #include "kvtier/v1/kvtier.pb.h"
 
 namespace kvtier::daemon {
+
+// The longest ContextSelect.wait_ms accepted (INVALID_ARGUMENT above it).
+inline constexpr uint32_t kMaxSelectWaitMs = 10000;
+
 
 class SelectHandler {
  public:

@@ -16,6 +16,8 @@ PACKAGES=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev libfaiss-dev libhiredis-dev
   redis-server fio prometheus python3-matplotlib
+  # fuzzing (tests/fuzz): clang, and libFuzzer with the sanitizer runtimes
+  clang libclang-rt-14-dev
   # python client
   python3 python3-grpcio python3-protobuf python3-numpy python3-torch
 )

@@ -498,7 +498,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
     for (size_t i = 0; i < kept_grids; ++i) {
       const int32_t g = s->grids[i].index;
       const int64_t c0 = t.GridFirstChunk(g), c1 = t.GridFirstChunk(g + 1);
-      const float* dots = s->all_chunk + c0;
+      const float* dots = gemm ? s->all_chunk + c0 : nullptr;
       if (!gemm) {
         s->dots.resize(std::max<size_t>(s->dots.size(), c1 - c0));
         simd::DotRowsHalf(t.chunk_rows() + c0 * D, c1 - c0, D, s->q.data(),
@@ -521,7 +521,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
     for (size_t i = 0; i < kept_chunks; ++i) {
       const int32_t c = s->chunks[i].index;
       const int64_t p0 = t.ChunkFirstPage(c), p1 = t.ChunkFirstPage(c + 1);
-      const float* dots = s->all_page + p0;
+      const float* dots = gemm ? s->all_page + p0 : nullptr;
       if (!gemm) {
         s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
         simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(),
@@ -539,7 +539,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
     // they leave the local window.
     auto score_range = [&](int64_t p0, int64_t p1) {
       if (p1 <= p0) return;
-      const float* dots = s->all_page + p0;
+      const float* dots = gemm ? s->all_page + p0 : nullptr;
       if (!gemm) {
         s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
         simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(),

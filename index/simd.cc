@@ -5,6 +5,7 @@
 #include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define KVTIER_X86 1
 // GCC 12's _mm512_undefined_ps() self-initialises a local, which
@@ -353,13 +354,22 @@ struct Kernels {
   absl::string_view isa = "scalar";
 };
 
+#ifdef KVTIER_X86
+// F16C from CPUID leaf 1 (ECX bit 29): clang before 15 does not know
+// __builtin_cpu_supports("f16c").
+bool CpuHasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ecx & (1u << 29)) != 0;
+}
+#endif
+
 Kernels Detect() {
   Kernels k;
 #ifdef KVTIER_X86
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") &&
-                    __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+                    __builtin_cpu_supports("fma") && CpuHasF16c();
   if (avx2) {
     k.half_to_float = HalfToFloatAvx2;
     k.bfloat_to_float = BfloatToFloatAvx2;

@@ -73,13 +73,14 @@ float QuantizeInt8(const float* v, size_t n, int8_t* q) {
     std::fill(q, q + n, int8_t{0});
     return 0.0f;
   }
-  const float scale = m / 127.0f;
-  const float inv = 127.0f / m;
+  // In double: 127 / m overflows float for m below 127 / FLT_MAX (tiny
+  // keys), and 0 * inf would be NaN.
+  const double inv = 127.0 / static_cast<double>(m);
   for (size_t i = 0; i < n; ++i) {
-    const float x = std::nearbyint(v[i] * inv);
-    q[i] = static_cast<int8_t>(std::clamp(x, -127.0f, 127.0f));
+    const double x = std::nearbyint(static_cast<double>(v[i]) * inv);
+    q[i] = static_cast<int8_t>(std::clamp(x, -127.0, 127.0));
   }
-  return scale;
+  return static_cast<float>(static_cast<double>(m) / 127.0);
 }
 
 absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,

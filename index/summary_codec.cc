@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -333,7 +334,9 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
       const char* q = p + layers * 4;
       for (size_t l = 0; l < layers && st.ok(); ++l) {
         const float scale = GetLe<float>(p + l * 4);
-        if (!std::isfinite(scale) || scale < 0) {
+        // int8 x scale must stay finite (|q| <= 127).
+        if (!std::isfinite(scale) || scale < 0 ||
+            scale > std::numeric_limits<float>::max() / 128.0f) {
           st = absl::InvalidArgumentError(absl::StrCat(
               "summary blob: layer_mean scale of layer ", l, " is invalid"));
         }
@@ -368,7 +371,8 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
     p += heads * 4;
     for (size_t j = 0; j < heads; ++j) {
       s.key_scales[j] = GetLe<float>(p + j * 4);
-      if (!std::isfinite(s.key_scales[j]) || s.key_scales[j] < 0) {
+      if (!std::isfinite(s.key_scales[j]) || s.key_scales[j] < 0 ||
+          s.key_scales[j] > std::numeric_limits<float>::max() / 128.0f) {
         return absl::InvalidArgumentError(
             "summary blob: a head-key scale is invalid");
       }

@@ -41,6 +41,7 @@ class Reader {
  public:
   explicit Reader(absl::string_view bytes) : bytes_(bytes) {}
 
+  size_t remaining() const { return bytes_.size() - pos_; }
   bool GetU8(uint8_t* v) {
     if (bytes_.size() - pos_ < 1) return false;
     *v = static_cast<uint8_t>(bytes_[pos_++]);
@@ -324,7 +325,9 @@ absl::StatusOr<ContextRecord> DecodeContextRecord(absl::string_view bytes) {
   record.segments.resize(segments);
   for (auto& segment : record.segments) {
     uint32_t count = 0;
-    if (!r.GetU32(&count) || count > kMaxContextBlocks - total) {
+    // Every id takes at least its length byte: a count the remaining
+    // bytes cannot hold is refused before anything is allocated.
+    if (!r.GetU32(&count) || count > kMaxContextBlocks - total || count > r.remaining()) {
       return Loss("context record", "bad block count");
     }
     total += count;

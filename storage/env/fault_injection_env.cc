@@ -8,6 +8,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "storage/common/errno_status.h"
 #include "storage/common/status_macros.h"
 #include "storage/env/aligned_buffer.h"
@@ -156,8 +158,12 @@ class FaultInjectionEnv::FaultIoQueue final : public IoQueue {
   absl::flat_hash_map<IoRequest*, Pending> pending_;
 };
 
+// The slow-I/O generator's seed differs from the fault generator's, so the
+// two sequences are unrelated.
+constexpr uint64_t kSlowIoSeedSalt = 0x9e3779b97f4a7c15ull;
+
 FaultInjectionEnv::FaultInjectionEnv(Env* target, uint64_t seed)
-    : EnvWrapper(target), rng_(seed) {}
+    : EnvWrapper(target), rng_(seed), slow_rng_(seed ^ kSlowIoSeedSalt) {}
 
 absl::Status FaultInjectionEnv::CreateDir(const std::string& path,
                                           bool recursive) {
@@ -206,25 +212,55 @@ absl::StatusOr<std::unique_ptr<IoQueue>> FaultInjectionEnv::NewIoQueue(
 }
 
 FaultInjectionEnv::Fault FaultInjectionEnv::ChooseFault(IoOp op) {
-  absl::MutexLock lock(&mu_);
+  FileOp file_op = FileOp::kRead;
   switch (op) {
     case IoOp::kRead:
-      return ChooseLocked(FileOp::kRead);
+      file_op = FileOp::kRead;
+      break;
     case IoOp::kWrite:
-      return ChooseLocked(FileOp::kWrite);
+      file_op = FileOp::kWrite;
+      break;
     case IoOp::kSync:
-      return ChooseLocked(FileOp::kSync);
+      file_op = FileOp::kSync;
+      break;
   }
-  return Fault::kNone;
+  return ChooseFileFault(file_op);
 }
 
 FaultInjectionEnv::Fault FaultInjectionEnv::ChooseFileFault(FileOp op) {
-  absl::MutexLock lock(&mu_);
-  return ChooseLocked(op);
+  Fault fault;
+  uint64_t delay_micros;
+  {
+    absl::MutexLock lock(&mu_);
+    if (hold_armed_ && hold_op_ == op) {
+      hold_armed_ = false;
+      io_held_ = true;
+      mu_.Await(absl::Condition(&hold_released_));  // releases mu_ meanwhile
+      io_held_ = false;
+    }
+    fault = ChooseLocked(op);
+    delay_micros = SlowDelayLocked();
+  }
+  SleepReal(delay_micros);
+  return fault;
+}
+
+uint64_t FaultInjectionEnv::SlowDelayLocked() {
+  if (slow_io_one_in_ == 0 || slow_io_delay_micros_ == 0) return 0;
+  if (slow_rng_() % slow_io_one_in_ != 0) return 0;
+  ++slow_ios_;
+  return slow_io_delay_micros_;
+}
+
+void FaultInjectionEnv::SleepReal(uint64_t delay_micros) {
+  // Not SleepForMicros: under the manual clock that only advances it, and
+  // slow I/O must cost real time on the I/O path.
+  if (delay_micros > 0) absl::SleepFor(absl::Microseconds(delay_micros));
 }
 
 FaultInjectionEnv::Fault FaultInjectionEnv::ChooseLocked(FileOp op) {
   if ((op == FileOp::kWrite || op == FileOp::kCreate) && no_space_) {
+    ++no_space_faults_;
     return Fault::kNoSpace;
   }
   uint32_t one_in = 0;
@@ -245,6 +281,7 @@ FaultInjectionEnv::Fault FaultInjectionEnv::ChooseLocked(FileOp op) {
   // same faults whatever ran before with the knobs off.
   if (one_in > 0 && rng_() % one_in == 0) {
     ++injected_errors_;
+    ++injected_by_op_[static_cast<int>(op)];
     return Fault::kIoError;
   }
   return Fault::kNone;
@@ -374,9 +411,47 @@ uint64_t FaultInjectionEnv::injected_error_count() const {
   return injected_errors_;
 }
 
+uint64_t FaultInjectionEnv::injected_error_count(FileOp op) const {
+  absl::MutexLock lock(&mu_);
+  return injected_by_op_[static_cast<int>(op)];
+}
+
+uint64_t FaultInjectionEnv::no_space_fault_count() const {
+  absl::MutexLock lock(&mu_);
+  return no_space_faults_;
+}
+
 void FaultInjectionEnv::SetSyncErrorOneIn(uint32_t n) {
   absl::MutexLock lock(&mu_);
   sync_error_one_in_ = n;
+}
+
+void FaultInjectionEnv::SetSlowIoOneIn(uint32_t n, uint64_t delay_micros) {
+  absl::MutexLock lock(&mu_);
+  slow_io_one_in_ = n;
+  slow_io_delay_micros_ = delay_micros;
+}
+
+uint64_t FaultInjectionEnv::slow_io_count() const {
+  absl::MutexLock lock(&mu_);
+  return slow_ios_;
+}
+
+void FaultInjectionEnv::HoldNextIo(FileOp op) {
+  absl::MutexLock lock(&mu_);
+  hold_armed_ = true;
+  hold_op_ = op;
+  hold_released_ = false;
+}
+
+void FaultInjectionEnv::WaitForHeldIo() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&io_held_));
+}
+
+void FaultInjectionEnv::ReleaseHeldIo() {
+  absl::MutexLock lock(&mu_);
+  hold_released_ = true;
 }
 
 void FaultInjectionEnv::SetNoSpace(bool no_space) {

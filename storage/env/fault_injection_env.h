@@ -37,6 +37,22 @@
 //        - unsynced bytes are lost whole: no torn or reordered writes, and
 //          synced bytes never change;
 //        - directories themselves never disappear.
+//  (g) Slow I/O. With SetSlowIoOneIn(n, delay_micros), each operation that
+//      (b), (c) or (e) may fault (block-file queue requests, WriteAt, Sync)
+//      and each operation of another file system that asks
+//      ChooseFileFault (f) first sleeps delay_micros of real time with
+//      probability 1/n, on the thread doing the I/O (for queue requests
+//      the thread that enqueues them), outside this Env's lock. The sleep
+//      is real even under the manual clock (d), which it does not move.
+//      The choice comes from a generator of its own (derived from the
+//      seed), so turning slow I/O on or off never changes which operations
+//      get errors.
+//  (h) Held I/O, for tests that need an operation to stay in flight at a
+//      known point: after HoldNextIo(op), the next operation of kind op
+//      that (g) would consider waits, on the thread doing it and before
+//      its fault is chosen, until ReleaseHeldIo(); WaitForHeldIo() returns
+//      once it waits. A block-file queue request is held on the queue's
+//      owner thread, so the requests behind it wait too.
 //
 // Thread safety: all methods are thread-safe. Files and queues created
 // through this Env must be destroyed before it. Queues keep the IoQueue
@@ -96,6 +112,11 @@ class FaultInjectionEnv final : public EnvWrapper {
   // (e) 0 disables. Counts only syncs started afterwards.
   void SetSyncErrorOneIn(uint32_t n);
 
+  // (g) n = 0 or delay_micros = 0 disables. Counts only operations started
+  // afterwards; slow_io_count() is how many were delayed so far.
+  void SetSlowIoOneIn(uint32_t n, uint64_t delay_micros);
+  uint64_t slow_io_count() const;
+
   // (f) Files of other file systems.
   enum class FileOp : uint8_t {
     kRead,    // read knob
@@ -106,7 +127,20 @@ class FaultInjectionEnv final : public EnvWrapper {
   enum class Fault : uint8_t { kNone, kIoError, kNoSpace };
   // The fault for one operation, drawn from the same seeded sequence as the
   // block files' faults. One-in-N errors count in injected_error_count().
+  // May first sleep (g).
   Fault ChooseFileFault(FileOp op);
+  // One-in-N errors injected so far into operations of kind op, block files
+  // and other file systems together (kCreate: always 0); they add up to
+  // injected_error_count(). no_space_fault_count(): writes and creations
+  // failed by (c) through ChooseFileFault or a block-file request.
+  uint64_t injected_error_count(FileOp op) const;
+  uint64_t no_space_fault_count() const;
+
+  // (h) One hold at a time: HoldNextIo replaces an armed one that no
+  // operation reached yet.
+  void HoldNextIo(FileOp op);
+  void WaitForHeldIo();
+  void ReleaseHeldIo();
 
   // Undoes unsynced changes to tracked files at a drop. Implemented by the
   // file system that reported them, which must call UntrackFiles(this)
@@ -174,9 +208,14 @@ class FaultInjectionEnv final : public EnvWrapper {
     bool name_durable = false;
   };
 
-  // Decisions for one block-file request.
+  // Decisions for one block-file request (sleeps first when (g) says so).
   Fault ChooseFault(IoOp op);
   Fault ChooseLocked(FileOp op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // (g): the delay for one operation, 0 for none.
+  uint64_t SlowDelayLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sleeps delay_micros of real time (never the manual clock); call
+  // without mu_.
+  static void SleepReal(uint64_t delay_micros);
   absl::Status RestoreBlockFiles();
   absl::Status RestoreTrackedFiles();
 
@@ -195,7 +234,17 @@ class FaultInjectionEnv final : public EnvWrapper {
   uint32_t write_error_one_in_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t sync_error_one_in_ ABSL_GUARDED_BY(mu_) = 0;
   bool no_space_ ABSL_GUARDED_BY(mu_) = false;
+  std::mt19937_64 slow_rng_ ABSL_GUARDED_BY(mu_);
+  uint32_t slow_io_one_in_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t slow_io_delay_micros_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t slow_ios_ ABSL_GUARDED_BY(mu_) = 0;
+  bool hold_armed_ ABSL_GUARDED_BY(mu_) = false;
+  FileOp hold_op_ ABSL_GUARDED_BY(mu_) = FileOp::kRead;
+  bool io_held_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_released_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t injected_errors_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t injected_by_op_[4] ABSL_GUARDED_BY(mu_) = {0, 0, 0, 0};  // FileOp order
+  uint64_t no_space_faults_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, FileState> files_ ABSL_GUARDED_BY(mu_);
   // By normalised path.

@@ -1,6 +1,8 @@
 #include "storage/env/fault_injection_env.h"
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -115,6 +117,9 @@ TEST_F(FaultInjectionEnvTest, OneInNErrorsFailWithoutTransferringBytes) {
   EXPECT_GT(failures, 0);
   EXPECT_LT(failures, kReads);
   EXPECT_EQ(env_.injected_error_count(), static_cast<uint64_t>(failures));
+  EXPECT_EQ(env_.injected_error_count(FaultInjectionEnv::FileOp::kRead),
+            static_cast<uint64_t>(failures));
+  EXPECT_EQ(env_.injected_error_count(FaultInjectionEnv::FileOp::kWrite), 0u);
 
   env_.SetReadErrorOneIn(0);
   env_.SetWriteErrorOneIn(1);
@@ -127,6 +132,8 @@ TEST_F(FaultInjectionEnvTest, NoSpaceFailsWritesAndCreation) {
   EXPECT_EQ(Run(IoOp::kWrite, 0, 4096).code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(Run(IoOp::kRead, 0, 4096).ok());
+  EXPECT_EQ(env_.no_space_fault_count(), 1u);
+  EXPECT_EQ(env_.injected_error_count(), 0u) << "ENOSPC is not a one-in-N error";
 
   BlockFileOptions options;
   options.size_bytes = kFileBytes;
@@ -141,6 +148,68 @@ TEST_F(FaultInjectionEnvTest, NoSpaceFailsWritesAndCreation) {
 
   env_.SetNoSpace(false);
   EXPECT_TRUE(Run(IoOp::kWrite, 0, 4096).ok());
+}
+
+TEST_F(FaultInjectionEnvTest, SlowIoSleepsRealTimeAndLeavesErrorsAlone) {
+  using Clock = std::chrono::steady_clock;
+  constexpr uint64_t kDelayMicros = 20'000;
+  env_.SetNowMicros(1000);  // Slow I/O must not touch the manual clock.
+  env_.SetSlowIoOneIn(1, kDelayMicros);
+  const Clock::time_point start = Clock::now();
+  ASSERT_TRUE(Run(IoOp::kRead, 0, 4096).ok());
+  ASSERT_TRUE(Run(IoOp::kWrite, 0, 4096).ok());
+  ASSERT_TRUE(Run(IoOp::kSync, 0, 0).ok());
+  EXPECT_EQ(env_.ChooseFileFault(FaultInjectionEnv::FileOp::kRead),
+            FaultInjectionEnv::Fault::kNone);
+  const auto elapsed = Clock::now() - start;
+  EXPECT_GE(elapsed, std::chrono::microseconds(4 * kDelayMicros));
+  EXPECT_EQ(env_.slow_io_count(), 4u);
+  EXPECT_EQ(env_.NowMicros(), 1000u);
+
+  env_.SetSlowIoOneIn(0, kDelayMicros);
+  ASSERT_TRUE(Run(IoOp::kRead, 0, 4096).ok());
+  EXPECT_EQ(env_.slow_io_count(), 4u) << "0 disables";
+
+  // One in 3, beside one-in-3 read errors: the same operations fail as in
+  // an Env of the same seed without slow I/O.
+  FaultInjectionEnv plain(Env::Default(), /*seed=*/7);
+  FaultInjectionEnv slow(Env::Default(), /*seed=*/7);
+  plain.SetReadErrorOneIn(3);
+  slow.SetReadErrorOneIn(3);
+  slow.SetSlowIoOneIn(3, 100);
+  constexpr int kOps = 60;
+  for (int i = 0; i < kOps; ++i) {
+    ASSERT_EQ(plain.ChooseFileFault(FaultInjectionEnv::FileOp::kRead),
+              slow.ChooseFileFault(FaultInjectionEnv::FileOp::kRead))
+        << "operation " << i;
+  }
+  EXPECT_GT(slow.slow_io_count(), 0u);
+  EXPECT_LT(slow.slow_io_count(), static_cast<uint64_t>(kOps));
+  EXPECT_EQ(plain.injected_error_count(), slow.injected_error_count());
+  EXPECT_GT(slow.injected_error_count(), 0u);
+}
+
+TEST_F(FaultInjectionEnvTest, HeldIoWaitsUntilReleased) {
+  env_.HoldNextIo(FaultInjectionEnv::FileOp::kWrite);
+  ASSERT_TRUE(Run(IoOp::kRead, 0, 4096).ok()) << "another kind is not held";
+  auto data = AlignedBuffer::Allocate(4096);
+  ASSERT_TRUE(data.ok());
+  std::memset(data->data(), 0x5a, 4096);
+  absl::Status written = absl::UnknownError("not run");
+  std::thread writer([&] { written = file_->WriteAt(0, data->span()); });
+  env_.WaitForHeldIo();
+  // The write waits before it starts: the file still holds zeros. Its
+  // fault is chosen once it goes on, so the knob set now applies to it.
+  ReadAll();
+  EXPECT_EQ(buffer_.data()[0], 0);
+  env_.SetWriteErrorOneIn(1);
+  env_.ReleaseHeldIo();
+  writer.join();
+  EXPECT_EQ(written.code(), absl::StatusCode::kInternal) << written;
+  env_.SetWriteErrorOneIn(0);
+  EXPECT_TRUE(file_->WriteAt(0, data->span()).ok()) << "one hold only";
+  ReadAll();
+  EXPECT_EQ(buffer_.data()[0], 0x5a);
 }
 
 TEST(FaultInjectionClockTest, ManualClockMovesOnlyWhenTold) {

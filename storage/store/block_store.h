@@ -12,8 +12,8 @@
 //     a copy that is the block's last one is first demoted to the next
 //     tier (device -> host -> NVMe). The NVMe tier is the last local tier:
 //     when it is full (or a tenant reaches its nvme_bytes quota) the
-//     victim's NVMe copy is dropped, and a block whose last copy that was
-//     is evicted (gone; Stats counts it). Host copies of non-durable
+//     victim block is evicted: gone from every tier (Stats counts it); a
+//     durable block's NVMe copy never goes alone. Host copies of non-durable
 //     blocks that cannot be demoted because NVMe has no room are evicted
 //     the same way. Never evicted: copies pinned by a lease, copies being
 //     read or written, and blocks their writer marked retained (a per-put
@@ -308,9 +308,14 @@ class BlockStore {
   // would take the tenant past its pinned_bytes quota is
   // RESOURCE_EXHAUSTED naming it). Returns the lease id (0 when nothing
   // was pinned).
+  //
+  // memory_only: no disk I/O on the caller's thread. A block whose only
+  // copy is on NVMe is not read but answered UNAVAILABLE ("on NVMe only";
+  // the caller may Prefetch it and ask again), and device room is made
+  // only from copies that have another copy (nothing is demoted to disk).
   virtual absl::StatusOr<uint64_t> AcquireHandles(
       const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
-      std::vector<absl::StatusOr<DeviceHandle>>* handles) = 0;
+      std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only = false) = 0;
   virtual BlockLocation Lookup(const BlockKey& key) = 0;
   // The summaries of keys, in order. Keys that are not stored (or are
   // quarantined) are appended to *missing and get an empty string.

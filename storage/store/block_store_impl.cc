@@ -384,8 +384,16 @@ Entry* BlockStoreImpl::FindReadyLocked(const BlockKey& key) {
   }
 }
 
-void BlockStoreImpl::WaitIdleLocked(Entry* e) {
-  while (e->busy > 0 || e->writing) idle_cv_.Wait(&mu_);
+Entry* BlockStoreImpl::WaitIdleLocked(const BlockKey& key) {
+  while (true) {
+    // Looked up again after every wait: the entry may be freed meanwhile
+    // (evicted, deleted) and the key reused.
+    auto it = entries_.find(key);
+    if (it == entries_.end()) return nullptr;
+    Entry* e = it->second.get();
+    if (e->busy == 0 && !e->writing) return e;
+    idle_cv_.Wait(&mu_);
+  }
 }
 
 void BlockStoreImpl::AddCopyLocked(Entry* e, TierId tier) {
@@ -429,13 +437,18 @@ void BlockStoreImpl::DropCopyLocked(Entry* e, TierId tier) {
 }
 
 absl::Status BlockStoreImpl::EraseLocked(Entry* e) {
-  if (e->durable || e->quarantined) {
+  if (e->durable || e->quarantined || e->nvme) {
     // The record goes first: a crash in between leaves free space, never a
-    // record pointing at reused space. If it cannot go, nothing is freed.
+    // record pointing at reused space. If it cannot go, nothing is freed;
+    // the removal may still have reached the WAL and take effect at the
+    // next Open, so the block is no longer durable (a durable put of it
+    // writes the record again).
     absl::Status st = catalog_->DeleteBlock(e->key);
     if (!st.ok()) {
+      e->durable = false;
       return absl::Status(st.code(), absl::StrCat("removing the catalog record of ",
-                                                  Describe(e->key), ": ", st.message()));
+                                                  Describe(e->key), ": ", st.message(),
+                                                  " (it may still take effect at restart)"));
     }
   }
   ForgetLocked(e);
@@ -499,7 +512,7 @@ void BlockStoreImpl::QuarantineLocked(Entry* e, TierId tier, std::string locatio
   // A block that was never durable has no record and would not survive a
   // restart anyway.
   absl::Status st;
-  if (e->durable) {
+  if (e->durable || e->nvme) {
     BlockRecord record = RecordLocked(*e);
     record.quarantined = true;
     record.durable = false;
@@ -553,10 +566,24 @@ BlockLocation BlockStoreImpl::LocationLocked(const Entry& e) const {
 // ---- Space -----------------------------------------------------------------
 
 absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
-  while (e->persisting) idle_cv_.Wait(&mu_);
+  while (e->persisting) {
+    ++e->busy;  // nothing frees a busy entry while we wait
+    idle_cv_.Wait(&mu_);
+    --e->busy;
+    idle_cv_.SignalAll();
+  }
   if (e->durable) return absl::OkStatus();
   if (e->quarantined) {
     return QuarantinedError(e->key, "failed its checksum and is quarantined");
+  }
+  if (e->nvme) {
+    // Its synced NVMe copy is kept, but a failed removal left its record's
+    // fate unknown: write the record again.
+    BlockRecord record = RecordLocked(*e);
+    record.durable = true;
+    KVTIER_RETURN_IF_ERROR(catalog_->PutBlock(e->key, record));
+    e->durable = true;
+    return absl::OkStatus();
   }
   if (!e->host && !e->device) {
     return absl::InternalError(absl::StrCat(Describe(e->key), " has no copy to persist"));
@@ -663,9 +690,12 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
 }
 
 absl::Status BlockStoreImpl::EvictOneNvmeLocked(const std::string* tenant, const Entry* self) {
+  // Every NVMe copy is a durable one, and a durable block survives a crash
+  // until it is evicted: its NVMe copy goes only with the whole block, so
+  // pinned blocks are not candidates.
   Entry* victim = policy_->Victim(TierId::kNvme, [&](const Entry& x) {
     return &x != self && x.busy == 0 && !x.writing && !x.persisting && !x.retained &&
-           (tenant == nullptr || x.key.tenant == *tenant) && (x.Copies() > 1 || x.pins == 0);
+           x.pins == 0 && (tenant == nullptr || x.key.tenant == *tenant);
   });
   if (victim == nullptr) {
     NvmeTierStats n = nvme_->stats();
@@ -674,19 +704,10 @@ absl::Status BlockStoreImpl::EvictOneNvmeLocked(const std::string* tenant, const
         "can be evicted (", n.used_bytes, " of ", n.capacity_bytes,
         " bytes used; every block on it is retained, pinned or in use)"));
   }
-  if (victim->Copies() == 1) {
-    KVTIER_RETURN_IF_ERROR(EraseLocked(victim));
-    ++evicted_blocks_;
-    return absl::OkStatus();
-  }
-  // Another copy stays: only the NVMe copy (and with it durability) goes.
-  // Its record goes first so that no record points at the freed extent.
-  absl::Status st = catalog_->DeleteBlock(victim->key);
-  if (!st.ok()) {
-    return absl::Status(st.code(), absl::StrCat("removing the catalog record of ",
-                                                Describe(victim->key), ": ", st.message()));
-  }
-  DropCopyLocked(victim, TierId::kNvme);
+  // The record goes first (EraseLocked) so that no record points at the
+  // freed extent.
+  KVTIER_RETURN_IF_ERROR(EraseLocked(victim));
+  ++evicted_blocks_;
   return absl::OkStatus();
 }
 
@@ -764,7 +785,8 @@ absl::StatusOr<HostSlot> BlockStoreImpl::MakeRoomHostLocked(uint64_t size_bytes)
 
 absl::StatusOr<DeviceSlot> BlockStoreImpl::MakeRoomDeviceLocked(MemorySpace* space,
                                                                  const std::string& tenant,
-                                                                 uint64_t size_bytes) {
+                                                                 uint64_t size_bytes,
+                                                                 bool memory_only) {
   ExtentAllocator* alloc = space->device_alloc.get();
   while (true) {
     std::optional<uint64_t> offset = alloc->Allocate(size_bytes);
@@ -776,7 +798,8 @@ absl::StatusOr<DeviceSlot> BlockStoreImpl::MakeRoomDeviceLocked(MemorySpace* spa
     // Only copies in this arena make room in it.
     Entry* victim = policy_->Victim(TierId::kDevice, [&](const Entry& e) {
       return e.pins == 0 && e.busy == 0 && !e.writing &&
-             (!multi_tenant_ || e.key.tenant == tenant);
+             (!multi_tenant_ || e.key.tenant == tenant) &&
+             (!memory_only || e.Copies() > 1 || e.quarantined);
     });
     if (victim == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -878,11 +901,13 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
   }
   absl::MutexLock lock(&mu_);
   PutOutcome outcome;
-  if (Entry* e = FindReadyLocked(key)) {
+  while (Entry* e = FindReadyLocked(key)) {
     if (e->quarantined) {
-      WaitIdleLocked(e);
-      // The correct bytes restore a quarantined block.
-      KVTIER_RETURN_IF_ERROR(EraseLocked(e));
+      // The correct bytes restore a quarantined block (looked up again
+      // after waiting: it may be gone or restored meanwhile).
+      e = WaitIdleLocked(key);
+      if (e != nullptr && e->quarantined) KVTIER_RETURN_IF_ERROR(EraseLocked(e));
+      continue;
     } else if (e->checksum != checksum || e->size_bytes != data.size()) {
       return absl::AlreadyExistsError(absl::StrCat(
           Describe(key), ": different bytes are already stored under this block_id"));
@@ -1138,7 +1163,7 @@ absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* 
 
 absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
     const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
-    std::vector<absl::StatusOr<DeviceHandle>>* handles) {
+    std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only) {
   if (ttl_ms > options_.max_lease_ttl_ms) {
     return absl::InvalidArgumentError(absl::StrCat("lease_ttl_ms: ", ttl_ms, " exceeds the maximum ",
                                                    options_.max_lease_ttl_ms));
@@ -1175,13 +1200,18 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
         continue;
       }
     }
+    if (memory_only && !e->device && !e->host) {
+      handles->push_back(absl::UnavailableError(
+          absl::StrCat(Describe(key), " is on NVMe only; not read on this path")));
+      continue;
+    }
     e->last_access_micros = env_->NowMicros();
     ++e->busy;  // keeps every copy of e in place while we work on it
     absl::Status st;
     if (!e->device) {
       st = EnsureHostCopyLocked(e);
       absl::StatusOr<DeviceSlot> slot =
-          st.ok() ? MakeRoomDeviceLocked(space, tenant, e->size_bytes)
+          st.ok() ? MakeRoomDeviceLocked(space, tenant, e->size_bytes, memory_only)
                   : absl::StatusOr<DeviceSlot>(st);
       if (slot.ok() && e->device) {
         space->device_alloc->Free(slot->offset, slot->size_bytes);  // promoted meanwhile
@@ -1275,9 +1305,8 @@ size_t BlockStoreImpl::Prefetch(const std::vector<BlockKey>& keys) {
 absl::Status BlockStoreImpl::Delete(const BlockKey& key) {
   KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
   absl::MutexLock lock(&mu_);
-  Entry* e = FindReadyLocked(key);
+  Entry* e = FindReadyLocked(key) != nullptr ? WaitIdleLocked(key) : nullptr;
   if (e == nullptr) return absl::NotFoundError(absl::StrCat(Describe(key), " is not stored"));
-  WaitIdleLocked(e);
   if (e->pins > 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(key), " is pinned by ", e->pins, " lease(s)"));
@@ -1518,11 +1547,12 @@ absl::Status BlockStoreImpl::Drain(const std::function<void(uint64_t, uint64_t)>
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(key);
     if (it != entries_.end() && !it->second->writing && !it->second->quarantined) {
-      Entry* e = it->second.get();
-      KVTIER_RETURN_IF_ERROR(PersistLocked(e));
-      WaitIdleLocked(e);
-      if (e->pins == 0) DropCopyLocked(e, TierId::kDevice);
-      DropCopyLocked(e, TierId::kHost);
+      KVTIER_RETURN_IF_ERROR(PersistLocked(it->second.get()));
+      Entry* e = WaitIdleLocked(key);  // may be gone once idle (evicted)
+      if (e != nullptr && e->durable) {
+        if (e->pins == 0) DropCopyLocked(e, TierId::kDevice);
+        DropCopyLocked(e, TierId::kHost);
+      }
     }
     ++done;
     mu_.Unlock();

@@ -62,7 +62,7 @@ class BlockStoreImpl final : public BlockStore {
   absl::Status Get(const BlockKey& key, std::string* out, TierId* from) override;
   absl::StatusOr<uint64_t> AcquireHandles(
       const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
-      std::vector<absl::StatusOr<DeviceHandle>>* handles) override;
+      std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only) override;
   BlockLocation Lookup(const BlockKey& key) override;
   std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,
                                         std::vector<BlockKey>* missing) override;
@@ -115,8 +115,9 @@ class BlockStoreImpl final : public BlockStore {
   // Finds the entry for key, waiting while a put of it is in progress.
   // nullptr when absent.
   Entry* FindReadyLocked(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits until e is neither busy nor being written. e stays valid.
-  void WaitIdleLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until the entry of key is neither busy nor being written and
+  // returns it, or nullptr once there is none (freed meanwhile).
+  Entry* WaitIdleLocked(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The tenant's memory space, creating its arena (and, with `staging`,
   // its staging file) in multi-tenant mode.
@@ -148,16 +149,17 @@ class BlockStoreImpl final : public BlockStore {
   bool FreeOneHostCopyLocked(const std::function<bool(const Entry&)>& accept,
                              absl::flat_hash_set<BlockKey>* stuck, absl::Status* why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives up one NVMe copy (the placement policy's victim among copies that
-  // are not retained, not in use, not `self`, of `tenant` when not null,
-  // and not a pinned block's last copy): its catalog record is removed
-  // first (synced), then the extent is freed; a block left without copies
-  // is evicted. RESOURCE_EXHAUSTED naming why when there is none; the
+  // Evicts one block from NVMe (the placement policy's victim among NVMe
+  // copies that are not retained, pinned, in use or `self`, of `tenant`
+  // when not null): its catalog record is removed first (synced), then
+  // every copy is freed. A durable block's NVMe copy never goes alone. RESOURCE_EXHAUSTED naming why when there is none; the
   // catalog's error when the record could not be removed.
   absl::Status EvictOneNvmeLocked(const std::string* tenant, const Entry* self)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // memory_only: victims are only copies that have another copy (no
+  // demotion, so no disk I/O).
   absl::StatusOr<DeviceSlot> MakeRoomDeviceLocked(MemorySpace* space, const std::string& tenant,
-                                                  uint64_t size_bytes)
+                                                  uint64_t size_bytes, bool memory_only = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes e to NVMe, syncs, records it durably. Releases mu_ during I/O.
   absl::Status PersistLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

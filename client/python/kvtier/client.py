@@ -292,6 +292,12 @@ class Client:
             resp = self._kvtier.PutBlocks(iter(requests), timeout=self.call_timeout_s)
         except grpc.RpcError as e:
             raise from_rpc_error(e, "PutBlocks", self.target) from None
+        # 0: a daemon that does not report it (older than the field).
+        if resp.messages_received not in (0, len(requests)):
+            raise KvTierError(
+                grpc.StatusCode.DATA_LOSS,
+                f"PutBlocks: the daemon read {resp.messages_received} of the {len(requests)} "
+                "messages sent (a message it could not parse ends the stream)")
         if check:
             for i, r in enumerate(resp.results):
                 if r.status.code != 0:
