@@ -173,5 +173,25 @@ TEST_F(BlockStoreTest, PinnedBlocksAreNotEvicted) {
   EXPECT_TRUE(store_->Lookup(Key(0)).pinned);
 }
 
+
+TEST_F(BlockStoreTest, MemoryOnlyHandlesNeverReadNvmeAndPrefetchBringsBlocksBack) {
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+  ASSERT_EQ(store_->Lookup(Key(0)).tier, TierId::kNvme);  // demoted by the later puts
+  std::vector<absl::StatusOr<DeviceHandle>> handles;
+  auto lease = store_->AcquireHandles("default", {Key(0), Key(19)}, 1000, &handles,
+                                      /*memory_only=*/true);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_EQ(handles.size(), 2u);
+  EXPECT_EQ(handles[0].status().code(), absl::StatusCode::kUnavailable) << handles[0].status();
+  EXPECT_TRUE(handles[1].ok()) << handles[1].status();
+  EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kNvme) << "not read";
+  ASSERT_TRUE(store_->Release("default", *lease).ok());
+  EXPECT_EQ(store_->Prefetch({Key(0)}), 1u);
+  EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kHost);
+  lease = store_->AcquireHandles("default", {Key(0)}, 1000, &handles, /*memory_only=*/true);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_TRUE(handles[0].ok()) << handles[0].status();
+}
+
 }  // namespace
 }  // namespace kvtier

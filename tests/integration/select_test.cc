@@ -21,6 +21,7 @@
 #include "client/client.h"
 #include "client/shm/shm_mapping.h"
 #include "daemon/config.h"
+#include "daemon/select_handler.h"
 #include "daemon/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -551,6 +552,56 @@ TEST_F(SelectTest, BlocksThatFindNoDeviceSlotArePending) {
   b = SelectOnce({Entry(*second, away, 10)});
   ASSERT_EQ(b.contexts(0).status().code(), 0);
   ExpectHandlesHoldPutBytes(b.contexts(0));
+}
+
+// The Select handler never reads NVMe: blocks whose only copy is there come
+// back PENDING and are brought into host memory by the prefetcher; with
+// wait_ms the handler waits for them and answers them RESIDENT.
+TEST_F(SelectTest, NvmeOnlyBlocksArePendingUntilPrefetchedAndWaitMsWaitsForThem) {
+  TearDown();
+  // 16 host blocks; the rest go to NVMe. LRU: the blocks prefetched for
+  // this Select are the most recently used host copies (KeyDiff may pick one
+  // of them as the victim of the next prefetch; docs/RELIABILITY.md).
+  Start({"tiers.host.capacity_bytes=128KiB", "tiers.placement=lru"});
+  auto synthetic = Synthetic(64, 16);
+  auto ids = PutContext(synthetic, "doc");
+  auto ctx = Open({ids});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  v1::ContextSelect entry = Entry(*ctx, synthetic.anchor, 10);
+  entry.set_step(1);
+  auto a = SelectOnce({entry});
+  ASSERT_EQ(a.contexts(0).status().code(), 0) << a.contexts(0).status().message();
+  int pending = 0;
+  for (const auto& blk : a.contexts(0).blocks()) {
+    pending += blk.residency() == v1::RESIDENCY_PENDING;
+    EXPECT_EQ(blk.has_handle(), blk.residency() == v1::RESIDENCY_RESIDENT);
+  }
+  EXPECT_GT(pending, 0) << "the first block (a sink) was demoted to NVMe by later puts";
+  for (const auto& blk : a.contexts(0).blocks()) {
+    if (blk.residency() != v1::RESIDENCY_RESIDENT) continue;
+    auto bytes = arena_->Slot(blk.handle().offset_bytes(), blk.handle().size_bytes());
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+              payloads_.at(blk.block_id()));
+  }
+  entry.set_step(2);
+  entry.set_wait_ms(5000);
+  auto b = SelectOnce({entry});
+  ASSERT_EQ(b.contexts(0).status().code(), 0) << b.contexts(0).status().message();
+  for (const auto& blk : b.contexts(0).blocks()) {
+    v1::LookupRequest lookup;
+    lookup.set_profile_id(profile_id_);
+    lookup.add_block_ids(blk.block_id());
+    auto where = client_->Lookup(lookup);
+    EXPECT_EQ(blk.residency(), v1::RESIDENCY_RESIDENT)
+        << blk.position() << " now in tier "
+        << (where.ok() ? static_cast<int>(where->entries(0).tier()) : -1);
+  }
+  ExpectHandlesHoldPutBytes(b.contexts(0));
+  entry.set_step(3);
+  entry.set_wait_ms(daemon::kMaxSelectWaitMs + 1);
+  auto c = SelectOnce({entry});
+  EXPECT_EQ(c.contexts(0).status().code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(c.contexts(0).status().message().find("wait_ms"), std::string::npos);
 }
 
 TEST_F(SelectTest, ConcurrentStreamsOverSharedContextsStayConsistent) {
