@@ -73,7 +73,11 @@ int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out,
   }
   out << "\nprofiles " << stats->profiles() << ", open contexts " << stats->open_contexts()
       << ", active leases " << stats->active_leases() << ", staging slots "
-      << stats->staging_slots() << ", quarantined blocks " << stats->quarantined_blocks() << "\n";
+      << stats->staging_slots() << ", quarantined blocks " << stats->quarantined_blocks() << "\n"
+      << "evicted blocks " << stats->evicted_blocks() << ", retained "
+      << HumanBytes(stats->retained_bytes()) << ", checksum failures device/host/nvme "
+      << stats->checksum_failures_device() << "/" << stats->checksum_failures_host() << "/"
+      << stats->checksum_failures_nvme() << "\n";
   PrintTenants(*stats, out);
   out << "\nconfiguration:\n";
   std::map<std::string, std::string> sorted(stats->config().begin(), stats->config().end());

@@ -152,6 +152,8 @@ TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
   auto status = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "status", "--json"});
   EXPECT_THAT(status.out, HasSubstr("\"quarantined_blocks\": \"5\""));
   EXPECT_THAT(status.out, HasSubstr("\"checksum_failures_nvme\": \"5\""));
+  auto table = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "status"});
+  EXPECT_THAT(table.out, HasSubstr("checksum failures device/host/nvme 0/0/5"));
   // A second run finds nothing new but still reports every quarantined
   // block, and fails.
   verify = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "verify", "--json"});
