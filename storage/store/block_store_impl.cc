@@ -19,7 +19,6 @@ using store_internal::Checksum;
 using store_internal::Describe;
 using store_internal::FromExtent;
 using store_internal::HostPlace;
-using store_internal::TierLabel;
 using store_internal::ToExtent;
 
 constexpr uint64_t kSlotAlignmentBytes = 4096;
@@ -466,7 +465,7 @@ absl::Status BlockStoreImpl::CheckCopyLocked(Entry* e, TierId tier, std::string 
   const uint64_t got = Checksum(data);
   if (got == e->checksum) return absl::OkStatus();
   absl::Status why = absl::DataLossError(
-      absl::StrCat("checksum mismatch in the ", TierLabel(tier), " copy: stored ",
+      absl::StrCat("checksum mismatch in the ", std::string(TierName(tier)), " copy: stored ",
                    absl::Hex(e->checksum, absl::kZeroPad16), ", read ",
                    absl::Hex(got, absl::kZeroPad16)));
   QuarantineLocked(e, tier, std::move(location), why);
@@ -497,7 +496,7 @@ void BlockStoreImpl::QuarantineLocked(Entry* e, TierId tier, std::string locatio
     record.nvme.reset();
     st = catalog_->PutBlock(e->key, record);
   }
-  LogLocked(absl::StrCat("quarantined ", TierLabel(tier), " copy of block ",
+  LogLocked(absl::StrCat("quarantined ", std::string(TierName(tier)), " copy of block ",
                          absl::BytesToHexString(e->key.block_id), " of tenant \"", e->key.tenant,
                          "\" profile ", e->key.profile_id, " at ", note->location, ": ",
                          note->reason,

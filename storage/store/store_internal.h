@@ -37,18 +37,6 @@ inline std::string HostPlace(const char* what, const HostSlot& slot) {
   return absl::StrCat(what, " @ ", slot.offset);
 }
 
-inline const char* TierLabel(TierId tier) {
-  switch (tier) {
-    case TierId::kDevice:
-      return "device";
-    case TierId::kHost:
-      return "host";
-    case TierId::kNvme:
-      return "nvme";
-  }
-  return "unknown";
-}
-
 }  // namespace kvtier::store_internal
 
 #endif  // KVTIER_STORAGE_STORE_STORE_INTERNAL_H_
