@@ -24,23 +24,12 @@
 #include "storage/env/fault_injection_env.h"
 #include "storage/env/test_util.h"
 #include "storage/store/block_store.h"
+#include "storage/store/store_test_util.h"
 
 namespace kvtier {
 namespace {
 
-// 2 layers x 2 (k|v) x 2 heads x 16 tokens x 64 dim x fp16 = 16 KiB.
-ModelProfile SmallProfile() {
-  ModelProfile p;
-  p.name = "power-loss";
-  p.revision = "r1";
-  p.layers = 2;
-  p.kv_heads = 2;
-  p.head_dim = 64;
-  p.block_size_tokens = 16;
-  p.dtype = KvDtype::kFp16;
-  return p;
-}
-constexpr uint64_t kBlockBytes = 16384;
+// SmallProfile() and kBlockBytes (16 KiB blocks): store_test_util.h.
 constexpr uint32_t kNvmeBlocks = 64;  // 2 files x 32 blocks
 // Live blocks stay below NVMe capacity, so nothing is evicted and every
 // durable block must survive.
