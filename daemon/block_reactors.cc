@@ -21,12 +21,19 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
       Finish(grpc::Status::OK);
       return;
     }
-    absl::Status st = Process();
-    if (!st.ok()) {
-      Finish(ToGrpcStatus(st));
-      return;
+    // Storing may write NVMe (durable puts, demotions) and sync the
+    // catalog: done on an I/O thread; the next read starts once it is done.
+    BlockingPool* pool = runtime_->blocking_pool();
+    if (!pool->Submit([this] {
+          absl::Status st = Process();
+          if (!st.ok()) {
+            Finish(ToGrpcStatus(st));
+            return;
+          }
+          StartRead(&request_);
+        })) {
+      Finish(ToGrpcStatus(pool->QueueFullStatus()));
     }
-    StartRead(&request_);
   }
 
   void OnDone() override { delete this; }
@@ -111,16 +118,19 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResp
       return;
     }
     if (request_->mode() == v1::RETURN_MODE_HANDLES) {
-      st = AcquireHandles();
-      if (!st.ok()) {
-        Finish(ToGrpcStatus(st));
-        return;
-      }
-      handles_sent_ = true;
-      StartWrite(&response_);
+      // Promotion into the arena may read NVMe: on an I/O thread.
+      Schedule([this] {
+        absl::Status st = AcquireHandles();
+        if (!st.ok()) {
+          Finish(ToGrpcStatus(st));
+          return;
+        }
+        handles_sent_ = true;
+        StartWrite(&response_);
+      });
       return;
     }
-    NextWrite();
+    Schedule([this] { NextWrite(); });
   }
 
   void OnWriteDone(bool ok) override {
@@ -132,12 +142,20 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResp
       Finish(grpc::Status::OK);
       return;
     }
-    NextWrite();
+    Schedule([this] { NextWrite(); });
   }
 
   void OnDone() override { delete this; }
 
  private:
+  // Runs `work` (which reads blocks, possibly from NVMe, and then writes or
+  // finishes) on an I/O thread; finishes RESOURCE_EXHAUSTED when none can
+  // take it.
+  void Schedule(absl::AnyInvocable<void() &&> work) {
+    BlockingPool* pool = runtime_->blocking_pool();
+    if (!pool->Submit(std::move(work))) Finish(ToGrpcStatus(pool->QueueFullStatus()));
+  }
+
   absl::Status Validate() {
     const uint64_t limit = runtime_->config().limits.max_batch_blocks;
     if (request_->block_ids_size() == 0) return absl::InvalidArgumentError("block_ids: empty");

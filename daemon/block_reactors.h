@@ -2,9 +2,11 @@
 // GetBlocks (server stream). Each reactor owns its call's state and deletes
 // itself in OnDone.
 //
-// Block I/O (memcpy, NVMe reads and writes) runs inline on the gRPC
-// callback thread that delivers the message; a call is never processed by
-// two threads at once.
+// Block I/O (memcpy, NVMe reads and writes, catalog syncs) runs on the
+// runtime's BlockingPool, one message of a call at a time: the next read
+// (PutBlocks) or write (GetBlocks) starts after the previous message was
+// processed, so a call is never processed by two threads at once and has
+// at most one item queued.
 #ifndef KVTIER_DAEMON_BLOCK_REACTORS_H_
 #define KVTIER_DAEMON_BLOCK_REACTORS_H_
 

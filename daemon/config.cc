@@ -109,6 +109,8 @@ const std::vector<Field>& Fields() {
       KV_NUM("server.max_message_bytes", Kind::kSize, server.max_message_bytes),
       KV_NUM("server.shutdown_grace_ms", Kind::kUint, server.shutdown_grace_ms),
       KV_NUM("server.max_concurrent_streams", Kind::kUint, server.max_concurrent_streams),
+      KV_NUM("server.io_threads", Kind::kUint, server.io_threads),
+      KV_NUM("server.io_queue_limit", Kind::kUint, server.io_queue_limit),
       KV_STR("auth.tenants_file", auth.tenants_file),
       KV_STR("auth.shm_dir", auth.shm_dir),
       KV_STR("auth.fd_socket_path", auth.fd_socket_path),
@@ -459,6 +461,10 @@ absl::Status Validate(Config& c) {
   }
   if (c.server.max_concurrent_streams == 0 || c.server.max_concurrent_streams > 65536) {
     return Invalid("server.max_concurrent_streams", "must be between 1 and 65536");
+  }
+  if (c.server.io_threads > 64) return Invalid("server.io_threads", "must be at most 64");
+  if (c.server.io_queue_limit == 0 || c.server.io_queue_limit > 65536) {
+    return Invalid("server.io_queue_limit", "must be between 1 and 65536");
   }
   if (c.host.capacity_bytes < 4096) return Invalid("tiers.host.capacity_bytes", "must be >= 4KiB");
   if (c.host.staging_bytes < 4096) return Invalid("tiers.host.staging_bytes", "must be >= 4KiB");

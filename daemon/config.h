@@ -30,6 +30,8 @@ struct Config {
     uint64_t max_message_bytes = 0;
     uint64_t shutdown_grace_ms = 0;
     uint64_t max_concurrent_streams = 0;
+    uint64_t io_threads = 0;      // 0: block I/O inline on gRPC threads
+    uint64_t io_queue_limit = 0;  // calls waiting for an I/O thread
   } server;
   // auth.*: tenants (daemon/auth/tenants.h). tenants_file empty = off.
   struct Auth {

@@ -28,6 +28,18 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
 
 }  // namespace
 
+grpc::ServerUnaryReactor* KvTierService::FinishBlocking(
+    grpc::CallbackServerContext* ctx, absl::AnyInvocable<absl::Status() &&> work) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  BlockingPool* pool = runtime_->blocking_pool();
+  if (!pool->Submit([reactor, work = std::move(work)]() mutable {
+        reactor->Finish(ToGrpcStatus(std::move(work)()));
+      })) {
+    reactor->Finish(ToGrpcStatus(pool->QueueFullStatus()));
+  }
+  return reactor;
+}
+
 absl::Status KvTierService::CheckBatch(const char* field, int size) const {
   const uint64_t limit = runtime_->config().limits.max_batch_blocks;
   if (size == 0) return absl::InvalidArgumentError(absl::StrCat(field, ": empty"));
@@ -46,12 +58,15 @@ grpc::ServerUnaryReactor* KvTierService::RegisterProfile(grpc::CallbackServerCon
   const std::string& tenant = (*caller)->name;
   auto profile = FromProto(req->profile());
   if (!profile.ok()) return FinishUnary(ctx, profile.status());
-  auto registered = runtime_->store()->RegisterProfile(*profile, tenant);
-  if (!registered.ok()) return FinishUnary(ctx, registered.status());
-  resp->set_profile_id(registered->first.profile_id);
-  resp->set_block_size_bytes(BlockSizeBytes(registered->first));
-  resp->set_created(registered->second);
-  return FinishUnary(ctx, grpc::Status::OK);
+  // A new profile is a synced catalog write.
+  return FinishBlocking(ctx, [this, tenant, profile = *std::move(profile), resp] {
+    auto registered = runtime_->store()->RegisterProfile(profile, tenant);
+    if (!registered.ok()) return registered.status();
+    resp->set_profile_id(registered->first.profile_id);
+    resp->set_block_size_bytes(BlockSizeBytes(registered->first));
+    resp->set_created(registered->second);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* KvTierService::GetProfile(grpc::CallbackServerContext* ctx,
@@ -172,11 +187,14 @@ grpc::ServerUnaryReactor* KvTierService::DeleteBlocks(grpc::CallbackServerContex
   if (auto st = CheckBatch("block_ids", req->block_ids_size()); !st.ok()) {
     return FinishUnary(ctx, st);
   }
-  for (const std::string& id : req->block_ids()) {
-    absl::Status st = runtime_->store()->Delete(BlockKey{tenant, req->profile_id(), id});
-    ToItemStatus(st, resp->add_statuses());
-  }
-  return FinishUnary(ctx, grpc::Status::OK);
+  // Removing a durable block's record is a synced catalog write.
+  return FinishBlocking(ctx, [this, tenant, req, resp] {
+    for (const std::string& id : req->block_ids()) {
+      absl::Status st = runtime_->store()->Delete(BlockKey{tenant, req->profile_id(), id});
+      ToItemStatus(st, resp->add_statuses());
+    }
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* KvTierService::OpenContext(grpc::CallbackServerContext* ctx,

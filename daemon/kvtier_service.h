@@ -5,6 +5,7 @@
 #ifndef KVTIER_DAEMON_KVTIER_SERVICE_H_
 #define KVTIER_DAEMON_KVTIER_SERVICE_H_
 
+#include "absl/functional/any_invocable.h"
 #include "daemon/runtime.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
 
@@ -55,6 +56,11 @@ class KvTierService final : public v1::KvTier::CallbackService {
   // INVALID_ARGUMENT naming field when a batch is empty or over
   // limits.max_batch_blocks.
   absl::Status CheckBatch(const char* field, int size) const;
+  // Runs `work` on the runtime's BlockingPool (it may wait on a disk) and
+  // finishes the call with its status; RESOURCE_EXHAUSTED when the pool's
+  // queue is full. The request and response stay valid until then.
+  grpc::ServerUnaryReactor* FinishBlocking(grpc::CallbackServerContext* ctx,
+                                           absl::AnyInvocable<absl::Status() &&> work);
 
   Runtime* const runtime_;  // not owned; outlives the service
 };

@@ -58,7 +58,7 @@ constexpr size_t kMaxPendingPrefetchKeys = 1 << 16;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, Env* env) {
   std::unique_ptr<Runtime> rt(new Runtime(config));
   // One daemon per data directory: the lock comes before anything that
   // could disturb a running daemon (its shared-memory files, its catalog).
@@ -126,7 +126,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
 
   BlockStoreOptions options;
   options.data_dir = config.server.data_dir;
-  options.env = Env::Default();
+  options.env = env != nullptr ? env : Env::Default();
   options.device_ops = rt->device_ops_.get();
   options.device_capacity_bytes = config.device.capacity_bytes;
   if (per_tenant) {
@@ -186,6 +186,9 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config) {
   const ContextManagerOptions contexts = ContextManagerOptionsOf(config);
   rt->contexts_ = std::make_unique<ContextManager>(rt->store_.get(), Env::Default(), contexts);
   rt->prefetcher_ = std::make_unique<Prefetcher>(rt->store_.get(), kMaxPendingPrefetchKeys);
+  rt->blocking_pool_ = std::make_unique<BlockingPool>(
+      static_cast<size_t>(config.server.io_threads),
+      static_cast<size_t>(config.server.io_queue_limit));
   rt->ApplyTenantQuotas();
   if (per_tenant) {
     absl::StatusOr<std::unique_ptr<FdServer>> fds = FdServer::Start(
@@ -259,6 +262,7 @@ Runtime::~Runtime() {
   reaper_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
   fd_server_.reset();
+  blocking_pool_.reset();  // runs what is queued (the gRPC server is gone)
   prefetcher_.reset();
   contexts_.reset();  // unpins what contexts hold
   store_.reset();

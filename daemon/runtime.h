@@ -1,8 +1,8 @@
 // Runtime: what the services share for the lifetime of the daemon: the
 // effective configuration, the start time, the device arena, the block store
 // (with the summarizer and the placement policy plugged in), the open
-// contexts, the prefetcher, plus the background reaper of expired leases and
-// idle contexts.
+// contexts, the prefetcher, the threads that run RPC work which may wait on
+// a disk, plus the background reaper of expired leases and idle contexts.
 //
 // Thread safety: constant after Create(); the block store, summarizer,
 // context manager and prefetcher are thread-safe.
@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/auth/fd_server.h"
+#include "daemon/blocking_pool.h"
 #include "daemon/auth/tenants.h"
 #include "daemon/config.h"
 #include "daemon/context_manager.h"
@@ -42,7 +43,10 @@ class Runtime {
   // it loads the tenants, gives each tenant an arena and a staging file of
   // its own (in auth.shm_dir, mode 0700, files 0600) and serves their
   // descriptors on auth.fd_socket_path.
-  static absl::StatusOr<std::unique_ptr<Runtime>> Create(const Config& config);
+  // `env`: the block store's Env (nullptr: Env::Default()); it must
+  // outlive the runtime.
+  static absl::StatusOr<std::unique_ptr<Runtime>> Create(const Config& config,
+                                                         Env* env = nullptr);
   // Stops the reaper and the prefetcher, closes every context, closes the
   // store, removes shm files.
   ~Runtime();
@@ -70,6 +74,8 @@ class Runtime {
   Summarizer* summarizer() const { return summarizer_.get(); }
   ContextManager* contexts() const { return contexts_.get(); }
   Prefetcher* prefetcher() const { return prefetcher_.get(); }
+  // Where RPC handlers run work that may wait on a disk (server.io_threads).
+  BlockingPool* blocking_pool() const { return blocking_pool_.get(); }
   // Selector options and the scorer of SCORER_UNSPECIFIED (select.*).
   const index::SelectorOptions& selector_options() const { return selector_options_; }
   index::ScorerKind default_scorer() const { return default_scorer_; }
@@ -98,6 +104,7 @@ class Runtime {
   std::unique_ptr<BlockStore> store_;
   std::unique_ptr<ContextManager> contexts_;
   std::unique_ptr<Prefetcher> prefetcher_;
+  std::unique_ptr<BlockingPool> blocking_pool_;
   std::unique_ptr<FdServer> fd_server_;
   index::SelectorOptions selector_options_;
   index::ScorerKind default_scorer_ = index::ScorerKind::kKeyKey;

@@ -94,7 +94,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsCredentials(
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config) {
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config, Env* env) {
   std::unique_ptr<Server> server(new Server());
   std::error_code ec;
   std::filesystem::create_directories(config.server.data_dir, ec);
@@ -107,7 +107,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config) {
   if (server->socket_path_.size() > 107) server->socket_path_ = config.server.socket_path;
   server->shutdown_grace_ms_ = config.server.shutdown_grace_ms;
   KVTIER_RETURN_IF_ERROR(PrepareSocketPath(server->socket_path_));
-  KVTIER_ASSIGN_OR_RETURN(server->runtime_, Runtime::Create(config));
+  KVTIER_ASSIGN_OR_RETURN(server->runtime_, Runtime::Create(config, env));
 
   server->kvtier_service_ = std::make_unique<KvTierService>(server->runtime_.get());
   server->admin_service_ = std::make_unique<AdminService>(server->runtime_.get());

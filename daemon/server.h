@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/config.h"
 #include "daemon/runtime.h"
+#include "storage/env/env.h"
 
 namespace kvtier::daemon {
 
@@ -29,7 +30,11 @@ class Server {
   // FAILED_PRECONDITION when another process still answers on it), listens
   // on the Unix socket (mode server.socket_mode) and, when configured, on
   // TCP; health reports SERVING once this returns OK.
-  static absl::StatusOr<std::unique_ptr<Server>> Start(const Config& config);
+  // `env` is the block store's Env (nullptr: Env::Default()); tests pass a
+  // FaultInjectionEnv to make disk I/O fail or wait. It must outlive the
+  // server.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const Config& config,
+                                                       Env* env = nullptr);
 
   ~Server();  // Shutdown() if not done yet.
 

@@ -1,0 +1,196 @@
+// Block RPCs that wait on a disk run on the daemon's I/O threads
+// (server.io_threads): while a durable put is stuck in an NVMe sync, the
+// daemon keeps answering everything that does not need that disk, and a
+// full queue (server.io_queue_limit) is refused with RESOURCE_EXHAUSTED.
+// Real daemon in-process, real gRPC over a Unix socket; the disk is held
+// through a FaultInjectionEnv (fault injection only).
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <string>
+#include <thread>
+
+#include "client/client.h"
+#include "daemon/config.h"
+#include "daemon/server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "storage/env/fault_injection_env.h"
+
+namespace kvtier {
+namespace {
+
+using ::testing::HasSubstr;
+using FileOp = FaultInjectionEnv::FileOp;
+
+constexpr uint64_t kBlockBytes = 8192;  // the profile below
+
+class BlockingIoTest : public ::testing::Test {
+ protected:
+  void Start(const std::string& io_threads, const std::string& queue_limit) {
+    dir_ = "/tmp/kvtier-bio-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    auto config = daemon::LoadConfig(
+        "", {"server.data_dir=" + dir_, "log.level=warn", "server.shutdown_grace_ms=1000",
+             "server.io_threads=" + io_threads, "server.io_queue_limit=" + queue_limit,
+             "tiers.device.capacity_bytes=256KiB", "tiers.host.capacity_bytes=512KiB",
+             "tiers.host.staging_bytes=256KiB", "tiers.nvme.file_count=1",
+             "tiers.nvme.file_size_bytes=4MiB", "tiers.nvme.io_threads=1"});
+    ASSERT_TRUE(config.ok()) << config.status();
+    env_ = std::make_unique<FaultInjectionEnv>(Env::Default(), 7);
+    auto server = daemon::Server::Start(*config, env_.get());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    client_ = Connect();
+    v1::ModelProfile profile;  // 2 x 2 x 2 heads x 16 tokens x 32 dim x fp16
+    profile.set_name("tiny");
+    profile.set_revision("1");
+    profile.set_num_layers(2);
+    profile.set_num_kv_heads(2);
+    profile.set_head_dim(32);
+    profile.set_block_size_tokens(16);
+    profile.set_dtype(v1::DTYPE_FP16);
+    auto registered = client_->RegisterProfile(profile);
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
+    profile_id_ = registered->profile_id();
+  }
+  void TearDown() override {
+    if (env_) env_->ReleaseHeldIo();
+    client_.reset();
+    server_.reset();
+    env_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::unique_ptr<Client> Connect() {
+    auto client = Client::Connect(server_->socket_path());
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+  static std::string Bytes(char c) { return std::string(kBlockBytes, c); }
+  v1::PutBlocksRequest PutRequest(const std::string& id, bool durable) const {
+    v1::PutBlocksRequest req;
+    req.set_profile_id(profile_id_);
+    req.set_durable(durable);
+    v1::BlockPut* b = req.add_blocks();
+    b->set_block_id(id);
+    b->set_data(Bytes(id[0]));
+    return req;
+  }
+  // A durable put on a connection of its own, stuck in the held sync.
+  std::future<absl::StatusOr<v1::PutBlocksResponse>> HeldDurablePut(const std::string& id) {
+    env_->HoldNextIo(FileOp::kSync);
+    auto future = std::async(std::launch::async, [this, id, client = Connect()] {
+      return client->PutBlocks({PutRequest(id, /*durable=*/true)});
+    });
+    env_->WaitForHeldIo();
+    return future;
+  }
+  // Waits until `n` calls wait in the daemon's I/O queue (10 s at most).
+  bool WaitForQueued(uint64_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (server_->runtime()->blocking_pool()->stats().queued < n) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::yield();
+    }
+    return true;
+  }
+
+  std::string dir_;
+  std::unique_ptr<FaultInjectionEnv> env_;
+  std::unique_ptr<daemon::Server> server_;
+  std::unique_ptr<Client> client_;
+  uint64_t profile_id_ = 0;
+};
+
+TEST_F(BlockingIoTest, DaemonAnswersWhileADurablePutWaitsOnTheDisk) {
+  Start("2", "64");
+  ASSERT_TRUE(client_->PutBlocks({PutRequest("a-resident", false)}).ok());
+  auto held = HeldDurablePut("d-durable");
+
+  // The disk is stuck: everything that does not need it is still answered.
+  v1::LookupRequest lookup;
+  lookup.set_profile_id(profile_id_);
+  lookup.add_block_ids("a-resident");
+  auto found = client_->Lookup(lookup);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_TRUE(found->entries(0).present());
+  auto put = client_->PutBlocks({PutRequest("b-memory", false)});
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->results(0).status().code(), 0) << put->results(0).status().message();
+  v1::GetBlocksRequest get;
+  get.set_profile_id(profile_id_);
+  get.add_block_ids("a-resident");
+  auto got = client_->GetBlocks(get);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0].data(), Bytes('a'));
+  ASSERT_TRUE(client_->Stats().ok());
+  EXPECT_EQ(held.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "the durable put returned before its sync did";
+
+  env_->ReleaseHeldIo();
+  auto durable = held.get();
+  ASSERT_TRUE(durable.ok()) << durable.status();
+  EXPECT_EQ(durable->results(0).status().code(), 0) << durable->results(0).status().message();
+  EXPECT_TRUE(durable->results(0).durable());
+}
+
+TEST_F(BlockingIoTest, FullQueueIsRefusedAndQueuedCallsComplete) {
+  Start("1", "1");
+  auto held = HeldDurablePut("d-durable");  // holds the only I/O thread
+  // Queued behind it: the one place in the queue.
+  auto queued = std::async(std::launch::async, [this, client = Connect()] {
+    return client->PutBlocks({PutRequest("q-queued", false)});
+  });
+  ASSERT_TRUE(WaitForQueued(1));
+
+  v1::DeleteBlocksRequest del;
+  del.set_profile_id(profile_id_);
+  del.add_block_ids("q-queued");
+  auto refused = client_->DeleteBlocks(del);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("server.io_queue_limit"));
+  auto refused_put = client_->PutBlocks({PutRequest("r-refused", false)});
+  EXPECT_EQ(refused_put.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(server_->runtime()->blocking_pool()->stats().rejected, 2u);
+
+  env_->ReleaseHeldIo();
+  auto durable = held.get();
+  ASSERT_TRUE(durable.ok()) << durable.status();
+  EXPECT_TRUE(durable->results(0).durable());
+  auto put = queued.get();
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->results(0).status().code(), 0);
+  // Nothing of the refused put was stored; the queue is free again.
+  v1::LookupRequest lookup;
+  lookup.set_profile_id(profile_id_);
+  lookup.add_block_ids("r-refused");
+  lookup.add_block_ids("q-queued");
+  auto found = client_->Lookup(lookup);
+  ASSERT_TRUE(found.ok());
+  EXPECT_FALSE(found->entries(0).present());
+  EXPECT_TRUE(found->entries(1).present());
+  EXPECT_TRUE(client_->DeleteBlocks(del).ok());
+}
+
+TEST_F(BlockingIoTest, InlineModeStillServes) {
+  Start("0", "1");  // io_threads = 0: the work runs on gRPC's threads
+  auto put = client_->PutBlocks({PutRequest("i-inline", true)});
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_TRUE(put->results(0).durable());
+  v1::GetBlocksRequest get;
+  get.set_profile_id(profile_id_);
+  get.add_block_ids("i-inline");
+  auto got = client_->GetBlocks(get);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0].data(), Bytes('i'));
+  EXPECT_EQ(server_->runtime()->blocking_pool()->stats().threads, 0u);
+}
+
+}  // namespace
+}  // namespace kvtier
