@@ -150,9 +150,8 @@ absl::Status CatalogBatch::DeleteContext(const ContextKey& key) {
 
 // ---- Catalog: open and close -------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir,
-                                                       const CatalogOptions& options) {
-  KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
+absl::Status Catalog::OpenDb(const std::string& dir, const CatalogOptions& options,
+                             std::unique_ptr<rocksdb::DB>* db, std::unique_ptr<Handles>* out) {
   const rocksdb::Options db_options = MakeDbOptions(options);
   const rocksdb::ColumnFamilyOptions family_options =
       MakeFamilyOptions(options, MakeTableFactory(options));
@@ -174,38 +173,66 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir,
       RocksToStatus(rocksdb::DB::Open(rocksdb::DBOptions(db_options), dir, descriptors,
                                       &handles->all, &raw_db),
                     absl::StrCat("open catalog ", dir)));
-  std::unique_ptr<rocksdb::DB> db(raw_db);
+  db->reset(raw_db);
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == rocksdb::kDefaultColumnFamilyName) handles->meta = handles->all[i];
     if (names[i] == kBlocksFamily) handles->blocks = handles->all[i];
     if (names[i] == kProfilesFamily) handles->profiles = handles->all[i];
     if (names[i] == kContextsFamily) handles->contexts = handles->all[i];
   }
-  std::unique_ptr<Catalog> catalog(new Catalog(std::move(db), std::move(handles)));
+  *out = std::move(handles);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir,
+                                                       const CatalogOptions& options) {
+  KVTIER_RETURN_IF_ERROR(ValidateOptions(options));
+  std::unique_ptr<rocksdb::DB> db;
+  std::unique_ptr<Handles> handles;
+  KVTIER_RETURN_IF_ERROR(OpenDb(dir, options, &db, &handles));
+  std::unique_ptr<Catalog> catalog(
+      new Catalog(dir, options, std::move(db), std::move(handles)));
   KVTIER_RETURN_IF_ERROR(catalog->CheckFormatVersion());
   return catalog;
 }
 
-Catalog::Catalog(std::unique_ptr<rocksdb::DB> db, std::unique_ptr<Handles> handles)
-    : db_(std::move(db)), handles_(std::move(handles)) {}
+Catalog::Catalog(std::string dir, CatalogOptions options, std::unique_ptr<rocksdb::DB> db,
+                 std::unique_ptr<Handles> handles)
+    : dir_(std::move(dir)),
+      options_(std::move(options)),
+      db_(std::move(db)),
+      handles_(std::move(handles)) {}
 
 Catalog::~Catalog() {
+  absl::MutexLock lock(&db_mu_);
+  CloseDbLocked();
+}
+
+void Catalog::CloseDbLocked() {
+  if (db_ == nullptr) return;
   for (rocksdb::ColumnFamilyHandle* h : handles_->all) {
     db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
   }
   // Close flushes nothing it would not recover from the WAL; an error here
   // has no one to report to.
   db_->Close().PermitUncheckedError();
+  db_.reset();
+  handles_.reset();
 }
 
 absl::Status Catalog::CheckFormatVersion() {
-  auto stored = GetRaw(handles_->meta, fmt::kFormatVersionKey, "format version");
+  auto stored = GetRaw(&Handles::meta, fmt::kFormatVersionKey, "format version");
   if (absl::IsNotFound(stored.status())) {
     rocksdb::WriteOptions sync;
     sync.sync = true;
-    return RocksToStatus(db_->Put(sync, handles_->meta, fmt::kFormatVersionKey,
-                                  fmt::EncodeU32(fmt::kCatalogFormatVersion)),
-                         "write catalog format version");
+    return Commit(
+        sync,
+        [](const Handles& handles, rocksdb::WriteBatch* wb) {
+          return RocksToStatus(wb->Put(handles.meta, fmt::kFormatVersionKey,
+                                       fmt::EncodeU32(fmt::kCatalogFormatVersion)),
+                               "build format version batch");
+        },
+        "write catalog format version");
   }
   if (!stored.ok()) return stored.status();
   KVTIER_ASSIGN_OR_RETURN(uint32_t version, fmt::DecodeU32(*stored, "format version"));
@@ -216,11 +243,14 @@ absl::Status Catalog::CheckFormatVersion() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Catalog::GetRaw(rocksdb::ColumnFamilyHandle* family,
-                                            const std::string& key,
+absl::StatusOr<std::string> Catalog::GetRaw(Family family, const std::string& key,
                                             absl::string_view what) const {
   std::string value;
-  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), family, key, &value);
+  rocksdb::Status s;
+  {
+    absl::ReaderMutexLock lock(&db_mu_);
+    s = db_->Get(rocksdb::ReadOptions(), handles_.get()->*family, key, &value);
+  }
   if (s.IsNotFound()) return absl::NotFoundError(absl::StrCat(what, " not found"));
   KVTIER_RETURN_IF_ERROR(RocksToStatus(s, absl::StrCat("read ", what)));
   return value;
@@ -237,7 +267,7 @@ absl::Status Catalog::PutBlock(const BlockKey& key, const BlockRecord& record) {
 absl::StatusOr<BlockRecord> Catalog::GetBlock(const BlockKey& key) const {
   KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
   KVTIER_ASSIGN_OR_RETURN(std::string value,
-                          GetRaw(handles_->blocks, fmt::EncodeBlockKey(key), "block"));
+                          GetRaw(&Handles::blocks, fmt::EncodeBlockKey(key), "block"));
   return fmt::DecodeBlockRecord(value);
 }
 
@@ -250,18 +280,69 @@ absl::Status Catalog::DeleteBlock(const BlockKey& key, bool sync) {
 
 absl::Status Catalog::Write(const CatalogBatch& batch) {
   if (batch.ops_.empty()) return absl::OkStatus();
-  rocksdb::WriteBatch wb;
-  for (const CatalogBatch::Op& op : batch.ops_) {
-    rocksdb::ColumnFamilyHandle* family = op.family == CatalogBatch::Family::kBlocks
-                                              ? handles_->blocks
-                                              : handles_->contexts;
-    rocksdb::Status s = op.is_delete ? wb.Delete(family, op.key)
-                                     : wb.Put(family, op.key, op.value);
-    KVTIER_RETURN_IF_ERROR(RocksToStatus(s, "build catalog batch"));
-  }
   rocksdb::WriteOptions write_options;
   write_options.sync = batch.sync_;
-  return RocksToStatus(db_->Write(write_options, &wb), "write catalog batch");
+  return Commit(
+      write_options,
+      [&](const Handles& handles, rocksdb::WriteBatch* wb) {
+        for (const CatalogBatch::Op& op : batch.ops_) {
+          rocksdb::ColumnFamilyHandle* family = op.family == CatalogBatch::Family::kBlocks
+                                                    ? handles.blocks
+                                                    : handles.contexts;
+          rocksdb::Status s = op.is_delete ? wb->Delete(family, op.key)
+                                           : wb->Put(family, op.key, op.value);
+          KVTIER_RETURN_IF_ERROR(RocksToStatus(s, "build catalog batch"));
+        }
+        return absl::OkStatus();
+      },
+      "write catalog batch");
+}
+
+absl::Status Catalog::Commit(const rocksdb::WriteOptions& options, const BatchBuilder& build,
+                             absl::string_view what) {
+  if (needs_recovery_.load(std::memory_order_acquire)) Recover();
+  absl::Status st;
+  {
+    absl::ReaderMutexLock lock(&db_mu_);
+    rocksdb::WriteBatch wb;
+    KVTIER_RETURN_IF_ERROR(build(*handles_, &wb));
+    st = RocksToStatus(db_->Write(options, &wb), what);
+  }
+  if (!st.ok()) Recover();
+  return st;
+}
+
+void Catalog::Recover() {
+  absl::MutexLock lock(&db_mu_);
+  ++recoveries_attempted_;
+  rocksdb::Status s;
+  {
+    // Resume clears a recoverable background error, e.g. of a flush (OK
+    // when there was none); the flush that follows retires the WAL the
+    // failure may have left with a damaged tail. RocksDB refuses to resume
+    // after a failed WAL write or sync (fatal to the DB instance: its WAL
+    // may be inconsistent); then writes fail until the next Open.
+    s = db_->Resume();
+    if (s.ok()) {
+      rocksdb::FlushOptions flush;
+      flush.wait = true;
+      flush.allow_write_stall = true;
+      s = db_->Flush(flush, handles_->all);
+    }
+  }
+  if (s.ok()) ++recoveries_succeeded_;
+  // Failed: the next write tries again first.
+  needs_recovery_.store(!s.ok(), std::memory_order_release);
+}
+
+uint64_t Catalog::recoveries_attempted() const {
+  absl::ReaderMutexLock lock(&db_mu_);
+  return recoveries_attempted_;
+}
+
+uint64_t Catalog::recoveries_succeeded() const {
+  absl::ReaderMutexLock lock(&db_mu_);
+  return recoveries_succeeded_;
 }
 
 absl::StatusOr<CatalogScanStats> Catalog::Scan(const std::string& lower,
@@ -272,6 +353,7 @@ absl::StatusOr<CatalogScanStats> Catalog::Scan(const std::string& lower,
   read_options.verify_checksums = true;
   rocksdb::Slice upper_slice(upper);
   if (!upper.empty()) read_options.iterate_upper_bound = &upper_slice;
+  absl::ReaderMutexLock lock(&db_mu_);  // the visitor must not write (see header)
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, handles_->blocks));
   CatalogScanStats stats;
   for (it->Seek(lower); it->Valid(); it->Next()) {
@@ -324,7 +406,7 @@ absl::StatusOr<RegisteredProfile> Catalog::RegisterProfile(const ModelProfile& p
   if (!absl::IsNotFound(existing.status())) return existing.status();
 
   uint64_t id = 1;
-  auto next = GetRaw(handles_->meta, fmt::kNextProfileIdKey, "next profile id");
+  auto next = GetRaw(&Handles::meta, fmt::kNextProfileIdKey, "next profile id");
   if (next.ok()) {
     KVTIER_ASSIGN_OR_RETURN(id, fmt::DecodeU64(*next, "next profile id"));
     if (id == 0 || id == UINT64_MAX) {
@@ -335,25 +417,29 @@ absl::StatusOr<RegisteredProfile> Catalog::RegisterProfile(const ModelProfile& p
   }
   RegisteredProfile registered{profile, true};
   registered.profile.profile_id = id;
-  rocksdb::WriteBatch wb;
-  rocksdb::Status s = wb.Put(handles_->profiles, fmt::EncodeProfileIdKey(id),
-                             fmt::EncodeProfileRecord(registered.profile));
-  if (s.ok()) {
-    s = wb.Put(handles_->profiles, fmt::EncodeProfileNameKey(profile.name, profile.revision),
-               fmt::EncodeU64(id));
-  }
-  if (s.ok()) s = wb.Put(handles_->meta, fmt::kNextProfileIdKey, fmt::EncodeU64(id + 1));
-  KVTIER_RETURN_IF_ERROR(RocksToStatus(s, "build profile batch"));
   rocksdb::WriteOptions sync;
   sync.sync = true;
-  KVTIER_RETURN_IF_ERROR(RocksToStatus(db_->Write(sync, &wb), "write profile"));
+  KVTIER_RETURN_IF_ERROR(Commit(
+      sync,
+      [&](const Handles& handles, rocksdb::WriteBatch* wb) {
+        rocksdb::Status s = wb->Put(handles.profiles, fmt::EncodeProfileIdKey(id),
+                                    fmt::EncodeProfileRecord(registered.profile));
+        if (s.ok()) {
+          s = wb->Put(handles.profiles,
+                      fmt::EncodeProfileNameKey(profile.name, profile.revision),
+                      fmt::EncodeU64(id));
+        }
+        if (s.ok()) s = wb->Put(handles.meta, fmt::kNextProfileIdKey, fmt::EncodeU64(id + 1));
+        return RocksToStatus(s, "build profile batch");
+      },
+      "write profile"));
   return registered;
 }
 
 absl::StatusOr<ModelProfile> Catalog::GetProfile(uint64_t profile_id) const {
   KVTIER_ASSIGN_OR_RETURN(
       std::string value,
-      GetRaw(handles_->profiles, fmt::EncodeProfileIdKey(profile_id),
+      GetRaw(&Handles::profiles, fmt::EncodeProfileIdKey(profile_id),
              absl::StrCat("profile ", profile_id)));
   KVTIER_ASSIGN_OR_RETURN(ModelProfile profile, fmt::DecodeProfileRecord(value));
   if (profile.profile_id != profile_id) {
@@ -370,7 +456,7 @@ absl::StatusOr<ModelProfile> Catalog::FindProfile(absl::string_view name,
   }
   KVTIER_ASSIGN_OR_RETURN(
       std::string value,
-      GetRaw(handles_->profiles, fmt::EncodeProfileNameKey(name, revision),
+      GetRaw(&Handles::profiles, fmt::EncodeProfileNameKey(name, revision),
              absl::StrCat("profile \"", name, "\" revision \"", revision, "\"")));
   KVTIER_ASSIGN_OR_RETURN(uint64_t id, fmt::DecodeU64(value, "profile name index"));
   KVTIER_ASSIGN_OR_RETURN(ModelProfile profile, GetProfile(id));
@@ -387,6 +473,7 @@ absl::StatusOr<std::vector<ModelProfile>> Catalog::ListProfiles() const {
   rocksdb::ReadOptions read_options;
   rocksdb::Slice upper_slice(upper);
   read_options.iterate_upper_bound = &upper_slice;
+  absl::ReaderMutexLock lock(&db_mu_);
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, handles_->profiles));
   std::vector<ModelProfile> profiles;
   for (it->Seek(lower); it->Valid(); it->Next()) {
@@ -410,7 +497,7 @@ absl::Status Catalog::PutContext(const ContextKey& key, const ContextRecord& rec
 absl::StatusOr<ContextRecord> Catalog::GetContext(const ContextKey& key) const {
   KVTIER_RETURN_IF_ERROR(ValidateContextKey(key));
   KVTIER_ASSIGN_OR_RETURN(std::string value,
-                          GetRaw(handles_->contexts, fmt::EncodeContextKey(key), "context"));
+                          GetRaw(&Handles::contexts, fmt::EncodeContextKey(key), "context"));
   return fmt::DecodeContextRecord(value);
 }
 
@@ -425,6 +512,7 @@ absl::Status Catalog::DeleteContext(const ContextKey& key) {
 absl::Status Catalog::Flush() {
   rocksdb::FlushOptions flush;
   flush.wait = true;
+  absl::ReaderMutexLock lock(&db_mu_);
   std::vector<rocksdb::ColumnFamilyHandle*> families = handles_->all;
   return RocksToStatus(db_->Flush(flush, families), "flush catalog");
 }
@@ -432,6 +520,7 @@ absl::Status Catalog::Flush() {
 absl::StatusOr<CatalogMemoryUsage> Catalog::MemoryUsage() const {
   CatalogMemoryUsage usage;
   uint64_t value = 0;
+  absl::ReaderMutexLock lock(&db_mu_);
   for (rocksdb::ColumnFamilyHandle* h : handles_->all) {
     if (db_->GetIntProperty(h, rocksdb::DB::Properties::kCurSizeAllMemTables, &value)) {
       usage.memtable_bytes += value;

@@ -14,6 +14,15 @@
 // deletion is durable, or a crash would resurrect a record pointing at
 // someone else's bytes. Other writes go to the WAL without fsync.
 //
+// Write errors: the write that failed reports its error. Then the catalog
+// asks RocksDB to resume (DB::Resume) and flushes every memtable, so a
+// recoverable error (e.g. a background flush that ran out of space) stops
+// writes only until the fault is gone. Writes wait while that runs; if it
+// fails, the next write tries again first. RocksDB (paranoid_checks)
+// refuses to resume after a failed WAL write or sync, whose WAL may be
+// inconsistent: then every write fails until the catalog is opened again
+// (the daemon restarted), which replays the WAL up to the damage.
+//
 // Memory: bounded by options, not by the number of blocks. Data, index and
 // filter blocks share one LRU block cache (block_cache_bytes); memtables of
 // all column families together stay under memtable_total_bytes. Roughly
@@ -25,6 +34,7 @@
 #ifndef KVTIER_STORAGE_CATALOG_CATALOG_H_
 #define KVTIER_STORAGE_CATALOG_CATALOG_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,6 +52,8 @@ namespace rocksdb {
 class ColumnFamilyHandle;
 class DB;
 class Env;
+class WriteBatch;
+struct WriteOptions;
 }  // namespace rocksdb
 
 namespace kvtier {
@@ -181,20 +193,44 @@ class Catalog {
   // Writes all memtables to SST files and waits.
   absl::Status Flush();
   absl::StatusOr<CatalogMemoryUsage> MemoryUsage() const;
+  // Recoveries after write errors: attempted, and succeeded.
+  uint64_t recoveries_attempted() const;
+  uint64_t recoveries_succeeded() const;
 
  private:
   struct Handles;
-  Catalog(std::unique_ptr<rocksdb::DB> db, std::unique_ptr<Handles> handles);
+  using Family = rocksdb::ColumnFamilyHandle* Handles::*;
+  // Fills a batch against the current handles (they change at a reopen).
+  using BatchBuilder = std::function<absl::Status(const Handles&, rocksdb::WriteBatch*)>;
+
+  Catalog(std::string dir, CatalogOptions options, std::unique_ptr<rocksdb::DB> db,
+          std::unique_ptr<Handles> handles);
+  static absl::Status OpenDb(const std::string& dir, const CatalogOptions& options,
+                             std::unique_ptr<rocksdb::DB>* db, std::unique_ptr<Handles>* handles);
+  void CloseDbLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   absl::Status CheckFormatVersion();
   absl::StatusOr<CatalogScanStats> Scan(const std::string& lower, const std::string& upper,
                                         const BlockVisitor& visitor) const;
-  absl::StatusOr<std::string> GetRaw(rocksdb::ColumnFamilyHandle* family,
-                                     const std::string& key, absl::string_view what) const;
+  absl::StatusOr<std::string> GetRaw(Family family, const std::string& key,
+                                     absl::string_view what) const;
+  // Every write goes through here: under db_mu_ (shared), and on an error,
+  // Recover.
+  absl::Status Commit(const rocksdb::WriteOptions& options, const BatchBuilder& build,
+                      absl::string_view what);
+  // DB::Resume and a flush of every family, under db_mu_ (exclusive): no
+  // write lands in a WAL after a damaged record.
+  void Recover();
 
-  // Constant after construction. RocksDB itself is thread-safe. The
-  // destructor releases the column family handles before closing db_.
-  std::unique_ptr<rocksdb::DB> db_;
-  std::unique_ptr<Handles> handles_;
+  const std::string dir_;
+  const CatalogOptions options_;
+  // Shared by every read and write; exclusive while Recover runs. RocksDB
+  // itself is thread-safe.
+  mutable absl::Mutex db_mu_;
+  std::unique_ptr<rocksdb::DB> db_ ABSL_GUARDED_BY(db_mu_);
+  std::unique_ptr<Handles> handles_ ABSL_GUARDED_BY(db_mu_);
+  uint64_t recoveries_attempted_ ABSL_GUARDED_BY(db_mu_) = 0;
+  uint64_t recoveries_succeeded_ ABSL_GUARDED_BY(db_mu_) = 0;
+  std::atomic<bool> needs_recovery_{false};  // the last Recover failed
 
   // Serialises RegisterProfile (read name, allocate id, write).
   absl::Mutex profile_mu_;

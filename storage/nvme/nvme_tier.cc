@@ -453,7 +453,6 @@ std::vector<absl::Status> NvmeTier::ReadBatch(
 
 absl::Status NvmeTier::Sync() {
   absl::MutexLock lock(&sync_mu_);
-  if (!sync_error_.ok()) return sync_error_;
   Batch batch(files_.size());
   std::vector<bool> active(files_.size(), false);
   for (size_t f = 0; f < files_.size(); ++f) {
@@ -476,14 +475,24 @@ absl::Status NvmeTier::Sync() {
       });
   if (!first_error.ok()) {
     io_errors_.fetch_add(1, std::memory_order_relaxed);
-    sync_error_ = absl::Status(
-        first_error.code(),
-        absl::StrCat("nvme Sync failed; blocks written since the last "
-                     "successful Sync may be lost, reopen the tier: ",
-                     first_error.message()));
-    return sync_error_;
+    // Counted before the files are marked again: a caller that sees a
+    // later Sync succeed also sees this failure.
+    sync_failures_.fetch_add(1, std::memory_order_acq_rel);
+    for (size_t f = 0; f < files_.size(); ++f) {
+      if (active[f]) files_[f]->dirty.store(true, std::memory_order_release);
+    }
+    last_sync_error_ = absl::Status(first_error.code(),
+                                    absl::StrCat("nvme Sync failed; blocks written since the "
+                                                 "last successful Sync are not durable: ",
+                                                 first_error.message()));
+    return last_sync_error_;
   }
   return absl::OkStatus();
+}
+
+absl::Status NvmeTier::last_sync_error() const {
+  absl::MutexLock lock(&sync_mu_);
+  return last_sync_error_;
 }
 
 absl::Status NvmeTier::Free(const NvmeLocation& location) {

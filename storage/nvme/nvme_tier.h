@@ -153,10 +153,17 @@ class NvmeTier {
   std::vector<absl::Status> ReadBatch(
       absl::Span<const NvmeReadRequest> requests);
 
-  // fdatasync of every file written since the last successful Sync. After a
-  // failed Sync every later Sync fails too (the kernel may have dropped the
-  // unsynced pages, so what survived is unknown): reopen the tier.
+  // fdatasync of every file written since the last successful Sync. A
+  // failed Sync counts in sync_failures() and leaves its files to be synced
+  // again by the next Sync, which may succeed although the kernel dropped
+  // pages the failed one covered. So a block is durable only when its
+  // Write and a later successful Sync saw no sync failure in between: read
+  // sync_failures() before the Write and compare it after the Sync.
   absl::Status Sync();
+  // Failed Syncs so far.
+  uint64_t sync_failures() const { return sync_failures_.load(std::memory_order_acquire); }
+  // The error of the latest failed Sync (OK before the first).
+  absl::Status last_sync_error() const;
 
   // Returns a block's space. NOT_FOUND unless `location` is exactly an
   // allocated block. The caller makes sure no read of it is in flight (a
@@ -222,8 +229,9 @@ class NvmeTier {
       ABSL_GUARDED_BY(mu_);
   uint32_t next_file_ ABSL_GUARDED_BY(mu_) = 0;
 
-  absl::Mutex sync_mu_;
-  absl::Status sync_error_ ABSL_GUARDED_BY(sync_mu_);
+  mutable absl::Mutex sync_mu_;
+  std::atomic<uint64_t> sync_failures_{0};
+  absl::Status last_sync_error_ ABSL_GUARDED_BY(sync_mu_);
 
   std::atomic<uint32_t> next_worker_{0};
   std::atomic<uint64_t> writes_{0};

@@ -143,5 +143,39 @@ TEST_F(NvmeTierFaultTest, NoSpaceIsResourceExhausted) {
   EXPECT_TRUE(tier_->Write(RandomBytes(8192, 1)).ok());
 }
 
+// A failed Sync is counted and not sticky: the next Sync syncs the same
+// files again, and a caller compares sync_failures() around its write.
+TEST_F(NvmeTierFaultTest, SyncErrorIsCountedAndTheNextSyncWorks) {
+  const auto a = RandomBytes(50000, 3);
+  const uint64_t before_a = tier_->sync_failures();
+  auto a_at = tier_->Write(a);
+  ASSERT_TRUE(a_at.ok());
+  env_.SetSyncErrorOneIn(1);
+  absl::Status failed = tier_->Sync();
+  EXPECT_FALSE(failed.ok());
+  EXPECT_NE(std::string(failed.message()).find("not durable"), std::string::npos) << failed;
+  env_.SetSyncErrorOneIn(0);
+  EXPECT_EQ(tier_->sync_failures(), before_a + 1);
+  // The retry succeeds, but a's caller saw the failure in between.
+  ASSERT_TRUE(tier_->Sync().ok());
+  EXPECT_NE(tier_->sync_failures(), before_a);
+  EXPECT_EQ(env_.unsynced_write_count(), 0u) << "the retry synced the file again";
+
+  const auto b = RandomBytes(50000, 4);
+  const uint64_t before_b = tier_->sync_failures();
+  auto b_at = tier_->Write(b);
+  ASSERT_TRUE(b_at.ok());
+  ASSERT_TRUE(tier_->Sync().ok());
+  EXPECT_EQ(tier_->sync_failures(), before_b) << "b is durable";
+  // A power loss keeps b.
+  tier_.reset();
+  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  Reopen();
+  ASSERT_TRUE(tier_->Reserve(*b_at).ok());
+  std::vector<uint8_t> back(b.size());
+  ASSERT_TRUE(tier_->Read(*b_at, NvmeChecksum(b), absl::MakeSpan(back)).ok());
+  EXPECT_EQ(back, b);
+}
+
 }  // namespace
 }  // namespace kvtier

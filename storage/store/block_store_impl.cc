@@ -608,6 +608,7 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
   }
   const bool intact = st.ok() && Checksum(absl::MakeConstSpan(src, size)) == record.checksum;
   absl::StatusOr<NvmeLocation> loc = absl::UnknownError("not written");
+  const uint64_t sync_failures_before = nvme_->sync_failures();
   if (st.ok() && intact) {
     while (true) {
       loc = nvme_->Write(absl::MakeConstSpan(src, size));
@@ -625,6 +626,13 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
     st = loc.status();
   }
   if (st.ok() && intact) st = nvme_->Sync();
+  if (st.ok() && intact && nvme_->sync_failures() != sync_failures_before) {
+    // A sync that failed after this write may have dropped its pages; the
+    // successful one cannot vouch for them.
+    st = absl::UnavailableError(absl::StrCat(
+        "an NVMe sync failed while the block was being written (", nvme_->last_sync_error().message(),
+        "); not durable, retry the put"));
+  }
   bool record_unknown = false;  // the record may or may not be on disk
   if (st.ok() && intact) {
     record.nvme = ToExtent(*loc);
@@ -634,13 +642,16 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
   }
   absl::Status freed;
   if (!st.ok() && loc.ok()) {
-    if (record_unknown) {
-      // A failed catalog write may still have reached the WAL, and a
-      // restart would replay a record naming this extent: it stays
-      // allocated until the next Open, whose reconciliation frees it
-      // unless a record names it (then the synced bytes are that block).
-      freed = absl::DataLossError(absl::StrCat(
-          "kept allocated until restart (the catalog write failed: ", st.message(), ")"));
+    // A failed catalog write may still have reached the WAL, and a restart
+    // would replay a record naming this extent. A synced removal of the
+    // record settles it; if that fails too, the extent stays allocated
+    // until the next Open, whose reconciliation frees it unless a record
+    // names it (then the synced bytes are that block).
+    absl::Status undone = record_unknown ? catalog_->DeleteBlock(key) : absl::OkStatus();
+    if (!undone.ok()) {
+      freed = absl::DataLossError(absl::StrCat("kept allocated until restart (the catalog write "
+                                               "failed: ", st.message(), "; removing the record "
+                                               "failed too: ", undone.message(), ")"));
     } else {
       freed = nvme_->Free(*loc);
     }

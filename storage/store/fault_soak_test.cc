@@ -148,6 +148,8 @@ constexpr const char* kOpNames[kNumOps] = {"Put",     "PutFromStaging", "Reserve
 // still while the load runs).
 bool Allowed(Op op, absl::StatusCode code) {
   using C = absl::StatusCode;
+  // A durable put whose write saw another put's NVMe sync fail.
+  if (code == C::kUnavailable) return op != kReserve;
   switch (op) {
     case kPut:
     case kStagedPut:
