@@ -1,0 +1,181 @@
+// PutBlocks as raw bytes on the wire: the daemon reports how many messages
+// of the stream it took (PutBlocksResponse.messages_received), so a client
+// can tell a stream cut short at an unparseable message from a complete
+// one. Real daemon in-process, real gRPC over a Unix socket, a generic
+// stub to send bytes the generated stubs never would.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "daemon/config.h"
+#include "daemon/server.h"
+#include "gtest/gtest.h"
+
+namespace kvtier {
+namespace {
+
+constexpr uint64_t kBlockBytes = 8192;
+
+struct RawReply {
+  grpc::Status status;
+  std::vector<std::string> messages;
+};
+
+// Streams `messages` as they are, half-closes and collects the replies.
+RawReply RawStream(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                   const std::vector<std::string>& messages) {
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto call = stub.PrepareCall(&ctx, method, &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  call->StartCall(reinterpret_cast<void*>(1));
+  cq.Next(&tag, &ok);
+  for (size_t i = 0; ok && i < messages.size(); ++i) {
+    grpc::Slice slice(messages[i]);
+    grpc::ByteBuffer buffer(&slice, 1);
+    call->Write(buffer, reinterpret_cast<void*>(2));
+    cq.Next(&tag, &ok);
+  }
+  if (ok) {
+    call->WritesDone(reinterpret_cast<void*>(3));
+    cq.Next(&tag, &ok);
+  }
+  RawReply reply;
+  while (ok) {
+    grpc::ByteBuffer buffer;
+    call->Read(&buffer, reinterpret_cast<void*>(4));
+    cq.Next(&tag, &ok);
+    if (!ok) break;
+    std::vector<grpc::Slice> slices;
+    (void)buffer.Dump(&slices);
+    std::string bytes;
+    for (const grpc::Slice& s : slices) {
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    reply.messages.push_back(std::move(bytes));
+  }
+  call->Finish(&reply.status, reinterpret_cast<void*>(5));
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return reply;
+}
+
+class PutStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = "/tmp/kvtier-pst-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    auto config = daemon::LoadConfig(
+        "", {"server.data_dir=" + dir_, "log.level=warn", "server.shutdown_grace_ms=1000",
+             "tiers.device.capacity_bytes=256KiB", "tiers.host.capacity_bytes=512KiB",
+             "tiers.host.staging_bytes=256KiB", "tiers.nvme.file_count=1",
+             "tiers.nvme.file_size_bytes=4MiB", "tiers.nvme.io_threads=1"});
+    ASSERT_TRUE(config.ok()) << config.status();
+    auto server = daemon::Server::Start(*config);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    auto client = Client::Connect(server_->socket_path());
+    ASSERT_TRUE(client.ok());
+    client_ = std::move(*client);
+    v1::ModelProfile profile;
+    profile.set_name("tiny");
+    profile.set_revision("1");
+    profile.set_num_layers(2);
+    profile.set_num_kv_heads(2);
+    profile.set_head_dim(32);
+    profile.set_block_size_tokens(16);
+    profile.set_dtype(v1::DTYPE_FP16);
+    auto registered = client_->RegisterProfile(profile);
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
+    profile_id_ = registered->profile_id();
+    channel_ = grpc::CreateChannel("unix:" + server_->socket_path(),
+                                   grpc::InsecureChannelCredentials());
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::string PutMessage(const std::string& id) const {
+    v1::PutBlocksRequest req;
+    req.set_profile_id(profile_id_);
+    v1::BlockPut* b = req.add_blocks();
+    b->set_block_id(id);
+    b->set_data(std::string(kBlockBytes, id[0]));
+    return req.SerializeAsString();
+  }
+  v1::PutBlocksResponse Put(const std::vector<std::string>& messages, grpc::Status* status) {
+    RawReply reply = RawStream(channel_, "/kvtier.v1.KvTier/PutBlocks", messages);
+    *status = reply.status;
+    v1::PutBlocksResponse response;
+    if (reply.messages.size() == 1) EXPECT_TRUE(response.ParseFromString(reply.messages[0]));
+    return response;
+  }
+  bool Present(const std::string& id) {
+    v1::LookupRequest lookup;
+    lookup.set_profile_id(profile_id_);
+    lookup.add_block_ids(id);
+    auto found = client_->Lookup(lookup);
+    EXPECT_TRUE(found.ok()) << found.status();
+    return found.ok() && found->entries(0).present();
+  }
+
+  std::string dir_;
+  std::unique_ptr<daemon::Server> server_;
+  std::unique_ptr<Client> client_;
+  std::shared_ptr<grpc::Channel> channel_;
+  uint64_t profile_id_ = 0;
+};
+
+// Not a valid PutBlocksRequest encoding: field 1 (profile_id, varint)
+// announced with a truncated varint.
+const std::string kGarbage("\x08\xff\xff\xff", 4);
+
+TEST_F(PutStreamTest, CountsEveryMessageOfACompleteStream) {
+  grpc::Status status;
+  v1::PutBlocksResponse r = Put({PutMessage("a1"), PutMessage("b1"), PutMessage("c1")}, &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(r.messages_received(), 3u);
+  EXPECT_EQ(r.blocks_stored(), 3u);
+  EXPECT_EQ(r.results_size(), 3);
+  EXPECT_TRUE(Present("c1"));
+}
+
+TEST_F(PutStreamTest, StreamCutAtAnUnparseableMessageSaysHowFarItGot) {
+  grpc::Status status;
+  v1::PutBlocksResponse r = Put({PutMessage("a2"), kGarbage, PutMessage("c2")}, &status);
+  // gRPC ends the server's reads at the bad message, so the call itself
+  // is OK: the count tells the client its third message was never
+  // processed (both clients turn that into DATA_LOSS).
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(r.messages_received(), 1u);
+  EXPECT_EQ(r.results_size(), 1);
+  EXPECT_TRUE(Present("a2"));
+  EXPECT_FALSE(Present("c2")) << "a message after the bad one was stored";
+}
+
+TEST_F(PutStreamTest, GarbageFirstMessageStoresNothing) {
+  grpc::Status status;
+  v1::PutBlocksResponse r = Put({kGarbage, PutMessage("b3")}, &status);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(r.messages_received(), 0u);  // a client that sent 2 sees the cut
+  EXPECT_EQ(r.results_size(), 0);
+  EXPECT_FALSE(Present("b3"));
+}
+
+}  // namespace
+}  // namespace kvtier
