@@ -1,25 +1,11 @@
 #include "tests/crash/crash_block.h"
 
+#include "tests/testutil/payload_hash.h"
+
 namespace kvtier::crash {
-namespace {
 
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-uint64_t Fnv1a64(std::string_view bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-}  // namespace
+using ::kvtier::testing::Fnv1a64;
+using ::kvtier::testing::SplitMix64;
 
 v1::ModelProfile CrashProfile() {
   v1::ModelProfile profile;

@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/env/fault_injection_env.h"
+#include "tests/integration/tiny_profile.h"
 
 namespace kvtier {
 namespace {
@@ -26,7 +27,7 @@ namespace {
 using ::testing::HasSubstr;
 using FileOp = FaultInjectionEnv::FileOp;
 
-constexpr uint64_t kBlockBytes = 8192;  // the profile below
+constexpr uint64_t kBlockBytes = testing::kTinyBlockBytes;
 
 class BlockingIoTest : public ::testing::Test {
  protected:
@@ -46,15 +47,7 @@ class BlockingIoTest : public ::testing::Test {
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     client_ = Connect();
-    v1::ModelProfile profile;  // 2 x 2 x 2 heads x 16 tokens x 32 dim x fp16
-    profile.set_name("tiny");
-    profile.set_revision("1");
-    profile.set_num_layers(2);
-    profile.set_num_kv_heads(2);
-    profile.set_head_dim(32);
-    profile.set_block_size_tokens(16);
-    profile.set_dtype(v1::DTYPE_FP16);
-    auto registered = client_->RegisterProfile(profile);
+    auto registered = client_->RegisterProfile(testing::TinyProfile());
     ASSERT_TRUE(registered.ok()) << registered.status();
     ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
     profile_id_ = registered->profile_id();

@@ -16,11 +16,12 @@
 #include "daemon/config.h"
 #include "daemon/server.h"
 #include "gtest/gtest.h"
+#include "tests/integration/tiny_profile.h"
 
 namespace kvtier {
 namespace {
 
-constexpr uint64_t kBlockBytes = 8192;
+constexpr uint64_t kBlockBytes = testing::kTinyBlockBytes;
 
 struct RawReply {
   grpc::Status status;
@@ -89,15 +90,7 @@ class PutStreamTest : public ::testing::Test {
     auto client = Client::Connect(server_->socket_path());
     ASSERT_TRUE(client.ok());
     client_ = std::move(*client);
-    v1::ModelProfile profile;
-    profile.set_name("tiny");
-    profile.set_revision("1");
-    profile.set_num_layers(2);
-    profile.set_num_kv_heads(2);
-    profile.set_head_dim(32);
-    profile.set_block_size_tokens(16);
-    profile.set_dtype(v1::DTYPE_FP16);
-    auto registered = client_->RegisterProfile(profile);
+    auto registered = client_->RegisterProfile(testing::TinyProfile());
     ASSERT_TRUE(registered.ok()) << registered.status();
     ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
     profile_id_ = registered->profile_id();
