@@ -1,5 +1,6 @@
 #include "tests/crash/crash_block.h"
 
+#include "absl/strings/escaping.h"
 #include "tests/testutil/payload_hash.h"
 
 namespace kvtier::crash {
@@ -51,14 +52,7 @@ std::string WrongPayload(std::string_view id) {
 }
 
 std::string Hex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 0xf]);
-  }
-  return out;
+  return absl::BytesToHexString(absl::string_view(bytes.data(), bytes.size()));
 }
 
 }  // namespace kvtier::crash

@@ -14,6 +14,7 @@
 #include "daemon/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/tiny_profile.h"
 
 namespace kvtier {
 namespace {
@@ -39,19 +40,10 @@ class BlockRpcTest : public ::testing::Test {
     auto client = Client::Connect(server_->socket_path());
     ASSERT_TRUE(client.ok());
     client_ = std::move(*client);
-    // 2 layers x 2 x 2 heads x 16 tokens x 32 dim x fp16 = 8 KiB blocks.
-    v1::ModelProfile profile;
-    profile.set_name("tiny");
-    profile.set_revision("1");
-    profile.set_num_layers(2);
-    profile.set_num_kv_heads(2);
-    profile.set_head_dim(32);
-    profile.set_block_size_tokens(16);
-    profile.set_dtype(v1::DTYPE_FP16);
-    auto registered = client_->RegisterProfile(profile);
+    auto registered = client_->RegisterProfile(testing::TinyProfile());
     ASSERT_TRUE(registered.ok()) << registered.status();
     profile_id_ = registered->profile_id();
-    EXPECT_EQ(registered->block_size_bytes(), 8192u);
+    EXPECT_EQ(registered->block_size_bytes(), testing::kTinyBlockBytes);
   }
   void TearDown() override {
     client_.reset();

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "tests/testutil/payload_hash.h"
 
@@ -65,14 +66,7 @@ std::string ComparePayload(std::string_view id, size_t want_size, const void* da
 }
 
 std::string Hex(std::string_view bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out.push_back(kDigits[c >> 4]);
-    out.push_back(kDigits[c & 0xf]);
-  }
-  return out;
+  return absl::BytesToHexString(absl::string_view(bytes.data(), bytes.size()));
 }
 
 }  // namespace kvtier::load
