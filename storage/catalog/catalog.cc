@@ -190,34 +190,22 @@ absl::StatusOr<std::unique_ptr<Catalog>> Catalog::Open(const std::string& dir,
   std::unique_ptr<rocksdb::DB> db;
   std::unique_ptr<Handles> handles;
   KVTIER_RETURN_IF_ERROR(OpenDb(dir, options, &db, &handles));
-  std::unique_ptr<Catalog> catalog(
-      new Catalog(dir, options, std::move(db), std::move(handles)));
+  std::unique_ptr<Catalog> catalog(new Catalog(std::move(db), std::move(handles)));
   KVTIER_RETURN_IF_ERROR(catalog->CheckFormatVersion());
   return catalog;
 }
 
-Catalog::Catalog(std::string dir, CatalogOptions options, std::unique_ptr<rocksdb::DB> db,
-                 std::unique_ptr<Handles> handles)
-    : dir_(std::move(dir)),
-      options_(std::move(options)),
-      db_(std::move(db)),
-      handles_(std::move(handles)) {}
+Catalog::Catalog(std::unique_ptr<rocksdb::DB> db, std::unique_ptr<Handles> handles)
+    : db_(std::move(db)), handles_(std::move(handles)) {}
 
 Catalog::~Catalog() {
   absl::MutexLock lock(&db_mu_);
-  CloseDbLocked();
-}
-
-void Catalog::CloseDbLocked() {
-  if (db_ == nullptr) return;
   for (rocksdb::ColumnFamilyHandle* h : handles_->all) {
     db_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
   }
   // Close flushes nothing it would not recover from the WAL; an error here
   // has no one to report to.
   db_->Close().PermitUncheckedError();
-  db_.reset();
-  handles_.reset();
 }
 
 absl::Status Catalog::CheckFormatVersion() {

@@ -200,14 +200,12 @@ class Catalog {
  private:
   struct Handles;
   using Family = rocksdb::ColumnFamilyHandle* Handles::*;
-  // Fills a batch against the current handles (they change at a reopen).
+  // Fills a batch from the handles (called under db_mu_).
   using BatchBuilder = std::function<absl::Status(const Handles&, rocksdb::WriteBatch*)>;
 
-  Catalog(std::string dir, CatalogOptions options, std::unique_ptr<rocksdb::DB> db,
-          std::unique_ptr<Handles> handles);
+  Catalog(std::unique_ptr<rocksdb::DB> db, std::unique_ptr<Handles> handles);
   static absl::Status OpenDb(const std::string& dir, const CatalogOptions& options,
                              std::unique_ptr<rocksdb::DB>* db, std::unique_ptr<Handles>* handles);
-  void CloseDbLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(db_mu_);
   absl::Status CheckFormatVersion();
   absl::StatusOr<CatalogScanStats> Scan(const std::string& lower, const std::string& upper,
                                         const BlockVisitor& visitor) const;
@@ -221,8 +219,6 @@ class Catalog {
   // write lands in a WAL after a damaged record.
   void Recover();
 
-  const std::string dir_;
-  const CatalogOptions options_;
   // Shared by every read and write; exclusive while Recover runs. RocksDB
   // itself is thread-safe.
   mutable absl::Mutex db_mu_;
