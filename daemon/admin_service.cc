@@ -85,6 +85,7 @@ grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* ctx,
     t->set_capacity_bytes(usage.capacity_bytes);
     t->set_used_bytes(usage.used_bytes);
     t->set_pinned_bytes(usage.pinned_bytes);
+    t->set_releasing_bytes(usage.releasing_bytes);
     t->set_blocks(usage.blocks);
     t->set_location(usage.location);
   }

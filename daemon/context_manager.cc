@@ -115,7 +115,10 @@ void Context::SetSelection(uint64_t lease_id, uint32_t pinned_blocks, int64_t st
   lease_id_ = lease_id;
   stepped_ = true;
   pinned_blocks_.store(pinned_blocks, std::memory_order_relaxed);
-  last_step_.store(static_cast<uint64_t>(step), std::memory_order_relaxed);
+  // Selects of one context from several streams may finish out of step
+  // order; the step never goes back.
+  const uint64_t last = last_step_.load(std::memory_order_relaxed);
+  last_step_.store(std::max(last, static_cast<uint64_t>(step)), std::memory_order_relaxed);
 }
 
 std::vector<int64_t> Context::NewPrefetch(const std::vector<int64_t>& rising) {

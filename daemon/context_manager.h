@@ -126,7 +126,8 @@ class Context {
 
   // The lease pinning the current Select set (0 = none).
   uint64_t lease_id() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return lease_id_; }
-  // Records the new Select set's lease and what it pins, after step.
+  // Records the new Select set's lease and what it pins; the last step
+  // becomes max(last step, step).
   void SetSelection(uint64_t lease_id, uint32_t pinned_blocks, int64_t step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 

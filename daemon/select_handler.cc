@@ -140,6 +140,21 @@ struct SelectHandler::Item {
   absl::Status status;
   index::SelectRequest request;
   size_t result = 0;  // index into results_
+  std::vector<BlockKey> keys;  // the chosen blocks
+  std::vector<absl::StatusOr<DeviceHandle>> handles;
+  uint64_t lease = 0;  // pins the chosen blocks (Pin)
+  uint32_t pinned = 0;
+
+  // For a new request; keeps the vectors' capacity.
+  void Reset() {
+    entry = -1;
+    ctx.reset();
+    status = absl::OkStatus();
+    result = 0;
+    handles.clear();
+    lease = 0;
+    pinned = 0;
+  }
 };
 
 absl::StatusOr<std::unique_ptr<SelectHandler>> SelectHandler::Create(Runtime* runtime,
@@ -270,16 +285,12 @@ absl::Status SelectHandler::Prepare(const v1::ContextSelect& entry, int i, Item*
   return absl::OkStatus();
 }
 
-void SelectHandler::Finish(const v1::ContextSelect& entry, Item* item, v1::ContextSelection* out,
-                           std::vector<BlockKey>* prefetch) {
+void SelectHandler::Collect(Item* item, v1::ContextSelection* out,
+                            std::vector<BlockKey>* prefetch) {
   Context* ctx = item->ctx.get();
   const index::SelectResult& result = results_[item->result];
-  BlockStore* store = runtime_->store();
-  auto lap = std::chrono::steady_clock::now();
-  // keys_ and handles_ keep their capacity (and their strings') across
-  // calls.
-  std::vector<BlockKey>& keys = keys_;
-  std::vector<absl::StatusOr<DeviceHandle>>& handles = handles_;
+  // item->keys keeps its capacity (and its strings') across calls.
+  std::vector<BlockKey>& keys = item->keys;
   keys.resize(result.blocks.size());
   for (size_t k = 0; k < result.blocks.size(); ++k) {
     keys[k].tenant.assign(ctx->tenant());
@@ -287,10 +298,32 @@ void SelectHandler::Finish(const v1::ContextSelect& entry, Item* item, v1::Conte
     const absl::string_view id = ctx->block_id(result.blocks[k]);
     keys[k].block_id.assign(id.data(), id.size());
   }
+  const int32_t window = selector_->options().stability.window_steps;
+  const index::StabilityTracker& stability = ctx->index().stability();
+  for (size_t k = 0; k < result.blocks.size(); ++k) {
+    const int64_t p = result.blocks[k];
+    v1::SelectedBlock* b = out->add_blocks();
+    b->set_position(static_cast<uint32_t>(p));
+    b->set_block_id(keys[k].block_id);
+    b->set_score(result.scores[k]);
+    b->set_stability(p < stability.num_pages() ? stability.Stability(p, window) : 0.0f);
+  }
+  // Rising blocks stay rising for several steps: only those not handed to
+  // the prefetcher at the previous step are.
+  for (int64_t p : ctx->NewPrefetch(result.prefetch)) prefetch->push_back(ctx->KeyAt(p));
+}
+
+void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Item* item,
+                        v1::ContextSelection* out, std::vector<BlockKey>* prefetch) {
+  Context* ctx = item->ctx.get();
+  BlockStore* store = runtime_->store();
+  const std::vector<BlockKey>& keys = item->keys;
+  std::vector<absl::StatusOr<DeviceHandle>>& handles = item->handles;
   // No disk I/O on this thread: blocks on NVMe only are brought into host
-  // memory by the prefetcher. With wait_ms the call waits for that (up to
-  // wait_ms); otherwise they come back PENDING ("on its way") and are
-  // promoted from memory at a later step.
+  // memory by the prefetcher. With wait_ms the call waits for that (until
+  // the entry's deadline); otherwise they come back PENDING ("on its way")
+  // and are promoted from memory at a later step. No context lock is held
+  // here, so appends and other contexts' Selects go on meanwhile.
   Prefetcher* prefetcher = runtime_->prefetcher();
   if (entry.wait_ms() > 0) {
     std::vector<BlockKey> on_nvme;
@@ -300,31 +333,22 @@ void SelectHandler::Finish(const v1::ContextSelect& entry, Item* item, v1::Conte
     }
     if (!on_nvme.empty()) {
       prefetcher->WaitFor(prefetcher->Enqueue(std::move(on_nvme)),
-                          absl::Milliseconds(entry.wait_ms()));
+                          std::max(deadline - absl::Now(), absl::ZeroDuration()));
     }
   }
   absl::StatusOr<uint64_t> lease = store->AcquireHandles(ctx->tenant(), keys, ctx->ttl_ms(),
                                                          &handles, /*memory_only=*/true);
   if (!lease.ok()) {
-    ToItemStatus(lease.status(), out->mutable_status());
+    item->status = lease.status();
+    out->clear_blocks();
     return;
   }
-  // The new set is pinned: now the previous one may go.
-  if (ctx->lease_id() != 0) store->Release(ctx->tenant(), ctx->lease_id()).IgnoreError();  // may have expired
-  uint32_t pinned = 0;
-  for (const auto& h : handles) pinned += h.ok() ? 1 : 0;
-  ctx->SetSelection(*lease, pinned, item->request.step);
-  ctx->Touch(runtime_->contexts()->NowMicros());
-  timings_.pin_us += Lap(&lap);
-
-  const int32_t window = selector_->options().stability.window_steps;
-  const index::StabilityTracker& stability = ctx->index().stability();
-  for (size_t k = 0; k < result.blocks.size(); ++k) {
-    const int64_t p = result.blocks[k];
-    v1::SelectedBlock* b = out->add_blocks();
-    b->set_position(static_cast<uint32_t>(p));
-    b->set_block_id(keys[k].block_id);
+  item->lease = *lease;
+  item->pinned = 0;
+  for (size_t k = 0; k < handles.size(); ++k) {
+    v1::SelectedBlock* b = out->mutable_blocks(static_cast<int>(k));
     if (handles[k].ok()) {
+      ++item->pinned;
       b->set_residency(v1::RESIDENCY_RESIDENT);
       v1::BlockHandle* handle = b->mutable_handle();
       handle->set_arena_id(handles[k]->arena_id);
@@ -337,17 +361,35 @@ void SelectHandler::Finish(const v1::ContextSelect& entry, Item* item, v1::Conte
     } else if (handles[k].status().code() != absl::StatusCode::kNotFound) {
       b->set_residency(v1::RESIDENCY_PENDING);
     }
-    b->set_score(result.scores[k]);
-    b->set_stability(p < stability.num_pages() ? stability.Stability(p, window) : 0.0f);
   }
-  // Rising blocks stay rising for several steps: only those not handed to
-  // the prefetcher at the previous step are.
-  for (int64_t p : ctx->NewPrefetch(result.prefetch)) prefetch->push_back(ctx->KeyAt(p));
-  timings_.build_us += Lap(&lap);
+}
+
+void SelectHandler::Install(Item* item, v1::ContextSelection* out) {
+  Context* ctx = item->ctx.get();
+  BlockStore* store = runtime_->store();
+  const int64_t step = item->request.step;
+  uint64_t drop = 0;  // the lease that goes: the previous set's, or ours
+  {
+    absl::MutexLock lock(&ctx->mu);
+    if (ctx->closed()) {
+      item->status = absl::NotFoundError(
+          absl::StrCat(Field(item->entry, "context_id"), ": context ", ctx->id(),
+                       " was closed while this Select was pinning its blocks"));
+      drop = item->lease;
+    } else {
+      // The new set is pinned: now the previous one may go.
+      drop = ctx->lease_id();
+      ctx->SetSelection(item->lease, item->pinned, step);
+      ctx->Touch(runtime_->contexts()->NowMicros());
+    }
+  }
+  if (drop != 0) store->Release(ctx->tenant(), drop).IgnoreError();  // may have expired
+  if (!item->status.ok()) out->clear_blocks();
 }
 
 void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse* response) {
   timings_ = Timings();
+  const absl::Time start = absl::Now();  // wait_ms counts from here
   auto lap = std::chrono::steady_clock::now();
   response->Clear();
   response->set_request_id(request.request_id());
@@ -364,8 +406,9 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
   }
 
   // 1. Checks that need no lock.
-  items_.clear();
-  items_.resize(n);
+  // Items keep their vectors' capacity across calls.
+  if (items_.size() < static_cast<size_t>(n)) items_.resize(n);
+  for (int i = 0; i < n; ++i) items_[i].Reset();
   absl::flat_hash_map<uint64_t, int>& first_use = first_use_;
   std::vector<Item*>& valid = valid_;
   first_use.clear();
@@ -414,12 +457,26 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
         continue;
       }
     }
-    v1::ContextSelection* out = response->mutable_contexts(item->entry);
-    Finish(request.contexts(item->entry), item, out, &prefetch);
+    Collect(item, response->mutable_contexts(item->entry), &prefetch);
   }
   for (auto it = valid.rbegin(); it != valid.rend(); ++it) (*it)->ctx->mu.Unlock();
+  timings_.build_us = Lap(&lap);
 
-  for (Item& item : items_) {
+  // 3. Pin outside the context locks (promotion from memory, the wait_ms
+  // wait for NVMe-only blocks), then install each new set under its lock.
+  for (Item* item : valid) {
+    if (!item->status.ok()) continue;
+    const v1::ContextSelect& entry = request.contexts(item->entry);
+    Pin(entry, start + absl::Milliseconds(entry.wait_ms()), item,
+        response->mutable_contexts(item->entry), &prefetch);
+  }
+  for (Item* item : valid) {
+    if (item->status.ok()) Install(item, response->mutable_contexts(item->entry));
+  }
+  timings_.pin_us = Lap(&lap);
+
+  for (int i = 0; i < n; ++i) {
+    Item& item = items_[i];
     v1::ContextSelection* out = response->mutable_contexts(item.entry);
     if (!item.status.ok() || !out->has_status()) ToItemStatus(item.status, out->mutable_status());
     item.ctx.reset();

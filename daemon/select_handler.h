@@ -22,22 +22,29 @@
 //                          index.keep_summaries)
 //   2. The valid entries' contexts are locked (in increasing id, so that
 //      streams sharing contexts cannot deadlock) and selected in ONE
-//      index::Selector::SelectBatch call.
-//   3. Per context the chosen blocks are made resident in the device arena
-//      and pinned under a new lease of the context's TTL
-//      (BlockStore::AcquireHandles); only then is the previous Select's
-//      lease released, so blocks kept from one step to the next are never
-//      unpinned in between. The handler never touches disk: promotion
-//      host -> arena is a memory copy done here (AcquireHandles with
-//      memory_only); a block whose only copy is on NVMe is handed to the
-//      prefetcher (a background thread reads it into host memory) and
-//      comes back RESIDENCY_PENDING ("on its way"); with wait_ms > 0 the
-//      handler first waits up to wait_ms (at most kMaxSelectWaitMs) for
-//      the chosen NVMe-only blocks to reach host memory. A block that
-//      could not get an arena slot (every slot pinned) is PENDING too;
-//      ask again next step. A block deleted or quarantined since the
-//      context was opened comes back RESIDENCY_UNSPECIFIED without a
-//      handle.
+//      index::Selector::SelectBatch call; the chosen ids, scores and
+//      stability are copied out and the locks are released.
+//   3. Without any context lock, per context the chosen blocks are made
+//      resident in the device arena and pinned under a new lease of the
+//      context's TTL (BlockStore::AcquireHandles); then, under the
+//      context's lock again, the new lease replaces the previous Select's,
+//      which only then is released, so blocks kept from one step to the
+//      next are never unpinned in between. If the context was closed
+//      meanwhile the entry gets NOT_FOUND and its new lease is released.
+//      Selects of one context from several streams replace each other's
+//      pins in the order they finish.
+//      The handler never touches disk: promotion host -> arena is a
+//      memory copy done here (AcquireHandles with memory_only); a block
+//      whose only copy is on NVMe is handed to the prefetcher (a
+//      background thread reads it into host memory) and comes back
+//      RESIDENCY_PENDING ("on its way"); with wait_ms > 0 the handler
+//      first waits, until wait_ms (at most kMaxSelectWaitMs) after the
+//      request arrived, for the chosen NVMe-only blocks to reach host
+//      memory. Appends to the context and other Selects go on while it
+//      waits. A block that could not get an arena slot (every slot
+//      pinned) is PENDING too; ask again next step. A block deleted or
+//      quarantined since the context was opened comes back
+//      RESIDENCY_UNSPECIFIED without a handle.
 //   4. Rising blocks the selector did not choose go to the prefetcher.
 //
 // SelectedBlock.score is the affinity the selector ranked the block by, in
@@ -58,6 +65,7 @@
 #include "absl/container/flat_hash_map.h"
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/runtime.h"
 #include "index/selector.h"
 #include "kvtier/v1/kvtier.pb.h"
@@ -82,8 +90,8 @@ class SelectHandler {
   struct Timings {
     double check_us = 0;   // entry checks, context locks, Prepare
     double select_us = 0;  // index::Selector::SelectBatch
-    double pin_us = 0;     // AcquireHandles + release of the previous leases
-    double build_us = 0;   // response blocks (ids, handles, scores, stability)
+    double build_us = 0;   // response blocks (ids, scores, stability), under the locks
+    double pin_us = 0;     // wait_ms, AcquireHandles, lease swap (no context lock)
   };
   const Timings& last_timings() const { return timings_; }
 
@@ -96,9 +104,17 @@ class SelectHandler {
   // Checks that need the context's lock (closed, step, budget floor,
   // scorer precondition) and builds item->request.
   absl::Status Prepare(const v1::ContextSelect& entry, int i, Item* item);
-  // Pins the chosen blocks and fills the entry's selection.
-  void Finish(const v1::ContextSelect& entry, Item* item, v1::ContextSelection* out,
-              std::vector<BlockKey>* prefetch);
+  // Under the context's lock: the chosen keys into item->keys, the
+  // response blocks without residency, rising blocks into *prefetch.
+  void Collect(Item* item, v1::ContextSelection* out, std::vector<BlockKey>* prefetch);
+  // No context lock: waits for NVMe-only blocks until deadline (when
+  // wait_ms), pins item->keys under a new lease (item->lease) and fills
+  // residency and handles; NVMe-only blocks go to *prefetch.
+  void Pin(const v1::ContextSelect& entry, absl::Time deadline, Item* item,
+           v1::ContextSelection* out, std::vector<BlockKey>* prefetch);
+  // Takes the context's lock: the new lease replaces the previous one, or
+  // is released when the context was closed meanwhile.
+  void Install(Item* item, v1::ContextSelection* out);
 
   Runtime* const runtime_;
   const std::string tenant_;
@@ -107,8 +123,6 @@ class SelectHandler {
   std::vector<Item> items_;
   std::vector<index::SelectRequest> requests_;
   std::vector<index::SelectResult> results_;
-  std::vector<BlockKey> keys_;
-  std::vector<absl::StatusOr<DeviceHandle>> handles_;
   // Scratch reused by every Handle() call (no per-step allocation).
   std::vector<Item*> valid_;
   absl::flat_hash_map<uint64_t, int> first_use_;

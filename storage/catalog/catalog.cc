@@ -290,14 +290,40 @@ absl::Status Catalog::Commit(const rocksdb::WriteOptions& options, const BatchBu
                              absl::string_view what) {
   if (needs_recovery_.load(std::memory_order_acquire)) Recover();
   absl::Status st;
+  // A synced write syncs the WAL, and with it every write that returned
+  // before it started.
+  const uint64_t before = writes_done();
   {
     absl::ReaderMutexLock lock(&db_mu_);
     rocksdb::WriteBatch wb;
     KVTIER_RETURN_IF_ERROR(build(*handles_, &wb));
     st = RocksToStatus(db_->Write(options, &wb), what);
   }
-  if (!st.ok()) Recover();
+  if (!st.ok()) {
+    Recover();
+    return st;
+  }
+  if (options.sync) MarkSynced(before);
+  writes_done_.fetch_add(1, std::memory_order_acq_rel);
   return st;
+}
+
+absl::Status Catalog::SyncWal() {
+  const uint64_t before = writes_done();
+  absl::Status st;
+  {
+    absl::ReaderMutexLock lock(&db_mu_);
+    st = RocksToStatus(db_->SyncWAL(), "syncing the catalog WAL");
+  }
+  if (st.ok()) MarkSynced(before);
+  return st;
+}
+
+void Catalog::MarkSynced(uint64_t through) {
+  uint64_t seen = synced_through_.load(std::memory_order_acquire);
+  while (seen < through &&
+         !synced_through_.compare_exchange_weak(seen, through, std::memory_order_acq_rel)) {
+  }
 }
 
 void Catalog::Recover() {

@@ -150,7 +150,9 @@ class Catalog {
   absl::Status PutBlock(const BlockKey& key, const BlockRecord& record);
   // NOT_FOUND if absent; DATA_LOSS if the stored record does not decode.
   absl::StatusOr<BlockRecord> GetBlock(const BlockKey& key) const;
-  // Deleting an absent block succeeds.
+  // Deleting an absent block succeeds. Unsynced (sync = false), the
+  // removal is in the WAL when this returns (it survives a process crash)
+  // but a power loss may undo it until a later synced write or SyncWal.
   absl::Status DeleteBlock(const BlockKey& key, bool sync = true);
   // Applies every write of batch atomically (all or none).
   absl::Status Write(const CatalogBatch& batch);
@@ -188,6 +190,18 @@ class Catalog {
   absl::Status PutContext(const ContextKey& key, const ContextRecord& record);
   absl::StatusOr<ContextRecord> GetContext(const ContextKey& key) const;
   absl::Status DeleteContext(const ContextKey& key);
+
+  // ---- Write ordering ---------------------------------------------------
+  // Successful writes so far (monotonic). Read after a write returned, it
+  // is a ticket for that write: the write is synced once
+  // synced_through() >= the ticket.
+  uint64_t writes_done() const { return writes_done_.load(std::memory_order_acquire); }
+  // Every write counted in writes_done() up to this value is on disk (a
+  // synced write, or SyncWal, completed after it).
+  uint64_t synced_through() const { return synced_through_.load(std::memory_order_acquire); }
+  // Syncs the WAL: every write that returned before the call is synced
+  // afterwards. Errors converted by RocksToStatus.
+  absl::Status SyncWal();
 
   // ---- Maintenance ------------------------------------------------------
   // Writes all memtables to SST files and waits.
@@ -227,6 +241,10 @@ class Catalog {
   uint64_t recoveries_attempted_ ABSL_GUARDED_BY(db_mu_) = 0;
   uint64_t recoveries_succeeded_ ABSL_GUARDED_BY(db_mu_) = 0;
   std::atomic<bool> needs_recovery_{false};  // the last Recover failed
+  std::atomic<uint64_t> writes_done_{0};
+  std::atomic<uint64_t> synced_through_{0};
+  // Raises synced_through_ to at least `through`.
+  void MarkSynced(uint64_t through);
 
   // Serialises RegisterProfile (read name, allocate id, write).
   absl::Mutex profile_mu_;

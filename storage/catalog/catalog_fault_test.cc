@@ -162,6 +162,40 @@ TEST_F(CatalogFaultTest, PowerLossKeepsEverySyncedRecordAndDropsTheUnsyncedTail)
   ExpectAbsent(durable.front());
 }
 
+// writes_done() tickets against synced_through(): an unsynced removal is
+// synced by SyncWal or by any later synced write, and until then a power
+// loss undoes it.
+TEST_F(CatalogFaultTest, UnsyncedRemovalsAreSyncedBySyncWalOrALaterSyncedWrite) {
+  for (int n = 1; n <= 3; ++n) ASSERT_TRUE(catalog_->PutBlock(Key(n), Record(n, true)).ok());
+  EXPECT_EQ(catalog_->synced_through(), catalog_->writes_done() - 1)
+      << "a synced write covers the writes before it";
+  ASSERT_TRUE(catalog_->DeleteBlock(Key(1), /*sync=*/false).ok());
+  const uint64_t first = catalog_->writes_done();
+  EXPECT_GT(first, catalog_->synced_through());
+  ASSERT_TRUE(catalog_->SyncWal().ok());
+  EXPECT_GE(catalog_->synced_through(), first);
+
+  ASSERT_TRUE(catalog_->DeleteBlock(Key(2), /*sync=*/false).ok());
+  const uint64_t second = catalog_->writes_done();
+  EXPECT_GT(second, catalog_->synced_through());
+  ASSERT_TRUE(catalog_->PutBlock(Key(4), Record(4, true)).ok());  // synced
+  EXPECT_GE(catalog_->synced_through(), second);
+
+  ASSERT_TRUE(catalog_->DeleteBlock(Key(3), /*sync=*/false).ok());
+  EXPECT_GT(catalog_->writes_done(), catalog_->synced_through());
+  faults_.SetSyncErrorOneIn(1);
+  const uint64_t before = catalog_->synced_through();
+  EXPECT_FALSE(catalog_->SyncWal().ok());
+  EXPECT_EQ(catalog_->synced_through(), before) << "a failed sync settles nothing";
+  faults_.SetSyncErrorOneIn(0);
+
+  PowerLossAndReopen();
+  ExpectAbsent(1);
+  ExpectAbsent(2);
+  ExpectStored(3, true);  // its removal was never synced
+  ExpectStored(4, true);
+}
+
 TEST_F(CatalogFaultTest, SyncErrorsFailDurablePutsAndPowerLossRemovesThem) {
   ASSERT_TRUE(catalog_->PutBlock(Key(1), Record(1, true)).ok());
   faults_.SetSyncErrorOneIn(1);

@@ -222,6 +222,9 @@ struct TierUsage {
   uint64_t used_bytes = 0;
   uint64_t pinned_bytes = 0;
   uint64_t blocks = 0;
+  // Part of used_bytes held by evicted blocks until their catalog record
+  // removal is synced (NVMe only; freed at the next catalog sync).
+  uint64_t releasing_bytes = 0;
 };
 
 struct BlockStoreStats {

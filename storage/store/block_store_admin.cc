@@ -20,8 +20,9 @@ using store_internal::HostPlace;
 BlockStoreStats BlockStoreImpl::Stats() {
   BlockStoreStats stats;
   HostTierStats host = host_->stats();
-  NvmeTierStats nvme = nvme_->stats();
   absl::MutexLock lock(&mu_);
+  ReleaseSettledLocked();
+  NvmeTierStats nvme = nvme_->stats();
   TierUsage& d = stats.tiers[0];
   d.tier = TierId::kDevice;
   d.capacity_bytes = device_capacity_bytes_;
@@ -52,6 +53,7 @@ BlockStoreStats BlockStoreImpl::Stats() {
   n.location = options_.nvme_dir;
   n.capacity_bytes = nvme.capacity_bytes;
   n.used_bytes = nvme.used_bytes;
+  n.releasing_bytes = pending_free_bytes_;
   n.blocks = blocks_in_tier_[2];
   stats.blocks = entries_.size();
   stats.profiles = profiles_.size();

@@ -1,11 +1,10 @@
 #include "storage/store/block_store_impl.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cstring>
 #include <random>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "storage/common/status_macros.h"
@@ -382,7 +381,7 @@ void BlockStoreImpl::AddCopyLocked(Entry* e, TierId tier) {
                            : u.nvme_bytes) += e->size_bytes;
 }
 
-void BlockStoreImpl::DropCopyLocked(Entry* e, TierId tier) {
+void BlockStoreImpl::DropCopyLocked(Entry* e, TierId tier, bool free_extent) {
   if (!e->Has(tier)) return;
   policy_->Remove(tier, e);
   --blocks_in_tier_[static_cast<int>(tier)];
@@ -402,7 +401,7 @@ void BlockStoreImpl::DropCopyLocked(Entry* e, TierId tier) {
       u.host_bytes -= e->size_bytes;
       break;
     case TierId::kNvme:
-      if (absl::Status st = nvme_->Free(*e->nvme); !st.ok()) {
+      if (absl::Status st = free_extent ? nvme_->Free(*e->nvme) : absl::OkStatus(); !st.ok()) {
         LogLocked(absl::StrCat("nvme tier: freeing the copy of ", Describe(e->key), ": ",
                                st.message()));
       }
@@ -613,9 +612,15 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
     while (true) {
       loc = nvme_->Write(absl::MakeConstSpan(src, size));
       if (!NvmeTier::IsTierFull(loc.status())) break;
-      // The NVMe tier is full: it is the last tier, so a victim goes.
+      // The NVMe tier is full: it is the last tier, so a victim goes
+      // (unless evicted blocks' space is only waiting for its removal to
+      // be synced), and the catalog sync that frees its extent runs
+      // without mu_.
       mu_.Lock();
-      absl::Status evicted = EvictOneNvmeLocked(nullptr, e);
+      ReleaseSettledLocked();
+      absl::Status evicted =
+          pending_frees_.empty() ? EvictOneNvmeLocked(nullptr, e) : absl::OkStatus();
+      if (evicted.ok()) evicted = SettlePendingFreesLocked();
       mu_.Unlock();
       if (!evicted.ok()) {
         loc = absl::Status(evicted.code(), absl::StrCat(loc.status().message(), "; ",
@@ -670,6 +675,8 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
     LogLocked(absl::StrCat("nvme: extent ", loc->ToString(), " of ", Describe(key),
                            " after a failed persist: ", freed.message()));
   }
+  // The synced record write also synced earlier evictions' removals.
+  ReleaseSettledLocked();
   if (!st.ok()) return finish(st);
   e->nvme = *loc;
   e->durable = true;
@@ -692,10 +699,53 @@ absl::Status BlockStoreImpl::EvictOneNvmeLocked(const std::string* tenant, const
         "can be evicted (", n.used_bytes, " of ", n.capacity_bytes,
         " bytes used; every block on it is retained, pinned or in use)"));
   }
-  // The record goes first (EraseLocked) so that no record points at the
-  // freed extent.
-  KVTIER_RETURN_IF_ERROR(EraseLocked(victim));
+  // The record goes first, unsynced: its extent stays allocated until the
+  // removal is synced, so no record a power loss brings back names reused
+  // space (such a block comes back with its own bytes). If the removal
+  // fails nothing is freed; it may still have reached the WAL, so the
+  // block is no longer durable.
+  absl::Status st = catalog_->DeleteBlock(victim->key, /*sync=*/false);
+  if (!st.ok()) {
+    victim->durable = false;
+    return absl::Status(st.code(), absl::StrCat("removing the catalog record of ",
+                                                Describe(victim->key), ": ", st.message(),
+                                                " (it may still take effect at restart)"));
+  }
+  if (victim->nvme) {
+    pending_frees_.push_back(
+        PendingFree{*victim->nvme, catalog_->writes_done(), victim->key, victim->size_bytes});
+    pending_free_bytes_ += victim->size_bytes;
+    DropCopyLocked(victim, TierId::kNvme, /*free_extent=*/false);
+  }
+  ForgetLocked(victim);
   ++evicted_blocks_;
+  return absl::OkStatus();
+}
+
+void BlockStoreImpl::ReleaseSettledLocked() {
+  const uint64_t synced = catalog_->synced_through();
+  while (!pending_frees_.empty() && pending_frees_.front().ticket <= synced) {
+    const PendingFree& f = pending_frees_.front();
+    if (absl::Status st = nvme_->Free(f.location); !st.ok()) {
+      LogLocked(absl::StrCat("nvme tier: freeing extent ", f.location.ToString(), " of evicted ",
+                             Describe(f.key), ": ", st.message()));
+    }
+    pending_free_bytes_ -= f.size_bytes;
+    pending_frees_.pop_front();
+  }
+}
+
+absl::Status BlockStoreImpl::SettlePendingFreesLocked() {
+  ReleaseSettledLocked();
+  if (pending_frees_.empty()) return absl::OkStatus();
+  mu_.Unlock();
+  absl::Status st = catalog_->SyncWal();
+  mu_.Lock();
+  ReleaseSettledLocked();
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("freeing the NVMe space of evicted blocks: ",
+                                                st.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -1294,7 +1344,16 @@ absl::Status BlockStoreImpl::Delete(const BlockKey& key) {
   KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
   absl::MutexLock lock(&mu_);
   Entry* e = FindReadyLocked(key) != nullptr ? WaitIdleLocked(key) : nullptr;
-  if (e == nullptr) return absl::NotFoundError(absl::StrCat(Describe(key), " is not stored"));
+  if (e == nullptr) {
+    // An evicted block whose record removal is not synced yet could come
+    // back after a power loss: a delete makes its removal durable first.
+    const uint64_t synced = catalog_->synced_through();
+    const bool unsynced = absl::c_any_of(pending_frees_, [&](const PendingFree& f) {
+      return f.ticket > synced && f.key == key;
+    });
+    if (unsynced) KVTIER_RETURN_IF_ERROR(SettlePendingFreesLocked());
+    return absl::NotFoundError(absl::StrCat(Describe(key), " is not stored"));
+  }
   if (e->pins > 0) {
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(key), " is pinned by ", e->pins, " lease(s)"));

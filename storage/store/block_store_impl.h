@@ -18,6 +18,7 @@
 #ifndef KVTIER_STORAGE_STORE_BLOCK_STORE_IMPL_H_
 #define KVTIER_STORAGE_STORE_BLOCK_STORE_IMPL_H_
 
+#include <deque>
 #include <memory>
 #include <random>
 #include <string>
@@ -151,11 +152,20 @@ class BlockStoreImpl final : public BlockStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Evicts one block from NVMe (the placement policy's victim among NVMe
   // copies that are not retained, pinned, in use or `self`, of `tenant`
-  // when not null): its catalog record is removed first (synced), then
-  // every copy is freed. A durable block's NVMe copy never goes alone. RESOURCE_EXHAUSTED naming why when there is none; the
+  // when not null): its catalog record is removed first, unsynced (no
+  // disk wait under mu_), then its memory copies are freed and its NVMe
+  // extent is parked in pending_frees_ until that removal is synced
+  // (ReleaseSettledLocked), so that no record a power loss could bring
+  // back ever names reused space. A durable block's NVMe copy never goes
+  // alone. RESOURCE_EXHAUSTED naming why when there is none; the
   // catalog's error when the record could not be removed.
   absl::Status EvictOneNvmeLocked(const std::string* tenant, const Entry* self)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the parked extents whose record removal the catalog has synced.
+  void ReleaseSettledLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Syncs the catalog WAL (mu_ released meanwhile) and frees what that
+  // settled. The catalog's error when the sync failed.
+  absl::Status SettlePendingFreesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // memory_only: victims are only copies that have another copy (no
   // demotion, so no disk I/O).
   absl::StatusOr<DeviceSlot> MakeRoomDeviceLocked(MemorySpace* space, const std::string& tenant,
@@ -167,7 +177,10 @@ class BlockStoreImpl final : public BlockStore {
   absl::Status EnsureHostCopyLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void AddCopyLocked(Entry* e, TierId tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropCopyLocked(Entry* e, TierId tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops e's copy in tier; free_extent = false leaves an NVMe extent
+  // allocated (the caller parks it in pending_frees_).
+  void DropCopyLocked(Entry* e, TierId tier, bool free_extent = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the catalog record (when e has one), then frees every copy and
   // erases the entry. On a catalog error nothing changes and it is
   // returned.
@@ -220,6 +233,16 @@ class BlockStoreImpl final : public BlockStore {
   uint64_t evicted_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t retained_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t summary_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // capacity of every summary
+  // NVMe extents of evicted blocks, in eviction order (tickets never
+  // decrease), each freed once catalog_->synced_through() >= its ticket.
+  struct PendingFree {
+    NvmeLocation location;
+    uint64_t ticket = 0;  // catalog_->writes_done() after the removal
+    BlockKey key;
+    uint64_t size_bytes = 0;
+  };
+  std::deque<PendingFree> pending_frees_ ABSL_GUARDED_BY(mu_);
+  uint64_t pending_free_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvtier

@@ -30,13 +30,15 @@
 //  * Stats() sampled during the load: every tier within its capacity;
 //  * at each round's end: device, host and NVMe used bytes are their
 //    blocks x 16 KiB (NVMe: plus the extents kept after failed catalog
-//    writes, counted from the warnings); the tenant's usage agrees; leases
+//    writes, counted from the warnings, and evicted blocks' extents
+//    waiting for their removal's sync, Stats releasing_bytes); the
+//    tenant's usage agrees; leases
 //    and pins 0 after Release; staging slots 0 after ReapExpired; every
 //    listed block reads back exactly, or is missing because the read-back
 //    itself evicted it (counted against Stats().evicted_blocks);
 //  * across each reopen: every block durable before is there after, unless
 //    removing its record failed (it then was no longer durable:
-//    EvictionWhoseWalSyncFailedLeavesTheBlockNotDurable); no
+//    DeleteWhoseWalSyncFailedLeavesTheBlockNotDurable); no
 //    block appears beyond the kept extents; NVMe used bytes are exactly
 //    the blocks';
 //  * at the end, with the store closed: the process's open fds are the
@@ -456,8 +458,12 @@ void FaultSoakTest::CheckQuiescent(uint64_t kept) {
   }
   EXPECT_EQ(s.tiers[0].used_bytes, s.tiers[0].blocks * kBlockBytes) << "device extents leaked";
   EXPECT_EQ(s.tiers[1].used_bytes, s.tiers[1].blocks * kBlockBytes) << "host slots leaked";
-  EXPECT_EQ(s.tiers[2].used_bytes, (s.tiers[2].blocks + kept) * kBlockBytes)
+  // Evicted blocks' extents wait for their record removal to be synced
+  // (releasing_bytes); nothing else beyond the live blocks and the kept.
+  EXPECT_EQ(s.tiers[2].used_bytes,
+            (s.tiers[2].blocks + kept) * kBlockBytes + s.tiers[2].releasing_bytes)
       << "NVMe extents leaked beyond the " << kept << " kept after failed catalog writes";
+  EXPECT_EQ(s.tiers[2].releasing_bytes % kBlockBytes, 0u);
   const TenantUsage u = store_->UsageOf("default");
   EXPECT_EQ(u.pinned_bytes, 0u);
   EXPECT_EQ(u.leases, 0u);
@@ -555,7 +561,7 @@ void FaultSoakTest::ReopenAndCheck(uint64_t round, Tally* t) {
   for (const std::string& id : durable) {
     if (listed.contains(id)) continue;
     // A removal that failed at the WAL sync may be replayed by the next
-    // Open (EvictionWhoseWalSyncFailedLeavesTheBlockNotDurable).
+    // Open (DeleteWhoseWalSyncFailedLeavesTheBlockNotDurable).
     absl::MutexLock lock(&removal_mu_);
     EXPECT_TRUE(failed_removals_.contains(id)) << id << " was durable and is gone";
     ++lost_after_failed_removal_;
@@ -730,12 +736,13 @@ TEST_F(FaultSoakTest, DurablePutWaitingOnADemotionThatEvictsTheBlock) {
   EXPECT_TRUE(put.ok() || put.code() == absl::StatusCode::kResourceExhausted) << put;
 }
 
-// A catalog write that fails at the WAL sync may still be in the WAL, and
-// the next Open replays it. A failed record removal (an eviction for a
-// durable put here) therefore leaves the block served but no longer
-// durable (Lookup says so); after a restart it is either gone (the removal
-// took effect: it was evicted) or back bit-exact, never other bytes.
-TEST_F(FaultSoakTest, EvictionWhoseWalSyncFailedLeavesTheBlockNotDurable) {
+// An eviction writes its record removal unsynced and parks the victim's
+// extent until a catalog sync settles it. When that sync fails, the put
+// that needed the room fails naming it, the victim is gone from the store
+// but its extent stays allocated (Stats.releasing_bytes), so a record the
+// next Open might replay never names reused space: after a restart block
+// 0 is either gone or back bit-exact, never other bytes.
+TEST_F(FaultSoakTest, EvictionWhoseWalSyncFailedKeepsTheVictimsExtent) {
   for (uint64_t n = 0; n < 64; ++n) {
     ASSERT_TRUE(store_->Put(Key(n), Payload(n), /*durable=*/true).ok()) << n;
   }
@@ -743,14 +750,20 @@ TEST_F(FaultSoakTest, EvictionWhoseWalSyncFailedLeavesTheBlockNotDurable) {
   absl::StatusOr<PutOutcome> put = store_->Put(Key(64), Payload(64), /*durable=*/true);
   env_->SetSyncErrorOneIn(0);
   ASSERT_FALSE(put.ok());
-  EXPECT_TRUE(absl::StrContains(put.status().message(), "removing the catalog record of"))
+  EXPECT_TRUE(absl::StrContains(put.status().message(),
+                                "freeing the NVMe space of evicted blocks"))
       << put.status();
-  const BlockLocation loc = store_->Lookup(Key(0));
-  ASSERT_TRUE(loc.present) << "the failed eviction kept block 0";
-  EXPECT_FALSE(loc.durable) << "its removal may take effect at restart";
+  EXPECT_FALSE(store_->Lookup(Key(64)).present) << "the failed put kept nothing";
+  const BlockStoreStats s = store_->Stats();
+  EXPECT_EQ(s.evicted_blocks, 1u);
+  EXPECT_EQ(s.tiers[2].releasing_bytes, kBlockBytes) << "the victim's extent was freed unsynced";
+  EXPECT_EQ(s.tiers[2].used_bytes, s.tiers[2].blocks * kBlockBytes + kBlockBytes);
   store_.reset();
   Reopen();
   if (store_->Lookup(Key(0)).present) ExpectReadable(0);
+  const BlockStoreStats after = store_->Stats();
+  EXPECT_EQ(after.tiers[2].used_bytes, after.tiers[2].blocks * kBlockBytes)
+      << "NVMe space leaked across Open";
 }
 
 // The same through Delete: it fails, the block stays, is served and is no

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -333,6 +334,68 @@ TEST_F(PowerLossTest, FailedCatalogSyncNeverLeavesARecordOnReusedSpace) {
   EXPECT_TRUE(st.ok() ? out == oracle_[failed].bytes : absl::IsNotFound(st)) << st;
   EXPECT_EQ(std::string(st.message()).find("DATA_LOSS"), std::string::npos) << st;
   EXPECT_EQ(store_->Stats().quarantined_blocks, 0u);
+  store_.reset();  // before catalog_env goes
+}
+
+// A full NVMe tier evicts: the victim's record removal is written unsynced
+// (no disk wait under the store's lock) and its extent is reused only
+// after a catalog sync. Evictions settled by the next durable put stay
+// gone across a power loss; a block deleted after its eviction stays gone;
+// one whose removal never got synced (the catalog sync failed) comes back
+// after the power loss with its own bytes; no record ever names reused
+// space.
+TEST_F(PowerLossTest, EvictionsNeverLeaveARecordOnReusedSpace) {
+  FaultInjectionEnv catalog_faults(Env::Default(), /*seed=*/6);
+  std::unique_ptr<rocksdb::Env> catalog_env = NewFaultCatalogEnv(&catalog_faults);
+  store_.reset();
+  options_.catalog_env = catalog_env.get();
+  Open();
+  std::mt19937_64 rng(77);
+  for (uint32_t i = 0; i < 2 * kNvmeBlocks; ++i) {
+    ASSERT_TRUE(PutFresh(rng, /*durable=*/true).ok()) << "put " << i;
+  }
+  size_t evicted = 0;
+  std::string evicted_then_deleted;
+  for (auto& [id, e] : oracle_) {
+    if (e.state != State::kDurable || store_->Lookup(Key(id)).present) continue;
+    e.state = State::kGone;  // its removal was synced by a later durable put
+    ++evicted;
+    if (evicted_then_deleted.empty()) evicted_then_deleted = id;
+  }
+  EXPECT_GE(evicted, kNvmeBlocks - 8) << "the NVMe tier did not evict";
+  EXPECT_EQ(store_->Stats().evicted_blocks, evicted);
+  EXPECT_EQ(store_->Stats().tiers[2].releasing_bytes, 0u) << "evicted space was not freed";
+  EXPECT_TRUE(absl::IsNotFound(store_->Delete(Key(evicted_then_deleted))));
+
+  // The catalog sync that would free the next victim's extent fails: the
+  // put fails, the victim is evicted but its extent stays allocated.
+  std::set<std::string> present_before;
+  for (const auto& [id, e] : oracle_) {
+    if (e.state == State::kDurable) present_before.insert(id);
+  }
+  catalog_faults.SetSyncErrorOneIn(1);
+  EXPECT_FALSE(PutFresh(rng, /*durable=*/true).ok());
+  std::string unsynced_victim;
+  for (const std::string& id : present_before) {
+    if (!store_->Lookup(Key(id)).present) unsynced_victim = id;
+  }
+  ASSERT_FALSE(unsynced_victim.empty()) << "nothing was evicted for the failed put";
+  oracle_[unsynced_victim].state = State::kVolatile;  // gone or bit-exact
+  EXPECT_EQ(store_->Stats().tiers[2].releasing_bytes, kBlockBytes);
+  // Power loss with the catalog's syncs still failing (its clean close
+  // cannot sync either).
+  store_.reset();
+  ASSERT_TRUE(faults_.DropUnsyncedData().ok());
+  ASSERT_TRUE(catalog_faults.DropUnsyncedData().ok());
+  catalog_faults.SetSyncErrorOneIn(0);
+  Open();
+  ExpectAllReadable(Phase::kAfterRestart);
+  ExpectStatsReconcile();
+  EXPECT_TRUE(store_->Lookup(Key(unsynced_victim)).present)
+      << "the unsynced removal was undone by the power loss: the block is back";
+  EXPECT_FALSE(store_->Lookup(Key(evicted_then_deleted)).present);
+  RunLoad(/*seed=*/78, /*ops=*/20, Phase::kRunning);
+  ExpectAllReadable(Phase::kRunning);
   store_.reset();  // before catalog_env goes
 }
 

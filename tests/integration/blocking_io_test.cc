@@ -185,5 +185,89 @@ TEST_F(BlockingIoTest, InlineModeStillServes) {
   EXPECT_EQ(server_->runtime()->blocking_pool()->stats().threads, 0u);
 }
 
+// A Select waiting (wait_ms) for a block the prefetcher reads from NVMe
+// holds no lock of its context: an append to the same context is answered
+// while the read is stuck, and the Select then answers the block RESIDENT.
+TEST_F(BlockingIoTest, SelectWaitingForNvmeDoesNotHoldItsContext) {
+  Start("2", "64");
+  ASSERT_TRUE(client_->PutBlocks({PutRequest("n-nvme", /*durable=*/true)}).ok());
+  // Memory puts push the durable block's host copy out (LRU victim); its
+  // NVMe copy stays.
+  v1::LookupRequest lookup;
+  lookup.set_profile_id(profile_id_);
+  lookup.add_block_ids("n-nvme");
+  for (int i = 0; i < 256; ++i) {
+    auto where = client_->Lookup(lookup);
+    ASSERT_TRUE(where.ok()) << where.status();
+    ASSERT_TRUE(where->entries(0).present());
+    if (where->entries(0).tier() == v1::TIER_NVME) break;
+    ASSERT_TRUE(client_->PutBlocks({PutRequest("m" + std::to_string(i), false)}).ok());
+  }
+  auto where = client_->Lookup(lookup);
+  ASSERT_TRUE(where.ok());
+  ASSERT_EQ(where->entries(0).tier(), v1::TIER_NVME) << "the host copy was never evicted";
+  std::vector<std::string> ids = {"n-nvme"};
+  for (int i = 0; i < 4; ++i) {
+    ids.push_back("r" + std::to_string(i));
+    ASSERT_TRUE(client_->PutBlocks({PutRequest(ids.back(), false)}).ok());
+  }
+  ASSERT_TRUE(client_->PutBlocks({PutRequest("s-appended", false)}).ok());
+  v1::OpenContextRequest open;
+  open.set_profile_id(profile_id_);
+  for (const auto& id : ids) open.add_segments()->add_block_ids(id);
+  v1::OpenContextResponse opened;
+  {
+    grpc::ClientContext call;
+    grpc::Status st = client_->kvtier_stub()->OpenContext(&call, open, &opened);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+
+  env_->HoldNextIo(FileOp::kRead);  // the prefetcher's read of n-nvme
+  auto selected = std::async(std::launch::async, [&, client = Connect()] {
+    v1::SelectRequest req;
+    v1::ContextSelect* e = req.add_contexts();
+    e->set_context_id(opened.context_id());
+    e->set_max_blocks(static_cast<uint32_t>(ids.size()));
+    e->set_wait_ms(10000);
+    for (int d = 0; d < 32; ++d) e->add_anchor(1.0f);
+    grpc::ClientContext call;
+    auto stream = client->kvtier_stub()->Select(&call);
+    v1::SelectResponse resp;
+    const bool ok = stream->Write(req) && stream->Read(&resp);
+    stream->WritesDone();
+    const grpc::Status st = stream->Finish();
+    EXPECT_TRUE(ok && st.ok()) << st.error_message();
+    return resp;
+  });
+  env_->WaitForHeldIo();
+
+  auto appended = std::async(std::launch::async, [&] {
+    v1::AppendBlocksRequest req;
+    req.set_context_id(opened.context_id());
+    req.add_block_ids("s-appended");
+    v1::AppendBlocksResponse resp;
+    grpc::ClientContext call;
+    const grpc::Status st = client_->kvtier_stub()->AppendBlocks(&call, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return resp.num_blocks();
+  });
+  const bool answered = appended.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  EXPECT_EQ(selected.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "the Select returned before the NVMe read did";
+  env_->ReleaseHeldIo();
+  EXPECT_TRUE(answered) << "the append waited for the Select's NVMe read";
+  EXPECT_EQ(appended.get(), ids.size() + 1);
+  v1::SelectResponse resp = selected.get();
+  ASSERT_EQ(resp.contexts_size(), 1);
+  ASSERT_EQ(resp.contexts(0).status().code(), 0) << resp.contexts(0).status().message();
+  bool found = false;
+  for (const auto& b : resp.contexts(0).blocks()) {
+    if (b.block_id() != "n-nvme") continue;
+    found = true;
+    EXPECT_EQ(b.residency(), v1::RESIDENCY_RESIDENT) << "wait_ms did not wait for the prefetch";
+  }
+  EXPECT_TRUE(found) << "the NVMe block was not selected";
+}
+
 }  // namespace
 }  // namespace kvtier
