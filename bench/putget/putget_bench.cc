@@ -25,7 +25,6 @@
 // Output: a markdown report on stdout and in <out-dir>/results.md, and
 // <out-dir>/results.csv and <out-dir>/metadata.csv.
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -48,7 +47,9 @@
 #include "daemon/config.h"
 #include "daemon/convert.h"
 #include "daemon/logging.h"
+#include "daemon/options.h"
 #include "daemon/summarizer.h"
+#include "storage/common/checksum.h"
 
 namespace kvtier::bench {
 namespace {
@@ -141,13 +142,17 @@ absl::Status RunBlockSize(const Args& args, uint64_t block_bytes, uint64_t total
   }
 
   // What the daemon does per stored block besides copying it, one thread.
-  daemon::Summarizer summarizer{daemon::SummarizerOptions{}};
+  // The summary the daemon computes on its embedded defaults.
+  absl::StatusOr<daemon::Config> defaults = daemon::LoadConfig("", {});
+  if (!defaults.ok()) return defaults.status();
+  daemon::Summarizer summarizer{daemon::SummarizerOptionsOf(*defaults)};
   uint64_t sink = 0;
   if (args.Enabled("server_work")) {
     methods.push_back({"server_xxh3", "compute", nullptr,
                        [&](uint32_t) {
                          for (uint64_t i = 0; i < n; ++i) {
-                           sink += XXH3_64bits(ws.src(i), block_bytes);
+                           sink += BlockChecksum(  // the daemon's
+                               {reinterpret_cast<const uint8_t*>(ws.src(i)), block_bytes});
                          }
                          return absl::OkStatus();
                        },

@@ -1,11 +1,5 @@
 #include "storage/nvme/nvme_tier.h"
 
-#include <xxhash.h>
-#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
-#define KVTIER_XXH3_DISPATCH 1
-#include <xxh_x86dispatch.h>
-#endif
-
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -14,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "storage/common/checksum.h"
 #include "storage/common/status_macros.h"
 
 namespace kvtier {
@@ -31,16 +26,7 @@ absl::Status InvalidOption(const std::string& field, const std::string& why) {
 
 }  // namespace
 
-uint64_t NvmeChecksum(absl::Span<const uint8_t> data) {
-#ifdef KVTIER_XXH3_DISPATCH
-  // Same function as XXH3_64bits, using the widest vector unit the CPU has
-  // (AVX2/AVX-512) instead of the baseline SSE2 build: 2-3x faster, and the
-  // hash is on every read's critical path.
-  return XXH3_64bits_dispatch(data.data(), data.size());
-#else
-  return XXH3_64bits(data.data(), data.size());
-#endif
-}
+uint64_t NvmeChecksum(absl::Span<const uint8_t> data) { return BlockChecksum(data); }
 
 std::string NvmeLocation::ToString() const {
   return absl::StrCat(NvmeTier::FileName(file_index), "@", offset_bytes, "+",

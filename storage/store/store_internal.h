@@ -4,8 +4,6 @@
 #ifndef KVTIER_STORAGE_STORE_STORE_INTERNAL_H_
 #define KVTIER_STORAGE_STORE_STORE_INTERNAL_H_
 
-#include <xxhash.h>
-
 #include <cstdint>
 #include <string>
 
@@ -13,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "storage/catalog/records.h"
+#include "storage/common/checksum.h"
 #include "storage/host/host_tier.h"
 #include "storage/nvme/nvme_tier.h"
 #include "storage/tier.h"
@@ -24,7 +23,7 @@ inline std::string Describe(const BlockKey& key) {
                       key.profile_id, ")");
 }
 
-inline uint64_t Checksum(absl::Span<const uint8_t> data) { return XXH3_64bits(data.data(), data.size()); }
+inline uint64_t Checksum(absl::Span<const uint8_t> data) { return BlockChecksum(data); }
 
 inline NvmeExtent ToExtent(const NvmeLocation& loc) {
   return NvmeExtent{loc.file_index, loc.offset_bytes, loc.length_bytes};
