@@ -225,8 +225,9 @@ absl::StatusOr<v1::PutBlocksResponse> Client::PutBlocks(
   writer->WritesDone();
   grpc::Status st = writer->Finish();
   if (!st.ok()) return FromGrpcStatus(st);
-  // 0: a daemon that does not report it (older than the field).
-  if (resp.messages_received() != 0 && resp.messages_received() != requests.size()) {
+  // The daemon counts every message it read; fewer than were sent means it
+  // stopped at one it could not parse (the stream then looks closed).
+  if (resp.messages_received() != requests.size()) {
     return absl::DataLossError(absl::StrCat(
         "PutBlocks: the daemon read ", resp.messages_received(), " of the ", requests.size(),
         " messages sent (a message it could not parse ends the stream)"));

@@ -71,10 +71,13 @@ int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out,
                   static_cast<unsigned long long>(t.blocks()), t.location().c_str());
     out << line;
   }
+  uint64_t releasing = 0;
+  for (const v1::TierStats& t : stats->tiers()) releasing += t.releasing_bytes();
   out << "\nprofiles " << stats->profiles() << ", open contexts " << stats->open_contexts()
       << ", active leases " << stats->active_leases() << ", staging slots "
       << stats->staging_slots() << ", quarantined blocks " << stats->quarantined_blocks() << "\n"
-      << "evicted blocks " << stats->evicted_blocks() << ", retained "
+      << "evicted blocks " << stats->evicted_blocks() << " (" << HumanBytes(releasing)
+      << " on NVMe until their removal is synced), retained "
       << HumanBytes(stats->retained_bytes()) << ", checksum failures device/host/nvme "
       << stats->checksum_failures_device() << "/" << stats->checksum_failures_host() << "/"
       << stats->checksum_failures_nvme() << "\n";

@@ -292,8 +292,9 @@ class Client:
             resp = self._kvtier.PutBlocks(iter(requests), timeout=self.call_timeout_s)
         except grpc.RpcError as e:
             raise from_rpc_error(e, "PutBlocks", self.target) from None
-        # 0: a daemon that does not report it (older than the field).
-        if resp.messages_received not in (0, len(requests)):
+        # The daemon counts every message it read; fewer than were sent means
+        # it stopped at one it could not parse (the stream then looks closed).
+        if resp.messages_received != len(requests):
             raise KvTierError(
                 grpc.StatusCode.DATA_LOSS,
                 f"PutBlocks: the daemon read {resp.messages_received} of the {len(requests)} "

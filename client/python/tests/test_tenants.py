@@ -233,9 +233,9 @@ class _KvTier(kvtier_pb2_grpc.KvTierServicer):
 
     def PutBlocks(self, request_iterator, context):
         self.rec.record(context, "PutBlocks")
-        for _ in request_iterator:
-            pass
-        return kvtier_pb2.PutBlocksResponse()
+        # Counted as the daemon does: the client checks it.
+        received = sum(1 for _ in request_iterator)
+        return kvtier_pb2.PutBlocksResponse(messages_received=received)
 
     def GetBlocks(self, request, context):
         self.rec.record(context, "GetBlocks")
