@@ -123,6 +123,7 @@ const std::vector<Field>& Fields() {
       KV_FLOAT("tiers.keydiff.redundancy_weight", placement.redundancy_weight),
       KV_FLOAT("tiers.keydiff.age_weight", placement.age_weight),
       KV_NUM("tiers.keydiff.sample_blocks", Kind::kUint, placement.sample_blocks),
+      KV_FLOAT("tiers.keydiff.newest_protected", placement.newest_protected),
       KV_ENUM("tiers.device.backend", device.backend, "auto", "cuda", "shm"),
       KV_NUM("tiers.device.capacity_bytes", Kind::kSize, device.capacity_bytes),
       KV_STR("tiers.device.shm_dir", device.shm_dir),
@@ -339,6 +340,8 @@ absl::Status ValidatePlacement(const Config& c) {
       InRange("tiers.keydiff.redundancy_weight", c.placement.redundancy_weight, 0, 1000, false));
   KVTIER_RETURN_IF_ERROR(
       InRange("tiers.keydiff.age_weight", c.placement.age_weight, 0, 1000, false));
+  KVTIER_RETURN_IF_ERROR(
+      InRange("tiers.keydiff.newest_protected", c.placement.newest_protected, 0, 0.9, false));
   if (c.placement.sample_blocks == 0 || c.placement.sample_blocks > 1024) {
     return Invalid("tiers.keydiff.sample_blocks", "must be between 1 and 1024");
   }

@@ -78,6 +78,7 @@ struct Config {
     double redundancy_weight = 0;
     double age_weight = 0;
     uint64_t sample_blocks = 0;
+    double newest_protected = 0;
   } placement;
   // index.*: block summaries computed at put time and context trees.
   struct Index {

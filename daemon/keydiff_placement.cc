@@ -121,13 +121,29 @@ class KeyDiffPlacement final : public PlacementPolicy {
 
   Entry* Victim(TierId tier, const std::function<bool(const Entry&)>& evictable) override {
     const size_t sample = static_cast<size_t>(std::max(options_.sample_blocks, 1));
+    const std::list<Entry*>& order = order_[TierIndex(tier)];
+    // Copies past `older` (the newest ones) are never sampled.
+    const size_t protected_copies =
+        static_cast<size_t>(std::clamp(options_.newest_protected, 0.0f, 0.99f) *
+                            static_cast<float>(order.size()));
+    const size_t older = std::max<size_t>(order.size() - protected_copies, 1);
     candidates_.clear();
-    for (Entry* e : order_[TierIndex(tier)]) {
+    size_t walked = 0;
+    for (Entry* e : order) {
+      if (walked++ >= older) break;
       if (!evictable(*e)) continue;
       candidates_.push_back(e);
       if (candidates_.size() >= sample) break;
     }
-    if (candidates_.size() <= 1) return candidates_.empty() ? nullptr : candidates_[0];
+    if (candidates_.empty()) {
+      // Every older copy is pinned or busy: the least recently used
+      // evictable one, as LRU would.
+      for (Entry* e : order) {
+        if (evictable(*e)) return e;
+      }
+      return nullptr;
+    }
+    if (candidates_.size() == 1) return candidates_[0];
     Entry* best = candidates_[0];  // least recently used: the fallback
     float best_priority = -INFINITY;
     done_.assign(candidates_.size(), false);

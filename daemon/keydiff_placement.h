@@ -6,8 +6,9 @@
 // in Entry::summary, index/summary_codec.h) and keeps, per profile, the
 // running mean m of the normalised v_b of every stored block (any tier).
 // Victim(tier) walks the tier's least-recently-used order and takes the
-// first `sample_blocks` copies `evictable` accepts; among them it demotes
-// the one of highest
+// first `sample_blocks` copies `evictable` accepts among the older
+// (1 - newest_protected) of the tier; among them it demotes the one of
+// highest
 //
 //   priority = redundancy_weight * (1 + cos(v_b, m)) / 2
 //            + age_weight * age      (0 newest .. 1 oldest of the sample)
@@ -40,6 +41,12 @@ struct KeyDiffPlacementOptions {
   float redundancy_weight = 1.0f;  // >= 0
   float age_weight = 0.5f;         // >= 0
   int32_t sample_blocks = 16;      // >= 1 least recently used copies compared
+  // [0, 1): the newest floor(newest_protected * tier size) copies of a tier
+  // are never sampled, so a block that just entered it (a prefetch, a
+  // promotion for Select) is not the next victim of a burst of inserts.
+  // When no older copy is evictable the least recently used evictable copy
+  // anywhere in the tier goes, as under LRU.
+  float newest_protected = 0.5f;
 };
 
 std::unique_ptr<PlacementPolicy> NewKeyDiffPlacement(const KeyDiffPlacementOptions& options);

@@ -49,11 +49,14 @@ class KeyDiffPlacementTest : public ::testing::Test {
     return policy_->Victim(tier, [this](const Entry& e) { return !rejected_.contains(&e); });
   }
 
-  void Make(float redundancy_weight, float age_weight, int32_t sample) {
+  // The ranking tests sample the whole tier (newest_protected 0).
+  void Make(float redundancy_weight, float age_weight, int32_t sample,
+            float newest_protected = 0.0f) {
     KeyDiffPlacementOptions options;
     options.redundancy_weight = redundancy_weight;
     options.age_weight = age_weight;
     options.sample_blocks = sample;
+    options.newest_protected = newest_protected;
     policy_ = NewKeyDiffPlacement(options);
   }
 
@@ -174,6 +177,44 @@ TEST_F(KeyDiffPlacementTest, TiersAreIndependentAndRemoveForgets) {
   policy_->Remove(TierId::kNvme, a);
   EXPECT_EQ(Victim(TierId::kNvme), nullptr);
   policy_->Remove(TierId::kNvme, a);  // absent: no-op
+}
+
+// A burst of inserts into a full tier (blocks prefetched for one Select)
+// does not make one of the tier's newest half the next victim, however
+// redundant it is; when every older copy is rejected, the least recently
+// used evictable copy goes, as under LRU.
+TEST_F(KeyDiffPlacementTest, NewestCopiesAreNotSampled) {
+  // Six older blocks, then six "prefetched" ones along the profile's mean.
+  auto fill = [this] {
+    entries_.clear();
+    rejected_.clear();
+    for (int i = 0; i < 4; ++i) Add("old-a" + std::to_string(i), {0, 1, 0, 0}, 10 + i);
+    for (int i = 0; i < 2; ++i) Add("old-b" + std::to_string(i), {0, 0, 1, 0}, 20 + i);
+    std::vector<Entry*> fresh;
+    for (int i = 0; i < 6; ++i) fresh.push_back(Add("fresh" + std::to_string(i), {1, 0, 0, 0}, 100 + i));
+    return fresh;
+  };
+  Make(1.0f, 0.0f, 16, /*newest_protected=*/0.0f);
+  std::vector<Entry*> fresh = fill();
+  ASSERT_NE(Victim(), nullptr);
+  EXPECT_EQ(Victim()->key.block_id.substr(0, 5), "fresh") << "unprotected: the most redundant";
+
+  Make(1.0f, 0.0f, 16, /*newest_protected=*/0.5f);
+  fresh = fill();
+  Entry* v = Victim();
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(v->key.block_id.substr(0, 5), "old-a") << "the newest half is never sampled";
+  // Once a newer block arrives, fresh0 is no longer among the newest half.
+  policy_->Remove(TierId::kHost, v);
+  rejected_.insert(v);
+  fresh.push_back(Add("fresh6", {1, 0, 0, 0}, 106));
+  EXPECT_EQ(Victim(), fresh[0]);
+  // Every older copy pinned: the least recently used evictable one.
+  for (const auto& e : entries_) {
+    if (e->key.block_id.substr(0, 3) == "old") rejected_.insert(e.get());
+  }
+  rejected_.insert(fresh[0]);
+  EXPECT_EQ(Victim(), fresh[1]);
 }
 
 }  // namespace

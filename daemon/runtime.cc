@@ -174,6 +174,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
     keydiff.redundancy_weight = static_cast<float>(config.placement.redundancy_weight);
     keydiff.age_weight = static_cast<float>(config.placement.age_weight);
     keydiff.sample_blocks = static_cast<int32_t>(config.placement.sample_blocks);
+    keydiff.newest_protected = static_cast<float>(config.placement.newest_protected);
     options.make_placement = [keydiff] { return NewKeyDiffPlacement(keydiff); };
   }
   auto store = BlockStore::Open(options);
