@@ -328,8 +328,10 @@ class BlockStore {
   // later AcquireHandles is fast. Returns how many were promoted.
   virtual size_t Prefetch(const std::vector<BlockKey>& keys) = 0;
   // FAILED_PRECONDITION when pinned; NOT_FOUND when absent. A quarantined
-  // block can be deleted. When removing its catalog record fails, that
-  // error is returned and the block stays.
+  // block can be deleted. The catalog record's synced removal runs without
+  // the store's lock; meanwhile the block is hidden (Lookup: absent; Get,
+  // Put and pins of it wait). When removing its catalog record fails, that
+  // error is returned and the block stays (no longer durable).
   virtual absl::Status Delete(const BlockKey& key) = 0;
 
   // ---- Leases ----------------------------------------------------------

@@ -1358,7 +1358,32 @@ absl::Status BlockStoreImpl::Delete(const BlockKey& key) {
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(key), " is pinned by ", e->pins, " lease(s)"));
   }
-  return EraseLocked(e);
+  if (!(e->durable || e->quarantined || e->nvme)) {
+    ForgetLocked(e);  // no catalog record: nothing to sync
+    return absl::OkStatus();
+  }
+  // The record's synced removal runs without mu_. Meanwhile the entry is
+  // hidden as a put in progress is (readers, writers, pins and deletes of
+  // this key wait for it; Lookup and Verify skip it) and busy keeps it from
+  // eviction, so nothing else frees it. The record goes before any copy, as
+  // in EraseLocked.
+  e->writing = true;
+  ++e->busy;
+  mu_.Unlock();
+  absl::Status st = catalog_->DeleteBlock(key);
+  mu_.Lock();
+  --e->busy;
+  e->writing = false;
+  idle_cv_.SignalAll();
+  if (!st.ok()) {
+    // It may still take effect at the next Open: no longer durable.
+    e->durable = false;
+    return absl::Status(st.code(), absl::StrCat("removing the catalog record of ",
+                                                Describe(key), ": ", st.message(),
+                                                " (it may still take effect at restart)"));
+  }
+  ForgetLocked(e);
+  return absl::OkStatus();
 }
 
 // ---- Leases ----------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gpu/cpu/shm_device_ops.h"
 #include "gtest/gtest.h"
+#include "storage/catalog/fault_file_system.h"
 #include "storage/env/fault_injection_env.h"
 #include "storage/env/test_util.h"
 #include "storage/store/store_test_util.h"
@@ -400,6 +401,37 @@ TEST_F(BlockStoreTest, DrainMakesEverythingDurable) {
   }
   Reopen();
   for (int i = 0; i < 5; ++i) ExpectReadable(i);
+}
+
+// A delete's synced catalog write runs without the store's lock: while it
+// waits on the disk, every other block is read, written and looked up, and
+// Stats answers; the deleted block is hidden as soon as the delete starts
+// and gone when it returns.
+TEST_F(BlockStoreTest, DeleteSyncsItsRecordWithoutTheStoreLock) {
+  FaultInjectionEnv catalog_faults(Env::Default(), /*seed=*/9);
+  std::unique_ptr<rocksdb::Env> catalog_env = NewFaultCatalogEnv(&catalog_faults);
+  store_.reset();
+  options_.catalog_env = catalog_env.get();
+  Reopen();
+  for (uint64_t n = 1; n <= 2; ++n) {
+    ASSERT_TRUE(store_->Put(Key(n), Payload(n), /*durable=*/true).ok()) << n;
+  }
+  catalog_faults.HoldNextIo(FaultInjectionEnv::FileOp::kSync);
+  std::thread deleter([&] { EXPECT_TRUE(store_->Delete(Key(1)).ok()); });
+  catalog_faults.WaitForHeldIo();
+  EXPECT_FALSE(store_->Lookup(Key(1)).present) << "a block being deleted is hidden";
+  ExpectReadable(2);
+  EXPECT_TRUE(store_->Put(Key(3), Payload(3), /*durable=*/false).ok());
+  EXPECT_TRUE(store_->Lookup(Key(3)).present);
+  EXPECT_EQ(store_->Stats().blocks, 3u) << "the deleted block is still counted until it is gone";
+  catalog_faults.ReleaseHeldIo();
+  deleter.join();
+  EXPECT_FALSE(store_->Lookup(Key(1)).present);
+  EXPECT_TRUE(absl::IsNotFound(store_->Delete(Key(1))));
+  Reopen();
+  EXPECT_FALSE(store_->Lookup(Key(1)).present) << "the removal was synced";
+  ExpectReadable(2);
+  store_.reset();  // before catalog_env goes
 }
 
 }  // namespace
