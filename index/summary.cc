@@ -144,7 +144,7 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
     out.key_scales.assign(options.key_heads.size(), 0.0f);
   }
   std::vector<float> keys(head_elems);
-  std::vector<float> head_sum(D);
+  std::vector<float> head_sum(D), head_meanf(D), dev_sq(D);
   std::vector<double> block_sum(D, 0.0), layer_sum(D), weighted_sum(D, 0.0);
   double weight_total = 0;
   auto head_keys = [&](int32_t l, int32_t h) {
@@ -204,16 +204,25 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
         weighted_sum[d] += w * (static_cast<double>(head_sum[d]) / T);
       }
       if (head_stats != nullptr) {
+        // Squared deviations from the head's mean, per dimension in float
+        // over the block's tokens (deviations, not raw squares, so large
+        // per-dimension offsets cannot cancel), then summed in double. The
+        // inner loop runs along the dimension and vectorises.
         double* hmean = &head_stats->mean[lh * D];
-        for (size_t d = 0; d < D; ++d) hmean[d] = double{head_sum[d]} / T;
-        double m2 = 0;
+        for (size_t d = 0; d < D; ++d) {
+          hmean[d] = double{head_sum[d]} / T;
+          head_meanf[d] = static_cast<float>(hmean[d]);
+          dev_sq[d] = 0.0f;
+        }
         for (int32_t t = 0; t < T; ++t) {
           const float* k = &keys[t * D];
           for (size_t d = 0; d < D; ++d) {
-            const double dev = k[d] - hmean[d];
-            m2 += dev * dev;
+            const float dev = k[d] - head_meanf[d];
+            dev_sq[d] += dev * dev;
           }
         }
+        double m2 = 0;
+        for (size_t d = 0; d < D; ++d) m2 += dev_sq[d];
         head_stats->m2[lh] = m2;
       }
     }
