@@ -464,6 +464,11 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
     return;
   }
   if (s->affinity.size() < static_cast<size_t>(n)) s->affinity.resize(n);
+  if (options_.window_fast_path && r.scorer == ScorerKind::kMass &&
+      r.head_queries.empty() && !ctx.calibration().calibrated() &&
+      RunWindow(r, sinks, locals, free, s, out)) {
+    return;
+  }
   s->scored.clear();
   const bool key_key = TreeKeyKey(r);
   auto forced = [&](int64_t p) { return p < sinks || p >= local_first; };
@@ -646,9 +651,91 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
     s->pool.push_back({w * st.Stability(p, window), static_cast<int32_t>(p)});
     ++out->held;
   }
+  FinishRanking(r, sinks, local_first, n, free, /*partitioned=*/false, s, out);
+}
+
+// The uncalibrated mass scorer: the flat pass scores page p with the prior
+// (p + 1) / n, min-max normalised to p / (n - 1), so every page above theta
+// is relevant now and has been at every step of its life, and ranks above
+// every page at or below theta ((1 - w) * affinity + w * stability). Only
+// the pages above theta compete; pages at or below it are not touched
+// (their missing bit reads as the 0 the flat pass would write), except
+// pages never observed (their first observation dates their life) and the
+// always-chosen sinks and local window. Returns false, with nothing in
+// *out, when those pages cannot decide the budget exactly; the caller
+// then runs the flat pass (which observes every page again).
+bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
+                         int64_t free, Scratch* s, SelectResult* out) {
+  StabilityTracker& st = r.context->stability();
+  const StabilityOptions& so = options_.stability;
+  const int64_t n = r.context->tree().num_pages();
+  if (n < 2) return false;
+  const int64_t local_first = n - locals;
+  // Exactly the flat pass's floats (MassScores, then min-max).
+  const float fn = static_cast<float>(n);
+  const float low = 1.0f / fn;
+  const float range = fn / fn - low;
+  auto affinity = [&](int64_t p) {
+    return (static_cast<float>(p + 1) / fn - low) / range;
+  };
+  // First page above theta (the affinity never decreases with p).
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (affinity(mid) > so.theta) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  const int64_t above = lo;
+  auto observe = [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const float a = affinity(p);
+      s->affinity[p] = a;
+      st.Observe(p, a > so.theta);
+    }
+  };
+  const int64_t first = std::min(above, st.observed_below());
+  observe(first, n);
+  observe(0, std::min(sinks, first));
+  observe(std::max(local_first, sinks), std::max(first, std::max(local_first, sinks)));
+  st.RaiseObservedBelow(n);
+
+  const float w = r.stability ? so.weight : 0.0f;
+  const int32_t window = so.window_steps;
+  s->pool.clear();
+  for (int64_t p = std::max(above, sinks); p < local_first; ++p) {
+    s->pool.push_back({(1.0f - w) * s->affinity[p] + w * st.Stability(p, window),
+                       static_cast<int32_t>(p)});
+  }
+  if (free > static_cast<int64_t>(s->pool.size())) return false;
+  const size_t k = static_cast<size_t>(free);
+  if (k < s->pool.size()) {
+    std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(),
+                     BetterRecent);
+  }
+  // A page at or below theta scores at most (1 - w) * affinity(above - 1)
+  // + w; the k-th best must reach that (a tie goes to the pool's more
+  // recent page).
+  if (k > 0 && std::min(above, local_first) > sinks) {
+    float kth = s->pool[0].score;
+    for (size_t i = 1; i < k; ++i) kth = std::min(kth, s->pool[i].score);
+    if (kth < (1.0f - w) * affinity(above - 1) + w) return false;
+  }
+  out->rows_scored = n - first;
+  FinishRanking(r, sinks, local_first, n, free, /*partitioned=*/true, s, out);
+  return true;
+}
+
+void Selector::FinishRanking(const SelectRequest& r, int64_t sinks,
+                             int64_t local_first, int64_t n, int64_t free,
+                             bool partitioned, Scratch* s, SelectResult* out) {
+  StabilityTracker& st = r.context->stability();
+  const int32_t window = options_.stability.window_steps;
   out->candidates = static_cast<int64_t>(s->pool.size());
   const size_t k = std::min<size_t>(free, s->pool.size());
-  if (k < s->pool.size()) {
+  if (!partitioned && k < s->pool.size()) {
     std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(),
                      r.scorer == ScorerKind::kMass ? BetterRecent : Better);
   }

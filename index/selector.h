@@ -90,6 +90,13 @@ struct SelectorOptions {
   // or a factory returning an error, scores on the CPU only.
   std::function<absl::StatusOr<std::unique_ptr<LevelScorer>>()> level_scorer;
   int64_t level_scorer_min_rows = 0;  // >= 0
+  // The mass scorer without a calibration or head queries is a sliding
+  // window (affinity = position). Selected exactly as the flat pass would,
+  // it touches only the pages with affinity above stability.theta (and any
+  // page never observed before) instead of all N; when that set cannot
+  // decide the budget it falls back to the flat pass. false: always the
+  // flat pass (for comparison).
+  bool window_fast_path = true;
 };
 
 // InvalidArgument naming the field when out of range.
@@ -171,6 +178,13 @@ class Selector {
   void ScoreAllLevels(const SelectRequest& r, Scratch* s);
   void Run(const SelectRequest& r, int64_t budget, Scratch* s,
            SelectResult* out);
+  bool RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
+                 int64_t free, Scratch* s, SelectResult* out);
+  // Ranks s->pool (already nth-partitioned at `free` when partitioned) and
+  // fills out: sinks, the best `free`, the local window, scores, prefetch.
+  void FinishRanking(const SelectRequest& r, int64_t sinks, int64_t local_first,
+                     int64_t n, int64_t free, bool partitioned, Scratch* s,
+                     SelectResult* out);
 
   const SelectorOptions options_;
   std::vector<std::unique_ptr<Scratch>> scratch_;  // one per thread

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -435,6 +436,68 @@ TEST(SelectorTest, InvalidInputNamesTheField) {
   EXPECT_NE(
       Selector::Create(bad).status().message().find("stability.window_steps"),
       std::string::npos);
+}
+
+// The uncalibrated mass scorer's window path gives exactly the flat pass's
+// result (blocks, scores, prefetch) at every step, with the stability
+// history shared across scorers: appends, budgets the window cannot decide
+// (fallback), key-key descent steps that leave pages unobserved, and flat
+// recency/KeyDiff steps in between.
+TEST(SelectorTest, WindowPathEqualsTheFlatPass) {
+  constexpr int32_t kDim = 16;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  auto vector = [&] {
+    std::vector<float> v(kDim);
+    for (float& x : v) x = normal(rng);
+    return v;
+  };
+  std::vector<float> start;
+  for (int i = 0; i < 300; ++i) {
+    const std::vector<float> v = vector();
+    start.insert(start.end(), v.begin(), v.end());
+  }
+  auto fast_ctx = MakeContext(start, kDim, 8, 8);
+  auto flat_ctx = MakeContext(start, kDim, 8, 8);
+  SelectorOptions o;
+  o.stability.theta = 0.8f;
+  o.stability.window_steps = 16;
+  o.stability.weight = 0.3f;
+  o.stability.hold_threshold = 0.5f;
+  auto fast = MakeSelector(o);
+  o.window_fast_path = false;
+  auto flat = MakeSelector(o);
+  int64_t window_steps = 0;
+  for (int64_t step = 1; step <= 400; ++step) {
+    if (step % 3 == 0) {
+      const std::vector<float> v = vector();
+      ASSERT_TRUE(fast_ctx->tree().Append(v).ok());
+      ASSERT_TRUE(flat_ctx->tree().Append(v).ok());
+    }
+    const int64_t n = fast_ctx->tree().num_pages();
+    SelectRequest r;
+    r.step = step;
+    r.stability = step % 11 != 0;
+    const std::vector<float> anchor = vector();
+    switch (step % 17) {
+      case 5: r.scorer = ScorerKind::kKeyKey; r.anchor = anchor; break;
+      case 9: r.scorer = ScorerKind::kRecency; break;
+      case 13: r.scorer = ScorerKind::kKeyDiff; break;
+      default: r.scorer = ScorerKind::kMass;
+    }
+    // Mostly small budgets; every 7th step more than the pages above theta.
+    r.budget_blocks = step % 7 == 0 ? n / 2 : 5 + step % 40;
+    SelectResult a, b;
+    r.context = fast_ctx.get();
+    ASSERT_TRUE(fast->Select(r, &a).ok()) << step;
+    r.context = flat_ctx.get();
+    ASSERT_TRUE(flat->Select(r, &b).ok()) << step;
+    ASSERT_EQ(a.blocks, b.blocks) << "step " << step;
+    ASSERT_EQ(a.scores, b.scores) << "step " << step;
+    ASSERT_EQ(a.prefetch, b.prefetch) << "step " << step;
+    if (r.scorer == ScorerKind::kMass && a.rows_scored < n) ++window_steps;
+  }
+  EXPECT_GT(window_steps, 200) << "the window path hardly ran";
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #ifndef KVTIER_INDEX_STABILITY_H_
 #define KVTIER_INDEX_STABILITY_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -78,6 +79,12 @@ class StabilityTracker {
   float Stability(int64_t page, int32_t window) const;
   bool Rising(int64_t page, int32_t window) const;
 
+  // Every page below observed_below() has been observed at least once
+  // (callers that observe a whole range of pages raise it; 0 by default).
+  int64_t observed_below() const { return observed_below_; }
+  void RaiseObservedBelow(int64_t page) {
+    observed_below_ = std::max(observed_below_, page);
+  }
   // Records the pages chosen at this step (replacing the previous list).
   void SetChosen(const std::vector<int64_t>& pages) { chosen_ = pages; }
 
@@ -104,6 +111,7 @@ class StabilityTracker {
   uint32_t call_ = 0;
   std::vector<Slot> slots_;
   std::vector<int64_t> chosen_;
+  int64_t observed_below_ = 0;
 };
 
 }  // namespace kvtier::index

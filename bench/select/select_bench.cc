@@ -10,6 +10,8 @@
 //   single   one context of N blocks (8K, 64K, 256K): kvtier descent and
 //            GEMM at several keep-fraction settings, FlatIP, HNSW.
 //   batch    64 contexts x 8K blocks: one SelectBatch vs 64 FlatIP searches.
+//   window   the default scorer on an uncalibrated profile (a sliding
+//            window): the window path against the flat pass, per step.
 //   memory   bytes per open context and per block of summaries.
 //
 // Every method runs single-threaded (FAISS's OpenMP pool is set to 1 thread
@@ -17,7 +19,7 @@
 // method latency in the same run.
 //
 // Usage: kvtier_select_bench --out DIR [--quick] [--queries N] [--hnsw-all]
-//                             [--scenario single|batch|all]
+//                             [--scenario single|batch|window|all]
 #include <omp.h>
 
 #include <algorithm>
@@ -32,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "faiss/IndexFlat.h"
 #include "faiss/IndexHNSW.h"
 #include "index/selector.h"
@@ -468,6 +471,57 @@ void Batch(int contexts, int64_t n, int queries, std::vector<Row>* rows) {
   }
 }
 
+// The shipped default scorer on an uncalibrated profile (mass without
+// calibration = a sliding window), one context stepping as an engine drives
+// it: one Select per step, a block appended every 16 steps, budget 1/8 of
+// the context, stability windows updated (the daemon's select defaults). The
+// window path against the flat pass over every page (window_fast_path =
+// false), same context contents, same run; results are identical
+// (SelectorTest.WindowPathEqualsTheFlatPass).
+void Window(int64_t n, int steps, FILE* md) {
+  const SyntheticContext data = MakeData(n, 3000 + n);
+  SelectorOptions o;
+  o.sink_blocks = 1;
+  o.local_blocks = 1;
+  o.stability.window_steps = 64;
+  o.stability.theta = 0.8f;
+  o.stability.weight = 0.5f;
+  o.stability.hold_threshold = 0.5f;
+  double median_us[2] = {0, 0};
+  for (int fast = 0; fast < 2; ++fast) {
+    o.window_fast_path = fast == 1;
+    auto selector = Selector::Create(o);
+    if (!selector.ok()) std::abort();
+    std::unique_ptr<ContextIndex> ctx = OpenContext(data.vectors);
+    std::vector<double> us;
+    SelectResult result;
+    for (int step = 1; step <= steps; ++step) {
+      if (step % 16 == 0 &&
+          !ctx->tree().Append(absl::MakeConstSpan(data.vectors.data(), kDim)).ok()) {
+        std::abort();
+      }
+      SelectRequest r;
+      r.context = ctx.get();
+      r.scorer = kvtier::index::ScorerKind::kMass;
+      r.stability = false;  // select.stability_scorers does not name mass
+      r.budget_blocks = ctx->tree().num_pages() / 8;
+      r.step = step;
+      const auto t0 = Clock::now();
+      if (!(*selector)->Select(r, &result).ok()) std::abort();
+      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+    // The first step observes every page once on both paths.
+    std::sort(us.begin() + 1, us.end());
+    median_us[fast] = us[1 + (us.size() - 1) / 2];
+  }
+  std::printf("window n=%lld: flat pass %.1f us/step, window path %.1f us/step (%.1fx)\n",
+              static_cast<long long>(n), median_us[0], median_us[1],
+              median_us[0] / median_us[1]);
+  std::fprintf(md, "| %lld | %lld | %.1f | %.1f | %.1fx |\n", static_cast<long long>(n),
+               static_cast<long long>(n / 8), median_us[0], median_us[1],
+               median_us[0] / median_us[1]);
+}
+
 void Memory(FILE* out) {
   const int64_t n = 8192;
   const SyntheticContext data = MakeData(n, 42);
@@ -549,7 +603,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s --out DIR [--quick] [--queries N] [--hnsw-all] "
-                   "[--scenario single|batch|all]\n",
+                   "[--scenario single|batch|window|all]\n",
                    argv[0]);
       return 2;
     }
@@ -561,11 +615,24 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   std::vector<int64_t> sizes = {8192, 65536, 262144};
   if (quick) sizes = {8192, 65536};
-  if (g_scenario != "batch") {
+  const bool all = g_scenario == "all";
+  if (all || g_scenario == "single") {
     for (int64_t n : sizes) SingleContext(n, queries, &rows);
   }
-  if (g_scenario != "single") {
+  if (all || g_scenario == "batch") {
     Batch(quick ? 16 : 64, 8192, std::max(5, queries / 2), &rows);
+  }
+  if (all || g_scenario == "window") {
+    const std::string md_path = out_dir + "/select_window.md";
+    FILE* md = std::fopen(md_path.c_str(), "w");
+    if (md == nullptr) {
+      std::perror(md_path.c_str());
+      return 1;
+    }
+    std::fprintf(md, "| blocks | budget | flat pass us/step | window path us/step | speed-up |\n"
+                     "|---|---|---|---|---|\n");
+    for (int64_t n : sizes) Window(n, quick ? 100 : 300, md);
+    std::fclose(md);
   }
 
   const std::string csv = out_dir + "/select_bench.csv";
