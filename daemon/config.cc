@@ -168,6 +168,7 @@ const std::vector<Field>& Fields() {
       KV_FLOAT("select.keykey_recency_weight", select.keykey_recency_weight),
       KV_NUM("select.max_prefetch_blocks", Kind::kUint, select.max_prefetch_blocks),
       KV_NUM("select.max_contexts_per_request", Kind::kUint, select.max_contexts_per_request),
+      KV_NUM("select.batch_threads", Kind::kUint, select.batch_threads),
       KV_NUM("select.max_queued_responses", Kind::kUint, select.max_queued_responses),
   };
   return *fields;
@@ -411,6 +412,9 @@ absl::Status ValidateSelect(const Config& c) {
   }
   if (s.max_contexts_per_request == 0 || s.max_contexts_per_request > 65536) {
     return Invalid("select.max_contexts_per_request", "must be between 1 and 65536");
+  }
+  if (s.batch_threads > 64) {
+    return Invalid("select.batch_threads", "must be at most 64 (0 = min(4, cores))");
   }
   if (s.max_queued_responses == 0 || s.max_queued_responses > 1024) {
     return Invalid("select.max_queued_responses", "must be between 1 and 1024");

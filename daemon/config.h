@@ -112,6 +112,7 @@ struct Config {
     uint64_t max_prefetch_blocks = 0;
     uint64_t max_contexts_per_request = 0;
     uint64_t max_queued_responses = 0;
+    uint64_t batch_threads = 0;  // 0 = min(4, cores)
   } select;
 
   uint64_t nvme_capacity_bytes() const { return nvme.file_count * nvme.file_size_bytes; }

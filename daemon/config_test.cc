@@ -196,6 +196,8 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {
       {"select.max_contexts_per_request=0", "'select.max_contexts_per_request'"},
       {"tiers.placement=fifo", "'tiers.placement'"},
       {"tiers.keydiff.sample_blocks=0", "'tiers.keydiff.sample_blocks'"},
+      {"tiers.keydiff.newest_protected=0.95", "'tiers.keydiff.newest_protected'"},
+      {"select.batch_threads=65", "'select.batch_threads'"},
       {"index.pages_per_chunk=0", "'index.pages_per_chunk'"},
       {"index.summary_encoding=int8", "'index.summary_encoding'"},
   };

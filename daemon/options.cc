@@ -1,5 +1,8 @@
 #include "daemon/options.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -35,7 +38,12 @@ index::SelectorOptions SelectorOptionsOf(const Config& config) {
   options.stability.theta = static_cast<float>(s.theta);
   options.stability.weight = static_cast<float>(s.stability_weight);
   options.stability.hold_threshold = static_cast<float>(s.hold_threshold);
-  options.num_threads = 1;  // one Selector per stream; streams run in parallel
+  // One Selector per stream (streams run in parallel); its workers spread
+  // the contexts of one request.
+  options.num_threads = static_cast<int32_t>(
+      s.batch_threads != 0
+          ? s.batch_threads
+          : std::clamp<uint64_t>(std::thread::hardware_concurrency(), 1, 4));
   // Pooled key-key levels are scored on the GPU when the device tier is (or
   // may be) CUDA: each Selector makes its own scorer on device 0, the
   // daemon's arena device; without one the factory fails and the CPU scores.
