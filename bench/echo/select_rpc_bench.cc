@@ -473,6 +473,10 @@ int main(int argc, char** argv) {
     for (uint64_t id : f.contexts)
       ctxs.push_back(*f.server->runtime()->contexts()->Find("default", id));
     auto selector = index::Selector::Create(f.server->runtime()->selector_options());
+    // Locked in increasing id, the order Select handlers use (context ids
+    // are random, so not the order they were opened in).
+    std::sort(ctxs.begin(), ctxs.end(),
+              [](const auto& a, const auto& b) { return a->id() < b->id(); });
     for (auto& c : ctxs) c->mu.Lock();
     std::vector<index::SelectResult> results(ctxs.size());
     int64_t step = 1'000'000;
