@@ -1226,6 +1226,9 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
   absl::MutexLock lock(&mu_);
   KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/false));
   std::vector<BlockKey> pinned;
+  pinned.reserve(keys.size());
+  handles->reserve(keys.size());
+  const uint64_t now = env_->NowMicros();  // one access time for the whole set
   for (const BlockKey& key : keys) {
     absl::Status valid = ValidateBlockKey(key);
     if (valid.ok() && key.tenant != tenant) {
@@ -1259,7 +1262,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
           absl::StrCat(Describe(key), " is on NVMe only; not read on this path")));
       continue;
     }
-    e->last_access_micros = env_->NowMicros();
+    e->last_access_micros = now;
     ++e->busy;  // keeps every copy of e in place while we work on it
     absl::Status st;
     if (!e->device) {
