@@ -63,8 +63,11 @@ class SelectTest : public ::testing::Test {
   void SetUp() override { Start({}); }
 
   void Start(const std::vector<std::string>& extra) {
-    dir_ = "/tmp/kvtier-sel-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    // Parameterised names end in "/N": one path component, short enough
+    // for the socket path.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '-');
+    dir_ = "/tmp/kvtier-sel-" + std::to_string(::getpid()) + "-" + name.substr(0, 48);
     std::filesystem::remove_all(dir_);
     std::vector<std::string> overrides = {
         "server.data_dir=" + dir_,          "log.level=warn",
@@ -557,12 +560,16 @@ TEST_F(SelectTest, BlocksThatFindNoDeviceSlotArePending) {
 // The Select handler never reads NVMe: blocks whose only copy is there come
 // back PENDING and are brought into host memory by the prefetcher; with
 // wait_ms the handler waits for them and answers them RESIDENT.
-TEST_F(SelectTest, NvmeOnlyBlocksArePendingUntilPrefetchedAndWaitMsWaitsForThem) {
+// Run with both placements: 16 host blocks, the rest on NVMe; the blocks
+// prefetched for one Select (up to 10 here) must not evict each other: under LRU
+// they are the most recently used host copies, under KeyDiff they are in
+// the tier's newest half, which it never samples.
+class SelectPlacementTest : public SelectTest,
+                            public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(SelectPlacementTest, NvmeOnlyBlocksArePendingUntilPrefetchedAndWaitMsWaitsForThem) {
   TearDown();
-  // 16 host blocks; the rest go to NVMe. LRU: the blocks prefetched for
-  // this Select are the most recently used host copies (KeyDiff may pick one
-  // of them as the victim of the next prefetch; docs/RELIABILITY.md).
-  Start({"tiers.host.capacity_bytes=128KiB", "tiers.placement=lru"});
+  Start({"tiers.host.capacity_bytes=128KiB", std::string("tiers.placement=") + GetParam()});
   auto synthetic = Synthetic(64, 16);
   auto ids = PutContext(synthetic, "doc");
   auto ctx = Open({ids});
@@ -603,6 +610,8 @@ TEST_F(SelectTest, NvmeOnlyBlocksArePendingUntilPrefetchedAndWaitMsWaitsForThem)
   EXPECT_EQ(c.contexts(0).status().code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(c.contexts(0).status().message().find("wait_ms"), std::string::npos);
 }
+
+INSTANTIATE_TEST_SUITE_P(Placements, SelectPlacementTest, ::testing::Values("lru", "keydiff"));
 
 TEST_F(SelectTest, ConcurrentStreamsOverSharedContextsStayConsistent) {
   constexpr int kContexts = 16, kThreads = 8, kPerRequest = 8, kRequests = 10;
