@@ -696,10 +696,13 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
       st.Observe(p, a > so.theta);
     }
   };
+  // Every page from `first` on, then the forced pages below it (sinks, and
+  // the local window when it reaches below `first`).
   const int64_t first = std::min(above, st.observed_below());
+  const int64_t local_start = std::max(local_first, sinks);
   observe(first, n);
   observe(0, std::min(sinks, first));
-  observe(std::max(local_first, sinks), std::max(first, std::max(local_first, sinks)));
+  observe(local_start, std::max(first, local_start));
   st.RaiseObservedBelow(n);
 
   const float w = r.stability ? so.weight : 0.0f;
