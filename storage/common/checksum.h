@@ -18,6 +18,14 @@ namespace kvtier {
 
 uint64_t BlockChecksum(absl::Span<const uint8_t> data);
 
+// Copies `src` to `dst` (src.size() bytes; the ranges must not overlap) and
+// returns BlockChecksum of the bytes written to `dst`, in one pass over
+// memory: each chunk is hashed from `dst` right after it is copied, while it
+// is still in cache. Hashing the destination, not the source, makes the
+// checksum describe the private copy even when another process may be
+// changing the source meanwhile.
+uint64_t CopyWithChecksum(absl::Span<const uint8_t> src, uint8_t* dst);
+
 }  // namespace kvtier
 
 #endif  // KVTIER_STORAGE_COMMON_CHECKSUM_H_

@@ -918,13 +918,21 @@ absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e) {
 absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
                                                absl::Span<const uint8_t> data, bool durable,
                                                uint64_t expected_xxh3, bool retain) {
+  return PutPrivate(key, data, std::nullopt, durable, expected_xxh3, retain);
+}
+
+absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
+                                                      absl::Span<const uint8_t> data,
+                                                      std::optional<uint64_t> known_checksum,
+                                                      bool durable, uint64_t expected_xxh3,
+                                                      bool retain) {
   ModelProfile profile;
   {
     absl::MutexLock lock(&mu_);
     KVTIER_RETURN_IF_ERROR(CheckPayload(key, data.size()));
     profile = profiles_.at(key.profile_id);
   }
-  const uint64_t checksum = Checksum(data);
+  const uint64_t checksum = known_checksum ? *known_checksum : Checksum(data);
   if (expected_xxh3 != 0 && expected_xxh3 != checksum) {
     return absl::DataLossError(absl::StrCat(
         "xxh3: the payload of ", Describe(key), " does not match the checksum the client sent"));
@@ -1110,12 +1118,14 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
   // one private copy and store only that (checksum, summary and tiers all
   // see the same bytes). The staging file outlives its reservations. The
   // copy goes to a per-thread buffer that is reused (not zero-filled, no
-  // page faults) for blocks up to kReusedPutBufferBytes.
+  // page faults) for blocks up to kReusedPutBufferBytes, and is hashed chunk
+  // by chunk as it is copied (one pass over memory for copy and checksum).
   constexpr size_t kReusedPutBufferBytes = 4 << 20;
   thread_local std::unique_ptr<uint8_t[]> reused;
   thread_local size_t reused_size = 0;
   std::unique_ptr<uint8_t[]> once;
   uint8_t* copy = nullptr;
+  uint64_t checksum = 0;
   auto data = staging->Data(host_slot);
   if (data.ok()) {
     const size_t n = data->size();
@@ -1129,7 +1139,8 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
       once.reset(new uint8_t[n]);
       copy = once.get();
     }
-    std::memcpy(copy, data->data(), n);
+    checksum = CopyWithChecksum(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()), n), copy);
   }
   {
     absl::MutexLock lock(&mu_);
@@ -1138,7 +1149,8 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
     }
   }
   if (!data.ok()) return data.status();
-  return Put(key, absl::MakeConstSpan(copy, data->size()), durable, expected_xxh3, retain);
+  return PutPrivate(key, absl::MakeConstSpan(copy, data->size()), checksum, durable,
+                    expected_xxh3, retain);
 }
 
 absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* from) {

@@ -20,6 +20,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -85,6 +86,11 @@ class BlockStoreImpl final : public BlockStore {
   bool per_tenant_memory() const override { return multi_tenant_; }
 
  private:
+  // Put of bytes only the daemon can change; `known_checksum`, when set, is
+  // BlockChecksum(data) already taken (skips a second pass over the block).
+  absl::StatusOr<PutOutcome> PutPrivate(const BlockKey& key, absl::Span<const uint8_t> data,
+                                        std::optional<uint64_t> known_checksum, bool durable,
+                                        uint64_t expected_xxh3, bool retain);
   // The memory clients map: a device arena with its slot allocator and a
   // staging file. One shared space in single-tenant mode; one per tenant
   // (created on first use) in multi-tenant mode.
