@@ -246,12 +246,16 @@ std::vector<float> ContextTree::GridMean(int64_t g) const {
 
 std::vector<float> ContextTree::ContextMean() const {
   std::vector<float> m(options_.dim, 0.0f);
-  if (num_pages_ == 0) return m;
-  for (size_t d = 0; d < m.size(); ++d) {
-    m[d] =
-        static_cast<float>(context_sum_[d] / static_cast<double>(num_pages_));
-  }
+  ContextMean(absl::MakeSpan(m));
   return m;
+}
+
+void ContextTree::ContextMean(absl::Span<float> out) const {
+  for (size_t d = 0; d < out.size(); ++d) {
+    out[d] = num_pages_ == 0
+                 ? 0.0f
+                 : static_cast<float>(context_sum_[d] / static_cast<double>(num_pages_));
+  }
 }
 
 SummaryView ContextTree::summaries() const {

@@ -117,6 +117,8 @@ class ContextTree {
   std::vector<float> ChunkMean(int64_t c) const;
   std::vector<float> GridMean(int64_t g) const;
   std::vector<float> ContextMean() const;
+  // The same into out ([dim]); no allocation (the per-step KeyDiff path).
+  void ContextMean(absl::Span<float> out) const;
 
   // Kept summaries (keep_summaries), for ScoreBlocks; num_blocks 0 otherwise.
   SummaryView summaries() const;

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <functional>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "index/key_scorers.h"
@@ -84,6 +84,9 @@ int64_t CeilFraction(double fraction, int64_t n) {
 
 class Selector::Workers {
  public:
+  // Not std::function: a capturing lambda would allocate on every call.
+  using Fn = absl::FunctionRef<void(int32_t, int64_t)>;
+
   explicit Workers(int32_t threads) {
     for (int32_t i = 1; i < threads; ++i) {
       threads_.emplace_back([this, i] { Loop(i); });
@@ -101,7 +104,7 @@ class Selector::Workers {
   // Runs fn(worker, item) for every item in [0, count), spread over the
   // workers and the calling thread (worker 0); returns when all are done.
   void ParallelFor(int64_t count,
-                   const std::function<void(int32_t, int64_t)>& fn) {
+                   const Fn& fn) {
     if (threads_.empty() || count <= 1) {
       for (int64_t i = 0; i < count; ++i) fn(0, i);
       return;
@@ -124,7 +127,7 @@ class Selector::Workers {
   int32_t size() const { return static_cast<int32_t>(threads_.size()) + 1; }
 
  private:
-  void Drain(int32_t id, const std::function<void(int32_t, int64_t)>* fn,
+  void Drain(int32_t id, const Fn* fn,
              int64_t count) {
     for (int64_t i = next_.fetch_add(1, std::memory_order_relaxed); i < count;
          i = next_.fetch_add(1, std::memory_order_relaxed)) {
@@ -135,7 +138,7 @@ class Selector::Workers {
   void Loop(int32_t id) {
     uint64_t seen = 0;
     for (;;) {
-      const std::function<void(int32_t, int64_t)>* fn;
+      const Fn* fn;
       int64_t count;
       {
         absl::MutexLock lock(&mu_);
@@ -158,7 +161,7 @@ class Selector::Workers {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int32_t active_ ABSL_GUARDED_BY(mu_) = 0;
-  const std::function<void(int32_t, int64_t)>* fn_ ABSL_GUARDED_BY(mu_) =
+  const Fn* fn_ ABSL_GUARDED_BY(mu_) =
       nullptr;
   int64_t count_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> next_{0};
@@ -586,12 +589,10 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
         aff[p] = range > 0 ? (aff[p] - low) / range : 0.5f;
       }
     } else if (r.scorer == ScorerKind::kKeyDiff) {
-      const std::vector<float> mean = t.ContextMean();
-      const float norm = std::sqrt(simd::Dot(mean.data(), mean.data(), D));
-      s->q.assign(D, 0.0f);
-      if (norm > 0) {
-        for (size_t d = 0; d < D; ++d) s->q[d] = mean[d] / norm;
-      }
+      s->q.resize(D);
+      t.ContextMean(absl::MakeSpan(s->q));
+      const float norm = std::sqrt(simd::Dot(s->q.data(), s->q.data(), D));
+      for (size_t d = 0; d < D; ++d) s->q[d] = norm > 0 ? s->q[d] / norm : 0.0f;
       simd::DotRowsHalf(t.page_rows(), n, D, s->q.data(), aff);
       for (int64_t p = 0; p < n; ++p) aff[p] = Affinity(-aff[p]);
     } else {

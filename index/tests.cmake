@@ -20,3 +20,7 @@ kvtier_add_test(kvtier_index_key_scorers_test
 kvtier_add_test(kvtier_index_level_scorer_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/level_scorer_test.cc
   LIBS kvtier_index LABELS index)
+# Replaces the global operator new (counts allocations): its own binary.
+kvtier_add_test(kvtier_index_selector_alloc_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/selector_alloc_test.cc
+  LIBS kvtier_index LABELS index)
