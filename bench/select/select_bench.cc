@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <numeric>
@@ -607,6 +608,12 @@ int main(int argc, char** argv) {
                    argv[0]);
       return 2;
     }
+  }
+  std::error_code made;
+  std::filesystem::create_directories(out_dir, made);
+  if (made) {
+    std::fprintf(stderr, "--out %s: %s\n", out_dir.c_str(), made.message().c_str());
+    return 2;
   }
   omp_set_num_threads(1);
   std::printf("kvtier_select_bench: isa=%s dim=%d queries=%d\n",
