@@ -697,24 +697,63 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
       st.Observe(p, a > so.theta);
     }
   };
-  // Every page from `first` on, then the forced pages below it (sinks, and
-  // the local window when it reaches below `first`).
+  // Pages never observed below the edge, the sinks and the local window
+  // below it are observed one by one (all irrelevant); every page from the
+  // edge on is relevant, recorded as one range.
   const int64_t first = std::min(above, st.observed_below());
   const int64_t local_start = std::max(local_first, sinks);
-  observe(first, n);
+  observe(first, above);
+  st.ObserveRange(above, n);
   observe(0, std::min(sinks, first));
   observe(local_start, std::max(first, local_start));
   st.RaiseObservedBelow(n);
+  // Chosen pages report their affinity: the sinks and local pages in range.
+  for (int64_t p = above; p < std::min(sinks, n); ++p) s->affinity[p] = affinity(p);
+  for (int64_t p = std::max(local_start, above); p < n; ++p) s->affinity[p] = affinity(p);
 
   const float w = r.stability ? so.weight : 0.0f;
   const int32_t window = so.window_steps;
-  s->pool.clear();
-  for (int64_t p = std::max(above, sinks); p < local_first; ++p) {
-    s->pool.push_back({(1.0f - w) * s->affinity[p] + w * st.Stability(p, window),
-                       static_cast<int32_t>(p)});
-  }
-  if (free > static_cast<int64_t>(s->pool.size())) return false;
+  // The pool is [pool_lo, local_first). Its pages with identical windows
+  // (the uniform range, not observed one by one lately) rank by recency
+  // alone: only the best `free` of them can be chosen, and only the oldest
+  // can be the most stable rising ones. Every other page of the pool is
+  // scored on its own.
+  const int64_t pool_lo = std::max(above, sinks);
+  const int64_t pool_size = std::max<int64_t>(0, local_first - pool_lo);
+  if (free > pool_size) return false;
   const size_t k = static_cast<size_t>(free);
+  const StabilityTracker::UniformRange u = st.Uniform(window);
+  const int64_t ulo = std::clamp(u.lo, pool_lo, std::max(pool_lo, local_first));
+  const int64_t uhi = std::clamp(u.hi, ulo, std::max(pool_lo, local_first));
+  s->pool.clear();
+  auto add = [&](int64_t p, bool uniform) {
+    const float a = affinity(p);
+    s->affinity[p] = a;
+    const float stab = uniform ? u.stability : st.Stability(p, window);
+    s->pool.push_back({(1.0f - w) * a + w * stab, static_cast<int32_t>(p)});
+  };
+  for (int64_t p = pool_lo; p < ulo; ++p) add(p, false);
+  for (int64_t p = uhi; p < local_first; ++p) add(p, false);
+  for (int64_t p : st.recently_observed()) {
+    if (p >= ulo && p < uhi && st.ExplicitWithin(p, window)) add(p, false);
+  }
+  int64_t top = uhi;  // uniform pages from `top` on are in the pool
+  for (size_t taken = 0; top > ulo && taken < k;) {
+    --top;
+    if (st.ExplicitWithin(top, window)) continue;
+    add(top, true);
+    ++taken;
+  }
+  if (u.rising) {
+    // All uniform pages left out are rising: the oldest are the prefetch
+    // candidates (up to k of them may be chosen instead).
+    size_t extra = k + static_cast<size_t>(options_.max_prefetch_blocks);
+    for (int64_t p = ulo; p < top && extra > 0; ++p) {
+      if (st.ExplicitWithin(p, window)) continue;
+      add(p, true);
+      --extra;
+    }
+  }
   if (k < s->pool.size()) {
     std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(),
                      BetterRecent);
@@ -727,8 +766,9 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
     for (size_t i = 1; i < k; ++i) kth = std::min(kth, s->pool[i].score);
     if (kth < (1.0f - w) * affinity(above - 1) + w) return false;
   }
-  out->rows_scored = n - first;
+  out->rows_scored = (above - first) + static_cast<int64_t>(s->pool.size());
   FinishRanking(r, sinks, local_first, n, free, /*partitioned=*/true, s, out);
+  out->candidates = pool_size;
   return true;
 }
 

@@ -443,9 +443,17 @@ TEST(SelectorTest, InvalidInputNamesTheField) {
 // history shared across scorers: appends, budgets the window cannot decide
 // (fallback), key-key descent steps that leave pages unobserved, and flat
 // recency/KeyDiff steps in between.
-TEST(SelectorTest, WindowPathEqualsTheFlatPass) {
+// Steps a context with the window path on and off and requires the same
+// blocks, scores and prefetch lists at every step. `other_every`: every
+// how many steps another scorer runs (observing pages one by one), as does
+// the flat pass the window path hands a budget it cannot decide over to.
+void ExpectWindowPathEqualsTheFlatPass(int32_t window_steps, int64_t other_every,
+                                       int64_t big_budget_every, int64_t gap_every,
+                                       int64_t steps,
+                                       int64_t* window_path_steps,
+                                       int64_t* sparse_steps) {
   constexpr int32_t kDim = 16;
-  std::mt19937 rng(7);
+  std::mt19937 rng(7 + window_steps);
   std::normal_distribution<float> normal;
   auto vector = [&] {
     std::vector<float> v(kDim);
@@ -461,14 +469,13 @@ TEST(SelectorTest, WindowPathEqualsTheFlatPass) {
   auto flat_ctx = MakeContext(start, kDim, 8, 8);
   SelectorOptions o;
   o.stability.theta = 0.8f;
-  o.stability.window_steps = 16;
+  o.stability.window_steps = window_steps;
   o.stability.weight = 0.3f;
   o.stability.hold_threshold = 0.5f;
   auto fast = MakeSelector(o);
   o.window_fast_path = false;
   auto flat = MakeSelector(o);
-  int64_t window_steps = 0;
-  for (int64_t step = 1; step <= 400; ++step) {
+  for (int64_t step = 1; step <= steps; ++step) {
     if (step % 3 == 0) {
       const std::vector<float> v = vector();
       ASSERT_TRUE(fast_ctx->tree().Append(v).ok());
@@ -476,17 +483,22 @@ TEST(SelectorTest, WindowPathEqualsTheFlatPass) {
     }
     const int64_t n = fast_ctx->tree().num_pages();
     SelectRequest r;
-    r.step = step;
+    // Steps are mostly consecutive; every gap_every-th step number is
+    // skipped (no call), and sometimes one repeats.
+    r.step = step + step / gap_every + (step > 200 ? 5 : 0) - (step % 29 == 0 ? 1 : 0);
     r.stability = step % 11 != 0;
     const std::vector<float> anchor = vector();
-    switch (step % 17) {
-      case 5: r.scorer = ScorerKind::kKeyKey; r.anchor = anchor; break;
-      case 9: r.scorer = ScorerKind::kRecency; break;
-      case 13: r.scorer = ScorerKind::kKeyDiff; break;
-      default: r.scorer = ScorerKind::kMass;
+    r.scorer = ScorerKind::kMass;
+    if (step % other_every == 0) {
+      switch ((step / other_every) % 3) {
+        case 0: r.scorer = ScorerKind::kKeyKey; r.anchor = anchor; break;
+        case 1: r.scorer = ScorerKind::kRecency; break;
+        default: r.scorer = ScorerKind::kKeyDiff;
+      }
     }
-    // Mostly small budgets; every 7th step more than the pages above theta.
-    r.budget_blocks = step % 7 == 0 ? n / 2 : 5 + step % 40;
+    // Mostly small budgets; every big_budget_every-th step more than the
+    // pages above theta (the window path hands over to the flat pass).
+    r.budget_blocks = step % big_budget_every == 0 ? n / 2 : 5 + step % 40;
     SelectResult a, b;
     r.context = fast_ctx.get();
     ASSERT_TRUE(fast->Select(r, &a).ok()) << step;
@@ -495,9 +507,33 @@ TEST(SelectorTest, WindowPathEqualsTheFlatPass) {
     ASSERT_EQ(a.blocks, b.blocks) << "step " << step;
     ASSERT_EQ(a.scores, b.scores) << "step " << step;
     ASSERT_EQ(a.prefetch, b.prefetch) << "step " << step;
-    if (r.scorer == ScorerKind::kMass && a.rows_scored < n) ++window_steps;
+    if (r.scorer == ScorerKind::kMass && a.rows_scored < n) ++*window_path_steps;
+    // Ranked without visiting every page of the pool (the pages above
+    // theta).
+    if (r.scorer == ScorerKind::kMass && a.rows_scored < n && a.rows_scored < a.candidates) {
+      ++*sparse_steps;
+    }
   }
+}
+
+TEST(SelectorTest, WindowPathEqualsTheFlatPass) {
+  // Other scorers often: pages are observed one by one within every window.
+  int64_t window_steps = 0, sparse = 0;
+  ExpectWindowPathEqualsTheFlatPass(16, 4, 7, 1 << 30, 400, &window_steps, &sparse);
   EXPECT_GT(window_steps, 200) << "the window path hardly ran";
+}
+
+TEST(SelectorTest, WindowPathEqualsTheFlatPassOverLongWindowRuns) {
+  // Long runs of window steps: most of the pool shares one window and is
+  // ranked without being visited. An odd window makes those pages rising.
+  for (int32_t w : {16, 21, 64}) {
+    for (int64_t gap_every : {int64_t{1} << 30, int64_t{6}}) {
+      int64_t window_steps = 0, sparse = 0;
+      ExpectWindowPathEqualsTheFlatPass(w, 97, 89, gap_every, 700, &window_steps, &sparse);
+      EXPECT_GT(window_steps, 400) << "window " << w;
+      EXPECT_GT(sparse, 50) << "window " << w << ": the pool was visited page by page";
+    }
+  }
 }
 
 }  // namespace

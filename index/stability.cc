@@ -52,13 +52,57 @@ absl::Status StabilityTracker::BeginStep(int64_t step) {
   if (call_ == 0) {
     for (Slot& s : slots_) s.last_step = step;
   }
+  if (call_ == UINT32_MAX) {
+    // The call counter wraps: fold the log into every slot and clear the
+    // marks, so that no old call matches a new one.
+    for (int64_t p = 0; p < num_pages(); ++p) {
+      Slot e = Effective(p);
+      e.observed_call = 0;
+      slots_[p] = e;
+    }
+    log_.clear();
+    call_ = 0;
+  }
   step_ = step;
   ++call_;
-  if (call_ == 0) {  // wrapped: clear marks so none matches by accident
-    for (Slot& s : slots_) s.observed_call = 0;
-    call_ = 1;
+  // Entries older than 64 steps only tell that their pages were observed.
+  size_t drop = 0;
+  while (drop < log_.size() && step_ - log_[drop].step >= kMaxStabilityWindow) {
+    pruned_observed_below_ = std::max(pruned_observed_below_, log_[drop].n);
+    ++drop;
   }
+  log_.erase(log_.begin(), log_.begin() + static_cast<std::ptrdiff_t>(drop));
+  size_t kept = 0;
+  for (int64_t p : recent_) {
+    if (step_ - slots_[p].last_step < kMaxStabilityWindow) {
+      recent_[kept++] = p;
+    } else {
+      slots_[p].listed = false;
+    }
+  }
+  recent_.resize(kept);
   return absl::OkStatus();
+}
+
+StabilityTracker::Slot StabilityTracker::Effective(int64_t page) const {
+  Slot s = slots_[page];
+  // Observed (by a range) before the oldest entry kept: at least 64 steps
+  // ago, which is all a window of <= 64 steps can tell.
+  if (s.first_step == kNever && page < pruned_observed_below_) {
+    s.first_step = step_ - kMaxStabilityWindow;
+  }
+  size_t i = log_.size();
+  while (i > 0 && log_[i - 1].call > s.observed_call) --i;
+  for (; i < log_.size(); ++i) {
+    const RangeEntry& e = log_[i];
+    if (page < e.edge || page >= e.n) continue;
+    if (s.first_step == kNever) s.first_step = e.step;
+    const int64_t d = e.step - s.last_step;
+    s.bits = ((d >= 64 ? 0 : s.bits << d) & ~uint64_t{1}) | 1u;
+    s.last_step = e.step;
+    s.observed_call = e.call;
+  }
+  return s;
 }
 
 uint64_t StabilityTracker::Aged(const Slot& s) const {
@@ -73,29 +117,68 @@ int32_t StabilityTracker::Span(const Slot& s, int32_t window) const {
 }
 
 void StabilityTracker::Observe(int64_t page, bool relevant) {
-  Slot& s = slots_[page];
+  Slot s = Effective(page);
   if (s.first_step == kNever) s.first_step = step_;
   s.bits = (Aged(s) & ~uint64_t{1}) | (relevant ? 1u : 0u);
   s.last_step = step_;
   s.observed_call = call_;
+  if (!s.listed) {
+    s.listed = true;
+    recent_.push_back(page);
+  }
+  slots_[page] = s;
+}
+
+void StabilityTracker::ObserveRange(int64_t edge, int64_t n) {
+  log_.push_back(RangeEntry{call_, step_, edge, n});
 }
 
 float StabilityTracker::Stability(int64_t page, int32_t window) const {
-  const Slot& s = slots_[page];
+  const Slot s = Effective(page);
   const int32_t span = Span(s, std::clamp(window, 1, kMaxStabilityWindow));
   if (span == 0) return 0.0f;
   return static_cast<float>(std::popcount(Aged(s) & WindowMask(span))) /
          static_cast<float>(span);
 }
 
-bool StabilityTracker::Rising(int64_t page, int32_t window) const {
-  window = Span(slots_[page], std::clamp(window, 1, kMaxStabilityWindow));
-  if (window == 0) return false;
-  const uint64_t b = Aged(slots_[page]) & WindowMask(window);
+bool StabilityTracker::RisingBits(uint64_t aged, int32_t span) {
+  if (span == 0) return false;
+  const uint64_t b = aged & WindowMask(span);
   if ((b & 1u) == 0) return false;
-  const int32_t newer = (window + 1) / 2;
+  const int32_t newer = (span + 1) / 2;
   const uint64_t newer_mask = (uint64_t{1} << newer) - 1;
   return std::popcount(b & newer_mask) > std::popcount(b >> newer);
+}
+
+bool StabilityTracker::Rising(int64_t page, int32_t window) const {
+  const Slot s = Effective(page);
+  return RisingBits(Aged(s), Span(s, std::clamp(window, 1, kMaxStabilityWindow)));
+}
+
+StabilityTracker::UniformRange StabilityTracker::Uniform(int32_t window) const {
+  const int32_t w = std::clamp(window, 1, kMaxStabilityWindow);
+  UniformRange u;
+  uint64_t bits = 0;
+  bool any = false;
+  int64_t lo = 0, hi = INT64_MAX;
+  // Pages below old_n were observed at least w steps ago (span = w).
+  int64_t old_n = pruned_observed_below_;
+  for (const RangeEntry& e : log_) {
+    const int64_t age = step_ - e.step;  // 0: this step
+    if (age < w) {
+      any = true;
+      bits |= uint64_t{1} << age;
+      lo = std::max(lo, e.edge);
+      hi = std::min(hi, e.n);
+    }
+    if (age + 1 >= w) old_n = std::max(old_n, e.n);
+  }
+  if (!any) return u;
+  u.lo = lo;
+  u.hi = std::min(hi, old_n);
+  u.stability = static_cast<float>(std::popcount(bits & WindowMask(w))) / static_cast<float>(w);
+  u.rising = RisingBits(bits, w);
+  return u;
 }
 
 void StabilityTracker::CollectHeld(float min_stability, int32_t window,
@@ -108,7 +191,8 @@ void StabilityTracker::CollectHeld(float min_stability, int32_t window,
 
 size_t StabilityTracker::MemoryBytes() const {
   return sizeof(*this) + slots_.capacity() * sizeof(Slot) +
-         chosen_.capacity() * sizeof(int64_t);
+         chosen_.capacity() * sizeof(int64_t) + log_.capacity() * sizeof(RangeEntry) +
+         recent_.capacity() * sizeof(int64_t);
 }
 
 }  // namespace kvtier::index

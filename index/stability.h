@@ -13,6 +13,16 @@
 // pages observed plus the pages chosen at the previous step, never to the
 // context's length.
 //
+// Range observations: ObserveRange(edge, n) records "every page in [edge,
+// n) was relevant at this call" as one log entry instead of writing each
+// page's slot (the sliding window of the uncalibrated mass scorer observes
+// a fifth of the context relevant every step). A page's window is the
+// slot's bits with the log entries after its last explicit Observe folded
+// in; Observe folds them into the slot first. The log keeps the last 64
+// steps. Pages that no entry of the last W steps missed and that nothing
+// observed explicitly within them share one window (Uniform), so a caller
+// can rank them without visiting each one.
+//
 // Holding: the pages chosen at the previous step (SetChosen) that were not
 // observed this step but are still stable are "held" candidates: a block
 // that stayed relevant is not displaced because one step's masks skipped it.
@@ -69,8 +79,14 @@ class StabilityTracker {
   // Records this step's bit of `page` (overwrites an earlier call of the
   // same step). Requires page < num_pages().
   void Observe(int64_t page, bool relevant);
+  // Records a relevant bit at this call for every page in [edge, n) without
+  // visiting them. Requires 0 <= edge <= n <= num_pages(); at most one
+  // range per call.
+  void ObserveRange(int64_t edge, int64_t n);
   bool ObservedThisStep(int64_t page) const {
-    return slots_[page].observed_call == call_;
+    return slots_[page].observed_call == call_ ||
+           (!log_.empty() && log_.back().call == call_ && log_.back().edge <= page &&
+            page < log_.back().n);
   }
 
   // Stability over the last min(window, age) steps (window in 1..64) in
@@ -88,6 +104,25 @@ class StabilityTracker {
   // Records the pages chosen at this step (replacing the previous list).
   void SetChosen(const std::vector<int64_t>& pages) { chosen_ = pages; }
 
+  // The pages whose windows over the last `window` steps are identical: in
+  // [lo, hi) and not ExplicitWithin(page, window). Their Stability and
+  // Rising over `window` are `stability` and `rising`. lo >= hi when there
+  // are none.
+  struct UniformRange {
+    int64_t lo = 0, hi = 0;
+    float stability = 0.0f;
+    bool rising = false;
+  };
+  UniformRange Uniform(int32_t window) const;
+  // Whether `page` was observed by Observe within the last `window` steps.
+  bool ExplicitWithin(int64_t page, int32_t window) const {
+    const Slot& s = slots_[page];
+    return s.first_step != kNever && step_ - s.last_step < window;
+  }
+  // Pages observed by Observe within the last 64 steps (among others that
+  // were, earlier; each listed once). Pruned at every BeginStep.
+  const std::vector<int64_t>& recently_observed() const { return recent_; }
+
   // Appends to *out every page of the last SetChosen list that was not
   // observed this step and whose stability over `window` is
   // >= min_stability.
@@ -102,16 +137,30 @@ class StabilityTracker {
     int64_t last_step = 0;
     int64_t first_step = kNever;  // step of the first Observe
     uint32_t observed_call = 0;
+    bool listed = false;  // in recent_
   };
+  struct RangeEntry {  // ObserveRange: [edge, n) relevant at `call`
+    uint32_t call;
+    int64_t step, edge, n;
+  };
+  // The slot of `page` with the log entries after its last Observe folded
+  // in: what the page's window is now.
+  Slot Effective(int64_t page) const;
   // min(window, steps since the page's first observation + 1); 0 if never.
   int32_t Span(const Slot& s, int32_t window) const;
   uint64_t Aged(const Slot& s) const;
+  static bool RisingBits(uint64_t aged, int32_t span);
 
   int64_t step_ = 0;
   uint32_t call_ = 0;
   std::vector<Slot> slots_;
   std::vector<int64_t> chosen_;
   int64_t observed_below_ = 0;
+  std::vector<RangeEntry> log_;  // ascending call; the last 64 steps
+  // Every page below it was observed at or before a pruned log entry (so
+  // at least 64 steps ago).
+  int64_t pruned_observed_below_ = 0;
+  std::vector<int64_t> recent_;  // pages with `listed`
 };
 
 }  // namespace kvtier::index

@@ -27,7 +27,11 @@
 // per open context and per stored block summary, OpenContext time, and the
 // CPU time per round trip (getrusage) of each method and scenario.
 //
+// --scorer default leaves the entry's scorer unset (the daemon's default:
+// mass, a sliding window on this uncalibrated profile) instead.
+//
 // Usage: kvtier_select_rpc_bench [--out FILE.md] [--rounds N] [--quick]
+//                                [--scorer keykey|default]
 //            [--only 1x1|64x1|1x64]... [--set section.key=value]...
 #include <sys/resource.h>
 #include <unistd.h>
@@ -156,6 +160,9 @@ struct Fixture {
   std::vector<uint64_t> contexts;
 };
 
+// SCORER_KEY_KEY, or unset (the daemon's default) with --scorer default.
+v1::Scorer g_scorer = v1::SCORER_KEY_KEY;
+
 v1::SelectRequest MakeRequest(const Fixture& f, int first_context, int contexts_per_request,
                               std::vector<AnchorWalk>* walks, uint32_t budget, uint64_t id) {
   v1::SelectRequest req;
@@ -166,7 +173,7 @@ v1::SelectRequest MakeRequest(const Fixture& f, int first_context, int contexts_
     e->set_context_id(f.contexts[c]);
     std::vector<float> a = (*walks)[j].Next();
     e->mutable_anchor()->Add(a.begin(), a.end());
-    e->set_scorer(v1::SCORER_KEY_KEY);
+    if (g_scorer != v1::SCORER_UNSPECIFIED) e->set_scorer(g_scorer);
     e->set_max_blocks(budget);
   }
   return req;
@@ -353,7 +360,11 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", args.quick, "fewer requests (smoke run)");
   app.add_option("--set", args.set, "kvtierd override section.key=value (repeatable)");
   app.add_option("--only", args.only, "scenarios to run: 1x1, 64x1, 1x64 (default all)");
+  std::string scorer = "keykey";
+  app.add_option("--scorer", scorer, "keykey (SCORER_KEY_KEY) or default (unset: the daemon's)")
+      ->check(CLI::IsMember({"keykey", "default"}));
   CLI11_PARSE(app, argc, argv);
+  if (scorer == "default") g_scorer = v1::SCORER_UNSPECIFIED;
   if (args.quick) {
     args.rounds = 1;
     args.single_requests = 200;
