@@ -700,10 +700,17 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
   // Pages never observed below the edge, the sinks and the local window
   // below it are observed one by one (all irrelevant); every page from the
   // edge on is relevant, recorded as one range.
+  // Until the tracker has listed the pages observed one by one over a whole
+  // window, every page is observed and ranked on its own.
+  const bool ranged = st.NoteWindowStep(so.window_steps);
   const int64_t first = std::min(above, st.observed_below());
   const int64_t local_start = std::max(local_first, sinks);
-  observe(first, above);
-  st.ObserveRange(above, n);
+  if (ranged) {
+    observe(first, above);
+    st.ObserveRange(above, n);
+  } else {
+    observe(first, n);
+  }
   observe(0, std::min(sinks, first));
   observe(local_start, std::max(first, local_start));
   st.RaiseObservedBelow(n);
@@ -722,7 +729,8 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
   const int64_t pool_size = std::max<int64_t>(0, local_first - pool_lo);
   if (free > pool_size) return false;
   const size_t k = static_cast<size_t>(free);
-  const StabilityTracker::UniformRange u = st.Uniform(window);
+  const StabilityTracker::UniformRange u =
+      ranged ? st.Uniform(window) : StabilityTracker::UniformRange{};
   const int64_t ulo = std::clamp(u.lo, pool_lo, std::max(pool_lo, local_first));
   const int64_t uhi = std::clamp(u.hi, ulo, std::max(pool_lo, local_first));
   s->pool.clear();

@@ -50,6 +50,10 @@
 // fails, the batch is scored on the CPU and the error is kept in
 // last_level_scorer_status().
 //
+// Allocation: once its buffers, the results' and the contexts' stability
+// state have grown to a workload's sizes, a step allocates nothing
+// (selector_alloc_test.cc counts).
+//
 // Thread safety: a Selector is not thread-safe (it owns scratch buffers and
 // worker threads); use one per calling thread. A context is used by one
 // Select at a time: the caller serialises per context (a batch must not

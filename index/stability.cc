@@ -72,15 +72,25 @@ absl::Status StabilityTracker::BeginStep(int64_t step) {
     ++drop;
   }
   log_.erase(log_.begin(), log_.begin() + static_cast<std::ptrdiff_t>(drop));
-  size_t kept = 0;
-  for (int64_t p : recent_) {
-    if (step_ - slots_[p].last_step < kMaxStabilityWindow) {
-      recent_[kept++] = p;
-    } else {
-      slots_[p].listed = false;
-    }
+  if (listing_ && step_ - last_window_step_ >= kMaxStabilityWindow) {
+    listing_ = false;
+    for (int64_t p : recent_) slots_[p].listed = false;
+    recent_.clear();
   }
-  recent_.resize(kept);
+  // The list is pruned once per 64 steps (a step of a scorer that observes
+  // thousands of pages must not pay for scanning them all again).
+  if (listing_ && step_ - recent_pruned_step_ >= kMaxStabilityWindow) {
+    recent_pruned_step_ = step_;
+    size_t kept = 0;
+    for (int64_t p : recent_) {
+      if (step_ - slots_[p].last_step < kMaxStabilityWindow) {
+        recent_[kept++] = p;
+      } else {
+        slots_[p].listed = false;
+      }
+    }
+    recent_.resize(kept);
+  }
   return absl::OkStatus();
 }
 
@@ -117,16 +127,26 @@ int32_t StabilityTracker::Span(const Slot& s, int32_t window) const {
 }
 
 void StabilityTracker::Observe(int64_t page, bool relevant) {
-  Slot s = Effective(page);
+  Slot& s = slots_[page];
+  if (NeedsFold(s, page)) s = Effective(page);  // fold the ranges first
   if (s.first_step == kNever) s.first_step = step_;
   s.bits = (Aged(s) & ~uint64_t{1}) | (relevant ? 1u : 0u);
   s.last_step = step_;
   s.observed_call = call_;
-  if (!s.listed) {
+  if (listing_ && !s.listed) {
     s.listed = true;
     recent_.push_back(page);
   }
-  slots_[page] = s;
+}
+
+bool StabilityTracker::NoteWindowStep(int32_t window) {
+  if (!listing_) {
+    listing_ = true;
+    listing_since_ = step_;
+    recent_pruned_step_ = step_;
+  }
+  last_window_step_ = step_;
+  return step_ - listing_since_ >= std::clamp(window, 1, kMaxStabilityWindow);
 }
 
 void StabilityTracker::ObserveRange(int64_t edge, int64_t n) {
@@ -134,7 +154,9 @@ void StabilityTracker::ObserveRange(int64_t edge, int64_t n) {
 }
 
 float StabilityTracker::Stability(int64_t page, int32_t window) const {
-  const Slot s = Effective(page);
+  const Slot& raw = slots_[page];
+  Slot folded;
+  const Slot& s = NeedsFold(raw, page) ? (folded = Effective(page)) : raw;
   const int32_t span = Span(s, std::clamp(window, 1, kMaxStabilityWindow));
   if (span == 0) return 0.0f;
   return static_cast<float>(std::popcount(Aged(s) & WindowMask(span))) /
@@ -151,7 +173,9 @@ bool StabilityTracker::RisingBits(uint64_t aged, int32_t span) {
 }
 
 bool StabilityTracker::Rising(int64_t page, int32_t window) const {
-  const Slot s = Effective(page);
+  const Slot& raw = slots_[page];
+  Slot folded;
+  const Slot& s = NeedsFold(raw, page) ? (folded = Effective(page)) : raw;
   return RisingBits(Aged(s), Span(s, std::clamp(window, 1, kMaxStabilityWindow)));
 }
 

@@ -104,6 +104,12 @@ class StabilityTracker {
   // Records the pages chosen at this step (replacing the previous list).
   void SetChosen(const std::vector<int64_t>& pages) { chosen_ = pages; }
 
+  // Called at every window step (before ObserveRange): from then on, until
+  // 64 steps pass without one, Observe lists the pages it observes (for
+  // recently_observed()). Returns whether the list already covers the last
+  // `window` steps, i.e. whether Uniform(window) may be used.
+  bool NoteWindowStep(int32_t window);
+
   // The pages whose windows over the last `window` steps are identical: in
   // [lo, hi) and not ExplicitWithin(page, window). Their Stability and
   // Rising over `window` are `stability` and `rising`. lo >= hi when there
@@ -119,8 +125,9 @@ class StabilityTracker {
     const Slot& s = slots_[page];
     return s.first_step != kNever && step_ - s.last_step < window;
   }
-  // Pages observed by Observe within the last 64 steps (among others that
-  // were, earlier; each listed once). Pruned at every BeginStep.
+  // While listing (NoteWindowStep): every page observed by Observe since
+  // listing began and within the last 64 steps, each once, among others
+  // observed earlier (pruned once per 64 steps).
   const std::vector<int64_t>& recently_observed() const { return recent_; }
 
   // Appends to *out every page of the last SetChosen list that was not
@@ -146,6 +153,12 @@ class StabilityTracker {
   // The slot of `page` with the log entries after its last Observe folded
   // in: what the page's window is now.
   Slot Effective(int64_t page) const;
+  // Whether Effective(page) differs from the stored slot (cheap; inline so
+  // that scorers without window steps pay one comparison).
+  bool NeedsFold(const Slot& s, int64_t page) const {
+    return (!log_.empty() && log_.back().call > s.observed_call) ||
+           (s.first_step == kNever && page < pruned_observed_below_);
+  }
   // min(window, steps since the page's first observation + 1); 0 if never.
   int32_t Span(const Slot& s, int32_t window) const;
   uint64_t Aged(const Slot& s) const;
@@ -161,6 +174,10 @@ class StabilityTracker {
   // at least 64 steps ago).
   int64_t pruned_observed_below_ = 0;
   std::vector<int64_t> recent_;  // pages with `listed`
+  int64_t recent_pruned_step_ = 0;
+  bool listing_ = false;  // window steps lately: Observe lists pages
+  int64_t listing_since_ = 0;
+  int64_t last_window_step_ = 0;
 };
 
 }  // namespace kvtier::index
