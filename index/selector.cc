@@ -699,9 +699,9 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
   };
   // Pages never observed below the edge, the sinks and the local window
   // below it are observed one by one (all irrelevant); every page from the
-  // edge on is relevant, recorded as one range.
-  // Until the tracker has listed the pages observed one by one over a whole
-  // window, every page is observed and ranked on its own.
+  // edge on is relevant, recorded as one range once the tracker has listed
+  // the pages observed one by one over a whole window (`ranged`); until
+  // then every page is observed and ranked on its own.
   const bool ranged = st.NoteWindowStep(so.window_steps);
   const int64_t first = std::min(above, st.observed_below());
   const int64_t local_start = std::max(local_first, sinks);
@@ -753,9 +753,10 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
     ++taken;
   }
   if (u.rising) {
-    // All uniform pages left out are rising: the oldest are the prefetch
-    // candidates (up to k of them may be chosen instead).
-    size_t extra = k + static_cast<size_t>(options_.max_prefetch_blocks);
+    // All uniform pages left out are rising and equally stable: the oldest
+    // are the prefetch candidates (none of them can be chosen: the k taken
+    // above outrank them).
+    size_t extra = static_cast<size_t>(options_.max_prefetch_blocks);
     for (int64_t p = ulo; p < top && extra > 0; ++p) {
       if (st.ExplicitWithin(p, window)) continue;
       add(p, true);
