@@ -49,7 +49,8 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
       return absl::InvalidArgumentError(absl::StrCat(
           "blocks: ", request_.blocks_size(), " exceed limits.max_batch_blocks = ", limit));
     }
-    if (response_->results_size() + request_.blocks_size() > kMaxPutResultsPerStream) {
+    if (static_cast<uint64_t>(response_->results_size() + request_.blocks_size()) >
+        kMaxPutResultsPerStream) {
       // Checked before storing anything of this message: the response (one
       // result per block) stays bounded, and what was acknowledged is
       // exactly what the earlier messages stored.
