@@ -80,8 +80,10 @@ class StabilityTracker {
   // same step). Requires page < num_pages().
   void Observe(int64_t page, bool relevant);
   // Records a relevant bit at this call for every page in [edge, n) without
-  // visiting them. Requires 0 <= edge <= n <= num_pages(); at most one
-  // range per call.
+  // visiting them. Requires 0 <= edge <= n <= num_pages(), every page below
+  // `edge` observed at least once by the end of this call (a page below an
+  // entry that has aged out counts as observed 64 or more steps ago), and
+  // at most one range per call.
   void ObserveRange(int64_t edge, int64_t n);
   bool ObservedThisStep(int64_t page) const {
     return slots_[page].observed_call == call_ ||
@@ -136,6 +138,9 @@ class StabilityTracker {
   void CollectHeld(float min_stability, int32_t window,
                    std::vector<int64_t>* out) const;
   size_t MemoryBytes() const;
+
+  // Tests only: sets the call counter (to reach its wrap-around).
+  void TEST_SetCalls(uint32_t calls) { call_ = calls; }
 
  private:
   static constexpr int64_t kNever = INT64_MIN;
