@@ -1237,8 +1237,25 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
   handles->clear();
   absl::MutexLock lock(&mu_);
   KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/false));
+  // A released lease's key list is reused: its strings keep their capacity,
+  // so a Select's lease of the same size allocates nothing for its keys.
   std::vector<BlockKey> pinned;
-  pinned.reserve(keys.size());
+  if (!spare_key_lists_.empty()) {
+    pinned = std::move(spare_key_lists_.back());
+    spare_key_lists_.pop_back();
+  }
+  size_t used = 0;
+  auto keep = [&pinned, &used](const BlockKey& key) {
+    if (used < pinned.size()) {
+      BlockKey& k = pinned[used];
+      k.tenant.assign(key.tenant);
+      k.profile_id = key.profile_id;
+      k.block_id.assign(key.block_id);
+    } else {
+      pinned.push_back(key);
+    }
+    ++used;
+  };
   handles->reserve(keys.size());
   const uint64_t now = env_->NowMicros();  // one access time for the whole set
   for (const BlockKey& key : keys) {
@@ -1322,7 +1339,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
         pinned_bytes_ += e->size_bytes;
         TenantLocked(tenant).usage.pinned_bytes += e->size_bytes;
       }
-      pinned.push_back(key);
+      keep(key);
       handles->push_back(DeviceHandle{space->device->arena().arena_id, e->device->offset,
                                       e->size_bytes, e->device->generation});
     } else {
@@ -1331,7 +1348,11 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
     --e->busy;
     idle_cv_.SignalAll();
   }
-  if (pinned.empty()) return 0;
+  pinned.resize(used);
+  if (pinned.empty()) {
+    RecycleKeysLocked(std::move(pinned));
+    return 0;
+  }
   const uint64_t ttl = ttl_ms == 0 ? options_.default_lease_ttl_ms : ttl_ms;
   return leases_.Add(tenant, std::move(pinned), env_->NowMicros() + ttl * 1000);
 }
@@ -1429,6 +1450,13 @@ void BlockStoreImpl::UnpinLocked(const BlockKey& key) {
   }
 }
 
+void BlockStoreImpl::RecycleKeysLocked(std::vector<BlockKey> keys) {
+  if (spare_key_lists_.size() < kMaxSpareKeyLists && keys.capacity() > 0 &&
+      keys.capacity() <= kMaxSpareKeysPerList) {
+    spare_key_lists_.push_back(std::move(keys));
+  }
+}
+
 absl::StatusOr<uint32_t> BlockStoreImpl::Release(const std::string& tenant, uint64_t lease_id) {
   absl::MutexLock lock(&mu_);
   std::optional<Lease> lease = leases_.Remove(lease_id, tenant);
@@ -1437,13 +1465,16 @@ absl::StatusOr<uint32_t> BlockStoreImpl::Release(const std::string& tenant, uint
         absl::StrCat("lease_id ", lease_id, " is unknown (released or expired)"));
   }
   for (const BlockKey& key : lease->blocks) UnpinLocked(key);
-  return static_cast<uint32_t>(lease->blocks.size());
+  const auto released = static_cast<uint32_t>(lease->blocks.size());
+  RecycleKeysLocked(std::move(lease->blocks));
+  return released;
 }
 
 absl::Status BlockStoreImpl::ReapLocked(size_t* reaped) {
   const uint64_t now = env_->NowMicros();
   for (Lease& lease : leases_.TakeExpired(now)) {
     for (const BlockKey& key : lease.blocks) UnpinLocked(key);
+    RecycleKeysLocked(std::move(lease.blocks));
     ++*reaped;
   }
   for (auto it = staging_slots_.begin(); it != staging_slots_.end();) {

@@ -204,6 +204,10 @@ class BlockStoreImpl final : public BlockStore {
                                absl::Span<const uint8_t> data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogLocked(const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetRetainedLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps a released lease's key list for the next lease: at most
+  // kMaxSpareKeyLists lists of at most kMaxSpareKeysPerList keys (a few MB
+  // at most); their strings keep their capacity.
+  void RecycleKeysLocked(std::vector<BlockKey> keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnpinLocked(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   BlockLocation LocationLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   BlockRecord RecordLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -221,6 +225,9 @@ class BlockStoreImpl final : public BlockStore {
 
   mutable absl::Mutex mu_;
   absl::CondVar idle_cv_;  // signalled when an entry stops being busy/writing
+  static constexpr size_t kMaxSpareKeyLists = 64;
+  static constexpr size_t kMaxSpareKeysPerList = 512;
+  std::vector<std::vector<BlockKey>> spare_key_lists_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BlockKey, std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, ModelProfile> profiles_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::unique_ptr<MemorySpace>> spaces_ ABSL_GUARDED_BY(mu_);
