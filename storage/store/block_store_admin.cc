@@ -1,5 +1,6 @@
 // BlockStoreImpl administration: Stats, listing, Verify and Drain (the
-// rest of the implementation is in block_store_impl.cc).
+// rest of the implementation is in block_store_impl.cc and
+// block_store_leases.cc).
 #include <algorithm>
 #include <string>
 #include <vector>

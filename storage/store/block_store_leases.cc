@@ -1,0 +1,214 @@
+// BlockStoreImpl leases: pinning blocks into the device arena for clients
+// (AcquireHandles), releasing and expiring leases (the rest of the
+// implementation is in block_store_impl.cc and block_store_admin.cc).
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "storage/common/status_macros.h"
+#include "storage/host/gpu_status.h"
+#include "storage/store/block_store_impl.h"
+#include "storage/store/store_internal.h"
+
+namespace kvtier {
+
+using store_internal::Checksum;
+using store_internal::Describe;
+using store_internal::HostPlace;
+
+// ---- Pinning -----------------------------------------------------------------
+
+absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
+    const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
+    std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only) {
+  if (ttl_ms > options_.max_lease_ttl_ms) {
+    return absl::InvalidArgumentError(absl::StrCat("lease_ttl_ms: ", ttl_ms, " exceeds the maximum ",
+                                                   options_.max_lease_ttl_ms));
+  }
+  handles->clear();
+  absl::MutexLock lock(&mu_);
+  KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/false));
+  // A released lease's key list is reused: its strings keep their capacity,
+  // so a Select's lease of the same size allocates nothing for its keys.
+  std::vector<BlockKey> pinned;
+  if (!spare_key_lists_.empty()) {
+    pinned = std::move(spare_key_lists_.back());
+    spare_key_lists_.pop_back();
+  }
+  size_t used = 0;
+  auto keep = [&pinned, &used](const BlockKey& key) {
+    if (used < pinned.size()) {
+      BlockKey& k = pinned[used];
+      k.tenant.assign(key.tenant);
+      k.profile_id = key.profile_id;
+      k.block_id.assign(key.block_id);
+    } else {
+      pinned.push_back(key);
+    }
+    ++used;
+  };
+  handles->reserve(keys.size());
+  const uint64_t now = env_->NowMicros();  // one access time for the whole set
+  for (const BlockKey& key : keys) {
+    absl::Status valid = ValidateBlockKey(key);
+    if (valid.ok() && key.tenant != tenant) {
+      valid = absl::PermissionDeniedError(
+          absl::StrCat(Describe(key), " belongs to another tenant than the lease's"));
+    }
+    if (!valid.ok()) {
+      handles->push_back(valid);
+      continue;
+    }
+    Entry* e = FindReadyLocked(key);
+    if (e == nullptr) {
+      handles->push_back(absl::NotFoundError(absl::StrCat(Describe(key), " is not stored")));
+      continue;
+    }
+    if (e->quarantined) {
+      handles->push_back(QuarantinedError(key, "failed its checksum and is quarantined"));
+      continue;
+    }
+    if (e->pins == 0) {
+      const TenantState& t = TenantLocked(tenant);
+      absl::Status quota = CheckQuota(tenant, "pinned_bytes", t.usage.pinned_bytes,
+                                      e->size_bytes, t.limits.pinned_bytes);
+      if (!quota.ok()) {
+        handles->push_back(quota);
+        continue;
+      }
+    }
+    if (memory_only && !e->device && !e->host) {
+      handles->push_back(absl::UnavailableError(
+          absl::StrCat(Describe(key), " is on NVMe only; not read on this path")));
+      continue;
+    }
+    e->last_access_micros = now;
+    ++e->busy;  // keeps every copy of e in place while we work on it
+    absl::Status st;
+    if (!e->device) {
+      st = EnsureHostCopyLocked(e);
+      absl::StatusOr<DeviceSlot> slot =
+          st.ok() ? MakeRoomDeviceLocked(space, tenant, e->size_bytes, memory_only)
+                  : absl::StatusOr<DeviceSlot>(st);
+      if (slot.ok() && e->device) {
+        space->device_alloc->Free(slot->offset, slot->size_bytes);  // promoted meanwhile
+      } else if (slot.ok()) {
+        auto src = host_->Data(*e->host);
+        const HostSlot host_slot = *e->host;
+        const uint64_t checksum = e->checksum;
+        mu_.Unlock();
+        // Promotion verifies what it promotes: a damaged host copy never
+        // reaches the arena clients read.
+        const auto src_bytes =
+            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(src->data()), src->size());
+        const bool intact = Checksum(src_bytes) == checksum;
+        if (intact) {
+          gpu::HostToArenaCopy copy{src->data(), slot->offset, slot->size_bytes};
+          st = GpuToStatus(space->device->CopyToArena({&copy, 1}));
+        }
+        mu_.Lock();
+        if (!intact) {
+          space->device_alloc->Free(slot->offset, slot->size_bytes);
+          --e->busy;
+          st = CheckCopyLocked(e, TierId::kHost, HostPlace("host slot", host_slot), src_bytes);
+          ++e->busy;
+          if (st.ok()) st = absl::InternalError("host copy changed while it was promoted");
+        } else if (st.ok()) {
+          e->device = *slot;
+          AddCopyLocked(e, TierId::kDevice);
+        } else {
+          space->device_alloc->Free(slot->offset, slot->size_bytes);
+        }
+      } else {
+        st = slot.status();
+      }
+    } else {
+      policy_->Touch(TierId::kDevice, e);
+    }
+    if (st.ok()) {
+      if (e->pins++ == 0) {
+        pinned_bytes_ += e->size_bytes;
+        TenantLocked(tenant).usage.pinned_bytes += e->size_bytes;
+      }
+      keep(key);
+      handles->push_back(DeviceHandle{space->device->arena().arena_id, e->device->offset,
+                                      e->size_bytes, e->device->generation});
+    } else {
+      handles->push_back(st);
+    }
+    --e->busy;
+    idle_cv_.SignalAll();
+  }
+  pinned.resize(used);
+  if (pinned.empty()) {
+    RecycleKeysLocked(std::move(pinned));
+    return 0;
+  }
+  const uint64_t ttl = ttl_ms == 0 ? options_.default_lease_ttl_ms : ttl_ms;
+  return leases_.Add(tenant, std::move(pinned), env_->NowMicros() + ttl * 1000);
+}
+
+// ---- Leases ----------------------------------------------------------------
+
+void BlockStoreImpl::UnpinLocked(const BlockKey& key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  Entry* e = it->second.get();
+  if (e->pins > 0 && --e->pins == 0) {
+    pinned_bytes_ -= e->size_bytes;
+    TenantLocked(e->key.tenant).usage.pinned_bytes -= e->size_bytes;
+  }
+}
+
+void BlockStoreImpl::RecycleKeysLocked(std::vector<BlockKey> keys) {
+  if (spare_key_lists_.size() < kMaxSpareKeyLists && keys.capacity() > 0 &&
+      keys.capacity() <= kMaxSpareKeysPerList) {
+    spare_key_lists_.push_back(std::move(keys));
+  }
+}
+
+absl::StatusOr<uint32_t> BlockStoreImpl::Release(const std::string& tenant, uint64_t lease_id) {
+  absl::MutexLock lock(&mu_);
+  std::optional<Lease> lease = leases_.Remove(lease_id, tenant);
+  if (!lease) {
+    return absl::NotFoundError(
+        absl::StrCat("lease_id ", lease_id, " is unknown (released or expired)"));
+  }
+  for (const BlockKey& key : lease->blocks) UnpinLocked(key);
+  const auto released = static_cast<uint32_t>(lease->blocks.size());
+  RecycleKeysLocked(std::move(lease->blocks));
+  return released;
+}
+
+absl::Status BlockStoreImpl::ReapLocked(size_t* reaped) {
+  const uint64_t now = env_->NowMicros();
+  for (Lease& lease : leases_.TakeExpired(now)) {
+    for (const BlockKey& key : lease.blocks) UnpinLocked(key);
+    RecycleKeysLocked(std::move(lease.blocks));
+    ++*reaped;
+  }
+  for (auto it = staging_slots_.begin(); it != staging_slots_.end();) {
+    if (it->second.deadline_micros <= now) {
+      if (absl::Status st = it->second.staging->Free(it->second.slot); !st.ok()) {
+        LogLocked(absl::StrCat("staging: ", st.message()));
+      }
+      --TenantLocked(it->second.tenant).usage.staging_slots;
+      staging_slots_.erase(it++);
+      ++*reaped;
+    } else {
+      ++it;
+    }
+  }
+  return absl::OkStatus();
+}
+
+size_t BlockStoreImpl::ReapExpired() {
+  absl::MutexLock lock(&mu_);
+  size_t reaped = 0;
+  if (absl::Status st = ReapLocked(&reaped); !st.ok()) LogLocked(std::string(st.message()));
+  return reaped;
+}
+
+}  // namespace kvtier
