@@ -50,6 +50,32 @@ float SumExpBelow(const float* x, size_t n, float scale, float shift);
 // sum_i a[i] * b[i], accumulated in float with a fixed order.
 float Dot(const float* a, const float* b, size_t n);
 
+// Key statistics (the block summary's passes; simd_stats.cc). Every path
+// does the same float operations in the same order (no FMA, fixed
+// reduction trees), so results have the same bits on every CPU.
+//
+// For d in [0, dim): sum[d] += rows[r * dim + d] for r = 0, 1, ... in order;
+// when min is not null, min[d] = std::min(min[d], row value) and max[d]
+// likewise (max must then be non-null too).
+void AccumulateRows(const float* rows, size_t nrows, size_t dim, float* sum, float* min,
+                    float* max);
+// acc[d] += (rows[r * dim + d] - center[d])^2 for r in order.
+void AccumulateSquaredDeviations(const float* rows, size_t nrows, size_t dim,
+                                 const float* center, float* acc);
+// max(0, max_r ||row_r - center||^2), each row's sum taken over eight
+// interleaved partial sums reduced as ((0+1)+(2+3))+((4+5)+(6+7)).
+float MaxSquaredDistance(const float* rows, size_t nrows, size_t dim, const float* center);
+
+namespace internal {
+// The portable paths of the three kernels above (tests compare them).
+void AccumulateRowsPortable(const float* rows, size_t nrows, size_t dim, float* sum, float* min,
+                            float* max);
+void AccumulateSquaredDeviationsPortable(const float* rows, size_t nrows, size_t dim,
+                                         const float* center, float* acc);
+float MaxSquaredDistancePortable(const float* rows, size_t nrows, size_t dim,
+                                 const float* center);
+}  // namespace internal
+
 // "avx512", "avx2" or "scalar": the path this process uses.
 absl::string_view ActiveIsa();
 

@@ -162,21 +162,13 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
     for (int32_t h = 0; h < H; ++h) {
       head_keys(l, h);
       std::fill(head_sum.begin(), head_sum.end(), 0.0f);
-      for (int32_t t = 0; t < T; ++t) {
-        const float* k = &keys[t * D];
-        for (size_t d = 0; d < D; ++d) head_sum[d] += k[d];
-        if (options.bounds) {
-          for (size_t d = 0; d < D; ++d) {
-            out.min[d] = std::min(out.min[d], k[d]);
-            out.max[d] = std::max(out.max[d], k[d]);
-          }
-        }
-        if (lmin != nullptr) {
-          for (size_t d = 0; d < D; ++d) {
-            lmin[d] = std::min(lmin[d], k[d]);
-            lmax[d] = std::max(lmax[d], k[d]);
-          }
-        }
+      simd::AccumulateRows(keys.data(), static_cast<size_t>(T), D, head_sum.data(),
+                           options.bounds ? out.min.data() : nullptr,
+                           options.bounds ? out.max.data() : nullptr);
+      if (lmin != nullptr) {
+        // Only the bounds: the sum goes to a scratch row.
+        std::fill(dev_sq.begin(), dev_sq.end(), 0.0f);
+        simd::AccumulateRows(keys.data(), static_cast<size_t>(T), D, dev_sq.data(), lmin, lmax);
       }
       // NaN and Inf propagate into the sum (min/max would hide NaN).
       for (size_t d = 0; d < D; ++d) {
@@ -214,13 +206,8 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
           head_meanf[d] = static_cast<float>(hmean[d]);
           dev_sq[d] = 0.0f;
         }
-        for (int32_t t = 0; t < T; ++t) {
-          const float* k = &keys[t * D];
-          for (size_t d = 0; d < D; ++d) {
-            const float dev = k[d] - head_meanf[d];
-            dev_sq[d] += dev * dev;
-          }
-        }
+        simd::AccumulateSquaredDeviations(keys.data(), static_cast<size_t>(T), D,
+                                          head_meanf.data(), dev_sq.data());
         double m2 = 0;
         for (size_t d = 0; d < D; ++d) m2 += dev_sq[d];
         head_stats->m2[lh] = m2;
@@ -252,15 +239,8 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
     for (int32_t l = 0; l < L; ++l) {
       for (int32_t h = 0; h < H; ++h) {
         head_keys(l, h);
-        for (int32_t t = 0; t < T; ++t) {
-          const float* k = &keys[t * D];
-          float s = 0;
-          for (size_t d = 0; d < D; ++d) {
-            const float dev = k[d] - out.mean[d];
-            s += dev * dev;
-          }
-          r2 = std::max(r2, s);
-        }
+        r2 = std::max(r2, simd::MaxSquaredDistance(keys.data(), static_cast<size_t>(T), D,
+                                                    out.mean.data()));
       }
     }
     out.radius = std::sqrt(r2);

@@ -24,3 +24,6 @@ kvtier_add_test(kvtier_index_level_scorer_test
 kvtier_add_test(kvtier_index_selector_alloc_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/selector_alloc_test.cc
   LIBS kvtier_index LABELS index)
+kvtier_add_test(kvtier_index_simd_stats_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/simd_stats_test.cc
+  LIBS kvtier_index LABELS index)

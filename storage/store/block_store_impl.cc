@@ -918,7 +918,32 @@ absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e) {
 absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
                                                absl::Span<const uint8_t> data, bool durable,
                                                uint64_t expected_xxh3, bool retain) {
+  {
+    absl::MutexLock lock(&mu_);
+    KVTIER_RETURN_IF_ERROR(CheckPayload(key, data.size()));
+    if (!entries_.contains(key)) return PutNewLocked(key, data, durable, expected_xxh3, retain);
+  }
   return PutPrivate(key, data, std::nullopt, durable, expected_xxh3, retain);
+}
+
+absl::StatusOr<PutOutcome> BlockStoreImpl::PutNewLocked(const BlockKey& key,
+                                                        absl::Span<const uint8_t> src,
+                                                        bool durable, uint64_t expected_xxh3,
+                                                        bool retain) {
+  const ModelProfile profile = profiles_.at(key.profile_id);
+  return InsertNewLocked(
+      key, src.size(), durable, retain, [&](absl::Span<uint8_t> dst) -> absl::StatusOr<FilledCopy> {
+        FilledCopy filled;
+        filled.checksum = CopyWithChecksum(src, dst.data());
+        if (expected_xxh3 != 0 && expected_xxh3 != filled.checksum) {
+          return absl::DataLossError(absl::StrCat("xxh3: the payload of ", Describe(key),
+                                                  " does not match the checksum the client sent"));
+        }
+        if (options_.summarize) {
+          KVTIER_ASSIGN_OR_RETURN(filled.summary, options_.summarize(profile, dst));
+        }
+        return filled;
+      });
 }
 
 absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
@@ -979,22 +1004,29 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
       return outcome;
     }
   }
+  return InsertNewLocked(key, data.size(), durable, retain,
+                         [&](absl::Span<uint8_t> dst) -> absl::StatusOr<FilledCopy> {
+                           std::memcpy(dst.data(), data.data(), data.size());
+                           return FilledCopy{checksum, std::move(summary)};
+                         });
+}
+
+absl::StatusOr<PutOutcome> BlockStoreImpl::InsertNewLocked(
+    const BlockKey& key, uint64_t size_bytes, bool durable, bool retain,
+    absl::FunctionRef<absl::StatusOr<FilledCopy>(absl::Span<uint8_t>)> fill) {
   if (retain) {
     const TenantState& t = TenantLocked(key.tenant);
     KVTIER_RETURN_IF_ERROR(CheckQuota(key.tenant, "retained_bytes", t.usage.retained_bytes,
-                                      data.size(), t.limits.retained_bytes));
+                                      size_bytes, t.limits.retained_bytes));
   }
   auto owned = std::make_unique<Entry>();
   Entry* e = owned.get();
   e->key = key;
-  e->size_bytes = data.size();
-  e->checksum = checksum;
-  e->summary = std::move(summary);
-  e->summary.shrink_to_fit();  // encoders grow strings; keep only the bytes
+  e->size_bytes = size_bytes;
   summary_bytes_ += e->summary.capacity();
   e->created_micros = static_cast<int64_t>(env_->WallMicros());
   e->last_access_micros = env_->NowMicros();
-  e->busy = 1;
+  e->busy = 1;  // and writing: invisible until filled
   entries_[key] = std::move(owned);
   if (retain) SetRetainedLocked(e);
 
@@ -1011,14 +1043,36 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
     }
     return st;
   };
-  absl::Status room = MakeTenantHostRoomLocked(key.tenant, data.size());
+  absl::Status room = MakeTenantHostRoomLocked(key.tenant, size_bytes);
   if (!room.ok()) return fail(room);
-  absl::StatusOr<HostSlot> slot = MakeRoomHostLocked(data.size());
+  absl::StatusOr<HostSlot> slot = MakeRoomHostLocked(size_bytes);
   if (!slot.ok()) return fail(slot.status());
   auto dst = host_->Data(*slot);
+  if (!dst.ok()) {
+    if (absl::Status st = host_->Free(*slot); !st.ok()) LogLocked(std::string(st.message()));
+    return fail(dst.status());
+  }
+  // The slot is ours alone until e->host is set: the entry is writing, so
+  // nothing reads, demotes or evicts it meanwhile.
   mu_.Unlock();
-  std::memcpy(dst->data(), data.data(), data.size());
+  absl::StatusOr<FilledCopy> filled =
+      fill(absl::MakeSpan(reinterpret_cast<uint8_t*>(dst->data()), size_bytes));
   mu_.Lock();
+  if (filled.ok() && filled->summary.size() > kMaxSummaryBytes) {
+    filled = absl::InternalError(
+        absl::StrCat("summary of ", filled->summary.size(), " bytes exceeds kMaxSummaryBytes"));
+  }
+  if (!filled.ok()) {
+    if (absl::Status st = host_->Free(*slot); !st.ok()) {
+      LogLocked(absl::StrCat("host tier: ", st.message()));
+    }
+    return fail(filled.status());
+  }
+  e->checksum = filled->checksum;
+  summary_bytes_ -= e->summary.capacity();
+  e->summary = std::move(filled->summary);
+  e->summary.shrink_to_fit();  // encoders grow strings; keep only the bytes
+  summary_bytes_ += e->summary.capacity();
   e->host = *slot;
   AddCopyLocked(e, TierId::kHost);
   if (durable || options_.write_through) {
@@ -1028,6 +1082,7 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
   --e->busy;
   e->writing = false;
   idle_cv_.SignalAll();
+  PutOutcome outcome;
   outcome.tier = *e->Fastest();
   outcome.durable = e->durable;
   outcome.retained = e->retained;
@@ -1114,43 +1169,64 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
     staging_slots_.erase(it);
     --TenantLocked(key.tenant).usage.staging_slots;
   }
-  // The slot is shared with the client, which may still be writing it: take
-  // one private copy and store only that (checksum, summary and tiers all
-  // see the same bytes). The staging file outlives its reservations. The
-  // copy goes to a per-thread buffer that is reused (not zero-filled, no
-  // page faults) for blocks up to kReusedPutBufferBytes, and is hashed chunk
-  // by chunk as it is copied (one pass over memory for copy and checksum).
+  auto data = staging->Data(host_slot);
+  auto free_staging = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (absl::Status st = staging->Free(host_slot); !st.ok()) {
+      LogLocked(absl::StrCat("staging: ", st.message()));
+    }
+  };
+  if (!data.ok()) {
+    absl::MutexLock lock(&mu_);
+    free_staging();
+    return data.status();
+  }
+  const auto src = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()), data->size());
+  // The slot is shared with the client, which may still be writing it: the
+  // daemon stores one private copy, and checksum, summary and tiers all see
+  // those same bytes. The staging file outlives its reservations.
+  //
+  // A block not stored yet (the common case) is copied straight into its
+  // host-tier slot and hashed chunk by chunk as it is copied (one pass over
+  // memory for copy and checksum); the summary is then taken from that
+  // copy. Nothing else copies the bytes.
+  {
+    absl::MutexLock lock(&mu_);
+    absl::Status payload = CheckPayload(key, src.size());
+    if (!payload.ok()) {
+      free_staging();
+      return payload;
+    }
+    if (!entries_.contains(key)) {
+      absl::StatusOr<PutOutcome> outcome = PutNewLocked(key, src, durable, expected_xxh3, retain);
+      free_staging();
+      return outcome;
+    }
+  }
+  // Stored already, or being put right now: compare (or wait) on a private
+  // copy. It goes to a per-thread buffer that is reused (not zero-filled,
+  // no page faults) for blocks up to kReusedPutBufferBytes.
   constexpr size_t kReusedPutBufferBytes = 4 << 20;
   thread_local std::unique_ptr<uint8_t[]> reused;
   thread_local size_t reused_size = 0;
   std::unique_ptr<uint8_t[]> once;
   uint8_t* copy = nullptr;
-  uint64_t checksum = 0;
-  auto data = staging->Data(host_slot);
-  if (data.ok()) {
-    const size_t n = data->size();
-    if (n <= kReusedPutBufferBytes) {
-      if (reused_size < n) {
-        reused.reset(new uint8_t[n]);
-        reused_size = n;
-      }
-      copy = reused.get();
-    } else {
-      once.reset(new uint8_t[n]);
-      copy = once.get();
+  const size_t n = src.size();
+  if (n <= kReusedPutBufferBytes) {
+    if (reused_size < n) {
+      reused.reset(new uint8_t[n]);
+      reused_size = n;
     }
-    checksum = CopyWithChecksum(
-        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()), n), copy);
+    copy = reused.get();
+  } else {
+    once.reset(new uint8_t[n]);
+    copy = once.get();
   }
+  const uint64_t checksum = CopyWithChecksum(src, copy);
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status st = staging->Free(host_slot); !st.ok()) {
-      LogLocked(absl::StrCat("staging: ", st.message()));
-    }
+    free_staging();
   }
-  if (!data.ok()) return data.status();
-  return PutPrivate(key, absl::MakeConstSpan(copy, data->size()), checksum, durable,
-                    expected_xxh3, retain);
+  return PutPrivate(key, absl::MakeConstSpan(copy, n), checksum, durable, expected_xxh3, retain);
 }
 
 absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* from) {

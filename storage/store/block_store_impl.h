@@ -29,6 +29,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/node_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "storage/catalog/catalog.h"
 #include "storage/common/extent_allocator.h"
@@ -91,6 +92,27 @@ class BlockStoreImpl final : public BlockStore {
   absl::StatusOr<PutOutcome> PutPrivate(const BlockKey& key, absl::Span<const uint8_t> data,
                                         std::optional<uint64_t> known_checksum, bool durable,
                                         uint64_t expected_xxh3, bool retain);
+  // What InsertNewLocked's fill wrote: the payload's checksum and summary.
+  struct FilledCopy {
+    uint64_t checksum = 0;
+    std::string summary;
+  };
+  // Put of a block not stored yet (no entry under key, payload checked):
+  // src is copied and hashed in one pass into its host-tier slot and the
+  // summary is taken from that copy, so src may change meanwhile (a staging
+  // slot) without the stored checksum, summary and bytes disagreeing.
+  absl::StatusOr<PutOutcome> PutNewLocked(const BlockKey& key, absl::Span<const uint8_t> src,
+                                          bool durable, uint64_t expected_xxh3, bool retain)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Creates the entry of a block not stored yet and its host-tier copy
+  // (making room as a put does), then calls fill, without mu_, with the
+  // slot to write the payload into; fill returns the payload's checksum and
+  // summary, or an error that fails the put (nothing is kept). Persists it
+  // when durable (or write-through). mu_ is released while fill runs.
+  absl::StatusOr<PutOutcome> InsertNewLocked(
+      const BlockKey& key, uint64_t size_bytes, bool durable, bool retain,
+      absl::FunctionRef<absl::StatusOr<FilledCopy>(absl::Span<uint8_t>)> fill)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The memory clients map: a device arena with its slot allocator and a
   // staging file. One shared space in single-tenant mode; one per tenant
   // (created on first use) in multi-tenant mode.
