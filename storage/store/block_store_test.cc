@@ -367,6 +367,82 @@ TEST_F(BlockStoreTest, ClientChecksumMismatchIsRefused) {
   EXPECT_TRUE(store_->Put(Key(5), data, false, good).ok());
 }
 
+// A put of a new block writes straight into its host slot: every way it can
+// fail (checksum the client sent, staged or not; a summary that cannot be
+// computed) must give the slot back and leave nothing stored. More failed
+// puts than the host tier has slots would otherwise leave no room.
+TEST_F(BlockStoreTest, FailedPutsOfNewBlocksLeaveNoHostSpaceBehind) {
+  const uint64_t host_slots = options_.host_capacity_bytes / kBlockBytes;
+  auto host_used = [&] { return store_->Stats().tiers[static_cast<int>(TierId::kHost)].used_bytes; };
+  const uint64_t used_before = host_used();
+  for (uint64_t i = 0; i < 3 * host_slots; ++i) {
+    const uint64_t n = 100 + i;
+    const std::vector<uint8_t> data = Payload(n);
+    const uint64_t wrong = XXH3_64bits(data.data(), data.size()) ^ 1;
+    if (i % 2 == 0) {
+      auto bad = store_->Put(Key(n), data, /*durable=*/i % 4 == 0, wrong);
+      ASSERT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
+    } else {
+      auto slots = store_->ReserveStaging("default", profile_id_, 1, 0);
+      ASSERT_TRUE(slots.ok()) << slots.status();
+      {
+        std::fstream f(*store_->StagingPath("default"),
+                       std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp((*slots)[0].offset_bytes);
+        f.write(reinterpret_cast<const char*>(data.data()), data.size());
+      }
+      auto bad = store_->PutFromStaging(Key(n), (*slots)[0], false, wrong);
+      ASSERT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
+      EXPECT_THAT(bad.status().message(), HasSubstr("xxh3"));
+    }
+    EXPECT_FALSE(store_->Lookup(Key(n)).present);
+  }
+  EXPECT_EQ(host_used(), used_before);
+  EXPECT_EQ(store_->Stats().blocks, 0u);
+  EXPECT_EQ(store_->Stats().staging_slots, 0u);
+
+  // A summarize hook that fails: the put fails with its status, nothing kept.
+  options_.summarize = [](const ModelProfile&, absl::Span<const uint8_t>)
+      -> absl::StatusOr<std::string> { return absl::InternalError("summary: injected failure"); };
+  Reopen();
+  for (uint64_t i = 0; i < 2 * host_slots; ++i) {
+    auto bad = store_->Put(Key(500 + i), Payload(500 + i), false);
+    ASSERT_EQ(bad.status().code(), absl::StatusCode::kInternal) << bad.status();
+    EXPECT_THAT(bad.status().message(), HasSubstr("injected"));
+  }
+  EXPECT_EQ(host_used(), 0u);
+  options_.summarize = nullptr;
+  Reopen();
+  // Every slot is free: the host tier takes a full load again.
+  for (uint64_t n = 0; n < host_slots; ++n) ASSERT_TRUE(store_->Put(Key(n), Payload(n), false).ok());
+  EXPECT_EQ(host_used(), host_slots * kBlockBytes);
+  for (uint64_t n = 0; n < host_slots; ++n) ExpectReadable(n);
+}
+
+// A staged put of a block already stored compares against it: the same
+// bytes are accepted as a repeat, different bytes are refused.
+TEST_F(BlockStoreTest, StagedPutOfAStoredBlockIsComparedNotStoredTwice) {
+  ASSERT_TRUE(store_->Put(Key(7), Payload(7), false).ok());
+  auto stage = [&](const std::vector<uint8_t>& data) {
+    auto slots = store_->ReserveStaging("default", profile_id_, 1, 0);
+    EXPECT_TRUE(slots.ok()) << slots.status();
+    std::fstream f(*store_->StagingPath("default"),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp((*slots)[0].offset_bytes);
+    f.write(reinterpret_cast<const char*>(data.data()), data.size());
+    f.flush();
+    return (*slots)[0];
+  };
+  auto again = store_->PutFromStaging(Key(7), stage(Payload(7)), false);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->existed);
+  auto other = store_->PutFromStaging(Key(7), stage(Payload(8)), false);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(store_->Stats().blocks, 1u);
+  EXPECT_EQ(store_->Stats().staging_slots, 0u);
+  ExpectReadable(7);
+}
+
 TEST_F(BlockStoreTest, ConcurrentPutsAndGets) {
   std::vector<std::thread> threads;
   std::atomic<int> errors{0};
