@@ -157,7 +157,7 @@ absl::Status RunBlockSize(const Args& args, uint64_t block_bytes, uint64_t total
                          return absl::OkStatus();
                        },
                        nullptr});
-    // A staged put's private copy: copied and hashed in one pass.
+    // A put's copy into the host slab: copied and hashed in one pass.
     methods.push_back({"server_copy_xxh3", "compute", nullptr,
                        [&](uint32_t) {
                          for (uint64_t i = 0; i < n; ++i) {
