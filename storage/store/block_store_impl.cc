@@ -566,18 +566,26 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
   }
   ++e->busy;
   e->persisting = true;
+  uint64_t in_flight = 0;  // reserved against the tenant's nvme_bytes
   auto finish = [&](absl::Status st) {
+    TenantLocked(e->key.tenant).nvme_in_flight -= in_flight;
     --e->busy;
     e->persisting = false;
     idle_cv_.SignalAll();
     return st;
   };
-  // The tenant's own NVMe blocks make room for it under its quota.
+  // The tenant's own NVMe blocks make room for it under its quota, which
+  // counts the tenant's other persists in flight.
   while (true) {
-    const TenantState& t = TenantLocked(e->key.tenant);
-    absl::Status quota = CheckQuota(e->key.tenant, "nvme_bytes", t.usage.nvme_bytes,
-                                    e->size_bytes, t.limits.nvme_bytes);
-    if (quota.ok()) break;
+    TenantState& t = TenantLocked(e->key.tenant);
+    absl::Status quota = CheckQuota(e->key.tenant, "nvme_bytes",
+                                    t.usage.nvme_bytes + t.nvme_in_flight, e->size_bytes,
+                                    t.limits.nvme_bytes);
+    if (quota.ok()) {
+      in_flight = e->size_bytes;
+      t.nvme_in_flight += in_flight;
+      break;
+    }
     absl::Status evicted = EvictOneNvmeLocked(&e->key.tenant, e);
     if (!evicted.ok()) {
       return finish(absl::Status(quota.code(), absl::StrCat(quota.message(), "; ",
@@ -787,13 +795,15 @@ absl::Status BlockStoreImpl::MakeTenantHostRoomLocked(const std::string& tenant,
   absl::Status why;
   while (true) {
     TenantState& t = TenantLocked(tenant);
-    if (t.limits.host_bytes == 0 || t.usage.host_bytes + size_bytes <= t.limits.host_bytes) {
+    const uint64_t used = t.usage.host_bytes + t.host_in_flight;
+    if (t.limits.host_bytes == 0 || used + size_bytes <= t.limits.host_bytes) {
+      t.host_in_flight += size_bytes;
       return absl::OkStatus();
     }
     const bool freed = FreeOneHostCopyLocked(
         [&](const Entry& e) { return e.key.tenant == tenant; }, &stuck, &why);
     if (!freed) {
-      absl::Status quota = CheckQuota(tenant, "host_bytes", t.usage.host_bytes, size_bytes,
+      absl::Status quota = CheckQuota(tenant, "host_bytes", used, size_bytes,
                                       t.limits.host_bytes);
       if (why.ok()) return quota;
       return absl::Status(quota.code(), absl::StrCat(quota.message(),
@@ -801,6 +811,10 @@ absl::Status BlockStoreImpl::MakeTenantHostRoomLocked(const std::string& tenant,
                                                      why.message()));
     }
   }
+}
+
+void BlockStoreImpl::ReleaseHostInFlightLocked(const std::string& tenant, uint64_t size_bytes) {
+  TenantLocked(tenant).host_in_flight -= size_bytes;
 }
 
 absl::StatusOr<HostSlot> BlockStoreImpl::MakeRoomHostLocked(uint64_t size_bytes) {
@@ -859,6 +873,7 @@ absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e) {
   absl::Status room = MakeTenantHostRoomLocked(e->key.tenant, e->size_bytes);
   absl::StatusOr<HostSlot> slot =
       room.ok() ? MakeRoomHostLocked(e->size_bytes) : absl::StatusOr<HostSlot>(room);
+  if (room.ok() && !slot.ok()) ReleaseHostInFlightLocked(e->key.tenant, e->size_bytes);
   if (!slot.ok()) {
     --e->busy;
     idle_cv_.SignalAll();
@@ -898,6 +913,8 @@ absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e) {
   }
   --e->busy;
   idle_cv_.SignalAll();
+  // Counted below (AddCopyLocked) or dropped, without releasing mu_.
+  ReleaseHostInFlightLocked(e->key.tenant, e->size_bytes);
   if (!st.ok() || e->host || e->quarantined) {
     // Failed, or someone else promoted it. The slot was allocated above and
     // is exactly ours, so freeing it cannot fail.
@@ -1046,9 +1063,13 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::InsertNewLocked(
   absl::Status room = MakeTenantHostRoomLocked(key.tenant, size_bytes);
   if (!room.ok()) return fail(room);
   absl::StatusOr<HostSlot> slot = MakeRoomHostLocked(size_bytes);
-  if (!slot.ok()) return fail(slot.status());
+  if (!slot.ok()) {
+    ReleaseHostInFlightLocked(key.tenant, size_bytes);
+    return fail(slot.status());
+  }
   auto dst = host_->Data(*slot);
   if (!dst.ok()) {
+    ReleaseHostInFlightLocked(key.tenant, size_bytes);
     if (absl::Status st = host_->Free(*slot); !st.ok()) LogLocked(std::string(st.message()));
     return fail(dst.status());
   }
@@ -1058,6 +1079,8 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::InsertNewLocked(
   absl::StatusOr<FilledCopy> filled =
       fill(absl::MakeSpan(reinterpret_cast<uint8_t*>(dst->data()), size_bytes));
   mu_.Lock();
+  // Counted below (AddCopyLocked) or dropped, without releasing mu_.
+  ReleaseHostInFlightLocked(key.tenant, size_bytes);
   if (filled.ok() && filled->summary.size() > kMaxSummaryBytes) {
     filled = absl::InternalError(
         absl::StrCat("summary of ", filled->summary.size(), " bytes exceeds kMaxSummaryBytes"));

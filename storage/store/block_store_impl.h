@@ -128,6 +128,11 @@ class BlockStoreImpl final : public BlockStore {
   struct TenantState {
     TenantLimits limits;
     TenantUsage usage;
+    // Copies being written without mu_ (a put's host copy, a promotion, a
+    // persist), counted against the quota before they land so concurrent
+    // writers of one tenant cannot overshoot it together.
+    uint64_t host_in_flight = 0;
+    uint64_t nvme_in_flight = 0;
   };
   struct StagingReservation {
     HostSlot slot;
@@ -160,11 +165,16 @@ class BlockStoreImpl final : public BlockStore {
   static absl::Status CheckQuota(const std::string& tenant, const char* what, uint64_t used,
                                  uint64_t add, uint64_t limit);
 
-  // Brings the tenant's host bytes to at most its host_bytes limit minus
-  // size_bytes by demoting its own least-recently-used host copies (to
-  // NVMe when a copy is the last one); RESOURCE_EXHAUSTED naming the quota
-  // when that is not possible. May release mu_.
+  // Brings the tenant's host bytes (with the copies in flight) to at most
+  // its host_bytes limit minus size_bytes by demoting its own
+  // least-recently-used host copies (to NVMe when a copy is the last one);
+  // RESOURCE_EXHAUSTED naming the quota when that is not possible. On OK,
+  // size_bytes are reserved as in flight until the caller, holding mu_
+  // from then until the copy is counted or dropped, calls
+  // ReleaseHostInFlightLocked. May release mu_.
   absl::Status MakeTenantHostRoomLocked(const std::string& tenant, uint64_t size_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseHostInFlightLocked(const std::string& tenant, uint64_t size_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Space. Both may release mu_ while demoting a victim.
   absl::StatusOr<HostSlot> MakeRoomHostLocked(uint64_t size_bytes)

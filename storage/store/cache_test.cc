@@ -1,7 +1,10 @@
 // Cache semantics of the BlockStore: the last local tier evicts, retained,
 // pinned and in-use blocks never go, quotas evict the tenant's own blocks,
 // and nothing evicted is ever served or resurrected by a restart.
+#include <atomic>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -159,6 +162,36 @@ TEST_F(BlockStoreTest, NvmeQuotaEvictsTheTenantsOwnBlocksOnly) {
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.status().message(), HasSubstr("nvme_bytes"));
   EXPECT_THAT(refused.status().message(), HasSubstr("retained"));
+}
+
+// Writers of one tenant in parallel (a PutBlocks message's blocks are
+// stored on several threads): the quota counts copies still being written,
+// so together they never take the tenant past its host or NVMe bytes.
+TEST_F(BlockStoreTest, ConcurrentPutsOfOneTenantStayWithinItsQuotas) {
+  TenantLimits limits;
+  limits.host_bytes = 3 * kBlockBytes;
+  limits.nvme_bytes = 3 * kBlockBytes;
+  store_->SetTenantLimits("small", limits);
+  std::atomic<int> over{0}, stored{0};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 4; ++t) {
+    writers.emplace_back([&, t] {
+      for (int i = 0; i < 12; ++i) {
+        const uint64_t n = 1000 + t * 100 + i;
+        auto outcome = store_->Put(BlockKey{"small", profile_id_, Id(n)}, Payload(n),
+                                   /*durable=*/i % 2 == 0);
+        if (outcome.ok()) ++stored;
+        const TenantUsage u = store_->UsageOf("small");
+        if (u.host_bytes > limits.host_bytes || u.nvme_bytes > limits.nvme_bytes) ++over;
+      }
+    });
+  }
+  for (std::thread& w : writers) w.join();
+  EXPECT_EQ(over.load(), 0);
+  EXPECT_GT(stored.load(), 0);
+  const TenantUsage u = store_->UsageOf("small");
+  EXPECT_LE(u.host_bytes, limits.host_bytes);
+  EXPECT_LE(u.nvme_bytes, limits.nvme_bytes);
 }
 
 TEST_F(BlockStoreTest, PinnedBlocksAreNotEvicted) {
