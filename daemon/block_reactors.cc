@@ -1,8 +1,12 @@
 #include "daemon/block_reactors.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "daemon/blocking_pool.h"
 #include "daemon/convert.h"
 #include "daemon/grpc_status.h"
+#include "daemon/options.h"
 #include "daemon/reactors.h"
 #include "daemon/tenant.h"
 
@@ -61,30 +65,39 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
     if (auto profile = runtime_->store()->GetProfile(request_.profile_id()); !profile.ok()) {
       return absl::InvalidArgumentError(std::string(profile.status().message()));
     }
+    // The blocks are stored in parallel (server.put_parallelism); results
+    // are reported in message order.
     BlockStore* store = runtime_->store();
+    outcomes_.clear();
+    outcomes_.resize(request_.blocks_size());
+    ParallelFor(runtime_->blocking_pool(), outcomes_.size(), PutParallelismOf(runtime_->config()),
+                [&](size_t i) {
+                  const v1::BlockPut& put = request_.blocks(static_cast<int>(i));
+                  BlockKey key{tenant_, request_.profile_id(), put.block_id()};
+                  absl::StatusOr<PutOutcome>& outcome = outcomes_[i];
+                  switch (put.source_case()) {
+                    case v1::BlockPut::kData:
+                      outcome = store->Put(
+                          key,
+                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(put.data().data()),
+                                              put.data().size()),
+                          request_.durable(), put.xxh3(), request_.retain());
+                      break;
+                    case v1::BlockPut::kSlot:
+                      outcome = store->PutFromStaging(
+                          key,
+                          StagingSlot{put.slot().slot_id(), put.slot().offset_bytes(),
+                                      put.slot().size_bytes(), put.slot().generation()},
+                          request_.durable(), put.xxh3(), request_.retain());
+                      break;
+                    default:
+                      outcome = absl::InvalidArgumentError(
+                          absl::StrCat("blocks[", i, "]: set data or slot"));
+                  }
+                });
     for (int i = 0; i < request_.blocks_size(); ++i) {
       const v1::BlockPut& put = request_.blocks(i);
-      BlockKey key{tenant_, request_.profile_id(), put.block_id()};
-      absl::StatusOr<PutOutcome> outcome;
-      switch (put.source_case()) {
-        case v1::BlockPut::kData:
-          outcome = store->Put(
-              key,
-              absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(put.data().data()),
-                                  put.data().size()),
-              request_.durable(), put.xxh3(), request_.retain());
-          break;
-        case v1::BlockPut::kSlot:
-          outcome = store->PutFromStaging(
-              key,
-              StagingSlot{put.slot().slot_id(), put.slot().offset_bytes(),
-                          put.slot().size_bytes(), put.slot().generation()},
-              request_.durable(), put.xxh3(), request_.retain());
-          break;
-        default:
-          outcome = absl::InvalidArgumentError(
-              absl::StrCat("blocks[", i, "]: set data or slot"));
-      }
+      const absl::StatusOr<PutOutcome>& outcome = outcomes_[i];
       v1::PutResult* result = response_->add_results();
       result->set_block_id(put.block_id());
       ToItemStatus(outcome.status(), result->mutable_status());
@@ -107,6 +120,7 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   const std::string tenant_;
   v1::PutBlocksResponse* const response_;
   v1::PutBlocksRequest request_;
+  std::vector<absl::StatusOr<PutOutcome>> outcomes_;  // of request_'s blocks
 };
 
 class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResponse> {

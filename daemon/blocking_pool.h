@@ -28,6 +28,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 
@@ -53,6 +54,12 @@ class BlockingPool {
   // and `work` dropped unrun, when max_queued items already wait.
   bool Submit(absl::AnyInvocable<void() &&> work);
 
+  // Queues `work` only when a thread is idle, counting the items already
+  // waiting (so it never delays other calls' work, and never counts against
+  // server.io_queue_limit); false and `work` dropped otherwise. For
+  // optional helpers (ParallelFor).
+  bool SubmitIfIdle(absl::AnyInvocable<void() &&> work);
+
   // RESOURCE_EXHAUSTED naming server.io_queue_limit: what a call refused
   // by Submit should finish with.
   absl::Status QueueFullStatus() const;
@@ -68,9 +75,20 @@ class BlockingPool {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t peak_queued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t ran_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t running_ ABSL_GUARDED_BY(mu_) = 0;  // items being run now
   uint64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_;
 };
+
+// Runs fn(i) once for every i in [0, n): on the calling thread and on up
+// to parallelism - 1 helpers queued with pool->SubmitIfIdle (fewer when the
+// pool has no threads or other work waits). Returns when every i has run.
+// It cannot deadlock on a busy pool: the caller claims and runs indices
+// itself and waits only for indices a running helper already claimed; a
+// helper that starts after the last index was claimed does nothing. fn must
+// be safe to call concurrently for different i.
+void ParallelFor(BlockingPool* pool, size_t n, size_t parallelism,
+                 absl::FunctionRef<void(size_t)> fn);
 
 }  // namespace kvtier::daemon
 

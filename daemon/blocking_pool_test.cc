@@ -3,8 +3,10 @@
 #include <atomic>
 #include <future>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -77,6 +79,59 @@ TEST(BlockingPoolTest, ManySubmittersManyThreads) {
     for (auto& t : submitters) t.join();
   }
   EXPECT_EQ(sum.load(), 4u * 1000 * 1001 / 2);
+}
+
+TEST(ParallelForTest, RunsEveryIndexOnceWithAndWithoutHelpers) {
+  for (size_t threads : {0u, 1u, 3u}) {
+    for (size_t parallelism : {1u, 2u, 4u, 8u}) {
+      SCOPED_TRACE(testing::Message() << threads << " threads, parallelism " << parallelism);
+      BlockingPool pool(threads, 16);
+      std::vector<std::atomic<int>> seen(257);
+      ParallelFor(&pool, seen.size(), parallelism, [&](size_t i) { ++seen[i]; });
+      for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i].load(), 1) << i;
+      ParallelFor(&pool, 0, parallelism, [&](size_t) { FAIL() << "no index to run"; });
+    }
+  }
+}
+
+// Two indices that each wait for the other can only finish when they run at
+// the same time: a helper really runs beside the caller.
+TEST(ParallelForTest, HelpersRunBesideTheCaller) {
+  BlockingPool pool(2, 16);
+  absl::Mutex mu;
+  int arrived = 0;
+  std::atomic<int> met{0};
+  ParallelFor(&pool, 2, 2, [&](size_t) {
+    absl::MutexLock lock(&mu);
+    ++arrived;
+    auto both_here = [&arrived]() { return arrived == 2; };
+    // Bounded: a serial run fails here instead of hanging.
+    if (mu.AwaitWithTimeout(absl::Condition(&both_here), absl::Seconds(30))) ++met;
+  });
+  EXPECT_EQ(met.load(), 2);
+}
+
+// A pool whose threads are all busy gets no helpers queued (they would
+// wait behind other calls' work): the caller runs every index itself and
+// returns while the pool is still blocked.
+TEST(ParallelForTest, BusyPoolLeavesTheWorkToTheCaller) {
+  BlockingPool pool(1, 16);
+  absl::Notification release, started;
+  ASSERT_TRUE(pool.Submit([&] {
+    started.Notify();
+    release.WaitForNotification();
+  }));
+  started.WaitForNotification();
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> elsewhere{0}, ran{0};
+  ParallelFor(&pool, 64, 4, [&](size_t) {
+    ++ran;
+    if (std::this_thread::get_id() != caller) ++elsewhere;
+  });
+  EXPECT_EQ(ran.load(), 64);
+  EXPECT_EQ(elsewhere.load(), 0);
+  EXPECT_EQ(pool.stats().queued, 0u);
+  release.Notify();
 }
 
 }  // namespace

@@ -111,6 +111,7 @@ const std::vector<Field>& Fields() {
       KV_NUM("server.max_concurrent_streams", Kind::kUint, server.max_concurrent_streams),
       KV_NUM("server.io_threads", Kind::kUint, server.io_threads),
       KV_NUM("server.io_queue_limit", Kind::kUint, server.io_queue_limit),
+      KV_NUM("server.put_parallelism", Kind::kUint, server.put_parallelism),
       KV_STR("auth.tenants_file", auth.tenants_file),
       KV_STR("auth.shm_dir", auth.shm_dir),
       KV_STR("auth.fd_socket_path", auth.fd_socket_path),
@@ -472,6 +473,9 @@ absl::Status Validate(Config& c) {
   if (c.server.io_threads > 64) return Invalid("server.io_threads", "must be at most 64");
   if (c.server.io_queue_limit == 0 || c.server.io_queue_limit > 65536) {
     return Invalid("server.io_queue_limit", "must be between 1 and 65536");
+  }
+  if (c.server.put_parallelism > 64) {
+    return Invalid("server.put_parallelism", "must be at most 64 (0 = min(4, cores))");
   }
   if (c.host.capacity_bytes < 4096) return Invalid("tiers.host.capacity_bytes", "must be >= 4KiB");
   if (c.host.staging_bytes < 4096) return Invalid("tiers.host.staging_bytes", "must be >= 4KiB");

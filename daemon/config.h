@@ -32,6 +32,7 @@ struct Config {
     uint64_t max_concurrent_streams = 0;
     uint64_t io_threads = 0;      // 0: block I/O inline on gRPC threads
     uint64_t io_queue_limit = 0;  // calls waiting for an I/O thread
+    uint64_t put_parallelism = 0;  // threads storing one PutBlocks message; 0 = min(4, cores)
   } server;
   // auth.*: tenants (daemon/auth/tenants.h). tenants_file empty = off.
   struct Auth {

@@ -198,6 +198,7 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {
       {"tiers.keydiff.sample_blocks=0", "'tiers.keydiff.sample_blocks'"},
       {"tiers.keydiff.newest_protected=0.95", "'tiers.keydiff.newest_protected'"},
       {"select.batch_threads=65", "'select.batch_threads'"},
+      {"server.put_parallelism=65", "'server.put_parallelism'"},
       {"index.pages_per_chunk=0", "'index.pages_per_chunk'"},
       {"index.summary_encoding=int8", "'index.summary_encoding'"},
   };

@@ -89,4 +89,9 @@ uint32_t StabilityScorersOf(const Config& config) {
   return mask;
 }
 
+size_t PutParallelismOf(const Config& config) {
+  if (config.server.put_parallelism != 0) return config.server.put_parallelism;
+  return std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
+}
+
 }  // namespace kvtier::daemon

@@ -6,6 +6,7 @@
 #ifndef KVTIER_DAEMON_OPTIONS_H_
 #define KVTIER_DAEMON_OPTIONS_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "absl/status/statusor.h"
@@ -29,6 +30,10 @@ absl::StatusOr<index::ScorerKind> DefaultScorerOf(const Config& config);
 
 // Bit (1 << ScorerKind) set for every scorer in select.stability_scorers.
 uint32_t StabilityScorersOf(const Config& config);
+
+// Threads that store the blocks of one PutBlocks message:
+// server.put_parallelism, or min(4, cores) when it is 0.
+size_t PutParallelismOf(const Config& config);
 
 }  // namespace kvtier::daemon
 
