@@ -70,6 +70,8 @@ struct Args {
   std::string device = "256MiB";
   // Method ids to run (see Methods() and "server_work"); empty: all.
   std::vector<std::string> methods;
+  // Daemon settings over its embedded defaults (KEY=VALUE).
+  std::vector<std::string> daemon_settings;
 
   bool Enabled(const std::string& id) const {
     return methods.empty() || std::find(methods.begin(), methods.end(), id) != methods.end();
@@ -474,6 +476,7 @@ absl::Status Run(const Args& args) {
   options.host_bytes = *host;
   options.staging_bytes = *staging;
   options.device_bytes = *device;
+  options.extra_overrides = args.daemon_settings;
   auto kv = KvtierPaths::Start(options);
   if (!kv.ok()) return kv.status();
 
@@ -518,6 +521,9 @@ int main(int argc, char** argv) {
   app.add_option("--host", args.host, "kvtierd host tier capacity");
   app.add_option("--staging", args.staging, "kvtierd staging area");
   app.add_option("--device", args.device, "kvtierd device (shm arena) capacity");
+  app.add_option("--set", args.daemon_settings,
+                 "daemon setting over its embedded defaults, KEY=VALUE (repeatable), e.g. "
+                 "server.put_parallelism=1");
   app.add_option("--methods", args.methods,
                  "only these: memcpy,server_work,kvtier_grpc_bytes,kvtier_shm,redis_tcp,redis_unix")
       ->delimiter(',');
