@@ -107,9 +107,10 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
         result->set_existed(outcome->existed);
         result->set_retained(outcome->retained);
         if (!outcome->existed) {
+          const uint64_t bytes = put.has_data() ? put.data().size() : put.slot().size_bytes();
           response_->set_blocks_stored(response_->blocks_stored() + 1);
-          response_->set_bytes_stored(response_->bytes_stored() +
-                                      (put.has_data() ? put.data().size() : put.slot().size_bytes()));
+          response_->set_bytes_stored(response_->bytes_stored() + bytes);
+          runtime_->metrics()->BlocksPut(1, bytes);
         }
       }
     }
@@ -242,6 +243,7 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResp
       result->set_block_id(id);
       ToItemStatus(st, result->mutable_status());
       if (st.ok()) {
+        runtime_->metrics()->BytesGot(data.size());
         result->set_tier(ToProto(from));
         result->set_data(std::move(data));
       }

@@ -34,6 +34,10 @@ struct Config {
     uint64_t io_queue_limit = 0;  // calls waiting for an I/O thread
     uint64_t put_parallelism = 0;  // threads storing one PutBlocks message; 0 = min(4, cores)
   } server;
+  // metrics.*: the Prometheus endpoint (daemon/metrics/http_listener.h).
+  struct Metrics {
+    std::string listen_address;  // "" = off; "HOST:PORT" or ":PORT" (loopback)
+  } metrics;
   // auth.*: tenants (daemon/auth/tenants.h). tenants_file empty = off.
   struct Auth {
     std::string tenants_file;

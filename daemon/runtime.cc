@@ -203,6 +203,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
     }
     rt->fd_server_ = std::move(*fds);
   }
+  rt->metrics_ = std::make_unique<DaemonMetrics>(rt.get());
   rt->reaper_ = std::thread([r = rt.get()] { r->ReaperLoop(); });
   return rt;
 }

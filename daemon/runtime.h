@@ -23,6 +23,7 @@
 #include "daemon/auth/tenants.h"
 #include "daemon/config.h"
 #include "daemon/context_manager.h"
+#include "daemon/metrics/daemon_metrics.h"
 #include "daemon/prefetcher.h"
 #include "daemon/summarizer.h"
 #include "gpu/device_ops.h"
@@ -76,6 +77,8 @@ class Runtime {
   Prefetcher* prefetcher() const { return prefetcher_.get(); }
   // Where RPC handlers run work that may wait on a disk (server.io_threads).
   BlockingPool* blocking_pool() const { return blocking_pool_.get(); }
+  // What /metrics exports; counters are fed by the handlers.
+  DaemonMetrics* metrics() const { return metrics_.get(); }
   // Selector options and the scorer of SCORER_UNSPECIFIED (select.*).
   const index::SelectorOptions& selector_options() const { return selector_options_; }
   index::ScorerKind default_scorer() const { return default_scorer_; }
@@ -106,6 +109,7 @@ class Runtime {
   std::unique_ptr<Prefetcher> prefetcher_;
   std::unique_ptr<BlockingPool> blocking_pool_;
   std::unique_ptr<FdServer> fd_server_;
+  std::unique_ptr<DaemonMetrics> metrics_;
   index::SelectorOptions selector_options_;
   index::ScorerKind default_scorer_ = index::ScorerKind::kKeyKey;
   uint32_t stability_scorers_ = 0;

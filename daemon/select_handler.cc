@@ -482,6 +482,9 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
     item.ctx.reset();
   }
   if (!prefetch.empty()) runtime_->prefetcher()->Submit(std::move(prefetch));
+  runtime_->metrics()->SelectPhases(timings_.check_us * 1e-6, timings_.select_us * 1e-6,
+                                    timings_.build_us * 1e-6, timings_.pin_us * 1e-6,
+                                    request.contexts_size());
 }
 
 }  // namespace kvtier::daemon

@@ -139,6 +139,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config, Env*
   builder.RegisterService(server->kvtier_service_.get());
   builder.RegisterService(server->admin_service_.get());
   {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(server->runtime_->metrics()->InterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
+  {
     // The socket is created by bind() inside BuildAndStart with mode
     // 0777 & ~umask: it never exists with wider permissions than
     // server.socket_mode, not even before a chmod.
@@ -156,6 +161,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config, Env*
     server->grpc_server_->Shutdown();
     return absl::UnavailableError(
         absl::StrCat("key 'server.tcp_address': cannot listen on ", config.server.tcp_address));
+  }
+  if (!config.metrics.listen_address.empty()) {
+    Runtime* rt = server->runtime_.get();
+    absl::StatusOr<std::unique_ptr<metrics::HttpListener>> listener = metrics::HttpListener::Start(
+        config.metrics.listen_address, [rt] { return rt->metrics()->Render(); });
+    if (!listener.ok()) {
+      server->grpc_server_->Shutdown();
+      return listener.status();
+    }
+    server->metrics_ = std::move(*listener);
+    spdlog::info("metrics at http://{}/metrics", server->metrics_->address());
   }
   server->grpc_server_->GetHealthCheckService()->SetServingStatus(true);
   spdlog::info("listening socket={} tcp={} device={} gpu=\"{}\"", server->socket_path_,
@@ -178,6 +194,7 @@ void Server::Shutdown() {
       std::chrono::system_clock::now() + std::chrono::milliseconds(shutdown_grace_ms_);
   grpc_server_->Shutdown(deadline);
   grpc_server_->Wait();
+  metrics_.reset();  // no scrape reads the runtime past this point
   // No handler runs any more: the store can close (and release its lock).
   kvtier_service_.reset();
   admin_service_.reset();

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/config.h"
+#include "daemon/metrics/http_listener.h"
 #include "daemon/runtime.h"
 #include "storage/env/env.h"
 
@@ -45,6 +46,8 @@ class Server {
 
   const std::string& socket_path() const { return socket_path_; }
   int tcp_port() const { return tcp_port_; }  // 0 when TCP is off
+  // The metrics endpoint's port; 0 when metrics.listen_address is unset.
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   Runtime* runtime() { return runtime_.get(); }
 
  private:
@@ -54,6 +57,7 @@ class Server {
   std::unique_ptr<KvTierService> kvtier_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<metrics::HttpListener> metrics_;  // stops before runtime_ goes
   std::string socket_path_;
   int tcp_port_ = 0;
   uint64_t shutdown_grace_ms_ = 0;

@@ -1,0 +1,184 @@
+#include "daemon/metrics/daemon_metrics.h"
+
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/support/interceptor.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_replace.h"
+#include "daemon/blocking_pool.h"
+#include "daemon/context_manager.h"
+#include "daemon/prefetcher.h"
+#include "daemon/runtime.h"
+#include "daemon/summarizer.h"
+#include "daemon/version.h"
+#include "storage/store/block_store.h"
+
+namespace kvtier::daemon {
+namespace {
+
+using metrics::Labels;
+using metrics::Writer;
+
+const char* const kPhases[4] = {"check", "select", "build", "pin"};
+
+// "/kvtier.v1.KvTier/Select" -> "kvtier.v1.KvTier/Select" when the method
+// exists in this binary; "unknown" otherwise, so a client cannot create
+// series with names of its own choosing.
+std::string MethodLabel(const char* path) {
+  if (path == nullptr || path[0] != '/') return "unknown";
+  const std::string name(path + 1);
+  const std::string dotted = absl::StrReplaceAll(name, {{"/", "."}});
+  if (google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(dotted) == nullptr) {
+    return "unknown";
+  }
+  return name;
+}
+
+class RpcInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  RpcInterceptor(grpc::experimental::ServerRpcInfo* info, DaemonMetrics* metrics)
+      : metrics_(metrics), method_(MethodLabel(info->method())),
+        start_(std::chrono::steady_clock::now()) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status status = methods->GetSendStatus();
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      metrics_->RpcFinished(method_, status.error_code(), seconds);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  DaemonMetrics* const metrics_;
+  const std::string method_;
+  const std::chrono::steady_clock::time_point start_;
+};
+
+class RpcInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit RpcInterceptorFactory(DaemonMetrics* metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new RpcInterceptor(info, metrics_);
+  }
+
+ private:
+  DaemonMetrics* const metrics_;
+};
+
+const char* CodeName(int code) {
+  static const char* const kNames[] = {
+      "OK",          "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED", "NOT_FOUND",   "ALREADY_EXISTS", "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",    "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
+}
+
+void CollectRuntime(Runtime* rt, Writer& w) {
+  const BlockStoreStats s = rt->store()->Stats();
+  for (const TierUsage& t : s.tiers) {
+    const Labels tier = {{"tier", std::string(TierName(t.tier))}};
+    w.Gauge("kvtier_tier_capacity_bytes", "Capacity of each tier, bytes", tier,
+            static_cast<double>(t.capacity_bytes));
+    w.Gauge("kvtier_tier_used_bytes", "Bytes held in each tier", tier,
+            static_cast<double>(t.used_bytes));
+    w.Gauge("kvtier_tier_pinned_bytes", "Bytes pinned by leases in each tier", tier,
+            static_cast<double>(t.pinned_bytes));
+    w.Gauge("kvtier_tier_blocks", "Block copies in each tier", tier,
+            static_cast<double>(t.blocks));
+    w.Counter("kvtier_checksum_failures_total",
+              "Checksum mismatches found, by the tier of the bad copy", tier,
+              static_cast<double>(s.checksum_failures[static_cast<int>(t.tier)]));
+  }
+  w.Gauge("kvtier_blocks", "Blocks stored", {}, static_cast<double>(s.blocks));
+  w.Gauge("kvtier_quarantined_blocks", "Blocks quarantined after a checksum mismatch", {},
+          static_cast<double>(s.quarantined_blocks));
+  w.Counter("kvtier_evicted_blocks_total", "Blocks given up by the cache (not deletes)", {},
+            static_cast<double>(s.evicted_blocks));
+  w.Gauge("kvtier_retained_bytes", "Bytes of retained blocks (never evicted)", {},
+          static_cast<double>(s.retained_bytes));
+  w.Gauge("kvtier_leases_active", "Leases pinning device copies", {},
+          static_cast<double>(s.active_leases));
+  w.Gauge("kvtier_staging_slots_reserved", "Staging slots reserved by clients", {},
+          static_cast<double>(s.staging_slots));
+  w.Gauge("kvtier_contexts_open", "Open contexts", {},
+          static_cast<double>(rt->contexts()->size()));
+  w.Counter("kvtier_prefetched_blocks_total", "Blocks the prefetcher brought into host memory",
+            {}, static_cast<double>(rt->prefetcher()->promoted()));
+  w.Counter("kvtier_prefetch_dropped_total", "Prefetch keys dropped because the queue was full",
+            {}, static_cast<double>(rt->prefetcher()->dropped()));
+  w.Counter("kvtier_blocks_without_summary_total",
+            "Blocks stored without a key summary (keys not finite)", {},
+            static_cast<double>(rt->summarizer()->blocks_without_summary()));
+  const BlockingPoolStats io = rt->blocking_pool()->stats();
+  w.Gauge("kvtier_io_queue_waiting", "Calls waiting for an I/O thread", {},
+          static_cast<double>(io.queued));
+  w.Counter("kvtier_io_queue_rejected_total",
+            "Calls refused because server.io_queue_limit calls already waited", {},
+            static_cast<double>(io.rejected));
+  w.Gauge("kvtier_uptime_seconds", "Seconds since the daemon started", {},
+          static_cast<double>(rt->uptime_s()));
+  w.Gauge("kvtier_build_info", "Always 1; the version as a label", {{"version", kVersion}}, 1);
+}
+
+}  // namespace
+
+DaemonMetrics::DaemonMetrics(Runtime* runtime) {
+  rpcs_ = registry_.AddCounter("kvtier_rpc_total", "RPCs finished, by method and gRPC status code",
+                               {"method", "code"});
+  rpc_seconds_ = registry_.AddHistogram("kvtier_rpc_duration_seconds",
+                                        "RPC time from arrival to status (streams: their life)",
+                                        {"method"}, metrics::LatencyBuckets());
+  metrics::HistogramFamily* phases = registry_.AddHistogram(
+      "kvtier_select_phase_seconds",
+      "Time of each phase of a Select request: check (entries, locks), select (the index), "
+      "build (response blocks), pin (residency and leases)",
+      {"phase"}, metrics::LatencyBuckets());
+  for (int i = 0; i < 4; ++i) phase_[i] = phases->With({kPhases[i]});
+  select_contexts_ = registry_.AddCounter("kvtier_select_contexts_total",
+                                          "Contexts selected (entries of Select requests)", {})
+                         ->With({});
+  put_bytes_ = registry_.AddCounter("kvtier_put_bytes_total", "Bytes of blocks newly stored", {})
+                   ->With({});
+  put_blocks_ = registry_.AddCounter("kvtier_put_blocks_total", "Blocks newly stored", {})
+                    ->With({});
+  get_bytes_ = registry_.AddCounter("kvtier_get_bytes_total",
+                                    "Payload bytes returned by GetBlocks (bytes mode)", {})
+                   ->With({});
+  registry_.AddCollector([runtime](Writer& w) { CollectRuntime(runtime, w); });
+}
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+DaemonMetrics::InterceptorFactory() {
+  return std::make_unique<RpcInterceptorFactory>(this);
+}
+
+void DaemonMetrics::RpcFinished(absl::string_view method, int code, double seconds) {
+  const std::string m(method);
+  rpcs_->With({m, CodeName(code)})->Add(1);
+  rpc_seconds_->With({m})->Observe(seconds);
+}
+
+void DaemonMetrics::SelectPhases(double check_s, double select_s, double build_s, double pin_s,
+                                 int contexts) {
+  const double s[4] = {check_s, select_s, build_s, pin_s};
+  for (int i = 0; i < 4; ++i) phase_[i]->Observe(s[i]);
+  select_contexts_->Add(contexts);
+}
+
+void DaemonMetrics::BlocksPut(uint64_t blocks, uint64_t bytes) {
+  put_blocks_->Add(static_cast<double>(blocks));
+  put_bytes_->Add(static_cast<double>(bytes));
+}
+
+void DaemonMetrics::BytesGot(uint64_t bytes) { get_bytes_->Add(static_cast<double>(bytes)); }
+
+}  // namespace kvtier::daemon

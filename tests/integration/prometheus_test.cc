@@ -1,0 +1,155 @@
+// /metrics scraped by a real Prometheus: kvtierd in-process with its
+// metrics endpoint on a loopback port, Debian's prometheus started as a
+// child process with a scrape config pointing at it, and the values read
+// back through Prometheus's HTTP query API.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "daemon/config.h"
+#include "daemon/server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/subprocess.h"
+#include "tests/integration/tiny_profile.h"
+#include "tests/testutil/http_get.h"
+
+namespace kvtier {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kPrometheus[] = "/usr/bin/prometheus";
+
+// A loopback port nobody listens on right now (bound, read, closed).
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// The value of a one-sample instant vector in a /api/v1/query answer, or ""
+// ("value":[<time>,"<v>"]).
+std::string QueryValue(const std::string& json) {
+  const std::string key = "\"value\":[";
+  const size_t at = json.find(key);
+  if (at == std::string::npos) return "";
+  const size_t open = json.find('"', json.find(',', at));
+  const size_t close = json.find('"', open + 1);
+  if (open == std::string::npos || close == std::string::npos) return "";
+  return json.substr(open + 1, close - open - 1);
+}
+
+TEST(PrometheusTest, ScrapesKvtierdAndReadsCountersBack) {
+  if (!std::filesystem::exists(kPrometheus)) {
+    GTEST_SKIP() << kPrometheus << " is not installed (deploy/install-deps.sh installs it)";
+  }
+  const std::string dir = "/tmp/kvtier-prom-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/prom");
+  auto config = daemon::LoadConfig(
+      "", {"server.data_dir=" + dir + "/kvtier", "log.level=warn", "server.shutdown_grace_ms=1000",
+           "metrics.listen_address=127.0.0.1:0", "tiers.device.capacity_bytes=256KiB",
+           "tiers.host.capacity_bytes=512KiB", "tiers.host.staging_bytes=256KiB",
+           "tiers.nvme.file_count=2", "tiers.nvme.file_size_bytes=4MiB",
+           "tiers.nvme.io_threads=1"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto server = daemon::Server::Start(*config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int metrics_port = (*server)->metrics_port();
+  ASSERT_GT(metrics_port, 0);
+
+  // Some work for the counters: a profile, 5 blocks put, one bad request.
+  auto client = Client::Connect((*server)->socket_path());
+  ASSERT_TRUE(client.ok());
+  auto profile = (*client)->RegisterProfile(testing::TinyProfile());
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  v1::PutBlocksRequest put;
+  put.set_profile_id(profile->profile_id());
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 5; ++i) {
+    v1::BlockPut* b = put.add_blocks();
+    b->set_block_id(absl::StrCat("prom-block-", i));
+    std::string bytes(testing::kTinyBlockBytes, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    b->set_data(bytes);
+  }
+  ASSERT_TRUE((*client)->PutBlocks({put}).ok());
+  v1::PutBlocksRequest bad;  // no profile_id: INVALID_ARGUMENT
+  bad.add_blocks()->set_block_id("x");
+  EXPECT_FALSE((*client)->PutBlocks({bad}).ok());
+
+  // The endpoint itself answers before Prometheus is involved.
+  const testing::HttpResponse direct = testing::HttpGet(metrics_port, "/metrics");
+  ASSERT_EQ(direct.status, 200);
+  EXPECT_THAT(direct.body, HasSubstr("kvtier_put_blocks_total 5\n"));
+  EXPECT_THAT(direct.body,
+              HasSubstr("kvtier_rpc_total{method=\"kvtier.v1.KvTier/PutBlocks\",code=\"OK\"} 1\n"));
+  EXPECT_THAT(direct.body, HasSubstr("kvtier_rpc_total{method=\"kvtier.v1.KvTier/PutBlocks\","
+                                     "code=\"INVALID_ARGUMENT\"} 1\n"));
+
+  const int prom_port = FreePort();
+  {
+    std::ofstream yml(dir + "/prometheus.yml");
+    yml << "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        << "scrape_configs:\n  - job_name: kvtierd\n    static_configs:\n"
+        << "      - targets: ['127.0.0.1:" << metrics_port << "']\n";
+  }
+  testing::ChildProcess prometheus(
+      {kPrometheus, "--config.file=" + dir + "/prometheus.yml",
+       "--storage.tsdb.path=" + dir + "/prom", "--web.listen-address=127.0.0.1:" +
+                                                   std::to_string(prom_port)},
+      {}, dir + "/prometheus.log");
+
+  // Polls Prometheus (an outside process: nothing to wait on but its API)
+  // until it has scraped the daemon, within a bound.
+  const std::string query =
+      "/api/v1/query?query=kvtier_put_blocks_total%7Bjob%3D%22kvtierd%22%7D";
+  std::string value, last;
+  const absl::Time deadline = absl::Now() + absl::Seconds(90);
+  while (absl::Now() < deadline) {
+    const testing::HttpResponse r = testing::HttpGet(prom_port, query);
+    last = r.body;
+    value = QueryValue(r.body);
+    if (!value.empty()) break;
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+  ASSERT_EQ(value, "5") << "last answer: " << last << "\nprometheus log:\n"
+                        << testing::ReadFile(dir + "/prometheus.log");
+
+  // Errors by RPC and code, and a gauge read at scrape time.
+  const testing::HttpResponse errors = testing::HttpGet(
+      prom_port,
+      "/api/v1/query?query=kvtier_rpc_total%7Bmethod%3D%22kvtier.v1.KvTier%2FPutBlocks%22%2C"
+      "code%3D%22INVALID_ARGUMENT%22%7D");
+  EXPECT_EQ(QueryValue(errors.body), "1") << errors.body;
+  const testing::HttpResponse blocks =
+      testing::HttpGet(prom_port, "/api/v1/query?query=kvtier_blocks");
+  EXPECT_EQ(QueryValue(blocks.body), "5") << blocks.body;
+  const testing::HttpResponse up = testing::HttpGet(prom_port, "/api/v1/query?query=up");
+  EXPECT_EQ(QueryValue(up.body), "1") << up.body;
+
+  prometheus.Signal(SIGTERM);
+  EXPECT_TRUE(prometheus.Wait(std::chrono::seconds(30)).has_value());
+  client->reset();
+  server->reset();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvtier
