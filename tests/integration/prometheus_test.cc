@@ -6,13 +6,21 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "bench/quality/json.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "daemon/config.h"
@@ -53,6 +61,96 @@ std::string QueryValue(const std::string& json) {
   const size_t close = json.find('"', open + 1);
   if (open == std::string::npos || close == std::string::npos) return "";
   return json.substr(open + 1, close - open - 1);
+}
+
+std::string UrlEncode(const std::string& s) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+// The metric families a /metrics page declares ("# TYPE name type").
+std::vector<std::string> Families(const std::string& page) {
+  std::vector<std::string> names;
+  size_t at = 0;
+  while ((at = page.find("# TYPE ", at)) != std::string::npos) {
+    at += 7;
+    names.push_back(page.substr(at, page.find(' ', at) - at));
+  }
+  return names;
+}
+
+// Checks deploy/grafana/kvtier.json: its structure, that every metric its
+// queries name is one the daemon exports (page = a /metrics scrape), and
+// that Prometheus accepts every query.
+void CheckDashboard(const std::string& page, int prom_port) {
+  const std::string text = testing::ReadFile(KVTIER_SOURCE_DIR "/deploy/grafana/kvtier.json");
+  auto json = quality::ParseJson(text);
+  ASSERT_TRUE(json.ok()) << json.status();
+  ASSERT_NE(json->Find("title"), nullptr);
+  ASSERT_NE(json->Find("uid"), nullptr);
+  EXPECT_FALSE(json->Find("uid")->string.empty());
+  const quality::JsonValue* panels = json->Find("panels");
+  ASSERT_NE(panels, nullptr);
+  ASSERT_GE(panels->array.size(), 8u);
+  const std::vector<std::string> families = Families(page);
+  std::set<int64_t> ids;
+  int queries = 0;
+  for (const quality::JsonValue& panel : panels->array) {
+    const quality::JsonValue* title = panel.Find("title");
+    ASSERT_NE(title, nullptr);
+    SCOPED_TRACE(title->string);
+    EXPECT_TRUE(ids.insert(panel.Find("id")->integer).second) << "duplicate panel id";
+    const quality::JsonValue* grid = panel.Find("gridPos");
+    ASSERT_NE(grid, nullptr);
+    EXPECT_GT(grid->Find("w")->integer, 0);
+    EXPECT_GT(grid->Find("h")->integer, 0);
+    EXPECT_LE(grid->Find("x")->integer + grid->Find("w")->integer, 24);
+    const quality::JsonValue* targets = panel.Find("targets");
+    ASSERT_NE(targets, nullptr);
+    ASSERT_FALSE(targets->array.empty());
+    for (const quality::JsonValue& target : targets->array) {
+      const std::string expr = target.Find("expr")->string;
+      // Every kvtier_ name is an exported family (histograms by their base name).
+      for (size_t at = expr.find("kvtier_"); at != std::string::npos;
+           at = expr.find("kvtier_", at + 1)) {
+        size_t end = at;
+        while (end < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[end])) ||
+                                     expr[end] == '_')) {
+          ++end;
+        }
+        std::string name = expr.substr(at, end - at);
+        for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+          const std::string base = name.substr(0, name.size() - std::strlen(suffix));
+          if (name.size() > std::strlen(suffix) && absl::EndsWith(name, suffix) &&
+              std::find(families.begin(), families.end(), base) != families.end()) {
+            name = base;
+          }
+        }
+        EXPECT_NE(std::find(families.begin(), families.end(), name), families.end())
+            << name << " is not exported by kvtierd";
+        at = end;
+      }
+      // Prometheus parses and runs it (Grafana's variables filled in).
+      const std::string q = absl::StrReplaceAll(
+          expr, {{"$instance", ".*"}, {"$__rate_interval", "1m"}});
+      const testing::HttpResponse r =
+          testing::HttpGet(prom_port, "/api/v1/query?query=" + UrlEncode(q));
+      EXPECT_EQ(r.status, 200) << q << "\n" << r.body;
+      EXPECT_THAT(r.body, HasSubstr("\"status\":\"success\"")) << q;
+      ++queries;
+    }
+  }
+  EXPECT_GE(queries, 10);
 }
 
 TEST(PrometheusTest, ScrapesKvtierdAndReadsCountersBack) {
@@ -143,6 +241,10 @@ TEST(PrometheusTest, ScrapesKvtierdAndReadsCountersBack) {
   EXPECT_EQ(QueryValue(blocks.body), "5") << blocks.body;
   const testing::HttpResponse up = testing::HttpGet(prom_port, "/api/v1/query?query=up");
   EXPECT_EQ(QueryValue(up.body), "1") << up.body;
+
+  // The shipped Grafana dashboard queries what is exported, and Prometheus
+  // accepts every one of its queries.
+  CheckDashboard(testing::HttpGet(metrics_port, "/metrics").body, prom_port);
 
   prometheus.Signal(SIGTERM);
   EXPECT_TRUE(prometheus.Wait(std::chrono::seconds(30)).has_value());
