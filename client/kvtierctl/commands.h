@@ -21,6 +21,7 @@ struct LsOptions {
   uint64_t profile_id = 0;  // 0 = all
   uint32_t limit = 0;       // blocks to list individually; 0 = counts only
   bool quarantined = false; // list quarantined blocks instead (every one)
+  std::string tier;         // "" = all; device, host or nvme
 };
 
 // Blocks per (profile, tier), optionally the first `limit` blocks.
@@ -34,6 +35,22 @@ int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id,
 // Demotes every block to NVMe, with a progress bar on err.
 int RunDrain(Client& client, const GlobalOptions& options, bool is_terminal, std::ostream& out,
              std::ostream& err);
+
+// Open contexts, busiest first (most pinned blocks, then most recently
+// stepped); context ids in hex in the table.
+int RunContexts(Client& client, const GlobalOptions& options, std::ostream& out,
+                std::ostream& err);
+
+struct TopOptions {
+  uint32_t interval_ms = 2000;  // between refreshes
+  uint32_t iterations = 0;      // refreshes before exiting; 0 = until interrupted
+  uint32_t limit = 20;          // busiest contexts shown
+};
+// Live view: tiers and the busiest contexts, refreshed every interval
+// (the screen is cleared between refreshes on a terminal). With --json, one
+// JSON object per refresh and line: {"refresh":N,"stats":...,"contexts":[...]}.
+int RunTop(Client& client, const GlobalOptions& options, const TopOptions& top, bool is_terminal,
+           std::ostream& out, std::ostream& err);
 
 // Prints version, uptime, each tier (capacity, use) and the configuration.
 int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out,

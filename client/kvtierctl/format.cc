@@ -87,10 +87,13 @@ const char* TierLabel(v1::Tier tier) {
   }
 }
 
-int PrintJson(const google::protobuf::Message& message, std::ostream& out, std::ostream& err) {
+namespace {
+
+int PrintJsonWith(const google::protobuf::Message& message, bool pretty, std::ostream& out,
+                  std::ostream& err) {
   std::string json;
   google::protobuf::util::JsonPrintOptions print;
-  print.add_whitespace = true;
+  print.add_whitespace = pretty;
   print.always_print_primitive_fields = true;
   print.preserve_proto_field_names = true;
   auto st = google::protobuf::util::MessageToJsonString(message, &json, print);
@@ -107,6 +110,17 @@ int PrintJson(const google::protobuf::Message& message, std::ostream& out, std::
   }
   out << json;
   return 0;
+}
+
+}  // namespace
+
+int PrintJson(const google::protobuf::Message& message, std::ostream& out, std::ostream& err) {
+  return PrintJsonWith(message, /*pretty=*/true, out, err);
+}
+
+int PrintJsonCompact(const google::protobuf::Message& message, std::ostream& out,
+                     std::ostream& err) {
+  return PrintJsonWith(message, /*pretty=*/false, out, err);
 }
 
 }  // namespace kvtier::ctl

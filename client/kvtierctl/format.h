@@ -25,6 +25,9 @@ const char* TierLabel(v1::Tier tier);
 // Block ids (fields block_id, block_ids, *_block_ids) are written in hex,
 // like every table of the CLI, not in protobuf's base64.
 int PrintJson(const google::protobuf::Message& message, std::ostream& out, std::ostream& err);
+// The same on one line (for newline-delimited streams such as `top --json`).
+int PrintJsonCompact(const google::protobuf::Message& message, std::ostream& out,
+                     std::ostream& err);
 
 }  // namespace kvtier::ctl
 

@@ -51,7 +51,34 @@ int main(int argc, char** argv) {
   ls->add_option("--limit", ls_options.limit, "Also list up to N blocks individually");
   ls->add_flag("--quarantined", ls_options.quarantined,
                "List quarantined blocks (whoever found them) instead; with no --limit, all");
+  ls->add_option("--tier", ls_options.tier,
+                 "Only blocks whose fastest copy is in this tier: device, host or nvme");
   ls->add_flag("--json", options.json, "Machine-readable JSON output");
+  ls->footer(
+      "Examples:\n"
+      "  kvtierctl ls                          blocks and bytes per profile and tier\n"
+      "  kvtierctl ls --tier nvme --limit 20   the first 20 blocks on NVMe (ids in hex)\n"
+      "  kvtierctl ls --quarantined --json     every quarantined block, as JSON");
+  CLI::App* contexts = app.add_subcommand("contexts", "Open contexts, busiest first");
+  contexts->add_flag("--json", options.json, "Machine-readable JSON output");
+  contexts->footer(
+      "Columns: context id (hex), tenant, profile, blocks, blocks pinned by its\n"
+      "current lease, its last Select step, time since it was last used.\n"
+      "Example:\n"
+      "  kvtierctl contexts --json");
+  kvtier::ctl::TopOptions top_options;
+  CLI::App* top = app.add_subcommand("top", "Live view of the tiers and the busiest contexts");
+  top->add_option("--interval-ms", top_options.interval_ms, "Time between refreshes")
+      ->check(CLI::Range(10u, 3600000u));
+  top->add_option("--iterations", top_options.iterations,
+                  "Refreshes before exiting (default: until interrupted)");
+  top->add_option("--limit", top_options.limit, "Contexts shown")->check(CLI::Range(1u, 100000u));
+  top->add_flag("--json", options.json, "One JSON object per refresh and line");
+  top->footer(
+      "Examples:\n"
+      "  kvtierctl top                              refresh every 2 s until Ctrl-C\n"
+      "  kvtierctl top --iterations 1 --limit 5     one snapshot of the 5 busiest\n"
+      "  kvtierctl top --json --interval-ms 1000    newline-delimited JSON for scripts");
   uint64_t verify_profile = 0;
   CLI::App* verify = app.add_subcommand(
       "verify", "Re-read and checksum every copy of every block; list every quarantined block");
@@ -128,6 +155,13 @@ int main(int argc, char** argv) {
   const bool tty = isatty(STDERR_FILENO) != 0;
   if (status->parsed()) return kvtier::ctl::RunStatus(**client, options, std::cout, std::cerr);
   if (ls->parsed()) return kvtier::ctl::RunLs(**client, options, ls_options, std::cout, std::cerr);
+  if (contexts->parsed()) {
+    return kvtier::ctl::RunContexts(**client, options, std::cout, std::cerr);
+  }
+  if (top->parsed()) {
+    return kvtier::ctl::RunTop(**client, options, top_options, isatty(STDOUT_FILENO) != 0,
+                               std::cout, std::cerr);
+  }
   if (verify->parsed()) {
     return kvtier::ctl::RunVerify(**client, options, verify_profile, tty, std::cout, std::cerr);
   }

@@ -38,6 +38,17 @@ int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std
   v1::ListBlocksRequest req;
   req.set_profile_id(ls.profile_id);
   req.set_quarantined(ls.quarantined);
+  if (!ls.tier.empty()) {
+    const v1::Tier tier = ls.tier == "device" ? v1::TIER_DEVICE
+                          : ls.tier == "host" ? v1::TIER_HOST
+                          : ls.tier == "nvme" ? v1::TIER_NVME
+                                              : v1::TIER_UNSPECIFIED;
+    if (tier == v1::TIER_UNSPECIFIED) {
+      err << "kvtierctl: --tier: \"" << ls.tier << "\" is not device, host or nvme\n";
+      return 2;
+    }
+    req.set_tier(tier);
+  }
   req.set_limit(ls.quarantined && ls.limit == 0 ? UINT32_MAX : ls.limit);
   v1::ListBlocksResponse resp;
   grpc::Status st = client.admin_stub()->ListBlocks(&ctx, req, &resp);

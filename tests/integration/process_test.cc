@@ -3,9 +3,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include <grpcpp/grpcpp.h>
 
 #include "client/client.h"
 #include "gmock/gmock.h"
@@ -16,6 +20,7 @@ namespace kvtier {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::ChildProcess;
 using testing::NotifySocket;
 using testing::RunCommand;
@@ -170,7 +175,94 @@ TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
   EXPECT_THAT(testing::ReadFile(dir_ + "/log"),
               HasSubstr("quarantined nvme copy of block 626c6b32"));
   daemon->Signal(SIGTERM);
-  EXPECT_EQ(daemon->Wait(std::chrono::seconds(5)), std::optional<int>(0));
+  // With a client connection still open, shutdown takes up to the grace
+  // (server.shutdown_grace_ms, 5 s): gRPC waits for the connection to go.
+  EXPECT_EQ(daemon->Wait(std::chrono::seconds(30)), std::optional<int>(0));
+}
+
+TEST_F(ProcessTest, ContextsTopAndTierFilters) {
+  auto daemon = StartDaemon();
+  auto client = Client::Connect(socket_);
+  ASSERT_TRUE(client.ok());
+  v1::ModelProfile profile;
+  profile.set_name("ctl-ctx");
+  profile.set_num_layers(1);
+  profile.set_num_kv_heads(1);
+  profile.set_head_dim(64);
+  profile.set_block_size_tokens(32);
+  profile.set_dtype(v1::DTYPE_FP16);  // 8 KiB blocks
+  auto registered = (*client)->RegisterProfile(profile);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  v1::PutBlocksRequest put;
+  put.set_profile_id(registered->profile_id());
+  put.set_durable(true);
+  for (int i = 0; i < 3; ++i) {
+    auto* b = put.add_blocks();
+    b->set_block_id("ctx" + std::to_string(i));
+    std::string bytes(8192, '\0');
+    for (size_t k = 0; k < bytes.size(); k += 2) bytes[k] = static_cast<char>(k * 7 + i);
+    b->set_data(bytes);
+  }
+  ASSERT_TRUE((*client)->PutBlocks({put}).ok());
+
+  auto none = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "contexts"});
+  EXPECT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_THAT(none.out, HasSubstr("(no open contexts)"));
+
+  v1::OpenContextRequest open;
+  open.set_profile_id(registered->profile_id());
+  v1::Segment* segment = open.add_segments();
+  for (int i = 0; i < 3; ++i) segment->add_block_ids("ctx" + std::to_string(i));
+  v1::OpenContextResponse opened;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE((*client)->kvtier_stub()->OpenContext(&ctx, open, &opened).ok());
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(opened.context_id()));
+
+  auto table = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "contexts"});
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("CONTEXT"));
+  EXPECT_THAT(table.out, HasSubstr(hex));  // ids in hex
+  auto json = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "contexts", "--json"});
+  EXPECT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_THAT(json.out, HasSubstr("\"num_blocks\": 3"));
+  EXPECT_THAT(json.out, HasSubstr("\"context_id\": \"" + std::to_string(opened.context_id())));
+
+  // top: a bounded number of refreshes; --json gives one object per line.
+  auto top = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "top", "--iterations", "2",
+                         "--interval-ms", "10", "--json"});
+  EXPECT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_EQ(std::count(top.out.begin(), top.out.end(), '\n'), 2) << top.out;
+  EXPECT_THAT(top.out, HasSubstr("{\"refresh\":0,\"stats\":{"));
+  EXPECT_THAT(top.out, HasSubstr("{\"refresh\":1,"));
+  EXPECT_THAT(top.out, HasSubstr("\"num_blocks\":3"));
+  auto top_text = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "top", "--iterations", "1"});
+  EXPECT_EQ(top_text.exit_code, 0) << top_text.err;
+  EXPECT_THAT(top_text.out, HasSubstr("TIER"));
+  EXPECT_THAT(top_text.out, HasSubstr(hex));
+
+  // ls --tier: only that tier's rows; a bad tier is a usage error.
+  // (A block is listed under the tier of its fastest copy.)
+  auto host = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--tier", "host"});
+  EXPECT_EQ(host.exit_code, 0) << host.err;
+  EXPECT_THAT(host.out, HasSubstr("24 KiB"));
+  auto device = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--tier", "device"});
+  EXPECT_EQ(device.exit_code, 0) << device.err;
+  EXPECT_THAT(device.out, HasSubstr("(no blocks)"));
+  EXPECT_THAT(device.out, Not(HasSubstr("host")));
+  auto bad = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--tier", "tape"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--tier"));
+  // Every command has --help with examples.
+  for (const char* cmd : {"ls", "contexts", "top"}) {
+    auto help = RunCommand({KVTIERCTL_PATH, cmd, "--help"});
+    EXPECT_EQ(help.exit_code, 0) << cmd;
+    EXPECT_THAT(help.out, HasSubstr("Example")) << cmd;
+  }
+  client->reset();
+  daemon->Signal(SIGTERM);
+  // Up to the 5 s grace with a connection open (see LsAndVerify...).
+  EXPECT_EQ(daemon->Wait(std::chrono::seconds(30)), std::optional<int>(0));
 }
 
 TEST_F(ProcessTest, SigintAlsoStops) {
