@@ -94,11 +94,25 @@ void CollectRuntime(Runtime* rt, Writer& w) {
             static_cast<double>(t.pinned_bytes));
     w.Gauge("kvtier_tier_blocks", "Block copies in each tier", tier,
             static_cast<double>(t.blocks));
+    const int i = static_cast<int>(t.tier);
+    w.Counter("kvtier_reads_total",
+              "Block reads (Get, handles for Select and GetBlocks) by the fastest tier that "
+              "held the block when asked",
+              tier, static_cast<double>(s.reads_from[i]));
+    if (t.tier != TierId::kNvme) {
+      w.Counter("kvtier_promotions_total",
+                "Copies made into a tier from a slower one (host: from NVMe; device: from host)",
+                tier, static_cast<double>(s.promotions[i]));
+    }
     w.Counter("kvtier_checksum_failures_total",
               "Checksum mismatches found, by the tier of the bad copy", tier,
               static_cast<double>(s.checksum_failures[static_cast<int>(t.tier)]));
   }
   w.Gauge("kvtier_blocks", "Blocks stored", {}, static_cast<double>(s.blocks));
+  w.Counter("kvtier_read_misses_total", "Block reads of blocks not stored (or quarantined)", {},
+            static_cast<double>(s.read_misses));
+  w.Counter("kvtier_demotions_total", "Last copies moved from host memory to NVMe to make room",
+            {}, static_cast<double>(s.demotions));
   w.Gauge("kvtier_quarantined_blocks", "Blocks quarantined after a checksum mismatch", {},
           static_cast<double>(s.quarantined_blocks));
   w.Counter("kvtier_evicted_blocks_total", "Blocks given up by the cache (not deletes)", {},

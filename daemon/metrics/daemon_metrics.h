@@ -3,6 +3,8 @@
 // Read at scrape time from the runtime (gauges and totals kept elsewhere):
 //   kvtier_tier_capacity_bytes{tier}, kvtier_tier_used_bytes{tier},
 //   kvtier_tier_pinned_bytes{tier}, kvtier_tier_blocks{tier}
+//   kvtier_reads_total{tier}, kvtier_read_misses_total,
+//   kvtier_promotions_total{tier}, kvtier_demotions_total,
 //   kvtier_blocks, kvtier_quarantined_blocks, kvtier_evicted_blocks_total,
 //   kvtier_checksum_failures_total{tier}, kvtier_retained_bytes,
 //   kvtier_leases_active, kvtier_staging_slots_reserved,
@@ -18,8 +20,7 @@
 //   kvtier_select_contexts_total               contexts selected
 //   kvtier_put_bytes_total, kvtier_put_blocks_total   blocks newly stored
 //   kvtier_get_bytes_total                     bytes returned by GetBlocks
-// Planned (not exported yet): per-tier hits/misses, promotions and
-// demotions, stability churn, per-tenant labels.
+// Planned (not exported yet): stability churn, per-tenant labels.
 //
 // Thread safety: all methods are thread-safe.
 #ifndef KVTIER_DAEMON_METRICS_DAEMON_METRICS_H_

@@ -236,6 +236,16 @@ struct BlockStoreStats {
   // Checksum mismatches found, by the tier of the bad copy (TierId order).
   uint64_t checksum_failures[kNumTiers] = {0, 0, 0};
   uint64_t evicted_blocks = 0;   // blocks given up by the cache (not deletes)
+  // Reads (Get, AcquireHandles) by the fastest tier that held the block
+  // when it was asked for (TierId order); a read of a block not stored is a
+  // miss.
+  uint64_t reads_from[kNumTiers] = {0, 0, 0};
+  uint64_t read_misses = 0;
+  // Copies made into a tier from a slower one: device (host -> arena, for
+  // handles) and host (NVMe -> host, for reads, handles and prefetch).
+  uint64_t promotions[kNumTiers] = {0, 0, 0};
+  // Last copies moved from the host tier to NVMe to make room.
+  uint64_t demotions = 0;
   uint64_t retained_bytes = 0;   // all tenants
   uint64_t staging_slots = 0;
   // In-memory metadata per block (entry + index overhead), bytes.

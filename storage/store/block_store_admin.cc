@@ -62,6 +62,12 @@ BlockStoreStats BlockStoreImpl::Stats() {
   stats.quarantined_blocks = quarantined_;
   for (int t = 0; t < kNumTiers; ++t) stats.checksum_failures[t] = checksum_failures_[t];
   stats.evicted_blocks = evicted_blocks_;
+  for (int t = 0; t < kNumTiers; ++t) {
+    stats.reads_from[t] = reads_from_[t];
+    stats.promotions[t] = promotions_[t];
+  }
+  stats.read_misses = read_misses_;
+  stats.demotions = demotions_;
   stats.retained_bytes = retained_bytes_;
   stats.staging_slots = staging_slots_.size();
   // Estimate: Entry, the map slot (key inline + pointer, at ~80% load),

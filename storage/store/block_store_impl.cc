@@ -774,6 +774,7 @@ bool BlockStoreImpl::FreeOneHostCopyLocked(const std::function<bool(const Entry&
     // Now on NVMe: the host copy goes unless someone started using it.
     if (victim->busy == 0 && victim->host && victim->Copies() > 1) {
       DropCopyLocked(victim, TierId::kHost);
+      ++demotions_;
     }
     return true;
   }
@@ -927,6 +928,7 @@ absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e) {
   }
   e->host = *slot;
   AddCopyLocked(e, TierId::kHost);
+  if (!e->device) ++promotions_[static_cast<int>(TierId::kHost)];  // from NVMe
   return absl::OkStatus();
 }
 
@@ -1252,10 +1254,20 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
   return PutPrivate(key, absl::MakeConstSpan(copy, n), checksum, durable, expected_xxh3, retain);
 }
 
+void BlockStoreImpl::CountReadLocked(const Entry* e) {
+  std::optional<TierId> fastest = e != nullptr ? e->Fastest() : std::nullopt;
+  if (e == nullptr || e->quarantined || !fastest) {
+    ++read_misses_;
+  } else {
+    ++reads_from_[static_cast<int>(*fastest)];
+  }
+}
+
 absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* from) {
   KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
   absl::MutexLock lock(&mu_);
   Entry* e = FindReadyLocked(key);
+  CountReadLocked(e);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat(Describe(key), " is not stored"));
   if (e->quarantined) return QuarantinedError(key, "failed its checksum and is quarantined");
   e->last_access_micros = env_->NowMicros();

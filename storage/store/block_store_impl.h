@@ -276,6 +276,12 @@ class BlockStoreImpl final : public BlockStore {
   uint64_t quarantined_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t checksum_failures_[kNumTiers] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
   uint64_t evicted_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reads_from_[kNumTiers] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
+  uint64_t read_misses_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t promotions_[kNumTiers] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
+  uint64_t demotions_ ABSL_GUARDED_BY(mu_) = 0;
+  // Counts a read of e (nullptr: not stored) by its fastest tier.
+  void CountReadLocked(const Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t retained_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t summary_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // capacity of every summary
   // NVMe extents of evicted blocks, in eviction order (tickets never

@@ -62,6 +62,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
       continue;
     }
     Entry* e = FindReadyLocked(key);
+    CountReadLocked(e);
     if (e == nullptr) {
       handles->push_back(absl::NotFoundError(absl::StrCat(Describe(key), " is not stored")));
       continue;
@@ -118,6 +119,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
         } else if (st.ok()) {
           e->device = *slot;
           AddCopyLocked(e, TierId::kDevice);
+          ++promotions_[static_cast<int>(TierId::kDevice)];
         } else {
           space->device_alloc->Free(slot->offset, slot->size_bytes);
         }

@@ -194,6 +194,41 @@ TEST_F(BlockStoreTest, ConcurrentPutsOfOneTenantStayWithinItsQuotas) {
   EXPECT_LE(u.nvme_bytes, limits.nvme_bytes);
 }
 
+// The read, promotion and demotion counters the metrics endpoint exports.
+TEST_F(BlockStoreTest, ReadsPromotionsAndDemotionsAreCounted) {
+  ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
+  std::string out;
+  TierId from;
+  ASSERT_TRUE(store_->Get(Key(0), &out, &from).ok());  // from host
+  EXPECT_FALSE(store_->Get(Key(99), &out, &from).ok());  // a miss
+  std::vector<absl::StatusOr<DeviceHandle>> handles;
+  auto lease = store_->AcquireHandles("default", {Key(0)}, 0, &handles);  // host -> device
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  handles.clear();
+  auto again = store_->AcquireHandles("default", {Key(0)}, 0, &handles);  // device hit
+  ASSERT_TRUE(again.ok()) << again.status();
+  BlockStoreStats s = store_->Stats();
+  EXPECT_EQ(s.reads_from[static_cast<int>(TierId::kHost)], 2u);
+  EXPECT_EQ(s.reads_from[static_cast<int>(TierId::kDevice)], 1u);
+  EXPECT_EQ(s.read_misses, 1u);
+  EXPECT_EQ(s.promotions[static_cast<int>(TierId::kDevice)], 1u);
+  EXPECT_EQ(s.demotions, 0u);
+  // Twice the host tier: the oldest last copies move to NVMe.
+  const uint64_t host_slots = options_.host_capacity_bytes / kBlockBytes;
+  for (uint64_t n = 1; n <= 2 * host_slots; ++n) {
+    ASSERT_TRUE(store_->Put(Key(n), Payload(n), false).ok()) << n;
+  }
+  s = store_->Stats();
+  EXPECT_GE(s.demotions, host_slots - 1);
+  // A read of a demoted block is an NVMe read that promotes it to host.
+  ASSERT_EQ(store_->Lookup(Key(1)).tier, TierId::kNvme);
+  ASSERT_TRUE(store_->Get(Key(1), &out, &from).ok());
+  const BlockStoreStats after = store_->Stats();
+  EXPECT_EQ(after.reads_from[static_cast<int>(TierId::kNvme)], 1u);
+  EXPECT_EQ(after.promotions[static_cast<int>(TierId::kHost)], 1u);
+  ExpectReadable(1);
+}
+
 TEST_F(BlockStoreTest, PinnedBlocksAreNotEvicted) {
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
   std::vector<absl::StatusOr<DeviceHandle>> handles;
