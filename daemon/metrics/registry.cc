@@ -17,13 +17,17 @@ std::string FormatValue(double v) {
   return absl::StrFormat("%.9g", v);
 }
 
-std::string EscapeHelp(const std::string& help) {
+// Backslash and newline escaped; quotes too in label values (not in HELP).
+std::string Escape(const std::string& v, bool quotes) {
   std::string out;
-  for (char c : help) {
+  out.reserve(v.size());
+  for (char c : v) {
     if (c == '\\') {
       out += "\\\\";
     } else if (c == '\n') {
       out += "\\n";
+    } else if (quotes && c == '"') {
+      out += "\\\"";
     } else {
       out += c;
     }
@@ -49,8 +53,8 @@ Labels Zip(const std::vector<std::string>& names, const std::vector<std::string>
 
 void AppendHeader(const std::string& name, const std::string& help, const char* type,
                   std::string* out) {
-  absl::StrAppend(out, "# HELP ", name, " ", EscapeHelp(help), "\n# TYPE ", name, " ", type,
-                  "\n");
+  absl::StrAppend(out, "# HELP ", name, " ", Escape(help, /*quotes=*/false), "\n# TYPE ", name,
+                  " ", type, "\n");
 }
 
 }  // namespace
@@ -77,22 +81,7 @@ bool ValidLabelName(const std::string& name) {
   return true;
 }
 
-std::string EscapeLabelValue(const std::string& v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+std::string EscapeLabelValue(const std::string& v) { return Escape(v, /*quotes=*/true); }
 
 std::vector<double> LatencyBuckets() {
   std::vector<double> b;

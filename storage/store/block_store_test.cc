@@ -24,6 +24,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Writes data into a staging slot through the staging file, as a client
+// that mapped it would.
+void WriteStaging(BlockStore& store, const StagingSlot& slot, const std::vector<uint8_t>& data) {
+  std::fstream f(*store.StagingPath("default"), std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good());
+  f.seekp(slot.offset_bytes);
+  f.write(reinterpret_cast<const char*>(data.data()), data.size());
+}
+
 TEST_F(BlockStoreTest, PutGetLookupRoundTrip) {
   auto outcome = store_->Put(Key(1), Payload(1), /*durable=*/false);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
@@ -335,13 +344,7 @@ TEST_F(BlockStoreTest, StagingSlotsPutWithoutGrpcCopies) {
   ASSERT_TRUE(slots.ok()) << slots.status();
   ASSERT_EQ(slots->size(), 2u);
   // A client maps the staging file and writes into its slot.
-  {
-    std::fstream f(*store_->StagingPath("default"), std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(f.good());
-    auto data = Payload(9);
-    f.seekp((*slots)[0].offset_bytes);
-    f.write(reinterpret_cast<const char*>(data.data()), data.size());
-  }
+  WriteStaging(*store_, (*slots)[0], Payload(9));
   auto outcome = store_->PutFromStaging(Key(9), (*slots)[0], false);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   ExpectReadable(9);
@@ -385,12 +388,7 @@ TEST_F(BlockStoreTest, FailedPutsOfNewBlocksLeaveNoHostSpaceBehind) {
     } else {
       auto slots = store_->ReserveStaging("default", profile_id_, 1, 0);
       ASSERT_TRUE(slots.ok()) << slots.status();
-      {
-        std::fstream f(*store_->StagingPath("default"),
-                       std::ios::in | std::ios::out | std::ios::binary);
-        f.seekp((*slots)[0].offset_bytes);
-        f.write(reinterpret_cast<const char*>(data.data()), data.size());
-      }
+      WriteStaging(*store_, (*slots)[0], data);
       auto bad = store_->PutFromStaging(Key(n), (*slots)[0], false, wrong);
       ASSERT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
       EXPECT_THAT(bad.status().message(), HasSubstr("xxh3"));
@@ -426,11 +424,7 @@ TEST_F(BlockStoreTest, StagedPutOfAStoredBlockIsComparedNotStoredTwice) {
   auto stage = [&](const std::vector<uint8_t>& data) {
     auto slots = store_->ReserveStaging("default", profile_id_, 1, 0);
     EXPECT_TRUE(slots.ok()) << slots.status();
-    std::fstream f(*store_->StagingPath("default"),
-                   std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp((*slots)[0].offset_bytes);
-    f.write(reinterpret_cast<const char*>(data.data()), data.size());
-    f.flush();
+    WriteStaging(*store_, (*slots)[0], data);
     return (*slots)[0];
   };
   auto again = store_->PutFromStaging(Key(7), stage(Payload(7)), false);

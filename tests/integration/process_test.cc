@@ -21,6 +21,18 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
+
+// One layer, one KV head, 64 dims, 32 tokens, fp16: 8 KiB blocks.
+v1::ModelProfile EightKiBProfile(const std::string& name) {
+  v1::ModelProfile profile;
+  profile.set_name(name);
+  profile.set_num_layers(1);
+  profile.set_num_kv_heads(1);
+  profile.set_head_dim(64);
+  profile.set_block_size_tokens(32);
+  profile.set_dtype(v1::DTYPE_FP16);
+  return profile;
+}
 using testing::ChildProcess;
 using testing::NotifySocket;
 using testing::RunCommand;
@@ -110,14 +122,7 @@ TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
   auto daemon = StartDaemon();
   auto client = Client::Connect(socket_);
   ASSERT_TRUE(client.ok());
-  v1::ModelProfile profile;
-  profile.set_name("ctl");
-  profile.set_num_layers(1);
-  profile.set_num_kv_heads(1);
-  profile.set_head_dim(64);
-  profile.set_block_size_tokens(32);
-  profile.set_dtype(v1::DTYPE_FP16);  // 8 KiB blocks
-  auto registered = (*client)->RegisterProfile(profile);
+  auto registered = (*client)->RegisterProfile(EightKiBProfile("ctl"));
   ASSERT_TRUE(registered.ok()) << registered.status();
   v1::PutBlocksRequest put;
   put.set_profile_id(registered->profile_id());
@@ -184,14 +189,7 @@ TEST_F(ProcessTest, ContextsTopAndTierFilters) {
   auto daemon = StartDaemon();
   auto client = Client::Connect(socket_);
   ASSERT_TRUE(client.ok());
-  v1::ModelProfile profile;
-  profile.set_name("ctl-ctx");
-  profile.set_num_layers(1);
-  profile.set_num_kv_heads(1);
-  profile.set_head_dim(64);
-  profile.set_block_size_tokens(32);
-  profile.set_dtype(v1::DTYPE_FP16);  // 8 KiB blocks
-  auto registered = (*client)->RegisterProfile(profile);
+  auto registered = (*client)->RegisterProfile(EightKiBProfile("ctl-ctx"));
   ASSERT_TRUE(registered.ok()) << registered.status();
   v1::PutBlocksRequest put;
   put.set_profile_id(registered->profile_id());

@@ -51,16 +51,17 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
-// The value of a one-sample instant vector in a /api/v1/query answer, or ""
-// ("value":[<time>,"<v>"]).
+// The value of the first sample of an instant-vector /api/v1/query answer
+// ({"data":{"result":[{"value":[<time>,"<v>"]}]}}), or "" when it has none.
 std::string QueryValue(const std::string& json) {
-  const std::string key = "\"value\":[";
-  const size_t at = json.find(key);
-  if (at == std::string::npos) return "";
-  const size_t open = json.find('"', json.find(',', at));
-  const size_t close = json.find('"', open + 1);
-  if (open == std::string::npos || close == std::string::npos) return "";
-  return json.substr(open + 1, close - open - 1);
+  auto answer = quality::ParseJson(json);
+  if (!answer.ok()) return "";
+  const quality::JsonValue* data = answer->Find("data");
+  const quality::JsonValue* result = data != nullptr ? data->Find("result") : nullptr;
+  if (result == nullptr || result->array.empty()) return "";
+  const quality::JsonValue* value = result->array[0].Find("value");
+  if (value == nullptr || value->array.size() != 2) return "";
+  return value->array[1].string;
 }
 
 std::string UrlEncode(const std::string& s) {
