@@ -1,0 +1,251 @@
+// RedisCluster against scripted fake nodes: the protocol paths a real
+// cluster rarely shows on cue (TRYAGAIN, redirect loops, stalls, closed
+// connections, AUTH, unknown endpoints).
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "storage/remote/redis/redis_cluster.h"
+#include "storage/remote/redis/scripted_node.h"
+
+namespace kvtier::remote {
+namespace {
+
+using Argv = std::vector<std::string>;
+using Clock = std::chrono::steady_clock;
+
+std::unique_ptr<RedisCluster> Connect(const std::string& seed, RedisClusterOptions options = {}) {
+  options.seeds = {seed};
+  auto cluster = RedisCluster::Create(options);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  return cluster.ok() ? std::move(*cluster) : nullptr;
+}
+
+absl::StatusOr<std::string> GetString(RedisCluster& cluster, std::string_view key) {
+  std::string value;
+  absl::StatusOr<bool> found =
+      cluster.Get(key, [&](std::string_view v) { value.assign(v.data(), v.size()); });
+  if (!found.ok()) return found.status();
+  if (!*found) return absl::NotFoundError("no such key");
+  return value;
+}
+
+bool Contains(const absl::Status& status, std::string_view text) {
+  return status.message().find(absl::string_view(text.data(), text.size())) !=
+         absl::string_view::npos;
+}
+
+// A node that owns every slot (announced with an empty endpoint: "the node
+// you asked") and answers GET through `get`.
+std::string OwnAllSlots(const Argv& argv, int port) { return ScriptedNode::AllSlotsTo("", port); }
+
+TEST(RedisClusterFakeTest, EmptyEndpointMeansTheNodeAsked) {
+  int port = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    return ScriptedNode::Bulk("v");
+  });
+  port = node.port();
+  auto cluster = Connect(node.address());
+  ASSERT_TRUE(cluster->RefreshSlotMap().ok());
+  EXPECT_EQ(cluster->Masters(), std::vector<std::string>{node.address()});
+  EXPECT_EQ(GetString(*cluster, "k").value_or("error"), "v");
+  EXPECT_EQ(cluster->stats().slot_map_refreshes, 1u);
+}
+
+TEST(RedisClusterFakeTest, TryAgainIsRetriedWithinTheRedirectBudget) {
+  int port = 0;
+  int gets = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    if (++gets <= 2) return "-TRYAGAIN Multiple keys request during rehashing of slot\r\n";
+    return ScriptedNode::Bulk("after-tryagain");
+  });
+  port = node.port();
+  auto cluster = Connect(node.address());
+  EXPECT_EQ(GetString(*cluster, "k").value_or("error"), "after-tryagain");
+  EXPECT_EQ(cluster->stats().try_again, 2u);
+  EXPECT_EQ(cluster->stats().errors, 0u);
+}
+
+TEST(RedisClusterFakeTest, RedirectLoopGivesUpAfterMaxRedirects) {
+  int port = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    // Always "it is somewhere else": that is, here again.
+    return "-MOVED " + std::to_string(RedisCluster::KeySlot(argv[1])) +
+           " 127.0.0.1:" + std::to_string(port) + "\r\n";
+  });
+  port = node.port();
+  RedisClusterOptions options;
+  options.max_redirects = 3;
+  auto cluster = Connect(node.address(), options);
+  const absl::Status status = GetString(*cluster, "loop").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_TRUE(Contains(status, "max_redirects 3")) << status;
+  EXPECT_EQ(cluster->stats().moved, 4u);  // one per hop: 1 + max_redirects
+}
+
+TEST(RedisClusterFakeTest, MovedToUnknownEndpointUsesTheRepliersHost) {
+  int port_b = 0;
+  ScriptedNode b([&](const Argv& argv) -> std::string {
+    return argv[0] == "GET" ? ScriptedNode::Bulk("from-b") : "-ERR unexpected\r\n";
+  });
+  port_b = b.port();
+  int port_a = 0;
+  ScriptedNode a([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port_a);
+    return "-MOVED " + std::to_string(RedisCluster::KeySlot(argv[1])) + " :" +
+           std::to_string(port_b) + "\r\n";
+  });
+  port_a = a.port();
+  auto cluster = Connect(a.address());
+  EXPECT_EQ(GetString(*cluster, "k").value_or("error"), "from-b");
+  EXPECT_EQ(cluster->MasterOfSlot(RedisCluster::KeySlot("k")), b.address());
+}
+
+TEST(RedisClusterFakeTest, StalledNodeTimesOutAndIsHeldDown) {
+  int port = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    return ScriptedNode::kNoReply;
+  });
+  port = node.port();
+  RedisClusterOptions options;
+  options.command_timeout_ms = 100;
+  options.down_backoff_ms = 5000;
+  auto cluster = Connect(node.address(), options);
+  ASSERT_TRUE(cluster->RefreshSlotMap().ok());
+
+  auto start = Clock::now();
+  absl::Status status = GetString(*cluster, "k").status();
+  auto elapsed = Clock::now() - start;
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_TRUE(Contains(status, node.address())) << status;
+  EXPECT_TRUE(Contains(status, "timed out")) << status;
+  EXPECT_LT(elapsed, std::chrono::milliseconds(1000));
+  EXPECT_EQ(cluster->stats().timeouts, 1u);
+
+  // Held down: the next call fails at once, without dialling.
+  const int dialled = node.connections();
+  start = Clock::now();
+  status = GetString(*cluster, "k").status();
+  elapsed = Clock::now() - start;
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_TRUE(Contains(status, "held down")) << status;
+  EXPECT_LT(elapsed, std::chrono::milliseconds(100));  // no timeout waited out
+  EXPECT_EQ(node.connections(), dialled);
+}
+
+TEST(RedisClusterFakeTest, StalePooledConnectionIsRetriedOnAFreshOne) {
+  int port = 0;
+  int gets = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    // The second GET finds the pooled connection closed (as after a node
+    // restart); the third, on a new connection, is answered.
+    if (++gets == 2) return ScriptedNode::kClose;
+    return ScriptedNode::Bulk("v" + std::to_string(gets));
+  });
+  port = node.port();
+  RedisClusterOptions options;
+  options.max_redirects = 0;  // the retry is not a redirect
+  auto cluster = Connect(node.address(), options);
+  EXPECT_EQ(GetString(*cluster, "k").value_or("error"), "v1");
+  EXPECT_EQ(node.connections(), 1);  // CLUSTER SLOTS and GET shared it
+  EXPECT_EQ(GetString(*cluster, "k").value_or("error"), "v3");
+  EXPECT_EQ(node.connections(), 2);
+  EXPECT_EQ(cluster->stats().connect_failures, 0u);
+  EXPECT_EQ(GetString(*cluster, "k").value_or("error"), "v4");  // not held down
+}
+
+TEST(RedisClusterFakeTest, ErrorRepliesAreInternalAndKeepTheConnection) {
+  int port = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    return "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+  });
+  port = node.port();
+  auto cluster = Connect(node.address());
+  for (int i = 0; i < 3; ++i) {
+    const absl::Status status = GetString(*cluster, "k").status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+    EXPECT_TRUE(Contains(status, "WRONGTYPE")) << status;
+    EXPECT_TRUE(Contains(status, node.address())) << status;
+  }
+  EXPECT_EQ(cluster->stats().errors, 3u);
+  EXPECT_EQ(node.connections(), 1);
+}
+
+TEST(RedisClusterFakeTest, ClusterDownIsUnavailable) {
+  int port = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    return "-CLUSTERDOWN The cluster is down\r\n";
+  });
+  port = node.port();
+  auto cluster = Connect(node.address());
+  const absl::Status status = GetString(*cluster, "k").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_TRUE(Contains(status, "CLUSTERDOWN")) << status;
+  // The node is held down now: the next call fails fast saying so.
+  const absl::Status again = GetString(*cluster, "k").status();
+  EXPECT_EQ(again.code(), absl::StatusCode::kUnavailable) << again;
+  EXPECT_TRUE(Contains(again, "held down")) << again;
+}
+
+TEST(RedisClusterFakeTest, AuthIsSentFirstOnEveryConnection) {
+  int port = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "AUTH") return argv.back() == "s3cret" ? "+OK\r\n" : "-WRONGPASS invalid\r\n";
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    return ScriptedNode::Bulk("v");
+  });
+  port = node.port();
+  RedisClusterOptions options;
+  options.username = "kv";
+  options.password = "s3cret";
+  auto cluster = Connect(node.address(), options);
+  EXPECT_EQ(GetString(*cluster, "k").value_or("error"), "v");
+  const std::vector<Argv> commands = node.commands();
+  ASSERT_GE(commands.size(), 2u);
+  EXPECT_EQ(commands[0], (Argv{"AUTH", "kv", "s3cret"}));
+  EXPECT_EQ(commands[1], (Argv{"CLUSTER", "SLOTS"}));
+
+  options.password = "not-the-password";
+  auto refused = Connect(node.address(), options);
+  const absl::Status status = refused->RefreshSlotMap();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;  // no node answered
+  EXPECT_TRUE(Contains(status, "AUTH refused")) << status;
+  EXPECT_FALSE(Contains(status, "not-the-password")) << "the password leaked into " << status;
+  EXPECT_EQ(GetString(*refused, "k").status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(RedisClusterFakeTest, SetSendsConcatenatedPiecesAndTtl) {
+  int port = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    return "+OK\r\n";
+  });
+  port = node.port();
+  auto cluster = Connect(node.address());
+  // More pieces than IOV_MAX (1024), some empty.
+  std::vector<std::vector<uint8_t>> buffers;
+  std::string expected;
+  for (int i = 0; i < 3000; ++i) {
+    std::vector<uint8_t> piece(static_cast<size_t>(i % 7), static_cast<uint8_t>(i));
+    expected.append(piece.begin(), piece.end());
+    buffers.push_back(std::move(piece));
+  }
+  std::vector<absl::Span<const uint8_t>> pieces(buffers.begin(), buffers.end());
+  ASSERT_TRUE(cluster->Set("key", pieces, 1500).ok());
+  ASSERT_TRUE(cluster->Set("plain", {}).ok());
+  const std::vector<Argv> commands = node.commands();
+  ASSERT_EQ(commands.size(), 3u);
+  EXPECT_EQ(commands[1], (Argv{"SET", "key", expected, "PX", "1500"}));
+  EXPECT_EQ(commands[2], (Argv{"SET", "plain", ""}));
+}
+
+}  // namespace
+}  // namespace kvtier::remote
