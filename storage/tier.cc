@@ -10,6 +10,8 @@ std::string_view TierName(TierId tier) {
       return "host";
     case TierId::kNvme:
       return "nvme";
+    case TierId::kRemote:
+      return "remote";
   }
   return "unknown";
 }

@@ -409,6 +409,8 @@ void BlockStoreImpl::DropCopyLocked(Entry* e, TierId tier, bool free_extent) {
       e->durable = false;
       u.nvme_bytes -= e->size_bytes;
       break;
+    case TierId::kRemote:  // not a tier of this store
+      break;
   }
 }
 

@@ -64,6 +64,8 @@ struct Entry {
         return host.has_value();
       case TierId::kNvme:
         return nvme.has_value();
+      case TierId::kRemote:
+        return false;
     }
     return false;
   }

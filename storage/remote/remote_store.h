@@ -1,0 +1,232 @@
+// RemoteStore: a BlockStore with a shared fourth tier on a Redis Cluster
+// behind the local tiers (device, host, NVMe). Several daemons configured
+// with the same cluster share blocks by content hash: a block put on one is
+// found and served by the others.
+//
+// What it adds to the local store's contract (block_store.h):
+//  * Publish (write-through). Every new block a put stores is queued and
+//    written to the cluster by a publisher thread: its bytes are read back
+//    from the local store (checksum-verified) and SET under RemoteKey() with
+//    the header of remote_format.h. Asynchronous and best effort: the put is
+//    acknowledged first; a full queue drops the key and a failed SET is not
+//    retried (both counted). With publish off the daemon only reads.
+//    The remote copy is what is left of a block once the local placement
+//    policy evicts it from the last local tier.
+//  * Promotion. A read of a block no local tier holds (Get, AcquireHandles,
+//    Prefetch, GetSummaries) looks it up in the cluster, checks the value's
+//    header (remote_format.h) and stores it locally as a non-durable put
+//    whose expected checksum is the header's: the payload is hashed while it
+//    is copied into the host tier and a mismatch stores nothing. Get then
+//    reports the tier as TierId::kRemote.
+//  * Never blocking the local tiers: the cluster is contacted on a caller's
+//    thread only for reads that would otherwise be NOT_FOUND, within the
+//    client's timeouts (an unreachable node fails fast during its backoff).
+//    AcquireHandles with memory_only (the Select path) never contacts it: a
+//    block no local tier holds is answered UNAVAILABLE ("looking in the
+//    remote tier") unless the cluster recently did not have it, and
+//    Prefetch (the prefetcher's thread) brings it in.
+//  * Misses: an unreachable cluster, a missing key or a bad value read as
+//    the local store's NOT_FOUND, never as wrong bytes. A key the cluster did
+//    not have (or could not be asked for) is not asked again for
+//    miss_cache_ms.
+//  * Quarantine: a value failing a check is deleted from the cluster,
+//    logged, counted and listed by ForEachQuarantined with tier kRemote (the
+//    last quarantine_log_entries of them); the read is a NOT_FOUND whose
+//    message starts with "DATA_LOSS".
+//  * Delete removes the block locally and from the cluster (OK when either
+//    had it). When the cluster cannot be reached its copy stays, so a later
+//    read may bring the block back; the error says so.
+//
+// Thread safety: as BlockStore. Publisher threads run from Create until the
+// destructor, which finishes the publishes in progress and drops the keys
+// still queued (counted).
+#ifndef KVTIER_STORAGE_REMOTE_REMOTE_STORE_H_
+#define KVTIER_STORAGE_REMOTE_REMOTE_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "storage/remote/redis/redis_cluster.h"
+#include "storage/store/block_store.h"
+
+namespace kvtier::remote {
+
+struct RemoteTierOptions {
+  RedisClusterOptions cluster;
+  bool publish = true;                   // write new blocks through to the cluster
+  uint32_t publish_threads = 2;          // 1..64
+  uint32_t publish_queue_blocks = 4096;  // keys waiting to be published; more are dropped
+  uint64_t ttl_ms = 0;                   // PX on every value; 0 = none (the cluster's
+                                         // maxmemory-policy decides what goes)
+  uint64_t miss_cache_ms = 2000;         // 0 = ask the cluster on every miss
+  uint32_t miss_cache_entries = 65536;   // when full, the cache starts over
+  uint32_t quarantine_log_entries = 1024;
+  // Warnings nobody else sees (quarantines, failed deletes). Called without
+  // the store's locks; must be thread-safe. Null: dropped.
+  std::function<void(const std::string& message)> log_warning;
+};
+
+struct RemoteTierStats {
+  uint64_t hits = 0;             // blocks promoted from the cluster
+  uint64_t misses = 0;           // lookups the cluster answered "no such key"
+  uint64_t unavailable = 0;      // lookups that could not reach the cluster
+  uint64_t miss_cache_hits = 0;  // lookups skipped: recently missed
+  uint64_t corrupt = 0;          // values that failed a check (quarantined)
+  uint64_t published = 0;        // blocks written to the cluster
+  uint64_t publish_dropped = 0;  // keys dropped: queue full, or at shutdown
+  uint64_t publish_failed = 0;   // SETs that failed (not retried)
+  uint64_t publish_skipped = 0;  // gone locally before their turn
+  uint64_t publish_queued = 0;   // waiting now
+  uint64_t deleted = 0;          // keys Delete removed from the cluster
+  uint64_t bytes_read = 0;       // payload bytes promoted
+  uint64_t bytes_written = 0;    // payload bytes published
+  RedisClusterStats cluster;
+  std::vector<std::string> masters;  // the client's slot map now
+};
+
+class RemoteStore final : public BlockStore {
+ public:
+  // Wraps `local` (owned). INVALID_ARGUMENT naming the option for bad
+  // options (the cluster's own are checked by RedisCluster::Create). The
+  // cluster need not be reachable.
+  static absl::StatusOr<std::unique_ptr<RemoteStore>> Create(std::unique_ptr<BlockStore> local,
+                                                            RemoteTierOptions options);
+  ~RemoteStore() override;
+
+  RemoteTierStats remote_stats() const;
+  // Blocks until every key queued before the call was published, skipped,
+  // failed or dropped.
+  void WaitPublished();
+  BlockStore* local() const { return local_.get(); }
+  // Whether the cluster holds a value for key (EXISTS; the value is not
+  // read or checked). False when the cluster cannot be asked or recently
+  // did not have it.
+  bool InRemote(const BlockKey& key);
+
+  // ---- BlockStore --------------------------------------------------------
+  void SetTenantLimits(const std::string& tenant, const TenantLimits& limits) override {
+    local_->SetTenantLimits(tenant, limits);
+  }
+  TenantUsage UsageOf(const std::string& tenant) override { return local_->UsageOf(tenant); }
+  absl::StatusOr<std::pair<ModelProfile, bool>> RegisterProfile(
+      const ModelProfile& profile, const std::string& tenant) override {
+    return local_->RegisterProfile(profile, tenant);
+  }
+  absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) override {
+    return local_->GetProfile(profile_id);
+  }
+  absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
+                                 bool durable, uint64_t expected_xxh3, bool retain) override;
+  absl::StatusOr<std::vector<StagingSlot>> ReserveStaging(const std::string& tenant,
+                                                          uint64_t profile_id, uint32_t count,
+                                                          uint64_t ttl_ms) override {
+    return local_->ReserveStaging(tenant, profile_id, count, ttl_ms);
+  }
+  absl::StatusOr<PutOutcome> PutFromStaging(const BlockKey& key, const StagingSlot& slot,
+                                            bool durable, uint64_t expected_xxh3,
+                                            bool retain) override;
+  absl::Status Get(const BlockKey& key, std::string* out, TierId* from) override;
+  absl::StatusOr<uint64_t> AcquireHandles(const std::string& tenant,
+                                          const std::vector<BlockKey>& keys, uint64_t ttl_ms,
+                                          std::vector<absl::StatusOr<DeviceHandle>>* handles,
+                                          bool memory_only) override;
+  BlockLocation Lookup(const BlockKey& key) override { return local_->Lookup(key); }
+  std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,
+                                        std::vector<BlockKey>* missing) override;
+  size_t Prefetch(const std::vector<BlockKey>& keys) override;
+  absl::Status Delete(const BlockKey& key) override;
+  absl::StatusOr<uint32_t> Release(const std::string& tenant, uint64_t lease_id) override {
+    return local_->Release(tenant, lease_id);
+  }
+  size_t ReapExpired() override { return local_->ReapExpired(); }
+  BlockStoreStats Stats() override { return local_->Stats(); }
+  void ForEachBlock(uint64_t profile_id,
+                    const std::function<void(const BlockKey&, const BlockLocation&)>& fn) override {
+    local_->ForEachBlock(profile_id, fn);
+  }
+  void ForEachQuarantined(uint64_t profile_id,
+                          const std::function<void(const QuarantinedBlock&)>& fn) override;
+  absl::Status Verify(uint64_t profile_id,
+                      const std::function<void(uint64_t, uint64_t, const BlockKey*)>& progress)
+      override {
+    return local_->Verify(profile_id, progress);
+  }
+  std::vector<ModelProfile> ListProfiles() override { return local_->ListProfiles(); }
+  // Local tiers only: the remote copy stays (Delete removes it).
+  absl::Status Evict(const BlockKey& key, TierId tier) override {
+    return local_->Evict(key, tier);
+  }
+  absl::Status Drain(const std::function<void(uint64_t, uint64_t)>& progress) override {
+    return local_->Drain(progress);
+  }
+  absl::StatusOr<gpu::ArenaInfo> Arena(const std::string& tenant) override {
+    return local_->Arena(tenant);
+  }
+  absl::StatusOr<std::string> StagingPath(const std::string& tenant) override {
+    return local_->StagingPath(tenant);
+  }
+  bool per_tenant_memory() const override { return local_->per_tenant_memory(); }
+
+ private:
+  struct ProfileInfo {
+    uint64_t fingerprint = 0;
+    uint64_t block_bytes = 0;
+  };
+
+  RemoteStore(std::unique_ptr<BlockStore> local, std::unique_ptr<RedisCluster> cluster,
+              RemoteTierOptions options);
+
+  absl::StatusOr<ProfileInfo> Profile(uint64_t profile_id);
+  // Brings key from the cluster into the local store. OK: stored locally
+  // (or it already was); NOT_FOUND: the cluster does not have it, or was
+  // recently found not to; UNAVAILABLE: the cluster could not be asked;
+  // DATA_LOSS: its value failed a check and was quarantined; otherwise the
+  // local put's error (e.g. RESOURCE_EXHAUSTED).
+  absl::Status Fetch(const BlockKey& key);
+  void Quarantine(const BlockKey& key, const std::string& remote_key, const absl::Status& why);
+  bool RecentlyMissed(const BlockKey& key);
+  void RememberMiss(const BlockKey& key);
+  void ForgetMiss(const BlockKey& key);
+  void Enqueue(const BlockKey& key);
+  void PublishLoop();
+  void Publish(const BlockKey& key);
+  void Warn(const std::string& message) const;
+
+  // Constant after construction.
+  const std::unique_ptr<BlockStore> local_;
+  const std::unique_ptr<RedisCluster> cluster_;
+  const RemoteTierOptions options_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, ProfileInfo> profiles_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<BlockKey, uint64_t> missed_until_micros_ ABSL_GUARDED_BY(mu_);
+  std::deque<QuarantinedBlock> quarantined_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex queue_mu_;
+  absl::CondVar queue_cv_;
+  std::deque<BlockKey> queue_ ABSL_GUARDED_BY(queue_mu_);
+  uint64_t enqueued_ ABSL_GUARDED_BY(queue_mu_) = 0;  // keys ever accepted
+  uint64_t finished_ ABSL_GUARDED_BY(queue_mu_) = 0;  // of those, done in any way
+  bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::vector<std::thread> publishers_;
+
+  struct Counters {
+    std::atomic<uint64_t> hits{0}, misses{0}, unavailable{0}, miss_cache_hits{0}, corrupt{0},
+        published{0}, publish_dropped{0}, publish_failed{0}, publish_skipped{0}, deleted{0},
+        bytes_read{0}, bytes_written{0};
+  };
+  mutable Counters counters_;
+};
+
+}  // namespace kvtier::remote
+
+#endif  // KVTIER_STORAGE_REMOTE_REMOTE_STORE_H_
