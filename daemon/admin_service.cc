@@ -99,6 +99,21 @@ grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* ctx,
   resp->set_checksum_failures_device(stats.checksum_failures[0]);
   resp->set_checksum_failures_host(stats.checksum_failures[1]);
   resp->set_checksum_failures_nvme(stats.checksum_failures[2]);
+  if (runtime_->remote() != nullptr) {
+    const remote::RemoteTierStats r = runtime_->remote()->remote_stats();
+    v1::RemoteTierStats* out = resp->mutable_remote();
+    for (const std::string& m : r.masters) out->add_masters(m);
+    out->set_hits(r.hits);
+    out->set_misses(r.misses);
+    out->set_unavailable(r.unavailable);
+    out->set_corrupt(r.corrupt);
+    out->set_published(r.published);
+    out->set_publish_dropped(r.publish_dropped);
+    out->set_publish_failed(r.publish_failed);
+    out->set_publish_queued(r.publish_queued);
+    out->set_bytes_read(r.bytes_read);
+    out->set_bytes_written(r.bytes_written);
+  }
   AddTenantStats(resp);
   for (const auto& [key, value] : config.Flatten()) (*resp->mutable_config())[key] = value;
   (*resp->mutable_config())["gpu.probe"] = runtime_->device_probe().description;
@@ -185,21 +200,108 @@ grpc::ServerUnaryReactor* AdminService::ListContexts(grpc::CallbackServerContext
 }
 
 grpc::ServerWriteReactor<v1::DrainProgress>* AdminService::Drain(grpc::CallbackServerContext* ctx,
-                                                                 const v1::DrainRequest*) {
+                                                                 const v1::DrainRequest* req) {
   if (auto caller = AdminCallerOf(runtime_->tenants(), ctx); !caller.ok()) {
     return new FinishedWriteReactor<v1::DrainProgress>(ToGrpcStatus(caller.status()));
   }
+  if (!v1::Tier_IsValid(req->tier()) || req->tier() == v1::TIER_REMOTE) {
+    return new FinishedWriteReactor<v1::DrainProgress>(ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("tier: ", static_cast<int>(req->tier()), " is not a local tier"))));
+  }
   BlockStore* store = runtime_->store();
+  const bool device_only = req->tier() == v1::TIER_DEVICE;
   return new ProgressReactor<v1::DrainProgress>(
-      [store](const std::function<void(const v1::DrainProgress&)>& post) {
-        return store->Drain([&](uint64_t done, uint64_t total) {
+      [store, device_only](const std::function<void(const v1::DrainProgress&)>& post) {
+        auto report = [&](uint64_t done, uint64_t total) {
           if (done % kProgressEvery != 0 && done != total) return;
           v1::DrainProgress p;
           p.set_blocks_done(done);
           p.set_blocks_total(total);
           post(p);
+        };
+        if (!device_only) return store->Drain(report);
+        std::vector<BlockKey> keys;
+        store->ForEachBlock(0, [&](const BlockKey& key, const BlockLocation& loc) {
+          if (loc.tier == TierId::kDevice && !loc.pinned) keys.push_back(key);
         });
+        uint64_t done = 0;
+        for (const BlockKey& key : keys) {
+          // Pinned or gone meanwhile: left as it is.
+          absl::Status st = store->Evict(key, TierId::kDevice);
+          if (!st.ok() && st.code() != absl::StatusCode::kNotFound &&
+              st.code() != absl::StatusCode::kFailedPrecondition) {
+            return st;
+          }
+          report(++done, keys.size());
+        }
+        if (keys.empty()) report(0, 0);
+        return absl::OkStatus();
       });
+}
+
+grpc::ServerUnaryReactor* AdminService::ListProfiles(grpc::CallbackServerContext* ctx,
+                                                     const v1::ListProfilesRequest*,
+                                                     v1::ListProfilesResponse* resp) {
+  if (auto caller = AdminCallerOf(runtime_->tenants(), ctx); !caller.ok()) {
+    return Refuse(ctx, caller.status());
+  }
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> counts;  // blocks, bytes
+  runtime_->store()->ForEachBlock(0, [&](const BlockKey& key, const BlockLocation& loc) {
+    auto& c = counts[key.profile_id];
+    ++c.first;
+    c.second += loc.size_bytes;
+  });
+  for (const ModelProfile& p : runtime_->store()->ListProfiles()) {
+    v1::ProfileInfo* info = resp->add_profiles();
+    info->set_profile_id(p.profile_id);
+    *info->mutable_profile() = ToProto(p);
+    info->set_block_size_bytes(BlockSizeBytes(p));
+    info->set_owner(p.owner);
+    info->set_blocks(counts[p.profile_id].first);
+    info->set_bytes(counts[p.profile_id].second);
+  }
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AdminService::Evict(grpc::CallbackServerContext* ctx,
+                                              const v1::EvictRequest* req,
+                                              v1::EvictResponse* resp) {
+  if (auto caller = AdminCallerOf(runtime_->tenants(), ctx); !caller.ok()) {
+    return Refuse(ctx, caller.status());
+  }
+  const uint64_t limit = runtime_->config().limits.max_batch_blocks;
+  if (req->block_ids_size() == 0 || static_cast<uint64_t>(req->block_ids_size()) > limit) {
+    return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat(
+                           "block_ids: ", req->block_ids_size(),
+                           " ids; between 1 and limits.max_batch_blocks = ", limit)));
+  }
+  if (!v1::Tier_IsValid(req->tier()) || req->tier() == v1::TIER_REMOTE) {
+    return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat(
+                           "tier: ", static_cast<int>(req->tier()), " is not a local tier")));
+  }
+  if (auto profile = runtime_->store()->GetProfile(req->profile_id()); !profile.ok()) {
+    return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat(
+                           "profile_id: ", req->profile_id(), " is not registered")));
+  }
+  const TierId tier = req->tier() == v1::TIER_DEVICE ? TierId::kDevice
+                      : req->tier() == v1::TIER_HOST ? TierId::kHost
+                                                      : TierId::kNvme;
+  const std::string tenant = req->tenant().empty() ? "default" : req->tenant();
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  BlockingPool* pool = runtime_->blocking_pool();
+  BlockStore* store = runtime_->store();
+  if (!pool->Submit([reactor, store, req, resp, tier, tenant] {
+        for (const std::string& id : req->block_ids()) {
+          ToItemStatus(store->Evict(BlockKey{tenant, req->profile_id(), id}, tier),
+                       resp->add_statuses());
+        }
+        reactor->Finish(grpc::Status::OK);
+      })) {
+    reactor->Finish(ToGrpcStatus(pool->QueueFullStatus()));
+  }
+  return reactor;
 }
 
 grpc::ServerWriteReactor<v1::VerifyProgress>* AdminService::Verify(grpc::CallbackServerContext* ctx,

@@ -28,6 +28,13 @@ class AdminService final : public v1::Admin::CallbackService {
                                                      const v1::DrainRequest* req) override;
   grpc::ServerWriteReactor<v1::VerifyProgress>* Verify(grpc::CallbackServerContext* ctx,
                                                        const v1::VerifyRequest* req) override;
+  grpc::ServerUnaryReactor* ListProfiles(grpc::CallbackServerContext* ctx,
+                                         const v1::ListProfilesRequest* req,
+                                         v1::ListProfilesResponse* resp) override;
+  // Runs on the I/O threads (a demotion writes to NVMe; a removal syncs
+  // the catalog).
+  grpc::ServerUnaryReactor* Evict(grpc::CallbackServerContext* ctx, const v1::EvictRequest* req,
+                                  v1::EvictResponse* resp) override;
 
  private:
   static grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx,

@@ -32,9 +32,26 @@ int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std
 // status 4 when any block is quarantined.
 int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id,
               bool is_terminal, std::ostream& out, std::ostream& err);
-// Demotes every block to NVMe, with a progress bar on err.
-int RunDrain(Client& client, const GlobalOptions& options, bool is_terminal, std::ostream& out,
-             std::ostream& err);
+// Demotes every block to NVMe (tier "" / "host" / "nvme"), or empties
+// only the device tier (tier "device"), with a progress bar on err.
+int RunDrain(Client& client, const GlobalOptions& options, const std::string& tier,
+             bool is_terminal, std::ostream& out, std::ostream& err);
+
+// Registered model profiles: id, name, revision, shape, block size, blocks
+// and bytes stored, the tenant that registered it first.
+int RunProfiles(Client& client, const GlobalOptions& options, std::ostream& out,
+                std::ostream& err);
+
+struct EvictOptions {
+  std::string tenant;                      // "" = default
+  uint64_t profile_id = 0;
+  std::string tier;                        // device | host | nvme ("" = nvme)
+  std::vector<std::string> block_ids_hex;  // as `ls` prints them
+};
+// Gives up the blocks' copies in one tier (Admin.Evict); one line per id.
+// Exit 1 when any id failed (its status is printed).
+int RunEvict(Client& client, const GlobalOptions& options, const EvictOptions& evict,
+             std::ostream& out, std::ostream& err);
 
 // Open contexts, busiest first (most pinned blocks, then most recently
 // stepped); context ids in hex in the table.

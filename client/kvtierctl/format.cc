@@ -82,6 +82,8 @@ const char* TierLabel(v1::Tier tier) {
       return "host";
     case v1::TIER_NVME:
       return "nvme";
+    case v1::TIER_REMOTE:
+      return "remote";
     default:
       return "?";
   }

@@ -4,7 +4,10 @@
 //   kvtierctl stats  [--json]          same as status
 //   kvtierctl ls [--profile N] [--limit N]   blocks per tier and profile
 //   kvtierctl verify [--profile N]     re-read and checksum every durable block
-//   kvtierctl drain                    demote everything to NVMe
+//   kvtierctl drain [device]           demote everything to NVMe (or empty the device tier)
+//   kvtierctl profiles                 registered model profiles
+//   kvtierctl evict --profile N [--tier T] ID...   give up copies in one tier
+//   kvtierctl contexts | top           open contexts; live view
 //   kvtierctl tenants add NAME --file PATH [--role data|admin]
 //                     [--quota key=value ...] [--cert-name CN ...]
 //   kvtierctl tenants list --file PATH
@@ -84,8 +87,41 @@ int main(int argc, char** argv) {
       "verify", "Re-read and checksum every copy of every block; list every quarantined block");
   verify->add_option("--profile", verify_profile, "Only this profile id");
   verify->add_flag("--json", options.json, "Machine-readable JSON output");
-  CLI::App* drain = app.add_subcommand("drain", "Demote every block to NVMe (durable)");
+  std::string drain_tier;
+  CLI::App* drain = app.add_subcommand(
+      "drain", "Demote every block to NVMe (durable), or empty only the device tier");
+  drain->add_option("tier", drain_tier, "device, host or nvme (default: everything to nvme)")
+      ->check(CLI::IsMember({"device", "host", "nvme"}));
   drain->add_flag("--json", options.json, "Machine-readable JSON output");
+  drain->footer(
+      "Examples:\n"
+      "  kvtierctl drain            every block durable on NVMe, memory copies dropped\n"
+      "  kvtierctl drain device     unpinned device copies dropped (last copies kept in host)");
+  CLI::App* profiles = app.add_subcommand("profiles", "Registered model profiles");
+  profiles->add_flag("--json", options.json, "Machine-readable JSON output");
+  profiles->footer(
+      "Columns: id, name, revision, shape (layers/kv heads/head dim/tokens per block),\n"
+      "dtype, block size, blocks and bytes stored, the tenant that registered it first.\n"
+      "Example:\n"
+      "  kvtierctl profiles --json");
+  kvtier::ctl::EvictOptions evict_options;
+  CLI::App* evict = app.add_subcommand(
+      "evict", "Give up blocks' copies in one tier as the cache would");
+  evict->add_option("ids", evict_options.block_ids_hex, "Block ids in hex (as `ls` prints them)")
+      ->required();
+  evict->add_option("--profile", evict_options.profile_id, "Profile id")->required();
+  evict->add_option("--tenant", evict_options.tenant, "Whose blocks (default: default)");
+  evict->add_option("--tier", evict_options.tier,
+                    "device: drop device copies; host: drop host copies (last copies go to "
+                    "NVMe first); nvme (default): the blocks leave this daemon")
+      ->check(CLI::IsMember({"device", "host", "nvme"}));
+  evict->add_flag("--json", options.json, "Machine-readable JSON output");
+  evict->footer(
+      "Pinned copies and retained blocks stay (FAILED_PRECONDITION). A remote tier's copy\n"
+      "stays too.\n"
+      "Examples:\n"
+      "  kvtierctl evict --profile 1 --tier device 0a1b2c3d\n"
+      "  kvtierctl evict --profile 1 --tenant acme 0a1b2c3d 4e5f6071 --json");
 
   CLI::App* tenants = app.add_subcommand(
       "tenants", "Edit the tenants file (auth.tenants_file); the daemon applies it on SIGHUP");
@@ -165,6 +201,12 @@ int main(int argc, char** argv) {
   if (verify->parsed()) {
     return kvtier::ctl::RunVerify(**client, options, verify_profile, tty, std::cout, std::cerr);
   }
-  if (drain->parsed()) return kvtier::ctl::RunDrain(**client, options, tty, std::cout, std::cerr);
+  if (drain->parsed()) {
+    return kvtier::ctl::RunDrain(**client, options, drain_tier, tty, std::cout, std::cerr);
+  }
+  if (profiles->parsed()) return kvtier::ctl::RunProfiles(**client, options, std::cout, std::cerr);
+  if (evict->parsed()) {
+    return kvtier::ctl::RunEvict(**client, options, evict_options, std::cout, std::cerr);
+  }
   return 2;
 }

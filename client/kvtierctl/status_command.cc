@@ -3,6 +3,7 @@
 #include <map>
 #include <string>
 
+#include "absl/strings/str_join.h"
 #include "client/kvtierctl/commands.h"
 #include "client/kvtierctl/format.h"
 
@@ -81,6 +82,15 @@ int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out,
       << HumanBytes(stats->retained_bytes()) << ", checksum failures device/host/nvme "
       << stats->checksum_failures_device() << "/" << stats->checksum_failures_host() << "/"
       << stats->checksum_failures_nvme() << "\n";
+  if (stats->has_remote()) {
+    const v1::RemoteTierStats& r = stats->remote();
+    out << "remote tier: " << r.masters_size() << " masters ("
+        << absl::StrJoin(r.masters(), ", ") << "); lookups hit/miss/unavailable/corrupt "
+        << r.hits() << "/" << r.misses() << "/" << r.unavailable() << "/" << r.corrupt()
+        << ", read " << HumanBytes(r.bytes_read()) << "; published " << r.published() << " ("
+        << HumanBytes(r.bytes_written()) << "), queued " << r.publish_queued() << ", dropped "
+        << r.publish_dropped() << ", failed " << r.publish_failed() << "\n";
+  }
   PrintTenants(*stats, out);
   out << "\nconfiguration:\n";
   std::map<std::string, std::string> sorted(stats->config().begin(), stats->config().end());

@@ -125,10 +125,17 @@ int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id,
   return rc;
 }
 
-int RunDrain(Client& client, const GlobalOptions& options, bool is_terminal, std::ostream& out,
-             std::ostream& err) {
+int RunDrain(Client& client, const GlobalOptions& options, const std::string& tier,
+             bool is_terminal, std::ostream& out, std::ostream& err) {
+  v1::DrainRequest req;
+  if (tier == "device") {
+    req.set_tier(v1::TIER_DEVICE);
+  } else if (!tier.empty() && tier != "host" && tier != "nvme") {
+    err << "kvtierctl: drain: \"" << tier << "\" is not device, host or nvme\n";
+    return 2;
+  }
   grpc::ClientContext ctx;
-  auto reader = client.admin_stub()->Drain(&ctx, v1::DrainRequest());
+  auto reader = client.admin_stub()->Drain(&ctx, req);
   v1::DrainProgress progress, last;
   ProgressBar bar(err, is_terminal, "blocks");
   while (reader->Read(&progress)) {
@@ -139,7 +146,9 @@ int RunDrain(Client& client, const GlobalOptions& options, bool is_terminal, std
   grpc::Status st = reader->Finish();
   if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
   if (options.json) return PrintJson(last, out, err);
-  out << "drained " << last.blocks_done() << " blocks to nvme\n";
+  out << "drained " << last.blocks_done()
+      << (req.tier() == v1::TIER_DEVICE ? " blocks out of the device tier\n"
+                                        : " blocks to nvme\n");
   return 0;
 }
 

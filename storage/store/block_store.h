@@ -369,6 +369,19 @@ class BlockStore {
   virtual absl::Status Verify(
       uint64_t profile_id,
       const std::function<void(uint64_t done, uint64_t total, const BlockKey* corrupt)>& progress) = 0;
+  // Every registered profile, by id.
+  virtual std::vector<ModelProfile> ListProfiles() = 0;
+  // Gives up the block's copy in `tier` as the cache would, then counts an
+  // eviction when the block left the store:
+  //   device: a last copy is first copied to the host tier; pinned copies
+  //           stay (FAILED_PRECONDITION naming the lease);
+  //   host:   a last copy is first written to NVMe (durable);
+  //   nvme:   the block leaves the store from whatever tiers hold it (its
+  //           catalog record is removed as Delete does); retained or
+  //           pinned blocks stay (FAILED_PRECONDITION).
+  // NOT_FOUND when the block is not stored, or for device and host when it
+  // has no copy there; INVALID_ARGUMENT for kRemote.
+  virtual absl::Status Evict(const BlockKey& key, TierId tier) = 0;
   // Writes every non-durable block to NVMe (durable) and drops device and
   // host copies that are not pinned.
   virtual absl::Status Drain(const std::function<void(uint64_t done, uint64_t total)>& progress) = 0;

@@ -1,4 +1,4 @@
-// BlockStoreImpl administration: Stats, listing, Verify and Drain (the
+// BlockStoreImpl administration: Stats, listing, Verify, Evict and Drain (the
 // rest of the implementation is in block_store_impl.cc and
 // block_store_leases.cc).
 #include <algorithm>
@@ -14,6 +14,7 @@
 namespace kvtier {
 
 using store_internal::Checksum;
+using store_internal::Describe;
 using store_internal::HostPlace;
 
 // ---- Administration --------------------------------------------------------
@@ -192,6 +193,74 @@ absl::Status BlockStoreImpl::Verify(
     progress(done, keys.size(), corrupt ? &key : nullptr);
   }
   if (keys.empty()) progress(0, 0, nullptr);
+  return absl::OkStatus();
+}
+
+std::vector<ModelProfile> BlockStoreImpl::ListProfiles() {
+  absl::MutexLock lock(&mu_);
+  std::vector<ModelProfile> out;
+  out.reserve(profiles_.size());
+  for (const auto& [id, p] : profiles_) out.push_back(p);
+  std::sort(out.begin(), out.end(), [](const ModelProfile& a, const ModelProfile& b) {
+    return a.profile_id < b.profile_id;
+  });
+  return out;
+}
+
+absl::Status BlockStoreImpl::Evict(const BlockKey& key, TierId tier) {
+  if (tier == TierId::kRemote) {
+    return absl::InvalidArgumentError("tier: the remote tier is not a local tier");
+  }
+  const std::string tier_name(TierName(tier));
+  {
+    absl::MutexLock lock(&mu_);
+    Entry* e = WaitIdleLocked(key);
+    if (e == nullptr || e->quarantined) {
+      return absl::NotFoundError(absl::StrCat(Describe(key), " is not stored"));
+    }
+    if (tier != TierId::kNvme && !e->Has(tier)) {
+      return absl::NotFoundError(
+          absl::StrCat(Describe(key), " has no copy in the ", tier_name, " tier"));
+    }
+    if (e->pins > 0 && tier != TierId::kHost) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Describe(key), " is pinned by a lease (", e->pins, ")"));
+    }
+    switch (tier) {
+      case TierId::kDevice:
+        if (e->Copies() == 1) {
+          KVTIER_RETURN_IF_ERROR(EnsureHostCopyLocked(e));
+          e = WaitIdleLocked(key);  // mu_ was released: look again
+          if (e == nullptr || !e->Has(TierId::kDevice)) return absl::OkStatus();
+          if (e->pins > 0) {
+            return absl::FailedPreconditionError(
+                absl::StrCat(Describe(key), " was pinned by a lease meanwhile"));
+          }
+        }
+        DropCopyLocked(e, TierId::kDevice);
+        return absl::OkStatus();
+      case TierId::kHost:
+        if (e->Copies() == 1) {
+          KVTIER_RETURN_IF_ERROR(PersistLocked(e));
+          e = WaitIdleLocked(key);
+          if (e == nullptr || !e->Has(TierId::kHost)) return absl::OkStatus();
+          ++demotions_;
+        }
+        if (e->Copies() > 1) DropCopyLocked(e, TierId::kHost);
+        return absl::OkStatus();
+      case TierId::kNvme:
+        if (e->retained) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              Describe(key), " is retained by its writer: only a delete removes it"));
+        }
+        break;  // below, without mu_: the record's removal is a synced write
+      case TierId::kRemote:
+        break;
+    }
+  }
+  KVTIER_RETURN_IF_ERROR(Delete(key));
+  absl::MutexLock lock(&mu_);
+  ++evicted_blocks_;
   return absl::OkStatus();
 }
 

@@ -81,6 +81,8 @@ class BlockStoreImpl final : public BlockStore {
   absl::Status Verify(uint64_t profile_id,
                       const std::function<void(uint64_t, uint64_t, const BlockKey*)>& progress)
       override;
+  std::vector<ModelProfile> ListProfiles() override;
+  absl::Status Evict(const BlockKey& key, TierId tier) override;
   absl::Status Drain(const std::function<void(uint64_t, uint64_t)>& progress) override;
   absl::StatusOr<gpu::ArenaInfo> Arena(const std::string& tenant) override;
   absl::StatusOr<std::string> StagingPath(const std::string& tenant) override;

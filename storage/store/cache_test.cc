@@ -261,5 +261,49 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesNeverReadNvmeAndPrefetchBringsBlocksBack
   EXPECT_TRUE(handles[0].ok()) << handles[0].status();
 }
 
+TEST_F(BlockStoreTest, EvictGivesUpOneTierAsTheCacheWould) {
+  ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), false, 0, /*retain=*/true).ok());
+  EXPECT_EQ(store_->Evict(Key(0), TierId::kDevice).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Evict(Key(9), TierId::kNvme).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Evict(Key(0), TierId::kRemote).code(), absl::StatusCode::kInvalidArgument);
+
+  std::vector<absl::StatusOr<DeviceHandle>> handles;
+  auto lease = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_TRUE(handles[0].ok());
+  EXPECT_EQ(store_->Evict(Key(0), TierId::kDevice).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(store_->Release("default", *lease).ok());
+  ASSERT_TRUE(store_->Evict(Key(0), TierId::kDevice).ok());
+  EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kHost);
+
+  // The host copy is the last one: it is written to NVMe first (durable).
+  ASSERT_TRUE(store_->Evict(Key(0), TierId::kHost).ok());
+  BlockLocation loc = store_->Lookup(Key(0));
+  EXPECT_EQ(loc.tier, TierId::kNvme);
+  EXPECT_TRUE(loc.durable);
+  ExpectReadable(0);
+
+  // nvme: the block leaves the store; a retained one stays.
+  const uint64_t evicted = store_->Stats().evicted_blocks;
+  ASSERT_TRUE(store_->Evict(Key(0), TierId::kNvme).ok());
+  EXPECT_FALSE(store_->Lookup(Key(0)).present);
+  EXPECT_EQ(store_->Stats().evicted_blocks, evicted + 1);
+  EXPECT_EQ(store_->Evict(Key(1), TierId::kNvme).code(), absl::StatusCode::kFailedPrecondition);
+  ExpectReadable(1);
+  // A device copy that is a block's only copy goes to the host tier first.
+  lease = store_->AcquireHandles("default", {Key(1)}, 0, &handles);
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(store_->Release("default", *lease).ok());
+  ASSERT_TRUE(store_->Evict(Key(1), TierId::kHost).ok());  // the device copy remains
+  ASSERT_TRUE(store_->Evict(Key(1), TierId::kDevice).ok());
+  ExpectReadable(1);
+
+  const std::vector<ModelProfile> profiles = store_->ListProfiles();
+  ASSERT_EQ(profiles.size(), 1u);
+  EXPECT_EQ(profiles[0].profile_id, profile_id_);
+  EXPECT_EQ(profiles[0].name, SmallProfile().name);
+}
+
 }  // namespace
 }  // namespace kvtier

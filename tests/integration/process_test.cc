@@ -11,6 +11,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/escaping.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -260,6 +261,101 @@ TEST_F(ProcessTest, ContextsTopAndTierFilters) {
   client->reset();
   daemon->Signal(SIGTERM);
   // Up to the 5 s grace with a connection open (see LsAndVerify...).
+  EXPECT_EQ(daemon->Wait(std::chrono::seconds(30)), std::optional<int>(0));
+}
+
+TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
+  auto daemon = StartDaemon();
+  auto client = Client::Connect(socket_);
+  ASSERT_TRUE(client.ok());
+  auto registered = (*client)->RegisterProfile(EightKiBProfile("ctl-evict"));
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  const uint64_t pid = registered->profile_id();
+  v1::PutBlocksRequest put;
+  put.set_profile_id(pid);
+  for (int i = 0; i < 3; ++i) {
+    auto* b = put.add_blocks();
+    b->set_block_id("ev" + std::to_string(i));
+    b->set_data(std::string(8192, static_cast<char>('a' + i)));
+  }
+  ASSERT_TRUE((*client)->PutBlocks({put}).ok());
+  const std::string P = std::to_string(pid);
+  auto hex = [](const std::string& id) { return absl::BytesToHexString(id); };
+  auto tier_of = [&](const std::string& id) {
+    v1::LookupRequest req;
+    req.set_profile_id(pid);
+    req.add_block_ids(id);
+    auto r = (*client)->Lookup(req);
+    EXPECT_TRUE(r.ok());
+    return r.ok() && r->entries(0).present() ? r->entries(0).tier() : v1::TIER_UNSPECIFIED;
+  };
+
+  auto profiles = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "profiles"});
+  EXPECT_EQ(profiles.exit_code, 0) << profiles.err;
+  EXPECT_THAT(profiles.out, HasSubstr("ctl-evict"));
+  EXPECT_THAT(profiles.out, HasSubstr("1/1/64/32"));
+  EXPECT_THAT(profiles.out, HasSubstr("fp16"));
+  EXPECT_THAT(profiles.out, HasSubstr("24 KiB"));  // 3 blocks stored
+  auto profiles_json = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "profiles", "--json"});
+  EXPECT_EQ(profiles_json.exit_code, 0) << profiles_json.err;
+  EXPECT_THAT(profiles_json.out, HasSubstr("\"blocks\": \"3\""));
+  EXPECT_THAT(profiles_json.out, HasSubstr("\"owner\": \"default\""));
+
+  // A device copy (handles), released; `drain device` empties the tier.
+  v1::GetBlocksRequest get;
+  get.set_profile_id(pid);
+  get.add_block_ids("ev0");
+  get.set_mode(v1::RETURN_MODE_HANDLES);
+  uint64_t lease = 0;
+  ASSERT_TRUE((*client)->GetBlocks(get, &lease).ok());
+  v1::ReleaseRequest release;
+  release.set_lease_id(lease);
+  ASSERT_TRUE((*client)->Release(release).ok());
+  ASSERT_EQ(tier_of("ev0"), v1::TIER_DEVICE);
+  auto drained = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "drain", "device"});
+  EXPECT_EQ(drained.exit_code, 0) << drained.err;
+  EXPECT_THAT(drained.out, HasSubstr("drained 1 blocks out of the device tier"));
+  EXPECT_EQ(tier_of("ev0"), v1::TIER_HOST);
+
+  // evict --tier host: the last copy goes to NVMe; default tier: gone.
+  auto to_nvme = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P,
+                             "--tier", "host", hex("ev1")});
+  EXPECT_EQ(to_nvme.exit_code, 0) << to_nvme.err;
+  EXPECT_THAT(to_nvme.out, HasSubstr(hex("ev1") + ": evicted"));
+  EXPECT_EQ(tier_of("ev1"), v1::TIER_NVME);
+  auto gone = RunCommand(
+      {KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, "--json", hex("ev2")});
+  EXPECT_EQ(gone.exit_code, 0) << gone.err;
+  EXPECT_THAT(gone.out, HasSubstr("\"statuses\""));
+  EXPECT_EQ(tier_of("ev2"), v1::TIER_UNSPECIFIED);
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->evicted_blocks(), 1u);
+
+  // Errors: an unknown block (exit 1, status named), ids not in hex and
+  // an unknown tier (usage, exit 2), an unknown profile.
+  auto missing = RunCommand(
+      {KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, hex("never-put")});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.out, HasSubstr("NOT_FOUND"));
+  auto not_hex =
+      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, "xyz"});
+  EXPECT_EQ(not_hex.exit_code, 2);
+  EXPECT_THAT(not_hex.err, HasSubstr("not hex"));
+  auto bad_tier = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P,
+                              "--tier", "tape", hex("ev0")});
+  EXPECT_EQ(bad_tier.exit_code, 2);
+  auto bad_profile = RunCommand(
+      {KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", "999", hex("ev0")});
+  EXPECT_EQ(bad_profile.exit_code, 1);
+  EXPECT_THAT(bad_profile.err, HasSubstr("profile_id"));
+  for (const char* cmd : {"profiles", "evict", "drain"}) {
+    auto help = RunCommand({KVTIERCTL_PATH, cmd, "--help"});
+    EXPECT_EQ(help.exit_code, 0) << cmd;
+    EXPECT_THAT(help.out, HasSubstr("Example")) << cmd;
+  }
+  client->reset();
+  daemon->Signal(SIGTERM);
   EXPECT_EQ(daemon->Wait(std::chrono::seconds(30)), std::optional<int>(0));
 }
 

@@ -395,9 +395,35 @@ class Client:
     def list_contexts(self):
         return self._call(self._admin.ListContexts, admin_pb2.ListContextsRequest(), "ListContexts")
 
-    def drain(self, timeout_s=None):
-        """Demotes everything to NVMe; returns the streamed DrainProgress messages."""
-        return self._stream(self._admin.Drain, admin_pb2.DrainRequest(), "Drain", timeout_s)
+    def drain(self, tier=None, timeout_s=None):
+        """tier None: every block becomes durable on NVMe and memory copies are
+        dropped; 'device': only device copies are given up. Returns the
+        streamed DrainProgress messages."""
+        if tier not in (None, "device"):
+            raise invalid_argument("tier", f"{tier!r}, expected None or 'device'")
+        request = admin_pb2.DrainRequest(tier=_TIERS[tier])
+        return self._stream(self._admin.Drain, request, "Drain", timeout_s)
+
+    def list_profiles(self):
+        """ListProfilesResponse: every registered profile with its owner,
+        block count and bytes."""
+        return self._call(self._admin.ListProfiles, admin_pb2.ListProfilesRequest(), "ListProfiles")
+
+    def evict(self, profile_id, block_ids, tier=None, tenant="", check=True):
+        """Gives up one tier's copy of each block, as the cache would:
+        'device' or 'host' drop that copy (a last copy moves down first);
+        None or 'nvme' make the block leave this daemon. EvictResponse;
+        check raises the first failed id (pinned or retained blocks stay)."""
+        if tier not in _TIERS:
+            raise invalid_argument("tier", f"{tier!r}, expected None, 'device', 'host' or 'nvme'")
+        request = admin_pb2.EvictRequest(tenant=tenant, profile_id=profile_id,
+                                         block_ids=_block_ids(block_ids), tier=_TIERS[tier])
+        resp = self._call(self._admin.Evict, request, "Evict")
+        if check:
+            for i, status in enumerate(resp.statuses):
+                if status.code != 0:
+                    raise from_item_status(status, f"block_ids[{i}]", i)
+        return resp
 
     def verify(self, profile_id=0, timeout_s=None):
         """Re-reads and checksums every durable block; the VerifyProgress messages."""

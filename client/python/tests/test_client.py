@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 import kvtier
+from kvtier.v1 import types_pb2
 from support import DaemonTestCase, random_block, small_profile
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -182,6 +183,16 @@ class AdminTest(DaemonTestCase):
         self.assertTrue(progress[-1].done)
         self.assertEqual(progress[-1].corrupt_blocks, 0)
         self.assertGreaterEqual(progress[-1].blocks_checked, 2)
+        listed_profiles = {p.profile_id: p for p in self.client.list_profiles().profiles}
+        self.assertGreaterEqual(listed_profiles[profile.profile_id].blocks, 2)
+        self.client.evict(profile.profile_id, ids[:1], tier="host")
+        self.assertEqual(self.client.lookup(profile.profile_id, ids[:1]).entries[0].tier,
+                         types_pb2.TIER_NVME)
+        self.client.evict(profile.profile_id, ids[:1])
+        self.assertFalse(self.client.lookup(profile.profile_id, ids[:1]).entries[0].present)
+        with self.assertKvTierError(INVALID, "tier"):
+            self.client.evict(profile.profile_id, ids[:1], tier="disk")
+        self.assertEqual(self.client.drain(tier="device")[-1].blocks_total, 0)
         drained = self.client.drain()
         self.assertEqual(drained[-1].blocks_done, drained[-1].blocks_total)
         self.assertEqual(len(self.client.list_contexts().contexts), 0)

@@ -1,0 +1,114 @@
+// kvtierctl profiles and evict.
+#include <cstdio>
+#include <ostream>
+#include <cctype>
+#include <chrono>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/escaping.h"
+#include "client/kvtierctl/commands.h"
+#include "client/kvtierctl/format.h"
+
+namespace kvtier::ctl {
+namespace {
+
+const char* DtypeLabel(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FP16:
+      return "fp16";
+    case v1::DTYPE_BF16:
+      return "bf16";
+    case v1::DTYPE_FP32:
+      return "fp32";
+    default:
+      return "?";
+  }
+}
+
+bool IsHex(const std::string& s) {
+  if (s.empty() || s.size() % 2 != 0) return false;
+  for (char c : s) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int RunProfiles(Client& client, const GlobalOptions& options, std::ostream& out,
+                std::ostream& err) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + client.options().call_timeout);
+  v1::ListProfilesResponse resp;
+  grpc::Status st = client.admin_stub()->ListProfiles(&ctx, v1::ListProfilesRequest(), &resp);
+  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
+  if (options.json) return PrintJson(resp, out, err);
+  char line[320];
+  std::snprintf(line, sizeof(line), "%4s %-24s %-10s %-22s %5s %10s %10s %10s  %s\n", "ID", "NAME",
+                "REVISION", "SHAPE L/H/D/T", "DTYPE", "BLOCK", "BLOCKS", "BYTES", "OWNER");
+  out << line;
+  for (const v1::ProfileInfo& p : resp.profiles()) {
+    const v1::ModelProfile& m = p.profile();
+    const std::string shape = std::to_string(m.num_layers()) + "/" +
+                              std::to_string(m.num_kv_heads()) + "/" +
+                              std::to_string(m.head_dim()) + "/" +
+                              std::to_string(m.block_size_tokens());
+    std::snprintf(line, sizeof(line), "%4llu %-24s %-10s %-22s %5s %10s %10llu %10s  %s\n",
+                  static_cast<unsigned long long>(p.profile_id()), m.name().c_str(),
+                  m.revision().c_str(), shape.c_str(), DtypeLabel(m.dtype()),
+                  HumanBytes(p.block_size_bytes()).c_str(),
+                  static_cast<unsigned long long>(p.blocks()), HumanBytes(p.bytes()).c_str(),
+                  p.owner().c_str());
+    out << line;
+  }
+  if (resp.profiles().empty()) out << "(no profiles registered)\n";
+  return 0;
+}
+
+int RunEvict(Client& client, const GlobalOptions& options, const EvictOptions& evict,
+             std::ostream& out, std::ostream& err) {
+  v1::EvictRequest req;
+  req.set_tenant(evict.tenant);
+  req.set_profile_id(evict.profile_id);
+  if (evict.tier == "device") {
+    req.set_tier(v1::TIER_DEVICE);
+  } else if (evict.tier == "host") {
+    req.set_tier(v1::TIER_HOST);
+  } else if (evict.tier == "nvme" || evict.tier.empty()) {
+    req.set_tier(v1::TIER_NVME);
+  } else {
+    err << "kvtierctl: --tier: \"" << evict.tier << "\" is not device, host or nvme\n";
+    return 2;
+  }
+  for (const std::string& id : evict.block_ids_hex) {
+    if (!IsHex(id)) {
+      err << "kvtierctl: block id \"" << id << "\" is not hex (as `kvtierctl ls` prints ids)\n";
+      return 2;
+    }
+    req.add_block_ids(absl::HexStringToBytes(id));
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + client.options().call_timeout);
+  v1::EvictResponse resp;
+  grpc::Status st = client.admin_stub()->Evict(&ctx, req, &resp);
+  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
+  int failed = 0;
+  for (const v1::ItemStatus& s : resp.statuses()) failed += s.code() != 0;
+  if (options.json) {
+    const int rc = PrintJson(resp, out, err);
+    return rc != 0 ? rc : (failed > 0 ? 1 : 0);
+  }
+  for (int i = 0; i < resp.statuses_size(); ++i) {
+    const v1::ItemStatus& s = resp.statuses(i);
+    out << evict.block_ids_hex[i] << ": "
+        << (s.code() == 0 ? "evicted"
+                          : absl::StatusCodeToString(static_cast<absl::StatusCode>(s.code())) +
+                                ": " + s.message())
+        << "\n";
+  }
+  return failed > 0 ? 1 : 0;
+}
+
+}  // namespace kvtier::ctl
