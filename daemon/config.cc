@@ -139,6 +139,16 @@ const std::vector<Field>& Fields() {
       KV_NUM("tiers.nvme.io_threads", Kind::kUint, nvme.io_threads),
       KV_NUM("tiers.nvme.queue_depth", Kind::kUint, nvme.queue_depth),
       KV_BOOL("tiers.nvme.write_through", nvme.write_through),
+      KV_STR("tiers.remote.redis_cluster", remote.redis_cluster),
+      KV_STR("tiers.remote.password_file", remote.password_file),
+      KV_NUM("tiers.remote.connect_timeout_ms", Kind::kUint, remote.connect_timeout_ms),
+      KV_NUM("tiers.remote.command_timeout_ms", Kind::kUint, remote.command_timeout_ms),
+      KV_NUM("tiers.remote.down_backoff_ms", Kind::kUint, remote.down_backoff_ms),
+      KV_BOOL("tiers.remote.publish", remote.publish),
+      KV_NUM("tiers.remote.publish_threads", Kind::kUint, remote.publish_threads),
+      KV_NUM("tiers.remote.publish_queue_blocks", Kind::kUint, remote.publish_queue_blocks),
+      KV_NUM("tiers.remote.ttl_ms", Kind::kUint, remote.ttl_ms),
+      KV_NUM("tiers.remote.miss_cache_ms", Kind::kUint, remote.miss_cache_ms),
       KV_NUM("leases.default_ttl_ms", Kind::kUint, leases.default_ttl_ms),
       KV_NUM("leases.max_ttl_ms", Kind::kUint, leases.max_ttl_ms),
       KV_NUM("limits.max_batch_blocks", Kind::kUint, limits.max_batch_blocks),
@@ -424,6 +434,34 @@ absl::Status ValidateSelect(const Config& c) {
   return absl::OkStatus();
 }
 
+// The seed list's syntax is checked again (per entry) by the cluster
+// client; here the ranges.
+absl::Status ValidateRemote(const Config& c) {
+  const Config::Remote& r = c.remote;
+  if (r.connect_timeout_ms == 0 || r.connect_timeout_ms > 60000) {
+    return Invalid("tiers.remote.connect_timeout_ms", "must be between 1 and 60000");
+  }
+  if (r.command_timeout_ms == 0 || r.command_timeout_ms > 60000) {
+    return Invalid("tiers.remote.command_timeout_ms", "must be between 1 and 60000");
+  }
+  if (r.down_backoff_ms > 600000) {
+    return Invalid("tiers.remote.down_backoff_ms", "must be at most 600000");
+  }
+  if (r.publish_threads == 0 || r.publish_threads > 64) {
+    return Invalid("tiers.remote.publish_threads", "must be between 1 and 64");
+  }
+  if (r.publish_queue_blocks == 0 || r.publish_queue_blocks > (1u << 20)) {
+    return Invalid("tiers.remote.publish_queue_blocks", "must be between 1 and 1048576");
+  }
+  if (r.miss_cache_ms > 3600000) {
+    return Invalid("tiers.remote.miss_cache_ms", "must be at most 3600000");
+  }
+  if (r.redis_cluster.empty() && !r.password_file.empty()) {
+    return Invalid("tiers.remote.password_file", "is set but tiers.remote.redis_cluster is not");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validate(Config& c) {
   if (c.server.data_dir.empty()) return Invalid("server.data_dir", "must not be empty");
   if (c.server.socket_path.empty()) {
@@ -506,6 +544,7 @@ absl::Status Validate(Config& c) {
   if (c.limits.max_contexts == 0 || c.limits.max_contexts > (1u << 20)) {
     return Invalid("limits.max_contexts", "must be between 1 and 1048576");
   }
+  KVTIER_RETURN_IF_ERROR(ValidateRemote(c));
   KVTIER_RETURN_IF_ERROR(ValidatePlacement(c));
   KVTIER_RETURN_IF_ERROR(ValidateIndex(c));
   return ValidateSelect(c);

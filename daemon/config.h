@@ -69,6 +69,20 @@ struct Config {
     uint64_t queue_depth = 0;
     bool write_through = false;
   } nvme;
+  // The shared remote tier (storage/remote/remote_store.h); off when
+  // redis_cluster is empty.
+  struct Remote {
+    std::string redis_cluster;  // seed nodes, "host:port[,host:port...]"
+    std::string password_file;  // first line = the AUTH password; "" = none
+    uint64_t connect_timeout_ms = 0;
+    uint64_t command_timeout_ms = 0;
+    uint64_t down_backoff_ms = 0;
+    bool publish = true;
+    uint64_t publish_threads = 0;
+    uint64_t publish_queue_blocks = 0;
+    uint64_t ttl_ms = 0;
+    uint64_t miss_cache_ms = 0;
+  } remote;
   struct Leases {
     uint64_t default_ttl_ms = 0;
     uint64_t max_ttl_ms = 0;

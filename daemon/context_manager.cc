@@ -131,6 +131,19 @@ std::vector<int64_t> Context::NewPrefetch(const std::vector<int64_t>& rising) {
   return fresh;
 }
 
+size_t Context::CountNewSelected(absl::Span<const int64_t> selected) {
+  selected_next_.assign(selected.begin(), selected.end());
+  std::sort(selected_next_.begin(), selected_next_.end());
+  size_t fresh = 0;
+  auto old = selected_.begin();
+  for (int64_t p : selected_next_) {
+    while (old != selected_.end() && *old < p) ++old;
+    fresh += old == selected_.end() || *old != p;
+  }
+  selected_.swap(selected_next_);
+  return fresh;
+}
+
 size_t Context::MemoryBytes() const {
   return sizeof(*this) + (index_ ? index_->MemoryBytes() : 0) + block_ids_.MemoryBytes();
 }

@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "index/selector.h"
 #include "storage/env/env.h"
 #include "storage/store/block_store.h"
@@ -135,6 +136,10 @@ class Context {
   // not among the previous call's; remembers `rising` for the next call.
   std::vector<int64_t> NewPrefetch(const std::vector<int64_t>& rising)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // How many of `selected` (a Select's positions) the previous call's did
+  // not hold; remembers `selected` for the next call. No allocation once
+  // its buffers have grown to the budget.
+  size_t CountNewSelected(absl::Span<const int64_t> selected) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Tree + stability + block ids, bytes.
   size_t MemoryBytes() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -163,6 +168,8 @@ class Context {
   uint64_t lease_id_ ABSL_GUARDED_BY(mu) = 0;
   bool stepped_ ABSL_GUARDED_BY(mu) = false;
   std::vector<int64_t> prefetched_ ABSL_GUARDED_BY(mu);  // sorted
+  std::vector<int64_t> selected_ ABSL_GUARDED_BY(mu);    // sorted, the last Select's
+  std::vector<int64_t> selected_next_ ABSL_GUARDED_BY(mu);  // scratch
 
   std::atomic<uint32_t> num_blocks_{0};
   std::atomic<uint32_t> pinned_blocks_{0};

@@ -159,6 +159,8 @@ v1::Tier ToProto(TierId tier) {
       return v1::TIER_HOST;
     case TierId::kNvme:
       return v1::TIER_NVME;
+    case TierId::kRemote:
+      return v1::TIER_REMOTE;
   }
   return v1::TIER_UNSPECIFIED;
 }

@@ -158,24 +158,39 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
   if (auto profile = runtime_->store()->GetProfile(req->profile_id()); !profile.ok()) {
     return FinishUnary(ctx, absl::InvalidArgumentError(std::string(profile.status().message())));
   }
-  bool prefix = true;
-  uint32_t prefix_blocks = 0;
   for (const std::string& id : req->block_ids()) {
-    BlockKey key{tenant, req->profile_id(), id};
-    if (auto st = ValidateBlockKey(key); !st.ok()) return FinishUnary(ctx, st);
-    BlockLocation loc = runtime_->store()->Lookup(key);
-    v1::LookupEntry* entry = resp->add_entries();
-    entry->set_block_id(id);
-    entry->set_present(loc.present);
-    if (loc.present) {
-      entry->set_tier(ToProto(loc.tier));
-      entry->set_durable(loc.durable);
+    if (auto st = ValidateBlockKey(BlockKey{tenant, req->profile_id(), id}); !st.ok()) {
+      return FinishUnary(ctx, st);
     }
-    prefix = prefix && loc.present;
-    if (prefix) ++prefix_blocks;
   }
-  resp->set_prefix_blocks(prefix_blocks);
-  return FinishUnary(ctx, grpc::Status::OK);
+  // With a remote tier, the blocks of the prefix no local tier holds are
+  // asked for in the cluster (network I/O: on an I/O thread), until the
+  // first one it does not have either.
+  remote::RemoteStore* remote = runtime_->remote();
+  auto lookup = [this, tenant, req, resp, remote] {
+    bool prefix = true;
+    uint32_t prefix_blocks = 0;
+    for (const std::string& id : req->block_ids()) {
+      const BlockKey key{tenant, req->profile_id(), id};
+      const BlockLocation loc = runtime_->store()->Lookup(key);
+      v1::LookupEntry* entry = resp->add_entries();
+      entry->set_block_id(id);
+      entry->set_present(loc.present);
+      if (loc.present) {
+        entry->set_tier(ToProto(loc.tier));
+        entry->set_durable(loc.durable);
+      } else if (prefix && remote != nullptr && remote->InRemote(key)) {
+        entry->set_present(true);
+        entry->set_tier(v1::TIER_REMOTE);
+      }
+      prefix = prefix && entry->present();
+      if (prefix) ++prefix_blocks;
+    }
+    resp->set_prefix_blocks(prefix_blocks);
+    return absl::OkStatus();
+  };
+  if (remote != nullptr) return FinishBlocking(ctx, std::move(lookup));
+  return FinishUnary(ctx, lookup());
 }
 
 grpc::ServerUnaryReactor* KvTierService::DeleteBlocks(grpc::CallbackServerContext* ctx,

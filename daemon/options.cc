@@ -1,7 +1,10 @@
 #include "daemon/options.h"
 
 #include <algorithm>
+#include <fstream>
 #include <thread>
+
+#include <spdlog/spdlog.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -92,6 +95,34 @@ uint32_t StabilityScorersOf(const Config& config) {
 size_t PutParallelismOf(const Config& config) {
   if (config.server.put_parallelism != 0) return config.server.put_parallelism;
   return std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 4);
+}
+
+absl::StatusOr<remote::RemoteTierOptions> RemoteOptionsOf(const Config& config) {
+  const Config::Remote& r = config.remote;
+  remote::RemoteTierOptions o;
+  for (absl::string_view seed : absl::StrSplit(r.redis_cluster, ',', absl::SkipEmpty())) {
+    o.cluster.seeds.emplace_back(absl::StripAsciiWhitespace(seed));
+  }
+  if (!r.password_file.empty()) {
+    std::ifstream in(r.password_file);
+    std::string line;
+    if (!in || !std::getline(in, line) || absl::StripAsciiWhitespace(line).empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("key 'tiers.remote.password_file': cannot read a password from \"",
+                       r.password_file, "\""));
+    }
+    o.cluster.password = std::string(absl::StripAsciiWhitespace(line));
+  }
+  o.cluster.connect_timeout_ms = static_cast<uint32_t>(r.connect_timeout_ms);
+  o.cluster.command_timeout_ms = static_cast<uint32_t>(r.command_timeout_ms);
+  o.cluster.down_backoff_ms = static_cast<uint32_t>(r.down_backoff_ms);
+  o.publish = r.publish;
+  o.publish_threads = static_cast<uint32_t>(r.publish_threads);
+  o.publish_queue_blocks = static_cast<uint32_t>(r.publish_queue_blocks);
+  o.ttl_ms = r.ttl_ms;
+  o.miss_cache_ms = r.miss_cache_ms;
+  o.log_warning = [](const std::string& message) { spdlog::warn("{}", message); };
+  return o;
 }
 
 }  // namespace kvtier::daemon

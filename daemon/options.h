@@ -15,6 +15,7 @@
 #include "daemon/summarizer.h"
 #include "index/scorer.h"
 #include "index/selector.h"
+#include "storage/remote/remote_store.h"
 
 namespace kvtier::daemon {
 
@@ -34,6 +35,11 @@ uint32_t StabilityScorersOf(const Config& config);
 // Threads that store the blocks of one PutBlocks message:
 // server.put_parallelism, or min(4, cores) when it is 0.
 size_t PutParallelismOf(const Config& config);
+
+// tiers.remote.*: the seeds split on commas, the password read from
+// password_file (its first line; INVALID_ARGUMENT naming the key when it
+// cannot be read or is empty). Warnings go to spdlog.
+absl::StatusOr<remote::RemoteTierOptions> RemoteOptionsOf(const Config& config);
 
 }  // namespace kvtier::daemon
 

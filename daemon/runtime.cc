@@ -183,6 +183,17 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
                         absl::StrCat("cannot open the block store: ", store.status().message()));
   }
   rt->store_ = std::move(*store);
+  if (!config.remote.redis_cluster.empty()) {
+    absl::StatusOr<remote::RemoteTierOptions> remote_options = RemoteOptionsOf(config);
+    if (!remote_options.ok()) return remote_options.status();
+    auto remote_store = remote::RemoteStore::Create(std::move(rt->store_), *remote_options);
+    if (!remote_store.ok()) {
+      return absl::Status(remote_store.status().code(),
+                          absl::StrCat("tiers.remote: ", remote_store.status().message()));
+    }
+    rt->remote_ = remote_store->get();
+    rt->store_ = std::move(*remote_store);
+  }
 
   const ContextManagerOptions contexts = ContextManagerOptionsOf(config);
   rt->contexts_ = std::make_unique<ContextManager>(rt->store_.get(), Env::Default(), contexts);

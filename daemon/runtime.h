@@ -29,6 +29,7 @@
 #include "gpu/device_ops.h"
 #include "gpu/device_probe.h"
 #include "index/scorer.h"
+#include "storage/remote/remote_store.h"
 #include "index/selector.h"
 #include "storage/store/block_store.h"
 
@@ -72,6 +73,9 @@ class Runtime {
   const std::string& device_backend() const { return device_backend_; }
   uint64_t uptime_s() const;
   BlockStore* store() const { return store_.get(); }
+  // The remote tier wrapping store() (the same object), or null when
+  // tiers.remote.redis_cluster is empty.
+  remote::RemoteStore* remote() const { return remote_; }
   Summarizer* summarizer() const { return summarizer_.get(); }
   ContextManager* contexts() const { return contexts_.get(); }
   Prefetcher* prefetcher() const { return prefetcher_.get(); }
@@ -105,6 +109,7 @@ class Runtime {
   std::unique_ptr<gpu::DeviceOps> device_ops_;  // single-tenant mode only
   std::unique_ptr<Summarizer> summarizer_;
   std::unique_ptr<BlockStore> store_;
+  remote::RemoteStore* remote_ = nullptr;  // store_ itself when set
   std::unique_ptr<ContextManager> contexts_;
   std::unique_ptr<Prefetcher> prefetcher_;
   std::unique_ptr<BlockingPool> blocking_pool_;

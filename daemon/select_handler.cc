@@ -311,6 +311,8 @@ void SelectHandler::Collect(Item* item, v1::ContextSelection* out,
   // Rising blocks stay rising for several steps: only those not handed to
   // the prefetcher at the previous step are.
   for (int64_t p : ctx->NewPrefetch(result.prefetch)) prefetch->push_back(ctx->KeyAt(p));
+  selected_blocks_ += result.blocks.size();
+  new_blocks_ += ctx->CountNewSelected(result.blocks);
 }
 
 void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Item* item,
@@ -322,14 +324,17 @@ void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Ite
   // No disk I/O on this thread: blocks on NVMe only are brought into host
   // memory by the prefetcher. With wait_ms the call waits for that (until
   // the entry's deadline); otherwise they come back PENDING ("on its way")
-  // and are promoted from memory at a later step. No context lock is held
-  // here, so appends and other contexts' Selects go on meanwhile.
+  // and are promoted from memory at a later step. With a remote tier, blocks
+  // no local tier holds are fetched by the prefetcher the same way. No
+  // context lock is held here, so appends and other contexts' Selects go on
+  // meanwhile.
   Prefetcher* prefetcher = runtime_->prefetcher();
   if (entry.wait_ms() > 0) {
+    const bool remote = runtime_->remote() != nullptr;
     std::vector<BlockKey> on_nvme;
     for (const BlockKey& key : keys) {
       const BlockLocation loc = store->Lookup(key);
-      if (loc.present && loc.tier == TierId::kNvme) on_nvme.push_back(key);
+      if (loc.present ? loc.tier == TierId::kNvme : remote) on_nvme.push_back(key);
     }
     if (!on_nvme.empty()) {
       prefetcher->WaitFor(prefetcher->Enqueue(std::move(on_nvme)),
@@ -356,7 +361,7 @@ void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Ite
       handle->set_size_bytes(handles[k]->size_bytes);
       handle->set_generation(handles[k]->generation);
     } else if (handles[k].status().code() == absl::StatusCode::kUnavailable) {
-      b->set_residency(v1::RESIDENCY_PENDING);  // on NVMe only: on its way
+      b->set_residency(v1::RESIDENCY_PENDING);  // on NVMe or remote only: on its way
       prefetch->push_back(keys[k]);
     } else if (handles[k].status().code() != absl::StatusCode::kNotFound) {
       b->set_residency(v1::RESIDENCY_PENDING);
@@ -389,6 +394,8 @@ void SelectHandler::Install(Item* item, v1::ContextSelection* out) {
 
 void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse* response) {
   timings_ = Timings();
+  selected_blocks_ = 0;
+  new_blocks_ = 0;
   const absl::Time start = absl::Now();  // wait_ms counts from here
   auto lap = std::chrono::steady_clock::now();
   response->Clear();
@@ -485,6 +492,7 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
   runtime_->metrics()->SelectPhases(timings_.check_us * 1e-6, timings_.select_us * 1e-6,
                                     timings_.build_us * 1e-6, timings_.pin_us * 1e-6,
                                     request.contexts_size());
+  runtime_->metrics()->SelectChurn(selected_blocks_, new_blocks_);
 }
 
 }  // namespace kvtier::daemon

@@ -127,6 +127,8 @@ class SelectHandler {
   std::vector<Item*> valid_;
   absl::flat_hash_map<uint64_t, int> first_use_;
   Timings timings_;
+  uint64_t selected_blocks_ = 0;  // blocks this request returned (all contexts)
+  uint64_t new_blocks_ = 0;       // of those, not in their context's previous set
 };
 
 }  // namespace kvtier::daemon

@@ -9,12 +9,12 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   # RPC and serialization
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
-  # storage
-  librocksdb-dev liburing-dev libxxhash-dev
+  # storage (hiredis: the remote tier's Redis Cluster client)
+  librocksdb-dev liburing-dev libxxhash-dev libhiredis-dev
   # base libraries
   libabsl-dev libssl-dev libsystemd-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev libfaiss-dev libhiredis-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libfaiss-dev
   redis-server fio prometheus python3-matplotlib
   # fuzzing (tests/fuzz): clang, and libFuzzer with the sanitizer runtimes
   clang libclang-rt-14-dev

@@ -82,7 +82,78 @@ const char* CodeName(int code) {
   return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
 }
 
+// The remote tier's counters (only when tiers.remote is on).
+void CollectRemote(const remote::RemoteStore& store, Writer& w) {
+  const remote::RemoteTierStats r = store.remote_stats();
+  const char* lookups = "Remote tier lookups of blocks no local tier held, by result";
+  for (auto [result, n] : {std::pair<const char*, uint64_t>{"hit", r.hits},
+                           {"miss", r.misses},
+                           {"unavailable", r.unavailable},
+                           {"recent_miss", r.miss_cache_hits},
+                           {"corrupt", r.corrupt}}) {
+    w.Counter("kvtier_remote_lookups_total", lookups, {{"result", result}},
+              static_cast<double>(n));
+  }
+  const char* publish = "Blocks offered to the remote tier after a put, by outcome";
+  for (auto [result, n] : {std::pair<const char*, uint64_t>{"published", r.published},
+                           {"dropped", r.publish_dropped},
+                           {"failed", r.publish_failed},
+                           {"skipped", r.publish_skipped}}) {
+    w.Counter("kvtier_remote_publish_total", publish, {{"result", result}},
+              static_cast<double>(n));
+  }
+  w.Gauge("kvtier_remote_publish_queued", "Blocks waiting to be published", {},
+          static_cast<double>(r.publish_queued));
+  w.Counter("kvtier_remote_bytes_total", "Payload bytes read from / written to the remote tier",
+            {{"direction", "read"}}, static_cast<double>(r.bytes_read));
+  w.Counter("kvtier_remote_bytes_total", "Payload bytes read from / written to the remote tier",
+            {{"direction", "written"}}, static_cast<double>(r.bytes_written));
+  w.Counter("kvtier_remote_deleted_total", "Remote copies removed by Delete", {},
+            static_cast<double>(r.deleted));
+  w.Gauge("kvtier_remote_masters", "Masters in the cluster client's slot map", {},
+          static_cast<double>(r.masters.size()));
+  const char* redirects = "Cluster redirections followed (MOVED, ASK) and TRYAGAIN retries";
+  w.Counter("kvtier_remote_redirects_total", redirects, {{"kind", "moved"}},
+            static_cast<double>(r.cluster.moved));
+  w.Counter("kvtier_remote_redirects_total", redirects, {{"kind", "ask"}},
+            static_cast<double>(r.cluster.ask));
+  w.Counter("kvtier_remote_redirects_total", redirects, {{"kind", "tryagain"}},
+            static_cast<double>(r.cluster.try_again));
+  const char* errors = "Cluster errors: failed connects, timeouts, error replies";
+  w.Counter("kvtier_remote_errors_total", errors, {{"kind", "connect"}},
+            static_cast<double>(r.cluster.connect_failures));
+  w.Counter("kvtier_remote_errors_total", errors, {{"kind", "timeout"}},
+            static_cast<double>(r.cluster.timeouts));
+  w.Counter("kvtier_remote_errors_total", errors, {{"kind", "reply"}},
+            static_cast<double>(r.cluster.errors));
+  w.Counter("kvtier_remote_slot_map_refreshes_total", "CLUSTER SLOTS refreshes", {},
+            static_cast<double>(r.cluster.slot_map_refreshes));
+}
+
+// What each tenant of auth.tenants_file holds (only "default" when auth is
+// off), labelled by tenant name; bounded by the tenants file.
+void CollectTenants(Runtime* rt, Writer& w) {
+  for (const TenantPtr& t : rt->tenants().All()) {
+    const TenantUsage u = rt->store()->UsageOf(t->name);
+    const Labels tenant = {{"tenant", t->name}};
+    w.Gauge("kvtier_tenant_device_bytes", "Device-arena bytes a tenant's blocks hold", tenant,
+            static_cast<double>(u.device_bytes));
+    w.Gauge("kvtier_tenant_pinned_bytes", "Device bytes a tenant's leases pin", tenant,
+            static_cast<double>(u.pinned_bytes));
+    w.Gauge("kvtier_tenant_host_bytes", "Host-tier bytes a tenant's blocks hold", tenant,
+            static_cast<double>(u.host_bytes));
+    w.Gauge("kvtier_tenant_nvme_bytes", "NVMe bytes a tenant's blocks hold", tenant,
+            static_cast<double>(u.nvme_bytes));
+    w.Gauge("kvtier_tenant_leases", "Leases a tenant holds", tenant,
+            static_cast<double>(u.leases));
+    w.Gauge("kvtier_tenant_contexts", "Contexts a tenant has open", tenant,
+            static_cast<double>(rt->contexts()->OpenCount(t->name)));
+  }
+}
+
 void CollectRuntime(Runtime* rt, Writer& w) {
+  if (rt->remote() != nullptr) CollectRemote(*rt->remote(), w);
+  CollectTenants(rt, w);
   const BlockStoreStats s = rt->store()->Stats();
   for (const TierUsage& t : s.tiers) {
     const Labels tier = {{"tier", std::string(TierName(t.tier))}};
@@ -160,6 +231,15 @@ DaemonMetrics::DaemonMetrics(Runtime* runtime) {
   select_contexts_ = registry_.AddCounter("kvtier_select_contexts_total",
                                           "Contexts selected (entries of Select requests)", {})
                          ->With({});
+  select_blocks_ = registry_.AddCounter("kvtier_select_blocks_total",
+                                        "Blocks Select returned (all contexts)", {})
+                       ->With({});
+  select_new_blocks_ =
+      registry_.AddCounter("kvtier_select_new_blocks_total",
+                           "Blocks Select returned that the context's previous Select did not "
+                           "(stability churn)",
+                           {})
+          ->With({});
   put_bytes_ = registry_.AddCounter("kvtier_put_bytes_total", "Bytes of blocks newly stored", {})
                    ->With({});
   put_blocks_ = registry_.AddCounter("kvtier_put_blocks_total", "Blocks newly stored", {})
@@ -186,6 +266,11 @@ void DaemonMetrics::SelectPhases(double check_s, double select_s, double build_s
   const double s[4] = {check_s, select_s, build_s, pin_s};
   for (int i = 0; i < 4; ++i) phase_[i]->Observe(s[i]);
   select_contexts_->Add(contexts);
+}
+
+void DaemonMetrics::SelectChurn(uint64_t selected, uint64_t fresh) {
+  select_blocks_->Add(static_cast<double>(selected));
+  select_new_blocks_->Add(static_cast<double>(fresh));
 }
 
 void DaemonMetrics::BlocksPut(uint64_t blocks, uint64_t bytes) {

@@ -53,6 +53,9 @@ class DaemonMetrics {
   void RpcFinished(absl::string_view method, int code, double seconds);
   void SelectPhases(double check_s, double select_s, double build_s, double pin_s,
                     int contexts);
+  // Blocks a Select request returned, and how many of them the context's
+  // previous Select did not (churn = rate(new) / rate(selected)).
+  void SelectChurn(uint64_t selected, uint64_t fresh);
   void BlocksPut(uint64_t blocks, uint64_t bytes);
   void BytesGot(uint64_t bytes);
 
@@ -62,6 +65,8 @@ class DaemonMetrics {
   metrics::HistogramFamily* rpc_seconds_;
   metrics::Histogram* phase_[4];
   metrics::Counter* select_contexts_;
+  metrics::Counter* select_blocks_;
+  metrics::Counter* select_new_blocks_;
   metrics::Counter* put_bytes_;
   metrics::Counter* put_blocks_;
   metrics::Counter* get_bytes_;
