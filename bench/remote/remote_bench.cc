@@ -7,8 +7,10 @@
 //       raw      --threads threads GET the same values straight from the
 //                cluster (the same cluster client kvtierd uses; each value
 //                copied out of the reply, as a client must);
-//       bytes    a fresh daemon B (nothing local) serves them with
-//                GetBlocks(BYTES), --batch ids per call, --threads callers;
+//       bytes    a daemon B with nothing local serves them with
+//                GetBlocks(BYTES), --batch ids per call, --threads callers,
+//                first fresh (other ids of the same size: its first reads
+//                after start), then warm (those deleted, these read);
 //       handles  the same with GetBlocks(HANDLES): what an engine uses
 //                (the block lands in B's arena; no bytes on the socket).
 //     Reported as GB/s of payload and as ratios to raw (goal >= 0.8).
@@ -39,6 +41,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "client/client.h"
 #include "daemon/config.h"
 #include "daemon/server.h"
@@ -169,12 +172,16 @@ double Parallel(uint32_t threads, size_t n, uint32_t step, Fn fn) {
 }
 
 struct Throughput {
-  std::vector<double> raw, bytes, handles;  // GB/s per rep
+  // GB/s per rep. cold: a fresh daemon's first reads (its arenas' pages
+  // are touched for the first time); warm: the same daemon after it read
+  // and deleted as many other blocks (slots reused, as in steady state).
+  std::vector<double> raw, bytes_cold, bytes, handles_cold, handles;
 };
 
 Throughput MeasureGets(const Args& a, const std::string& seeds, const std::string& root) {
   const uint64_t bytes = BlockBytes(a);
   std::vector<std::string> ids;
+  std::vector<std::string> warm_ids;
   for (uint32_t i = 0; i < a.blocks; ++i) ids.push_back(absl::StrCat("tp-", i));
   Daemon writer = StartDaemon(root + "/writer", seeds, a);
   Put(writer, ids, bytes);
@@ -200,38 +207,80 @@ Throughput MeasureGets(const Args& a, const std::string& seeds, const std::strin
   const double total_gb = static_cast<double>(bytes) * ids.size() / 1e9;
   for (uint32_t rep = 0; rep < a.reps; ++rep) {
     std::atomic<uint64_t> errors{0};
+    absl::Mutex first_mu;
+    std::string first_error;
+    auto note = [&](const std::string& what) {
+      ++errors;
+      absl::MutexLock l(&first_mu);
+      if (first_error.empty()) first_error = what;
+    };
     // raw
     std::vector<std::string> sinks(a.threads);
     double s = Parallel(a.threads, keys.size(), 1, [&](uint32_t t, size_t i) {
       auto got = (*cluster)->Get(keys[i], [&](std::string_view v) { sinks[t].assign(v); });
-      if (!got.ok() || !*got) ++errors;
+      if (!got.ok()) note(absl::StrCat("raw GET ", keys[i], ": ", got.status().ToString()));
+      else if (!*got) note(absl::StrCat("raw GET ", keys[i], ": no such key"));
     });
     out.raw.push_back(total_gb / s);
     // bytes / handles from a fresh daemon each
     for (int mode = 0; mode < 2; ++mode) {
       Daemon reader = StartDaemon(absl::StrCat(root, "/reader-", rep, "-", mode), seeds, a);
-      s = Parallel(a.threads, ids.size(), a.batch, [&](uint32_t, size_t i) {
+      // Cold: the blocks this round measures are first written (under other
+      // ids), read by the fresh reader, then deleted everywhere.
+      std::vector<std::string> round_warm;
+      for (uint32_t i = 0; i < a.blocks; ++i) {
+        round_warm.push_back(absl::StrCat("warm-", rep, "-", mode, "-", i));
+      }
+      Put(writer, round_warm, bytes);
+      WaitPublished(writer, ids.size() + warm_ids.size() + round_warm.size());
+      warm_ids.insert(warm_ids.end(), round_warm.begin(), round_warm.end());
+      for (int pass = 0; pass < 2; ++pass) {
+      const std::vector<std::string>& read = pass == 0 ? round_warm : ids;
+      s = Parallel(a.threads, read.size(), a.batch, [&](uint32_t, size_t i) {
         v1::GetBlocksRequest get;
         get.set_profile_id(reader.profile_id);
-        for (size_t j = i; j < std::min(ids.size(), i + a.batch); ++j) get.add_block_ids(ids[j]);
+        for (size_t j = i; j < std::min(read.size(), i + a.batch); ++j) get.add_block_ids(read[j]);
         get.set_mode(mode == 0 ? v1::RETURN_MODE_BYTES : v1::RETURN_MODE_HANDLES);
         uint64_t lease = 0;
         auto r = reader.client->GetBlocks(get, &lease);
         if (!r.ok()) {
-          ++errors;
+          note(absl::StrCat("GetBlocks mode ", mode, ": ", r.status().ToString()));
           return;
         }
-        for (const auto& b : *r) errors += b.status().code() != 0 || b.tier() != v1::TIER_REMOTE;
+        for (const auto& b : *r) {
+          // A fresh reader holds nothing: every block comes from the cluster.
+          // Bytes report TIER_REMOTE; a handle points at the device copy
+          // made from it.
+          const v1::Tier want = mode == 0 ? v1::TIER_REMOTE : v1::TIER_DEVICE;
+          if (b.status().code() != 0 || b.tier() != want) {
+            note(absl::StrCat("GetBlocks mode ", mode, ": code ", b.status().code(), " ",
+                              b.status().message(), ", tier ", v1::Tier_Name(b.tier())));
+          }
+        }
         if (lease != 0) {
           v1::ReleaseRequest rel;
           rel.set_lease_id(lease);
           reader.client->Release(rel).IgnoreError();
         }
       });
-      (mode == 0 ? out.bytes : out.handles).push_back(total_gb / s);
+      if (pass == 0) {
+        (mode == 0 ? out.bytes_cold : out.handles_cold).push_back(total_gb / s);
+        for (size_t i = 0; i < round_warm.size(); i += a.batch) {
+          v1::DeleteBlocksRequest del;
+          del.set_profile_id(reader.profile_id);
+          for (size_t j = i; j < std::min(round_warm.size(), i + a.batch); ++j) {
+            del.add_block_ids(round_warm[j]);
+          }
+          auto d = reader.client->DeleteBlocks(del);
+          if (!d.ok()) note(absl::StrCat("DeleteBlocks: ", d.status().ToString()));
+        }
+      } else {
+        (mode == 0 ? out.bytes : out.handles).push_back(total_gb / s);
+      }
+      }
     }
     if (errors != 0) {
-      Die("gets", absl::InternalError(absl::StrCat(errors.load(), " reads failed")));
+      Die("gets", absl::InternalError(absl::StrCat(errors.load(), " reads failed; first: ", first_error)));
     }
   }
   return out;
@@ -328,11 +377,14 @@ int Main(int argc, char** argv) {
       "(range over rounds).\n\n"
       "| path | GB/s | / raw GET (goal >= 0.8) |\n|---|---|---|\n"
       "| raw GET through the cluster client | %s | 1 |\n"
-      "| kvtier GetBlocks BYTES, remote only | %s | %s |\n"
-      "| kvtier GetBlocks HANDLES, remote only | %s | %s |\n\n",
+      "| kvtier GetBlocks BYTES, remote only, warm daemon | %s | %s |\n"
+      "| kvtier GetBlocks HANDLES, remote only, warm daemon | %s | %s |\n"
+      "| kvtier GetBlocks BYTES, remote only, fresh daemon | %s | %s |\n"
+      "| kvtier GetBlocks HANDLES, remote only, fresh daemon | %s | %s |\n\n",
       a.blocks, std::to_string(BlockBytes(a) >> 10), a.threads, a.batch, a.reps, Range(t.raw),
       Range(t.bytes), Range(Ratio(t.bytes, t.raw)), Range(t.handles),
-      Range(Ratio(t.handles, t.raw)));
+      Range(Ratio(t.handles, t.raw)), Range(t.bytes_cold), Range(Ratio(t.bytes_cold, t.raw)),
+      Range(t.handles_cold), Range(Ratio(t.handles_cold, t.raw)));
   auto rate = [](const HitRate& h, int i) {
     return absl::StrFormat("%.3f (%u/%u)", h.asked[i] ? double(h.found[i]) / h.asked[i] : 0.0,
                            h.found[i], h.asked[i]);
