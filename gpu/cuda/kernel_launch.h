@@ -30,10 +30,11 @@ cudaError_t LaunchScoreLevels(const ScoreParams& params, cudaStream_t stream);
 // threads per anchor, a thread-block cluster on sm_90 (topk.cu).
 cudaError_t LaunchTopK(const TopKParams& params, cudaStream_t stream);
 
-// CTAs (one cluster) TopK gives each anchor on `device`: ceil(N / 8192),
-// at most 16 (or the largest cluster the device can hold), 1 on chips
-// without clusters.
-int TopKCtasPerAnchor(int64_t num_rows, int device);
+// CTAs (one cluster) TopK gives each anchor on `device`: ceil(N / 4096),
+// at most 16 (or the largest cluster the device can hold), and for a batch
+// of num_anchors > 1 at most 2 x SMs / num_anchors so the grid stays one
+// wave; at least 1; 1 on chips without clusters.
+int TopKCtasPerAnchor(int64_t num_rows, int device, int64_t num_anchors = 1);
 
 // One warp per row, grid-stride over all segments' rows.
 cudaError_t LaunchScoreSegments(const SegmentScoreParams& params, cudaStream_t stream);

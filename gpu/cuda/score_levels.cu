@@ -18,6 +18,10 @@
 // while consecutive rows stay in one segment), the anchor read through L1.
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
 #include "gpu/cuda/kernel_launch.h"
 #include "gpu/cuda/launch.cuh"
 
@@ -51,7 +55,8 @@ __device__ __forceinline__ float FinishScore(ScoreKind kind, float dot, float an
   return 0.5f * (1.0f + cos);
 }
 
-template <typename T>
+// kMaxAnchors: 1 (B = 1, no per-anchor loop) or kSmallBatch.
+template <typename T, int kMaxAnchors>
 __global__ void __launch_bounds__(kSmallThreads) ScoreRowsSmallKernel(ScoreParams p) {
   extern __shared__ float anchors_s[];  // [B][D]
   __shared__ float anchor_norm_s[kSmallBatch];
@@ -84,7 +89,7 @@ __global__ void __launch_bounds__(kSmallThreads) ScoreRowsSmallKernel(ScoreParam
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * warps + warp; r < p.num_rows;
        r += static_cast<int64_t>(gridDim.x) * warps) {
     const T* row = levels + r * p.row_stride;
-    float acc[kSmallBatch] = {};
+    float acc[kMaxAnchors] = {};
     float norm = 0.0f;
     bool bad = false;
 #pragma unroll 4
@@ -93,14 +98,14 @@ __global__ void __launch_bounds__(kSmallThreads) ScoreRowsSmallKernel(ScoreParam
       bad |= !isfinite(x);
       norm += x * x;
 #pragma unroll
-      for (int a = 0; a < kSmallBatch; ++a) {
+      for (int a = 0; a < kMaxAnchors; ++a) {
         if (a < num_anchors) acc[a] += x * anchors_s[a * dim + d];
       }
     }
     norm = sqrtf(WarpSum(norm));
     bad = __any_sync(0xffffffffu, bad);
 #pragma unroll
-    for (int a = 0; a < kSmallBatch; ++a) {
+    for (int a = 0; a < kMaxAnchors; ++a) {
       if (a < num_anchors) {
         const float dot = WarpSum(acc[a]);
         if (lane == 0) {
@@ -240,14 +245,60 @@ __global__ void __launch_bounds__(kSmallThreads) ScoreSegmentsKernel(SegmentScor
   }
 }
 
+// CTAs for a one-warp-per-row launch of `kernel` over num_rows rows:
+// enough for one full wave on the current device (as many CTAs as its SMs
+// hold at once) and no more, so each warp walks several rows and every
+// CTA's set-up (anchors into shared memory) is paid once per wave rather
+// than once per 8 rows. The wave size is queried once per (kernel, device,
+// shared memory size); kSmallMaxCtas if the queries fail.
+template <typename Kernel>
+int64_t RowWarpCtas(Kernel kernel, int64_t num_rows, size_t smem_bytes) {
+  struct Wave {
+    const void* kernel;
+    int device;
+    size_t smem_bytes;
+    int64_t ctas;
+  };
+  static std::mutex mu;
+  static std::vector<Wave> waves;
+  const int64_t warps = kSmallThreads / 32;
+  const int64_t ctas = (num_rows + warps - 1) / warps;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return std::max<int64_t>(1, std::min<int64_t>(ctas, kSmallMaxCtas));
+  }
+  const void* key = reinterpret_cast<const void*>(kernel);
+  std::lock_guard<std::mutex> lock(mu);
+  for (const Wave& w : waves) {
+    if (w.kernel == key && w.device == device && w.smem_bytes == smem_bytes) {
+      return std::max<int64_t>(1, std::min(ctas, w.ctas));
+    }
+  }
+  int sms = 0, per_sm = 0;
+  int64_t cap = kSmallMaxCtas;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSmallThreads, smem_bytes) ==
+          cudaSuccess &&
+      sms > 0 && per_sm > 0) {
+    cap = std::min<int64_t>(cap, int64_t{sms} * per_sm);
+  }
+  cudaGetLastError();  // a failed query is not the launch's error
+  if (waves.size() < 64) waves.push_back(Wave{key, device, smem_bytes, cap});
+  return std::max<int64_t>(1, std::min(ctas, cap));
+}
+
 template <typename T>
 cudaError_t LaunchScoreTyped(const ScoreParams& p, cudaStream_t stream) {
   if (p.num_anchors <= kSmallBatch) {
-    const int64_t warps = kSmallThreads / 32;
-    int64_t ctas = (p.num_rows + warps - 1) / warps;
-    if (ctas > kSmallMaxCtas) ctas = kSmallMaxCtas;
     const size_t smem_bytes = static_cast<size_t>(p.num_anchors) * p.dim * sizeof(float);
-    return LaunchKernel(ScoreRowsSmallKernel<T>, dim3(static_cast<unsigned>(ctas)),
+    if (p.num_anchors == 1) {
+      const int64_t ctas = RowWarpCtas(ScoreRowsSmallKernel<T, 1>, p.num_rows, smem_bytes);
+      return LaunchKernel(ScoreRowsSmallKernel<T, 1>, dim3(static_cast<unsigned>(ctas)),
+                          dim3(kSmallThreads), smem_bytes, stream, p);
+    }
+    const int64_t ctas = RowWarpCtas(ScoreRowsSmallKernel<T, kSmallBatch>, p.num_rows, smem_bytes);
+    return LaunchKernel(ScoreRowsSmallKernel<T, kSmallBatch>, dim3(static_cast<unsigned>(ctas)),
                         dim3(kSmallThreads), smem_bytes, stream, p);
   }
   const dim3 grid(static_cast<unsigned>((p.num_rows + kTileRows - 1) / kTileRows),
@@ -269,9 +320,7 @@ cudaError_t LaunchScoreLevels(const ScoreParams& params, cudaStream_t stream) {
 }
 
 cudaError_t LaunchScoreSegments(const SegmentScoreParams& params, cudaStream_t stream) {
-  const int64_t warps = kSmallThreads / 32;
-  int64_t ctas = (params.total_rows + warps - 1) / warps;
-  if (ctas > kSmallMaxCtas) ctas = kSmallMaxCtas;
+  const int64_t ctas = RowWarpCtas(ScoreSegmentsKernel, params.total_rows, 0);
   return LaunchKernel(ScoreSegmentsKernel, dim3(static_cast<unsigned>(ctas)), dim3(kSmallThreads),
                       0, stream, params);
 }

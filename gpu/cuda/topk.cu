@@ -8,12 +8,14 @@
 // Three passes look at key bits [21, 32), [10, 21) and [0, 10) of the keys
 // whose higher bits equal the prefix chosen so far. In each pass every CTA
 // histograms its slice into its own shared memory, the cluster
-// synchronises, and every CTA reads all C histograms through distributed
-// shared memory and finds, from the top bin down, the bin holding the
-// k_remaining-th largest key; all CTAs compute the same bin, so no CTA waits
-// for another's answer. Histograms alternate between two buffers, so one
-// cluster barrier per pass suffices (a buffer is cleared only after every
-// CTA has passed the barrier that follows its last remote reads). Each CTA
+// synchronises, CTA r sums slice r of the bins over all C histograms
+// through distributed shared memory (a reduce-scatter), the cluster
+// synchronises again, and every CTA reads the summed bins from their owners
+// and finds, from the top bin down, the bin holding the k_remaining-th
+// largest key; all CTAs compute the same bin, so no CTA waits for another's
+// answer. Histograms alternate between two buffers (a buffer is cleared
+// only after every CTA has passed the barrier that follows its last remote
+// reads). Each CTA
 // also adds up its own keys above the chosen bins: after the last pass it
 // knows how many of its keys are greater than the K-th key and how many
 // equal it, without reading the scores again. The gather then reads each
@@ -43,8 +45,12 @@ constexpr int kTopKThreads = 512;
 constexpr int kTopKMaxBins = 2048;
 constexpr int kTopKPasses = 3;
 constexpr int kGatherItems = 4;  // consecutive rows per thread in the gather
+constexpr int kHistItems = 4;    // keys per thread per histogram step
 // Rows per CTA the cluster size aims at; C = ceil(N / kRowsPerCta), capped.
-constexpr int64_t kRowsPerCta = 8192;
+constexpr int64_t kRowsPerCta = 4096;
+constexpr int kCtasPerSm = 2;        // of kTopKThreads threads: the grid a batch aims at per SM
+constexpr int kMaxClusterCtas = 16;  // the largest cluster ClusterSupportOf tries
+constexpr int kMaxBinsPerThread = kTopKMaxBins / kTopKThreads;
 constexpr int kMaxDevices = 64;
 
 __device__ __forceinline__ int PassShift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
@@ -86,7 +92,8 @@ __global__ void __launch_bounds__(kTopKThreads) TopKClusterKernel(TopKParams p, 
   using Scan64 = cub::BlockScan<unsigned long long, kTopKThreads>;
   using Reduce32 = cub::BlockReduce<uint32_t, kTopKThreads>;
   __shared__ uint32_t hist[2][kTopKMaxBins];
-  __shared__ uint32_t published[2];  // this CTA's keys greater than / equal to the K-th
+  __shared__ uint32_t summed[kTopKMaxBins];  // this CTA's slice of the cluster-wide histogram
+  __shared__ uint32_t published[2];          // this CTA's keys greater than / equal to the K-th
   __shared__ union {
     typename Scan32::TempStorage scan32;
     typename Scan64::TempStorage scan64;
@@ -121,20 +128,28 @@ __global__ void __launch_bounds__(kTopKThreads) TopKClusterKernel(TopKParams p, 
     const uint32_t prefix_mask = pass == 0 ? 0u : (0xffffffffu << PassShift(pass - 1));
     uint32_t* h = hist[pass & 1];
 
-    // Histogram of this slice. Scores cluster (cosine scores share a few
-    // exponents), so lanes with the same bin add once, through their lowest
-    // lane; every thread runs the same number of iterations, so the warp
+    // Histogram of this slice, kHistItems keys per thread per step (their
+    // loads are issued together). Scores cluster (cosine scores share a
+    // few exponents), so lanes with the same bin add once, through their
+    // lowest lane; every thread runs the same number of steps, so the warp
     // vote sees full warps.
-    for (int64_t base = begin; base < end; base += kTopKThreads) {
-      const int64_t i = base + tid;
-      uint32_t bin = 0xffffffffu;  // no bin
-      if (i < end) {
-        const uint32_t key = OrderedKey(scores[i]);
-        if ((key & prefix_mask) == prefix) bin = (key >> shift) & digit_mask;
+    for (int64_t base = begin; base < end; base += int64_t{kTopKThreads} * kHistItems) {
+      uint32_t bin[kHistItems];
+#pragma unroll
+      for (int j = 0; j < kHistItems; ++j) {
+        const int64_t i = base + int64_t{j} * kTopKThreads + tid;
+        bin[j] = 0xffffffffu;  // no bin
+        if (i < end) {
+          const uint32_t key = OrderedKey(scores[i]);
+          if ((key & prefix_mask) == prefix) bin[j] = (key >> shift) & digit_mask;
+        }
       }
-      const uint32_t peers = __match_any_sync(0xffffffffu, bin);
-      if (bin != 0xffffffffu && lane == __ffs(peers) - 1) {
-        atomicAdd(&h[bin], static_cast<uint32_t>(__popc(peers)));
+#pragma unroll
+      for (int j = 0; j < kHistItems; ++j) {
+        const uint32_t peers = __match_any_sync(0xffffffffu, bin[j]);
+        if (bin[j] != 0xffffffffu && lane == __ffs(peers) - 1) {
+          atomicAdd(&h[bin[j]], static_cast<uint32_t>(__popc(peers)));
+        }
       }
     }
     __syncthreads();
@@ -142,20 +157,43 @@ __global__ void __launch_bounds__(kTopKThreads) TopKClusterKernel(TopKParams p, 
 
     // Thread t owns the per_thread bins just below bins - t * per_thread, so
     // an exclusive scan in thread order counts the keys in higher bins.
+    // Reduce-scatter, then gather: CTA r adds up, over every CTA's
+    // histogram, the bins of its own slice into `summed` (slice x C remote
+    // reads per CTA in all), the cluster synchronises, and each thread then
+    // reads its bins of the cluster-wide histogram from the CTA that owns
+    // them. Per CTA that is 2 x bins remote reads, not bins x C.
+    const int slice = (bins + ctas - 1) / ctas;
+    const int slice_begin = static_cast<int>(rank) * slice;
+    const int slice_end = min(bins, slice_begin + slice);
+    for (int b = slice_begin + tid; b < slice_end; b += kTopKThreads) {
+      uint32_t c = 0;
+#pragma unroll
+      for (int r = 0; r < kMaxClusterCtas; ++r) {  // loads issued together; ranks past C masked
+        const uint32_t v = ClusterMap(h, r < ctas ? static_cast<unsigned>(r) : 0u)[b];
+        c += r < ctas ? v : 0u;
+      }
+      summed[b] = c;
+    }
+    __syncthreads();
+    ClusterSync();  // every slice of the cluster-wide histogram is complete
     const int per_thread = bins / kTopKThreads;  // 4 or 2
     const int top = bins - tid * per_thread;
-    uint32_t counts[kTopKMaxBins / kTopKThreads];
+    uint32_t counts[kMaxBinsPerThread] = {};
     uint32_t total = 0;
-    for (int j = 0; j < per_thread; ++j) {
-      uint32_t c = 0;
-      for (int r = 0; r < ctas; ++r) c += ClusterMap(h, static_cast<unsigned>(r))[top - 1 - j];
-      counts[j] = c;
-      total += c;
+#pragma unroll
+    for (int j = 0; j < kMaxBinsPerThread; ++j) {
+      if (j < per_thread) {
+        const int bin = top - 1 - j;
+        counts[j] = ClusterMap(summed, static_cast<unsigned>(bin / slice))[bin];
+        total += counts[j];
+      }
     }
     uint32_t above = 0;
     Scan32(temp.scan32).ExclusiveSum(total, above);
     uint32_t running = above;
-    for (int j = 0; j < per_thread; ++j) {
+#pragma unroll
+    for (int j = 0; j < kMaxBinsPerThread; ++j) {
+      if (j >= per_thread) break;
       if (running < k_remaining && running + counts[j] >= k_remaining) {
         s_bin = static_cast<uint32_t>(top - 1 - j);
         s_above = running;
@@ -257,6 +295,7 @@ __global__ void __launch_bounds__(kTopKThreads) TopKClusterKernel(TopKParams p, 
 struct ClusterSupport {
   bool clusters = false;
   int max_ctas = 1;
+  int sms = 0;  // multiprocessors of the device
 };
 
 ClusterSupport ClusterSupportOf(int device) {
@@ -270,6 +309,7 @@ ClusterSupport ClusterSupportOf(int device) {
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device);
   ClusterSupport support;
+  cudaDeviceGetAttribute(&support.sms, cudaDevAttrMultiProcessorCount, device);
   if (major >= 9 && cluster_launch != 0) {
     support.clusters = true;
     cudaFuncSetAttribute(TopKClusterKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -302,11 +342,17 @@ ClusterSupport ClusterSupportOf(int device) {
 
 }  // namespace
 
-int TopKCtasPerAnchor(int64_t num_rows, int device) {
-  const int max_ctas = ClusterSupportOf(device).max_ctas;
+int TopKCtasPerAnchor(int64_t num_rows, int device, int64_t num_anchors) {
+  const ClusterSupport support = ClusterSupportOf(device);
   int64_t ctas = (num_rows + kRowsPerCta - 1) / kRowsPerCta;
+  if (ctas > support.max_ctas) ctas = support.max_ctas;
+  // A batch of anchors fills the device by itself: keep the grid to about
+  // kCtasPerSm CTAs per SM (one wave) rather than splitting rows further.
+  if (num_anchors > 1 && support.sms > 0) {
+    const int64_t wave = int64_t{support.sms} * kCtasPerSm / num_anchors;
+    if (ctas > wave) ctas = wave;
+  }
   if (ctas < 1) ctas = 1;
-  if (ctas > max_ctas) ctas = max_ctas;
   return static_cast<int>(ctas);
 }
 
@@ -316,7 +362,7 @@ cudaError_t LaunchTopK(const TopKParams& params, cudaStream_t stream) {
   const cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
   const ClusterSupport support = ClusterSupportOf(device);
-  const int ctas = TopKCtasPerAnchor(params.num_rows, device);
+  const int ctas = TopKCtasPerAnchor(params.num_rows, device, params.num_anchors);
   const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(params.num_anchors));
   if (support.clusters) {
     return LaunchClusterKernel(TopKClusterKernel, grid, dim3(kTopKThreads),

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "storage/env/test_util.h"
 #include "storage/remote/remote_format.h"
+#include "storage/store/store_test_util.h"
 #include "tests/testutil/redis_cluster.h"
 
 namespace kvtier::remote {
@@ -27,32 +27,6 @@ namespace {
 
 using ::kvtier::testing::RedisClusterFixture;
 using ::kvtier::testing::RedisClusterFixtureOptions;
-
-constexpr uint64_t kBlockBytes = 16384;
-
-ModelProfile Shape() {
-  ModelProfile p;
-  p.name = "remote-test";
-  p.revision = "r1";
-  p.layers = 2;
-  p.kv_heads = 2;
-  p.head_dim = 64;
-  p.block_size_tokens = 16;
-  p.dtype = KvDtype::kFp16;
-  return p;
-}
-
-std::vector<uint8_t> Payload(uint64_t seed) {
-  std::vector<uint8_t> data(kBlockBytes);
-  std::mt19937_64 rng(seed * 7919 + 1);
-  for (size_t i = 0; i < data.size(); i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(&data[i], &v, 8);
-  }
-  return data;
-}
-
-std::string Id(uint64_t n) { return "blk-" + std::to_string(n); }
 
 // One daemon's store: real catalog, shm host tier and arena, NVMe files,
 // behind a RemoteStore.
@@ -165,7 +139,7 @@ class RemoteStoreTest : public ::testing::Test {
   }
 
   static std::string RemoteKeyOf(const std::string& tenant, uint64_t n) {
-    return RemoteKey(BlockKey{tenant, 0, Id(n)}, ProfileFingerprint(Shape()));
+    return RemoteKey(BlockKey{tenant, 0, Id(n)}, ProfileFingerprint(SmallProfile()));
   }
 
   static kvtier::testing::ScopedTempDir* dir_;
@@ -178,11 +152,11 @@ RedisClusterFixture* RemoteStoreTest::cluster_ = nullptr;
 TEST_F(RemoteStoreTest, BlockPutOnOneStoreIsServedByAnother) {
   auto a = MakeNode("a");
   auto b = MakeNode("b");
-  const uint64_t pa = a->Register(Shape());
-  ModelProfile other = Shape();
+  const uint64_t pa = a->Register(SmallProfile());
+  ModelProfile other = SmallProfile();
   other.name = "registered-first-on-b";
-  b->Register(other);  // so that b's id for Shape() differs from a's
-  const uint64_t pb = b->Register(Shape());
+  b->Register(other);  // so that b's id for SmallProfile() differs from a's
+  const uint64_t pb = b->Register(SmallProfile());
   ASSERT_NE(pa, pb);
   for (uint64_t n = 0; n < 24; ++n) PutBlock(a.get(), "default", pa, n);
   a->store()->WaitPublished();
@@ -210,7 +184,7 @@ TEST_F(RemoteStoreTest, BlockPutOnOneStoreIsServedByAnother) {
 TEST_F(RemoteStoreTest, TenantsDoNotShare) {
   auto a = MakeNode("a");
   auto b = MakeNode("b");
-  const uint64_t pa = a->Register(Shape()), pb = b->Register(Shape());
+  const uint64_t pa = a->Register(SmallProfile()), pb = b->Register(SmallProfile());
   PutBlock(a.get(), "alice", pa, 1);
   a->store()->WaitPublished();
   std::string out;
@@ -223,7 +197,7 @@ TEST_F(RemoteStoreTest, TenantsDoNotShare) {
 TEST_F(RemoteStoreTest, BlocksEvictedLocallyComeBackFromTheCluster) {
   // 8 host blocks, 16 NVMe blocks: 40 puts evict at least 16 blocks.
   auto a = MakeNode("a", {}, 8, 16);
-  const uint64_t pa = a->Register(Shape());
+  const uint64_t pa = a->Register(SmallProfile());
   for (uint64_t n = 100; n < 140; ++n) PutBlock(a.get(), "default", pa, n);
   a->store()->WaitPublished();
   ASSERT_GE(a->store()->Stats().evicted_blocks, 16u);
@@ -238,7 +212,7 @@ TEST_F(RemoteStoreTest, BlocksEvictedLocallyComeBackFromTheCluster) {
 TEST_F(RemoteStoreTest, SelectPathAnswersUnavailableAndPrefetchBringsItIn) {
   auto a = MakeNode("a");
   auto b = MakeNode("b");
-  const uint64_t pa = a->Register(Shape()), pb = b->Register(Shape());
+  const uint64_t pa = a->Register(SmallProfile()), pb = b->Register(SmallProfile());
   PutBlock(a.get(), "default", pa, 7);
   a->store()->WaitPublished();
   const std::vector<BlockKey> keys = {BlockKey{"default", pb, Id(7)},
@@ -261,7 +235,7 @@ TEST_F(RemoteStoreTest, SelectPathAnswersUnavailableAndPrefetchBringsItIn) {
 TEST_F(RemoteStoreTest, SummariesOfSharedBlocksAreComputedOnArrival) {
   auto a = MakeNode("a");
   auto b = MakeNode("b");
-  const uint64_t pa = a->Register(Shape()), pb = b->Register(Shape());
+  const uint64_t pa = a->Register(SmallProfile()), pb = b->Register(SmallProfile());
   PutBlock(a.get(), "default", pa, 11);
   a->store()->WaitPublished();
   std::vector<BlockKey> missing;
@@ -276,7 +250,7 @@ TEST_F(RemoteStoreTest, SummariesOfSharedBlocksAreComputedOnArrival) {
 TEST_F(RemoteStoreTest, CorruptValueIsQuarantinedNeverServed) {
   auto a = MakeNode("a");
   auto b = MakeNode("b");
-  const uint64_t pa = a->Register(Shape()), pb = b->Register(Shape());
+  const uint64_t pa = a->Register(SmallProfile()), pb = b->Register(SmallProfile());
   PutBlock(a.get(), "default", pa, 21);
   PutBlock(a.get(), "default", pa, 22);
   a->store()->WaitPublished();
@@ -319,7 +293,7 @@ TEST_F(RemoteStoreTest, CorruptValueIsQuarantinedNeverServed) {
 TEST_F(RemoteStoreTest, DeleteRemovesTheSharedCopy) {
   auto a = MakeNode("a");
   auto b = MakeNode("b");
-  const uint64_t pa = a->Register(Shape()), pb = b->Register(Shape());
+  const uint64_t pa = a->Register(SmallProfile()), pb = b->Register(SmallProfile());
   PutBlock(a.get(), "default", pa, 31);
   a->store()->WaitPublished();
   EXPECT_TRUE(a->store()->Delete(BlockKey{"default", pa, Id(31)}).ok());
@@ -340,7 +314,7 @@ TEST_F(RemoteStoreTest, UnreachableClusterIsAMissAndLocalWorkGoesOn) {
   o.cluster.seeds = {"127.0.0.1:1"};  // nothing listens there
   kvtier::testing::ScopedTempDir dir;
   Node node("unreachable-" + std::to_string(::getpid()), {"127.0.0.1:1"}, o);
-  const uint64_t p = node.Register(Shape());
+  const uint64_t p = node.Register(SmallProfile());
   PutBlock(&node, "default", p, 41);
   node.store()->WaitPublished();
   EXPECT_EQ(node.store()->remote_stats().publish_failed, 1u);
@@ -362,7 +336,7 @@ TEST_F(RemoteStoreTest, MasterFailureGivesMissesThenHitsAfterFailover) {
   RemoteTierOptions no_miss_cache;
   no_miss_cache.miss_cache_ms = 0;
   auto b = MakeNode("b", no_miss_cache);
-  const uint64_t pa = a->Register(Shape()), pb = b->Register(Shape());
+  const uint64_t pa = a->Register(SmallProfile()), pb = b->Register(SmallProfile());
   for (uint64_t n = 200; n < 230; ++n) PutBlock(a.get(), "default", pa, n);
   a->store()->WaitPublished();
   ASSERT_EQ(a->store()->remote_stats().published, 30u);
