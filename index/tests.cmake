@@ -27,3 +27,6 @@ kvtier_add_test(kvtier_index_selector_alloc_test
 kvtier_add_test(kvtier_index_simd_stats_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/simd_stats_test.cc
   LIBS kvtier_index LABELS index)
+kvtier_add_test(kvtier_index_selkv_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/selkv_test.cc
+  LIBS kvtier_index LABELS index)

@@ -4,9 +4,11 @@
 //
 //   kvtier-eval --data /work/shared/data/realkv --out bench/out/quality
 //   kvtier-eval --synthetic 2 --max-steps 64        (quick run, no data)
+//   kvtier-eval --compaction --out bench/out/compaction   (SelKV compaction)
 //
 // Writes results.csv, claims.csv and quality.md into --out; plot.py draws
-// the PNGs (bench/quality/run.sh does both).
+// the PNGs (bench/quality/run.sh does both). --compaction writes
+// compaction.csv and compaction.md instead (plot_compaction.py draws them).
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -24,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/quality/calibrate.h"
+#include "bench/quality/compaction_eval.h"
 #include "bench/quality/kv_dump.h"
 #include "bench/quality/methods.h"
 #include "bench/quality/replay.h"
@@ -85,6 +88,10 @@ struct Flags {
   int32_t calibrate_max_heads = 8;
   double calibrate_min_gain = 0.005;
   float calibrate_head_min_mass = 0.0f;
+  bool compaction = false;
+  int64_t compaction_prefix = 768;
+  int32_t compaction_window = 32;
+  std::string compaction_rhos = "0.25,0.5";
 };
 
 const char* kDefaultMixes[] = {
@@ -211,8 +218,65 @@ absl::Status RunCalibrate(const Flags& f) {
   return absl::OkStatus();
 }
 
+// --compaction: SelKV compaction against plain eviction on every dump
+// (compaction_eval.h), dumps evaluated in parallel.
+absl::Status RunCompaction(const Flags& f, const std::string& command) {
+  CompactionEvalOptions o;
+  o.prefix_tokens = f.compaction_prefix;
+  o.window = f.compaction_window;
+  KVTIER_ASSIGN_OR_RETURN(o.rhos, ParseList<double>(f.compaction_rhos, "--compaction-rhos"));
+  for (double rho : o.rhos) {
+    if (!(rho > 0 && rho <= 1)) {
+      return absl::InvalidArgumentError("--compaction-rhos: every rho must be in (0, 1]");
+    }
+  }
+  std::vector<KvDump> synthetic;
+  std::vector<std::string> paths;
+  if (f.synthetic > 0) {
+    for (int32_t i = 0; i < f.synthetic; ++i) {
+      SyntheticDumpOptions so;
+      so.recall = i % 2 == 1;
+      so.seed = static_cast<uint64_t>(i + 1);
+      KVTIER_ASSIGN_OR_RETURN(KvDump d, MakeSyntheticDump(so));
+      synthetic.push_back(std::move(d));
+    }
+  } else {
+    KVTIER_ASSIGN_OR_RETURN(paths, DumpPaths(f.data));
+  }
+  const size_t n = f.synthetic > 0 ? synthetic.size() : paths.size();
+  std::vector<absl::StatusOr<CompactionDumpResult>> results(n, absl::UnknownError("not run"));
+  std::atomic<size_t> next{0};
+  std::mutex print_mu;
+  auto worker = [&] {
+    for (size_t i = next++; i < n; i = next++) {
+      absl::StatusOr<KvDump> d =
+          f.synthetic > 0 ? absl::StatusOr<KvDump>(synthetic[i]) : LoadKvDump(paths[i]);
+      results[i] = d.ok() ? EvaluateCompaction(*d, o) : d.status();
+      std::lock_guard<std::mutex> lock(print_mu);
+      if (results[i].ok()) {
+        std::printf("%-28s %6.1f s\n", results[i]->dump.c_str(), results[i]->seconds);
+        std::fflush(stdout);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int32_t j = 1; j < std::clamp<int32_t>(f.jobs, 1, 64); ++j) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
+  std::vector<CompactionDumpResult> done;
+  for (auto& r : results) {
+    if (!r.ok()) return r.status();
+    done.push_back(*std::move(r));
+  }
+  std::filesystem::create_directories(f.out);
+  KVTIER_RETURN_IF_ERROR(WriteCompactionReport(f.out, done, o, command));
+  std::printf("wrote %s/{compaction.csv,compaction.md}\n", f.out.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status Run(const Flags& f, const std::string& command) {
   if (!f.calibrate.empty()) return RunCalibrate(f);
+  if (f.compaction) return RunCompaction(f, command);
   KVTIER_ASSIGN_OR_RETURN(std::vector<double> budgets,
                           ParseList<double>(f.budgets, "--budgets"));
   KVTIER_ASSIGN_OR_RETURN(double detail, ParseFraction(f.detail_budget));
@@ -552,6 +616,17 @@ int main(int argc, char** argv) {
   app.add_option("--calibrate-head-min-mass", f.calibrate_head_min_mass,
                  "the calibration's head_min_mass (chosen on next-byte loss "
                  "in the decode loop, docs/QUALITY.md)")
+      ->capture_default_str();
+  app.add_flag("--compaction", f.compaction,
+               "evaluate SelKV compaction (index/selkv.h) instead of block "
+               "selection; writes compaction.csv and compaction.md to --out");
+  app.add_option("--compaction-prefix", f.compaction_prefix,
+                 "tokens compacted (T0); later positions are the test queries")
+      ->capture_default_str();
+  app.add_option("--compaction-window", f.compaction_window,
+                 "observation queries before T0 (per query head)")
+      ->capture_default_str();
+  app.add_option("--compaction-rhos", f.compaction_rhos, "retention fractions")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 #ifdef KVTIER_QUALITY_E2E
