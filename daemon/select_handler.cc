@@ -321,6 +321,10 @@ void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Ite
   BlockStore* store = runtime_->store();
   const std::vector<BlockKey>& keys = item->keys;
   std::vector<absl::StatusOr<DeviceHandle>>& handles = item->handles;
+  // The placement policy learns what was chosen (NVMe-only blocks too)
+  // before any room is made for it (BlockStore::MarkWanted: free unless
+  // tiers.placement = stability).
+  store->MarkWanted(keys);
   // No disk I/O on this thread: blocks on NVMe only are brought into host
   // memory by the prefetcher. With wait_ms the call waits for that (until
   // the entry's deadline); otherwise they come back PENDING ("on its way")

@@ -140,6 +140,8 @@ class RemoteStore final : public BlockStore {
                                           std::vector<absl::StatusOr<DeviceHandle>>* handles,
                                           bool memory_only) override;
   BlockLocation Lookup(const BlockKey& key) override { return local_->Lookup(key); }
+  // Local placement only: the remote tier keeps no order.
+  void MarkWanted(absl::Span<const BlockKey> keys) override { local_->MarkWanted(keys); }
   std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,
                                         std::vector<BlockKey>* missing) override;
   size_t Prefetch(const std::vector<BlockKey>& keys) override;

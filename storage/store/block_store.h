@@ -330,6 +330,16 @@ class BlockStore {
       const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
       std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only = false) = 0;
   virtual BlockLocation Lookup(const BlockKey& key) = 0;
+  // Tells the placement policy that a selection (the daemon's Select)
+  // wants these blocks now, before it asks for their handles: stored
+  // blocks in any tier, NVMe-only ones included, get PlacementPolicy::Want
+  // (the stability policy demotes first what no Select wanted lately).
+  // Keys not stored, being written or quarantined are skipped; nothing is
+  // read, moved or pinned. Cost: nothing when the policy ignores wants
+  // (PlacementPolicy::uses_wants; LRU, KeyDiff); else one acquisition of
+  // the store's mutex, held for one hash lookup and an O(1) policy update
+  // per key: no I/O, no waiting on busy entries, no allocation.
+  virtual void MarkWanted(absl::Span<const BlockKey> keys) = 0;
   // The summaries of keys, in order. Keys that are not stored (or are
   // quarantined) are appended to *missing and get an empty string.
   virtual std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,

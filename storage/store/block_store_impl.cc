@@ -122,6 +122,7 @@ absl::Status BlockStoreImpl::Init() {
         std::make_unique<ExtentAllocator>(device_capacity_bytes_, kSlotAlignmentBytes);
   }
   policy_ = options_.make_placement ? options_.make_placement() : NewLruPolicy();
+  policy_uses_wants_ = policy_->uses_wants();
   next_device_generation_ = (std::random_device()() | 1ull) << 20;
 
   // Reconcile: durable records with a valid extent become NVMe-only blocks;

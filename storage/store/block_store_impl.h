@@ -67,6 +67,7 @@ class BlockStoreImpl final : public BlockStore {
       const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
       std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only) override;
   BlockLocation Lookup(const BlockKey& key) override;
+  void MarkWanted(absl::Span<const BlockKey> keys) override;
   std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,
                                         std::vector<BlockKey>* missing) override;
   size_t Prefetch(const std::vector<BlockKey>& keys) override;
@@ -255,6 +256,7 @@ class BlockStoreImpl final : public BlockStore {
   std::unique_ptr<NvmeTier> nvme_;
   uint64_t device_capacity_bytes_ = 0;
   bool multi_tenant_ = false;
+  bool policy_uses_wants_ = false;  // policy_->uses_wants()
   MemorySpace shared_;  // single-tenant mode
 
   mutable absl::Mutex mu_;

@@ -1,6 +1,7 @@
 // BlockStoreImpl leases: pinning blocks into the device arena for clients
-// (AcquireHandles), releasing and expiring leases (the rest of the
-// implementation is in block_store_impl.cc and block_store_admin.cc).
+// (AcquireHandles, and MarkWanted before it), releasing and expiring
+// leases (the rest of the implementation is in block_store_impl.cc and
+// block_store_admin.cc).
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -150,6 +151,19 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
   }
   const uint64_t ttl = ttl_ms == 0 ? options_.default_lease_ttl_ms : ttl_ms;
   return leases_.Add(tenant, std::move(pinned), env_->NowMicros() + ttl * 1000);
+}
+
+void BlockStoreImpl::MarkWanted(absl::Span<const BlockKey> keys) {
+  if (!policy_uses_wants_ || keys.empty()) return;
+  const uint64_t now = env_->NowMicros();  // one time for the whole set
+  absl::MutexLock lock(&mu_);
+  for (const BlockKey& key : keys) {
+    auto it = entries_.find(key);
+    if (it == entries_.end()) continue;
+    Entry* e = it->second.get();
+    if (e->writing || e->quarantined) continue;
+    policy_->Want(e, now);
+  }
 }
 
 // ---- Leases ----------------------------------------------------------------

@@ -52,6 +52,9 @@ struct Entry {
   uint32_t busy = 0;  // operations reading/writing its copies right now
 
   uint64_t last_access_micros = 0;  // monotonic
+  // When a selection last wanted it (BlockStore::MarkWanted), monotonic;
+  // 0 = never, or the placement policy ignores wants (it keeps this).
+  uint64_t last_wanted_micros = 0;
   // Position in the placement policy's per-tier order.
   std::list<Entry*>::iterator order[kNumTiers];
   bool in_order[kNumTiers] = {false, false, false};

@@ -611,7 +611,86 @@ TEST_P(SelectPlacementTest, NvmeOnlyBlocksArePendingUntilPrefetchedAndWaitMsWait
   EXPECT_NE(c.contexts(0).status().message().find("wait_ms"), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Placements, SelectPlacementTest, ::testing::Values("lru", "keydiff"));
+INSTANTIATE_TEST_SUITE_P(Placements, SelectPlacementTest,
+                         ::testing::Values("lru", "keydiff", "stability"));
+
+// tiers.placement = stability: blocks Select keeps wanting stay in memory
+// under put pressure that demotes the blocks no Select wanted, even when
+// they never get an arena slot (context a pins all 6), so no handle request
+// ever touches their host copies; afterwards, with the arena free again,
+// Select serves them from memory. LRU, the contrast, ranks those host
+// copies by their put and demotes them with the second round of pressure
+// (checked then only: from the next Select on the prefetcher brings them
+// back in the background, racing the puts). Write-through: every block
+// also has an NVMe copy, so dropping a host copy costs no write and a's
+// arena copies can make room.
+class SelectWantedTest : public SelectTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(SelectWantedTest, ABlockSelectKeepsWantingSurvivesPressureThatDemotesUnwantedOnes) {
+  const bool stability = std::string(GetParam()) == "stability";
+  TearDown();
+  // No rising-block prefetches: only Select's wants and the puts move blocks.
+  Start({"tiers.device.capacity_bytes=48KiB", "tiers.host.capacity_bytes=128KiB",
+         "tiers.nvme.write_through=true", "select.max_prefetch_blocks=0",
+         std::string("tiers.placement=") + GetParam()});
+  auto pin_all = Synthetic(6, 3);
+  auto a = Open({PutContext(pin_all, "a")});
+  ASSERT_TRUE(a.ok()) << a.status();
+  v1::SelectResponse first = SelectOnce({Entry(*a, pin_all.anchor, 6)});
+  ASSERT_EQ(first.contexts(0).status().code(), 0) << first.contexts(0).status().message();
+  ASSERT_EQ(first.contexts(0).blocks_size(), 6);
+  for (const auto& blk : first.contexts(0).blocks()) {
+    ASSERT_EQ(blk.residency(), v1::RESIDENCY_RESIDENT) << blk.position();
+  }
+  auto synthetic = Synthetic(8, 4);
+  const std::vector<std::string> ids = PutContext(synthetic, "b");
+  auto b = Open({ids});
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto tier_of = [&](const std::string& id) {
+    v1::LookupRequest lookup;
+    lookup.set_profile_id(profile_id_);
+    lookup.add_block_ids(id);
+    auto where = client_->Lookup(lookup);
+    EXPECT_TRUE(where.ok()) << where.status();
+    return where.ok() ? where->entries(0).tier() : v1::TIER_UNSPECIFIED;
+  };
+  // Budget 5 = sink + 4 local blocks: blocks 0 and 4..7, every step.
+  const std::set<uint32_t> wanted = {0, 4, 5, 6, 7};
+  v1::ContextSelect entry = Entry(*b, synthetic.anchor, 5);
+  for (int round = 1; round <= 4; ++round) {
+    entry.set_step(round);
+    v1::SelectResponse r = SelectOnce({entry});
+    ASSERT_EQ(r.contexts(0).status().code(), 0) << r.contexts(0).status().message();
+    std::set<uint32_t> chosen;
+    for (const auto& blk : r.contexts(0).blocks()) {
+      chosen.insert(blk.position());
+      EXPECT_EQ(blk.residency(), v1::RESIDENCY_PENDING) << "no arena slot is free";
+    }
+    ASSERT_EQ(chosen, wanted);
+    // 8 blocks nobody selects, half the host tier.
+    PutContext(Synthetic(8, 100 + round), "noise" + std::to_string(round));
+    if (stability) {
+      for (uint32_t p : wanted) EXPECT_EQ(tier_of(ids[p]), v1::TIER_HOST) << round << "/" << p;
+    } else if (round == 2) {
+      for (uint32_t p : wanted) EXPECT_EQ(tier_of(ids[p]), v1::TIER_NVME) << round << "/" << p;
+    }
+  }
+  for (int p = 1; p <= 3; ++p) EXPECT_EQ(tier_of(ids[p]), v1::TIER_NVME) << "never wanted: " << p;
+  EXPECT_EQ(tier_of("noise1-0"), v1::TIER_NVME);
+  if (!stability) return;
+
+  // The arena free again: the wanted blocks come from memory.
+  v1::ReleaseRequest release;
+  release.set_context_id(*a);
+  ASSERT_TRUE(client_->Release(release).ok());
+  entry.set_step(5);
+  v1::SelectResponse last = SelectOnce({entry});
+  ASSERT_EQ(last.contexts(0).status().code(), 0) << last.contexts(0).status().message();
+  ASSERT_EQ(last.contexts(0).blocks_size(), 5);
+  ExpectHandlesHoldPutBytes(last.contexts(0));
+}
+
+INSTANTIATE_TEST_SUITE_P(Placements, SelectWantedTest, ::testing::Values("stability", "lru"));
 
 TEST_F(SelectTest, ConcurrentStreamsOverSharedContextsStayConsistent) {
   constexpr int kContexts = 16, kThreads = 8, kPerRequest = 8, kRequests = 10;
