@@ -213,6 +213,31 @@ absl::StatusOr<v1::ReleaseResponse> Client::Release(const v1::ReleaseRequest& re
       options_, [this](auto* c, auto& r, auto* p) { return kvtier_->Release(c, r, p); }, request);
 }
 
+absl::StatusOr<v1::CompactContextResponse> Client::CompactContext(
+    const v1::CompactContextRequest& request) {
+  ClientOptions slow = options_;
+  slow.call_timeout *= 10;
+  return Unary<v1::CompactContextRequest, v1::CompactContextResponse>(
+      slow, [this](auto* c, auto& r, auto* p) { return kvtier_->CompactContext(c, r, p); },
+      request);
+}
+
+absl::StatusOr<v1::ListContextVersionsResponse> Client::ListContextVersions(
+    const v1::ListContextVersionsRequest& request) {
+  return Unary<v1::ListContextVersionsRequest, v1::ListContextVersionsResponse>(
+      options_, [this](auto* c, auto& r, auto* p) { return kvtier_->ListContextVersions(c, r, p); },
+      request);
+}
+
+absl::StatusOr<v1::DropContextVersionResponse> Client::DropContextVersion(
+    const v1::DropContextVersionRequest& request) {
+  ClientOptions slow = options_;
+  slow.call_timeout *= 10;
+  return Unary<v1::DropContextVersionRequest, v1::DropContextVersionResponse>(
+      slow, [this](auto* c, auto& r, auto* p) { return kvtier_->DropContextVersion(c, r, p); },
+      request);
+}
+
 absl::StatusOr<v1::PutBlocksResponse> Client::PutBlocks(
     const std::vector<v1::PutBlocksRequest>& requests) {
   grpc::ClientContext ctx;

@@ -99,6 +99,15 @@ class Client {
                                                          uint64_t* lease_id = nullptr);
   absl::StatusOr<v1::DeleteBlocksResponse> DeleteBlocks(const v1::DeleteBlocksRequest& request);
   absl::StatusOr<v1::ReleaseResponse> Release(const v1::ReleaseRequest& request);
+  // SelKV compaction (docs/API.md, "Compaction"). CompactContext and
+  // DropContextVersion get ten call timeouts: they read and write whole
+  // contexts.
+  absl::StatusOr<v1::CompactContextResponse> CompactContext(
+      const v1::CompactContextRequest& request);
+  absl::StatusOr<v1::ListContextVersionsResponse> ListContextVersions(
+      const v1::ListContextVersionsRequest& request);
+  absl::StatusOr<v1::DropContextVersionResponse> DropContextVersion(
+      const v1::DropContextVersionRequest& request);
 
   // Where to map what OpenArena / ReserveSlots named: the path when the
   // daemon sent one, else its fd socket with this client's token. Pass the

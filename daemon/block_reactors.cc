@@ -213,7 +213,17 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResp
       if (handles[i].ok()) {
         result->set_tier(v1::TIER_DEVICE);
         *result->mutable_handle() = ToProto(*handles[i]);
+        runtime_->compactor()->Annotate(tenant_, request_->profile_id(), result);
       }
+    }
+    // Handles fit in one message, but compacted blocks carry their slots.
+    const uint64_t limit = runtime_->config().server.max_message_bytes;
+    if (response_.ByteSizeLong() > limit) {
+      if (*lease != 0) runtime_->store()->Release(tenant_, *lease).IgnoreError();
+      response_.Clear();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "block_ids: the handles and compacted slots of ", keys.size(),
+          " blocks exceed server.max_message_bytes = ", limit, "; ask for fewer blocks"));
     }
     return absl::OkStatus();
   }
@@ -246,6 +256,8 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<v1::GetBlocksResp
         runtime_->metrics()->BytesGot(data.size());
         result->set_tier(ToProto(from));
         result->set_data(std::move(data));
+        runtime_->compactor()->Annotate(tenant_, request_->profile_id(), result);
+        bytes += result->compacted().ByteSizeLong();
       }
     }
     if (response_.results_size() == 0) {

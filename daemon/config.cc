@@ -121,11 +121,12 @@ const std::vector<Field>& Fields() {
       KV_ENUM("log.level", log.level, "trace", "debug", "info", "warn", "error", "critical",
               "off"),
       KV_ENUM("log.format", log.format, "text", "json"),
-      KV_ENUM("tiers.placement", placement.policy, "keydiff", "lru"),
+      KV_ENUM("tiers.placement", placement.policy, "stability", "keydiff", "lru"),
       KV_FLOAT("tiers.keydiff.redundancy_weight", placement.redundancy_weight),
       KV_FLOAT("tiers.keydiff.age_weight", placement.age_weight),
       KV_NUM("tiers.keydiff.sample_blocks", Kind::kUint, placement.sample_blocks),
       KV_FLOAT("tiers.keydiff.newest_protected", placement.newest_protected),
+      KV_BOOL("tiers.stability.unwanted_first", placement.unwanted_first),
       KV_ENUM("tiers.device.backend", device.backend, "auto", "cuda", "shm"),
       KV_NUM("tiers.device.capacity_bytes", Kind::kSize, device.capacity_bytes),
       KV_STR("tiers.device.shm_dir", device.shm_dir),
@@ -153,6 +154,8 @@ const std::vector<Field>& Fields() {
       KV_NUM("leases.max_ttl_ms", Kind::kUint, leases.max_ttl_ms),
       KV_NUM("limits.max_batch_blocks", Kind::kUint, limits.max_batch_blocks),
       KV_NUM("limits.max_contexts", Kind::kUint, limits.max_contexts),
+      KV_NUM("compaction.max_context_bytes", Kind::kSize, compaction.max_context_bytes),
+      KV_NUM("compaction.max_observation_rows", Kind::kUint, compaction.max_observation_rows),
       KV_ENUM("index.summary_encoding", index.summary_encoding, "fp16", "fp32"),
       KV_BOOL("index.summary_bounds", index.summary_bounds),
       KV_BOOL("index.summary_weighted", index.summary_weighted),
@@ -543,6 +546,13 @@ absl::Status Validate(Config& c) {
   }
   if (c.limits.max_contexts == 0 || c.limits.max_contexts > (1u << 20)) {
     return Invalid("limits.max_contexts", "must be between 1 and 1048576");
+  }
+  if (c.compaction.max_context_bytes < (1u << 20) ||
+      c.compaction.max_context_bytes > (uint64_t{1} << 40)) {
+    return Invalid("compaction.max_context_bytes", "must be between 1 MiB and 1 TiB");
+  }
+  if (c.compaction.max_observation_rows == 0 || c.compaction.max_observation_rows > 65536) {
+    return Invalid("compaction.max_observation_rows", "must be between 1 and 65536");
   }
   KVTIER_RETURN_IF_ERROR(ValidateRemote(c));
   KVTIER_RETURN_IF_ERROR(ValidatePlacement(c));

@@ -91,13 +91,20 @@ struct Config {
     uint64_t max_batch_blocks = 0;
     uint64_t max_contexts = 0;
   } limits;
-  // tiers.placement and tiers.keydiff.*: which copy a full tier gives up.
+  // SelKV compaction (daemon/compaction/compactor.h).
+  struct Compaction {
+    uint64_t max_context_bytes = 0;     // original payload one CompactContext may read
+    uint64_t max_observation_rows = 0;  // observation query rows per KV head
+  } compaction;
+  // tiers.placement, tiers.keydiff.* and tiers.stability.*: which copy a
+  // full tier gives up (storage/store/placement.h).
   struct Placement {
-    std::string policy;  // keydiff | lru
+    std::string policy;  // stability | keydiff | lru
     double redundancy_weight = 0;
     double age_weight = 0;
     uint64_t sample_blocks = 0;
     double newest_protected = 0;
+    bool unwanted_first = false;  // tiers.stability.unwanted_first
   } placement;
   // index.*: block summaries computed at put time and context trees.
   struct Index {

@@ -156,7 +156,9 @@ TEST_F(ConfigTest, FlattenListsEveryKey) {
 TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
   auto config = LoadConfig("", {});
   ASSERT_TRUE(config.ok());
-  EXPECT_EQ(config->placement.policy, "keydiff");
+  // Measured best by bench/placement (docs/QUALITY.md, "Placement").
+  EXPECT_EQ(config->placement.policy, "stability");
+  EXPECT_FALSE(config->placement.unwanted_first);
   // The defaults the quality harness supports (docs/QUALITY.md).
   EXPECT_EQ(config->select.default_scorer, "mass");
   EXPECT_DOUBLE_EQ(config->select.grid_keep_fraction, 0.5);
@@ -169,6 +171,16 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
   EXPECT_DOUBLE_EQ(config->select.theta, 0.7);
   EXPECT_DOUBLE_EQ(config->placement.age_weight, 1.0);  // an integer is a number too
   EXPECT_EQ(config->placement.policy, "lru");
+  for (const char* policy : {"stability", "keydiff", "lru"}) {
+    config = LoadConfig("", {std::string("tiers.placement=") + policy,
+                             "tiers.stability.unwanted_first=true"});
+    ASSERT_TRUE(config.ok()) << policy << ": " << config.status();
+    EXPECT_EQ(config->placement.policy, policy);
+    EXPECT_TRUE(config->placement.unwanted_first);
+  }
+  auto fifo = LoadConfig("", {"tiers.placement=fifo"});
+  ASSERT_FALSE(fifo.ok());
+  EXPECT_THAT(std::string(fifo.status().message()), HasSubstr("stability"));
   EXPECT_TRUE(LoadConfig("", {"select.default_scorer=quest", "index.keep_summaries=true",
                               "index.summary_bounds=true"})
                   .ok());
@@ -195,6 +207,7 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {
       {"select.default_scorer=best", "'select.default_scorer'"},
       {"select.max_contexts_per_request=0", "'select.max_contexts_per_request'"},
       {"tiers.placement=fifo", "'tiers.placement'"},
+      {"tiers.stability.unwanted_first=1", "'tiers.stability.unwanted_first'"},
       {"tiers.keydiff.sample_blocks=0", "'tiers.keydiff.sample_blocks'"},
       {"tiers.keydiff.newest_protected=0.95", "'tiers.keydiff.newest_protected'"},
       {"select.batch_threads=65", "'select.batch_threads'"},

@@ -301,4 +301,51 @@ grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ct
   }
 }
 
+// Compaction reads and writes whole contexts: it runs on the I/O threads.
+grpc::ServerUnaryReactor* KvTierService::CompactContext(grpc::CallbackServerContext* ctx,
+                                                        const v1::CompactContextRequest* req,
+                                                        v1::CompactContextResponse* resp) {
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  if (!caller.ok()) return FinishUnary(ctx, caller.status());
+  return FinishBlocking(ctx, [this, tenant = (*caller)->name, req, resp] {
+    auto result = runtime_->compactor()->Compact(tenant, *req);
+    if (!result.ok()) return result.status();
+    *resp = std::move(*result);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* KvTierService::ListContextVersions(
+    grpc::CallbackServerContext* ctx, const v1::ListContextVersionsRequest* req,
+    v1::ListContextVersionsResponse* resp) {
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  if (!caller.ok()) return FinishUnary(ctx, caller.status());
+  if (auto profile = runtime_->store()->GetProfile(req->profile_id()); !profile.ok()) {
+    return FinishUnary(ctx, absl::NotFoundError(absl::StrCat("profile_id: ", req->profile_id(),
+                                                             " is not registered")));
+  }
+  auto versions =
+      runtime_->compactor()->List((*caller)->name, req->profile_id(), req->context_key());
+  if (!versions.ok()) return FinishUnary(ctx, versions.status());
+  for (v1::ContextVersion& v : *versions) *resp->add_versions() = std::move(v);
+  return FinishUnary(ctx, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* KvTierService::DropContextVersion(
+    grpc::CallbackServerContext* ctx, const v1::DropContextVersionRequest* req,
+    v1::DropContextVersionResponse* resp) {
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  if (!caller.ok()) return FinishUnary(ctx, caller.status());
+  if (req->context_key().empty()) {
+    return FinishUnary(ctx, absl::InvalidArgumentError("context_key: empty"));
+  }
+  return FinishBlocking(ctx, [this, tenant = (*caller)->name, req, resp] {
+    auto deleted = runtime_->compactor()->Drop(tenant, req->profile_id(), req->context_key(),
+                                               req->version());
+    if (!deleted.ok()) return deleted.status();
+    resp->set_blocks_deleted(*deleted);
+    return absl::OkStatus();
+  });
+}
+
 }  // namespace kvtier::daemon

@@ -51,6 +51,15 @@ class KvTierService final : public v1::KvTier::CallbackService {
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
                                     const v1::ReleaseRequest* req,
                                     v1::ReleaseResponse* resp) override;
+  grpc::ServerUnaryReactor* CompactContext(grpc::CallbackServerContext* ctx,
+                                           const v1::CompactContextRequest* req,
+                                           v1::CompactContextResponse* resp) override;
+  grpc::ServerUnaryReactor* ListContextVersions(grpc::CallbackServerContext* ctx,
+                                                const v1::ListContextVersionsRequest* req,
+                                                v1::ListContextVersionsResponse* resp) override;
+  grpc::ServerUnaryReactor* DropContextVersion(grpc::CallbackServerContext* ctx,
+                                               const v1::DropContextVersionRequest* req,
+                                               v1::DropContextVersionResponse* resp) override;
 
  private:
   // INVALID_ARGUMENT naming field when a batch is empty or over

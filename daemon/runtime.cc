@@ -176,6 +176,10 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
     keydiff.sample_blocks = static_cast<int32_t>(config.placement.sample_blocks);
     keydiff.newest_protected = static_cast<float>(config.placement.newest_protected);
     options.make_placement = [keydiff] { return NewKeyDiffPlacement(keydiff); };
+  } else if (config.placement.policy == "stability") {
+    StabilityPolicyOptions stability;
+    stability.unwanted_first = config.placement.unwanted_first;
+    options.make_placement = [stability] { return NewStabilityPolicy(stability); };
   }
   auto store = BlockStore::Open(options);
   if (!store.ok()) {
@@ -198,6 +202,16 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
   const ContextManagerOptions contexts = ContextManagerOptionsOf(config);
   rt->contexts_ = std::make_unique<ContextManager>(rt->store_.get(), Env::Default(), contexts);
   rt->prefetcher_ = std::make_unique<Prefetcher>(rt->store_.get(), kMaxPendingPrefetchKeys);
+  {
+    auto versions = VersionStore::Open(config.server.data_dir + "/compaction");
+    if (!versions.ok()) return versions.status();
+    rt->versions_ = std::move(*versions);
+    CompactorOptions compaction;
+    compaction.max_context_bytes = config.compaction.max_context_bytes;
+    compaction.max_observation_rows = static_cast<uint32_t>(config.compaction.max_observation_rows);
+    rt->compactor_ = std::make_unique<Compactor>(rt->store_.get(), rt->contexts_.get(),
+                                                 rt->versions_.get(), compaction);
+  }
   rt->blocking_pool_ = std::make_unique<BlockingPool>(
       static_cast<size_t>(config.server.io_threads),
       static_cast<size_t>(config.server.io_queue_limit));
@@ -277,6 +291,8 @@ Runtime::~Runtime() {
   fd_server_.reset();
   blocking_pool_.reset();  // runs what is queued (the gRPC server is gone)
   prefetcher_.reset();
+  compactor_.reset();
+  versions_.reset();
   contexts_.reset();  // unpins what contexts hold
   store_.reset();
   device_ops_.reset();

@@ -18,6 +18,8 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "daemon/compaction/compactor.h"
+#include "daemon/compaction/version_store.h"
 #include "daemon/auth/fd_server.h"
 #include "daemon/blocking_pool.h"
 #include "daemon/auth/tenants.h"
@@ -79,6 +81,8 @@ class Runtime {
   Summarizer* summarizer() const { return summarizer_.get(); }
   ContextManager* contexts() const { return contexts_.get(); }
   Prefetcher* prefetcher() const { return prefetcher_.get(); }
+  // SelKV compaction of contexts and their stored versions.
+  Compactor* compactor() const { return compactor_.get(); }
   // Where RPC handlers run work that may wait on a disk (server.io_threads).
   BlockingPool* blocking_pool() const { return blocking_pool_.get(); }
   // What /metrics exports; counters are fed by the handlers.
@@ -112,6 +116,8 @@ class Runtime {
   remote::RemoteStore* remote_ = nullptr;  // store_ itself when set
   std::unique_ptr<ContextManager> contexts_;
   std::unique_ptr<Prefetcher> prefetcher_;
+  std::unique_ptr<VersionStore> versions_;
+  std::unique_ptr<Compactor> compactor_;
   std::unique_ptr<BlockingPool> blocking_pool_;
   std::unique_ptr<FdServer> fd_server_;
   std::unique_ptr<DaemonMetrics> metrics_;

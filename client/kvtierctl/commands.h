@@ -53,6 +53,28 @@ struct EvictOptions {
 int RunEvict(Client& client, const GlobalOptions& options, const EvictOptions& evict,
              std::ostream& out, std::ostream& err);
 
+struct CompactOptions {
+  uint64_t profile_id = 0;
+  double retention = 0;                    // (0, 1]
+  std::string importance;                  // "" | keydiff | snapkv
+  std::string merge;                       // "" | gated | uniform | none
+  std::string bias;                        // "" | ratio | none
+  std::vector<std::string> block_ids_hex;  // the context's blocks, in token order
+};
+// Opens a context on the blocks, compacts it (CompactContext), closes it;
+// prints the new version (or the stored one, when it existed) and its
+// blocks. Progress on err.
+int RunCompact(Client& client, const GlobalOptions& options, const CompactOptions& compact,
+               std::ostream& out, std::ostream& err);
+// The versions of one context (context_key in hex), or of every compacted
+// context of the profile (empty key).
+int RunVersions(Client& client, const GlobalOptions& options, uint64_t profile_id,
+                const std::string& context_key_hex, std::ostream& out, std::ostream& err);
+// Deletes one version's blocks (0 = the originals).
+int RunDropVersion(Client& client, const GlobalOptions& options, uint64_t profile_id,
+                   const std::string& context_key_hex, uint32_t version, std::ostream& out,
+                   std::ostream& err);
+
 // Open contexts, busiest first (most pinned blocks, then most recently
 // stepped); context ids in hex in the table.
 int RunContexts(Client& client, const GlobalOptions& options, std::ostream& out,

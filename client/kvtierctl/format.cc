@@ -14,7 +14,8 @@ namespace {
 // Block ids are bytes, which protobuf's JSON mapping writes as base64; the
 // CLI shows them in hex everywhere (as its tables do).
 bool IsIdField(const std::string& name) {
-  return name == "block_id" || name == "block_ids" || absl::EndsWith(name, "_block_ids");
+  return name == "block_id" || name == "block_ids" || name == "context_key" ||
+         absl::EndsWith(name, "_block_ids");
 }
 
 void HexifyIds(google::protobuf::Value* value, bool is_id);

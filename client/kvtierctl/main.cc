@@ -8,6 +8,9 @@
 //   kvtierctl profiles                 registered model profiles
 //   kvtierctl evict --profile N [--tier T] ID...   give up copies in one tier
 //   kvtierctl contexts | top           open contexts; live view
+//   kvtierctl compact --profile N --retention R ID...   SelKV-compact a context
+//   kvtierctl versions --profile N [KEY]        versions of compacted contexts
+//   kvtierctl drop-version --profile N KEY V    delete one version's blocks
 //   kvtierctl tenants add NAME --file PATH [--role data|admin]
 //                     [--quota key=value ...] [--cert-name CN ...]
 //   kvtierctl tenants list --file PATH
@@ -123,6 +126,54 @@ int main(int argc, char** argv) {
       "  kvtierctl evict --profile 1 --tier device 0a1b2c3d\n"
       "  kvtierctl evict --profile 1 --tenant acme 0a1b2c3d 4e5f6071 --json");
 
+  kvtier::ctl::CompactOptions compact_options;
+  CLI::App* compact = app.add_subcommand(
+      "compact", "SelKV-compact a context: keep a fraction of its tokens, merge the rest");
+  compact->add_option("ids", compact_options.block_ids_hex,
+                      "The context's block ids in hex, in token order")
+      ->required();
+  compact->add_option("--profile", compact_options.profile_id, "Profile id")->required();
+  compact->add_option("--retention", compact_options.retention,
+                      "Fraction of tokens kept per layer and KV head, in (0, 1]")
+      ->required();
+  compact->add_option("--importance", compact_options.importance, "keydiff (default) or snapkv")
+      ->check(CLI::IsMember({"keydiff", "snapkv"}));
+  compact->add_option("--merge", compact_options.merge, "gated (default), uniform or none")
+      ->check(CLI::IsMember({"gated", "uniform", "none"}));
+  compact->add_option("--bias", compact_options.bias, "ratio (default) or none")
+      ->check(CLI::IsMember({"ratio", "none"}));
+  compact->add_flag("--json", options.json, "Machine-readable JSON output");
+  compact->footer(
+      "The compacted blocks are a new version of the context; the originals are demoted\n"
+      "to NVMe and stay until `drop-version KEY 0`. snapkv needs observation queries,\n"
+      "which only the API can send (docs/API.md, \"Compaction\").\n"
+      "Example:\n"
+      "  kvtierctl compact --profile 1 --retention 0.25 0a1b... 4e5f...");
+  uint64_t versions_profile = 0;
+  std::string versions_key;
+  CLI::App* versions = app.add_subcommand("versions", "Versions of compacted contexts");
+  versions->add_option("key", versions_key, "Context key in hex (default: every context)");
+  versions->add_option("--profile", versions_profile, "Profile id")->required();
+  versions->add_flag("--json", options.json, "Machine-readable JSON output");
+  uint64_t drop_profile = 0;
+  std::string drop_key;
+  uint32_t drop_version = 0;
+  CLI::App* drop = app.add_subcommand(
+      "drop-version", "Delete one version of a compacted context (0 = the originals)");
+  drop->add_option("key", drop_key, "Context key in hex (as `versions` prints it)")->required();
+  drop->add_option("version", drop_version, "Version; 0 = the original blocks")->required();
+  drop->add_option("--profile", drop_profile, "Profile id")->required();
+  drop->add_flag("--json", options.json, "Machine-readable JSON output");
+  drop->footer(
+      "Refused while it would leave no copy of the context: the originals go only while a\n"
+      "compacted version exists, and the last compacted version stays once they are gone.\n"
+      "Example:\n"
+      "  kvtierctl drop-version --profile 1 9f86d081884c7d659a2feaa0c55ad015 0");
+  versions->footer(
+      "Version 0 is the original blocks; dropped versions stay listed.\n"
+      "Example:\n"
+      "  kvtierctl versions --profile 1 --json");
+
   CLI::App* tenants = app.add_subcommand(
       "tenants", "Edit the tenants file (auth.tenants_file); the daemon applies it on SIGHUP");
   tenants->require_subcommand(1);
@@ -207,6 +258,17 @@ int main(int argc, char** argv) {
   if (profiles->parsed()) return kvtier::ctl::RunProfiles(**client, options, std::cout, std::cerr);
   if (evict->parsed()) {
     return kvtier::ctl::RunEvict(**client, options, evict_options, std::cout, std::cerr);
+  }
+  if (compact->parsed()) {
+    return kvtier::ctl::RunCompact(**client, options, compact_options, std::cout, std::cerr);
+  }
+  if (versions->parsed()) {
+    return kvtier::ctl::RunVersions(**client, options, versions_profile, versions_key, std::cout,
+                                    std::cerr);
+  }
+  if (drop->parsed()) {
+    return kvtier::ctl::RunDropVersion(**client, options, drop_profile, drop_key, drop_version,
+                                       std::cout, std::cerr);
   }
   return 2;
 }

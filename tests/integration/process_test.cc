@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -353,6 +354,77 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
     auto help = RunCommand({KVTIERCTL_PATH, cmd, "--help"});
     EXPECT_EQ(help.exit_code, 0) << cmd;
     EXPECT_THAT(help.out, HasSubstr("Example")) << cmd;
+  }
+  client->reset();
+  daemon->Signal(SIGTERM);
+  EXPECT_EQ(daemon->Wait(std::chrono::seconds(30)), std::optional<int>(0));
+}
+
+TEST_F(ProcessTest, CompactVersionsAndDropVersion) {
+  auto daemon = StartDaemon();
+  auto client = Client::Connect(socket_);
+  ASSERT_TRUE(client.ok());
+  auto registered = (*client)->RegisterProfile(EightKiBProfile("ctl-compact"));
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  const std::string P = std::to_string(registered->profile_id());
+  // Finite fp16 values (1, 0.5, -1, 2, -0.5, 0.25, -2, 1.5), varied per block.
+  const uint16_t kHalves[] = {0x3c00, 0x3800, 0xbc00, 0x4000, 0xb800, 0x3400, 0xc000, 0x3e00};
+  v1::PutBlocksRequest put;
+  put.set_profile_id(registered->profile_id());
+  std::vector<std::string> hex_ids;
+  for (int b = 0; b < 4; ++b) {
+    std::string data(8192, '\0');
+    for (size_t i = 0; i < data.size() / 2; ++i) {
+      const uint16_t h = kHalves[(i * 7 + b * 3 + i / 64) % 8];
+      data[2 * i] = static_cast<char>(h & 0xff);
+      data[2 * i + 1] = static_cast<char>(h >> 8);
+    }
+    auto* block = put.add_blocks();
+    block->set_block_id("cp" + std::to_string(b));
+    block->set_data(data);
+    hex_ids.push_back(absl::BytesToHexString(block->block_id()));
+  }
+  ASSERT_TRUE((*client)->PutBlocks({put}).ok());
+
+  std::vector<std::string> cmd = {KVTIERCTL_PATH, "--socket", socket_, "compact", "--profile", P,
+                                  "--retention", "0.25"};
+  cmd.insert(cmd.end(), hex_ids.begin(), hex_ids.end());
+  auto compacted = RunCommand(cmd);
+  ASSERT_EQ(compacted.exit_code, 0) << compacted.err;
+  EXPECT_THAT(compacted.err, HasSubstr("compacting to 0.25"));
+  EXPECT_THAT(compacted.out, HasSubstr("rho 0.250"));
+  EXPECT_THAT(compacted.out, HasSubstr("32 slots"));  // 128 tokens x 0.25
+  const size_t at = compacted.out.find("context key ");
+  ASSERT_NE(at, std::string::npos);
+  const std::string key = compacted.out.substr(at + 12, 32);
+
+  auto versions = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "versions", "--profile", P});
+  EXPECT_EQ(versions.exit_code, 0) << versions.err;
+  EXPECT_THAT(versions.out, HasSubstr(key));
+  EXPECT_THAT(versions.out, HasSubstr("originals"));
+  EXPECT_THAT(versions.out, HasSubstr("keydiff/gated/ratio"));
+  auto json = RunCommand(
+      {KVTIERCTL_PATH, "--socket", socket_, "versions", "--profile", P, key, "--json"});
+  EXPECT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_THAT(json.out, HasSubstr("\"context_key\": \"" + key + "\""));
+
+  // The originals may go once a compacted version exists; the last copy stays.
+  auto drop0 = RunCommand(
+      {KVTIERCTL_PATH, "--socket", socket_, "drop-version", "--profile", P, key, "0"});
+  EXPECT_EQ(drop0.exit_code, 0) << drop0.err;
+  EXPECT_THAT(drop0.out, HasSubstr("4 blocks deleted"));
+  auto drop1 = RunCommand(
+      {KVTIERCTL_PATH, "--socket", socket_, "drop-version", "--profile", P, key, "1"});
+  EXPECT_EQ(drop1.exit_code, 1);
+  EXPECT_THAT(drop1.err, HasSubstr("last copy"));
+  auto bad = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "compact", "--profile", P,
+                         "--retention", "1.5", hex_ids[0]});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--retention"));
+  for (const char* sub : {"compact", "versions", "drop-version"}) {
+    auto help = RunCommand({KVTIERCTL_PATH, sub, "--help"});
+    EXPECT_EQ(help.exit_code, 0) << sub;
+    EXPECT_THAT(help.out, HasSubstr("xample")) << sub;
   }
   client->reset();
   daemon->Signal(SIGTERM);

@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "index/simd.h"
+#include "tests/integration/test_daemon.h"
 
 namespace kvtier {
 namespace {
@@ -68,8 +69,7 @@ v1::SelectionCalibration Calibration() {
 class SelectV2Test : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = "/tmp/kvtier-selv2-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = testing::TestDataDir("selv2");
     std::filesystem::remove_all(dir_);
     Start();
     std::mt19937_64 rng(42);
@@ -86,19 +86,10 @@ class SelectV2Test : public ::testing::Test {
   }
 
   void Start() {
-    auto config = daemon::LoadConfig(
-        "", {"server.data_dir=" + dir_, "log.level=warn", "server.shutdown_grace_ms=1000",
-             "tiers.device.capacity_bytes=4MiB", "tiers.host.capacity_bytes=16MiB",
-             "tiers.host.staging_bytes=256KiB", "tiers.nvme.file_count=1",
-             "tiers.nvme.file_size_bytes=16MiB", "tiers.nvme.io_threads=1",
-             "index.summary_per_layer=true"});
-    ASSERT_TRUE(config.ok()) << config.status();
-    auto server = daemon::Server::Start(*config);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    auto client = Client::Connect(server_->socket_path());
-    ASSERT_TRUE(client.ok());
-    client_ = std::move(*client);
+    auto daemon = testing::StartTestDaemon(dir_, {"index.summary_per_layer=true"});
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    server_ = std::move(daemon->server);
+    client_ = std::move(daemon->client);
   }
 
   v1::ModelProfile Profile(bool calibrated) const {

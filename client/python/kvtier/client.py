@@ -43,6 +43,23 @@ _TIERS = {None: types_pb2.TIER_UNSPECIFIED, "device": types_pb2.TIER_DEVICE,
           "host": types_pb2.TIER_HOST, "nvme": types_pb2.TIER_NVME}
 
 
+_IMPORTANCE = {None: kvtier_pb2.COMPACT_IMPORTANCE_UNSPECIFIED,
+               "keydiff": kvtier_pb2.COMPACT_IMPORTANCE_KEYDIFF,
+               "snapkv": kvtier_pb2.COMPACT_IMPORTANCE_SNAPKV}
+_MERGE = {None: kvtier_pb2.COMPACT_MERGE_UNSPECIFIED, "gated": kvtier_pb2.COMPACT_MERGE_GATED,
+          "uniform": kvtier_pb2.COMPACT_MERGE_UNIFORM, "none": kvtier_pb2.COMPACT_MERGE_NONE}
+_BIAS = {None: kvtier_pb2.COMPACT_BIAS_UNSPECIFIED, "ratio": kvtier_pb2.COMPACT_BIAS_ATTENTION_RATIO,
+         "none": kvtier_pb2.COMPACT_BIAS_NONE}
+
+
+def _flatten(values):
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            yield from _flatten(v)
+        else:
+            yield v
+
+
 def normalize_target(target):
     """Path -> 'unix:<absolute path>'; 'unix:', 'dns:', 'ipv4:', 'ipv6:' pass; else host:port."""
     if not isinstance(target, str) or not target:
@@ -379,6 +396,49 @@ class Client:
         request = (kvtier_pb2.ReleaseRequest(context_id=context_id) if context_id is not None
                    else kvtier_pb2.ReleaseRequest(lease_id=lease_id))
         return self._call(self._kvtier.Release, request, "Release")
+
+    # ---- compaction (SelKV) ---------------------------------------------------
+    def compact_context(self, context_id, retention, importance=None, merge=None, bias=None,
+                        observation_queries=None, timeout_s=None):
+        """Compacts an open context that Select is not using (docs/API.md,
+        "Compaction"): keeps ceil(retention * tokens) slots per layer and KV
+        head, merges the rest, stores them as a new version and demotes the
+        originals to NVMe. importance None | 'keydiff' | 'snapkv'; merge None |
+        'gated' | 'uniform' | 'none'; bias None | 'ratio' | 'none'.
+        observation_queries: optional floats [layers][kv_heads][W][head_dim]
+        (a numpy array or any nested sequence; flattened row-major).
+        Returns the CompactContextResponse (context_key, version, existed)."""
+        choices = (("importance", importance, _IMPORTANCE), ("merge", merge, _MERGE),
+                   ("bias", bias, _BIAS))
+        fields = {}
+        for name, value, table in choices:
+            if value not in table:
+                raise invalid_argument(name, f"{value!r}, expected one of {sorted(k for k in table if k)}")
+            fields[name] = table[value]
+        queries = []
+        if observation_queries is not None:
+            flat = getattr(observation_queries, "reshape", None)
+            queries = ([float(x) for x in observation_queries.reshape(-1)] if flat is not None
+                       else [float(x) for x in _flatten(observation_queries)])
+        request = kvtier_pb2.CompactContextRequest(context_id=context_id, retention=float(retention),
+                                                   observation_queries=queries, **fields)
+        return self._call(self._kvtier.CompactContext, request, "CompactContext",
+                          timeout_s or 10 * self.call_timeout_s)
+
+    def list_context_versions(self, profile_id, context_key=b""):
+        """ListContextVersionsResponse: the versions of one context (version 0 =
+        the originals), or of every compacted context of the profile."""
+        request = kvtier_pb2.ListContextVersionsRequest(profile_id=profile_id,
+                                                        context_key=bytes(context_key))
+        return self._call(self._kvtier.ListContextVersions, request, "ListContextVersions")
+
+    def drop_context_version(self, profile_id, context_key, version, timeout_s=None):
+        """Deletes one version's blocks (0 = the originals, only while a compacted
+        version exists). DropContextVersionResponse (blocks_deleted)."""
+        request = kvtier_pb2.DropContextVersionRequest(profile_id=profile_id,
+                                                       context_key=bytes(context_key), version=version)
+        return self._call(self._kvtier.DropContextVersion, request, "DropContextVersion",
+                          timeout_s or 10 * self.call_timeout_s)
 
     # ---- admin --------------------------------------------------------------
     def stats(self):

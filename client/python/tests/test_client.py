@@ -198,6 +198,51 @@ class AdminTest(DaemonTestCase):
         self.assertEqual(len(self.client.list_contexts().contexts), 0)
 
 
+class CompactionTest(DaemonTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.profile = cls.client.register_profile(small_profile("compaction"))
+        cls.pid = cls.profile.profile_id
+
+    def test_compact_list_and_drop_versions(self):
+        ids = kvtier.chain_hash_sequence(self.pid, list(range(16 * 4)), 16, ["compact"])
+        self.client.put_blocks(self.pid, [(i, random_block(self.profile, n)) for n, i in enumerate(ids)])
+        ctx = self.client.open_context(self.pid, [ids]).context_id
+        p = self.profile
+        queries = np.ones((p.num_layers, p.num_kv_heads, 2, p.head_dim), dtype=np.float32)
+        resp = self.client.compact_context(ctx, 0.5, observation_queries=queries)
+        self.assertFalse(resp.existed)
+        self.assertEqual(resp.version.version, 1)
+        self.assertEqual(resp.version.tokens, 32)
+        self.assertEqual(resp.version.importance, kvtier.v1.kvtier_pb2.COMPACT_IMPORTANCE_SNAPKV)
+        got = self.client.get_blocks(self.pid, list(resp.version.block_ids)).raise_for_status()
+        slots = got.results[0].compacted
+        self.assertEqual(len(slots.positions), p.num_layers * p.num_kv_heads * 16)
+        self.assertTrue(all(0 <= x < 64 for x in slots.positions))
+        again = self.client.compact_context(ctx, 0.5, observation_queries=queries.tolist())
+        self.assertTrue(again.existed, "a nested list is the same queries as the array")
+        self.client.close_context(ctx)
+
+        versions = self.client.list_context_versions(self.pid, resp.context_key).versions
+        self.assertEqual([v.version for v in versions], [0, 1])
+        self.assertEqual(list(versions[0].block_ids), ids)
+        dropped = self.client.drop_context_version(self.pid, resp.context_key, 0)
+        self.assertEqual(dropped.blocks_deleted, 4)
+        with self.assertKvTierError(grpc.StatusCode.FAILED_PRECONDITION, "last copy"):
+            self.client.drop_context_version(self.pid, resp.context_key, 1)
+
+    def test_bad_arguments_name_the_field(self):
+        with self.assertKvTierError(grpc.StatusCode.INVALID_ARGUMENT, "merge"):
+            self.client.compact_context(1, 0.5, merge="average")
+        with self.assertKvTierError(grpc.StatusCode.INVALID_ARGUMENT, "retention"):
+            self.client.compact_context(1, 0.0)
+        with self.assertKvTierError(grpc.StatusCode.NOT_FOUND, "context_id"):
+            self.client.compact_context(987654321, 0.5)
+        with self.assertKvTierError(grpc.StatusCode.NOT_FOUND, "context_key"):
+            self.client.list_context_versions(self.pid, b"x" * 16)
+
+
 class UnreachableTest(unittest.TestCase):
     def test_a_missing_daemon_is_unavailable_naming_the_target(self):
         with kvtier.Client("/tmp/kvtier-no-such-daemon.sock", call_timeout_s=2) as client:

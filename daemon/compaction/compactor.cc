@@ -1,0 +1,417 @@
+#include "daemon/compaction/compactor.h"
+
+#include <xxhash.h>
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/compaction/head_codec.h"
+#include "index/selkv.h"
+#include "storage/common/status_macros.h"
+
+namespace kvtier::daemon {
+namespace {
+
+std::string Hex(const std::string& id) { return absl::BytesToHexString(id); }
+
+void AppendBe64(std::string* out, uint64_t v) {
+  for (int i = 7; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+std::string Hash128(const std::string& bytes) {
+  const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
+  std::string out;
+  AppendBe64(&out, h.high64);
+  AppendBe64(&out, h.low64);
+  return out;
+}
+
+uint64_t NowUnixMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+struct Method {
+  index::CompactOptions options;
+  v1::CompactImportance importance;
+  v1::CompactMerge merge;
+  v1::CompactBias bias;
+};
+
+absl::StatusOr<Method> MethodOf(const v1::CompactContextRequest& r, bool have_queries) {
+  Method m;
+  const float rho = r.retention();
+  if (!std::isfinite(rho) || rho <= 0.0f || rho > 1.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("retention: ", rho, " is outside (0, 1]"));
+  }
+  m.options.rho = rho;
+  switch (r.importance()) {
+    case v1::COMPACT_IMPORTANCE_UNSPECIFIED:
+      m.importance =
+          have_queries ? v1::COMPACT_IMPORTANCE_SNAPKV : v1::COMPACT_IMPORTANCE_KEYDIFF;
+      break;
+    case v1::COMPACT_IMPORTANCE_KEYDIFF:
+    case v1::COMPACT_IMPORTANCE_SNAPKV:
+      m.importance = r.importance();
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "importance: ", static_cast<int>(r.importance()), " is not a CompactImportance"));
+  }
+  if (m.importance == v1::COMPACT_IMPORTANCE_SNAPKV && !have_queries) {
+    return absl::InvalidArgumentError(
+        "importance: SNAPKV needs observation_queries (none were given)");
+  }
+  m.options.importance = m.importance == v1::COMPACT_IMPORTANCE_SNAPKV
+                             ? index::Importance::kSnapKV
+                             : index::Importance::kKeyDiff;
+  switch (r.merge()) {
+    case v1::COMPACT_MERGE_UNSPECIFIED:
+    case v1::COMPACT_MERGE_GATED:
+      m.merge = v1::COMPACT_MERGE_GATED;
+      m.options.merge = index::Merge::kGated;
+      break;
+    case v1::COMPACT_MERGE_UNIFORM:
+      m.merge = r.merge();
+      m.options.merge = index::Merge::kUniform;
+      break;
+    case v1::COMPACT_MERGE_NONE:
+      m.merge = r.merge();
+      m.options.merge = index::Merge::kNone;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("merge: ", static_cast<int>(r.merge()), " is not a CompactMerge"));
+  }
+  switch (r.bias()) {
+    case v1::COMPACT_BIAS_UNSPECIFIED:
+    case v1::COMPACT_BIAS_ATTENTION_RATIO:
+      m.bias = v1::COMPACT_BIAS_ATTENTION_RATIO;
+      m.options.bias = index::Bias::kAttentionRatio;
+      break;
+    case v1::COMPACT_BIAS_NONE:
+      m.bias = r.bias();
+      m.options.bias = index::Bias::kNone;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("bias: ", static_cast<int>(r.bias()), " is not a CompactBias"));
+  }
+  return m;
+}
+
+// Snapshot of an open context taken under its lock.
+struct ContextCopy {
+  ModelProfile profile;
+  std::vector<std::string> block_ids;
+};
+
+absl::StatusOr<ContextCopy> CopyContext(ContextManager* contexts, const std::string& tenant,
+                                        uint64_t context_id) {
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<Context> ctx,
+                          contexts->Find(tenant, context_id, "context_id"));
+  absl::MutexLock lock(&ctx->mu);
+  if (ctx->closed()) {
+    return absl::NotFoundError(absl::StrCat("context_id: context ", context_id, " is closed"));
+  }
+  if (ctx->pinned_blocks() > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "context_id: context ", context_id, " is in use by Select (its lease pins ",
+        ctx->pinned_blocks(),
+        " blocks); Release the context (Release with context_id) before compacting it"));
+  }
+  ContextCopy copy;
+  copy.profile = ctx->profile();
+  copy.block_ids.reserve(static_cast<size_t>(ctx->num_blocks()));
+  for (int64_t i = 0; i < ctx->num_blocks(); ++i) {
+    copy.block_ids.emplace_back(ctx->block_id(i));
+  }
+  return copy;
+}
+
+}  // namespace
+
+Compactor::Compactor(BlockStore* store, ContextManager* contexts, VersionStore* versions,
+                     const CompactorOptions& options)
+    : store_(store), contexts_(contexts), versions_(versions), options_(options) {}
+
+std::string Compactor::ContextKey(const std::vector<std::string>& block_ids) {
+  std::string bytes;
+  for (const std::string& id : block_ids) {
+    bytes.push_back(static_cast<char>(id.size()));
+    bytes += id;
+  }
+  return Hash128(bytes);
+}
+
+absl::Mutex* Compactor::LockFor(const std::string& key) {
+  return &stripes_[std::hash<std::string>()(key) % kStripes];
+}
+
+absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
+    const std::string& tenant, const v1::CompactContextRequest& request) {
+  const bool have_queries = request.observation_queries_size() > 0;
+  KVTIER_ASSIGN_OR_RETURN(Method method, MethodOf(request, have_queries));
+  KVTIER_ASSIGN_OR_RETURN(ContextCopy ctx, CopyContext(contexts_, tenant, request.context_id()));
+  const HeadShape shape = HeadShape::Of(ctx.profile);
+  const uint64_t profile_id = ctx.profile.profile_id;
+  const int64_t row_values = int64_t{shape.layers} * shape.kv_heads * shape.head_dim;
+  int64_t rows = 0;  // observation rows per KV head
+  if (have_queries) {
+    const int64_t n = request.observation_queries_size();
+    if (n % row_values != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "observation_queries: ", n, " values are not a multiple of layers x kv_heads x ",
+          "head_dim = ", row_values));
+    }
+    rows = n / row_values;
+    if (rows > options_.max_observation_rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("observation_queries: ", rows, " rows per KV head exceed ",
+                       "compaction.max_observation_rows = ", options_.max_observation_rows));
+    }
+    for (float q : request.observation_queries()) {
+      if (!std::isfinite(q)) {
+        return absl::InvalidArgumentError("observation_queries: a value is not finite");
+      }
+    }
+  }
+  const uint64_t bytes = ctx.block_ids.size() * static_cast<uint64_t>(shape.block_bytes());
+  if (bytes > options_.max_context_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("context_id: the context holds ", bytes, " bytes, more than ",
+                     "compaction.max_context_bytes = ", options_.max_context_bytes));
+  }
+
+  const std::string key = ContextKey(ctx.block_ids);
+  // Identity of this compaction: method and observation queries.
+  std::string identity = key;
+  absl::StrAppend(&identity, "|", method.options.rho, "|", static_cast<int>(method.importance),
+                  "|", static_cast<int>(method.merge), "|", static_cast<int>(method.bias), "|",
+                  have_queries ? XXH3_64bits(request.observation_queries().data(),
+                                             sizeof(float) * request.observation_queries_size())
+                               : 0);
+  absl::MutexLock context_lock(LockFor(key));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<v1::ContextVersion> existing,
+                          versions_->Versions(tenant, profile_id, key));
+  const std::string first_id = Hash128(identity + "|0");
+  uint32_t next_version = 1;
+  for (const v1::ContextVersion& v : existing) {
+    if (v.version() > 0 && !v.dropped() && v.block_ids_size() > 0 && v.block_ids(0) == first_id) {
+      v1::CompactContextResponse response;
+      response.set_context_key(key);
+      *response.mutable_version() = v;
+      response.set_existed(true);
+      return response;
+    }
+    next_version = std::max(next_version, v.version() + 1);
+  }
+
+  // Read the originals (the store verifies checksums on every disk read).
+  std::vector<std::string> payloads(ctx.block_ids.size());
+  for (size_t b = 0; b < ctx.block_ids.size(); ++b) {
+    TierId from = TierId::kHost;
+    absl::Status st = store_->Get(BlockKey{tenant, profile_id, ctx.block_ids[b]}, &payloads[b],
+                                  &from);
+    if (absl::IsNotFound(st)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "context_id: block ", Hex(ctx.block_ids[b]), " (position ", b,
+          ") of the context is no longer stored"));
+    }
+    KVTIER_RETURN_IF_ERROR(st);
+  }
+  std::vector<absl::string_view> views(payloads.begin(), payloads.end());
+
+  const int64_t tokens = static_cast<int64_t>(payloads.size()) * shape.block_tokens;
+  if (tokens > std::numeric_limits<int32_t>::max()) {
+    return absl::ResourceExhaustedError("context_id: more than 2^31 tokens");
+  }
+  const int32_t kept = index::KeptSlots(static_cast<int32_t>(tokens), method.options.rho);
+  const int64_t out_blocks = (kept + shape.block_tokens - 1) / shape.block_tokens;
+  std::vector<std::string> out(static_cast<size_t>(out_blocks),
+                               std::string(static_cast<size_t>(shape.block_bytes()), '\0'));
+  const int64_t per_block_slots = int64_t{shape.layers} * shape.kv_heads * shape.block_tokens;
+  std::vector<v1::CompactedSlots> slots(static_cast<size_t>(out_blocks));
+  for (v1::CompactedSlots& s : slots) {
+    s.set_version(next_version);
+    s.mutable_positions()->Resize(static_cast<int>(per_block_slots), -1);
+    s.mutable_logit_bias()->Resize(static_cast<int>(per_block_slots),
+                                   -std::numeric_limits<float>::infinity());
+    s.mutable_merged()->Resize(static_cast<int>(per_block_slots), 0);
+  }
+
+  std::vector<float> keys(static_cast<size_t>(tokens * shape.head_dim));
+  std::vector<float> values(keys.size());
+  for (int32_t l = 0; l < shape.layers; ++l) {
+    for (int32_t h = 0; h < shape.kv_heads; ++h) {
+      GatherHead(shape, views, l, h, keys.data(), values.data());
+      index::HeadKv head;
+      head.num_tokens = static_cast<int32_t>(tokens);
+      head.head_dim = shape.head_dim;
+      head.keys = keys;
+      head.values = values;
+      if (have_queries) {
+        head.queries = absl::MakeConstSpan(request.observation_queries().data() +
+                                               (int64_t{l} * shape.kv_heads + h) * rows *
+                                                   shape.head_dim,
+                                           static_cast<size_t>(rows * shape.head_dim));
+      }
+      auto compacted = index::CompactHead(head, method.options);
+      if (!compacted.ok()) {
+        return absl::Status(compacted.status().code(),
+                            absl::StrCat("layer ", l, ", kv head ", h, ": ",
+                                         compacted.status().message()));
+      }
+      ScatterHead(shape, l, h, compacted->keys.data(), compacted->values.data(), kept, &out);
+      for (int32_t s = 0; s < kept; ++s) {
+        v1::CompactedSlots& block = slots[static_cast<size_t>(s / shape.block_tokens)];
+        const int i = static_cast<int>((int64_t{l} * shape.kv_heads + h) * shape.block_tokens +
+                                       s % shape.block_tokens);
+        block.set_positions(i, compacted->positions[static_cast<size_t>(s)]);
+        block.set_logit_bias(i, compacted->bias[static_cast<size_t>(s)]);
+        block.set_merged(i, static_cast<uint32_t>(compacted->merged[static_cast<size_t>(s)]));
+      }
+    }
+  }
+
+  // Store the new blocks durably; on error remove what was stored.
+  v1::ContextVersion version;
+  version.set_version(next_version);
+  version.set_context_key(key);
+  version.set_tokens(static_cast<uint32_t>(kept));
+  version.set_retention(method.options.rho);
+  version.set_importance(method.importance);
+  version.set_merge(method.merge);
+  version.set_bias(method.bias);
+  version.set_created_unix_ms(NowUnixMs());
+  std::vector<VersionStore::SlotRecord> records;
+  for (int64_t b = 0; b < out_blocks; ++b) {
+    const std::string id = Hash128(absl::StrCat(identity, "|", b));
+    const auto* data = reinterpret_cast<const uint8_t*>(out[static_cast<size_t>(b)].data());
+    absl::StatusOr<PutOutcome> put =
+        store_->Put(BlockKey{tenant, profile_id, id},
+                    absl::MakeConstSpan(data, out[static_cast<size_t>(b)].size()),
+                    /*durable=*/true);
+    if (!put.ok()) {
+      for (const std::string& done : version.block_ids()) {
+        store_->Delete(BlockKey{tenant, profile_id, done}).IgnoreError();
+      }
+      return absl::Status(put.status().code(),
+                          absl::StrCat("storing compacted block ", b, ": ",
+                                       put.status().message()));
+    }
+    version.add_block_ids(id);
+    records.push_back(VersionStore::SlotRecord{id, std::move(slots[static_cast<size_t>(b)])});
+  }
+  std::vector<v1::ContextVersion> to_write;
+  if (existing.empty()) {
+    v1::ContextVersion original;
+    original.set_version(0);
+    original.set_context_key(key);
+    original.set_tokens(static_cast<uint32_t>(tokens));
+    original.set_retention(1.0f);
+    original.set_created_unix_ms(version.created_unix_ms());
+    for (const std::string& id : ctx.block_ids) original.add_block_ids(id);
+    to_write.push_back(std::move(original));
+  }
+  to_write.push_back(version);
+  if (absl::Status st = versions_->Put(tenant, profile_id, to_write, records); !st.ok()) {
+    for (const std::string& done : version.block_ids()) {
+      store_->Delete(BlockKey{tenant, profile_id, done}).IgnoreError();
+    }
+    return st;
+  }
+
+  // Demote the originals: device and host copies go as the cache would give
+  // them up (a last copy is written to NVMe first); pinned copies stay.
+  for (const std::string& id : ctx.block_ids) {
+    const BlockKey k{tenant, profile_id, id};
+    store_->Evict(k, TierId::kDevice).IgnoreError();
+    store_->Evict(k, TierId::kHost).IgnoreError();
+  }
+
+  v1::CompactContextResponse response;
+  response.set_context_key(key);
+  *response.mutable_version() = std::move(version);
+  return response;
+}
+
+absl::StatusOr<std::vector<v1::ContextVersion>> Compactor::List(const std::string& tenant,
+                                                                uint64_t profile_id,
+                                                                const std::string& context_key) {
+  if (context_key.empty()) return versions_->AllVersions(tenant, profile_id);
+  KVTIER_ASSIGN_OR_RETURN(std::vector<v1::ContextVersion> versions,
+                          versions_->Versions(tenant, profile_id, context_key));
+  if (versions.empty()) {
+    return absl::NotFoundError(absl::StrCat("context_key: ", Hex(context_key),
+                                            " has no compacted versions in profile ",
+                                            profile_id));
+  }
+  return versions;
+}
+
+absl::StatusOr<uint32_t> Compactor::Drop(const std::string& tenant, uint64_t profile_id,
+                                         const std::string& context_key, uint32_t version) {
+  absl::MutexLock context_lock(LockFor(context_key));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<v1::ContextVersion> versions,
+                          List(tenant, profile_id, context_key));
+  const v1::ContextVersion* target = nullptr;
+  bool originals_dropped = false;
+  int compacted = 0;
+  for (const v1::ContextVersion& v : versions) {
+    if (v.version() == version) target = &v;
+    if (v.version() == 0) originals_dropped = v.dropped();
+    if (v.version() > 0 && !v.dropped()) ++compacted;
+  }
+  if (target == nullptr) {
+    return absl::NotFoundError(absl::StrCat("version: context ", Hex(context_key),
+                                            " has no version ", version));
+  }
+  if (target->dropped()) return 0u;  // already dropped: nothing to do
+  if (version == 0 && compacted == 0) {
+    return absl::FailedPreconditionError(
+        "version: 0 (the originals) is the only copy of the context; compact it first");
+  }
+  if (version > 0 && originals_dropped && compacted == 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "version: ", version, " is the last copy of the context (the originals were dropped)"));
+  }
+  uint32_t deleted = 0;
+  for (const std::string& id : target->block_ids()) {
+    absl::Status st = store_->Delete(BlockKey{tenant, profile_id, id});
+    if (absl::IsNotFound(st)) continue;
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("block ", Hex(id), " of version ", version,
+                                                  ": ", st.message(), " (", deleted,
+                                                  " blocks deleted before it)"));
+    }
+    ++deleted;
+  }
+  // The record stays, marked dropped: version numbers are never reused. A
+  // dropped compacted version keeps its method but not its block ids (a
+  // later compaction with the same method stores blocks under them again).
+  v1::ContextVersion dropped = *target;
+  dropped.set_dropped(true);
+  std::vector<std::string> slot_ids;
+  if (version > 0) {
+    slot_ids.assign(target->block_ids().begin(), target->block_ids().end());
+    dropped.clear_block_ids();
+  }
+  KVTIER_RETURN_IF_ERROR(versions_->MarkDropped(tenant, profile_id, dropped, slot_ids));
+  return deleted;
+}
+
+void Compactor::Annotate(const std::string& tenant, uint64_t profile_id,
+                         v1::BlockResult* result) {
+  if (!versions_->IsCompacted(tenant, profile_id, result->block_id())) return;
+  auto slots = versions_->Slots(tenant, profile_id, result->block_id());
+  if (slots.ok()) *result->mutable_compacted() = std::move(*slots);
+}
+
+}  // namespace kvtier::daemon

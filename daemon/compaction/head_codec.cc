@@ -1,0 +1,113 @@
+#include "daemon/compaction/head_codec.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "index/simd.h"
+
+namespace kvtier::daemon {
+namespace {
+
+float Bf16ToFloat(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t FloatToBf16(float value) {
+  uint32_t u;
+  std::memcpy(&u, &value, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) {
+    return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN stays NaN
+  }
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+int ElementBytes(KvDtype dtype) { return dtype == KvDtype::kFp32 ? 4 : 2; }
+
+// Element index of token 0, dim 0 of (layer, k|v, head) in one block.
+int64_t RowBase(const HeadShape& s, int32_t layer, int kv, int32_t head) {
+  return ((int64_t{layer} * 2 + kv) * s.kv_heads + head) * int64_t{s.block_tokens} * s.head_dim;
+}
+
+void Decode(KvDtype dtype, const char* src, float* dst, int64_t n) {
+  switch (dtype) {
+    case KvDtype::kFp32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case KvDtype::kFp16:
+      index::simd::HalfToFloatN(src, dst, static_cast<size_t>(n));
+      return;
+    case KvDtype::kBf16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, src + 2 * i, 2);
+        dst[i] = Bf16ToFloat(b);
+      }
+      return;
+  }
+}
+
+void Encode(KvDtype dtype, const float* src, char* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case KvDtype::kFp32:
+        std::memcpy(dst + 4 * i, src + i, 4);
+        break;
+      case KvDtype::kFp16: {
+        const uint16_t h = index::simd::FloatToHalf(src[i]);
+        std::memcpy(dst + 2 * i, &h, 2);
+        break;
+      }
+      case KvDtype::kBf16: {
+        const uint16_t b = FloatToBf16(src[i]);
+        std::memcpy(dst + 2 * i, &b, 2);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+HeadShape HeadShape::Of(const ModelProfile& profile) {
+  HeadShape s;
+  s.layers = static_cast<int32_t>(profile.layers);
+  s.kv_heads = static_cast<int32_t>(profile.kv_heads);
+  s.head_dim = static_cast<int32_t>(profile.head_dim);
+  s.block_tokens = static_cast<int32_t>(profile.block_size_tokens);
+  s.dtype = profile.dtype;
+  return s;
+}
+
+int64_t HeadShape::block_bytes() const {
+  return int64_t{layers} * 2 * kv_heads * block_tokens * head_dim * ElementBytes(dtype);
+}
+
+void GatherHead(const HeadShape& shape, absl::Span<const absl::string_view> payloads,
+                int32_t layer, int32_t head, float* keys, float* values) {
+  const int eb = ElementBytes(shape.dtype);
+  const int64_t per_block = int64_t{shape.block_tokens} * shape.head_dim;
+  for (size_t b = 0; b < payloads.size(); ++b) {
+    const char* data = payloads[b].data();
+    Decode(shape.dtype, data + RowBase(shape, layer, 0, head) * eb, keys + b * per_block, per_block);
+    Decode(shape.dtype, data + RowBase(shape, layer, 1, head) * eb, values + b * per_block,
+           per_block);
+  }
+}
+
+void ScatterHead(const HeadShape& shape, int32_t layer, int32_t head, const float* keys,
+                 const float* values, int64_t rows, std::vector<std::string>* payloads) {
+  const int eb = ElementBytes(shape.dtype);
+  const int64_t d = shape.head_dim;
+  for (int64_t first = 0, b = 0; first < rows; first += shape.block_tokens, ++b) {
+    const int64_t n = std::min<int64_t>(shape.block_tokens, rows - first);
+    char* data = (*payloads)[static_cast<size_t>(b)].data();
+    Encode(shape.dtype, keys + first * d, data + RowBase(shape, layer, 0, head) * eb, n * d);
+    Encode(shape.dtype, values + first * d, data + RowBase(shape, layer, 1, head) * eb, n * d);
+  }
+}
+
+}  // namespace kvtier::daemon
