@@ -321,10 +321,6 @@ void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Ite
   BlockStore* store = runtime_->store();
   const std::vector<BlockKey>& keys = item->keys;
   std::vector<absl::StatusOr<DeviceHandle>>& handles = item->handles;
-  // The placement policy learns what was chosen (NVMe-only blocks too)
-  // before any room is made for it (BlockStore::MarkWanted: free unless
-  // tiers.placement = stability).
-  store->MarkWanted(keys);
   // No disk I/O on this thread: blocks on NVMe only are brought into host
   // memory by the prefetcher. With wait_ms the call waits for that (until
   // the entry's deadline); otherwise they come back PENDING ("on its way")
@@ -341,12 +337,19 @@ void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Ite
       if (loc.present ? loc.tier == TierId::kNvme : remote) on_nvme.push_back(key);
     }
     if (!on_nvme.empty()) {
+      // What the prefetcher brings in must not push out this selection's
+      // other blocks: the policy hears of them before it makes room.
+      store->MarkWanted(keys);
       prefetcher->WaitFor(prefetcher->Enqueue(std::move(on_nvme)),
                           std::max(deadline - absl::Now(), absl::ZeroDuration()));
     }
   }
-  absl::StatusOr<uint64_t> lease = store->AcquireHandles(ctx->tenant(), keys, ctx->ttl_ms(),
-                                                         &handles, /*memory_only=*/true);
+  // The placement policy learns what was chosen (NVMe-only blocks too)
+  // before any room is made for it (mark_wanted: what BlockStore::MarkWanted
+  // does, in the same pass; it matters for tiers.placement = stability).
+  absl::StatusOr<uint64_t> lease =
+      store->AcquireHandles(ctx->tenant(), keys, ctx->ttl_ms(), &handles,
+                            /*memory_only=*/true, /*mark_wanted=*/true);
   if (!lease.ok()) {
     item->status = lease.status();
     out->clear_blocks();

@@ -24,11 +24,11 @@
 //      streams sharing contexts cannot deadlock) and selected in ONE
 //      index::Selector::SelectBatch call; the chosen ids, scores and
 //      stability are copied out and the locks are released.
-//   3. Without any context lock, per context the store is told which
-//      blocks were chosen (BlockStore::MarkWanted, for the placement
-//      policy); then they are made resident in the device arena and
-//      pinned under a new lease of the context's TTL
-//      (BlockStore::AcquireHandles); then, under the
+//   3. Without any context lock, per context the chosen blocks are made
+//      resident in the device arena and pinned under a new lease of the
+//      context's TTL (BlockStore::AcquireHandles with mark_wanted: the
+//      placement policy hears of every chosen block first, in the same
+//      pass; with wait_ms, MarkWanted before waiting); then, under the
 //      context's lock again, the new lease replaces the previous Select's,
 //      which only then is released, so blocks kept from one step to the
 //      next are never unpinned in between. If the context was closed

@@ -326,9 +326,14 @@ class BlockStore {
   // copy is on NVMe is not read but answered UNAVAILABLE ("on NVMe only";
   // the caller may Prefetch it and ask again), and device room is made
   // only from copies that have another copy (nothing is demoted to disk).
+  //
+  // mark_wanted: first does what MarkWanted(keys) does, in the same hold of
+  // the store's lock and with the same lookups (one hash lookup per key in
+  // all, instead of one for MarkWanted and one here).
   virtual absl::StatusOr<uint64_t> AcquireHandles(
       const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
-      std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only = false) = 0;
+      std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only = false,
+      bool mark_wanted = false) = 0;
   virtual BlockLocation Lookup(const BlockKey& key) = 0;
   // Tells the placement policy that a selection (the daemon's Select)
   // wants these blocks now, before it asks for their handles: stored

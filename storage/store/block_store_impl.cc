@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/algorithm/container.h"
+#include "absl/base/macros.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "storage/common/status_macros.h"
@@ -435,6 +436,7 @@ absl::Status BlockStoreImpl::EraseLocked(Entry* e) {
 }
 
 void BlockStoreImpl::ForgetLocked(Entry* e) {
+  ABSL_ASSERT(e->pins == 0);  // invariant 8: leases point at pinned entries
   if (e->quarantined) --quarantined_;
   if (e->retained) {
     retained_bytes_ -= e->size_bytes;
@@ -444,6 +446,7 @@ void BlockStoreImpl::ForgetLocked(Entry* e) {
   summary_bytes_ -= e->summary.capacity();
   BlockKey key = e->key;
   entries_.erase(key);
+  ++forgotten_;
   idle_cv_.SignalAll();
 }
 

@@ -15,6 +15,8 @@
 //  6. entry.durable implies entry.nvme and a synced catalog record.
 //  7. A retained entry is never evicted and its NVMe copy never dropped
 //     (its host copy may be, once it is on NVMe).
+//  8. An entry with pins > 0 is never freed (leases hold pointers to the
+//     entries they pin): Delete refuses it, eviction skips it.
 #ifndef KVTIER_STORAGE_STORE_BLOCK_STORE_IMPL_H_
 #define KVTIER_STORAGE_STORE_BLOCK_STORE_IMPL_H_
 
@@ -65,7 +67,8 @@ class BlockStoreImpl final : public BlockStore {
   absl::Status Get(const BlockKey& key, std::string* out, TierId* from) override;
   absl::StatusOr<uint64_t> AcquireHandles(
       const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
-      std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only) override;
+      std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only,
+      bool mark_wanted = false) override;  // same default as BlockStore
   BlockLocation Lookup(const BlockKey& key) override;
   void MarkWanted(absl::Span<const BlockKey> keys) override;
   std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,
@@ -239,11 +242,12 @@ class BlockStoreImpl final : public BlockStore {
                                absl::Span<const uint8_t> data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogLocked(const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetRetainedLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Keeps a released lease's key list for the next lease: at most
-  // kMaxSpareKeyLists lists of at most kMaxSpareKeysPerList keys (a few MB
-  // at most); their strings keep their capacity.
-  void RecycleKeysLocked(std::vector<BlockKey> keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UnpinLocked(const BlockKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps a released lease's entry list for the next lease: at most
+  // kMaxSpareLists lists of at most kMaxSparePerList entries (4 MiB at
+  // most).
+  void RecycleListLocked(std::vector<Entry*> list) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops one pin of a lease's entry (no lookup: invariant 8).
+  void UnpinLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   BlockLocation LocationLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   BlockRecord RecordLocked(const Entry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReapLocked(size_t* reaped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -261,9 +265,10 @@ class BlockStoreImpl final : public BlockStore {
 
   mutable absl::Mutex mu_;
   absl::CondVar idle_cv_;  // signalled when an entry stops being busy/writing
-  static constexpr size_t kMaxSpareKeyLists = 64;
-  static constexpr size_t kMaxSpareKeysPerList = 512;
-  std::vector<std::vector<BlockKey>> spare_key_lists_ ABSL_GUARDED_BY(mu_);
+  static constexpr size_t kMaxSpareLists = 64;
+  static constexpr size_t kMaxSparePerList = 8192;
+  std::vector<std::vector<Entry*>> spare_lists_ ABSL_GUARDED_BY(mu_);
+  uint64_t forgotten_ ABSL_GUARDED_BY(mu_) = 0;  // entries freed so far (ForgetLocked)
   absl::flat_hash_map<BlockKey, std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, ModelProfile> profiles_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::unique_ptr<MemorySpace>> spaces_ ABSL_GUARDED_BY(mu_);

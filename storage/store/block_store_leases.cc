@@ -23,7 +23,7 @@ using store_internal::HostPlace;
 
 absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
     const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
-    std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only) {
+    std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only, bool mark_wanted) {
   if (ttl_ms > options_.max_lease_ttl_ms) {
     return absl::InvalidArgumentError(absl::StrCat("lease_ttl_ms: ", ttl_ms, " exceeds the maximum ",
                                                    options_.max_lease_ttl_ms));
@@ -31,28 +31,36 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
   handles->clear();
   absl::MutexLock lock(&mu_);
   KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/false));
-  // A released lease's key list is reused: its strings keep their capacity,
-  // so a Select's lease of the same size allocates nothing for its keys.
-  std::vector<BlockKey> pinned;
-  if (!spare_key_lists_.empty()) {
-    pinned = std::move(spare_key_lists_.back());
-    spare_key_lists_.pop_back();
+  // The lease holds its entries (invariant 8), in a released lease's list
+  // when one is spare: a Select's lease allocates nothing once warm.
+  std::vector<Entry*> pinned;
+  if (!spare_lists_.empty()) {
+    pinned = std::move(spare_lists_.back());
+    spare_lists_.pop_back();
   }
-  size_t used = 0;
-  auto keep = [&pinned, &used](const BlockKey& key) {
-    if (used < pinned.size()) {
-      BlockKey& k = pinned[used];
-      k.tenant.assign(key.tenant);
-      k.profile_id = key.profile_id;
-      k.block_id.assign(key.block_id);
-    } else {
-      pinned.push_back(key);
-    }
-    ++used;
-  };
+  pinned.clear();
   handles->reserve(keys.size());
   const uint64_t now = env_->NowMicros();  // one access time for the whole set
-  for (const BlockKey& key : keys) {
+  // With mark_wanted every key is looked up once, here, and its entry kept
+  // for the loop below. The loop drops mu_ while it copies; an entry found
+  // here is used only while no entry has been freed since (forgotten_) and
+  // it is not being written (a Delete in progress); otherwise it looks the
+  // key up again, as it does for keys not found here.
+  thread_local std::vector<Entry*> found;
+  found.clear();
+  const uint64_t forgotten_before = forgotten_;
+  if (mark_wanted) {
+    found.reserve(keys.size());
+    for (const BlockKey& key : keys) {
+      auto it = entries_.find(key);
+      Entry* e = it == entries_.end() ? nullptr : it->second.get();
+      if (e != nullptr && (e->writing || e->quarantined)) e = nullptr;
+      if (e != nullptr && policy_uses_wants_) policy_->Want(e, now);
+      found.push_back(e);
+    }
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const BlockKey& key = keys[i];
     absl::Status valid = ValidateBlockKey(key);
     if (valid.ok() && key.tenant != tenant) {
       valid = absl::PermissionDeniedError(
@@ -62,7 +70,8 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
       handles->push_back(valid);
       continue;
     }
-    Entry* e = FindReadyLocked(key);
+    Entry* e = i < found.size() ? found[i] : nullptr;
+    if (e == nullptr || e->writing || forgotten_ != forgotten_before) e = FindReadyLocked(key);
     CountReadLocked(e);
     if (e == nullptr) {
       handles->push_back(absl::NotFoundError(absl::StrCat(Describe(key), " is not stored")));
@@ -135,7 +144,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
         pinned_bytes_ += e->size_bytes;
         TenantLocked(tenant).usage.pinned_bytes += e->size_bytes;
       }
-      keep(key);
+      pinned.push_back(e);
       handles->push_back(DeviceHandle{space->device->arena().arena_id, e->device->offset,
                                       e->size_bytes, e->device->generation});
     } else {
@@ -144,9 +153,8 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
     --e->busy;
     idle_cv_.SignalAll();
   }
-  pinned.resize(used);
   if (pinned.empty()) {
-    RecycleKeysLocked(std::move(pinned));
+    RecycleListLocked(std::move(pinned));
     return 0;
   }
   const uint64_t ttl = ttl_ms == 0 ? options_.default_lease_ttl_ms : ttl_ms;
@@ -168,20 +176,17 @@ void BlockStoreImpl::MarkWanted(absl::Span<const BlockKey> keys) {
 
 // ---- Leases ----------------------------------------------------------------
 
-void BlockStoreImpl::UnpinLocked(const BlockKey& key) {
-  auto it = entries_.find(key);
-  if (it == entries_.end()) return;
-  Entry* e = it->second.get();
+void BlockStoreImpl::UnpinLocked(Entry* e) {
   if (e->pins > 0 && --e->pins == 0) {
     pinned_bytes_ -= e->size_bytes;
     TenantLocked(e->key.tenant).usage.pinned_bytes -= e->size_bytes;
   }
 }
 
-void BlockStoreImpl::RecycleKeysLocked(std::vector<BlockKey> keys) {
-  if (spare_key_lists_.size() < kMaxSpareKeyLists && keys.capacity() > 0 &&
-      keys.capacity() <= kMaxSpareKeysPerList) {
-    spare_key_lists_.push_back(std::move(keys));
+void BlockStoreImpl::RecycleListLocked(std::vector<Entry*> list) {
+  if (spare_lists_.size() < kMaxSpareLists && list.capacity() > 0 &&
+      list.capacity() <= kMaxSparePerList) {
+    spare_lists_.push_back(std::move(list));
   }
 }
 
@@ -192,17 +197,17 @@ absl::StatusOr<uint32_t> BlockStoreImpl::Release(const std::string& tenant, uint
     return absl::NotFoundError(
         absl::StrCat("lease_id ", lease_id, " is unknown (released or expired)"));
   }
-  for (const BlockKey& key : lease->blocks) UnpinLocked(key);
+  for (Entry* e : lease->blocks) UnpinLocked(e);
   const auto released = static_cast<uint32_t>(lease->blocks.size());
-  RecycleKeysLocked(std::move(lease->blocks));
+  RecycleListLocked(std::move(lease->blocks));
   return released;
 }
 
 absl::Status BlockStoreImpl::ReapLocked(size_t* reaped) {
   const uint64_t now = env_->NowMicros();
   for (Lease& lease : leases_.TakeExpired(now)) {
-    for (const BlockKey& key : lease.blocks) UnpinLocked(key);
-    RecycleKeysLocked(std::move(lease.blocks));
+    for (Entry* e : lease.blocks) UnpinLocked(e);
+    RecycleListLocked(std::move(lease.blocks));
     ++*reaped;
   }
   for (auto it = staging_slots_.begin(); it != staging_slots_.end();) {

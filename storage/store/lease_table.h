@@ -5,7 +5,10 @@
 // by Release or when its deadline passes. The table only does the
 // bookkeeping; the block store applies the pins.
 //
-// Thread safety: none; the block store calls it under its mutex.
+// Thread safety: none; the block store calls it under its mutex. A lease
+// holds pointers to the entries it pins: the block store never frees an
+// entry with pins (BlockStoreImpl invariant 8), so they stay valid until
+// the lease ends.
 #ifndef KVTIER_STORAGE_STORE_LEASE_TABLE_H_
 #define KVTIER_STORAGE_STORE_LEASE_TABLE_H_
 
@@ -23,18 +26,20 @@
 
 namespace kvtier {
 
+struct Entry;  // storage/store/entry.h
+
 struct Lease {
   uint64_t lease_id = 0;
   std::string owner;             // who may release it (the tenant)
   uint64_t deadline_micros = 0;  // monotonic clock (Env::NowMicros)
-  std::vector<BlockKey> blocks;  // each pinned once by this lease
+  std::vector<Entry*> blocks;    // each pin of this lease (an entry may repeat)
 };
 
 class LeaseTable {
  public:
   // Adds a lease of `owner`. Ids are random 64-bit values (not guessable
   // from one another), never 0 and never reused while the lease exists.
-  uint64_t Add(std::string owner, std::vector<BlockKey> blocks, uint64_t deadline_micros);
+  uint64_t Add(std::string owner, std::vector<Entry*> blocks, uint64_t deadline_micros);
 
   // Removes and returns the lease, or nullopt when unknown (released or
   // expired already) or held by another owner (the same answer, so that a

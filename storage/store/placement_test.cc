@@ -224,6 +224,37 @@ TEST_F(StorePlacementTest, ABlockSelectKeepsWantingSurvivesPutPressure) {
   KeepWantingBlockZeroUnderPressure(/*stability=*/true);
 }
 
+// The daemon's Select path tells the policy through AcquireHandles
+// (mark_wanted: one lookup per key for both). With unwanted_first, a block
+// wanted once outlives every later put that no Select wanted, though it is
+// the least recently used; without the want it would be the first victim.
+TEST_F(StorePlacementTest, AcquireHandlesCanMarkWhatItPinsWanted) {
+  for (bool mark : {true, false}) {
+    SCOPED_TRACE(mark ? "mark_wanted" : "no mark");
+    options_.make_placement = [] { return NewStabilityPolicy({.unwanted_first = true}); };
+    Reopen();
+    for (int i = 0; i < 8; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+    std::vector<absl::StatusOr<DeviceHandle>> handles;
+    absl::StatusOr<uint64_t> lease =
+        store_->AcquireHandles(Key(0).tenant, {Key(0), Key(999)}, 0, &handles,
+                               /*memory_only=*/true, /*mark_wanted=*/mark);
+    ASSERT_TRUE(lease.ok()) << lease.status();
+    ASSERT_EQ(handles.size(), 2u);
+    EXPECT_TRUE(handles[0].ok()) << handles[0].status();
+    EXPECT_EQ(handles[1].status().code(), absl::StatusCode::kNotFound);
+    ASSERT_TRUE(store_->Release(Key(0).tenant, *lease).ok());
+    ASSERT_TRUE(store_->Evict(Key(0), TierId::kDevice).ok());  // its host copy is what counts
+    for (int i = 8; i < 24; ++i) {
+      env_->AdvanceMicros(1000);
+      ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+      ExpectWithinCapacity();
+    }
+    EXPECT_EQ(store_->Lookup(Key(0)).tier, mark ? TierId::kHost : TierId::kNvme);
+    ExpectReadable(0);
+    for (int i = 0; i < 24; ++i) ASSERT_TRUE(store_->Delete(Key(i)).ok()) << i;
+  }
+}
+
 TEST_F(StorePlacementTest, UnderLruTheSameBlockIsDemotedFirst) {
   KeepWantingBlockZeroUnderPressure(/*stability=*/false);
 }
