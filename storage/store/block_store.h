@@ -325,7 +325,9 @@ class BlockStore {
   // memory_only: no disk I/O on the caller's thread. A block whose only
   // copy is on NVMe is not read but answered UNAVAILABLE ("on NVMe only";
   // the caller may Prefetch it and ask again), and device room is made
-  // only from copies that have another copy (nothing is demoted to disk).
+  // without disk I/O: copies that have another copy are dropped, a last
+  // copy moves to host memory when room there can be made by dropping
+  // copies that have another copy (nothing is demoted to disk).
   //
   // mark_wanted: first does what MarkWanted(keys) does, in the same hold of
   // the store's lock and with the same lookups (one hash lookup per key in

@@ -797,7 +797,7 @@ bool BlockStoreImpl::FreeOneHostCopyLocked(const std::function<bool(const Entry&
 }
 
 absl::Status BlockStoreImpl::MakeTenantHostRoomLocked(const std::string& tenant,
-                                                      uint64_t size_bytes) {
+                                                      uint64_t size_bytes, bool memory_only) {
   absl::flat_hash_set<BlockKey> stuck;
   absl::Status why;
   while (true) {
@@ -808,7 +808,10 @@ absl::Status BlockStoreImpl::MakeTenantHostRoomLocked(const std::string& tenant,
       return absl::OkStatus();
     }
     const bool freed = FreeOneHostCopyLocked(
-        [&](const Entry& e) { return e.key.tenant == tenant; }, &stuck, &why);
+        [&](const Entry& e) {
+          return e.key.tenant == tenant && (!memory_only || e.Copies() > 1 || e.quarantined);
+        },
+        &stuck, &why);
     if (!freed) {
       absl::Status quota = CheckQuota(tenant, "host_bytes", used, size_bytes,
                                       t.limits.host_bytes);
@@ -824,13 +827,17 @@ void BlockStoreImpl::ReleaseHostInFlightLocked(const std::string& tenant, uint64
   TenantLocked(tenant).host_in_flight -= size_bytes;
 }
 
-absl::StatusOr<HostSlot> BlockStoreImpl::MakeRoomHostLocked(uint64_t size_bytes) {
+absl::StatusOr<HostSlot> BlockStoreImpl::MakeRoomHostLocked(uint64_t size_bytes,
+                                                             bool memory_only) {
   absl::flat_hash_set<BlockKey> stuck;
   absl::Status why;
   while (true) {
     absl::StatusOr<HostSlot> slot = host_->Allocate(size_bytes);
     if (slot.ok() || slot.status().code() != absl::StatusCode::kResourceExhausted) return slot;
-    if (!FreeOneHostCopyLocked([](const Entry&) { return true; }, &stuck, &why)) {
+    const bool freed = FreeOneHostCopyLocked(
+        [memory_only](const Entry& e) { return !memory_only || e.Copies() > 1 || e.quarantined; },
+        &stuck, &why);
+    if (!freed) {
       HostTierStats s = host_->stats();
       std::string msg = absl::StrCat("host tier full: ", s.used_bytes, " of ", s.capacity_bytes,
                                      " bytes used and every block in it is in use");
@@ -847,6 +854,9 @@ absl::StatusOr<DeviceSlot> BlockStoreImpl::MakeRoomDeviceLocked(MemorySpace* spa
                                                                  uint64_t size_bytes,
                                                                  bool memory_only) {
   ExtentAllocator* alloc = space->device_alloc.get();
+  // memory_only: set once host memory could not take a last copy; from
+  // then on only copies that have another copy are victims.
+  bool last_copies_stay = false;
   while (true) {
     std::optional<uint64_t> offset = alloc->Allocate(size_bytes);
     if (offset) return DeviceSlot{*offset, size_bytes, next_device_generation_++};
@@ -858,7 +868,7 @@ absl::StatusOr<DeviceSlot> BlockStoreImpl::MakeRoomDeviceLocked(MemorySpace* spa
     Entry* victim = policy_->Victim(TierId::kDevice, [&](const Entry& e) {
       return e.pins == 0 && e.busy == 0 && !e.writing &&
              (!multi_tenant_ || e.key.tenant == tenant) &&
-             (!memory_only || e.Copies() > 1 || e.quarantined);
+             (!last_copies_stay || e.Copies() > 1 || e.quarantined);
     });
     if (victim == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -867,19 +877,25 @@ absl::StatusOr<DeviceSlot> BlockStoreImpl::MakeRoomDeviceLocked(MemorySpace* spa
           " used and every block in it is pinned or in use"));
     }
     if (victim->Copies() == 1 && !victim->quarantined) {
-      absl::Status st = EnsureHostCopyLocked(victim);
-      if (!st.ok() && !victim->quarantined) return st;  // a corrupt victim just goes
+      absl::Status st = EnsureHostCopyLocked(victim, memory_only);
+      if (!st.ok() && !victim->quarantined) {  // a corrupt victim just goes
+        if (memory_only && st.code() == absl::StatusCode::kResourceExhausted) {
+          last_copies_stay = true;  // host memory is full of last copies
+          continue;
+        }
+        return st;
+      }
     }
     if (victim->pins == 0 && victim->busy == 0) DropCopyLocked(victim, TierId::kDevice);
   }
 }
 
-absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e) {
+absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e, bool memory_only) {
   if (e->host) return absl::OkStatus();
   ++e->busy;
-  absl::Status room = MakeTenantHostRoomLocked(e->key.tenant, e->size_bytes);
+  absl::Status room = MakeTenantHostRoomLocked(e->key.tenant, e->size_bytes, memory_only);
   absl::StatusOr<HostSlot> slot =
-      room.ok() ? MakeRoomHostLocked(e->size_bytes) : absl::StatusOr<HostSlot>(room);
+      room.ok() ? MakeRoomHostLocked(e->size_bytes, memory_only) : absl::StatusOr<HostSlot>(room);
   if (room.ok() && !slot.ok()) ReleaseHostInFlightLocked(e->key.tenant, e->size_bytes);
   if (!slot.ok()) {
     --e->busy;

@@ -177,13 +177,16 @@ class BlockStoreImpl final : public BlockStore {
   // RESOURCE_EXHAUSTED naming the quota when that is not possible. On OK,
   // size_bytes are reserved as in flight until the caller, holding mu_
   // from then until the copy is counted or dropped, calls
-  // ReleaseHostInFlightLocked. May release mu_.
-  absl::Status MakeTenantHostRoomLocked(const std::string& tenant, uint64_t size_bytes)
+  // ReleaseHostInFlightLocked. May release mu_. memory_only: only host
+  // copies that have another copy are given up (nothing goes to NVMe).
+  absl::Status MakeTenantHostRoomLocked(const std::string& tenant, uint64_t size_bytes,
+                                        bool memory_only = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseHostInFlightLocked(const std::string& tenant, uint64_t size_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Space. Both may release mu_ while demoting a victim.
-  absl::StatusOr<HostSlot> MakeRoomHostLocked(uint64_t size_bytes)
+  // Space. Both may release mu_ while demoting a victim. memory_only: as
+  // for MakeTenantHostRoomLocked.
+  absl::StatusOr<HostSlot> MakeRoomHostLocked(uint64_t size_bytes, bool memory_only = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives up one host copy among those `accept` allows (never one in
   // *stuck): drops it when the block has another copy, else demotes the
@@ -210,15 +213,19 @@ class BlockStoreImpl final : public BlockStore {
   // Syncs the catalog WAL (mu_ released meanwhile) and frees what that
   // settled. The catalog's error when the sync failed.
   absl::Status SettlePendingFreesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // memory_only: victims are only copies that have another copy (no
-  // demotion, so no disk I/O).
+  // memory_only: no disk I/O. A victim's copy is dropped when the block has
+  // another copy; a last copy moves to host memory when room there can be
+  // made without demoting anything to NVMe (once that fails, only copies
+  // with another copy are victims).
   absl::StatusOr<DeviceSlot> MakeRoomDeviceLocked(MemorySpace* space, const std::string& tenant,
                                                   uint64_t size_bytes, bool memory_only = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes e to NVMe, syncs, records it durably. Releases mu_ during I/O.
   absl::Status PersistLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives e a host copy (from device or NVMe). Releases mu_ during I/O.
-  absl::Status EnsureHostCopyLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // memory_only: host room as MakeRoomHostLocked(memory_only) makes it.
+  absl::Status EnsureHostCopyLocked(Entry* e, bool memory_only = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void AddCopyLocked(Entry* e, TierId tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops e's copy in tier; free_extent = false leaves an NVMe extent

@@ -261,6 +261,65 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesNeverReadNvmeAndPrefetchBringsBlocksBack
   EXPECT_TRUE(handles[0].ok()) << handles[0].status();
 }
 
+// The Select path (memory_only) makes device room from last copies too,
+// by moving them to host memory, but never writes NVMe for it: when host
+// memory holds only last copies, the pin fails instead and nothing moves.
+TEST_F(BlockStoreTest, MemoryOnlyHandlesMoveLastDeviceCopiesToHostMemoryOnly) {
+  // Device holds 4 blocks, host 8. Blocks 0-3 end up with their only copy
+  // in the arena.
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+  std::vector<absl::StatusOr<DeviceHandle>> handles;
+  auto lease = store_->AcquireHandles("default", {Key(0), Key(1), Key(2), Key(3)}, 0, &handles,
+                                      /*memory_only=*/true);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  for (const auto& h : handles) ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_TRUE(store_->Release("default", *lease).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Evict(Key(i), TierId::kHost).ok()) << i;
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(store_->Lookup(Key(i)).tier, TierId::kDevice) << i;
+
+  // Host memory has room: one last copy moves there, block 4 is pinned.
+  const uint64_t nvme_used = store_->Stats().tiers[2].used_bytes;
+  lease = store_->AcquireHandles("default", {Key(4)}, 0, &handles, /*memory_only=*/true);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_TRUE(handles[0].ok()) << handles[0].status();
+  int moved = 0;
+  for (int i = 0; i < 4; ++i) moved += store_->Lookup(Key(i)).tier == TierId::kHost;
+  EXPECT_EQ(moved, 1);
+  EXPECT_EQ(store_->Stats().tiers[2].used_bytes, nvme_used) << "nothing written to NVMe";
+  EXPECT_EQ(store_->Stats().demotions, 0u);
+  ASSERT_TRUE(store_->Release("default", *lease).ok());
+
+  // Pin 4 device blocks' worth again, then fill host memory with last
+  // copies (these puts may demote to NVMe: they are not the Select path).
+  lease = store_->AcquireHandles("default", {Key(4)}, 0, &handles, /*memory_only=*/true);
+  ASSERT_TRUE(lease.ok());
+  for (int i = 6; i < 20; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+  ExpectWithinCapacity();
+  std::vector<BlockKey> host_only;
+  for (int i = 0; i < 20; ++i) {
+    const BlockLocation loc = store_->Lookup(Key(i));
+    if (loc.present && loc.tier == TierId::kHost) host_only.push_back(Key(i));
+  }
+  ASSERT_FALSE(host_only.empty());
+  const BlockStoreStats before = store_->Stats();
+  std::vector<absl::StatusOr<DeviceHandle>> more;
+  auto second = store_->AcquireHandles("default", host_only, 0, &more, /*memory_only=*/true);
+  ASSERT_TRUE(second.ok()) << second.status();
+  const BlockStoreStats after = store_->Stats();
+  EXPECT_EQ(after.tiers[2].used_bytes, before.tiers[2].used_bytes) << "nothing written to NVMe";
+  EXPECT_EQ(after.demotions, before.demotions);
+  size_t refused = 0;
+  for (const auto& h : more) {
+    if (!h.ok()) {
+      EXPECT_EQ(h.status().code(), absl::StatusCode::kResourceExhausted) << h.status();
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 0u) << "host memory full of last copies: some pins must fail";
+  ExpectWithinCapacity();
+  for (int i = 0; i < 20; ++i) ExpectReadable(i);
+}
+
 TEST_F(BlockStoreTest, EvictGivesUpOneTierAsTheCacheWould) {
   ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
   ASSERT_TRUE(store_->Put(Key(1), Payload(1), false, 0, /*retain=*/true).ok());
