@@ -409,7 +409,7 @@ absl::StatusOr<uint32_t> Compactor::Drop(const std::string& tenant, uint64_t pro
 
 void Compactor::Annotate(const std::string& tenant, uint64_t profile_id,
                          v1::BlockResult* result) {
-  if (!versions_->IsCompacted(tenant, profile_id, result->block_id())) return;
+  // Slots answers NOT_FOUND from memory for blocks that were never compacted.
   auto slots = versions_->Slots(tenant, profile_id, result->block_id());
   if (slots.ok()) *result->mutable_compacted() = std::move(*slots);
 }

@@ -8,13 +8,6 @@
 namespace kvtier::daemon {
 namespace {
 
-float Bf16ToFloat(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 uint16_t FloatToBf16(float value) {
   uint32_t u;
   std::memcpy(&u, &value, 4);
@@ -41,32 +34,31 @@ void Decode(KvDtype dtype, const char* src, float* dst, int64_t n) {
       index::simd::HalfToFloatN(src, dst, static_cast<size_t>(n));
       return;
     case KvDtype::kBf16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t b;
-        std::memcpy(&b, src + 2 * i, 2);
-        dst[i] = Bf16ToFloat(b);
-      }
+      index::simd::BfloatToFloatN(src, dst, static_cast<size_t>(n));
       return;
   }
 }
 
 void Encode(KvDtype dtype, const float* src, char* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    switch (dtype) {
-      case KvDtype::kFp32:
-        std::memcpy(dst + 4 * i, src + i, 4);
-        break;
-      case KvDtype::kFp16: {
-        const uint16_t h = index::simd::FloatToHalf(src[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-        break;
+  switch (dtype) {
+    case KvDtype::kFp32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case KvDtype::kFp16:
+      // dst may be unaligned for uint16_t: convert through a small buffer.
+      for (int64_t i = 0; i < n; i += 256) {
+        uint16_t h[256];
+        const int64_t m = std::min<int64_t>(256, n - i);
+        index::simd::FloatToHalfN(src + i, h, static_cast<size_t>(m));
+        std::memcpy(dst + 2 * i, h, static_cast<size_t>(m) * 2);
       }
-      case KvDtype::kBf16: {
+      return;
+    case KvDtype::kBf16:
+      for (int64_t i = 0; i < n; ++i) {
         const uint16_t b = FloatToBf16(src[i]);
         std::memcpy(dst + 2 * i, &b, 2);
-        break;
       }
-    }
+      return;
   }
 }
 

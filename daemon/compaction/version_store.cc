@@ -137,9 +137,9 @@ absl::Status VersionStore::MarkDropped(const std::string& tenant, uint64_t profi
 
 bool VersionStore::IsCompacted(const std::string& tenant, uint64_t profile_id,
                                const std::string& block_id) {
-  const std::string key = SlotKey(tenant, profile_id, block_id);
   absl::MutexLock lock(&mu_);
-  return compacted_.contains(key);
+  if (compacted_.empty()) return false;  // no key built when nothing was compacted
+  return compacted_.contains(SlotKey(tenant, profile_id, block_id));
 }
 
 absl::StatusOr<v1::CompactedSlots> VersionStore::Slots(const std::string& tenant,

@@ -74,6 +74,7 @@
 #include "gpu/device_ops.h"
 #include "storage/catalog/records.h"
 #include "storage/env/env.h"
+#include "storage/store/block_store_types.h"
 #include "storage/store/placement.h"
 #include "storage/tier.h"
 
@@ -147,109 +148,6 @@ struct BlockStoreOptions {
   uint64_t tenant_arena_bytes = 0;
   std::function<std::string(const std::string& tenant)> tenant_staging_path;
   uint64_t tenant_staging_bytes = 0;
-};
-
-// Per-tenant limits; 0 = none beyond the tiers' capacities.
-struct TenantLimits {
-  uint64_t device_bytes = 0;   // its arena's size (multi-tenant mode)
-  uint64_t pinned_bytes = 0;   // device bytes its leases pin at once
-  uint64_t staging_bytes = 0;  // its staging file's size (multi-tenant mode)
-  uint64_t staging_slots = 0;  // staging slots reserved at once
-  uint64_t host_bytes = 0;     // its blocks' bytes in the host tier
-  uint64_t nvme_bytes = 0;     // its blocks' bytes on NVMe
-  uint64_t retained_bytes = 0; // bytes of its blocks marked retained
-  uint64_t profiles = 0;       // profiles it registered (first)
-};
-
-struct TenantUsage {
-  uint64_t arena_bytes = 0;  // its arena's size (0 before first use)
-  uint64_t device_bytes = 0;
-  uint64_t pinned_bytes = 0;
-  uint64_t staging_slots = 0;
-  uint64_t host_bytes = 0;
-  uint64_t nvme_bytes = 0;
-  uint64_t retained_bytes = 0;
-  uint64_t profiles = 0;
-  uint64_t leases = 0;
-};
-
-struct PutOutcome {
-  TierId tier = TierId::kHost;  // fastest tier holding it after the put
-  bool durable = false;
-  bool existed = false;         // identical bytes were already stored
-  bool retained = false;        // kept until deleted (never evicted)
-};
-
-struct BlockLocation {
-  bool present = false;
-  TierId tier = TierId::kNvme;  // fastest copy
-  bool durable = false;
-  bool pinned = false;
-  bool retained = false;
-  uint64_t size_bytes = 0;
-};
-
-// A block that failed its checksum, as ForEachQuarantined reports it.
-struct QuarantinedBlock {
-  BlockKey key;
-  TierId tier = TierId::kNvme;  // where the bad copy was found
-  std::string location;         // e.g. "nvme-003.dat @ 1048576", "host slot @ 8192"
-  std::string reason;           // what failed; "found before the last restart" after one
-  int64_t found_micros = 0;     // wall clock; 0 when found before the last restart
-};
-
-// A device-arena reference handed to clients.
-struct DeviceHandle {
-  uint64_t arena_id = 0;
-  uint64_t offset_bytes = 0;
-  uint64_t size_bytes = 0;
-  uint64_t generation = 0;
-};
-
-// A staging slot for the zero-copy put path.
-struct StagingSlot {
-  uint64_t slot_id = 0;
-  uint64_t offset_bytes = 0;
-  uint64_t size_bytes = 0;
-  uint64_t generation = 0;
-};
-
-struct TierUsage {
-  TierId tier = TierId::kHost;
-  std::string backend;
-  std::string location;
-  uint64_t capacity_bytes = 0;
-  uint64_t used_bytes = 0;
-  uint64_t pinned_bytes = 0;
-  uint64_t blocks = 0;
-  // Part of used_bytes held by evicted blocks until their catalog record
-  // removal is synced (NVMe only; freed at the next catalog sync).
-  uint64_t releasing_bytes = 0;
-};
-
-struct BlockStoreStats {
-  TierUsage tiers[kNumTiers];
-  uint64_t blocks = 0;
-  uint64_t profiles = 0;
-  uint64_t active_leases = 0;
-  uint64_t quarantined_blocks = 0;
-  // Checksum mismatches found, by the tier of the bad copy (TierId order).
-  uint64_t checksum_failures[kNumTiers] = {0, 0, 0};
-  uint64_t evicted_blocks = 0;   // blocks given up by the cache (not deletes)
-  // Reads (Get, AcquireHandles) by the fastest tier that held the block
-  // when it was asked for (TierId order); a read of a block not stored is a
-  // miss.
-  uint64_t reads_from[kNumTiers] = {0, 0, 0};
-  uint64_t read_misses = 0;
-  // Copies made into a tier from a slower one: device (host -> arena, for
-  // handles) and host (NVMe -> host, for reads, handles and prefetch).
-  uint64_t promotions[kNumTiers] = {0, 0, 0};
-  // Last copies moved from the host tier to NVMe to make room.
-  uint64_t demotions = 0;
-  uint64_t retained_bytes = 0;   // all tenants
-  uint64_t staging_slots = 0;
-  // In-memory metadata per block (entry + index overhead), bytes.
-  uint64_t metadata_bytes_per_block = 0;
 };
 
 struct RegisteredProfile;  // catalog.h
