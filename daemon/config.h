@@ -118,6 +118,7 @@ struct Config {
     uint64_t pages_per_chunk = 0;
     uint64_t chunks_per_grid = 0;
     bool keep_summaries = false;
+    bool q8_page_rows = false;
   } index;
   // select.*: selector defaults and per-stream limits.
   struct Select {
@@ -136,6 +137,7 @@ struct Config {
     bool keykey_centered = true;
     double keykey_recency_weight = 0;
     uint64_t max_prefetch_blocks = 0;
+    uint64_t inline_promotion_bytes = 0;
     uint64_t max_contexts_per_request = 0;
     uint64_t max_queued_responses = 0;
     uint64_t batch_threads = 0;  // 0 = min(4, cores)

@@ -1,5 +1,6 @@
 #include "daemon/prefetcher.h"
 
+#include <string>
 #include <utility>
 
 namespace kvtier::daemon {
@@ -23,15 +24,37 @@ bool Prefetcher::Submit(std::vector<BlockKey> keys) {
 }
 
 uint64_t Prefetcher::Enqueue(std::vector<BlockKey> keys) {
-  if (keys.empty()) return 0;
+  return EnqueueBatch(Batch{std::move(keys), /*to_device=*/false});
+}
+
+bool Prefetcher::SubmitPromotion(std::vector<BlockKey> keys) {
+  if (keys.empty()) return true;
+  return EnqueueBatch(Batch{std::move(keys), /*to_device=*/true}) != 0;
+}
+
+uint64_t Prefetcher::EnqueueBatch(Batch batch) {
+  if (batch.keys.empty()) return 0;
   absl::MutexLock lock(&mu_);
-  if (stopping_ || pending_keys_ + keys.size() > max_pending_keys_) {
-    dropped_ += keys.size();
+  if (stopping_ || pending_keys_ + batch.keys.size() > max_pending_keys_) {
+    dropped_ += batch.keys.size();
     return 0;
   }
-  pending_keys_ += keys.size();
-  queue_.push_back(std::move(keys));
+  pending_keys_ += batch.keys.size();
+  queue_.push_back(std::move(batch));
   return ++submitted_batches_;
+}
+
+size_t Prefetcher::PromoteToDevice(const std::vector<BlockKey>& keys) {
+  store_->Prefetch(keys);  // NVMe-only ones first into host memory
+  std::vector<absl::StatusOr<DeviceHandle>> handles;
+  const std::string& tenant = keys.front().tenant;
+  absl::StatusOr<uint64_t> lease =
+      store_->AcquireHandles(tenant, keys, /*ttl_ms=*/0, &handles, /*memory_only=*/true);
+  if (!lease.ok() || *lease == 0) return 0;
+  size_t pinned = 0;
+  for (const auto& h : handles) pinned += h.ok();
+  store_->Release(tenant, *lease).IgnoreError();
+  return pinned;
 }
 
 bool Prefetcher::WaitFor(uint64_t ticket, absl::Duration timeout) {
@@ -47,7 +70,7 @@ bool Prefetcher::WaitFor(uint64_t ticket, absl::Duration timeout) {
 
 void Prefetcher::Loop() {
   for (;;) {
-    std::vector<BlockKey> batch;
+    Batch batch;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &Prefetcher::ReadyLocked));
@@ -55,10 +78,11 @@ void Prefetcher::Loop() {
       batch = std::move(queue_.front());
       queue_.pop_front();
     }
-    const size_t promoted = store_->Prefetch(batch);
+    const size_t promoted =
+        batch.to_device ? PromoteToDevice(batch.keys) : store_->Prefetch(batch.keys);
     absl::MutexLock lock(&mu_);
-    pending_keys_ -= batch.size();
-    promoted_ += promoted;
+    pending_keys_ -= batch.keys.size();
+    (batch.to_device ? promoted_to_device_ : promoted_) += promoted;
     ++done_batches_;
   }
 }
@@ -74,6 +98,11 @@ void Prefetcher::WaitIdle() {
 uint64_t Prefetcher::promoted() const {
   absl::MutexLock lock(&mu_);
   return promoted_;
+}
+
+uint64_t Prefetcher::promoted_to_device() const {
+  absl::MutexLock lock(&mu_);
+  return promoted_to_device_;
 }
 
 uint64_t Prefetcher::dropped() const {

@@ -316,7 +316,8 @@ void SelectHandler::Collect(Item* item, v1::ContextSelection* out,
 }
 
 void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Item* item,
-                        v1::ContextSelection* out, std::vector<BlockKey>* prefetch) {
+                        v1::ContextSelection* out, std::vector<BlockKey>* prefetch,
+                        std::vector<BlockKey>* deferred) {
   Context* ctx = item->ctx.get();
   BlockStore* store = runtime_->store();
   const std::vector<BlockKey>& keys = item->keys;
@@ -347,9 +348,14 @@ void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Ite
   // The placement policy learns what was chosen (NVMe-only blocks too)
   // before any room is made for it (mark_wanted: what BlockStore::MarkWanted
   // does, in the same pass; it matters for tiers.placement = stability).
+  // The request's inline promotion budget; an entry that waits is not held
+  // to it (its promotions still count against the entries after it).
+  PromotionBudget unlimited;
+  PromotionBudget* budget = entry.wait_ms() > 0 ? &unlimited : &promotion_;
   absl::StatusOr<uint64_t> lease =
       store->AcquireHandles(ctx->tenant(), keys, ctx->ttl_ms(), &handles,
-                            /*memory_only=*/true, /*mark_wanted=*/true);
+                            /*memory_only=*/true, /*mark_wanted=*/true, budget);
+  if (budget == &unlimited) promotion_.promoted_bytes += unlimited.promoted_bytes;
   if (!lease.ok()) {
     item->status = lease.status();
     out->clear_blocks();
@@ -367,6 +373,9 @@ void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Ite
       handle->set_offset_bytes(handles[k]->offset_bytes);
       handle->set_size_bytes(handles[k]->size_bytes);
       handle->set_generation(handles[k]->generation);
+    } else if (IsPromotionDeferred(handles[k].status())) {
+      b->set_residency(v1::RESIDENCY_PENDING);  // in host memory: promoted off this thread
+      deferred->push_back(keys[k]);
     } else if (handles[k].status().code() == absl::StatusCode::kUnavailable) {
       b->set_residency(v1::RESIDENCY_PENDING);  // on NVMe or remote only: on its way
       prefetch->push_back(keys[k]);
@@ -476,13 +485,17 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
   for (auto it = valid.rbegin(); it != valid.rend(); ++it) (*it)->ctx->mu.Unlock();
   timings_.build_us = Lap(&lap);
 
-  // 3. Pin outside the context locks (promotion from memory, the wait_ms
-  // wait for NVMe-only blocks), then install each new set under its lock.
+  // 3. Pin outside the context locks (promotion from memory within the
+  // request's budget, the wait_ms wait for NVMe-only blocks), then install
+  // each new set under its lock.
+  promotion_ = PromotionBudget();
+  promotion_.limit_bytes = runtime_->config().select.inline_promotion_bytes;
+  std::vector<BlockKey> deferred;
   for (Item* item : valid) {
     if (!item->status.ok()) continue;
     const v1::ContextSelect& entry = request.contexts(item->entry);
     Pin(entry, start + absl::Milliseconds(entry.wait_ms()), item,
-        response->mutable_contexts(item->entry), &prefetch);
+        response->mutable_contexts(item->entry), &prefetch, &deferred);
   }
   for (Item* item : valid) {
     if (item->status.ok()) Install(item, response->mutable_contexts(item->entry));
@@ -496,6 +509,10 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
     item.ctx.reset();
   }
   if (!prefetch.empty()) runtime_->prefetcher()->Submit(std::move(prefetch));
+  if (!deferred.empty()) {
+    runtime_->metrics()->SelectPromotionsDeferred(deferred.size());
+    runtime_->prefetcher()->SubmitPromotion(std::move(deferred));
+  }
   runtime_->metrics()->SelectPhases(timings_.check_us * 1e-6, timings_.select_us * 1e-6,
                                     timings_.build_us * 1e-6, timings_.pin_us * 1e-6,
                                     request.contexts_size());

@@ -42,7 +42,12 @@
 //      RESIDENCY_PENDING ("on its way"); with wait_ms > 0 the handler
 //      first waits, until wait_ms (at most kMaxSelectWaitMs) after the
 //      request arrived, for the chosen NVMe-only blocks to reach host
-//      memory. Appends to the context and other Selects go on while it
+//      memory. Host -> arena copies made here are limited per request to
+//      select.inline_promotion_bytes (entries in order); chosen blocks past
+//      it come back RESIDENCY_PENDING and are promoted by the prefetcher's
+//      thread (pinned for the copy, released at once), so a later step
+//      finds them RESIDENT. An entry with wait_ms > 0 is not limited: it
+//      asked to wait rather than get PENDING. Appends to the context and other Selects go on while it
 //      waits. A block that could not get an arena slot (every slot
 //      pinned) is PENDING too; ask again next step. A block deleted or
 //      quarantined since the context was opened comes back
@@ -112,8 +117,11 @@ class SelectHandler {
   // No context lock: waits for NVMe-only blocks until deadline (when
   // wait_ms), pins item->keys under a new lease (item->lease) and fills
   // residency and handles; NVMe-only blocks go to *prefetch.
+  // Host -> arena promotions share the request's budget (promotion_):
+  // blocks past it are PENDING and go to *deferred.
   void Pin(const v1::ContextSelect& entry, absl::Time deadline, Item* item,
-           v1::ContextSelection* out, std::vector<BlockKey>* prefetch);
+           v1::ContextSelection* out, std::vector<BlockKey>* prefetch,
+           std::vector<BlockKey>* deferred);
   // Takes the context's lock: the new lease replaces the previous one, or
   // is released when the context was closed meanwhile.
   void Install(Item* item, v1::ContextSelection* out);
@@ -131,6 +139,7 @@ class SelectHandler {
   Timings timings_;
   uint64_t selected_blocks_ = 0;  // blocks this request returned (all contexts)
   uint64_t new_blocks_ = 0;       // of those, not in their context's previous set
+  PromotionBudget promotion_;     // this request's inline host -> arena promotions
 };
 
 }  // namespace kvtier::daemon

@@ -44,6 +44,7 @@ ContextTree::ContextTree(const TreeOptions& options)
   if (options_.keep_summaries) {
     table_ = std::make_unique<SummaryTable>(options_.dim);
   }
+  if (options_.q8_pages) q8_pages_ = std::make_unique<Q8Rows>(options_.dim);
 }
 
 absl::Status ContextTree::CheckRows(absl::Span<const float> vectors,
@@ -167,6 +168,12 @@ void ContextTree::AddPages(const float* vectors, int64_t n, bool new_segment) {
     for (size_t d = 0; d < D; ++d) unit[d] = v[d] * inv;
     simd::FloatToHalfN(unit.data(), page_rows_.data() + num_pages_ * D, D);
     for (size_t d = 0; d < D; ++d) context_sum_[d] += unit[d];
+    if (q8_pages_ != nullptr) {
+      // Quantised from the fp16 row the exact path multiplies, so the
+      // error bound holds against that path (q8_rows.h).
+      simd::HalfToFloatN(page_rows_.data() + num_pages_ * D, scratch_.data(), D);
+      q8_pages_->Append(scratch_.data());
+    }
 
     const int64_t chunks = num_chunks();
     const bool chunk_full =
@@ -279,6 +286,7 @@ size_t ContextTree::MemoryBytes() const {
            sizeof(int64_t);
   bytes += context_sum_.capacity() * sizeof(double);
   bytes += scratch_.capacity() * sizeof(float);
+  if (q8_pages_ != nullptr) bytes += q8_pages_->MemoryBytes();
   if (table_ != nullptr) {
     const SummaryView v = table_->view();
     const size_t D = static_cast<size_t>(options_.dim);

@@ -18,7 +18,8 @@
 // a full rebuild gives; the grid's mean is recomputed from its <=
 // chunks_per_grid chunk means.
 //
-// Memory per page: dim * 2 bytes (fp16 row) plus its share of the chunk
+// Memory per page: dim * 2 bytes (fp16 row), dim + 16 bytes (int8 row,
+// q8_pages) plus its share of the chunk
 // level (dim * 6 / pages_per_chunk bytes) and grid level; with
 // keep_summaries the fp32 summary table (mean, min, max, radius) adds
 // dim * 12 + 4 bytes.
@@ -36,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "index/q8_rows.h"
 #include "index/scorer.h"
 #include "index/summary.h"
 
@@ -67,6 +69,13 @@ struct TreeOptions {
   // normalised, leans towards the direction every key shares).
   enum class LevelScore : uint8_t { kCosineOfMean = 0, kMeanOfCosines = 1 };
   LevelScore level_score = LevelScore::kMeanOfCosines;
+  // Also keep every page row as int8 with a per-row scale (q8_rows.h,
+  // quantised from the fp16 row), dim + 16 bytes per page: the Selector
+  // scores the page level of its descent on them and re-scores exactly the
+  // pages their error bound leaves undecided (selector.h). Off by default:
+  // on the development VM the re-scoring costs more than the int8 scan
+  // saves (docs/BENCHMARKS.md, "Int8 page rows").
+  bool q8_pages = false;
 };
 
 class ContextTree {
@@ -104,6 +113,8 @@ class ContextTree {
   const uint16_t* page_rows() const { return page_rows_.data(); }
   const uint16_t* chunk_rows() const { return chunk_rows_.data(); }
   const uint16_t* grid_rows() const { return grid_rows_.data(); }
+  // The page rows as int8 (options().q8_pages), else null.
+  const Q8Rows* q8_pages() const { return q8_pages_.get(); }
 
   // Children ranges: pages [ChunkFirstPage(c), ChunkFirstPage(c + 1)) and
   // chunks [GridFirstChunk(g), GridFirstChunk(g + 1)); valid for
@@ -147,6 +158,7 @@ class ContextTree {
   std::vector<int64_t> segment_first_page_;
   std::vector<double> context_sum_;      // [D]
   std::unique_ptr<SummaryTable> table_;  // keep_summaries only
+  std::unique_ptr<Q8Rows> q8_pages_;     // q8_pages only
   std::vector<float> scratch_;           // [D]
 };
 

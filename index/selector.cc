@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "index/key_scorers.h"
+#include "index/q8_rows.h"
 #include "index/simd.h"
 #include "index/unit_vector.h"
 #include "index/validate.h"
@@ -32,6 +33,16 @@ inline bool Better(const ScoredIndex& a, const ScoredIndex& b) {
 inline bool BetterRecent(const ScoredIndex& a, const ScoredIndex& b) {
   return a.score > b.score || (a.score == b.score && a.index > b.index);
 }
+// As function objects, so that the selection algorithms inline them (a
+// function pointer costs a call per comparison).
+struct ByBetter {
+  bool operator()(const ScoredIndex& a, const ScoredIndex& b) const { return Better(a, b); }
+};
+struct ByBetterRecent {
+  bool operator()(const ScoredIndex& a, const ScoredIndex& b) const {
+    return BetterRecent(a, b);
+  }
+};
 
 // Moves the best `k` items of *v to its front; then, while the weight of the
 // kept items is below `target_weight`, keeps the next best ones. Returns the
@@ -43,7 +54,7 @@ size_t TopWithFloor(std::vector<ScoredIndex>* v, size_t k, WeightFn weight,
   if (n == 0) return 0;
   k = std::clamp<size_t>(k, 1, n);
   auto first = v->begin();
-  if (k < n) std::nth_element(first, first + k, v->end(), Better);
+  if (k < n) std::nth_element(first, first + k, v->end(), ByBetter());
   int64_t w = 0;
   for (size_t i = 0; i < k; ++i) w += weight((*v)[i].index);
   while (w < target_weight && k < n) {
@@ -52,7 +63,7 @@ size_t TopWithFloor(std::vector<ScoredIndex>* v, size_t k, WeightFn weight,
         std::ceil(static_cast<double>(target_weight - w) / per_item));
     extra = std::clamp<size_t>(extra, 1, n - k);
     if (k + extra < n) {
-      std::nth_element(first + k, first + k + extra, v->end(), Better);
+      std::nth_element(first + k, first + k + extra, v->end(), ByBetter());
     }
     for (size_t i = k; i < k + extra; ++i) w += weight((*v)[i].index);
     k += extra;
@@ -69,6 +80,10 @@ bool TreeKeyKey(const SelectRequest& r) {
   return IsKeyKey(r.scorer) &&
          static_cast<int64_t>(r.anchor.size()) == r.context->tree().dim();
 }
+
+// Float rounding allowance of an affinity or pool score computed from an
+// approximate dot product (RefineQuantised).
+constexpr float kAffinitySlack = 0x1p-20f;
 
 inline float Affinity(float dot) {
   return std::clamp(0.5f * (1.0f + dot), 0.0f, 1.0f);
@@ -179,6 +194,12 @@ struct Selector::Scratch {
   std::vector<int64_t> held;
   std::vector<std::pair<float, int64_t>> rising;
   KeyScorerScratch keys;  // per-layer key-key and mass
+  // Int8 page scoring (SelectorOptions::q8_pages): the quantised anchor,
+  // per-row bounds of the last rows scored, and the affinity bound of
+  // every page in the pool ([N]; valid for pages in the pool this step).
+  Q8Query q8;
+  std::vector<float> q8_bound;
+  std::vector<float> page_bound;
   // kGemm: scores of every level of this request's context (not owned).
   float* all_grid = nullptr;
   float* all_chunk = nullptr;
@@ -449,6 +470,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   out->scores.clear();
   out->prefetch.clear();
   out->rows_scored = 0;
+  out->rescored = 0;
   out->candidates = 0;
   out->held = 0;
 
@@ -476,6 +498,13 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   const bool key_key = TreeKeyKey(r);
   auto forced = [&](int64_t p) { return p < sinks || p >= local_first; };
 
+  // Int8 page rows for the descent (never with kGemm or a level scorer:
+  // those scored every row already).
+  const Q8Rows* q8 = nullptr;
+  if (key_key && !gemm && options_.q8_pages && t.q8_pages() != nullptr &&
+      t.q8_pages()->size() == n) {
+    q8 = t.q8_pages();
+  }
   if (key_key) {
     if (!gemm) Normalise(r.anchor, &s->q);
     const int64_t target = std::min<int64_t>(
@@ -525,10 +554,32 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
         &s->chunks,
         CeilFraction(options_.chunk_keep_fraction, s->chunks.size()),
         chunk_pages, target);
-    // Pages of kept chunks.
+    // Pages of kept chunks: exact fp16 dot products, or int8 ones with an
+    // error bound (re-scored exactly where the bound leaves a decision
+    // open: RefineQuantised).
+    if (q8 != nullptr) {
+      s->q8.Set(s->q.data(), t.dim());
+      if (s->page_bound.size() < static_cast<size_t>(n)) s->page_bound.resize(n);
+    }
     for (size_t i = 0; i < kept_chunks; ++i) {
       const int32_t c = s->chunks[i].index;
       const int64_t p0 = t.ChunkFirstPage(c), p1 = t.ChunkFirstPage(c + 1);
+      if (q8 != nullptr) {
+        const size_t m = static_cast<size_t>(p1 - p0);
+        if (s->dots.size() < m) s->dots.resize(m);
+        if (s->q8_bound.size() < m) s->q8_bound.resize(m);
+        DotRowsQ8(*q8, p0, p1 - p0, s->q8, s->dots.data(), s->q8_bound.data());
+        out->rows_scored += p1 - p0;
+        for (int64_t p = p0; p < p1; ++p) {
+          if (forced(p)) continue;
+          s->affinity[p] = Affinity(s->dots[p - p0]);
+          // Affinity halves the dot product's error (and clamping cannot
+          // widen it); the constant covers the float rounding of both.
+          s->page_bound[p] = 0.5f * s->q8_bound[p - p0] + kAffinitySlack;
+          s->scored.push_back(static_cast<int32_t>(p));
+        }
+        continue;
+      }
       const float* dots = gemm ? s->all_page + p0 : nullptr;
       if (!gemm) {
         s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
@@ -639,6 +690,11 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   const int32_t window = so.window_steps;
   s->pool.clear();
   for (int32_t p : s->scored) {
+    if (q8 != nullptr && std::fabs(s->affinity[p] - so.theta) <= s->page_bound[p]) {
+      // Which side of theta the exact affinity lies is undecided.
+      RescorePage(t, p, s);
+      ++out->rescored;
+    }
     st.Observe(p, s->affinity[p] > so.theta);
     s->pool.push_back(
         {(1.0f - w) * s->affinity[p] + w * st.Stability(p, window), p});
@@ -650,9 +706,12 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   for (int64_t p : s->held) {
     if (forced(p)) continue;
     s->pool.push_back({w * st.Stability(p, window), static_cast<int32_t>(p)});
+    if (q8 != nullptr) s->page_bound[p] = 0.0f;  // not scored: exact
     ++out->held;
   }
-  FinishRanking(r, sinks, local_first, n, free, /*partitioned=*/false, s, out);
+  bool partitioned = false;
+  if (q8 != nullptr) partitioned = RefineQuantised(r, free, w, s, out);
+  FinishRanking(r, sinks, local_first, n, free, partitioned, s, out);
 }
 
 // The uncalibrated mass scorer: the flat pass scores page p with the prior
@@ -765,7 +824,7 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
   }
   if (k < s->pool.size()) {
     std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(),
-                     BetterRecent);
+                     ByBetterRecent());
   }
   // A page at or below theta scores at most (1 - w) * affinity(above - 1)
   // + w; the k-th best must reach that (a tie goes to the pool's more
@@ -781,6 +840,61 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
   return true;
 }
 
+void Selector::RescorePage(const ContextTree& t, int32_t p, Scratch* s) {
+  float dot = 0.0f;
+  simd::DotRowsHalf(t.page_rows() + static_cast<size_t>(p) * t.dim(), 1,
+                    static_cast<size_t>(t.dim()), s->q.data(), &dot);
+  s->affinity[p] = Affinity(dot);
+  s->page_bound[p] = 0.0f;
+}
+
+// The pool's scores are (1 - w) * affinity + w * stability with affinities
+// off by at most page_bound: score_i lies in [lo_i, hi_i] = score_i -+
+// (1 - w) * bound_i. Let L be the k-th largest lo (k = free): at least k
+// pages score >= L exactly, so a page with hi < L cannot be among the best
+// k. Every page with hi >= L' (L' = k-th best approximate score minus the
+// largest (1 - w) * bound, L' <= L) is re-scored exactly; they include
+// every page that can be chosen, and every one left approximate scores
+// below all of them. So the chosen pages, their scores and (from the
+// stability windows, which saw exact theta decisions) the prefetch list
+// are exactly what fp16 scoring of every candidate gives.
+bool Selector::RefineQuantised(const SelectRequest& r, int64_t free, float w, Scratch* s,
+                               SelectResult* out) {
+  const ContextTree& t = r.context->tree();
+  StabilityTracker& st = r.context->stability();
+  const int32_t window = options_.stability.window_steps;
+  std::vector<ScoredIndex>& pool = s->pool;
+  const size_t k = std::min<size_t>(static_cast<size_t>(std::max<int64_t>(free, 0)),
+                                    pool.size());
+  if (k == 0) return false;  // nothing chosen from the pool
+  auto rescore = [&](ScoredIndex& e) {
+    if (s->page_bound[e.index] == 0.0f) return;
+    RescorePage(t, e.index, s);
+    e.score = (1.0f - w) * s->affinity[e.index] + w * st.Stability(e.index, window);
+    ++out->rescored;
+  };
+  if (k == pool.size()) {
+    for (ScoredIndex& e : pool) rescore(e);
+    return false;
+  }
+  std::nth_element(pool.begin(), pool.begin() + (k - 1), pool.end(), ByBetter());
+  float max_bound = 0.0f;
+  for (const ScoredIndex& e : pool) max_bound = std::max(max_bound, s->page_bound[e.index]);
+  const float wb = 1.0f - w;
+  const float floor = pool[k - 1].score - wb * max_bound - kAffinitySlack;
+  for (size_t i = 0; i < k; ++i) rescore(pool[i]);
+  size_t end = k;
+  for (size_t i = k; i < pool.size(); ++i) {
+    ScoredIndex& e = pool[i];
+    if (e.score + wb * s->page_bound[e.index] + kAffinitySlack < floor) continue;
+    rescore(e);
+    std::swap(pool[end++], e);
+  }
+  // The best k of the exact scores are among pool[0, end).
+  if (k < end) std::nth_element(pool.begin(), pool.begin() + k, pool.begin() + end, ByBetter());
+  return true;
+}
+
 void Selector::FinishRanking(const SelectRequest& r, int64_t sinks,
                              int64_t local_first, int64_t n, int64_t free,
                              bool partitioned, Scratch* s, SelectResult* out) {
@@ -789,8 +903,11 @@ void Selector::FinishRanking(const SelectRequest& r, int64_t sinks,
   out->candidates = static_cast<int64_t>(s->pool.size());
   const size_t k = std::min<size_t>(free, s->pool.size());
   if (!partitioned && k < s->pool.size()) {
-    std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(),
-                     r.scorer == ScorerKind::kMass ? BetterRecent : Better);
+    if (r.scorer == ScorerKind::kMass) {
+      std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(), ByBetterRecent());
+    } else {
+      std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(), ByBetter());
+    }
   }
   for (int64_t p = 0; p < sinks; ++p) out->blocks.push_back(p);
   for (size_t i = 0; i < k; ++i) out->blocks.push_back(s->pool[i].index);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "index/selector_test_util.h"
 #include "tests/testutil/synthetic.h"
 
 namespace kvtier::index {
@@ -25,17 +26,10 @@ std::unique_ptr<ContextIndex> MakeContext(const std::vector<float>& vectors,
   o.dim = dim;
   o.pages_per_chunk = pages_per_chunk;
   o.chunks_per_grid = chunks_per_grid;
-  auto ctx = ContextIndex::Create(o);
-  EXPECT_TRUE(ctx.ok());
-  EXPECT_TRUE((*ctx)->tree().AddSegment(vectors).ok());
-  return std::move(*ctx);
+  return MakeTestContext(vectors, o);
 }
 
-std::unique_ptr<Selector> MakeSelector(const SelectorOptions& o) {
-  auto s = Selector::Create(o);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return std::move(*s);
-}
+std::unique_ptr<Selector> MakeSelector(const SelectorOptions& o) { return MakeTestSelector(o); }
 
 bool Contains(const std::vector<int64_t>& v, int64_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();

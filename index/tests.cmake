@@ -30,3 +30,7 @@ kvtier_add_test(kvtier_index_simd_stats_test
 kvtier_add_test(kvtier_index_selkv_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/selkv_test.cc
   LIBS kvtier_index LABELS index)
+kvtier_add_test(kvtier_index_q8_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/q8_rows_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/selector_q8_test.cc
+  LIBS kvtier_index kvtier_testutil LABELS index)

@@ -20,6 +20,7 @@
 //
 // Usage: kvtier_select_bench --out DIR [--quick] [--queries N] [--hnsw-all]
 //                             [--scenario single|batch|window|all]
+//                             [--config NAME] [--blocks N]  (one config / size)
 #include <omp.h>
 
 #include <algorithm>
@@ -60,6 +61,8 @@ using kvtier::testutil::SyntheticContextOptions;
 constexpr int32_t kDim = 128;
 bool g_hnsw_all = false;
 std::string g_scenario = "all";
+std::string g_config;  // --config: only this kConfigs entry (empty: all)
+int64_t g_only_blocks = 0;  // --blocks: only this single-context size
 using Clock = std::chrono::steady_clock;
 
 double Micros(Clock::time_point a, Clock::time_point b) {
@@ -201,17 +204,23 @@ void Print(const Row& r) {
   std::fflush(stdout);
 }
 
-std::unique_ptr<ContextIndex> OpenContext(const std::vector<float>& vectors) {
+// q8: the tree also keeps int8 page rows (the selector uses them when its
+// q8_pages option is on).
+std::unique_ptr<ContextIndex> OpenContext(const std::vector<float>& vectors, bool q8 = false) {
   TreeOptions o;
   o.dim = kDim;
+  o.q8_pages = q8;
   auto ctx = ContextIndex::Create(o);
   if (!ctx.ok() || !(*ctx)->tree().AddSegment(vectors).ok()) std::abort();
   return std::move(*ctx);
 }
 
+// q8: the descent scores pages on int8 rows (re-scoring exactly what the
+// error bound leaves open; same results); false: fp16 rows throughout.
 std::unique_ptr<Selector> MakeSelector(const Config& c, SelectAlgorithm alg,
-                                       int threads) {
+                                       int threads, bool q8 = true) {
   SelectorOptions o;
+  o.q8_pages = q8;
   o.grid_keep_fraction = c.grid;
   o.chunk_keep_fraction = c.chunk;
   o.page_keep_fraction = c.page;
@@ -315,42 +324,63 @@ void SingleContext(int64_t n, int queries, std::vector<Row>* rows) {
     std::printf("        (HNSW build: %.1f s on 2 threads)\n", build_s);
   }
 
-  // kvtier.
+  // kvtier. The descent runs on fp16 rows and on int8 rows (the default)
+  // alternately, query by query, so both see the same machine state.
   for (SelectAlgorithm alg :
        {SelectAlgorithm::kDescent, SelectAlgorithm::kGemm}) {
     for (const Config& c : kConfigs) {
-      auto ctx = OpenContext(data.vectors);
-      auto selector = MakeSelector(c, alg, 1);
+      if (!g_config.empty() && g_config != c.name) continue;
+      const bool descent = alg == SelectAlgorithm::kDescent;
+      const int variants = descent ? 2 : 1;  // [0] fp16 (descent only), [1] int8
+      std::unique_ptr<ContextIndex> ctx[2];
+      std::unique_ptr<Selector> selector[2];
+      for (int v = 0; v < variants; ++v) {
+        const bool q8 = !descent || v == 1;
+        ctx[v] = OpenContext(data.vectors, q8 && descent);
+        selector[v] = MakeSelector(c, alg, 1, q8);
+      }
+      std::vector<double> times[2];
+      double rec[2] = {0, 0}, scored[2] = {0, 0}, rescored = 0, candidates = 0;
       SelectResult out;
-      us.clear();
-      double rec = 0, scored = 0;
       for (int rep = 0; rep < 2; ++rep) {  // first pass warms caches
-        us.clear();
-        rec = scored = 0;
+        for (int v = 0; v < variants; ++v) times[v].clear();
+        rec[0] = rec[1] = scored[0] = scored[1] = rescored = candidates = 0;
         for (int q = 0; q < queries; ++q) {
-          SelectRequest r;
-          r.context = ctx.get();
-          r.anchor = anchors[q];
-          r.budget_blocks = k;
-          r.step = rep * queries + q;
-          const auto t0 = Clock::now();
-          if (!selector->Select(r, &out).ok()) std::abort();
-          us.push_back(Micros(t0, Clock::now()));
-          rec += Recall(out.blocks, truth[q]);
-          scored += out.rows_scored;
+          for (int v = 0; v < variants; ++v) {
+            SelectRequest r;
+            r.context = ctx[v].get();
+            r.anchor = anchors[q];
+            r.budget_blocks = k;
+            r.step = rep * queries + q;
+            const auto t0 = Clock::now();
+            if (!selector[v]->Select(r, &out).ok()) std::abort();
+            times[v].push_back(Micros(t0, Clock::now()));
+            rec[v] += Recall(out.blocks, truth[q]);
+            scored[v] += out.rows_scored;
+            if (descent && v == 1) {
+              rescored += out.rescored;
+              candidates += out.candidates;
+            }
+          }
         }
       }
-      Row r{"single",
-            alg == SelectAlgorithm::kDescent ? "kvtier_descent" : "kvtier_gemm",
-            c.name,
-            n,
-            1,
-            k,
-            1,
-            Summarise(us, rec, scored),
-            flat_us};
-      rows->push_back(r);
-      Print(r);
+      if (descent) {
+        std::printf("        (int8 pages: %.0f of %.0f candidates re-scored in fp16 per query)\n",
+                    rescored / queries, candidates / queries);
+      }
+      for (int v = 0; v < variants; ++v) {
+        Row r{"single",
+              !descent ? "kvtier_gemm" : v == 1 ? "kvtier_descent" : "kvtier_descent_fp16",
+              c.name,
+              n,
+              1,
+              k,
+              1,
+              Summarise(times[v], rec[v], scored[v]),
+              flat_us};
+        rows->push_back(r);
+        Print(r);
+      }
     }
   }
 }
@@ -422,13 +452,16 @@ void Batch(int contexts, int64_t n, int queries, std::vector<Row>* rows) {
   }
 
   std::vector<std::unique_ptr<ContextIndex>> ctx;
-  for (const SyntheticContext& d : data) ctx.push_back(OpenContext(d.vectors));
+  for (const SyntheticContext& d : data) ctx.push_back(OpenContext(d.vectors, /*q8=*/true));
   for (SelectAlgorithm alg :
        {SelectAlgorithm::kDescent, SelectAlgorithm::kGemm}) {
     for (int threads : {1, 2}) {
       for (const Config& cfg : kConfigs) {
+       if (!g_config.empty() && g_config != cfg.name) continue;
+       for (bool q8 : {false, true}) {
         if (threads == 2 && &cfg != &kConfigs[1]) continue;
-        auto selector = MakeSelector(cfg, alg, threads);
+        if (alg == SelectAlgorithm::kGemm && !q8) continue;
+        auto selector = MakeSelector(cfg, alg, threads, q8);
         std::vector<SelectRequest> reqs(contexts);
         std::vector<SelectResult> outs(contexts);
         double rec = 0, scored = 0;
@@ -457,7 +490,9 @@ void Batch(int contexts, int64_t n, int queries, std::vector<Row>* rows) {
         }
         Row r{
             "batch",
-            alg == SelectAlgorithm::kDescent ? "kvtier_descent" : "kvtier_gemm",
+            alg == SelectAlgorithm::kGemm ? "kvtier_gemm"
+            : q8                          ? "kvtier_descent"
+                                          : "kvtier_descent_fp16",
             cfg.name,
             n,
             contexts,
@@ -467,6 +502,7 @@ void Batch(int contexts, int64_t n, int queries, std::vector<Row>* rows) {
             flat_us};
         rows->push_back(r);
         Print(r);
+       }
       }
     }
   }
@@ -595,6 +631,10 @@ int main(int argc, char** argv) {
       out_dir = argv[++i];
     } else if (!std::strcmp(argv[i], "--scenario") && i + 1 < argc) {
       g_scenario = argv[++i];
+    } else if (!std::strcmp(argv[i], "--config") && i + 1 < argc) {
+      g_config = argv[++i];
+    } else if (!std::strcmp(argv[i], "--blocks") && i + 1 < argc) {
+      g_only_blocks = std::atoll(argv[++i]);
     } else if (!std::strcmp(argv[i], "--hnsw-all")) {
       g_hnsw_all = true;
     } else if (!std::strcmp(argv[i], "--quick")) {
@@ -604,7 +644,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s --out DIR [--quick] [--queries N] [--hnsw-all] "
-                   "[--scenario single|batch|window|all]\n",
+                   "[--scenario single|batch|window|all] [--config NAME] [--blocks N]\n",
                    argv[0]);
       return 2;
     }
@@ -622,6 +662,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   std::vector<int64_t> sizes = {8192, 65536, 262144};
   if (quick) sizes = {8192, 65536};
+  if (g_only_blocks > 0) sizes = {g_only_blocks};
   const bool all = g_scenario == "all";
   if (all || g_scenario == "single") {
     for (int64_t n : sizes) SingleContext(n, queries, &rows);

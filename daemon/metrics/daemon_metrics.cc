@@ -240,6 +240,13 @@ DaemonMetrics::DaemonMetrics(Runtime* runtime) {
                            "(stability churn)",
                            {})
           ->With({});
+  select_deferred_ =
+      registry_.AddCounter("kvtier_select_promotions_deferred_total",
+                           "Chosen blocks in host memory that a Select answered PENDING because "
+                           "its inline promotion budget (select.inline_promotion_bytes) was spent; "
+                           "promoted to the arena off the response path",
+                           {})
+          ->With({});
   put_bytes_ = registry_.AddCounter("kvtier_put_bytes_total", "Bytes of blocks newly stored", {})
                    ->With({});
   put_blocks_ = registry_.AddCounter("kvtier_put_blocks_total", "Blocks newly stored", {})
@@ -271,6 +278,10 @@ void DaemonMetrics::SelectPhases(double check_s, double select_s, double build_s
 void DaemonMetrics::SelectChurn(uint64_t selected, uint64_t fresh) {
   select_blocks_->Add(static_cast<double>(selected));
   select_new_blocks_->Add(static_cast<double>(fresh));
+}
+
+void DaemonMetrics::SelectPromotionsDeferred(uint64_t blocks) {
+  select_deferred_->Add(static_cast<double>(blocks));
 }
 
 void DaemonMetrics::BlocksPut(uint64_t blocks, uint64_t bytes) {

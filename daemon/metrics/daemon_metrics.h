@@ -18,9 +18,12 @@
 //   kvtier_select_phase_seconds{phase}         histogram per Select request:
 //                                              check, select, build, pin
 //   kvtier_select_contexts_total               contexts selected
+//   kvtier_select_blocks_total, kvtier_select_new_blocks_total  (churn)
+//   kvtier_select_promotions_deferred_total    chosen blocks past the
+//                                              inline promotion budget
 //   kvtier_put_bytes_total, kvtier_put_blocks_total   blocks newly stored
 //   kvtier_get_bytes_total                     bytes returned by GetBlocks
-// Planned (not exported yet): stability churn, per-tenant labels.
+// Planned (not exported yet): per-tenant labels.
 //
 // Thread safety: all methods are thread-safe.
 #ifndef KVTIER_DAEMON_METRICS_DAEMON_METRICS_H_
@@ -56,6 +59,9 @@ class DaemonMetrics {
   // Blocks a Select request returned, and how many of them the context's
   // previous Select did not (churn = rate(new) / rate(selected)).
   void SelectChurn(uint64_t selected, uint64_t fresh);
+  // Chosen blocks answered PENDING because the request's inline promotion
+  // budget was spent.
+  void SelectPromotionsDeferred(uint64_t blocks);
   void BlocksPut(uint64_t blocks, uint64_t bytes);
   void BytesGot(uint64_t bytes);
 
@@ -67,6 +73,7 @@ class DaemonMetrics {
   metrics::Counter* select_contexts_;
   metrics::Counter* select_blocks_;
   metrics::Counter* select_new_blocks_;
+  metrics::Counter* select_deferred_;
   metrics::Counter* put_bytes_;
   metrics::Counter* put_blocks_;
   metrics::Counter* get_bytes_;

@@ -247,14 +247,15 @@ absl::Status RemoteStore::Get(const BlockKey& key, std::string* out, TierId* fro
 
 absl::StatusOr<uint64_t> RemoteStore::AcquireHandles(
     const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
-    std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only, bool mark_wanted) {
+    std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only, bool mark_wanted,
+    PromotionBudget* budget) {
   if (!memory_only) {
     for (const BlockKey& key : keys) {
       if (key.tenant == tenant && !local_->Lookup(key).present) Fetch(key).IgnoreError();
     }
   }
   absl::StatusOr<uint64_t> lease = local_->AcquireHandles(tenant, keys, ttl_ms, handles,
-                                                          memory_only, mark_wanted);
+                                                          memory_only, mark_wanted, budget);
   if (!lease.ok() || !memory_only) return lease;
   for (size_t i = 0; i < keys.size() && i < handles->size(); ++i) {
     absl::StatusOr<DeviceHandle>& h = (*handles)[i];

@@ -138,7 +138,8 @@ class RemoteStore final : public BlockStore {
   absl::StatusOr<uint64_t> AcquireHandles(const std::string& tenant,
                                           const std::vector<BlockKey>& keys, uint64_t ttl_ms,
                                           std::vector<absl::StatusOr<DeviceHandle>>* handles,
-                                          bool memory_only, bool mark_wanted = false) override;
+                                          bool memory_only, bool mark_wanted = false,
+                                          PromotionBudget* budget = nullptr) override;
   BlockLocation Lookup(const BlockKey& key) override { return local_->Lookup(key); }
   // Local placement only: the remote tier keeps no order.
   void MarkWanted(absl::Span<const BlockKey> keys) override { local_->MarkWanted(keys); }

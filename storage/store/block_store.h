@@ -230,10 +230,14 @@ class BlockStore {
   // mark_wanted: first does what MarkWanted(keys) does, in the same hold of
   // the store's lock and with the same lookups (one hash lookup per key in
   // all, instead of one for MarkWanted and one here).
+  //
+  // budget (may be null: no limit): host -> arena promotions stop once
+  // they would pass budget->limit_bytes; the blocks left are answered
+  // PromotionDeferredError and not pinned (block_store_types.h).
   virtual absl::StatusOr<uint64_t> AcquireHandles(
       const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
       std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only = false,
-      bool mark_wanted = false) = 0;
+      bool mark_wanted = false, PromotionBudget* budget = nullptr) = 0;
   virtual BlockLocation Lookup(const BlockKey& key) = 0;
   // Tells the placement policy that a selection (the daemon's Select)
   // wants these blocks now, before it asks for their handles: stored

@@ -68,7 +68,8 @@ class BlockStoreImpl final : public BlockStore {
   absl::StatusOr<uint64_t> AcquireHandles(
       const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
       std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only,
-      bool mark_wanted = false) override;  // same default as BlockStore
+      bool mark_wanted = false,
+      PromotionBudget* budget = nullptr) override;  // same defaults as BlockStore
   BlockLocation Lookup(const BlockKey& key) override;
   void MarkWanted(absl::Span<const BlockKey> keys) override;
   std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,

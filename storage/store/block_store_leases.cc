@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "storage/common/status_macros.h"
 #include "storage/host/gpu_status.h"
@@ -21,9 +22,27 @@ using store_internal::HostPlace;
 
 // ---- Pinning -----------------------------------------------------------------
 
+namespace {
+constexpr absl::string_view kPromotionDeferredUrl = "kvtier.store/promotion_deferred";
+}  // namespace
+
+absl::Status PromotionDeferredError(const std::string& what, uint64_t limit_bytes) {
+  absl::Status st = absl::UnavailableError(absl::StrCat(
+      what, " is in host memory; its promotion to the device arena is deferred (this call "
+            "promoted its limit of ", limit_bytes, " bytes)"));
+  st.SetPayload(kPromotionDeferredUrl, absl::Cord("1"));
+  return st;
+}
+
+bool IsPromotionDeferred(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable &&
+         status.GetPayload(kPromotionDeferredUrl).has_value();
+}
+
 absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
     const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
-    std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only, bool mark_wanted) {
+    std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only, bool mark_wanted,
+    PromotionBudget* budget) {
   if (ttl_ms > options_.max_lease_ttl_ms) {
     return absl::InvalidArgumentError(absl::StrCat("lease_ttl_ms: ", ttl_ms, " exceeds the maximum ",
                                                    options_.max_lease_ttl_ms));
@@ -95,6 +114,12 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
           absl::StrCat(Describe(key), " is on NVMe only; not read on this path")));
       continue;
     }
+    if (budget != nullptr && !e->device &&
+        e->size_bytes > budget->limit_bytes - std::min(budget->limit_bytes, budget->promoted_bytes)) {
+      handles->push_back(PromotionDeferredError(Describe(key), budget->limit_bytes));
+      ++budget->deferred;
+      continue;
+    }
     e->last_access_micros = now;
     ++e->busy;  // keeps every copy of e in place while we work on it
     absl::Status st;
@@ -130,6 +155,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
           e->device = *slot;
           AddCopyLocked(e, TierId::kDevice);
           ++promotions_[static_cast<int>(TierId::kDevice)];
+          if (budget != nullptr) budget->promoted_bytes += e->size_bytes;
         } else {
           space->device_alloc->Free(slot->offset, slot->size_bytes);
         }

@@ -151,6 +151,47 @@ TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {
   EXPECT_TRUE(store_->Delete(Key(0)).ok());
 }
 
+// A promotion budget: host -> arena copies stop at its limit; the blocks
+// left are deferred (not pinned, still in host memory), and blocks already
+// in the arena never count against it.
+TEST_F(BlockStoreTest, PromotionBudgetDefersCopiesPastItsLimit) {
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+  std::vector<absl::StatusOr<DeviceHandle>> handles;
+  auto warm = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
+  ASSERT_TRUE(warm.ok() && handles[0].ok());
+  ASSERT_TRUE(store_->Release("default", *warm).ok());
+  PromotionBudget budget;
+  budget.limit_bytes = kBlockBytes + kBlockBytes / 2;  // room for one copy
+  auto lease = store_->AcquireHandles("default", {Key(0), Key(1), Key(2), Key(3)}, 0, &handles,
+                                      /*memory_only=*/true, /*mark_wanted=*/false, &budget);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_EQ(handles.size(), 4u);
+  ASSERT_TRUE(handles[0].ok()) << handles[0].status();  // already in the arena
+  ASSERT_TRUE(handles[1].ok()) << handles[1].status();  // promoted
+  for (int i : {0, 1}) {
+    std::vector<std::byte> bytes;
+    ASSERT_TRUE(device_ops_->ReadArena(handles[i]->offset_bytes, handles[i]->size_bytes, &bytes).ok());
+    EXPECT_EQ(std::memcmp(bytes.data(), Payload(i).data(), kBlockBytes), 0);
+  }
+  for (int i : {2, 3}) {
+    EXPECT_TRUE(IsPromotionDeferred(handles[i].status())) << handles[i].status();
+    EXPECT_THAT(std::string(handles[i].status().message()), HasSubstr("deferred"));
+    EXPECT_EQ(store_->Lookup(Key(i)).tier, TierId::kHost);
+    EXPECT_FALSE(store_->Lookup(Key(i)).pinned);
+  }
+  EXPECT_EQ(budget.promoted_bytes, kBlockBytes);
+  EXPECT_EQ(budget.deferred, 2u);
+  EXPECT_EQ(store_->Stats().tiers[0].pinned_bytes, 2 * kBlockBytes);
+  // Other UNAVAILABLE answers (a block on NVMe only) are not deferrals.
+  EXPECT_FALSE(IsPromotionDeferred(absl::UnavailableError("on NVMe only")));
+  ASSERT_TRUE(store_->Release("default", *lease).ok());
+  // Without a budget the same call promotes everything.
+  auto all = store_->AcquireHandles("default", {Key(2), Key(3)}, 0, &handles, true);
+  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(handles[0].ok() && handles[1].ok());
+  ASSERT_TRUE(store_->Release("default", *all).ok());
+}
+
 TEST_F(BlockStoreTest, PinnedBlocksSurvivePressure) {
   ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
   std::vector<absl::StatusOr<DeviceHandle>> handles;

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
+
 #include "storage/catalog/records.h"
 #include "storage/tier.h"
 
@@ -68,6 +70,23 @@ struct DeviceHandle {
   uint64_t size_bytes = 0;
   uint64_t generation = 0;
 };
+
+// The promotion budget of one AcquireHandles call (the Select path):
+// blocks not in the device arena are promoted host -> arena only while the
+// bytes promoted by the call stay within limit_bytes; every later one is
+// answered PromotionDeferredError (not pinned) for the caller to promote
+// off its thread. Blocks already in the arena never count.
+struct PromotionBudget {
+  uint64_t limit_bytes = UINT64_MAX;
+  uint64_t promoted_bytes = 0;  // out: promoted by the call
+  uint64_t deferred = 0;        // out: blocks answered PromotionDeferredError
+};
+
+// UNAVAILABLE with a payload that IsPromotionDeferred recognises: `what`
+// (a block's description) is in memory but over the call's promotion
+// budget.
+absl::Status PromotionDeferredError(const std::string& what, uint64_t limit_bytes);
+bool IsPromotionDeferred(const absl::Status& status);
 
 // A staging slot for the zero-copy put path.
 struct StagingSlot {

@@ -614,6 +614,62 @@ TEST_P(SelectPlacementTest, NvmeOnlyBlocksArePendingUntilPrefetchedAndWaitMsWait
 INSTANTIATE_TEST_SUITE_P(Placements, SelectPlacementTest,
                          ::testing::Values("lru", "keydiff", "stability"));
 
+// select.inline_promotion_bytes: a Select request copies at most that much
+// host memory -> arena on its own thread; its other chosen blocks come back
+// PENDING and the prefetcher's thread promotes them, so the next step
+// finds them RESIDENT without copying. An entry with wait_ms is not held
+// to the budget.
+TEST_F(SelectTest, PromotionsPastTheInlineBudgetAreDeferredThenResident) {
+  TearDown();
+  Start({"select.inline_promotion_bytes=" + std::to_string(2 * kBlockBytes)});
+  // A fresh context of 64 blocks (all in host memory) and an entry asking
+  // for 10 of them.
+  auto fresh = [&](uint64_t seed, const std::string& prefix) {
+    auto synthetic = Synthetic(64, seed);
+    auto ctx = Open({PutContext(synthetic, prefix)});
+    EXPECT_TRUE(ctx.ok()) << ctx.status();
+    return Entry(ctx.ok() ? *ctx : 0, synthetic.anchor, 10);
+  };
+  v1::ContextSelect entry = fresh(16, "doc");
+  entry.set_step(1);
+  auto a = SelectOnce({entry});
+  ASSERT_EQ(a.contexts(0).status().code(), 0) << a.contexts(0).status().message();
+  int resident = 0, pending = 0;
+  std::set<std::string> first;
+  for (const auto& blk : a.contexts(0).blocks()) {
+    resident += blk.residency() == v1::RESIDENCY_RESIDENT;
+    pending += blk.residency() == v1::RESIDENCY_PENDING;
+    EXPECT_EQ(blk.has_handle(), blk.residency() == v1::RESIDENCY_RESIDENT);
+    first.insert(blk.block_id());
+  }
+  EXPECT_EQ(a.contexts(0).blocks_size(), 10);
+  EXPECT_LE(resident, 2) << "promoted past the budget on the Select thread";
+  EXPECT_EQ(resident + pending, 10);
+  // The deferred promotions finish off the response path.
+  server_->runtime()->prefetcher()->WaitIdle();
+  EXPECT_GE(server_->runtime()->prefetcher()->promoted_to_device(), static_cast<uint64_t>(pending));
+  entry.set_step(2);
+  auto b = SelectOnce({entry});
+  ASSERT_EQ(b.contexts(0).status().code(), 0) << b.contexts(0).status().message();
+  int kept = 0;
+  for (const auto& blk : b.contexts(0).blocks()) {
+    if (!first.count(blk.block_id())) continue;  // newly chosen: may be deferred again
+    ++kept;
+    EXPECT_EQ(blk.residency(), v1::RESIDENCY_RESIDENT) << blk.block_id();
+    if (blk.residency() != v1::RESIDENCY_RESIDENT) continue;
+    auto bytes = arena_->Slot(blk.handle().offset_bytes(), blk.handle().size_bytes());
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+              payloads_.at(blk.block_id()));
+  }
+  EXPECT_GE(kept, 8);
+  // wait_ms: the entry prefers waiting to PENDING; every block is copied.
+  v1::ContextSelect waiting = fresh(17, "other");
+  waiting.set_wait_ms(5000);
+  auto c = SelectOnce({waiting});
+  ASSERT_EQ(c.contexts(0).status().code(), 0) << c.contexts(0).status().message();
+  ExpectHandlesHoldPutBytes(c.contexts(0));
+}
+
 // tiers.placement = stability: blocks Select keeps wanting stay in memory
 // under put pressure that demotes the blocks no Select wanted, even when
 // they never get an arena slot (context a pins all 6), so no handle request
