@@ -7,6 +7,7 @@
 #include "absl/algorithm/container.h"
 #include "absl/base/macros.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/internal/resize_uninitialized.h"
 #include "absl/strings/str_cat.h"
 #include "storage/common/status_macros.h"
 #include "storage/host/gpu_status.h"
@@ -1338,8 +1339,12 @@ absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* 
     auto data = host_->Data(*e->host);
     place = HostPlace("host slot", *e->host);
     mu_.Unlock();
-    out->assign(reinterpret_cast<const char*>(data->data()), data->size());
-    intact = Checksum(bytes()) == checksum;
+    // One pass: copy and hash what was copied. The string's old capacity
+    // is reused and its bytes are not zeroed first.
+    absl::strings_internal::STLStringResizeUninitialized(out, data->size());
+    intact = CopyWithChecksum(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()),
+                                                  data->size()),
+                              reinterpret_cast<uint8_t*>(out->data())) == checksum;
     mu_.Lock();
   } else {
     DeviceSlot slot = *e->device;

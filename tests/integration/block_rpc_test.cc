@@ -23,16 +23,21 @@ using ::testing::HasSubstr;
 
 class BlockRpcTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { Start({}); }
+
+  void Start(const std::vector<std::string>& extra) {
     dir_ = "/tmp/kvtier-brt-" + std::to_string(::getpid()) + "-" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir_);
-    auto config = daemon::LoadConfig(
-        "", {"server.data_dir=" + dir_, "log.level=warn", "server.shutdown_grace_ms=1000",
-             "tiers.device.capacity_bytes=256KiB", "tiers.host.capacity_bytes=512KiB",
-             "tiers.host.staging_bytes=256KiB", "tiers.nvme.file_count=2",
-             "tiers.nvme.file_size_bytes=4MiB", "tiers.nvme.io_threads=1",
-             "limits.max_batch_blocks=64", "leases.default_ttl_ms=60000"});
+    std::vector<std::string> overrides = {
+        "server.data_dir=" + dir_,           "log.level=warn",
+        "server.shutdown_grace_ms=1000",     "tiers.device.capacity_bytes=256KiB",
+        "tiers.host.capacity_bytes=512KiB",  "tiers.host.staging_bytes=256KiB",
+        "tiers.nvme.file_count=2",           "tiers.nvme.file_size_bytes=4MiB",
+        "tiers.nvme.io_threads=1",           "limits.max_batch_blocks=64",
+        "leases.default_ttl_ms=60000"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    auto config = daemon::LoadConfig("", overrides);
     ASSERT_TRUE(config.ok()) << config.status();
     auto server = daemon::Server::Start(*config);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -172,6 +177,41 @@ TEST_F(BlockRpcTest, PutGetLookupAcrossEveryTier) {
   auto stats = client_->Stats();
   ASSERT_TRUE(stats.ok());
   for (const auto& t : stats->tiers()) EXPECT_LE(t.used_bytes(), t.capacity_bytes());
+}
+
+// GetBlocks in bytes mode over many response messages (3 blocks fit in
+// each), found and missing ids interleaved: the daemon reuses a response's
+// buffers from message to message, so a missing block must come back empty,
+// never with the bytes an earlier message carried in its place.
+TEST_F(BlockRpcTest, GetBlocksOverManyMessagesNeverCarriesEarlierBytes) {
+  TearDown();
+  Start({"server.max_message_bytes=96KiB"});
+  const std::vector<std::string> ids = Chain(40);
+  std::vector<std::string> stored;
+  for (size_t i = 0; i < ids.size(); i += 2) stored.push_back(ids[i]);
+  for (size_t j = 0; j < stored.size(); j += 8) {  // 8 blocks per put message
+    const std::vector<std::string> part(stored.begin() + j,
+                                        stored.begin() + std::min(stored.size(), j + 8));
+    auto put = Put(part, static_cast<int>(j));
+    ASSERT_TRUE(put.ok()) << put.status();
+  }
+  v1::GetBlocksRequest get;
+  get.set_profile_id(profile_id_);
+  for (const std::string& id : ids) get.add_block_ids(id);
+  auto got = client_->GetBlocks(get);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const v1::BlockResult& r = (*got)[i];
+    EXPECT_EQ(r.block_id(), ids[i]);
+    if (i % 2 == 0) {
+      EXPECT_EQ(r.status().code(), 0) << i << ": " << r.status().message();
+      EXPECT_EQ(r.data(), Bytes(i / 2)) << i;
+    } else {
+      EXPECT_EQ(r.status().code(), grpc::StatusCode::NOT_FOUND) << i;
+      EXPECT_TRUE(r.data().empty()) << i << ": " << r.data().size() << " bytes";
+    }
+  }
 }
 
 TEST_F(BlockRpcTest, BadInputGetsFieldNamedErrors) {
