@@ -112,6 +112,7 @@ const std::vector<Field>& Fields() {
       KV_NUM("server.io_threads", Kind::kUint, server.io_threads),
       KV_NUM("server.io_queue_limit", Kind::kUint, server.io_queue_limit),
       KV_NUM("server.put_parallelism", Kind::kUint, server.put_parallelism),
+      KV_BOOL("server.defer_summaries", server.defer_summaries),
       KV_STR("metrics.listen_address", metrics.listen_address),
       KV_STR("auth.tenants_file", auth.tenants_file),
       KV_STR("auth.shm_dir", auth.shm_dir),

@@ -33,6 +33,7 @@ struct Config {
     uint64_t io_threads = 0;      // 0: block I/O inline on gRPC threads
     uint64_t io_queue_limit = 0;  // calls waiting for an I/O thread
     uint64_t put_parallelism = 0;  // threads storing one PutBlocks message; 0 = min(4, cores)
+    bool defer_summaries = true;   // non-durable puts acknowledge before their summary
   } server;
   // metrics.*: the Prometheus endpoint (daemon/metrics/http_listener.h).
   struct Metrics {

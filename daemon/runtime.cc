@@ -165,6 +165,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
   options.default_lease_ttl_ms = config.leases.default_ttl_ms;
   options.max_lease_ttl_ms = config.leases.max_ttl_ms;
   options.log_warning = [](const std::string& message) { spdlog::warn("store: {}", message); };
+  options.defer_summaries = config.server.defer_summaries;
   options.summarize = [summarizer = rt->summarizer_.get()](const ModelProfile& profile,
                                                            absl::Span<const uint8_t> payload) {
     return summarizer->Summarize(profile, payload);

@@ -124,6 +124,19 @@ struct BlockStoreOptions {
   std::function<absl::StatusOr<std::string>(const ModelProfile& profile,
                                             absl::Span<const uint8_t> payload)>
       summarize;
+  // Non-durable puts of new blocks (without write_through) are
+  // acknowledged before their summary exists: a background thread
+  // computes it from the host copy, which stays in place until then (the
+  // block is busy: not evicted, demoted or deleted meanwhile). GetSummaries
+  // of such a block computes it at once, or waits for the thread when it is
+  // already on it, so a block never joins a context without its summary.
+  // At most max_deferred_summaries blocks, holding at most a quarter of
+  // host_capacity_bytes, wait; beyond that, and for durable puts, the put
+  // computes it itself, as without the option. A deferred summary that
+  // fails leaves the block without one (logged) instead of failing the
+  // acknowledged put.
+  bool defer_summaries = false;
+  size_t max_deferred_summaries = 256;
 
   // Receives warnings the store cannot return to a caller (quarantines,
   // recovery at Open dropping records or files, a quarantine verdict that

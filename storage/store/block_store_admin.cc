@@ -63,6 +63,8 @@ BlockStoreStats BlockStoreImpl::Stats() {
   stats.quarantined_blocks = quarantined_;
   for (int t = 0; t < kNumTiers; ++t) stats.checksum_failures[t] = checksum_failures_[t];
   stats.evicted_blocks = evicted_blocks_;
+  stats.summaries_deferred = summaries_deferred_total_;
+  stats.summaries_pending = deferred_summaries_;
   for (int t = 0; t < kNumTiers; ++t) {
     stats.reads_from[t] = reads_from_[t];
     stats.promotions[t] = promotions_[t];

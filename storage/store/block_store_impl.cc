@@ -62,7 +62,7 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
 BlockStoreImpl::BlockStoreImpl(const BlockStoreOptions& options)
     : options_(options), env_(options.env) {}
 
-BlockStoreImpl::~BlockStoreImpl() = default;
+BlockStoreImpl::~BlockStoreImpl() { StopSummaryThread(); }
 
 absl::Status BlockStoreImpl::Init() {
   KVTIER_RETURN_IF_ERROR(env_->CreateDir(options_.data_dir, /*recursive=*/true));
@@ -191,6 +191,9 @@ absl::Status BlockStoreImpl::Init() {
   }
   for (const std::string& path : orphans.foreign) {
     LogLocked(absl::StrCat("recovery: ", path, " in the NVMe directory is not kvtier's; kept"));
+  }
+  if (options_.defer_summaries && options_.summarize) {
+    summary_thread_ = std::thread([this] { SummaryLoop(); });
   }
   return absl::OkStatus();
 }
@@ -549,6 +552,11 @@ BlockLocation BlockStoreImpl::LocationLocked(const Entry& e) const {
 // ---- Space -----------------------------------------------------------------
 
 absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
+  // The record carries the summary (may release mu_; e stays: busy).
+  ++e->busy;
+  EnsureSummaryLocked(e);
+  --e->busy;
+  idle_cv_.SignalAll();
   while (e->persisting) {
     ++e->busy;  // nothing frees a busy entry while we wait
     idle_cv_.Wait(&mu_);
@@ -973,6 +981,13 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutNewLocked(const BlockKey& key,
                                                         bool durable, uint64_t expected_xxh3,
                                                         bool retain) {
   const ModelProfile profile = profiles_.at(key.profile_id);
+  // A non-durable put may leave its summary to the summary thread.
+  // Deferred blocks stay in host memory until summarised, so they may
+  // hold at most a quarter of it: the rest stays free to evict.
+  const bool defer = options_.summarize && summary_thread_.joinable() && !durable &&
+                     !options_.write_through &&
+                     deferred_summaries_ < options_.max_deferred_summaries &&
+                     deferred_summary_bytes_ + src.size() <= options_.host_capacity_bytes / 4;
   return InsertNewLocked(
       key, src.size(), durable, retain, [&](absl::Span<uint8_t> dst) -> absl::StatusOr<FilledCopy> {
         FilledCopy filled;
@@ -981,7 +996,9 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutNewLocked(const BlockKey& key,
           return absl::DataLossError(absl::StrCat("xxh3: the payload of ", Describe(key),
                                                   " does not match the checksum the client sent"));
         }
-        if (options_.summarize) {
+        if (defer) {
+          filled.summary_deferred = true;
+        } else if (options_.summarize) {
           KVTIER_ASSIGN_OR_RETURN(filled.summary, options_.summarize(profile, dst));
         }
         return filled;
@@ -1123,6 +1140,15 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::InsertNewLocked(
   summary_bytes_ += e->summary.capacity();
   e->host = *slot;
   AddCopyLocked(e, TierId::kHost);
+  if (filled->summary_deferred) {
+    // Stays busy (its host copy in place) until the summary is set.
+    e->summary_state = Entry::SummaryState::kQueued;
+    ++e->busy;
+    ++deferred_summaries_;
+    ++summaries_deferred_total_;
+    deferred_summary_bytes_ += e->size_bytes;
+    summary_queue_.push_back(key);
+  }
   if (durable || options_.write_through) {
     absl::Status st = PersistLocked(e);
     if (!st.ok() && durable) return fail(st);
@@ -1382,6 +1408,7 @@ std::vector<std::string> BlockStoreImpl::GetSummaries(const std::vector<BlockKey
       missing->push_back(keys[i]);
       continue;
     }
+    EnsureSummaryLocked(e);
     out[i] = e->summary;
   }
   return out;

@@ -25,6 +25,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -103,6 +104,7 @@ class BlockStoreImpl final : public BlockStore {
   struct FilledCopy {
     uint64_t checksum = 0;
     std::string summary;
+    bool summary_deferred = false;  // to the summary thread (defer_summaries)
   };
   // Put of a block not stored yet (no entry under key, payload checked):
   // src is copied and hashed in one pass into its host-tier slot and the
@@ -223,6 +225,16 @@ class BlockStoreImpl final : public BlockStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes e to NVMe, syncs, records it durably. Releases mu_ during I/O.
   absl::Status PersistLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deferred summaries (block_store_summaries.cc). SummaryLoop is the
+  // summary thread. EnsureSummaryLocked gives e its summary now: a queued
+  // one is computed by the caller, one being computed is waited for (mu_
+  // is released meanwhile either way; e is kept busy).
+  void SummaryLoop();
+  void StopSummaryThread();
+  void SetSummaryLocked(Entry* e, std::string summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnsureSummaryLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Computes a queued summary with mu_ released (e kept busy).
+  void ComputeSummaryLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives e a host copy (from device or NVMe). Releases mu_ during I/O.
   // memory_only: host room as MakeRoomHostLocked(memory_only) makes it.
   absl::Status EnsureHostCopyLocked(Entry* e, bool memory_only = false)
@@ -273,6 +285,13 @@ class BlockStoreImpl final : public BlockStore {
 
   mutable absl::Mutex mu_;
   absl::CondVar idle_cv_;  // signalled when an entry stops being busy/writing
+  // Deferred summaries: keys waiting for the summary thread.
+  std::deque<BlockKey> summary_queue_ ABSL_GUARDED_BY(mu_);
+  bool summary_stop_ ABSL_GUARDED_BY(mu_) = false;
+  size_t deferred_summaries_ ABSL_GUARDED_BY(mu_) = 0;  // entries not kNone
+  uint64_t summaries_deferred_total_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t deferred_summary_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // their sizes
+  std::thread summary_thread_;
   static constexpr size_t kMaxSpareLists = 64;
   static constexpr size_t kMaxSparePerList = 8192;
   std::vector<std::vector<Entry*>> spare_lists_ ABSL_GUARDED_BY(mu_);

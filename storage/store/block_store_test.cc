@@ -4,7 +4,9 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -228,6 +230,46 @@ TEST_F(BlockStoreTest, DurableBlocksSurviveRestart) {
       ExpectReadable(i);
     }
   }
+}
+
+// defer_summaries: non-durable puts are acknowledged first; whoever asks
+// for a summary gets it, every block is summarised exactly once, and a
+// block deleted right after its put waits for its summary first.
+TEST_F(BlockStoreTest, DeferredSummariesAreReadyWhenAskedForAndComputedOnce) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  options_.summarize = [calls](const ModelProfile&, absl::Span<const uint8_t> data) {
+    ++*calls;
+    return absl::StatusOr<std::string>(std::to_string(data[0]));
+  };
+  options_.defer_summaries = true;
+  Reopen();
+  std::vector<BlockKey> keys;
+  for (int round = 0; round < 3; ++round) {  // 18 puts into a host tier of 8 blocks
+    for (int i = 0; i < 6; ++i) {
+      const int b = round * 6 + i;
+      ASSERT_TRUE(store_->Put(Key(b), Payload(b), /*durable=*/b % 6 == 5).ok()) << b;
+      keys.push_back(Key(b));
+    }
+  }
+  std::vector<BlockKey> missing;
+  auto summaries = store_->GetSummaries(keys, &missing);
+  EXPECT_TRUE(missing.empty());
+  for (size_t b = 0; b < keys.size(); ++b) {
+    EXPECT_EQ(summaries[b], std::to_string(Payload(static_cast<int>(b))[0])) << b;
+  }
+  EXPECT_EQ(calls->load(), 18);
+  EXPECT_GT(store_->Stats().summaries_deferred, 0u);
+  EXPECT_EQ(store_->Stats().summaries_pending, 0u);
+  ASSERT_TRUE(store_->Put(Key(20), Payload(20), false).ok());
+  EXPECT_TRUE(store_->Delete(Key(20)).ok());
+  EXPECT_EQ(calls->load(), 19);
+  ExpectWithinCapacity();
+  // Made durable later: the record carries the summary.
+  ASSERT_TRUE(store_->Put(Key(21), Payload(21), false).ok());
+  ASSERT_TRUE(store_->Put(Key(21), Payload(21), true).ok());
+  Reopen();
+  summaries = store_->GetSummaries({Key(21)}, &missing);
+  EXPECT_EQ(summaries[0], std::to_string(Payload(21)[0]));
 }
 
 TEST_F(BlockStoreTest, SummariesAreComputedKeptAndPersisted) {

@@ -132,6 +132,10 @@ struct BlockStoreStats {
   uint64_t staging_slots = 0;
   // In-memory metadata per block (entry + index overhead), bytes.
   uint64_t metadata_bytes_per_block = 0;
+  // Puts acknowledged before their summary (defer_summaries), all time, and
+  // how many still wait for it now.
+  uint64_t summaries_deferred = 0;
+  uint64_t summaries_pending = 0;
 };
 
 }  // namespace kvtier

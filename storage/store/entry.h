@@ -45,6 +45,12 @@ struct Entry {
   bool retained = false;     // never evicted (the writer asked); only deleted
   bool writing = true;       // put in progress: not yet visible
   bool persisting = false;   // an NVMe write of it is in progress
+  // Deferred summary (BlockStoreOptions::defer_summaries): kQueued from an
+  // acknowledged put until the summary thread takes it (kComputing), then
+  // kNone with the summary set. While not kNone the entry is busy (its
+  // host copy stays in place).
+  enum class SummaryState : uint8_t { kNone, kQueued, kComputing };
+  SummaryState summary_state = SummaryState::kNone;
 
   std::unique_ptr<QuarantineNote> quarantine;  // set when quarantined in this run
 
