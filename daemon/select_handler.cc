@@ -345,13 +345,13 @@ void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Ite
                           std::max(deadline - absl::Now(), absl::ZeroDuration()));
     }
   }
-  // The placement policy learns what was chosen (NVMe-only blocks too)
-  // before any room is made for it (mark_wanted: what BlockStore::MarkWanted
-  // does, in the same pass; it matters for tiers.placement = stability).
   // The request's inline promotion budget; an entry that waits is not held
   // to it (its promotions still count against the entries after it).
   PromotionBudget unlimited;
   PromotionBudget* budget = entry.wait_ms() > 0 ? &unlimited : &promotion_;
+  // The placement policy learns what was chosen (NVMe-only blocks too)
+  // before any room is made for it (mark_wanted: what BlockStore::MarkWanted
+  // does, in the same pass; it matters for tiers.placement = stability).
   absl::StatusOr<uint64_t> lease =
       store->AcquireHandles(ctx->tenant(), keys, ctx->ttl_ms(), &handles,
                             /*memory_only=*/true, /*mark_wanted=*/true, budget);
