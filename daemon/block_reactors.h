@@ -1,5 +1,5 @@
 // Streaming reactors of the block RPCs: PutBlocks (client stream) and
-// GetBlocks (server stream). Each reactor owns its call's state and deletes
+// GetBlocks (server stream, get_blocks_reactor.cc). Each reactor owns its call's state and deletes
 // itself in OnDone.
 //
 // Block I/O (memcpy, NVMe reads and writes, catalog syncs) runs on the
@@ -24,8 +24,14 @@ inline constexpr uint64_t kMaxPutResultsPerStream = 1 << 16;
 grpc::ServerReadReactor<v1::PutBlocksRequest>* NewPutBlocksReactor(
     Runtime* runtime, grpc::CallbackServerContext* ctx, v1::PutBlocksResponse* response);
 
-grpc::ServerWriteReactor<v1::GetBlocksResponse>* NewGetBlocksReactor(
-    Runtime* runtime, grpc::CallbackServerContext* ctx, const v1::GetBlocksRequest* request);
+// GetBlocks as a raw method (get_blocks_reactor.cc): the request is a
+// serialised GetBlocksRequest and every response message a serialised
+// GetBlocksResponse, whose blocks' bytes are sent from their host-tier
+// copies in place (BlockStore::View) instead of being copied into a
+// message.
+grpc::ServerWriteReactor<grpc::ByteBuffer>* NewGetBlocksReactor(Runtime* runtime,
+                                                                 grpc::CallbackServerContext* ctx,
+                                                                 const grpc::ByteBuffer* request);
 
 }  // namespace kvtier::daemon
 

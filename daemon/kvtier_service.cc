@@ -141,8 +141,8 @@ grpc::ServerReadReactor<v1::PutBlocksRequest>* KvTierService::PutBlocks(
   return NewPutBlocksReactor(runtime_, ctx, resp);
 }
 
-grpc::ServerWriteReactor<v1::GetBlocksResponse>* KvTierService::GetBlocks(
-    grpc::CallbackServerContext* ctx, const v1::GetBlocksRequest* req) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* KvTierService::GetBlocks(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req) {
   return NewGetBlocksReactor(runtime_, ctx, req);
 }
 

@@ -11,7 +11,10 @@
 
 namespace kvtier::daemon {
 
-class KvTierService final : public v1::KvTier::CallbackService {
+// GetBlocks is served as a raw method (its responses reference the blocks'
+// bytes in place; block_reactors.h); every other method as generated.
+class KvTierService final
+    : public v1::KvTier::WithRawCallbackMethod_GetBlocks<v1::KvTier::CallbackService> {
  public:
   explicit KvTierService(Runtime* runtime) : runtime_(runtime) {}
 
@@ -29,8 +32,8 @@ class KvTierService final : public v1::KvTier::CallbackService {
                                          v1::ReserveSlotsResponse* resp) override;
   grpc::ServerReadReactor<v1::PutBlocksRequest>* PutBlocks(
       grpc::CallbackServerContext* ctx, v1::PutBlocksResponse* resp) override;
-  grpc::ServerWriteReactor<v1::GetBlocksResponse>* GetBlocks(
-      grpc::CallbackServerContext* ctx, const v1::GetBlocksRequest* req) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* GetBlocks(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* req) override;
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
                                    const v1::LookupRequest* req,
                                    v1::LookupResponse* resp) override;

@@ -226,6 +226,12 @@ bool RemoteStore::InRemote(const BlockKey& key) {
   return *exists;
 }
 
+absl::StatusOr<std::unique_ptr<BlockView>> RemoteStore::View(const BlockKey& key, TierId* from) {
+  absl::StatusOr<std::unique_ptr<BlockView>> local = local_->View(key, from);
+  if (local.ok() || local.status().code() != absl::StatusCode::kNotFound) return local;
+  return BlockStore::View(key, from);  // Get: fetches from the remote tier
+}
+
 absl::Status RemoteStore::Get(const BlockKey& key, std::string* out, TierId* from) {
   absl::Status local = local_->Get(key, out, from);
   if (local.code() != absl::StatusCode::kNotFound) return local;

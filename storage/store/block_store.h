@@ -225,6 +225,12 @@ class BlockStore {
   // The bytes of a block (promoting an NVMe-only block to the host tier
   // when there is room). NOT_FOUND when missing or quarantined.
   virtual absl::Status Get(const BlockKey& key, std::string* out, TierId* from) = 0;
+  // The bytes of a block without copying them where the store can: a view
+  // of its host-tier copy, verified in place and kept there (the block is
+  // busy: not moved, evicted or deleted) until the view is destroyed.
+  // A block not in host memory is read as Get reads it, into a copy the
+  // view owns. Same errors as Get. The default is Get into a copy.
+  virtual absl::StatusOr<std::unique_ptr<BlockView>> View(const BlockKey& key, TierId* from);
   // Makes every block resident in the tenant's device arena and pins them
   // under a new lease of `tenant` lasting ttl_ms (0 = default; above max ->
   // INVALID_ARGUMENT). Every key must be the tenant's. Per-block outcome in

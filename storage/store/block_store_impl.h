@@ -66,6 +66,8 @@ class BlockStoreImpl final : public BlockStore {
                                             bool durable, uint64_t expected_xxh3,
                                             bool retain) override;
   absl::Status Get(const BlockKey& key, std::string* out, TierId* from) override;
+  absl::StatusOr<std::unique_ptr<BlockView>> View(const BlockKey& key, TierId* from) override;
+  class HostView;  // block_store_views.cc
   absl::StatusOr<uint64_t> AcquireHandles(
       const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
       std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only,

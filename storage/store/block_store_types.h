@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 
 #include "storage/catalog/records.h"
 #include "storage/tier.h"
@@ -87,6 +88,14 @@ struct PromotionBudget {
 // budget.
 absl::Status PromotionDeferredError(const std::string& what, uint64_t limit_bytes);
 bool IsPromotionDeferred(const absl::Status& status);
+
+// A block's bytes lent for sending (BlockStore::View). Destroy it before
+// the store; not thread-safe (one owner).
+class BlockView {
+ public:
+  virtual ~BlockView() = default;
+  virtual absl::Span<const uint8_t> bytes() const = 0;
+};
 
 // A staging slot for the zero-copy put path.
 struct StagingSlot {
