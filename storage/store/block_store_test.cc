@@ -194,6 +194,59 @@ TEST_F(BlockStoreTest, PromotionBudgetDefersCopiesPastItsLimit) {
   ASSERT_TRUE(store_->Release("default", *all).ok());
 }
 
+// View lends a block's host copy in place: verified, and kept there while
+// the view lives (puts three times the host tier do not move it); a block
+// on NVMe only comes back as a verified copy; a host copy damaged in place
+// is never lent.
+TEST_F(BlockStoreTest, ViewsLendHostCopiesInPlaceAndVerifyThem) {
+  auto same = [](const BlockView& v, int i) {
+    const std::vector<uint8_t> want = Payload(i);
+    return v.bytes().size() == want.size() &&
+           std::memcmp(v.bytes().data(), want.data(), want.size()) == 0;
+  };
+  ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
+  TierId from = TierId::kNvme;
+  auto view = store_->View(Key(0), &from);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(from, TierId::kHost);
+  EXPECT_TRUE(same(**view, 0));
+  for (int i = 1; i < 25; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+  EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kHost);
+  EXPECT_TRUE(same(**view, 0));
+  view->reset();
+  int on_nvme = -1;
+  for (int i = 1; i < 25 && on_nvme < 0; ++i) {
+    const BlockLocation loc = store_->Lookup(Key(i));
+    if (loc.present && loc.tier == TierId::kNvme) on_nvme = i;
+  }
+  ASSERT_GE(on_nvme, 0);
+  auto copy = store_->View(Key(on_nvme), &from);
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  EXPECT_TRUE(same(**copy, on_nvme));
+  copy->reset();
+  // Damage byte 100 of every slot of the host tier file, in place.
+  {
+    std::fstream f(options_.host_shm_path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    for (uint64_t off = 100; off < options_.host_capacity_bytes; off += kBlockBytes) {
+      f.seekg(off);
+      char c;
+      f.read(&c, 1);
+      c ^= 0x5a;
+      f.seekp(off);
+      f.write(&c, 1);
+    }
+  }
+  int in_host = -1;
+  for (int i = 24; i > 0 && in_host < 0; --i) {
+    if (store_->Lookup(Key(i)).tier == TierId::kHost) in_host = i;
+  }
+  ASSERT_GE(in_host, 0);
+  auto damaged = store_->View(Key(in_host), &from);
+  EXPECT_FALSE(damaged.ok());
+  EXPECT_GE(store_->Stats().quarantined_blocks, 1u);
+}
+
 TEST_F(BlockStoreTest, PinnedBlocksSurvivePressure) {
   ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
   std::vector<absl::StatusOr<DeviceHandle>> handles;
