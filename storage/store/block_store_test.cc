@@ -26,6 +26,21 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Flips the byte at every `stride`-th offset from `first` up to `end` of
+// the file at path, in place.
+void FlipBytes(const std::string& path, uint64_t first, uint64_t end, uint64_t stride) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(file.good()) << path;
+  for (uint64_t off = first; off < end; off += stride) {
+    file.seekg(off);
+    char c;
+    file.read(&c, 1);
+    c ^= 0x5a;
+    file.seekp(off);
+    file.write(&c, 1);
+  }
+}
+
 // Writes data into a staging slot through the staging file, as a client
 // that mapped it would.
 void WriteStaging(BlockStore& store, const StagingSlot& slot, const std::vector<uint8_t>& data) {
@@ -225,18 +240,7 @@ TEST_F(BlockStoreTest, ViewsLendHostCopiesInPlaceAndVerifyThem) {
   EXPECT_TRUE(same(**copy, on_nvme));
   copy->reset();
   // Damage byte 100 of every slot of the host tier file, in place.
-  {
-    std::fstream f(options_.host_shm_path, std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(f.good());
-    for (uint64_t off = 100; off < options_.host_capacity_bytes; off += kBlockBytes) {
-      f.seekg(off);
-      char c;
-      f.read(&c, 1);
-      c ^= 0x5a;
-      f.seekp(off);
-      f.write(&c, 1);
-    }
-  }
+  FlipBytes(options_.host_shm_path, 100, options_.host_capacity_bytes, kBlockBytes);
   int in_host = -1;
   for (int i = 24; i > 0 && in_host < 0; --i) {
     if (store_->Lookup(Key(i)).tier == TierId::kHost) in_host = i;
@@ -378,17 +382,8 @@ TEST_F(BlockStoreTest, FlippedByteIsDetectedAndQuarantined) {
   // Flip one byte in the middle of the data area of every tier file: the
   // block is somewhere in one of them.
   for (int f = 0; f < 2; ++f) {
-    std::string path = options_.nvme_dir + "/nvme-00" + std::to_string(f) + ".dat";
-    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(file.good()) << path;
-    for (uint64_t off = 100; off < 32 * kBlockBytes; off += kBlockBytes) {
-      file.seekg(off);
-      char c;
-      file.read(&c, 1);
-      c ^= 0x5a;
-      file.seekp(off);
-      file.write(&c, 1);
-    }
+    FlipBytes(options_.nvme_dir + "/nvme-00" + std::to_string(f) + ".dat", 100, 32 * kBlockBytes,
+              kBlockBytes);
   }
   Reopen();
   std::string out;
