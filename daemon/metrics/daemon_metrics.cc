@@ -198,6 +198,14 @@ void CollectRuntime(Runtime* rt, Writer& w) {
           static_cast<double>(rt->contexts()->size()));
   w.Counter("kvtier_prefetched_blocks_total", "Blocks the prefetcher brought into host memory",
             {}, static_cast<double>(rt->prefetcher()->promoted()));
+  w.Counter("kvtier_deferred_promotions_done_total",
+            "Blocks the prefetcher brought into the device arena for Selects that deferred them",
+            {}, static_cast<double>(rt->prefetcher()->promoted_to_device()));
+  w.Counter("kvtier_summaries_deferred_total",
+            "Puts acknowledged before their key summary (server.defer_summaries)", {},
+            static_cast<double>(s.summaries_deferred));
+  w.Gauge("kvtier_summaries_pending", "Stored blocks whose key summary is still being computed",
+          {}, static_cast<double>(s.summaries_pending));
   w.Counter("kvtier_prefetch_dropped_total", "Prefetch keys dropped because the queue was full",
             {}, static_cast<double>(rt->prefetcher()->dropped()));
   w.Counter("kvtier_blocks_without_summary_total",

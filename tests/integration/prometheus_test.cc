@@ -201,6 +201,11 @@ TEST(PrometheusTest, ScrapesKvtierdAndReadsCountersBack) {
   const testing::HttpResponse direct = testing::HttpGet(metrics_port, "/metrics");
   ASSERT_EQ(direct.status, 200);
   EXPECT_THAT(direct.body, HasSubstr("kvtier_put_blocks_total 5\n"));
+  for (const char* name : {"kvtier_summaries_deferred_total ", "kvtier_summaries_pending ",
+                           "kvtier_deferred_promotions_done_total ",
+                           "kvtier_select_promotions_deferred_total "}) {
+    EXPECT_THAT(direct.body, HasSubstr(name));
+  }
   EXPECT_THAT(direct.body,
               HasSubstr("kvtier_rpc_total{method=\"kvtier.v1.KvTier/PutBlocks\",code=\"OK\"} 1\n"));
   EXPECT_THAT(direct.body, HasSubstr("kvtier_rpc_total{method=\"kvtier.v1.KvTier/PutBlocks\","
