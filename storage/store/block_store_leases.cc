@@ -26,10 +26,10 @@ namespace {
 constexpr absl::string_view kPromotionDeferredUrl = "kvtier.store/promotion_deferred";
 }  // namespace
 
-absl::Status PromotionDeferredError(const std::string& what, uint64_t limit_bytes) {
+absl::Status PromotionDeferredError(uint64_t limit_bytes) {
   absl::Status st = absl::UnavailableError(absl::StrCat(
-      what, " is in host memory; its promotion to the device arena is deferred (this call "
-            "promoted its limit of ", limit_bytes, " bytes)"));
+      "the block is in host memory; its promotion to the device arena is deferred (this call "
+      "promoted its limit of ", limit_bytes, " bytes)"));
   st.SetPayload(kPromotionDeferredUrl, absl::Cord("1"));
   return st;
 }
@@ -68,6 +68,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
   thread_local std::vector<Entry*> found;
   found.clear();
   const uint64_t forgotten_before = forgotten_;
+  absl::Status deferred;  // PromotionDeferredError, made at the first deferral
   if (mark_wanted) {
     found.reserve(keys.size());
     for (const BlockKey& key : keys) {
@@ -116,7 +117,10 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
     }
     if (budget != nullptr && !e->device &&
         e->size_bytes > budget->limit_bytes - std::min(budget->limit_bytes, budget->promoted_bytes)) {
-      handles->push_back(PromotionDeferredError(Describe(key), budget->limit_bytes));
+      // One status per call, copied (a reference count) for every block
+      // deferred: nothing is allocated per block under the store's lock.
+      if (deferred.ok()) deferred = PromotionDeferredError(budget->limit_bytes);
+      handles->push_back(deferred);
       ++budget->deferred;
       continue;
     }

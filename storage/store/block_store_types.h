@@ -83,10 +83,10 @@ struct PromotionBudget {
   uint64_t deferred = 0;        // out: blocks answered PromotionDeferredError
 };
 
-// UNAVAILABLE with a payload that IsPromotionDeferred recognises: `what`
-// (a block's description) is in memory but over the call's promotion
-// budget.
-absl::Status PromotionDeferredError(const std::string& what, uint64_t limit_bytes);
+// UNAVAILABLE with a payload that IsPromotionDeferred recognises: a block
+// in host memory past the call's promotion budget of limit_bytes (its
+// position in the call's answers says which).
+absl::Status PromotionDeferredError(uint64_t limit_bytes);
 bool IsPromotionDeferred(const absl::Status& status);
 
 // A block's bytes lent for sending (BlockStore::View). Destroy it before
