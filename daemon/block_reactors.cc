@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/blocking_pool.h"
 #include "daemon/convert.h"
@@ -9,20 +11,29 @@
 #include "daemon/options.h"
 #include "daemon/reactors.h"
 #include "daemon/tenant.h"
+#include "proto/wire/block_messages.h"
+#include "storage/common/status_macros.h"
 
 namespace kvtier::daemon {
 namespace {
 
-class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksRequest> {
+// PutBlocks as a raw (ByteBuffer) client stream: each message is parsed in
+// place (proto/wire/block_messages.h) and a block's data goes from the
+// slices gRPC received straight into its host-tier slot (BlockStore::
+// PutPieces), never through a std::string.
+class PutBlocksReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  PutBlocksReactor(Runtime* runtime, std::string tenant, v1::PutBlocksResponse* response)
-      : runtime_(runtime), tenant_(std::move(tenant)), response_(response) {
+  PutBlocksReactor(Runtime* runtime, std::string tenant, grpc::ByteBuffer* response)
+      : runtime_(runtime), tenant_(std::move(tenant)), response_buffer_(response) {
     StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client closed its side: every message is processed
-      Finish(grpc::Status::OK);
+      bool own = false;
+      grpc::Status st = grpc::SerializationTraits<v1::PutBlocksResponse>::Serialize(
+          response_, response_buffer_, &own);
+      Finish(st);
       return;
     }
     // Storing may write NVMe (durable puts, demotions) and sync the
@@ -30,6 +41,8 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
     BlockingPool* pool = runtime_->blocking_pool();
     if (!pool->Submit([this] {
           absl::Status st = Process();
+          slices_.clear();  // the message's memory goes back to gRPC
+          request_.Clear();
           if (!st.ok()) {
             Finish(ToGrpcStatus(st));
             return;
@@ -43,17 +56,32 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
   void OnDone() override { delete this; }
 
  private:
-  absl::Status Process() {
-    response_->set_messages_received(response_->messages_received() + 1);
+  absl::Status Parse() {
     const uint64_t limit = runtime_->config().limits.max_batch_blocks;
-    if (request_.profile_id() == 0) {
+    slices_.clear();
+    if (grpc::Status dumped = request_.Dump(&slices_); !dumped.ok()) {
+      return absl::InternalError(absl::StrCat("PutBlocks: ", dumped.error_message()));
+    }
+    pieces_.clear();
+    for (const grpc::Slice& s : slices_) pieces_.emplace_back(s.begin(), s.size());
+    absl::Status st =
+        wire::ParsePutBlocks(pieces_, limit, "limits.max_batch_blocks", &request_view_);
+    if (!st.ok()) {
+      // Messages are counted from 1, as messages_received counts them.
+      return absl::InvalidArgumentError(absl::StrCat("message ", response_.messages_received(),
+                                                     " of the stream: ", st.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Process() {
+    response_.set_messages_received(response_.messages_received() + 1);
+    KVTIER_RETURN_IF_ERROR(Parse());
+    const wire::PutBlocksView& request = request_view_;
+    if (request.profile_id == 0) {
       return absl::InvalidArgumentError("profile_id: required in every PutBlocksRequest");
     }
-    if (static_cast<uint64_t>(request_.blocks_size()) > limit) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "blocks: ", request_.blocks_size(), " exceed limits.max_batch_blocks = ", limit));
-    }
-    if (static_cast<uint64_t>(response_->results_size() + request_.blocks_size()) >
+    if (static_cast<uint64_t>(response_.results_size()) + request.blocks.size() >
         kMaxPutResultsPerStream) {
       // Checked before storing anything of this message: the response (one
       // result per block) stays bounded, and what was acknowledged is
@@ -62,44 +90,41 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
           "blocks: more than ", kMaxPutResultsPerStream,
           " blocks in one PutBlocks stream; open another stream"));
     }
-    if (auto profile = runtime_->store()->GetProfile(request_.profile_id()); !profile.ok()) {
+    if (auto profile = runtime_->store()->GetProfile(request.profile_id); !profile.ok()) {
       return absl::InvalidArgumentError(std::string(profile.status().message()));
     }
     // The blocks are stored in parallel (server.put_parallelism); results
     // are reported in message order.
     BlockStore* store = runtime_->store();
     outcomes_.clear();
-    outcomes_.resize(request_.blocks_size());
+    outcomes_.resize(request.blocks.size());
     ParallelFor(runtime_->blocking_pool(), outcomes_.size(), PutParallelismOf(runtime_->config()),
                 [&](size_t i) {
-                  const v1::BlockPut& put = request_.blocks(static_cast<int>(i));
-                  BlockKey key{tenant_, request_.profile_id(), put.block_id()};
+                  const wire::BlockPutView& put = request.blocks[i];
+                  BlockKey key{tenant_, request.profile_id, put.block_id};
                   absl::StatusOr<PutOutcome>& outcome = outcomes_[i];
-                  switch (put.source_case()) {
-                    case v1::BlockPut::kData:
-                      outcome = store->Put(
-                          key,
-                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(put.data().data()),
-                                              put.data().size()),
-                          request_.durable(), put.xxh3(), request_.retain());
+                  switch (put.source) {
+                    case wire::BlockPutView::Source::kData:
+                      outcome = store->PutPieces(key, put.data, request.durable, put.xxh3,
+                                                 request.retain);
                       break;
-                    case v1::BlockPut::kSlot:
+                    case wire::BlockPutView::Source::kSlot:
                       outcome = store->PutFromStaging(
                           key,
-                          StagingSlot{put.slot().slot_id(), put.slot().offset_bytes(),
-                                      put.slot().size_bytes(), put.slot().generation()},
-                          request_.durable(), put.xxh3(), request_.retain());
+                          StagingSlot{put.slot.slot_id, put.slot.offset_bytes,
+                                      put.slot.size_bytes, put.slot.generation},
+                          request.durable, put.xxh3, request.retain);
                       break;
                     default:
                       outcome = absl::InvalidArgumentError(
                           absl::StrCat("blocks[", i, "]: set data or slot"));
                   }
                 });
-    for (int i = 0; i < request_.blocks_size(); ++i) {
-      const v1::BlockPut& put = request_.blocks(i);
+    for (size_t i = 0; i < request.blocks.size(); ++i) {
+      const wire::BlockPutView& put = request.blocks[i];
       const absl::StatusOr<PutOutcome>& outcome = outcomes_[i];
-      v1::PutResult* result = response_->add_results();
-      result->set_block_id(put.block_id());
+      v1::PutResult* result = response_.add_results();
+      result->set_block_id(put.block_id);
       ToItemStatus(outcome.status(), result->mutable_status());
       if (outcome.ok()) {
         result->set_tier(ToProto(outcome->tier));
@@ -107,9 +132,11 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
         result->set_existed(outcome->existed);
         result->set_retained(outcome->retained);
         if (!outcome->existed) {
-          const uint64_t bytes = put.has_data() ? put.data().size() : put.slot().size_bytes();
-          response_->set_blocks_stored(response_->blocks_stored() + 1);
-          response_->set_bytes_stored(response_->bytes_stored() + bytes);
+          const uint64_t bytes = put.source == wire::BlockPutView::Source::kData
+                                     ? put.data_size
+                                     : put.slot.size_bytes;
+          response_.set_blocks_stored(response_.blocks_stored() + 1);
+          response_.set_bytes_stored(response_.bytes_stored() + bytes);
           runtime_->metrics()->BlocksPut(1, bytes);
         }
       }
@@ -119,18 +146,22 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<v1::PutBlocksReque
 
   Runtime* const runtime_;
   const std::string tenant_;
-  v1::PutBlocksResponse* const response_;
-  v1::PutBlocksRequest request_;
-  std::vector<absl::StatusOr<PutOutcome>> outcomes_;  // of request_'s blocks
+  grpc::ByteBuffer* const response_buffer_;  // serialised response_, at the end
+  v1::PutBlocksResponse response_;
+  grpc::ByteBuffer request_;                 // the message being read or processed
+  std::vector<grpc::Slice> slices_;          // request_'s, while it is processed
+  std::vector<wire::Bytes> pieces_;          // over slices_
+  wire::PutBlocksView request_view_;         // parsed from pieces_
+  std::vector<absl::StatusOr<PutOutcome>> outcomes_;  // of request_view_'s blocks
 };
 
 }  // namespace
 
-grpc::ServerReadReactor<v1::PutBlocksRequest>* NewPutBlocksReactor(
-    Runtime* runtime, grpc::CallbackServerContext* ctx, v1::PutBlocksResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* NewPutBlocksReactor(
+    Runtime* runtime, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
   absl::StatusOr<TenantPtr> caller = CallerOf(runtime->tenants(), ctx);
   if (!caller.ok()) {
-    return new FinishedReadReactor<v1::PutBlocksRequest>(ToGrpcStatus(caller.status()));
+    return new FinishedReadReactor<grpc::ByteBuffer>(ToGrpcStatus(caller.status()));
   }
   return new PutBlocksReactor(runtime, (*caller)->name, response);
 }

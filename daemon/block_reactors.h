@@ -21,8 +21,14 @@ namespace kvtier::daemon {
 // per block).
 inline constexpr uint64_t kMaxPutResultsPerStream = 1 << 16;
 
-grpc::ServerReadReactor<v1::PutBlocksRequest>* NewPutBlocksReactor(
-    Runtime* runtime, grpc::CallbackServerContext* ctx, v1::PutBlocksResponse* response);
+// PutBlocks as a raw method (block_reactors.cc): every request message is a
+// serialised PutBlocksRequest, parsed in place so that each block's data is
+// copied once, from the slices gRPC received into the store's host tier;
+// a message that does not parse fails the call with INVALID_ARGUMENT
+// naming the message, field and byte. The response is a serialised
+// PutBlocksResponse.
+grpc::ServerReadReactor<grpc::ByteBuffer>* NewPutBlocksReactor(
+    Runtime* runtime, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response);
 
 // GetBlocks as a raw method (get_blocks_reactor.cc): the request is a
 // serialised GetBlocksRequest and every response message a serialised

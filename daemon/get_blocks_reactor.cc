@@ -18,22 +18,12 @@
 #include "daemon/grpc_status.h"
 #include "daemon/reactors.h"
 #include "daemon/tenant.h"
+#include "proto/wire/wire.h"
 
 namespace kvtier::daemon {
 namespace {
 
-// Protobuf wire format: a varint, and a length-delimited field's key.
-void AppendVarint(uint64_t v, std::string* out) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-void AppendLengthKey(uint32_t field, uint64_t length, std::string* out) {
-  AppendVarint((uint64_t{field} << 3) | 2, out);
-  AppendVarint(length, out);
-}
+using wire::AppendLengthKey;
 
 // GetBlocksResponse.results = 1; BlockResult.data = 4.
 constexpr uint32_t kResultsField = 1;

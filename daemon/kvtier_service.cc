@@ -136,8 +136,8 @@ grpc::ServerUnaryReactor* KvTierService::ReserveSlots(grpc::CallbackServerContex
   return FinishUnary(ctx, grpc::Status::OK);
 }
 
-grpc::ServerReadReactor<v1::PutBlocksRequest>* KvTierService::PutBlocks(
-    grpc::CallbackServerContext* ctx, v1::PutBlocksResponse* resp) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* KvTierService::PutBlocks(
+    grpc::CallbackServerContext* ctx, grpc::ByteBuffer* resp) {
   return NewPutBlocksReactor(runtime_, ctx, resp);
 }
 

@@ -11,10 +11,12 @@
 
 namespace kvtier::daemon {
 
-// GetBlocks is served as a raw method (its responses reference the blocks'
-// bytes in place; block_reactors.h); every other method as generated.
+// PutBlocks and GetBlocks are served as raw methods (their payloads are read
+// and sent in place, not copied into messages; block_reactors.h); every
+// other method as generated.
 class KvTierService final
-    : public v1::KvTier::WithRawCallbackMethod_GetBlocks<v1::KvTier::CallbackService> {
+    : public v1::KvTier::WithRawCallbackMethod_GetBlocks<
+          v1::KvTier::WithRawCallbackMethod_PutBlocks<v1::KvTier::CallbackService>> {
  public:
   explicit KvTierService(Runtime* runtime) : runtime_(runtime) {}
 
@@ -30,8 +32,8 @@ class KvTierService final
   grpc::ServerUnaryReactor* ReserveSlots(grpc::CallbackServerContext* ctx,
                                          const v1::ReserveSlotsRequest* req,
                                          v1::ReserveSlotsResponse* resp) override;
-  grpc::ServerReadReactor<v1::PutBlocksRequest>* PutBlocks(
-      grpc::CallbackServerContext* ctx, v1::PutBlocksResponse* resp) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* PutBlocks(grpc::CallbackServerContext* ctx,
+                                                       grpc::ByteBuffer* resp) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* GetBlocks(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* req) override;
   grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,

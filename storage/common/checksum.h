@@ -26,6 +26,11 @@ uint64_t BlockChecksum(absl::Span<const uint8_t> data);
 // changing the source meanwhile.
 uint64_t CopyWithChecksum(absl::Span<const uint8_t> src, uint8_t* dst);
 
+// CopyWithChecksum of the concatenation of `pieces` (a payload received in
+// several buffers): copies them one after another to `dst` and returns
+// BlockChecksum of everything written, in the same single pass.
+uint64_t GatherWithChecksum(absl::Span<const absl::Span<const uint8_t>> pieces, uint8_t* dst);
+
 }  // namespace kvtier
 
 #endif  // KVTIER_STORAGE_COMMON_CHECKSUM_H_

@@ -48,5 +48,27 @@ TEST(ChecksumTest, CopyWithChecksumCopiesAndHashesAtEverySize) {
   }
 }
 
+// Pieces of every size, including empty ones and ones across the chunk
+// size, gather into the concatenation and hash as one payload.
+TEST(ChecksumTest, GatherWithChecksumEqualsOneCopyOfTheConcatenation) {
+  std::mt19937_64 rng(3);
+  std::vector<uint8_t> src((1 << 20) + 77);
+  for (uint8_t& b : src) b = static_cast<uint8_t>(rng());
+  for (size_t cuts : {size_t{0}, size_t{1}, size_t{2}, size_t{7}, size_t{40}}) {
+    std::vector<size_t> at = {0, src.size()};
+    for (size_t i = 0; i < cuts; ++i) at.push_back(rng() % (src.size() + 1));
+    std::sort(at.begin(), at.end());
+    std::vector<absl::Span<const uint8_t>> pieces;
+    for (size_t i = 0; i + 1 < at.size(); ++i) {
+      pieces.emplace_back(src.data() + at[i], at[i + 1] - at[i]);
+    }
+    std::vector<uint8_t> dst(src.size() + 1, 0xA5);
+    EXPECT_EQ(GatherWithChecksum(pieces, dst.data()), XXH3_64bits(src.data(), src.size()))
+        << cuts;
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << cuts;
+    EXPECT_EQ(dst[src.size()], 0xA5);
+  }
+}
+
 }  // namespace
 }  // namespace kvtier

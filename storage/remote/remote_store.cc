@@ -338,6 +338,14 @@ absl::StatusOr<PutOutcome> RemoteStore::Put(const BlockKey& key, absl::Span<cons
   return put;
 }
 
+absl::StatusOr<PutOutcome> RemoteStore::PutPieces(
+    const BlockKey& key, absl::Span<const absl::Span<const uint8_t>> pieces, bool durable,
+    uint64_t expected_xxh3, bool retain) {
+  absl::StatusOr<PutOutcome> put = local_->PutPieces(key, pieces, durable, expected_xxh3, retain);
+  if (put.ok() && !put->existed) Enqueue(key);
+  return put;
+}
+
 absl::StatusOr<PutOutcome> RemoteStore::PutFromStaging(const BlockKey& key,
                                                        const StagingSlot& slot, bool durable,
                                                        uint64_t expected_xxh3, bool retain) {

@@ -124,6 +124,10 @@ class RemoteStore final : public BlockStore {
   absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) override {
     return local_->GetProfile(profile_id);
   }
+  absl::StatusOr<PutOutcome> PutPieces(const BlockKey& key,
+                                       absl::Span<const absl::Span<const uint8_t>> pieces,
+                                       bool durable, uint64_t expected_xxh3,
+                                       bool retain) override;
   absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
                                  bool durable, uint64_t expected_xxh3, bool retain) override;
   absl::StatusOr<std::vector<StagingSlot>> ReserveStaging(const std::string& tenant,

@@ -206,6 +206,14 @@ class BlockStore {
   virtual absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
                                          bool durable, uint64_t expected_xxh3 = 0,
                                          bool retain = false) = 0;
+  // Put of a payload held in pieces (the buffers a gRPC message arrived in):
+  // the same as Put of their concatenation, which is never built; a new
+  // block is copied from the pieces into its host-tier slot and hashed in
+  // one pass. The pieces must not change during the call.
+  virtual absl::StatusOr<PutOutcome> PutPieces(const BlockKey& key,
+                                               absl::Span<const absl::Span<const uint8_t>> pieces,
+                                               bool durable, uint64_t expected_xxh3 = 0,
+                                               bool retain = false) = 0;
   // Reserves count staging slots of the profile's block size in the
   // tenant's staging area, returned to the pool after ttl_ms (0 = default)
   // unless used by PutFromStaging; past the tenant's staging_slots quota

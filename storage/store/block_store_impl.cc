@@ -971,15 +971,39 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
   {
     absl::MutexLock lock(&mu_);
     KVTIER_RETURN_IF_ERROR(CheckPayload(key, data.size()));
-    if (!entries_.contains(key)) return PutNewLocked(key, data, durable, expected_xxh3, retain);
+    if (!entries_.contains(key)) {
+      return PutNewLocked(key, absl::MakeConstSpan(&data, 1), data.size(), durable,
+                          expected_xxh3, retain);
+    }
   }
   return PutPrivate(key, data, std::nullopt, durable, expected_xxh3, retain);
 }
 
-absl::StatusOr<PutOutcome> BlockStoreImpl::PutNewLocked(const BlockKey& key,
-                                                        absl::Span<const uint8_t> src,
-                                                        bool durable, uint64_t expected_xxh3,
-                                                        bool retain) {
+absl::StatusOr<PutOutcome> BlockStoreImpl::PutPieces(
+    const BlockKey& key, absl::Span<const absl::Span<const uint8_t>> pieces, bool durable,
+    uint64_t expected_xxh3, bool retain) {
+  if (pieces.size() == 1) return Put(key, pieces[0], durable, expected_xxh3, retain);
+  uint64_t size = 0;
+  for (const absl::Span<const uint8_t>& p : pieces) size += p.size();
+  {
+    absl::MutexLock lock(&mu_);
+    KVTIER_RETURN_IF_ERROR(CheckPayload(key, size));
+    if (!entries_.contains(key)) {
+      return PutNewLocked(key, pieces, size, durable, expected_xxh3, retain);
+    }
+  }
+  // Stored already, or being put right now: compared on a contiguous
+  // private copy, as a put of identical bytes is rare.
+  std::string flat(size, '\0');
+  uint8_t* dst = reinterpret_cast<uint8_t*>(flat.data());
+  const uint64_t checksum = GatherWithChecksum(pieces, dst);
+  return PutPrivate(key, absl::MakeConstSpan(dst, size), checksum, durable, expected_xxh3,
+                    retain);
+}
+
+absl::StatusOr<PutOutcome> BlockStoreImpl::PutNewLocked(
+    const BlockKey& key, absl::Span<const absl::Span<const uint8_t>> src, uint64_t size_bytes,
+    bool durable, uint64_t expected_xxh3, bool retain) {
   const ModelProfile profile = profiles_.at(key.profile_id);
   // A non-durable put may leave its summary to the summary thread.
   // Deferred blocks stay in host memory until summarised, so they may
@@ -987,11 +1011,11 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutNewLocked(const BlockKey& key,
   const bool defer = options_.summarize && summary_thread_.joinable() && !durable &&
                      !options_.write_through &&
                      deferred_summaries_ < options_.max_deferred_summaries &&
-                     deferred_summary_bytes_ + src.size() <= options_.host_capacity_bytes / 4;
+                     deferred_summary_bytes_ + size_bytes <= options_.host_capacity_bytes / 4;
   return InsertNewLocked(
-      key, src.size(), durable, retain, [&](absl::Span<uint8_t> dst) -> absl::StatusOr<FilledCopy> {
+      key, size_bytes, durable, retain, [&](absl::Span<uint8_t> dst) -> absl::StatusOr<FilledCopy> {
         FilledCopy filled;
-        filled.checksum = CopyWithChecksum(src, dst.data());
+        filled.checksum = GatherWithChecksum(src, dst.data());
         if (expected_xxh3 != 0 && expected_xxh3 != filled.checksum) {
           return absl::DataLossError(absl::StrCat("xxh3: the payload of ", Describe(key),
                                                   " does not match the checksum the client sent"));
@@ -1271,7 +1295,9 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
       return payload;
     }
     if (!entries_.contains(key)) {
-      absl::StatusOr<PutOutcome> outcome = PutNewLocked(key, src, durable, expected_xxh3, retain);
+      absl::StatusOr<PutOutcome> outcome =
+          PutNewLocked(key, absl::MakeConstSpan(&src, 1), src.size(), durable, expected_xxh3,
+                       retain);
       free_staging();
       return outcome;
     }

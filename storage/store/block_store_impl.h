@@ -59,6 +59,10 @@ class BlockStoreImpl final : public BlockStore {
   absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) override;
   absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
                                  bool durable, uint64_t expected_xxh3, bool retain) override;
+  absl::StatusOr<PutOutcome> PutPieces(const BlockKey& key,
+                                       absl::Span<const absl::Span<const uint8_t>> pieces,
+                                       bool durable, uint64_t expected_xxh3,
+                                       bool retain) override;
   absl::StatusOr<std::vector<StagingSlot>> ReserveStaging(const std::string& tenant,
                                                           uint64_t profile_id, uint32_t count,
                                                           uint64_t ttl_ms) override;
@@ -109,11 +113,14 @@ class BlockStoreImpl final : public BlockStore {
     bool summary_deferred = false;  // to the summary thread (defer_summaries)
   };
   // Put of a block not stored yet (no entry under key, payload checked):
-  // src is copied and hashed in one pass into its host-tier slot and the
-  // summary is taken from that copy, so src may change meanwhile (a staging
-  // slot) without the stored checksum, summary and bytes disagreeing.
-  absl::StatusOr<PutOutcome> PutNewLocked(const BlockKey& key, absl::Span<const uint8_t> src,
-                                          bool durable, uint64_t expected_xxh3, bool retain)
+  // src (the payload's pieces, size_bytes in all) is copied and hashed in
+  // one pass into its host-tier slot and the summary is taken from that
+  // copy, so src may change meanwhile (a staging slot) without the stored
+  // checksum, summary and bytes disagreeing.
+  absl::StatusOr<PutOutcome> PutNewLocked(const BlockKey& key,
+                                          absl::Span<const absl::Span<const uint8_t>> src,
+                                          uint64_t size_bytes, bool durable,
+                                          uint64_t expected_xxh3, bool retain)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Creates the entry of a block not stored yet and its host-tier copy
   // (making room as a put does), then calls fill, without mu_, with the

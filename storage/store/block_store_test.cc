@@ -76,6 +76,40 @@ TEST_F(BlockStoreTest, IdenticalPutIsIdempotentDifferentBytesRefused) {
   ExpectReadable(1);  // the stored block stays
 }
 
+// A payload in pieces (a gRPC message's slices) is stored as their
+// concatenation: same checksum, same bytes, same identity rules as Put.
+TEST_F(BlockStoreTest, PutPiecesStoresTheConcatenation) {
+  const std::vector<uint8_t> payload = Payload(3);
+  const uint64_t xxh3 = XXH3_64bits(payload.data(), payload.size());
+  auto pieces_of = [](const std::vector<uint8_t>& p) {
+    const size_t third = p.size() / 3;
+    return std::vector<absl::Span<const uint8_t>>{
+        {p.data(), third}, {p.data() + third, 0}, {p.data() + third, p.size() - third - 1},
+        {p.data() + p.size() - 1, 1}};
+  };
+  const auto pieces = pieces_of(payload);
+  auto wrong = store_->PutPieces(Key(3), pieces, false, xxh3 ^ 1);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kDataLoss) << wrong.status();
+  EXPECT_FALSE(store_->Lookup(Key(3)).present);
+  auto short_pieces = pieces;
+  short_pieces.pop_back();
+  auto short_put = store_->PutPieces(Key(3), short_pieces, false);
+  EXPECT_EQ(short_put.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(short_put.status().message(), HasSubstr("data"));
+
+  auto put = store_->PutPieces(Key(3), pieces, false, xxh3);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_FALSE(put->existed);
+  ExpectReadable(3);
+  auto again = store_->PutPieces(Key(3), pieces, false, xxh3);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->existed);
+  const std::vector<uint8_t> other = Payload(4);
+  auto differs = store_->PutPieces(Key(3), pieces_of(other), false);
+  EXPECT_EQ(differs.status().code(), absl::StatusCode::kAlreadyExists) << differs.status();
+  ExpectReadable(3);
+}
+
 TEST_F(BlockStoreTest, BadInputNamesTheField) {
   auto small = std::vector<uint8_t>(100);
   auto st = store_->Put(Key(1), small, false).status();

@@ -1,8 +1,8 @@
 // PutBlocks as raw bytes on the wire: the daemon reports how many messages
-// of the stream it took (PutBlocksResponse.messages_received), so a client
-// can tell a stream cut short at an unparseable message from a complete
-// one. Real daemon in-process, real gRPC over a Unix socket, a generic
-// stub to send bytes the generated stubs never would.
+// of the stream it took (PutBlocksResponse.messages_received), and a
+// message it cannot parse fails the call with INVALID_ARGUMENT naming it.
+// Real daemon in-process, real gRPC over a Unix socket, a generic stub to
+// send bytes the generated stubs never would.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
@@ -16,6 +16,7 @@
 #include "daemon/config.h"
 #include "daemon/server.h"
 #include "gtest/gtest.h"
+#include "proto/wire/wire.h"
 #include "tests/integration/tiny_profile.h"
 
 namespace kvtier {
@@ -157,26 +158,44 @@ TEST_F(PutStreamTest, CountsEveryMessageOfACompleteStream) {
   EXPECT_TRUE(Present("c1"));
 }
 
-TEST_F(PutStreamTest, StreamCutAtAnUnparseableMessageSaysHowFarItGot) {
+TEST_F(PutStreamTest, UnparseableMessageFailsTheCallNamingIt) {
   grpc::Status status;
-  v1::PutBlocksResponse r = Put({PutMessage("a2"), kGarbage, PutMessage("c2")}, &status);
-  // gRPC ends the server's reads at the bad message, so the call itself
-  // is OK: the count tells the client its third message was never
-  // processed (both clients turn that into DATA_LOSS).
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(r.messages_received(), 1u);
-  EXPECT_EQ(r.results_size(), 1);
+  Put({PutMessage("a2"), kGarbage, PutMessage("c2")}, &status);
+  // The daemon parses each message itself: the call fails at the bad
+  // message, naming it, the field and the byte; what came before it was
+  // stored, nothing after it.
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("message 2 of the stream"), std::string::npos)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("truncated varint"), std::string::npos)
+      << status.error_message();
   EXPECT_TRUE(Present("a2"));
   EXPECT_FALSE(Present("c2")) << "a message after the bad one was stored";
 }
 
 TEST_F(PutStreamTest, GarbageFirstMessageStoresNothing) {
   grpc::Status status;
-  v1::PutBlocksResponse r = Put({kGarbage, PutMessage("b3")}, &status);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(r.messages_received(), 0u);  // a client that sent 2 sees the cut
-  EXPECT_EQ(r.results_size(), 0);
+  Put({kGarbage, PutMessage("b3")}, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("message 1 of the stream"), std::string::npos)
+      << status.error_message();
   EXPECT_FALSE(Present("b3"));
+}
+
+// A known field with the wrong wire type is refused by name, not skipped.
+TEST_F(PutStreamTest, DataOfTheWrongWireTypeIsNamed) {
+  std::string block;
+  wire::AppendBytesField(1, "z", &block);        // block_id
+  wire::AppendVarintField(2, 5, &block);         // data, as a varint
+  std::string message;
+  wire::AppendVarintField(1, profile_id_, &message);
+  wire::AppendBytesField(2, block, &message);
+  grpc::Status status;
+  Put({message}, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("blocks[0].data: wire type 0"), std::string::npos)
+      << status.error_message();
+  EXPECT_FALSE(Present("z"));
 }
 
 }  // namespace
