@@ -1,5 +1,6 @@
 #include "client/client.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/client_interceptor.h>
 
@@ -116,7 +117,10 @@ Client::Client(std::string target, ClientOptions options, std::shared_ptr<grpc::
       options_(options),
       channel_(std::move(channel)),
       kvtier_(v1::KvTier::NewStub(channel_)),
-      admin_(v1::Admin::NewStub(channel_)) {}
+      admin_(v1::Admin::NewStub(channel_)),
+      generic_(std::make_unique<grpc::GenericStub>(channel_)) {}
+
+Client::~Client() = default;
 
 client::SharedFileSource Client::ArenaSource(const v1::OpenArenaResponse& arena) const {
   if (!arena.shm_path().empty()) return client::SharedFileSource{arena.shm_path(), "", ""};
@@ -250,12 +254,12 @@ absl::StatusOr<v1::PutBlocksResponse> Client::PutBlocks(
   writer->WritesDone();
   grpc::Status st = writer->Finish();
   if (!st.ok()) return FromGrpcStatus(st);
-  // The daemon counts every message it read; fewer than were sent means it
-  // stopped at one it could not parse (the stream then looks closed).
+  // The daemon counts every message it read; a client compares it with
+  // what it sent.
   if (resp.messages_received() != requests.size()) {
     return absl::DataLossError(absl::StrCat(
         "PutBlocks: the daemon read ", resp.messages_received(), " of the ", requests.size(),
-        " messages sent (a message it could not parse ends the stream)"));
+        " messages sent"));
   }
   return resp;
 }

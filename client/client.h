@@ -22,13 +22,17 @@
 #ifndef KVTIER_CLIENT_CLIENT_H_
 #define KVTIER_CLIENT_CLIENT_H_
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "client/shm/shm_mapping.h"
 #include "kvtier/v1/admin.grpc.pb.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
@@ -65,6 +69,31 @@ struct ClientOptions {
 
 enum class ServingStatus { kUnknown, kServing, kNotServing };
 
+// Block payloads sent and received without protobuf copies (PutBlockData,
+// GetBlockData below; client/block_data.cc).
+struct BlockData {
+  std::string_view block_id;
+  absl::Span<const uint8_t> data;  // the caller's memory, read in place
+  uint64_t xxh3 = 0;  // optional XXH3-64 of data: the daemon refuses a mismatch (DATA_LOSS)
+};
+struct PutDataOptions {
+  bool durable = false;  // as PutBlocksRequest.durable
+  bool retain = false;   // as PutBlocksRequest.retain
+  // Blocks are grouped into messages of at most message_bytes (a larger
+  // block goes alone) and message_blocks blocks (at most the daemon's
+  // limits.max_batch_blocks).
+  uint64_t message_bytes = 4 << 20;
+  uint32_t message_blocks = 256;
+};
+struct BlockDestination {
+  std::string_view block_id;
+  absl::Span<uint8_t> dst;  // exactly the block's size
+};
+struct BlockDataResult {
+  absl::Status status;  // the block's ItemStatus; OK: dst holds its bytes
+  v1::Tier tier = v1::TIER_UNSPECIFIED;  // where the daemon read it from
+};
+
 class Client {
  public:
   // Creates the channel; does not wait for the daemon (the first call does).
@@ -97,6 +126,25 @@ class Client {
   // *lease_id receives the lease of a HANDLES call (may be null).
   absl::StatusOr<std::vector<v1::BlockResult>> GetBlocks(const v1::GetBlocksRequest& request,
                                                          uint64_t* lease_id = nullptr);
+  // PutBlocks from the caller's memory: each message is written as slices
+  // that point at the blocks' bytes, so the only copy of a payload on this
+  // side is the socket write. The call returns once gRPC has let go of
+  // every slice: the memory may then be reused. Returns the daemon's
+  // response (one result per block, in order); DATA_LOSS when the daemon
+  // read fewer messages than were sent; INVALID_ARGUMENT naming
+  // "options.message_blocks" when it is 0.
+  absl::StatusOr<v1::PutBlocksResponse> PutBlockData(uint64_t profile_id,
+                                                     absl::Span<const BlockData> blocks,
+                                                     const PutDataOptions& options = {});
+  // GetBlocks in BYTES mode into the caller's buffers: every response is
+  // parsed where gRPC received it and each block's bytes are copied once,
+  // from the received slices into its dst. One result per block, in order:
+  // the daemon's ItemStatus (NOT_FOUND for a miss), or INVALID_ARGUMENT
+  // naming "blocks[i].dst" when dst is not the block's size (nothing is
+  // written then). ids_per_call: blocks asked for in one GetBlocks call (at
+  // most the daemon's limits.max_batch_blocks).
+  absl::StatusOr<std::vector<BlockDataResult>> GetBlockData(
+      uint64_t profile_id, absl::Span<const BlockDestination> blocks, uint32_t ids_per_call = 1024);
   absl::StatusOr<v1::DeleteBlocksResponse> DeleteBlocks(const v1::DeleteBlocksRequest& request);
   absl::StatusOr<v1::ReleaseResponse> Release(const v1::ReleaseRequest& request);
   // SelKV compaction (docs/API.md, "Compaction"). CompactContext and
@@ -121,6 +169,8 @@ class Client {
   v1::Admin::Stub* admin_stub() { return admin_.get(); }
   const ClientOptions& options() const { return options_; }
 
+  ~Client();
+
  private:
   Client(std::string target, ClientOptions options, std::shared_ptr<grpc::Channel> channel);
 
@@ -129,6 +179,7 @@ class Client {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::KvTier::Stub> kvtier_;
   std::unique_ptr<v1::Admin::Stub> admin_;
+  std::unique_ptr<grpc::GenericStub> generic_;  // PutBlockData, GetBlockData
 };
 
 // Turns a user-supplied address into a gRPC target: paths (containing '/'

@@ -164,6 +164,39 @@ absl::Status KvtierPaths::PutBytes(uint64_t profile_id, const WorkingSet& ws,
   return CheckPut(resp, n);
 }
 
+absl::Status KvtierPaths::PutDirect(uint64_t profile_id, const WorkingSet& ws,
+                                    const std::vector<std::string>& ids, uint32_t batch) {
+  std::vector<BlockData> blocks(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto* src = reinterpret_cast<const uint8_t*>(ws.src(i));
+    blocks[i] = BlockData{ids[i], absl::MakeConstSpan(src, ws.block_bytes())};
+  }
+  PutDataOptions options;
+  options.message_blocks = batch;
+  options.message_bytes = uint64_t{batch} * (ws.block_bytes() + 256);
+  absl::StatusOr<v1::PutBlocksResponse> put = client_->PutBlockData(profile_id, blocks, options);
+  if (!put.ok()) return put.status();
+  return CheckPut(*put, ids.size());
+}
+
+absl::Status KvtierPaths::GetDirect(uint64_t profile_id, WorkingSet* ws,
+                                    const std::vector<std::string>& ids, uint32_t batch) {
+  std::vector<BlockDestination> dst(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto* to = reinterpret_cast<uint8_t*>(ws->dst(i));
+    dst[i] = BlockDestination{ids[i], absl::MakeSpan(to, ws->block_bytes())};
+  }
+  absl::StatusOr<std::vector<BlockDataResult>> got = client_->GetBlockData(profile_id, dst, batch);
+  if (!got.ok()) return got.status();
+  for (size_t i = 0; i < got->size(); ++i) {
+    if (!(*got)[i].status.ok()) {
+      const absl::Status& st = (*got)[i].status;
+      return absl::Status(st.code(), absl::StrCat("GetBlockData: block ", i, ": ", st.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status KvtierPaths::GetBytes(uint64_t profile_id, WorkingSet* ws,
                                    const std::vector<std::string>& ids, uint32_t batch) {
   const uint64_t n = ids.size();

@@ -6,6 +6,10 @@
 //                 stream, `batch` blocks per message); GetBlocks in
 //                 RETURN_MODE_BYTES, one call per `batch` ids, payload
 //                 copied into the working set's destination.
+//   direct path   Client::PutBlockData / GetBlockData: the same calls as
+//                 the bytes path, their messages written from the working
+//                 set's memory and parsed into its destination in place
+//                 (no protobuf objects), `batch` blocks per message / call.
 //   staging path  ReserveSlots per batch, memcpy of each block into its
 //                 shared-memory slot, PutBlocks naming the slots (one
 //                 stream); GetBlocks in RETURN_MODE_HANDLES per batch, bytes
@@ -64,6 +68,10 @@ class KvtierPaths {
                         const std::vector<std::string>& ids, uint32_t batch);
   absl::Status GetBytes(uint64_t profile_id, WorkingSet* ws, const std::vector<std::string>& ids,
                         uint32_t batch);
+  absl::Status PutDirect(uint64_t profile_id, const WorkingSet& ws,
+                         const std::vector<std::string>& ids, uint32_t batch);
+  absl::Status GetDirect(uint64_t profile_id, WorkingSet* ws, const std::vector<std::string>& ids,
+                         uint32_t batch);
   absl::Status PutStaged(uint64_t profile_id, const WorkingSet& ws,
                          const std::vector<std::string>& ids, uint32_t batch);
   absl::Status GetHandles(uint64_t profile_id, WorkingSet* ws, const std::vector<std::string>& ids,

@@ -6,6 +6,9 @@
 //   memcpy            single-threaded copy source -> destination (the anchor
 //                     for the shared-memory path)
 //   kvtier_grpc_bytes PutBlocks with bytes in the messages; GetBlocks bytes
+//   kvtier_grpc_direct the same RPCs through Client::PutBlockData /
+//                     GetBlockData: messages written from and parsed into
+//                     the working set in place (no protobuf copies)
 //   kvtier_shm        ReserveSlots + memcpy into the slots + PutBlocks
 //                     naming them; GetBlocks handles + memcpy out of the
 //                     mapped arena + Release
@@ -83,6 +86,7 @@ const std::vector<std::pair<std::string, std::string>>& Methods() {
   static const auto* m = new std::vector<std::pair<std::string, std::string>>{
       {"memcpy", "memcpy (1 thread, anchor)"},
       {"kvtier_grpc_bytes", "kvtier gRPC bytes (unix socket)"},
+      {"kvtier_grpc_direct", "kvtier gRPC bytes, direct client calls (unix socket)"},
       {"kvtier_shm", "kvtier shm staging put / handles get"},
       {"redis_tcp", "redis-server SET/GET, 127.0.0.1 TCP"},
       {"redis_unix", "redis-server SET/GET, unix socket"},
@@ -226,6 +230,14 @@ absl::Status RunBlockSize(const Args& args, uint64_t block_bytes, uint64_t total
                        [&](uint32_t) { return kv->GetBytes(pid, &ws, stored, k); },
                        verify("kvtier GetBlocks bytes")});
   }
+  if (args.Enabled("kvtier_grpc_direct")) {
+    methods.push_back({"kvtier_grpc_direct", "put",
+                       [&](uint32_t rep) { return replace_stored("directput", rep); },
+                       [&](uint32_t) { return kv->PutDirect(pid, ws, put_ids, k); }, now_stored});
+    methods.push_back({"kvtier_grpc_direct", "get", clear,
+                       [&](uint32_t) { return kv->GetDirect(pid, &ws, stored, k); },
+                       verify("kvtier GetBlockData")});
+  }
   if (args.Enabled("kvtier_shm")) {
     methods.push_back({"kvtier_shm", "put",
                        [&](uint32_t rep) { return replace_stored("shmput", rep); },
@@ -336,6 +348,22 @@ std::string Report(const Args& args, const std::vector<uint64_t>& sizes, uint64_
                     RatioCell(m("kvtier_grpc_bytes", "put"), m("redis_unix", "put"), 2), " | ",
                     RatioCell(m("kvtier_grpc_bytes", "get"), m("redis_tcp", "get"), 2), " | ",
                     RatioCell(m("kvtier_grpc_bytes", "get"), m("redis_unix", "get"), 2), " |\n");
+  }
+  if (results.Find(sizes.front(), "kvtier_grpc_direct", "put")) {
+    absl::StrAppend(&md,
+                    "\nDirect client calls (Client::PutBlockData / GetBlockData; no protobuf "
+                    "copies on the client):\n\n| block | direct put / redis SET unix (goal >= 2) "
+                    "| direct get / redis GET unix (goal >= 2) | direct put / protobuf put | "
+                    "direct get / protobuf get |\n|---|---|---|---|---|\n");
+    for (uint64_t s : sizes) {
+      auto m = [&](const char* id, const char* op) { return results.Find(s, id, op); };
+      absl::StrAppend(
+          &md, "| ", HumanBytes(s), " | ",
+          RatioCell(m("kvtier_grpc_direct", "put"), m("redis_unix", "put"), 2), " | ",
+          RatioCell(m("kvtier_grpc_direct", "get"), m("redis_unix", "get"), 2), " | ",
+          RatioCell(m("kvtier_grpc_direct", "put"), m("kvtier_grpc_bytes", "put"), 0), " | ",
+          RatioCell(m("kvtier_grpc_direct", "get"), m("kvtier_grpc_bytes", "get"), 0), " |\n");
+    }
   }
   absl::StrAppend(&md,
                   "\nWork kvtierd does on every put besides copying (one thread, in-process, "
@@ -525,7 +553,7 @@ int main(int argc, char** argv) {
                  "daemon setting over its embedded defaults, KEY=VALUE (repeatable), e.g. "
                  "server.put_parallelism=1");
   app.add_option("--methods", args.methods,
-                 "only these: memcpy,server_work,kvtier_grpc_bytes,kvtier_shm,redis_tcp,redis_unix")
+                 "only these: memcpy,server_work,kvtier_grpc_bytes,kvtier_grpc_direct,kvtier_shm,redis_tcp,redis_unix")
       ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   kvtier::daemon::InitLogging("warn", "text");

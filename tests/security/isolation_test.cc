@@ -31,6 +31,40 @@ class IsolationTest : public SecurityTest {
   uint64_t pa_ = 0, pb_ = 0;
 };
 
+// The direct calls (PutBlockData / GetBlockData: generic calls on the same
+// channel) carry the tenant's token like the typed ones: A's blocks are A's,
+// B sees them as missing, and a client without a token is refused.
+TEST_F(IsolationTest, DirectBlockCallsCarryTheTenant) {
+  const auto ids = Ids("direct", 2);
+  const std::string p0 = Payload(70), p1 = Payload(71);
+  auto bytes = [](const std::string& s) {
+    return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  std::vector<BlockData> blocks = {{ids[0], bytes(p0)}, {ids[1], bytes(p1)}};
+  auto put = a_->PutBlockData(pa_, blocks);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->blocks_stored(), 2u);
+
+  std::vector<uint8_t> out0(kBlockBytes), out1(kBlockBytes);
+  std::vector<BlockDestination> dst = {{ids[0], absl::MakeSpan(out0)},
+                                       {ids[1], absl::MakeSpan(out1)}};
+  auto mine = a_->GetBlockData(pa_, dst);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_TRUE((*mine)[0].status.ok() && (*mine)[1].status.ok());
+  EXPECT_EQ(std::string(out0.begin(), out0.end()), p0);
+  auto theirs = b_->GetBlockData(pb_, dst);
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  EXPECT_EQ((*theirs)[0].status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*theirs)[1].status.code(), absl::StatusCode::kNotFound);
+
+  auto anonymous = Client::Connect(server_->socket_path());
+  ASSERT_TRUE(anonymous.ok());
+  EXPECT_EQ((*anonymous)->PutBlockData(pa_, blocks).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ((*anonymous)->GetBlockData(pa_, dst).status().code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
 TEST_F(IsolationTest, AnotherTenantsBlocksLookMissing) {
   // Profiles are shared definitions (same fields, same id); blocks are not.
   EXPECT_EQ(pa_, pb_);

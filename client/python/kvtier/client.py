@@ -29,6 +29,7 @@ import os
 import grpc
 
 from kvtier import arena as arena_mod
+from kvtier import wire
 from kvtier._health import health_pb2
 from kvtier.errors import KvTierError, from_item_status, from_rpc_error, invalid_argument
 from kvtier.fd_passing import valid_token
@@ -161,6 +162,11 @@ class Client:
         if self._token is not None:
             self._channel = grpc.intercept_channel(self._channel, _BearerToken(self._token))
         self._kvtier = kvtier_pb2_grpc.KvTierStub(self._channel)
+        # PutBlocks with messages already serialised by kvtier.wire (payloads
+        # copied once, not through protobuf objects).
+        self._put_wire = self._channel.stream_unary(
+            "/kvtier.v1.KvTier/PutBlocks", request_serializer=None,
+            response_deserializer=kvtier_pb2.PutBlocksResponse.FromString)
         self._admin = admin_pb2_grpc.AdminStub(self._channel)
         self._health = self._channel.unary_unary(
             _HEALTH_CHECK, request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
@@ -282,8 +288,11 @@ class Client:
         retained_bytes).
 
         staging=True writes each payload into a ReserveSlots slot and sends only
-        the slot (one copy, no bytes through gRPC). Every payload is checked
-        before anything is sent. Returns the PutBlocksResponse.
+        the slot (one copy, no bytes through gRPC). Otherwise each message is
+        written as wire format straight from the payloads (kvtier.wire: one
+        copy into the message), one message at a time as gRPC sends them.
+        Every payload is checked before anything is sent. Returns the
+        PutBlocksResponse.
         """
         profile = self.profile(profile_id)
         pairs = list(blocks)
@@ -293,29 +302,35 @@ class Client:
             _block_ids([p[0]], f"blocks[{i}].block_id")
         ids = [bytes(p[0]) for p in pairs]
         payloads = [block_payload(p[1], profile, f"blocks[{i}].data") for i, p in enumerate(pairs)]
-        puts = []
+        if not isinstance(batch_blocks, int) or batch_blocks < 1:
+            raise invalid_argument("batch_blocks", f"{batch_blocks!r} must be a positive integer")
+        starts = range(0, len(pairs), batch_blocks)
         if staging:
             reserved = self.reserve_slots(profile_id, len(pairs))
             stage = arena_mod.StagingFile.open(reserved, token=self._token)
+            puts = []
             for i, (slot, payload) in enumerate(zip(reserved.slots, payloads)):
                 stage.write(slot, payload, f"blocks[{i}].slot")
                 puts.append(kvtier_pb2.BlockPut(block_id=ids[i], slot=slot))
+            method = self._kvtier.PutBlocks
+            requests = (kvtier_pb2.PutBlocksRequest(profile_id=profile_id, durable=durable, retain=retain,
+                                                    blocks=puts[s : s + batch_blocks]) for s in starts)
         else:
-            puts = [kvtier_pb2.BlockPut(block_id=i, data=memoryview(p).tobytes()) for i, p in zip(ids, payloads)]
-        requests = [kvtier_pb2.PutBlocksRequest(profile_id=profile_id, durable=durable, retain=retain,
-                                                blocks=puts[s : s + batch_blocks])
-                    for s in range(0, len(puts), batch_blocks)]
+            method = self._put_wire
+            requests = (wire.put_blocks_message(profile_id, durable, retain,
+                                                [(ids[j], payloads[j], 0) for j in range(s, min(s + batch_blocks, len(pairs)))])
+                        for s in starts)
         try:
-            resp = self._kvtier.PutBlocks(iter(requests), timeout=self.call_timeout_s)
+            resp = method(requests, timeout=self.call_timeout_s)
         except grpc.RpcError as e:
             raise from_rpc_error(e, "PutBlocks", self.target) from None
-        # The daemon counts every message it read; fewer than were sent means
-        # it stopped at one it could not parse (the stream then looks closed).
-        if resp.messages_received != len(requests):
+        # The daemon counts every message it read; a client compares it with
+        # what it sent.
+        if resp.messages_received != len(starts):
             raise KvTierError(
                 grpc.StatusCode.DATA_LOSS,
-                f"PutBlocks: the daemon read {resp.messages_received} of the {len(requests)} "
-                "messages sent (a message it could not parse ends the stream)")
+                f"PutBlocks: the daemon read {resp.messages_received} of the {len(starts)} "
+                "messages sent")
         if check:
             for i, r in enumerate(resp.results):
                 if r.status.code != 0:

@@ -8,7 +8,8 @@ import numpy as np
 import torch
 
 import kvtier
-from kvtier.v1 import types_pb2
+from kvtier import wire
+from kvtier.v1 import kvtier_pb2, types_pb2
 from support import DaemonTestCase, random_block, small_profile
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -251,6 +252,32 @@ class UnreachableTest(unittest.TestCase):
         self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE)
         self.assertIn("unix:/tmp/kvtier-no-such-daemon.sock", e.exception.message)
         self.assertIn("unreachable", e.exception.message)
+
+
+class WireTest(unittest.TestCase):
+    """kvtier.wire writes exactly the PutBlocksRequest the generated class reads."""
+
+    def test_put_blocks_message_parses_as_the_request(self):
+        rng = np.random.default_rng(5)
+        arr = rng.standard_normal((4, 8)).astype(np.float16)
+        strided = memoryview(np.arange(64, dtype=np.uint8))[::2]   # not contiguous
+        blocks = [(b"a" * 32, arr, 0), (b"\x00\xff", b"", (1 << 64) - 1), (b"s", strided, 7),
+                  (b"big", bytes(range(256)) * 700, 1 << 35)]
+        for profile_id, durable, retain in [(1, False, False), ((1 << 64) - 1, True, True)]:
+            raw = wire.put_blocks_message(profile_id, durable, retain, blocks)
+            req = kvtier_pb2.PutBlocksRequest.FromString(raw)
+            self.assertEqual((req.profile_id, req.durable, req.retain), (profile_id, durable, retain))
+            self.assertEqual(len(req.blocks), len(blocks))
+            for got, (block_id, payload, xxh3) in zip(req.blocks, blocks):
+                self.assertEqual(got.block_id, block_id)
+                self.assertEqual(got.WhichOneof("source"), "data")
+                self.assertEqual(got.data, memoryview(payload).tobytes())
+                self.assertEqual(got.xxh3, xxh3)
+
+    def test_varint_refuses_what_is_not_a_uint64(self):
+        for bad in (-1, 1 << 64):
+            with self.assertRaises(ValueError):
+                wire.varint(bad)
 
 
 if __name__ == "__main__":
