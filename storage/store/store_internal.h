@@ -1,5 +1,5 @@
 // Small helpers shared by the block store's implementation files
-// (block_store_impl.cc, block_store_admin.cc, block_store_leases.cc). Internal to storage/store.
+// (block_store_*.cc). Internal to storage/store.
 // Stateless; thread-safe.
 #ifndef KVTIER_STORAGE_STORE_STORE_INTERNAL_H_
 #define KVTIER_STORAGE_STORE_STORE_INTERNAL_H_
