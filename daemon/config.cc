@@ -134,6 +134,7 @@ const std::vector<Field>& Fields() {
       KV_NUM("tiers.host.capacity_bytes", Kind::kSize, host.capacity_bytes),
       KV_STR("tiers.host.shm_dir", host.shm_dir),
       KV_NUM("tiers.host.staging_bytes", Kind::kSize, host.staging_bytes),
+      KV_NUM("tiers.host.max_in_flight_get_bytes", Kind::kSize, host.max_in_flight_get_bytes),
       KV_STR("tiers.nvme.dir", nvme.dir),
       KV_NUM("tiers.nvme.file_count", Kind::kUint, nvme.file_count),
       KV_NUM("tiers.nvme.file_size_bytes", Kind::kSize, nvme.file_size_bytes),
@@ -524,6 +525,10 @@ absl::Status Validate(Config& c) {
   }
   if (c.host.capacity_bytes < 4096) return Invalid("tiers.host.capacity_bytes", "must be >= 4KiB");
   if (c.host.staging_bytes < 4096) return Invalid("tiers.host.staging_bytes", "must be >= 4KiB");
+  if (c.host.max_in_flight_get_bytes > c.host.capacity_bytes) {
+    return Invalid("tiers.host.max_in_flight_get_bytes",
+                   "must be at most tiers.host.capacity_bytes (0 = a quarter of it)");
+  }
   if (c.device.capacity_bytes < 4096) {
     return Invalid("tiers.device.capacity_bytes", "must be >= 4KiB");
   }

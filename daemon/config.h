@@ -60,6 +60,7 @@ struct Config {
     uint64_t capacity_bytes = 0;
     std::string shm_dir;
     uint64_t staging_bytes = 0;
+    uint64_t max_in_flight_get_bytes = 0;  // 0 = capacity_bytes / 4
   } host;
   struct Nvme {
     std::string dir;  // resolved: never empty after Load()

@@ -212,6 +212,7 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {
       {"tiers.keydiff.newest_protected=0.95", "'tiers.keydiff.newest_protected'"},
       {"select.batch_threads=65", "'select.batch_threads'"},
       {"server.put_parallelism=65", "'server.put_parallelism'"},
+      {"tiers.host.max_in_flight_get_bytes=\"2GiB\"", "'tiers.host.max_in_flight_get_bytes'"},
       {"index.pages_per_chunk=0", "'index.pages_per_chunk'"},
       {"index.summary_encoding=int8", "'index.summary_encoding'"},
   };

@@ -166,6 +166,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
   options.max_lease_ttl_ms = config.leases.max_ttl_ms;
   options.log_warning = [](const std::string& message) { spdlog::warn("store: {}", message); };
   options.defer_summaries = config.server.defer_summaries;
+  options.max_view_bytes = config.host.max_in_flight_get_bytes;
   options.summarize = [summarizer = rt->summarizer_.get()](const ModelProfile& profile,
                                                            absl::Span<const uint8_t> payload) {
     return summarizer->Summarize(profile, payload);

@@ -206,6 +206,13 @@ void CollectRuntime(Runtime* rt, Writer& w) {
             static_cast<double>(s.summaries_deferred));
   w.Gauge("kvtier_summaries_pending", "Stored blocks whose key summary is still being computed",
           {}, static_cast<double>(s.summaries_pending));
+  w.Gauge("kvtier_get_in_flight_bytes",
+          "Host-tier bytes GetBlocks responses hold in place while they are sent", {},
+          static_cast<double>(s.view_bytes));
+  w.Counter("kvtier_get_copied_over_cap_total",
+            "Blocks GetBlocks sent from a private copy because tiers.host."
+            "max_in_flight_get_bytes was reached",
+            {}, static_cast<double>(s.views_copied_over_cap));
   w.Counter("kvtier_prefetch_dropped_total", "Prefetch keys dropped because the queue was full",
             {}, static_cast<double>(rt->prefetcher()->dropped()));
   w.Counter("kvtier_blocks_without_summary_total",

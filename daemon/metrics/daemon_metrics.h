@@ -10,7 +10,8 @@
 //   kvtier_leases_active, kvtier_staging_slots_reserved,
 //   kvtier_contexts_open, kvtier_prefetched_blocks_total,
 //   kvtier_deferred_promotions_done_total, kvtier_summaries_deferred_total,
-//   kvtier_summaries_pending,
+//   kvtier_summaries_pending, kvtier_get_in_flight_bytes,
+//   kvtier_get_copied_over_cap_total,
 //   kvtier_prefetch_dropped_total, kvtier_blocks_without_summary_total,
 //   kvtier_io_queue_waiting, kvtier_io_queue_rejected_total,
 //   kvtier_uptime_seconds, kvtier_build_info{version}

@@ -138,6 +138,12 @@ struct BlockStoreOptions {
   bool defer_summaries = false;
   size_t max_deferred_summaries = 256;
 
+  // Most host-tier bytes lent to views (View) at once: a lent copy stays
+  // in place, busy, until its view is destroyed, so this bounds what
+  // in-flight sends can keep from eviction. A view past it is a private
+  // copy. 0: a quarter of host_capacity_bytes.
+  uint64_t max_view_bytes = 0;
+
   // Receives warnings the store cannot return to a caller (quarantines,
   // recovery at Open dropping records or files, a quarantine verdict that
   // could not be persisted). Called under the store's lock: must be quick
@@ -237,7 +243,9 @@ class BlockStore {
   // of its host-tier copy, verified in place and kept there (the block is
   // busy: not moved, evicted or deleted) until the view is destroyed.
   // A block not in host memory is read as Get reads it, into a copy the
-  // view owns. Same errors as Get. The default is Get into a copy.
+  // view owns, and so is one that would take the host bytes lent to views
+  // past BlockStoreOptions.max_view_bytes. Same errors as Get. The default
+  // is Get into a copy.
   virtual absl::StatusOr<std::unique_ptr<BlockView>> View(const BlockKey& key, TierId* from);
   // Makes every block resident in the tenant's device arena and pins them
   // under a new lease of `tenant` lasting ttl_ms (0 = default; above max ->

@@ -65,6 +65,8 @@ BlockStoreStats BlockStoreImpl::Stats() {
   stats.evicted_blocks = evicted_blocks_;
   stats.summaries_deferred = summaries_deferred_total_;
   stats.summaries_pending = deferred_summaries_;
+  stats.view_bytes = view_bytes_;
+  stats.views_copied_over_cap = views_copied_over_cap_;
   for (int t = 0; t < kNumTiers; ++t) {
     stats.reads_from[t] = reads_from_[t];
     stats.promotions[t] = promotions_[t];

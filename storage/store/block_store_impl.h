@@ -300,6 +300,10 @@ class BlockStoreImpl final : public BlockStore {
   size_t deferred_summaries_ ABSL_GUARDED_BY(mu_) = 0;  // entries not kNone
   uint64_t summaries_deferred_total_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t deferred_summary_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // their sizes
+  // Views (block_store_views.cc): host bytes lent now, and views copied
+  // because lending would have passed options_.max_view_bytes.
+  uint64_t view_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t views_copied_over_cap_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread summary_thread_;
   static constexpr size_t kMaxSpareLists = 64;
   static constexpr size_t kMaxSparePerList = 8192;

@@ -285,6 +285,37 @@ TEST_F(BlockStoreTest, ViewsLendHostCopiesInPlaceAndVerifyThem) {
   EXPECT_GE(store_->Stats().quarantined_blocks, 1u);
 }
 
+// Views lend at most max_view_bytes of the host tier (here the default, a
+// quarter of 8 blocks); past it a view is a private copy with the same
+// bytes, and lending resumes as views are released.
+TEST_F(BlockStoreTest, ViewsLendAtMostTheirCapAndCopyPastIt) {
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+  TierId from;
+  auto a = store_->View(Key(0), &from);
+  auto b = store_->View(Key(1), &from);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(store_->Stats().view_bytes, 2 * kBlockBytes);
+  auto c = store_->View(Key(2), &from);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::vector<uint8_t> want = Payload(2);
+  ASSERT_EQ((*c)->bytes().size(), want.size());
+  EXPECT_EQ(std::memcmp((*c)->bytes().data(), want.data(), want.size()), 0);
+  BlockStoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.view_bytes, 2 * kBlockBytes) << "a view past the cap was lent";
+  EXPECT_EQ(stats.views_copied_over_cap, 1u);
+  a->reset();
+  EXPECT_EQ(store_->Stats().view_bytes, kBlockBytes);
+  auto d = store_->View(Key(3), &from);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(store_->Stats().view_bytes, 2 * kBlockBytes);
+  b->reset();
+  c->reset();
+  d->reset();
+  stats = store_->Stats();
+  EXPECT_EQ(stats.view_bytes, 0u);
+  EXPECT_EQ(stats.views_copied_over_cap, 1u);
+}
+
 TEST_F(BlockStoreTest, PinnedBlocksSurvivePressure) {
   ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
   std::vector<absl::StatusOr<DeviceHandle>> handles;

@@ -145,6 +145,11 @@ struct BlockStoreStats {
   // how many still wait for it now.
   uint64_t summaries_deferred = 0;
   uint64_t summaries_pending = 0;
+  // Host-tier bytes lent to views now (BlockStore::View), and views, all
+  // time, that were private copies because lending would have passed
+  // max_view_bytes.
+  uint64_t view_bytes = 0;
+  uint64_t views_copied_over_cap = 0;
 };
 
 }  // namespace kvtier

@@ -37,11 +37,13 @@ absl::StatusOr<std::unique_ptr<BlockView>> BlockStore::View(const BlockKey& key,
 // is destroyed.
 class BlockStoreImpl::HostView final : public BlockView {
  public:
+  // Takes over the entry's busy count and the lent bytes View counted.
   HostView(BlockStoreImpl* store, Entry* e, absl::Span<const uint8_t> bytes)
       : store_(store), e_(e), bytes_(bytes) {}
   ~HostView() override {
     absl::MutexLock lock(&store_->mu_);
     --e_->busy;
+    store_->view_bytes_ -= bytes_.size();
     store_->idle_cv_.SignalAll();
   }
   absl::Span<const uint8_t> bytes() const override { return bytes_; }
@@ -62,6 +64,12 @@ absl::StatusOr<std::unique_ptr<BlockView>> BlockStoreImpl::View(const BlockKey& 
   {
     absl::MutexLock lock(&mu_);
     e = FindReadyLocked(key);
+    const uint64_t cap = options_.max_view_bytes != 0 ? options_.max_view_bytes
+                                                       : options_.host_capacity_bytes / 4;
+    if (e != nullptr && !e->quarantined && e->host && view_bytes_ + e->size_bytes > cap) {
+      ++views_copied_over_cap_;  // lending it would pass the cap: a copy
+      e = nullptr;
+    }
     if (e != nullptr && !e->quarantined && e->host) {
       CountReadLocked(e);
       e->last_access_micros = env_->NowMicros();
@@ -77,6 +85,7 @@ absl::StatusOr<std::unique_ptr<BlockView>> BlockStoreImpl::View(const BlockKey& 
       bytes = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()), data->size());
       place = store_internal::HostPlace("host slot", *e->host);
       checksum = e->checksum;
+      view_bytes_ += bytes.size();
     } else {
       e = nullptr;  // not in host memory (or missing): read as Get does
     }
@@ -89,6 +98,7 @@ absl::StatusOr<std::unique_ptr<BlockView>> BlockStoreImpl::View(const BlockKey& 
   }
   absl::MutexLock lock(&mu_);
   --e->busy;
+  view_bytes_ -= bytes.size();
   idle_cv_.SignalAll();
   absl::Status st = CheckCopyLocked(e, TierId::kHost, std::move(place), bytes);
   if (st.ok()) st = absl::InternalError("host copy changed while it was read");

@@ -203,7 +203,9 @@ TEST(PrometheusTest, ScrapesKvtierdAndReadsCountersBack) {
   EXPECT_THAT(direct.body, HasSubstr("kvtier_put_blocks_total 5\n"));
   for (const char* name : {"kvtier_summaries_deferred_total ", "kvtier_summaries_pending ",
                            "kvtier_deferred_promotions_done_total ",
-                           "kvtier_select_promotions_deferred_total "}) {
+                           "kvtier_select_promotions_deferred_total ",
+                           "kvtier_get_in_flight_bytes 0\n",
+                           "kvtier_get_copied_over_cap_total "}) {
     EXPECT_THAT(direct.body, HasSubstr(name));
   }
   EXPECT_THAT(direct.body,
