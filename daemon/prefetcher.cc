@@ -7,7 +7,7 @@ namespace kvtier::daemon {
 
 Prefetcher::Prefetcher(BlockStore* store, size_t max_pending_keys)
     : store_(store), max_pending_keys_(max_pending_keys) {
-  worker_ = std::thread([this] { Loop(); });
+  for (int lane = 0; lane < 2; ++lane) workers_[lane] = std::thread([this, lane] { Loop(lane); });
 }
 
 Prefetcher::~Prefetcher() {
@@ -15,7 +15,7 @@ Prefetcher::~Prefetcher() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  worker_.join();
+  for (std::thread& worker : workers_) worker.join();
 }
 
 bool Prefetcher::Submit(std::vector<BlockKey> keys) {
@@ -40,8 +40,10 @@ uint64_t Prefetcher::EnqueueBatch(Batch batch) {
     return 0;
   }
   pending_keys_ += batch.keys.size();
-  queue_.push_back(std::move(batch));
-  return ++submitted_batches_;
+  const bool to_device = batch.to_device;
+  queues_[to_device ? 1 : 0].push_back(std::move(batch));
+  // A promotion has no ticket of its own (any non-zero value says queued).
+  return to_device ? 1 : ++submitted_batches_;
 }
 
 size_t Prefetcher::PromoteToDevice(const std::vector<BlockKey>& keys) {
@@ -68,26 +70,30 @@ bool Prefetcher::WaitFor(uint64_t ticket, absl::Duration timeout) {
       absl::Condition(+[](Args* a) { return *a->done >= a->ticket; }, &args), timeout);
 }
 
-void Prefetcher::Loop() {
+void Prefetcher::Loop(int lane) {
+  std::deque<Batch>* queue = &queues_[lane];
+  struct Ready {
+    const bool* stopping;
+    const std::deque<Batch>* queue;
+  } ready{&stopping_, queue};
   for (;;) {
     Batch batch;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(this, &Prefetcher::ReadyLocked));
+      mu_.Await(absl::Condition(
+          +[](Ready* r) { return *r->stopping || !r->queue->empty(); }, &ready));
       if (stopping_) return;
-      batch = std::move(queue_.front());
-      queue_.pop_front();
+      batch = std::move(queue->front());
+      queue->pop_front();
     }
     const size_t promoted =
         batch.to_device ? PromoteToDevice(batch.keys) : store_->Prefetch(batch.keys);
     absl::MutexLock lock(&mu_);
     pending_keys_ -= batch.keys.size();
     (batch.to_device ? promoted_to_device_ : promoted_) += promoted;
-    ++done_batches_;
+    if (!batch.to_device) ++done_batches_;
   }
 }
-
-bool Prefetcher::ReadyLocked() const { return stopping_ || !queue_.empty(); }
 
 void Prefetcher::WaitIdle() {
   absl::MutexLock lock(&mu_);

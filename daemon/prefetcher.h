@@ -6,7 +6,9 @@
 // (SubmitPromotion): those a Select chose but left in host memory because
 // its inline promotion budget was spent (select.inline_promotion_bytes);
 // they are pinned for the copy and released at once, so the next Select
-// finds them resident. Batches are processed in submission order.
+// finds them resident. The two kinds run on two threads of their own (a
+// burst of promotions never holds up NVMe prefetches, nor the reverse);
+// each kind's batches are processed in submission order.
 //
 // Bounded: at most max_pending_keys keys wait; a Submit beyond that drops
 // its keys (prefetching is a hint).
@@ -43,8 +45,8 @@ class Prefetcher {
   // Queues keys (of one tenant) to be brought into that tenant's device
   // arena, from NVMe through host memory where needed; same bound.
   bool SubmitPromotion(std::vector<BlockKey> keys);
-  // Waits until the batch of `ticket` (and every earlier one) was
-  // prefetched, or `timeout` passed; true when it was.
+  // Waits until the batch of `ticket` (and every earlier Enqueue/Submit
+  // batch) was prefetched, or `timeout` passed; true when it was.
   bool WaitFor(uint64_t ticket, absl::Duration timeout);
 
   // Blocks until no key is queued or being prefetched.
@@ -59,25 +61,27 @@ class Prefetcher {
     std::vector<BlockKey> keys;
     bool to_device = false;
   };
-  void Loop();
+  // One worker per kind of batch: host prefetches (lane 0) and device
+  // promotions (lane 1).
+  void Loop(int lane);
   uint64_t EnqueueBatch(Batch batch);
   // Pins the batch's keys (memory_only) and releases them; returns how many
   // were pinned, i.e. are now in the arena.
   size_t PromoteToDevice(const std::vector<BlockKey>& keys);
-  bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   BlockStore* const store_;
   const size_t max_pending_keys_;
   mutable absl::Mutex mu_;
-  std::deque<Batch> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Batch> queues_[2] ABSL_GUARDED_BY(mu_);  // by lane
   size_t pending_keys_ ABSL_GUARDED_BY(mu_) = 0;  // queued or being prefetched
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t promoted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t promoted_to_device_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+  // Tickets: host prefetch batches only.
   uint64_t submitted_batches_ ABSL_GUARDED_BY(mu_) = 0;  // the last ticket handed out
   uint64_t done_batches_ ABSL_GUARDED_BY(mu_) = 0;       // tickets up to this are done
-  std::thread worker_;
+  std::thread workers_[2];
 };
 
 }  // namespace kvtier::daemon
