@@ -84,6 +84,25 @@ def _block_ids(ids, argument="block_ids"):
     return [bytes(b) for b in out]
 
 
+def _writable_block(buf, size, argument):
+    """A writable byte view of one destination buffer of exactly `size` bytes."""
+    if hasattr(buf, "detach") and hasattr(buf, "is_contiguous"):  # torch.Tensor
+        if buf.device.type != "cpu" or not buf.is_contiguous():
+            raise invalid_argument(argument, "a torch tensor must be contiguous and on the CPU")
+        import torch  # only reached with a torch tensor in hand
+        buf = buf.detach().reshape(-1).view(torch.uint8).numpy()
+    try:
+        view = memoryview(buf)
+    except TypeError:
+        raise invalid_argument(argument, f"{type(buf).__name__} is not a writable buffer") from None
+    if view.readonly or not view.c_contiguous:
+        raise invalid_argument(argument, "must be writable and contiguous")
+    view = view.cast("B")
+    if view.nbytes != size:
+        raise invalid_argument(argument, f"{view.nbytes} bytes; the profile's blocks are {size} bytes")
+    return view
+
+
 _CallDetails = collections.namedtuple(
     "_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready", "compression"))
 
@@ -167,6 +186,11 @@ class Client:
         self._put_wire = self._channel.stream_unary(
             "/kvtier.v1.KvTier/PutBlocks", request_serializer=None,
             response_deserializer=kvtier_pb2.PutBlocksResponse.FromString)
+        # GetBlocks whose responses are parsed by kvtier.wire (get_blocks_into).
+        self._get_wire = self._channel.unary_stream(
+            "/kvtier.v1.KvTier/GetBlocks",
+            request_serializer=kvtier_pb2.GetBlocksRequest.SerializeToString,
+            response_deserializer=None)
         self._admin = admin_pb2_grpc.AdminStub(self._channel)
         self._health = self._channel.unary_unary(
             _HEALTH_CHECK, request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
@@ -351,6 +375,55 @@ class Client:
             results.extend(resp.results)
             lease_id = resp.lease_id or lease_id
         return GetBlocksResult(results, lease_id)
+
+    def get_blocks_into(self, profile_id, block_ids, out, ids_per_call=1024):
+        """Reads blocks (bytes mode) straight into the caller's buffers.
+
+        out: one writable, contiguous buffer per id of exactly block_size_bytes
+        (bytearray, numpy array, CPU torch tensor). Each response is parsed
+        where it was received (kvtier.wire) and each block copied once, into
+        its buffer. Returns a GetBlocksResult whose results carry block_id,
+        status and tier but no data; a block whose status is not OK (a miss:
+        NOT_FOUND) leaves its buffer untouched. ids_per_call: ids per
+        GetBlocks call (at most the daemon's limits.max_batch_blocks).
+        """
+        profile = self.profile(profile_id)
+        ids = _block_ids(block_ids)
+        outs = list(out)
+        if len(outs) != len(ids):
+            raise invalid_argument("out", f"{len(outs)} buffers for {len(ids)} block ids")
+        if not isinstance(ids_per_call, int) or ids_per_call < 1:
+            raise invalid_argument("ids_per_call", f"{ids_per_call!r} must be a positive integer")
+        views = [_writable_block(b, profile.block_size_bytes, f"out[{i}]") for i, b in enumerate(outs)]
+        results = []
+        for first in range(0, len(ids), ids_per_call):
+            chunk = ids[first : first + ids_per_call]
+            request = kvtier_pb2.GetBlocksRequest(profile_id=profile_id, block_ids=chunk,
+                                                  mode=kvtier_pb2.RETURN_MODE_BYTES)
+            got = 0
+            try:
+                for raw in self._get_wire(request, timeout=self.call_timeout_s):
+                    for r in wire.parse_get_blocks_response(raw):
+                        i = first + got
+                        if got >= len(chunk) or r.block_id != ids[i]:
+                            raise wire.WireError(f"result {got} is not for the id asked for in that place")
+                        if r.code == 0:
+                            if r.data is None or r.data.nbytes != profile.block_size_bytes:
+                                raise wire.WireError(f"result {got} has {0 if r.data is None else r.data.nbytes} "
+                                                     f"bytes, expected {profile.block_size_bytes}")
+                            views[i][:] = r.data
+                        results.append(kvtier_pb2.BlockResult(
+                            block_id=r.block_id, tier=r.tier,
+                            status=types_pb2.ItemStatus(code=r.code, message=r.message)))
+                        got += 1
+            except grpc.RpcError as e:
+                raise from_rpc_error(e, "GetBlocks", self.target) from None
+            except wire.WireError as e:
+                raise KvTierError(grpc.StatusCode.INTERNAL, f"GetBlocks: {e}") from None
+            if got != len(chunk):
+                raise KvTierError(grpc.StatusCode.DATA_LOSS,
+                                  f"GetBlocks: the daemon answered {got} of {len(chunk)} blocks")
+        return GetBlocksResult(results, 0)
 
     def lookup(self, profile_id, block_ids):
         """LookupResponse: presence and tier per id, longest stored prefix."""

@@ -1,11 +1,12 @@
-"""PutBlocksRequest written as protobuf wire format straight from the payloads.
+"""Block messages as protobuf wire format, without copying payloads through messages.
 
-put_blocks_message() joins a message's field heads and the caller's payload
-buffers in one copy (bytes.join over memoryviews), where building
+put_blocks_message() joins a PutBlocksRequest's field heads and the caller's
+payload buffers in one copy (bytes.join over memoryviews), where building
 kvtier_pb2.BlockPut messages and serialising them copies every payload two or
-three times. The bytes are exactly a PutBlocksRequest (field numbers of
-proto/kvtier/v1/kvtier.proto); tests/test_client.py parses them back with the
-generated class.
+three times. parse_get_blocks_response() reads a GetBlocksResponse where it
+lies: each block's data comes back as a memoryview of the received bytes.
+Field numbers are those of proto/kvtier/v1/kvtier.proto; tests/test_client.py
+checks both against the generated classes.
 """
 
 # PutBlocksRequest: profile_id = 1, blocks = 2, durable = 3, retain = 4.
@@ -52,3 +53,94 @@ def put_blocks_message(profile_id, durable, retain, blocks):
         head = b"".join(inner)
         parts += [_key(2, _LENGTH), varint(len(head) + data.nbytes), head, data]
     return b"".join(parts)
+
+
+class WireError(ValueError):
+    """Bytes that are not the message they were read as."""
+
+
+def _read_varint(buf, pos, end):
+    value, shift = 0, 0
+    while True:
+        if pos >= end:
+            raise WireError(f"at byte {pos}: truncated varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            if value >= 1 << 64:
+                raise WireError(f"at byte {pos}: varint longer than 64 bits")
+            return value, pos
+        shift += 7
+        if shift >= 70:
+            raise WireError(f"at byte {pos}: varint longer than 10 bytes")
+
+
+def _fields(buf, pos, end):
+    """(field, wire type, value) of a message in buf[pos:end]; value: an int
+    (varint), or (start, stop) of a length-delimited or fixed field."""
+    while pos < end:
+        key, pos = _read_varint(buf, pos, end)
+        field, wire_type = key >> 3, key & 7
+        if field == 0:
+            raise WireError(f"at byte {pos}: field number 0")
+        if wire_type == _VARINT:
+            value, pos = _read_varint(buf, pos, end)
+        elif wire_type == _LENGTH:
+            length, pos = _read_varint(buf, pos, end)
+            if length > end - pos:
+                raise WireError(f"at byte {pos}: length {length} runs past the end")
+            value, pos = (pos, pos + length), pos + length
+        elif wire_type in (1, 5):
+            size = 8 if wire_type == 1 else 4
+            if size > end - pos:
+                raise WireError(f"at byte {pos}: truncated")
+            value, pos = (pos, pos + size), pos + size
+        else:
+            raise WireError(f"at byte {pos}: wire type {wire_type} is not supported")
+        yield field, wire_type, value
+
+
+def _int32(v):
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
+class BlockResultView:
+    """One BlockResult of a GetBlocksResponse: block_id, status code and
+    message, tier, and data as a memoryview of the received bytes (None when
+    the result carried none)."""
+
+    __slots__ = ("block_id", "code", "message", "tier", "data")
+
+    def __init__(self):
+        self.block_id, self.code, self.message, self.tier, self.data = b"", 0, "", 0, None
+
+
+def parse_get_blocks_response(raw):
+    """BlockResultViews of a serialised GetBlocksResponse (raw: bytes)."""
+    buf = memoryview(raw).cast("B")
+    results = []
+    for field, wire_type, value in _fields(buf, 0, len(buf)):
+        if field != 1:
+            continue
+        if wire_type != _LENGTH:
+            raise WireError(f"results: wire type {wire_type}, expected 2")
+        r = BlockResultView()
+        for f, t, v in _fields(buf, value[0], value[1]):
+            if f == 1 and t == _LENGTH:
+                r.block_id = bytes(buf[v[0]:v[1]])
+            elif f == 2 and t == _LENGTH:
+                for sf, st, sv in _fields(buf, v[0], v[1]):
+                    if sf == 1 and st == _VARINT:
+                        r.code = _int32(sv)
+                    elif sf == 2 and st == _LENGTH:
+                        r.message = bytes(buf[sv[0]:sv[1]]).decode("utf-8", "replace")
+            elif f == 3 and t == _VARINT:
+                r.tier = _int32(v)
+            elif f == 4 and t == _LENGTH:
+                r.data = buf[v[0]:v[1]]
+            elif f in (1, 2, 3, 4):
+                raise WireError(f"results[{len(results)}]: field {f} has wire type {t}")
+        results.append(r)
+    return results

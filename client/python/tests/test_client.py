@@ -69,6 +69,42 @@ class BlockTest(DaemonTestCase):
         again = self.client.put_blocks(self.pid, [(ids[0], arrays[0])])
         self.assertTrue(again.results[0].existed)
 
+    def test_get_blocks_into_caller_buffers(self):
+        ids = self.ids("into", 3)
+        arrays = [random_block(self.profile, 20 + i) for i in range(3)]
+        self.client.put_blocks(self.pid, zip(ids, arrays))
+        size = self.profile.block_size_bytes
+        a = np.zeros(self.profile.block_shape, dtype=arrays[0].dtype)
+        b = bytearray(size)
+        c = torch.zeros(size // 2, dtype=torch.float16)
+        missing = bytearray(b"\x5a" * size)
+        got = self.client.get_blocks_into(self.pid, ids + [self.ids("into-missing", 1)[0]],
+                                          [a, b, c, missing], ids_per_call=2)
+        codes = [r.status.code for r in got.results]
+        self.assertEqual(codes[:3], [0, 0, 0])
+        self.assertEqual(codes[3], grpc.StatusCode.NOT_FOUND.value[0])
+        self.assertEqual(a.tobytes(), arrays[0].tobytes())
+        self.assertEqual(bytes(b), arrays[1].tobytes())
+        self.assertEqual(c.numpy().tobytes(), arrays[2].tobytes())
+        self.assertEqual(bytes(missing), b"\x5a" * size, "a missed block's buffer was written")
+        self.assertEqual([r.block_id for r in got.results[:3]], ids)
+        with self.assertRaises(kvtier.KvTierError) as e:
+            got.raise_for_status()
+        self.assertEqual(e.exception.index, 3)
+
+    def test_get_blocks_into_refuses_unusable_buffers(self):
+        ids = self.ids("into-bad", 2)
+        size = self.profile.block_size_bytes
+        cases = [([bytearray(size)], "out", "1 buffers for 2"),
+                 ([bytearray(size), bytearray(size - 1)], "out[1]", "bytes"),
+                 ([bytearray(size), bytes(size)], "out[1]", "writable")]
+        for buffers, field, text in cases:
+            with self.assertKvTierError(INVALID, field, text):
+                self.client.get_blocks_into(self.pid, ids, buffers)
+        strided = np.zeros(2 * size, np.uint8)[::2]
+        with self.assertKvTierError(INVALID, "out[0]", "contiguous"):
+            self.client.get_blocks_into(self.pid, ids[:1], [strided])
+
     def test_staging_put_stores_the_same_bytes(self):
         ids = self.ids("staging", 2)
         arrays = [random_block(self.profile, 10 + i) for i in range(2)]
@@ -273,6 +309,24 @@ class WireTest(unittest.TestCase):
                 self.assertEqual(got.WhichOneof("source"), "data")
                 self.assertEqual(got.data, memoryview(payload).tobytes())
                 self.assertEqual(got.xxh3, xxh3)
+
+    def test_get_blocks_response_parses_as_the_generated_class_writes_it(self):
+        resp = kvtier_pb2.GetBlocksResponse(lease_id=9, results=[
+            kvtier_pb2.BlockResult(block_id=b"a", tier=types_pb2.TIER_HOST, data=bytes(range(200))),
+            kvtier_pb2.BlockResult(block_id=b"b", status=types_pb2.ItemStatus(code=5, message="not found: b")),
+            kvtier_pb2.BlockResult(block_id=b"c", status=types_pb2.ItemStatus(code=-1),
+                                   handle=types_pb2.BlockHandle(offset_bytes=4096)),
+        ])
+        raw = resp.SerializeToString()
+        got = wire.parse_get_blocks_response(raw)
+        self.assertEqual([r.block_id for r in got], [b"a", b"b", b"c"])
+        self.assertEqual(got[0].tier, types_pb2.TIER_HOST)
+        self.assertEqual(bytes(got[0].data), bytes(range(200)))
+        self.assertEqual((got[1].code, got[1].message, got[1].data), (5, "not found: b", None))
+        self.assertEqual(got[2].code, -1)
+        for cut in (1, len(raw) // 2, len(raw) - 1):
+            with self.assertRaises(wire.WireError):
+                wire.parse_get_blocks_response(raw[:cut])
 
     def test_varint_refuses_what_is_not_a_uint64(self):
         for bad in (-1, 1 << 64):
