@@ -104,7 +104,8 @@ bool PieceReader::ReadLength(uint64_t* length) {
   return true;
 }
 
-bool PieceReader::ReadRanges(uint64_t n, std::vector<Bytes>* out) {
+template <typename Fn>
+bool PieceReader::Consume(uint64_t n, Fn take_range) {
   if (n > limit_ - position_) return Fail("truncated");
   while (n > 0) {
     const Bytes& p = pieces_[piece_];
@@ -114,50 +115,29 @@ bool PieceReader::ReadRanges(uint64_t n, std::vector<Bytes>* out) {
       continue;
     }
     const size_t take = static_cast<size_t>(std::min<uint64_t>(n, p.size() - offset_));
-    out->push_back(p.subspan(offset_, take));
+    take_range(p.subspan(offset_, take));
     offset_ += take;
     position_ += take;
     n -= take;
   }
   return true;
+}
+
+bool PieceReader::ReadRanges(uint64_t n, std::vector<Bytes>* out) {
+  return Consume(n, [out](Bytes range) { out->push_back(range); });
 }
 
 bool PieceReader::ReadString(uint64_t n, uint64_t max_copy, const char* what, std::string* out) {
   if (n > max_copy) return Fail(absl::StrCat(what, ": ", n, " bytes, at most ", max_copy));
-  if (n > limit_ - position_) return Fail("truncated");
   out->clear();
-  out->reserve(static_cast<size_t>(n));
-  while (n > 0) {
-    const Bytes& p = pieces_[piece_];
-    if (offset_ >= p.size()) {
-      ++piece_;
-      offset_ = 0;
-      continue;
-    }
-    const size_t take = static_cast<size_t>(std::min<uint64_t>(n, p.size() - offset_));
-    out->append(reinterpret_cast<const char*>(p.data() + offset_), take);
-    offset_ += take;
-    position_ += take;
-    n -= take;
-  }
-  return true;
+  if (n <= limit_ - position_) out->reserve(static_cast<size_t>(n));
+  return Consume(n, [out](Bytes range) {
+    out->append(reinterpret_cast<const char*>(range.data()), range.size());
+  });
 }
 
 bool PieceReader::Skip(uint64_t n) {
-  if (n > limit_ - position_) return Fail("truncated");
-  while (n > 0) {
-    const Bytes& p = pieces_[piece_];
-    if (offset_ >= p.size()) {
-      ++piece_;
-      offset_ = 0;
-      continue;
-    }
-    const size_t take = static_cast<size_t>(std::min<uint64_t>(n, p.size() - offset_));
-    offset_ += take;
-    position_ += take;
-    n -= take;
-  }
-  return true;
+  return Consume(n, [](Bytes) {});
 }
 
 bool PieceReader::SkipValue(WireType type) {

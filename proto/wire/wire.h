@@ -92,6 +92,10 @@ class PieceReader {
 
  private:
   bool ReadByte(uint8_t* b);
+  // Moves past the next n bytes, handing each piece's share to take_range;
+  // false (error set, nothing consumed) when fewer than n are left.
+  template <typename Fn>
+  bool Consume(uint64_t n, Fn take_range);
 
   const absl::Span<const Bytes> pieces_;
   size_t piece_ = 0;   // current piece

@@ -4,8 +4,6 @@
 // destination sizes and checksum mismatches. Blocks of 256 KiB in messages
 // of several MiB make gRPC hand the daemon (and the client) payloads split
 // across many slices.
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -15,9 +13,9 @@
 #include <xxhash.h>
 
 #include "client/client.h"
-#include "daemon/config.h"
 #include "daemon/server.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_daemon.h"
 
 namespace kvtier {
 namespace {
@@ -51,21 +49,14 @@ std::vector<uint8_t> Payload(uint32_t seed) {
 class BlockDataTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = "/tmp/kvtier-bdt-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = testing::TestDataDir("bdt");
     std::filesystem::remove_all(dir_);
-    auto config = daemon::LoadConfig(
-        "", {"server.data_dir=" + dir_, "log.level=warn", "server.shutdown_grace_ms=1000",
-             "tiers.device.capacity_bytes=4MiB", "tiers.host.capacity_bytes=32MiB",
-             "tiers.host.staging_bytes=1MiB", "tiers.nvme.file_count=1",
-             "tiers.nvme.file_size_bytes=32MiB", "tiers.nvme.io_threads=1"});
-    ASSERT_TRUE(config.ok()) << config.status();
-    auto server = daemon::Server::Start(*config);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    auto client = Client::Connect(server_->socket_path());
-    ASSERT_TRUE(client.ok());
-    client_ = std::move(*client);
+    auto daemon = testing::StartTestDaemon(
+        dir_, {"tiers.host.capacity_bytes=32MiB", "tiers.host.staging_bytes=1MiB",
+               "tiers.nvme.file_size_bytes=32MiB"});
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    server_ = std::move(daemon->server);
+    client_ = std::move(daemon->client);
     auto registered = client_->RegisterProfile(Profile());
     ASSERT_TRUE(registered.ok()) << registered.status();
     ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
