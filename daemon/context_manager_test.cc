@@ -54,7 +54,7 @@ class ContextManagerTest : public ::testing::Test {
     options.device_capacity_bytes = 256 << 10;
     options.host_shm_path = shm_prefix_ + "-host";
     options.host_capacity_bytes = 1 << 20;
-    options.staging_shm_path = shm_prefix_ + "-staging";
+    options.staging_name = shm_prefix_ + "-staging";
     options.staging_capacity_bytes = 64 << 10;
     options.nvme_dir = dir_.path() + "/nvme";
     options.nvme_file_count = 1;

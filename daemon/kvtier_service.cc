@@ -117,15 +117,12 @@ grpc::ServerUnaryReactor* KvTierService::ReserveSlots(grpc::CallbackServerContex
   auto slots = runtime_->store()->ReserveStaging(tenant, req->profile_id(), req->count(),
                                                  req->lease_ttl_ms());
   if (!slots.ok()) return FinishUnary(ctx, slots.status());
-  absl::StatusOr<std::string> path = runtime_->store()->StagingPath(tenant);
-  if (!path.ok()) return FinishUnary(ctx, path.status());
-  if (runtime_->store()->per_tenant_memory()) {
-    resp->set_fd_socket_path(runtime_->fd_socket_path());
-    std::error_code ec;
-    resp->set_staging_size_bytes(std::filesystem::file_size(*path, ec));
-  } else {
-    resp->set_staging_path(*path);
-  }
+  // The staging file has no path: its (sealed) descriptor comes from the fd
+  // socket, to this tenant only.
+  absl::StatusOr<StagingFile> staging = runtime_->store()->OpenStagingFile(tenant);
+  if (!staging.ok()) return FinishUnary(ctx, staging.status());
+  resp->set_fd_socket_path(runtime_->fd_socket_path());
+  resp->set_staging_size_bytes(staging->size_bytes);
   for (const StagingSlot& s : *slots) {
     v1::SlotRef* ref = resp->add_slots();
     ref->set_slot_id(s.slot_id);

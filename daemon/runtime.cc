@@ -146,14 +146,14 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
       return ops;
     };
     options.tenant_arena_bytes = config.auth.tenant_arena_bytes;
-    options.tenant_staging_path = [dir = rt->tenant_shm_dir_](const std::string& tenant) {
-      return absl::StrCat(dir, "/staging-", tenant);
+    options.tenant_staging_name = [](const std::string& tenant) {
+      return absl::StrCat("kvtier-staging-", tenant);
     };
     options.tenant_staging_bytes = config.auth.tenant_staging_bytes;
   }
   options.host_shm_path = ShmName(config, config.host.shm_dir, "host");
   options.host_capacity_bytes = config.host.capacity_bytes;
-  options.staging_shm_path = ShmName(config, config.host.shm_dir, "staging");
+  options.staging_name = "kvtier-staging";
   options.staging_capacity_bytes = config.host.staging_bytes;
   options.nvme_dir = config.nvme.dir;
   options.nvme_file_count = static_cast<uint32_t>(config.nvme.file_count);
@@ -218,7 +218,9 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
       static_cast<size_t>(config.server.io_threads),
       static_cast<size_t>(config.server.io_queue_limit));
   rt->ApplyTenantQuotas();
-  if (per_tenant) {
+  {
+    // Staging files are reached only through this socket, in both modes;
+    // per-tenant arenas too (a single-tenant arena is mapped by path).
     absl::StatusOr<std::unique_ptr<FdServer>> fds = FdServer::Start(
         config.auth.fd_socket_path, config.server.socket_mode,
         [r = rt.get()](const std::string& token, SharedFile kind) {
@@ -260,7 +262,8 @@ absl::Status Runtime::ReloadTenants() {
 }
 
 absl::StatusOr<SharedFileRef> Runtime::SharedFileOf(const std::string& token, SharedFile kind) {
-  TenantPtr tenant = tenants_->ByToken(token);
+  TenantPtr tenant =
+      tenants_->enabled() ? tenants_->ByToken(token) : tenants_->ByName(kDefaultTenant);
   if (tenant == nullptr) return absl::UnauthenticatedError("unknown bearer token");
   SharedFileRef ref;
   if (kind == SharedFile::kArena) {
@@ -272,10 +275,9 @@ absl::StatusOr<SharedFileRef> Runtime::SharedFileOf(const std::string& token, Sh
     ref.path = arena.shm_path;
     ref.size_bytes = arena.size_bytes;
   } else {
-    KVTIER_ASSIGN_OR_RETURN(ref.path, store_->StagingPath(tenant->name));
-    std::error_code ec;
-    ref.size_bytes = std::filesystem::file_size(ref.path, ec);
-    if (ec) return absl::InternalError(absl::StrCat("staging file: ", ec.message()));
+    KVTIER_ASSIGN_OR_RETURN(StagingFile staging, store_->OpenStagingFile(tenant->name));
+    ref.fd = std::move(staging.fd);
+    ref.size_bytes = staging.size_bytes;
   }
   return ref;
 }

@@ -44,9 +44,10 @@ class Runtime {
   // "cuda" without a CUDA arena is FAILED_PRECONDITION naming the key),
   // opens the block store (reconciling catalog and files) and starts the
   // reaper of expired leases and idle contexts. With auth.tenants_file set
-  // it loads the tenants, gives each tenant an arena and a staging file of
-  // its own (in auth.shm_dir, mode 0700, files 0600) and serves their
-  // descriptors on auth.fd_socket_path.
+  // it loads the tenants and gives each tenant an arena (in auth.shm_dir,
+  // mode 0700, files 0600) and a staging file of its own. Staging files
+  // are sealed memfds in both modes; their descriptors (and per-tenant
+  // arenas') are served on auth.fd_socket_path.
   // `env`: the block store's Env (nullptr: Env::Default()); it must
   // outlive the runtime.
   static absl::StatusOr<std::unique_ptr<Runtime>> Create(const Config& config,
@@ -68,7 +69,8 @@ class Runtime {
   // every kReaperPeriod) completed a round within `within`: what the
   // systemd watchdog ping vouches for.
   bool Responsive(std::chrono::milliseconds within) const;
-  // The socket handing out per-tenant descriptors; "" when auth is off.
+  // The socket handing out descriptors of staging files (and, with
+  // authentication on, of per-tenant arenas).
   std::string fd_socket_path() const { return fd_server_ ? fd_server_->path() : ""; }
   const gpu::DeviceProbe& device_probe() const { return probe_; }
   // "cuda:0 ..." or "shm-arena".

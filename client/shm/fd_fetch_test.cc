@@ -26,12 +26,15 @@ namespace {
 constexpr uint64_t kFileBytes = 64 << 10;
 
 // A memfd of kFileBytes whose byte i is (seed + i * 7) & 0xff.
+// A memfd of kFileBytes, sealed against resizing as the daemon's staging
+// files are.
 int PatternMemfd(uint8_t seed) {
-  const int fd = memfd_create("kvtier-fd-fetch-test", MFD_CLOEXEC);
+  const int fd = memfd_create("kvtier-fd-fetch-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   EXPECT_GE(fd, 0) << std::strerror(errno);
   std::vector<uint8_t> bytes(kFileBytes);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(seed + i * 7);
   EXPECT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
   return fd;
 }
 

@@ -46,6 +46,18 @@ bool ShmMapping::MapFd(int fd, const std::string& name, bool writable,
                                        : std::string("a non-empty file"));
     return false;
   }
+  if (writable) {
+    // A staging file we could be made to fault on (someone shrinking it
+    // under our mapping) or that could grow outside the daemon's quota is
+    // not the daemon's: refuse it.
+    const int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+      close(fd);
+      *error = "staging file " + name +
+               " is not sealed against resizing (F_SEAL_SHRINK | F_SEAL_GROW); refusing to map it";
+      return false;
+    }
+  }
   void* mapped = mmap(nullptr, static_cast<size_t>(file_bytes),
                       writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
   if (mapped == MAP_FAILED) return fail("mmap", errno);
@@ -124,17 +136,6 @@ std::unique_ptr<ShmArenaView> ShmArenaView::Open(const SharedFileSource& source,
 std::span<const std::byte> ShmArenaView::Slot(uint64_t offset, uint64_t size_bytes) const {
   if (!Contains(offset, size_bytes)) return {};
   return {data_ + offset, static_cast<size_t>(size_bytes)};
-}
-
-std::unique_ptr<ShmStagingFile> ShmStagingFile::Open(const std::string& path,
-                                                     uint64_t expected_size_bytes,
-                                                     std::string* error) {
-  std::byte* data = nullptr;
-  uint64_t size_bytes = 0;
-  if (!MapFile(path, /*writable=*/true, expected_size_bytes, &data, &size_bytes, error)) {
-    return nullptr;
-  }
-  return std::unique_ptr<ShmStagingFile>(new ShmStagingFile(path, data, size_bytes));
 }
 
 std::unique_ptr<ShmStagingFile> ShmStagingFile::OpenFd(int fd, std::string name,

@@ -7,10 +7,14 @@
 //                   client writes a block into the slot the daemon reserved
 //                   for it, then tells the daemon to adopt the slot.
 //
-// Either file is reached by path (authentication off: shm_path,
-// staging_path) or, with authentication on, as a descriptor fetched from
-// the daemon's fd socket (fd_socket_path; client/shm/fd_fetch.h). Open
-// with a SharedFileSource picks the one the daemon's response names.
+// The arena is reached by path (authentication off: shm_path) or, with
+// authentication on, as a descriptor fetched from the daemon's fd socket
+// (fd_socket_path; client/shm/fd_fetch.h); the staging file always through
+// the fd socket. Open with a SharedFileSource picks the one the daemon's
+// response names. A staging file must be sealed against resizing
+// (F_SEAL_SHRINK | F_SEAL_GROW), as the daemon makes it: an unsealed one
+// is refused, since whoever else holds it could shrink it under the
+// mapping (SIGBUS).
 //
 // Depends only on the C++ standard library and POSIX.
 //
@@ -118,13 +122,9 @@ class ShmArenaView : public ShmMapping {
 
 class ShmStagingFile : public ShmMapping {
  public:
-  // Maps the staging file read-write. The daemon creates it; this never
-  // creates or resizes a file.
-  static std::unique_ptr<ShmStagingFile> Open(const std::string& path,
-                                              uint64_t expected_size_bytes,
-                                              std::string* error);
   // Maps an open read-write descriptor of the staging file (from
-  // FetchSharedFd). Takes ownership: fd is closed before this returns.
+  // FetchSharedFd); it must carry F_SEAL_SHRINK and F_SEAL_GROW. Takes
+  // ownership: fd is closed before this returns. Never resizes the file.
   static std::unique_ptr<ShmStagingFile> OpenFd(int fd, std::string name,
                                                 uint64_t expected_size_bytes,
                                                 std::string* error);

@@ -92,11 +92,27 @@ TEST(ShmArenaViewTest, ViewOutlivesTheDaemonsFile) {
   EXPECT_EQ(std::memcmp(view->Slot(0, block.size()).data(), block.data(), block.size()), 0);
 }
 
-TEST(ShmStagingFileTest, ClientWritesLandInTheDaemonsMapping) {
+// A sealed staging file as the daemon makes it, and a client mapping of it
+// through a descriptor as the fd socket hands it out.
+std::unique_ptr<gpu::ShmFile> SealedFile() {
+  gpu::ShmFileOptions options;
+  options.sealed = true;
   std::unique_ptr<gpu::ShmFile> file;
-  ASSERT_TRUE(gpu::ShmFile::Create(ShmPath("staging"), kFileBytes, {}, &file).ok());
+  EXPECT_TRUE(gpu::ShmFile::Create(ShmPath("staging"), kFileBytes, options, &file).ok());
+  return file;
+}
+
+std::unique_ptr<ShmStagingFile> MapStaging(const gpu::ShmFile& file, uint64_t expected_bytes,
+                                           std::string* error) {
+  return ShmStagingFile::OpenFd(file.OpenDescriptor(/*writable=*/true), "staging",
+                                expected_bytes, error);
+}
+
+TEST(ShmStagingFileTest, ClientWritesLandInTheDaemonsMapping) {
+  std::unique_ptr<gpu::ShmFile> file = SealedFile();
+  ASSERT_NE(file, nullptr);
   std::string error;
-  auto staging = ShmStagingFile::Open(file->path(), kFileBytes, &error);
+  auto staging = MapStaging(*file, kFileBytes, &error);
   ASSERT_NE(staging, nullptr) << error;
 
   const auto block = Pattern(12288, 5);
@@ -110,10 +126,10 @@ TEST(ShmStagingFileTest, ClientWritesLandInTheDaemonsMapping) {
 }
 
 TEST(ShmStagingFileTest, WritesOutsideTheSlotAreRefused) {
-  std::unique_ptr<gpu::ShmFile> file;
-  ASSERT_TRUE(gpu::ShmFile::Create(ShmPath("staging"), kFileBytes, {}, &file).ok());
+  std::unique_ptr<gpu::ShmFile> file = SealedFile();
+  ASSERT_NE(file, nullptr);
   std::string error;
-  auto staging = ShmStagingFile::Open(file->path(), 0, &error);
+  auto staging = MapStaging(*file, 0, &error);
   ASSERT_NE(staging, nullptr) << error;
   const auto block = Pattern(4096, 5);
   EXPECT_FALSE(staging->Write(kFileBytes - 100, block.size(), block, &error));
@@ -123,6 +139,19 @@ TEST(ShmStagingFileTest, WritesOutsideTheSlotAreRefused) {
   EXPECT_FALSE(staging->Write(0, UINT64_MAX, block, &error));
   EXPECT_EQ(file->data()[0], std::byte{0}) << "refused write changed bytes";
   EXPECT_TRUE(staging->Slot(kFileBytes, 1).empty());
+}
+
+// A staging file anyone holding it could shrink under the mapping is not
+// one the daemon made: the client refuses it instead of risking SIGBUS.
+TEST(ShmStagingFileTest, UnsealedFileIsRefused) {
+  std::unique_ptr<gpu::ShmFile> file;
+  ASSERT_TRUE(gpu::ShmFile::Create(ShmPath("plain"), kFileBytes, {}, &file).ok());
+  std::string error;
+  EXPECT_EQ(MapStaging(*file, kFileBytes, &error), nullptr);
+  EXPECT_NE(error.find("not sealed"), std::string::npos) << error;
+  EXPECT_EQ(ShmStagingFile::Open(SharedFileSource{file->path(), "", ""}, kFileBytes, &error),
+            nullptr);
+  EXPECT_NE(error.find("not sealed"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -151,12 +151,15 @@ void FdServer::Serve(int fd) {
     SendError(fd, ref.status());
     return;
   }
-  int file = ::open(ref->path.c_str(),
-                    (kind == SharedFile::kArena ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
-  if (file < 0) {
+  if (!ref->fd.valid()) {
+    ref->fd.Reset(::open(ref->path.c_str(), (kind == SharedFile::kArena ? O_RDONLY : O_RDWR) |
+                                                O_CLOEXEC | O_NOFOLLOW));
+  }
+  if (!ref->fd.valid()) {
     SendError(fd, ErrnoToStatus(errno, "open the shared file"));
     return;
   }
+  const int file = ref->fd.get();
   const std::string reply = absl::StrCat("ok ", ref->size_bytes, "\n");
   iovec iov{const_cast<char*>(reply.data()), reply.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
@@ -171,7 +174,6 @@ void FdServer::Serve(int fd) {
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &file, sizeof(int));
   if (::sendmsg(fd, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(reply.size())) ++served_;
-  ::close(file);
 }
 
 }  // namespace kvtier::daemon

@@ -1,7 +1,8 @@
 // FdServer: hands a tenant the file descriptors of its own shared memory
 // (its device arena and its staging file) over a Unix socket, so those
-// files can be mode 0600 in a directory only the daemon can enter and no
-// other process can open them by path.
+// files can be mode 0600 in a directory only the daemon can enter, or have
+// no path at all (staging files are sealed memfds), and no other process
+// can open them.
 //
 // Protocol (one request per connection, text lines, at most 512 bytes):
 //
@@ -9,12 +10,15 @@
 //   daemon -> client   "ok <size_bytes>\n"   with one descriptor attached
 //                                            (SCM_RIGHTS): the arena
 //                                            read-only, staging read-write
+//                                            and sealed against shrinking
+//                                            and growing (F_GET_SEALS)
 //                      "error <code> <message>\n"
 //                                            no descriptor; <code> is the
 //                                            gRPC status code number
 //
 // <token> is the same bearer token the gRPC calls carry ("-" when
-// authentication is off). The daemon closes the connection after its reply;
+// authentication is off; the socket then serves the one tenant's staging
+// file to whoever can connect, as the gRPC socket serves its calls). The daemon closes the connection after its reply;
 // a client that sends nothing within 2 s is dropped.
 //
 // The client side is client/shm/fd_fetch.h.
@@ -32,13 +36,17 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "storage/common/owned_fd.h"
 
 namespace kvtier::daemon {
 
 enum class SharedFile : uint8_t { kArena = 0, kStaging = 1 };
 
-// A file the server may hand out: the path it opens, and its size.
+// A file the server may hand out: a descriptor to send as it is (fd), or
+// else the path it opens (read-only for the arena, read-write for
+// staging), and the file's size.
 struct SharedFileRef {
+  OwnedFd fd;
   std::string path;
   uint64_t size_bytes = 0;
 };

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -321,6 +322,46 @@ TEST(ShmFileTest, CloseDoesNotRemoveAReplacement) {
   EXPECT_EQ(st.st_size, 8192);
   new_file.reset();
   EXPECT_NE(stat(path.c_str(), &st), 0);
+}
+
+// Regression for a SIGBUS crash: a client holding a read-write descriptor
+// of a staging file shrank it under the daemon's mapping. A sealed file
+// keeps its size whatever a descriptor holder does, so the creator's
+// mapping never faults, and it cannot be grown past its quota either.
+TEST(ShmFileTest, SealedFileCannotBeResizedThroughAnyDescriptor) {
+  ShmFileOptions options;
+  options.sealed = true;
+  const std::string name = ShmPath("sealed");
+  std::unique_ptr<ShmFile> file;
+  ASSERT_TRUE(ShmFile::Create(name, 1 << 16, options, &file).ok());
+  EXPECT_TRUE(file->sealed());
+  struct stat st;
+  EXPECT_NE(stat(name.c_str(), &st), 0) << "a sealed file must have no path";
+
+  const int rw = file->OpenDescriptor(/*writable=*/true);
+  ASSERT_GE(rw, 0) << std::strerror(errno);
+  EXPECT_EQ(fcntl(rw, F_GET_SEALS) & kShmFileSeals, kShmFileSeals);
+  EXPECT_NE(ftruncate(rw, 0), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(ftruncate(rw, 1 << 30), 0);
+  EXPECT_NE(posix_fallocate(rw, 0, off_t{1} << 32), 0);
+  EXPECT_NE(fcntl(rw, F_ADD_SEALS, F_SEAL_WRITE), 0) << "F_SEAL_SEAL must stop new seals";
+  ASSERT_EQ(fstat(rw, &st), 0);
+  EXPECT_EQ(st.st_size, 1 << 16);
+
+  // The holder can still write, and the creator reads it, to the last byte.
+  void* view = mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0);
+  ASSERT_NE(view, MAP_FAILED);
+  static_cast<char*>(view)[(1 << 16) - 1] = 42;
+  EXPECT_EQ(file->data()[(1 << 16) - 1], std::byte{42});
+  munmap(view, 1 << 16);
+  close(rw);
+
+  const int ro = file->OpenDescriptor(/*writable=*/false);
+  ASSERT_GE(ro, 0);
+  EXPECT_EQ(fcntl(ro, F_GETFL) & O_ACCMODE, O_RDONLY);
+  EXPECT_EQ(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, ro, 0), MAP_FAILED);
+  close(ro);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 namespace kvtier::gpu {
 
@@ -77,25 +78,43 @@ GpuStatus ShmFile::Create(const std::string& path, uint64_t size_bytes,
                                 std::to_string(kMaxShmFileBytes) + ", got " +
                                 std::to_string(size_bytes));
   }
-  if (options.replace_existing && unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return ErrnoToGpuStatus(errno, "unlink " + path);
+  int fd = -1;
+  if (options.sealed) {
+    fd = memfd_create(path.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return ErrnoToGpuStatus(errno, "memfd_create " + path);
+  } else {
+    if (options.replace_existing && unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoToGpuStatus(errno, "unlink " + path);
+    }
+    fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
+              static_cast<mode_t>(options.file_mode));
+    if (fd < 0) return ErrnoToGpuStatus(errno, "create " + path);
   }
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
-                      static_cast<mode_t>(options.file_mode));
-  if (fd < 0) return ErrnoToGpuStatus(errno, "create " + path);
 
   // From here on a failure removes the half-made file.
   auto fail = [&](GpuStatus status) {
     close(fd);
-    unlink(path.c_str());
+    if (!options.sealed) unlink(path.c_str());
     return status;
   };
   // open() applies the umask; clients need the mode as configured.
-  if (fchmod(fd, static_cast<mode_t>(options.file_mode)) != 0) {
+  if (!options.sealed && fchmod(fd, static_cast<mode_t>(options.file_mode)) != 0) {
     return fail(ErrnoToGpuStatus(errno, "fchmod " + path));
   }
   GpuStatus sized = SizeFile(fd, path, size_bytes, options.preallocate);
   if (!sized.ok()) return fail(sized);
+  if (options.sealed) {
+    // From here on no descriptor of the file can change its size, so no
+    // mapping of it (ours included) can fault past its end.
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+      return fail(ErrnoToGpuStatus(errno, "seal " + path));
+    }
+    const int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & kShmFileSeals) != kShmFileSeals) {
+      return fail(GpuStatus::Error(GpuStatus::kInternal,
+                                   "shm file " + path + " did not keep its seals"));
+    }
+  }
   struct stat st;
   if (fstat(fd, &st) != 0) return fail(ErrnoToGpuStatus(errno, "fstat " + path));
   if (static_cast<uint64_t>(st.st_size) != size_bytes) {
@@ -108,17 +127,28 @@ GpuStatus ShmFile::Create(const std::string& path, uint64_t size_bytes,
                     PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) return fail(ErrnoToGpuStatus(errno, "mmap " + path));
   out->reset(new ShmFile(path, fd, static_cast<std::byte*>(data), size_bytes,
-                         options.unlink_on_close));
+                         options.unlink_on_close && !options.sealed, options.sealed));
   return GpuStatus::Ok();
 }
 
 ShmFile::ShmFile(std::string path, int fd, std::byte* data, uint64_t size_bytes,
-                 bool unlink_on_close)
+                 bool unlink_on_close, bool sealed)
     : path_(std::move(path)),
       fd_(fd),
       data_(data),
       size_bytes_(size_bytes),
-      unlink_on_close_(unlink_on_close) {}
+      unlink_on_close_(unlink_on_close),
+      sealed_(sealed) {}
+
+int ShmFile::OpenDescriptor(bool writable) const {
+  // A fresh open file description through /proc, so nothing the receiver
+  // does to its descriptor's flags reaches ours, and read-only really is
+  // read-only. Without /proc a writable descriptor can still be a dup.
+  const std::string self = "/proc/self/fd/" + std::to_string(fd_);
+  const int fd = open(self.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  if (fd >= 0 || !writable || errno != ENOENT) return fd;
+  return fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+}
 
 ShmFile::~ShmFile() {
   munmap(data_, static_cast<size_t>(size_bytes_));

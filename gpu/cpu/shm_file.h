@@ -1,7 +1,15 @@
 // ShmFile: a shared-memory file created with an exact size and mapped
 // read-write by its creator (the daemon). Other processes map the same file
 // (read-only for the device arena, read-write for the host tier's staging
-// slots) by path; see client/shm/shm_mapping.h.
+// slots) by path or by a descriptor the daemon hands them; see
+// client/shm/shm_mapping.h.
+//
+// A sealed file (ShmFileOptions::sealed) is a memfd with no name in any
+// filesystem, sealed F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL once it has
+// its size: whoever holds a descriptor of it, even a read-write one, can
+// neither shrink it (which would make the creator's mapping fault with
+// SIGBUS) nor grow it (which would take memory outside every quota). Files
+// handed to untrusted clients read-write are sealed.
 //
 // Used by the CPU device arena (gpu/cpu/shm_device_ops.h) and the host tier
 // (storage/host/host_tier.h).
@@ -39,13 +47,22 @@ struct ShmFileOptions {
   bool preallocate = true;        // reserve the memory now (fallocate) so a
                                   // full tmpfs fails here and not as SIGBUS
                                   // on a later write
+  bool sealed = false;            // a sealed memfd (see above): `path` is
+                                  // only its name (for /proc and messages);
+                                  // file_mode, replace_existing and
+                                  // unlink_on_close do not apply
 };
+
+// The seals every sealed ShmFile carries.
+inline constexpr int kShmFileSeals = 0x0001 /*F_SEAL_SEAL*/ | 0x0002 /*F_SEAL_SHRINK*/ |
+                                     0x0004 /*F_SEAL_GROW*/;
 
 class ShmFile {
  public:
-  // Creates path (O_EXCL after an optional unlink) with exactly size_bytes
-  // (1..kMaxShmFileBytes) bytes of zeros and maps it read-write, shared.
-  // On failure *out is untouched and no file is left behind.
+  // Creates path (O_EXCL after an optional unlink), or a sealed memfd named
+  // path, with exactly size_bytes (1..kMaxShmFileBytes) bytes of zeros and
+  // maps it read-write, shared. On failure *out is untouched and no file is
+  // left behind.
   static GpuStatus Create(const std::string& path, uint64_t size_bytes,
                           const ShmFileOptions& options,
                           std::unique_ptr<ShmFile>* out);
@@ -58,16 +75,23 @@ class ShmFile {
   std::byte* data() const { return data_; }
   uint64_t size_bytes() const { return size_bytes_; }
   const std::string& path() const { return path_; }
+  bool sealed() const { return sealed_; }
+
+  // A new descriptor of the file (close-on-exec), read-write or read-only,
+  // for handing to another process; the caller owns it. -1 with errno set
+  // on failure. For a sealed file it is the only way to reach the file.
+  int OpenDescriptor(bool writable) const;
 
  private:
   ShmFile(std::string path, int fd, std::byte* data, uint64_t size_bytes,
-          bool unlink_on_close);
+          bool unlink_on_close, bool sealed);
 
   const std::string path_;
   const int fd_;
   std::byte* const data_;
   const uint64_t size_bytes_;
   const bool unlink_on_close_;
+  const bool sealed_;
 };
 
 }  // namespace kvtier::gpu

@@ -4,8 +4,9 @@
 //
 // The file backing is what makes the zero-copy put path work:
 //   1. the daemon Allocates a slot and hands (offset, size_bytes,
-//      generation) plus path() to the client;
-//   2. the client maps path() read-write (client/shm/shm_mapping.h,
+//      generation) plus a descriptor of the file (OpenDescriptor) to the
+//      client;
+//   2. the client maps it read-write (client/shm/shm_mapping.h,
 //      ShmStagingFile) and writes the block into the slot;
 //   3. the client names the slot in its put; the daemon checks IsLive(slot),
 //      verifies the checksum over Data(slot), and from then on the slot is
@@ -95,8 +96,13 @@ class HostTier {
 
   HostTierStats stats() const;
 
-  // The backing file clients map for staging writes.
+  // The backing file's path, or for a sealed file (options.file.sealed,
+  // how staging tiers are made) only its name.
   const std::string& path() const { return file_->path(); }
+  // A new descriptor of the backing file for a client (see
+  // gpu::ShmFile::OpenDescriptor): -1 with errno set on failure.
+  int OpenDescriptor(bool writable) const { return file_->OpenDescriptor(writable); }
+  bool sealed() const { return file_->sealed(); }
   // The whole region, e.g. to register it with io_uring.
   std::span<std::byte> region() const {
     return {file_->data(), static_cast<size_t>(file_->size_bytes())};

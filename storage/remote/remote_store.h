@@ -180,8 +180,8 @@ class RemoteStore final : public BlockStore {
   absl::StatusOr<gpu::ArenaInfo> Arena(const std::string& tenant) override {
     return local_->Arena(tenant);
   }
-  absl::StatusOr<std::string> StagingPath(const std::string& tenant) override {
-    return local_->StagingPath(tenant);
+  absl::StatusOr<StagingFile> OpenStagingFile(const std::string& tenant) override {
+    return local_->OpenStagingFile(tenant);
   }
   bool per_tenant_memory() const override { return local_->per_tenant_memory(); }
 

@@ -46,7 +46,7 @@ class Node {
     o.device_capacity_bytes = 16 * kBlockBytes;
     o.host_shm_path = prefix_ + "-host";
     o.host_capacity_bytes = host_blocks * kBlockBytes;
-    o.staging_shm_path = prefix_ + "-staging";
+    o.staging_name = prefix_ + "-staging";
     o.staging_capacity_bytes = 4 * kBlockBytes;
     o.nvme_dir = dir_.path() + "/nvme";
     o.nvme_file_count = 1;

@@ -98,10 +98,12 @@ struct BlockStoreOptions {
   uint64_t device_capacity_bytes = 0;
 
   // Host tier: a shared-memory file of host_capacity_bytes; staging slots
-  // for zero-copy puts come from a second file of staging_capacity_bytes.
+  // for zero-copy puts come from a sealed memfd (gpu/cpu/shm_file.h) of
+  // staging_capacity_bytes named staging_name, which clients reach only
+  // through StagingFile's descriptors.
   std::string host_shm_path;
   uint64_t host_capacity_bytes = 0;
-  std::string staging_shm_path;
+  std::string staging_name;
   uint64_t staging_capacity_bytes = 0;
 
   // NVMe tier.
@@ -158,14 +160,14 @@ struct BlockStoreOptions {
   // tenant's first use by make_tenant_arena(tenant, size_bytes) with
   // size_bytes = its limits.device_bytes or else tenant_arena_bytes; all
   // arenas together stay within device_capacity_bytes (creating one beyond
-  // that is RESOURCE_EXHAUSTED). Its staging slots come from a file of its
-  // own at tenant_staging_path(tenant), mode 0600, of limits.staging_bytes
+  // that is RESOURCE_EXHAUSTED). Its staging slots come from a sealed memfd
+  // of its own named tenant_staging_name(tenant), of limits.staging_bytes
   // or else tenant_staging_bytes.
   std::function<absl::StatusOr<std::unique_ptr<gpu::DeviceOps>>(const std::string& tenant,
                                                                 uint64_t size_bytes)>
       make_tenant_arena;
   uint64_t tenant_arena_bytes = 0;
-  std::function<std::string(const std::string& tenant)> tenant_staging_path;
+  std::function<std::string(const std::string& tenant)> tenant_staging_name;
   uint64_t tenant_staging_bytes = 0;
 };
 
@@ -343,8 +345,10 @@ class BlockStore {
   // The tenant's device arena (created on first use in multi-tenant mode;
   // RESOURCE_EXHAUSTED when the device tier has no room for it).
   virtual absl::StatusOr<gpu::ArenaInfo> Arena(const std::string& tenant) = 0;
-  // The file the tenant's staging slots live in.
-  virtual absl::StatusOr<std::string> StagingPath(const std::string& tenant) = 0;
+  // A new read-write descriptor of the file the tenant's staging slots
+  // live in (a sealed memfd: its holder can write slots but can neither
+  // shrink nor grow it), for handing to that tenant, and the file's size.
+  virtual absl::StatusOr<StagingFile> OpenStagingFile(const std::string& tenant) = 0;
   // True when tenants have arenas and staging files of their own.
   virtual bool per_tenant_memory() const = 0;
 };

@@ -1,6 +1,7 @@
 #include "storage/store/block_store_impl.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <random>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/internal/resize_uninitialized.h"
 #include "absl/strings/str_cat.h"
+#include "storage/common/errno_status.h"
 #include "storage/common/status_macros.h"
 #include "storage/host/gpu_status.h"
 #include "storage/store/store_internal.h"
@@ -29,9 +31,9 @@ constexpr uint64_t kSlotAlignmentBytes = 4096;
 absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOptions& options) {
   if (options.env == nullptr) return absl::InvalidArgumentError("options.env: must be set");
   const bool multi = options.make_tenant_arena != nullptr;
-  if (multi != (options.tenant_staging_path != nullptr)) {
+  if (multi != (options.tenant_staging_name != nullptr)) {
     return absl::InvalidArgumentError(
-        "options.make_tenant_arena and tenant_staging_path: set both or neither");
+        "options.make_tenant_arena and tenant_staging_name: set both or neither");
   }
   if (!multi && options.device_ops == nullptr) {
     return absl::InvalidArgumentError("options.device_ops: must be set");
@@ -81,10 +83,12 @@ absl::Status BlockStoreImpl::Init() {
   multi_tenant_ = options_.make_tenant_arena != nullptr;
   if (!multi_tenant_) {
     HostTierOptions staging_options = host_options;
-    staging_options.path = options_.staging_shm_path;
+    staging_options.path = options_.staging_name;
     staging_options.capacity_bytes =
         options_.staging_capacity_bytes / kSlotAlignmentBytes * kSlotAlignmentBytes;
-    staging_options.file.file_mode = 0660;  // clients write their blocks here
+    // Clients write their blocks here through descriptors they hold: sealed,
+    // so none of them can shrink it under our mapping (SIGBUS) or grow it.
+    staging_options.file.sealed = true;
     KVTIER_ASSIGN_OR_RETURN(shared_.owned_staging, HostTier::Open(staging_options));
     shared_.staging = shared_.owned_staging.get();
   }
@@ -256,12 +260,12 @@ absl::StatusOr<BlockStoreImpl::MemorySpace*> BlockStoreImpl::SpaceLocked(
   }
   if (staging && space->staging == nullptr) {
     HostTierOptions o;
-    o.path = options_.tenant_staging_path(tenant);
+    o.path = options_.tenant_staging_name(tenant);
     o.capacity_bytes = (limits.staging_bytes != 0 ? limits.staging_bytes
                                                   : options_.tenant_staging_bytes) /
                        kSlotAlignmentBytes * kSlotAlignmentBytes;
     o.alignment_bytes = kSlotAlignmentBytes;
-    o.file.file_mode = 0600;  // handed to its tenant only, as a file descriptor
+    o.file.sealed = true;  // handed to its tenant only, as a file descriptor
     KVTIER_ASSIGN_OR_RETURN(space->owned_staging, HostTier::Open(o));
     space->staging = space->owned_staging.get();
   }
@@ -279,10 +283,14 @@ absl::StatusOr<gpu::ArenaInfo> BlockStoreImpl::Arena(const std::string& tenant) 
   return space->device->arena();
 }
 
-absl::StatusOr<std::string> BlockStoreImpl::StagingPath(const std::string& tenant) {
+absl::StatusOr<StagingFile> BlockStoreImpl::OpenStagingFile(const std::string& tenant) {
   absl::MutexLock lock(&mu_);
   KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/true));
-  return space->staging->path();
+  StagingFile file;
+  file.fd.Reset(space->staging->OpenDescriptor(/*writable=*/true));
+  if (!file.fd.valid()) return ErrnoToStatus(errno, "open the staging file of \"" + tenant + "\"");
+  file.size_bytes = space->staging->region().size();
+  return file;
 }
 
 // ---- Profiles --------------------------------------------------------------

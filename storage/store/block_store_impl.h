@@ -97,7 +97,7 @@ class BlockStoreImpl final : public BlockStore {
   absl::Status Evict(const BlockKey& key, TierId tier) override;
   absl::Status Drain(const std::function<void(uint64_t, uint64_t)>& progress) override;
   absl::StatusOr<gpu::ArenaInfo> Arena(const std::string& tenant) override;
-  absl::StatusOr<std::string> StagingPath(const std::string& tenant) override;
+  absl::StatusOr<StagingFile> OpenStagingFile(const std::string& tenant) override;
   bool per_tenant_memory() const override { return multi_tenant_; }
 
  private:

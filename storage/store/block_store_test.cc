@@ -44,10 +44,11 @@ void FlipBytes(const std::string& path, uint64_t first, uint64_t end, uint64_t s
 // Writes data into a staging slot through the staging file, as a client
 // that mapped it would.
 void WriteStaging(BlockStore& store, const StagingSlot& slot, const std::vector<uint8_t>& data) {
-  std::fstream f(*store.StagingPath("default"), std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good());
-  f.seekp(slot.offset_bytes);
-  f.write(reinterpret_cast<const char*>(data.data()), data.size());
+  absl::StatusOr<StagingFile> file = store.OpenStagingFile("default");
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ(::pwrite(file->fd.get(), data.data(), data.size(),
+                     static_cast<off_t>(slot.offset_bytes)),
+            static_cast<ssize_t>(data.size()));
 }
 
 TEST_F(BlockStoreTest, PutGetLookupRoundTrip) {

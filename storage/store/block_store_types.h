@@ -1,6 +1,6 @@
 // Value types of the BlockStore interface (block_store.h): tenant limits
-// and usage, put outcomes, locations, handles, staging slots and
-// statistics. Plain structs; no thread safety of their own.
+// and usage, put outcomes, locations, handles, staging slots and files,
+// and statistics. Plain structs; no thread safety of their own.
 #ifndef KVTIER_STORAGE_STORE_BLOCK_STORE_TYPES_H_
 #define KVTIER_STORAGE_STORE_BLOCK_STORE_TYPES_H_
 
@@ -11,6 +11,7 @@
 #include "absl/types/span.h"
 
 #include "storage/catalog/records.h"
+#include "storage/common/owned_fd.h"
 #include "storage/tier.h"
 
 namespace kvtier {
@@ -103,6 +104,12 @@ struct StagingSlot {
   uint64_t offset_bytes = 0;
   uint64_t size_bytes = 0;
   uint64_t generation = 0;
+};
+
+// A descriptor of a tenant's staging file, for handing to that tenant.
+struct StagingFile {
+  OwnedFd fd;               // read-write; the file is sealed (fixed size)
+  uint64_t size_bytes = 0;
 };
 
 struct TierUsage {

@@ -595,8 +595,11 @@ void FaultSoakTest::RunSoak() {
       absl::MutexLock lock(&removal_mu_);
       failed_removals_.clear();
     }
-    staging_fd_ = ::open(options_.staging_shm_path.c_str(), O_RDWR | O_CLOEXEC);
-    ASSERT_GE(staging_fd_, 0);
+    {
+      absl::StatusOr<StagingFile> staging = store_->OpenStagingFile("default");
+      ASSERT_TRUE(staging.ok()) << staging.status();
+      staging_fd_ = staging->fd.Release();
+    }
     next_op_ = 0;
     Faults(true);
     std::vector<Tally> tallies(kThreads);

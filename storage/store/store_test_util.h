@@ -65,7 +65,7 @@ class BlockStoreTest : public ::testing::Test {
     options_.device_capacity_bytes = 4 * kBlockBytes;
     options_.host_shm_path = shm_prefix_ + "-host";
     options_.host_capacity_bytes = 8 * kBlockBytes;
-    options_.staging_shm_path = shm_prefix_ + "-staging";
+    options_.staging_name = shm_prefix_ + "-staging";
     options_.staging_capacity_bytes = 4 * kBlockBytes;
     options_.nvme_dir = dir_.path() + "/nvme";
     options_.nvme_file_count = 2;

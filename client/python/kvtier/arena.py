@@ -7,9 +7,12 @@ ShmArena      the device arena of a daemon without a GPU ("shm-arena"), mapped
 StagingFile   the host tier's staging file, mapped read-write, for the
               zero-copy put path (ReserveSlots -> write the slot -> PutBlocks).
 
-Either file is opened by path (shm_path / staging_path), or, when the daemon
-has tenants and names an fd_socket_path instead, from a descriptor fetched
-there with the client's token (kvtier.fd_passing); the mapping is the same.
+The arena is opened by path (shm_path), or, when the daemon has tenants and
+names an fd_socket_path instead, from a descriptor fetched there with the
+client's token (kvtier.fd_passing); the staging file always comes from the fd
+socket. A staging file must be sealed against resizing (F_SEAL_SHRINK |
+F_SEAL_GROW), as the daemon makes it; an unsealed one is refused, since
+whoever else holds it could shrink it under the mapping (SIGBUS).
 
 Lifetime: views stay valid while the mapping lives (the mapping keeps the file
 alive even when the daemon removes it). A block's bytes are only meaningful
@@ -21,6 +24,7 @@ process with SIGSEGV (the pages are mapped PROT_READ).
 Thread safety: every method may be called from several threads at once.
 """
 
+import fcntl
 import mmap
 import os
 import warnings
@@ -32,10 +36,23 @@ from kvtier.errors import KvTierError, invalid_argument
 from kvtier.fd_passing import fetch_shared_fd
 
 
+_STAGING_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+
+
 def _map_fd(fd, size_bytes, writable, what, name):
     """Maps the whole file behind fd (size_bytes None: whatever it holds, if
-    not empty); always closes fd (the mapping keeps the file alive)."""
+    not empty); always closes fd (the mapping keeps the file alive). A
+    writable file must be sealed against resizing."""
     try:
+        if writable:
+            try:
+                seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+            except OSError:
+                seals = 0
+            if seals & _STAGING_SEALS != _STAGING_SEALS:
+                raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
+                                  f"{what} {name}: not sealed against resizing "
+                                  "(F_SEAL_SHRINK | F_SEAL_GROW); refusing to map it")
         actual = os.fstat(fd).st_size
         if size_bytes is None:
             size_bytes = actual
@@ -206,8 +223,9 @@ class StagingFile:
 
     @classmethod
     def open(cls, reserved, token=None):
-        """The staging file a ReserveSlotsResponse names (staging_path, else
-        fd_socket_path of staging_size_bytes)."""
+        """The staging file a ReserveSlotsResponse names (fd_socket_path of
+        staging_size_bytes; a staging_path from an older daemon is tried and
+        refused unless sealed)."""
         if reserved.staging_path:
             return cls(reserved.staging_path)
         if reserved.fd_socket_path:

@@ -7,6 +7,7 @@ with a tenants file written by kvtierctl.
 """
 
 import concurrent.futures
+import fcntl
 import os
 import shutil
 import socket
@@ -29,11 +30,14 @@ from support import kvtierd_path, random_block, small_profile
 FILE_BYTES = 64 << 10
 
 
-def pattern_memfd(seed):
-    """A memfd of FILE_BYTES whose byte i is (seed + 7 i) mod 256, and those bytes."""
+def pattern_memfd(seed, sealed=True):
+    """A memfd of FILE_BYTES whose byte i is (seed + 7 i) mod 256, and those
+    bytes; sealed against resizing as the daemon's staging files are."""
     data = ((seed + 7 * np.arange(FILE_BYTES)) % 256).astype(np.uint8).tobytes()
-    fd = os.memfd_create("kvtier-test")
+    fd = os.memfd_create("kvtier-test", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     os.write(fd, data)
+    if sealed:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
     return fd, data
 
 
@@ -194,6 +198,15 @@ class FdPassingTest(unittest.TestCase):
         finally:
             os.close(probe)
         self.assertEqual(server.request, "staging tok\n")
+
+    def test_an_unsealed_staging_file_is_refused(self):
+        # Anyone else holding it could shrink it under our mapping (SIGBUS).
+        memfd, _ = pattern_memfd(0, sealed=False)
+        reserved = kvtier_pb2.ReserveSlotsResponse(staging_size_bytes=FILE_BYTES)
+        with FakeFdServer(f"ok {FILE_BYTES}\n", memfd) as server:
+            reserved.fd_socket_path = server.path
+            self.assertCode(grpc.StatusCode.FAILED_PRECONDITION,
+                            lambda: kvtier.StagingFile.open(reserved, token="tok"), "not sealed")
 
     def test_announced_size_must_match_the_response(self):
         memfd, _ = pattern_memfd(0)
