@@ -189,6 +189,9 @@ const std::vector<Field>& Fields() {
       KV_NUM("select.max_contexts_per_request", Kind::kUint, select.max_contexts_per_request),
       KV_NUM("select.batch_threads", Kind::kUint, select.batch_threads),
       KV_NUM("select.max_queued_responses", Kind::kUint, select.max_queued_responses),
+      KV_NUM("select.mass_tree_min_blocks", Kind::kUint, select.mass_tree_min_blocks),
+      KV_FLOAT("select.mass_tree_max_read_fraction", select.mass_tree_max_read_fraction),
+      KV_NUM("select.mass_tree_recent_blocks", Kind::kUint, select.mass_tree_recent_blocks),
   };
   return *fields;
 }
@@ -437,6 +440,11 @@ absl::Status ValidateSelect(const Config& c) {
   }
   if (s.max_queued_responses == 0 || s.max_queued_responses > 1024) {
     return Invalid("select.max_queued_responses", "must be between 1 and 1024");
+  }
+  KVTIER_RETURN_IF_ERROR(InRange("select.mass_tree_max_read_fraction",
+                                 s.mass_tree_max_read_fraction, 0, 1, /*lo_open=*/true));
+  if (s.mass_tree_recent_blocks > 65536) {
+    return Invalid("select.mass_tree_recent_blocks", "must be at most 65536");
   }
   return absl::OkStatus();
 }

@@ -143,6 +143,9 @@ struct Config {
     uint64_t max_contexts_per_request = 0;
     uint64_t max_queued_responses = 0;
     uint64_t batch_threads = 0;  // 0 = min(4, cores)
+    uint64_t mass_tree_min_blocks = 0;
+    double mass_tree_max_read_fraction = 0;
+    uint64_t mass_tree_recent_blocks = 0;
   } select;
 
   uint64_t nvme_capacity_bytes() const { return nvme.file_count * nvme.file_size_bytes; }

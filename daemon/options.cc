@@ -41,8 +41,13 @@ index::SelectorOptions SelectorOptionsOf(const Config& config) {
   options.stability.theta = static_cast<float>(s.theta);
   options.stability.weight = static_cast<float>(s.stability_weight);
   options.stability.hold_threshold = static_cast<float>(s.hold_threshold);
-  // One Selector per stream (streams run in parallel); its workers spread
-  // the contexts of one request.
+  options.mass_tree.min_pages = static_cast<int64_t>(
+      std::min<uint64_t>(s.mass_tree_min_blocks, uint64_t{1} << 40));
+  options.mass_tree.max_open_fraction = s.mass_tree_max_read_fraction;
+  options.mass_tree.recent_pages = static_cast<int32_t>(s.mass_tree_recent_blocks);
+  // One Selector per stream; the contexts of one request are spread over
+  // at most num_threads threads: the stream's and those of the runtime's
+  // one shared pool (Runtime::Create sets options.pool).
   options.num_threads = static_cast<int32_t>(
       s.batch_threads != 0
           ? s.batch_threads

@@ -119,6 +119,10 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
   rt->default_scorer_ = *scorer;
   rt->stability_scorers_ = StabilityScorersOf(config);
   rt->selector_options_ = SelectorOptionsOf(config);
+  // One pool for every Select stream's batches: threads do not grow with
+  // streams.
+  rt->selector_options_.pool =
+      std::make_shared<index::WorkerPool>(rt->selector_options_.num_threads - 1);
   if (absl::Status st = index::ValidateSelectorOptions(rt->selector_options_); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("select.*: ", st.message()));
   }

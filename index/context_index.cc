@@ -25,6 +25,7 @@ absl::StatusOr<std::unique_ptr<ContextIndex>> ContextIndex::Create(
   KeyTableOptions k;
   k.dim = o.tree.dim;
   k.num_layers = o.keep_layer_means ? o.num_layers : 0;
+  k.pages_per_chunk = o.tree.pages_per_chunk;
   std::vector<int32_t> slots;
   if (o.calibration.calibrated()) {
     BlockLayout layout;

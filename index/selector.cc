@@ -1,210 +1,19 @@
 #include "index/selector.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <thread>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "index/key_scorers.h"
 #include "index/q8_rows.h"
+#include "index/selector_internal.h"
 #include "index/simd.h"
 #include "index/unit_vector.h"
 #include "index/validate.h"
 
 namespace kvtier::index {
-namespace {
 
-struct ScoredIndex {
-  float score;
-  int32_t index;
-};
-
-// Strict total order: higher score first, then lower index. Every top-k
-// below uses it, so the kept sets do not depend on the input order.
-inline bool Better(const ScoredIndex& a, const ScoredIndex& b) {
-  return a.score > b.score || (a.score == b.score && a.index < b.index);
-}
-// The mass scorer's ties (a calibration's prior is flat past its end) go to
-// the more recent block.
-inline bool BetterRecent(const ScoredIndex& a, const ScoredIndex& b) {
-  return a.score > b.score || (a.score == b.score && a.index > b.index);
-}
-// As function objects, so that the selection algorithms inline them (a
-// function pointer costs a call per comparison).
-struct ByBetter {
-  bool operator()(const ScoredIndex& a, const ScoredIndex& b) const { return Better(a, b); }
-};
-struct ByBetterRecent {
-  bool operator()(const ScoredIndex& a, const ScoredIndex& b) const {
-    return BetterRecent(a, b);
-  }
-};
-
-// Moves the best `k` items of *v to its front; then, while the weight of the
-// kept items is below `target_weight`, keeps the next best ones. Returns the
-// number kept (>= 1 when v is not empty).
-template <typename WeightFn>
-size_t TopWithFloor(std::vector<ScoredIndex>* v, size_t k, WeightFn weight,
-                    int64_t target_weight) {
-  const size_t n = v->size();
-  if (n == 0) return 0;
-  k = std::clamp<size_t>(k, 1, n);
-  auto first = v->begin();
-  if (k < n) std::nth_element(first, first + k, v->end(), ByBetter());
-  int64_t w = 0;
-  for (size_t i = 0; i < k; ++i) w += weight((*v)[i].index);
-  while (w < target_weight && k < n) {
-    const double per_item = std::max(1.0, static_cast<double>(w) / k);
-    size_t extra = static_cast<size_t>(
-        std::ceil(static_cast<double>(target_weight - w) / per_item));
-    extra = std::clamp<size_t>(extra, 1, n - k);
-    if (k + extra < n) {
-      std::nth_element(first + k, first + k + extra, v->end(), ByBetter());
-    }
-    for (size_t i = k; i < k + extra; ++i) w += weight((*v)[i].index);
-    k += extra;
-  }
-  return k;
-}
-
-bool IsKeyKey(ScorerKind k) {
-  return k == ScorerKind::kKeyKey || k == ScorerKind::kKeyKeyWeighted;
-}
-
-// A key-key request scored through the tree (pooled anchor).
-bool TreeKeyKey(const SelectRequest& r) {
-  return IsKeyKey(r.scorer) &&
-         static_cast<int64_t>(r.anchor.size()) == r.context->tree().dim();
-}
-
-// Float rounding allowance of an affinity or pool score computed from an
-// approximate dot product (RefineQuantised).
-constexpr float kAffinitySlack = 0x1p-20f;
-
-inline float Affinity(float dot) {
-  return std::clamp(0.5f * (1.0f + dot), 0.0f, 1.0f);
-}
-
-int64_t CeilFraction(double fraction, int64_t n) {
-  return static_cast<int64_t>(std::ceil(fraction * static_cast<double>(n)));
-}
-
-}  // namespace
-
-// ---- worker threads ---------------------------------------------------------
-
-class Selector::Workers {
- public:
-  // Not std::function: a capturing lambda would allocate on every call.
-  using Fn = absl::FunctionRef<void(int32_t, int64_t)>;
-
-  explicit Workers(int32_t threads) {
-    for (int32_t i = 1; i < threads; ++i) {
-      threads_.emplace_back([this, i] { Loop(i); });
-    }
-  }
-
-  ~Workers() {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    for (std::thread& t : threads_) t.join();
-  }
-
-  // Runs fn(worker, item) for every item in [0, count), spread over the
-  // workers and the calling thread (worker 0); returns when all are done.
-  void ParallelFor(int64_t count,
-                   const Fn& fn) {
-    if (threads_.empty() || count <= 1) {
-      for (int64_t i = 0; i < count; ++i) fn(0, i);
-      return;
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      fn_ = &fn;
-      count_ = count;
-      next_.store(0, std::memory_order_relaxed);
-      active_ = static_cast<int32_t>(threads_.size());
-      ++generation_;
-    }
-    Drain(0, &fn, count);
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](int32_t* active) { return *active == 0; }, &active_));
-    fn_ = nullptr;
-  }
-
-  int32_t size() const { return static_cast<int32_t>(threads_.size()) + 1; }
-
- private:
-  void Drain(int32_t id, const Fn* fn,
-             int64_t count) {
-    for (int64_t i = next_.fetch_add(1, std::memory_order_relaxed); i < count;
-         i = next_.fetch_add(1, std::memory_order_relaxed)) {
-      (*fn)(id, i);
-    }
-  }
-
-  void Loop(int32_t id) {
-    uint64_t seen = 0;
-    for (;;) {
-      const Fn* fn;
-      int64_t count;
-      {
-        absl::MutexLock lock(&mu_);
-        auto ready = [this, &seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stop_ || generation_ != seen;
-        };
-        mu_.Await(absl::Condition(&ready));
-        if (stop_) return;
-        seen = generation_;
-        fn = fn_;
-        count = count_;
-      }
-      Drain(id, fn, count);
-      absl::MutexLock lock(&mu_);
-      --active_;
-    }
-  }
-
-  absl::Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
-  int32_t active_ ABSL_GUARDED_BY(mu_) = 0;
-  const Fn* fn_ ABSL_GUARDED_BY(mu_) =
-      nullptr;
-  int64_t count_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<int64_t> next_{0};
-  std::vector<std::thread> threads_;
-};
-
-// ---- per-thread scratch -----------------------------------------------------
-
-struct Selector::Scratch {
-  std::vector<float> q;  // normalised anchor
-  std::vector<float> dots;
-  std::vector<ScoredIndex> grids, chunks, pool;
-  std::vector<float> affinity;  // [N]; valid for pages scored this step
-  std::vector<int32_t> scored;  // non-forced pages scored this step
-  std::vector<int64_t> held;
-  std::vector<std::pair<float, int64_t>> rising;
-  KeyScorerScratch keys;  // per-layer key-key and mass
-  // Int8 page scoring (SelectorOptions::q8_pages): the quantised anchor,
-  // per-row bounds of the last rows scored, and the affinity bound of
-  // every page in the pool ([N]; valid for pages in the pool this step).
-  Q8Query q8;
-  std::vector<float> q8_bound;
-  std::vector<float> page_bound;
-  // kGemm: scores of every level of this request's context (not owned).
-  float* all_grid = nullptr;
-  float* all_chunk = nullptr;
-  float* all_page = nullptr;
-};
+using namespace selector_internal;  // NOLINT: this file's own internals
 
 // ---- options and validation -------------------------------------------------
 
@@ -234,6 +43,9 @@ absl::Status ValidateSelectorOptions(const SelectorOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat(
         "options.num_threads (", o.num_threads, ") must be in [1, 256]"));
   }
+  if (absl::Status m = ValidateMassTreeOptions(o.mass_tree); !m.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("options.", m.message()));
+  }
   if (o.level_scorer_min_rows < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("options.level_scorer_min_rows (", o.level_scorer_min_rows,
@@ -250,8 +62,9 @@ absl::StatusOr<std::unique_ptr<Selector>> Selector::Create(
 
 Selector::Selector(const SelectorOptions& options)
     : options_(options),
-      workers_(std::make_unique<Workers>(options.num_threads)) {
-  for (int32_t i = 0; i < workers_->size(); ++i) {
+      pool_(options.pool != nullptr ? options.pool
+                                    : std::make_shared<WorkerPool>(options.num_threads - 1)) {
+  for (int32_t i = 0; i < options.num_threads; ++i) {
     scratch_.push_back(std::make_unique<Scratch>());
   }
   if (options.level_scorer) {
@@ -473,6 +286,8 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   out->rescored = 0;
   out->candidates = 0;
   out->held = 0;
+  out->mass_pages_opened = out->mass_pages_screened = out->mass_chunks_screened = 0;
+  out->mass_sparse = false;
 
   const int64_t sinks = std::min<int64_t>(options_.sink_blocks, n);
   const int64_t locals = std::min<int64_t>(options_.local_blocks, n - sinks);
@@ -492,6 +307,9 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   if (options_.window_fast_path && r.scorer == ScorerKind::kMass &&
       r.head_queries.empty() && !ctx.calibration().calibrated() &&
       RunWindow(r, sinks, locals, free, s, out)) {
+    return;
+  }
+  if (r.scorer == ScorerKind::kMass && RunMassSparse(r, sinks, locals, free, s, out)) {
     return;
   }
   s->scored.clear();
@@ -1019,7 +837,7 @@ absl::Status Selector::SelectBatch(absl::Span<const SelectRequest> requests,
       if (scored) ++level_batches_;
     }
     if (!scored) {
-      workers_->ParallelFor(static_cast<int64_t>(requests.size()),
+      pool_->ParallelFor(static_cast<int64_t>(requests.size()), options_.num_threads,
                             [&](int32_t w, int64_t i) {
                               if (offsets[i + 1] == offsets[i]) return;
                               const ContextTree& t = requests[i].context->tree();
@@ -1031,7 +849,7 @@ absl::Status Selector::SelectBatch(absl::Span<const SelectRequest> requests,
                             });
     }
   }
-  workers_->ParallelFor(static_cast<int64_t>(requests.size()),
+  pool_->ParallelFor(static_cast<int64_t>(requests.size()), options_.num_threads,
                         [&](int32_t w, int64_t i) {
                           Scratch* s = scratch_[w].get();
                           s->all_grid = s->all_chunk = s->all_page = nullptr;

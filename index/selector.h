@@ -17,7 +17,8 @@
 // mean over layers of the cosine, centred on the context's mean direction
 // when `centered`), then mixed with recency:
 //   affinity = (1 - recency_weight) * minmax(score) + recency_weight * (b + 1) / n.
-// kMass scores flat with the context's calibration (key_scorers.h).
+// kMass scores flat with the context's calibration (key_scorers.h), or,
+// for contexts of at least mass_tree.min_pages pages, sparsely (below).
 // Other scorers score every page flat with ScoreBlocks (scorer.h) on the
 // context's kept summaries (TreeOptions::keep_summaries); kKeyDiff, kRecency
 // and kRandom need no summaries. Raw scores (Quest, ArkVale, mass) are
@@ -33,6 +34,22 @@
 // (ties to the lower page index; for kMass to the higher, more recent one).
 // Rising pages (stability.h) that were not chosen are returned as prefetch
 // candidates, most stable first.
+//
+// The mass scorer's sparse path (selector_mass.cc): the estimate of page b
+// is prior[distance of b] plus the retrieval heads' term, which a gated
+// calibration (head_min_mass > 0) gives to a few pages only. Those pages
+// come from the mass tree (mass_tree.h) instead of a pass over every
+// token; every other page's estimate is its prior, a function of its
+// distance alone, so the ranking walks the distances in prior order and
+// touches the chosen pages, the pages above theta and the pages never
+// observed, never all N. The ranking is the flat pass's for the same
+// estimates (min-max affinities, ties to the more recent page, the same
+// stability bits); the estimates differ from the flat pass's only where
+// the mass tree's do (a page it did not open, an estimated z). Used for
+// requests ranked without stability (select.stability_scorers does not
+// list mass, the shipped default), calibrated contexts with
+// head_min_mass > 0 or without head queries (the prior alone); others score
+// flat.
 //
 // kGemm scores every level of every context of a batch in one pass over the
 // stacked rows (the shape a GPU kernel takes), then masks. kDescent scores
@@ -54,11 +71,13 @@
 // state have grown to a workload's sizes, a step allocates nothing
 // (selector_alloc_test.cc counts).
 //
-// Thread safety: a Selector is not thread-safe (it owns scratch buffers and
-// worker threads); use one per calling thread. A context is used by one
-// Select at a time: the caller serialises per context (a batch must not
-// name a context twice). With num_threads > 1, SelectBatch spreads contexts
-// over the Selector's own workers.
+// Thread safety: a Selector is not thread-safe (it owns scratch buffers);
+// use one per calling thread. A context is used by one Select at a time:
+// the caller serialises per context (a batch must not name a context
+// twice). With num_threads > 1, SelectBatch spreads contexts over at most
+// num_threads threads: the caller's and those of SelectorOptions::pool
+// (worker_pool.h), shared by any number of Selectors, or of a pool of
+// num_threads - 1 threads the Selector makes for itself when none is given.
 #ifndef KVTIER_INDEX_SELECTOR_H_
 #define KVTIER_INDEX_SELECTOR_H_
 
@@ -73,8 +92,10 @@
 #include "index/context_index.h"
 #include "index/context_tree.h"
 #include "index/level_scorer.h"
+#include "index/mass_tree.h"
 #include "index/scorer.h"
 #include "index/stability.h"
+#include "index/worker_pool.h"
 
 namespace kvtier::index {
 
@@ -89,7 +110,13 @@ struct SelectorOptions {
   int32_t max_prefetch_blocks = 64;  // >= 0
   SelectAlgorithm algorithm = SelectAlgorithm::kDescent;
   StabilityOptions stability;
-  int32_t num_threads = 1;  // [1, 256]; workers for SelectBatch
+  int32_t num_threads = 1;  // [1, 256]; threads one SelectBatch may use
+  // Threads that help SelectBatch (shared with other Selectors); null: a
+  // pool of num_threads - 1 threads owned by the Selector.
+  std::shared_ptr<WorkerPool> pool;
+  // The mass scorer's sparse path (mass_tree.h); contexts below
+  // mass_tree.min_pages pages score flat.
+  MassTreeOptions mass_tree;
   // Makes the level scorer of each Selector (called once by Create); null,
   // or a factory returning an error, scores on the CPU only.
   std::function<absl::StatusOr<std::unique_ptr<LevelScorer>>()> level_scorer;
@@ -149,6 +176,13 @@ struct SelectResult {
   int64_t candidates = 0;         // pages that competed for the budget
   int64_t held = 0;               // of which held by stability only
   int64_t rescored = 0;           // int8-scored pages re-scored in fp16
+  // The mass scorer's sparse path (0 when it did not run): pages whose
+  // retrieval keys were read (summed over heads; the flat pass reads all
+  // n x R), page and chunk summaries screened.
+  int64_t mass_pages_opened = 0;
+  int64_t mass_pages_screened = 0;
+  int64_t mass_chunks_screened = 0;
+  bool mass_sparse = false;       // the sparse path ranked this request
 };
 
 class Selector {
@@ -185,7 +219,6 @@ class Selector {
 
  private:
   struct Scratch;
-  class Workers;
   explicit Selector(const SelectorOptions& options);
   absl::Status Validate(const SelectRequest& r, int64_t* budget) const;
   void ScoreAllLevels(const SelectRequest& r, Scratch* s);
@@ -193,6 +226,10 @@ class Selector {
            SelectResult* out);
   bool RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
                  int64_t free, Scratch* s, SelectResult* out);
+  // The mass scorer's sparse path (selector_mass.cc); false, with nothing
+  // changed, when the request is not one it serves.
+  bool RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t locals, int64_t free,
+                     Scratch* s, SelectResult* out);
   // Ranks s->pool (already nth-partitioned at `free` when partitioned) and
   // fills out: sinks, the best `free`, the local window, scores, prefetch.
   // Int8 page scoring (q8_pages): exact fp16 affinity of page p; and the
@@ -211,7 +248,7 @@ class Selector {
   std::vector<int64_t> batch_budgets_;             // reused per batch
   std::vector<size_t> batch_offsets_;
   std::vector<const ContextIndex*> batch_contexts_;
-  std::unique_ptr<Workers> workers_;
+  std::shared_ptr<WorkerPool> pool_;
   // Level scorer; the jobs and unit anchors of a batch are reused.
   std::unique_ptr<LevelScorer> level_scorer_;
   absl::Status level_create_status_;

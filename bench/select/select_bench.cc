@@ -13,13 +13,16 @@
 //   window   the default scorer on an uncalibrated profile (a sliding
 //            window): the window path against the flat pass, per step.
 //   memory   bytes per open context and per block of summaries.
+//   long     the mass scorer at 16K-1M tokens, batches of 1-64, against its
+//            flat pass, the pooled tree and an exact scan (long_scenario.h;
+//            run only when named: it takes minutes).
 //
 // Every method runs single-threaded (FAISS's OpenMP pool is set to 1 thread
 // for searches) unless a row says threads=2. Ratios are FlatIP latency /
 // method latency in the same run.
 //
 // Usage: kvtier_select_bench --out DIR [--quick] [--queries N] [--hnsw-all]
-//                             [--scenario single|batch|window|all]
+//                             [--scenario single|batch|window|long|all]
 //                             [--config NAME] [--blocks N]  (one config / size)
 #include <omp.h>
 
@@ -43,6 +46,7 @@
 #include "index/simd.h"
 #include "index/summary.h"
 #include "index/summary_codec.h"
+#include "bench/select/long_scenario.h"
 #include "tests/testutil/synthetic.h"
 
 namespace {
@@ -644,7 +648,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s --out DIR [--quick] [--queries N] [--hnsw-all] "
-                   "[--scenario single|batch|window|all] [--config NAME] [--blocks N]\n",
+                   "[--scenario single|batch|window|long|all] [--config NAME] [--blocks N]\n",
                    argv[0]);
       return 2;
     }
@@ -663,6 +667,13 @@ int main(int argc, char** argv) {
   std::vector<int64_t> sizes = {8192, 65536, 262144};
   if (quick) sizes = {8192, 65536};
   if (g_only_blocks > 0) sizes = {g_only_blocks};
+  if (g_scenario == "long") {
+    kvtier::bench::LongScenarioOptions lo;
+    lo.dumps_dir = KVTIER_REALKV_DIR;
+    lo.calibration_dir = KVTIER_CALIBRATION_DIR;
+    lo.quick = quick;
+    return kvtier::bench::RunLongScenario(lo, out_dir) ? 0 : 1;
+  }
   const bool all = g_scenario == "all";
   if (all || g_scenario == "single") {
     for (int64_t n : sizes) SingleContext(n, queries, &rows);

@@ -1,0 +1,39 @@
+// kvtier_select_bench --scenario long: the shipped mass scorer at 16K-1M
+// tokens and batches of 1-64 sequences, in process, side by side with the
+// flat mass pass it replaces, the pooled key-key tree and an exact int8
+// scan of the same retrieval keys (what reading every key costs).
+//
+// Keys and queries are real (bench/quality/long_context.h: the shared copy
+// model's dumps, re-rotated into long contexts with the copied passage far
+// back). Two shapes:
+//   7b     7B-class head_dim 128 (each key head the two 64-dim KV heads of a
+//          layer side by side), 8 retrieval heads on 4 key heads
+//   small  the shared model's own shape (head_dim 64) and its calibration
+//          (3 retrieval heads on 3 KV heads)
+// Per (shape, tokens, batch) and method: Select latency p50/p99 (one
+// SelectBatch of the batch's contexts on 2 threads; the flat pass and scan
+// once per query when they are slow), pages read per head (tokens visited),
+// expected mass of the choice against the flat pass's (the flat pass's own
+// estimates), index bytes per token and as a share of a 7B-class KV cache.
+#ifndef KVTIER_BENCH_SELECT_LONG_SCENARIO_H_
+#define KVTIER_BENCH_SELECT_LONG_SCENARIO_H_
+
+#include <cstdio>
+#include <string>
+
+namespace kvtier::bench {
+
+struct LongScenarioOptions {
+  std::string dumps_dir;         // the shared realkv dumps
+  std::string calibration_dir;   // bench/quality/calibration
+  bool quick = false;            // 16K and 128K only, fewer queries
+  int threads = 2;
+};
+
+// Prints rows, writes OUT_DIR/select_long.csv and select_long.md. Returns
+// false (after a message on stderr) when the dumps cannot be read.
+bool RunLongScenario(const LongScenarioOptions& options, const std::string& out_dir);
+
+}  // namespace kvtier::bench
+
+#endif  // KVTIER_BENCH_SELECT_LONG_SCENARIO_H_

@@ -1,0 +1,351 @@
+#include "index/mass_tree.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "index/int8_dot.h"
+#include "index/simd.h"
+#include "index/summary.h"
+
+namespace kvtier::index {
+namespace {
+
+using Unit = MassTreeScratch::Unit;
+
+// The higher screen first, then the lower index (a total order, so the
+// descent is deterministic).
+struct BetterUnit {
+  bool operator()(const Unit& a, const Unit& b) const {
+    if (a.screen != b.screen) return a.screen > b.screen;
+    return a.index < b.index;
+  }
+};
+
+double LogAddExp(double a, double b) {
+  if (a == -INFINITY) return b;
+  if (b == -INFINITY) return a;
+  const double hi = std::max(a, b);
+  return hi + std::log1p(std::exp(std::min(a, b) - hi));
+}
+
+// One retrieval head's descent (steps 2-5 of mass_tree.h).
+class HeadDescent {
+ public:
+  HeadDescent(const KeyTable& table, int32_t slot, const MassTreeOptions& options,
+              MassTreeScratch* s)
+      : t_(table),
+        slot_(slot),
+        o_(options),
+        s_(s),
+        D_(static_cast<size_t>(table.options().dim)),
+        T_(table.options().key_tokens),
+        P_(table.pages_per_chunk()),
+        n_(table.size()),
+        log_t_(std::log(static_cast<double>(T_))) {}
+
+  // Runs the descent for one quantised query (s_->q, q_bound) with
+  // logit scale c; appends (page, weight * share) for shares >= h.
+  void Run(float c, float h, float weight, MassTreeStats* stats) {
+    c_ = c;
+    NextStamp();
+    s_->expanded.clear();
+    s_->opened.clear();
+    s_->lse.clear();
+    s_->heap.clear();
+    lz_open_ = -INFINITY;
+    const double log_h = std::log(static_cast<double>(h));
+    log_h_ = log_h;
+    // Phase 1: chunks. Those that may hold a target are expanded (their
+    // pages screened), and so are the chunks of the pages always opened.
+    ScreenChunks(log_h, stats);
+    const int64_t recent_first = std::max<int64_t>(0, n_ - o_.recent_pages);
+    auto expand = [&](int64_t b) {
+      if (s_->chunk_stamp[b / P_] != stamp_) Expand(b / P_, stats);
+    };
+    expand(0);
+    for (int64_t b = recent_first; b < n_; b += P_) expand(b);
+    expand(n_ - 1);
+    for (int64_t cc : s_->candidates) {
+      if (s_->chunk_stamp[cc] != stamp_) Expand(cc, stats);
+    }
+    // A systematic sample of chunks (every stride-th), expanded whatever
+    // their screens say: it measures how far the lower bounds are below
+    // the truth for the pages and chunks the screen leaves (step 5).
+    const int64_t C = t_.num_chunks();
+    const int64_t sampled = std::min<int64_t>(C, std::max<int64_t>(4, C / 32));
+    const int64_t stride = std::max<int64_t>(1, C / sampled);
+    s_->sample_chunks.clear();
+    for (int64_t cc = stride / 2; cc < C; cc += stride) {
+      if (s_->chunk_stamp[cc] != stamp_) Expand(cc, stats);
+      s_->sample_chunks.push_back(cc);
+    }
+    // Phase 2: pages. The first and the recent ones are opened, then the
+    // best screened pages while one may still hold a target.
+    Open(0);
+    for (int64_t b = std::max<int64_t>(1, recent_first); b < n_; ++b) Open(b);
+    const size_t forced = s_->opened.size();
+    const size_t cap = std::max<size_t>(
+        forced + static_cast<size_t>(o_.min_open),
+        static_cast<size_t>(std::ceil(o_.max_open_fraction * static_cast<double>(n_))));
+    std::vector<Unit>& pages = s_->heap;
+    const size_t want = std::min(pages.size(), cap - std::min(cap, forced));
+    if (want < pages.size()) {
+      std::nth_element(pages.begin(), pages.begin() + want, pages.end(), BetterUnit());
+    }
+    std::sort(pages.begin(), pages.begin() + want, BetterUnit());
+    for (size_t i = 0; i < want; ++i) {
+      if (s_->opened.size() >= forced + static_cast<size_t>(o_.min_open) &&
+          pages[i].screen < log_h + std::max(lz_open_, lz_floor_) - o_.stop_margin_nats) {
+        break;
+      }
+      Open(pages[i].index);
+    }
+    // The sample's pages: every 4th page of the sampled chunks, opened if
+    // nothing above opened it (those stand for the pages left unopened).
+    screened_ = s_->opened.size();
+    for (int64_t cc : s_->sample_chunks) {
+      const int64_t p1 = std::min<int64_t>(n_, (cc + 1) * P_);
+      for (int64_t b = cc * P_ + 1; b < p1; b += 4) Open(b);
+    }
+    stats->pages_opened += static_cast<int64_t>(s_->opened.size());
+    const double lz = LogZ();
+    for (size_t i = 0; i < s_->opened.size(); ++i) {
+      const double p = std::exp(s_->lse[i] - lz);
+      if (p >= h) {
+        s_->bumps.push_back({s_->opened[i], static_cast<float>(weight * p)});
+      }
+    }
+  }
+
+ private:
+  void NextStamp() {
+    if (++s_->stamp == 0) {  // wrapped: every stamp left would look current
+      std::fill(s_->open_stamp.begin(), s_->open_stamp.end(), 0u);
+      std::fill(s_->chunk_stamp.begin(), s_->chunk_stamp.end(), 0u);
+      s_->stamp = 1;
+    }
+    stamp_ = s_->stamp;
+  }
+
+  // Screens rows [0, count) of summaries at `rows` (stride 3 * D): the
+  // scaled mean dot (*m) and bound (*u) of each, before the factor c.
+  void Summaries(const int8_t* rows, int64_t count) {
+    s_->dots.resize(count);
+    s_->dots2.resize(count);
+    s_->dots3.resize(count);
+    const int32_t d = static_cast<int32_t>(D_);
+    const size_t stride = KeyTable::kSummaryRows * D_;
+    DotRowsS8(rows, count, stride, d, s_->q.data(), s_->dots.data());
+    // [max | min] against [q+ | q-]: Quest's bound in one pass.
+    DotRowsS8(rows + D_, count, stride, 2 * d, s_->q_bound.data(), s_->dots2.data());
+    DotRowsS8(rows + 3 * D_, count, stride, d, s_->q.data(), s_->dots3.data());
+  }
+
+  // Screens every chunk: lb_C (its pages' attention together, estimated
+  // low: Jensen on the chunk's mean key) and the best page mean it can hold
+  // (Quest's bound over its pages' mean keys). Chunks whose best page mean
+  // cannot reach log(h z0) - margin (z0: every chunk's lb summed) hold no
+  // target; the others become candidates, at most 2 x max_open_fraction of
+  // the chunks (the best bounds).
+  void ScreenChunks(double log_h, MassTreeStats* stats) {
+    const int64_t C = t_.num_chunks();
+    Summaries(t_.ChunkSummary(0, slot_), C);
+    s_->chunk_pot.resize(C);
+    double top = -INFINITY;
+    for (int64_t cc = 0; cc < C; ++cc) {
+      const int64_t pages = std::min<int64_t>(P_, n_ - cc * P_);
+      const double m = double{c_} * t_.ChunkMeanScale(cc, slot_) * s_->dots[cc];
+      const double best = double{c_} * t_.ChunkBoundScale(cc, slot_) *
+                          static_cast<double>(s_->dots2[cc]);
+      const double top_logit = double{c_} * t_.ChunkTopScale(cc, slot_) * s_->dots3[cc];
+      s_->chunk_lb[cc] = static_cast<float>(
+          std::max(std::log(static_cast<double>(pages) * T_) + m, top_logit));
+      s_->chunk_pot[cc] = static_cast<float>(std::max(log_t_ + best, top_logit));
+      top = std::max(top, double{s_->chunk_lb[cc]});
+    }
+    double z0 = 0;
+    for (int64_t cc = 0; cc < C; ++cc) z0 += std::exp(s_->chunk_lb[cc] - top);
+    lz_floor_ = top + std::log(z0);
+    const double keep = log_h + lz_floor_ - o_.stop_margin_nats;
+    std::vector<Unit>& cand = s_->chunk_units;
+    cand.clear();
+    for (int64_t cc = 0; cc < C; ++cc) {
+      if (s_->chunk_pot[cc] >= keep) cand.push_back({s_->chunk_pot[cc], 1, cc});
+    }
+    const size_t cap = static_cast<size_t>(
+        std::ceil(std::min(1.0, 2 * o_.max_open_fraction) * static_cast<double>(C)));
+    if (cand.size() > cap) {
+      std::nth_element(cand.begin(), cand.begin() + cap, cand.end(), BetterUnit());
+      cand.resize(cap);
+    }
+    s_->candidates.clear();
+    for (const Unit& u : cand) s_->candidates.push_back(u.index);
+    stats->chunks_screened += C;
+  }
+
+  void Expand(int64_t cc, MassTreeStats* stats) {
+    s_->chunk_stamp[cc] = stamp_;
+    s_->expanded.push_back(cc);
+    const int64_t p0 = cc * P_;
+    const int64_t pages = std::min<int64_t>(P_, n_ - p0);
+    Summaries(t_.PageSummary(p0, slot_), pages);
+    const float alpha = o_.bound_mix;
+    for (int64_t i = 0; i < pages; ++i) {
+      const int64_t b = p0 + i;
+      const double m = double{c_} * t_.PageMeanScale(b, slot_) * s_->dots[i];
+      const double u =
+          double{c_} * t_.HeadScale(b, slot_) * static_cast<double>(s_->dots2[i]);
+      // Its largest-norm key's own logit: one term of the page's sum, so
+      // a page holding one strong key screens at least that high.
+      const double top_logit = double{c_} * t_.HeadScale(b, slot_) * s_->dots3[i];
+      s_->heap.push_back(
+          {static_cast<float>(std::max(log_t_ + m + alpha * (u - m), top_logit)), 0, b});
+    }
+    stats->pages_screened += pages;
+  }
+
+  // The page's exact log-sum-exp over its T logits (the flat pass's
+  // arithmetic on int8 x int8 dot products).
+  void Open(int64_t b) {
+    if (s_->open_stamp[b] == stamp_) return;
+    s_->open_stamp[b] = stamp_;
+    s_->dots.resize(T_);
+    s_->logits.resize(T_);
+    DotRowsS8(t_.HeadKeys(b, slot_), T_, D_, static_cast<int32_t>(D_), s_->q.data(),
+              s_->dots.data());
+    int32_t top = s_->dots[0];
+    for (int32_t i = 0; i < T_; ++i) {
+      s_->logits[i] = static_cast<float>(s_->dots[i]);
+      top = std::max(top, s_->dots[i]);
+    }
+    const double f = double{c_} * t_.HeadScale(b, slot_);
+    double lse = f * top;
+    if (f > 0) {
+      lse += std::log(static_cast<double>(simd::SumExpBelow(
+          s_->logits.data(), T_, static_cast<float>(std::min(f, 1e30)), static_cast<float>(top))));
+    } else {
+      lse += std::log(static_cast<double>(T_));
+    }
+    s_->opened.push_back(b);
+    s_->lse.push_back(lse);
+    lz_open_ = LogAddExp(lz_open_, lse);
+  }
+
+  // log z: the pages opened by the screen (and always opened) exactly; the
+  // rest by the systematic sample: its pages stand for every page not
+  // opened before it (step 5). A sample page that could itself hold h of
+  // the attention is counted once, exactly, not as the many it would
+  // stand for.
+  double LogZ() const {
+    double lz_main = -INFINITY;
+    for (size_t i = 0; i < screened_; ++i) lz_main = LogAddExp(lz_main, s_->lse[i]);
+    const double heavy = lz_main + log_h_ - o_.stop_margin_nats;
+    double lz_sample = -INFINITY;
+    int64_t sampled = 0;
+    for (size_t i = screened_; i < s_->opened.size(); ++i) {
+      if (s_->lse[i] > heavy) {
+        lz_main = LogAddExp(lz_main, s_->lse[i]);
+      } else {
+        lz_sample = LogAddExp(lz_sample, s_->lse[i]);
+        ++sampled;
+      }
+    }
+    if (sampled == 0) return lz_main;
+    const int64_t rest = n_ - static_cast<int64_t>(s_->opened.size()) + sampled;
+    return LogAddExp(lz_main, lz_sample + std::log(static_cast<double>(rest) / sampled));
+  }
+
+  const KeyTable& t_;
+  const int32_t slot_;
+  const MassTreeOptions& o_;
+  MassTreeScratch* const s_;
+  const size_t D_;
+  const int32_t T_;
+  const int64_t P_;
+  const int64_t n_;
+  const double log_t_;
+  float c_ = 0.0f;
+  uint32_t stamp_ = 0;
+  double lz_open_ = -INFINITY;
+  double lz_floor_ = -INFINITY;  // log of every chunk's lower estimate summed
+  size_t screened_ = 0;          // pages opened before the sample's
+  double log_h_ = 0;
+};
+
+}  // namespace
+
+absl::Status ValidateMassTreeOptions(const MassTreeOptions& o) {
+  if (o.min_pages < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mass_tree.min_pages (", o.min_pages, ") must be >= 0"));
+  }
+  if (o.recent_pages < 0 || o.min_open < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("mass_tree.recent_pages (", o.recent_pages,
+                                                   ") must be >= 0 and min_open (", o.min_open,
+                                                   ") >= 1"));
+  }
+  if (!(o.max_open_fraction > 0.0 && o.max_open_fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mass_tree.max_open_fraction (", o.max_open_fraction, ") must be in (0, 1]"));
+  }
+  if (!(o.stop_margin_nats >= 0.0f && o.stop_margin_nats <= 1e6f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mass_tree.stop_margin_nats (", o.stop_margin_nats, ") must be in [0, 1e6]"));
+  }
+  if (!(o.bound_mix >= 0.0f && o.bound_mix <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mass_tree.bound_mix (", o.bound_mix, ") must be in [0, 1]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& c,
+                           absl::Span<const int32_t> slots, int32_t dim,
+                           absl::Span<const float> head_queries, const MassTreeOptions& options,
+                           MassTreeScratch* s, std::vector<MassBump>* bumps,
+                           MassTreeStats* stats) {
+  const size_t R = c.retrieval_heads.size();
+  const size_t D = static_cast<size_t>(dim);
+  const int64_t n = table.size();
+  if (!c.calibrated() || !(c.head_min_mass > 0) || R == 0 || slots.size() != R ||
+      head_queries.size() != R * D || table.options().dim != dim || n < 1 ||
+      table.num_key_heads() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the mass tree needs a calibrated context with head keys, head_min_mass > 0 and ", R,
+        " x ", dim, " head queries (got ", head_queries.size(), " values, ", n, " pages)"));
+  }
+  bumps->clear();
+  s->bumps.clear();
+  s->open_stamp.resize(std::max<size_t>(s->open_stamp.size(), n), 0u);
+  const size_t C = static_cast<size_t>(table.num_chunks());
+  s->chunk_lb.resize(std::max(s->chunk_lb.size(), C));
+  s->chunk_stamp.resize(std::max(s->chunk_stamp.size(), C), 0u);
+  s->q.resize(D);
+  s->q_bound.resize(2 * D);
+  const double softmax_scale =
+      c.softmax_scale > 0 ? c.softmax_scale : 1.0 / std::sqrt(static_cast<double>(dim));
+  for (size_t i = 0; i < R; ++i) {
+    const float qs = QuantizeInt8(&head_queries[i * D], D, s->q.data());
+    if (!(qs > 0)) continue;  // an all-zero query attends uniformly: no target
+    for (size_t d = 0; d < D; ++d) {
+      s->q_bound[d] = std::max<int8_t>(s->q[d], 0);
+      s->q_bound[D + d] = std::min<int8_t>(s->q[d], 0);
+    }
+    const float w = c.head_weights.empty() ? 1.0f : c.head_weights[i];
+    HeadDescent head(table, slots[i], options, s);
+    head.Run(static_cast<float>(softmax_scale * qs), c.head_min_mass, w, stats);
+  }
+  std::sort(s->bumps.begin(), s->bumps.end(),
+            [](const MassBump& a, const MassBump& b) { return a.page < b.page; });
+  for (const MassBump& b : s->bumps) {
+    if (!bumps->empty() && bumps->back().page == b.page) {
+      bumps->back().mass += b.mass;
+    } else {
+      bumps->push_back(b);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier::index

@@ -1,0 +1,209 @@
+// The mass scorer's sparse path on synthetic keys: the prior alone ranks
+// exactly as the flat pass, a target planted far back is found and given
+// the flat pass's share, and the tree reads a small part of a long
+// context. Real keys: bench/quality/mass_tree_test.cc.
+#include "index/mass_tree.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "index/context_index.h"
+#include "index/key_scorers.h"
+#include "index/selector.h"
+#include "index/summary.h"
+
+namespace kvtier::index {
+namespace {
+
+constexpr int32_t kD = 64, kT = 16, kLayers = 2, kKv = 2;
+
+// Retrieval head (layer 1, q head 2) on KV head 1 of layer 1; a prior that
+// falls with distance, flat past 8 blocks.
+SelectionCalibration Calibration() {
+  SelectionCalibration c;
+  c.num_q_heads = 4;
+  c.retrieval_heads = {{1, 2}};
+  for (int d = 0; d < 9; ++d) {
+    c.prior.push_back(d < 8 ? 1.0f / (d + 1) : 0.05f);
+    c.prior_all.push_back(d < 8 ? 1.2f / (d + 1) : 0.06f);
+  }
+  c.head_weights = {0.9f};
+  c.head_min_mass = 0.4f;
+  return c;
+}
+
+std::unique_ptr<ContextIndex> NewContext() {
+  ContextIndexOptions o;
+  o.tree.dim = kD;
+  o.num_layers = kLayers;
+  o.num_kv_heads = kKv;
+  o.block_size_tokens = kT;
+  o.calibration = Calibration();
+  auto ctx = ContextIndex::Create(o);
+  EXPECT_TRUE(ctx.ok()) << ctx.status();
+  return ctx.ok() ? std::move(*ctx) : nullptr;
+}
+
+// A page of noise keys; `target` (if not null) is written into its token 5
+// scaled by `strength`.
+BlockSummary Page(std::mt19937* rng, const float* target = nullptr, float strength = 0) {
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  std::vector<float> keys(kT * kD);
+  for (float& k : keys) k = noise(*rng);
+  if (target != nullptr) {
+    for (int d = 0; d < kD; ++d) keys[5 * kD + d] = strength * target[d];
+  }
+  BlockSummary s;
+  s.dim = kD;
+  s.mean.assign(kD, 0.0f);
+  for (int t = 0; t < kT; ++t) {
+    for (int d = 0; d < kD; ++d) s.mean[d] += keys[t * kD + d] / kT;
+  }
+  s.key_heads = KeyHeadsOf(Calibration(), kKv);
+  s.key_tokens = kT;
+  s.head_keys.resize(kT * kD);
+  s.key_scales.push_back(QuantizeInt8(keys.data(), keys.size(), s.head_keys.data()));
+  return s;
+}
+
+SelectorOptions Options(int64_t min_pages) {
+  SelectorOptions o;
+  o.sink_blocks = 1;
+  o.local_blocks = 1;
+  o.stability.theta = 0.8f;
+  o.mass_tree.min_pages = min_pages;
+  return o;
+}
+
+// Without head queries the estimate is the prior of each block's distance:
+// the sparse ranking must be the flat pass's, block for block, score for
+// score, prefetch for prefetch, while blocks are appended.
+TEST(MassTreeTest, PriorAloneRanksExactlyAsTheFlatPass) {
+  std::mt19937 rng(1);
+  auto flat = NewContext(), sparse = NewContext();
+  auto flat_sel = *Selector::Create(Options(int64_t{1} << 40));
+  auto sparse_sel = *Selector::Create(Options(0));
+  std::vector<BlockSummary> pages;
+  for (int i = 0; i < 700; ++i) pages.push_back(Page(&rng));
+  ASSERT_TRUE(flat->AddSegment(absl::MakeConstSpan(pages).subspan(0, 600)).ok());
+  ASSERT_TRUE(sparse->AddSegment(absl::MakeConstSpan(pages).subspan(0, 600)).ok());
+  for (int step = 0; step < 100; ++step) {
+    ASSERT_TRUE(flat->Append(pages[600 + step]).ok());
+    ASSERT_TRUE(sparse->Append(pages[600 + step]).ok());
+    for (int64_t budget : {3, 40, 300}) {
+      SelectRequest r;
+      r.scorer = ScorerKind::kMass;
+      r.stability = false;
+      r.budget_blocks = budget;
+      r.step = step;
+      SelectResult a, b;
+      r.context = flat.get();
+      ASSERT_TRUE(flat_sel->Select(r, &a).ok());
+      r.context = sparse.get();
+      ASSERT_TRUE(sparse_sel->Select(r, &b).ok());
+      EXPECT_FALSE(a.mass_sparse);
+      EXPECT_TRUE(b.mass_sparse);
+      EXPECT_EQ(a.blocks, b.blocks) << "step " << step << " budget " << budget;
+      EXPECT_EQ(a.scores, b.scores) << "step " << step << " budget " << budget;
+      EXPECT_EQ(a.prefetch, b.prefetch) << "step " << step << " budget " << budget;
+      EXPECT_LT(b.rows_scored, 10) << "the prior alone reads no keys";
+    }
+  }
+}
+
+// A page far back whose token 5 is the query's direction: the flat pass
+// gives it more than head_min_mass of the head's attention; the tree must
+// find it, give it nearly the same share, choose it, and read a small part
+// of the context.
+TEST(MassTreeTest, FindsATargetFarBackAndReadsLittle) {
+  std::mt19937 rng(2);
+  std::vector<float> q(kD);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  for (float& x : q) x = noise(rng);
+  auto ctx = NewContext();
+  std::vector<BlockSummary> pages;
+  constexpr int64_t kPages = 4096, kTarget = 700;
+  for (int64_t i = 0; i < kPages; ++i) {
+    pages.push_back(i == kTarget ? Page(&rng, q.data(), 1.5f) : Page(&rng));
+  }
+  ASSERT_TRUE(ctx->AddSegment(pages).ok());
+  std::vector<float> est(kPages);
+  KeyScorerScratch scratch;
+  ASSERT_TRUE(MassScores(ctx->keys(), ctx->calibration(), ctx->key_slots(), kD, kPages, q,
+                         &scratch, absl::MakeSpan(est))
+                  .ok());
+  const float prior = Calibration().prior.back();
+  ASSERT_GT(est[kTarget] - prior, 0.9f * 0.4f) << "the flat pass gates the planted page";
+
+  MassTreeScratch s;
+  std::vector<MassBump> bumps;
+  MassTreeStats stats;
+  ASSERT_TRUE(MassTreeBumps(*ctx->keys(), ctx->calibration(), ctx->key_slots(), kD, q,
+                            MassTreeOptions(), &s, &bumps, &stats)
+                  .ok());
+  ASSERT_EQ(bumps.size(), 1u);
+  EXPECT_EQ(bumps[0].page, kTarget);
+  EXPECT_NEAR(bumps[0].mass, est[kTarget] - prior, 0.05);
+  EXPECT_LT(stats.pages_opened, kPages / 10) << "pages read";
+  EXPECT_LT(stats.pages_screened, kPages / 2) << "pages screened";
+
+  auto sel = *Selector::Create(Options(0));
+  SelectRequest r;
+  r.context = ctx.get();
+  r.scorer = ScorerKind::kMass;
+  r.stability = false;
+  r.head_queries = q;
+  r.budget_blocks = 8;
+  SelectResult out;
+  ASSERT_TRUE(sel->Select(r, &out).ok());
+  EXPECT_TRUE(out.mass_sparse);
+  EXPECT_TRUE(std::binary_search(out.blocks.begin(), out.blocks.end(), kTarget));
+  EXPECT_EQ(out.mass_pages_opened, stats.pages_opened);
+}
+
+// Requests the sparse path does not serve fall back to the flat pass:
+// stability ranking, an ungated calibration, short contexts.
+TEST(MassTreeTest, OtherRequestsScoreFlat) {
+  std::mt19937 rng(3);
+  auto ctx = NewContext();
+  std::vector<BlockSummary> pages;
+  for (int i = 0; i < 64; ++i) pages.push_back(Page(&rng));
+  ASSERT_TRUE(ctx->AddSegment(pages).ok());
+  std::vector<float> q(kD, 0.5f);
+  SelectRequest r;
+  r.context = ctx.get();
+  r.scorer = ScorerKind::kMass;
+  r.head_queries = q;
+  r.budget_blocks = 8;
+  SelectResult out;
+  auto short_ctx = *Selector::Create(Options(512));
+  r.stability = false;
+  ASSERT_TRUE(short_ctx->Select(r, &out).ok());
+  EXPECT_FALSE(out.mass_sparse) << "64 blocks is below min_pages";
+  auto any = *Selector::Create(Options(0));
+  r.stability = true;
+  r.step = 1;
+  ASSERT_TRUE(any->Select(r, &out).ok());
+  EXPECT_FALSE(out.mass_sparse) << "a stability-ranked request";
+}
+
+TEST(MassTreeTest, BadOptionsNameTheField) {
+  MassTreeOptions o;
+  o.max_open_fraction = 0;
+  EXPECT_NE(ValidateMassTreeOptions(o).message().find("max_open_fraction"), std::string::npos);
+  o = MassTreeOptions();
+  o.bound_mix = 2;
+  EXPECT_NE(ValidateMassTreeOptions(o).message().find("bound_mix"), std::string::npos);
+  o = MassTreeOptions();
+  o.min_open = 0;
+  EXPECT_NE(ValidateMassTreeOptions(o).message().find("min_open"), std::string::npos);
+  SelectorOptions so;
+  so.mass_tree.recent_pages = -1;
+  EXPECT_NE(ValidateSelectorOptions(so).message().find("options.mass_tree.recent_pages"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::index

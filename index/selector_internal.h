@@ -1,0 +1,127 @@
+// Internals shared by the Selector's source files (selector.cc, the
+// scoring and ranking of every scorer; selector_mass.cc, the mass scorer's
+// sparse path): the ranking comparators and the per-thread scratch.
+// Not part of the index's interface.
+#ifndef KVTIER_INDEX_SELECTOR_INTERNAL_H_
+#define KVTIER_INDEX_SELECTOR_INTERNAL_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "index/key_scorers.h"
+#include "index/mass_tree.h"
+#include "index/q8_rows.h"
+#include "index/selector.h"
+
+namespace kvtier::index {
+namespace selector_internal {
+
+struct ScoredIndex {
+  float score;
+  int32_t index;
+};
+
+// Strict total order: higher score first, then lower index. Every top-k
+// below uses it, so the kept sets do not depend on the input order.
+inline bool Better(const ScoredIndex& a, const ScoredIndex& b) {
+  return a.score > b.score || (a.score == b.score && a.index < b.index);
+}
+// The mass scorer's ties (a calibration's prior is flat past its end) go to
+// the more recent block.
+inline bool BetterRecent(const ScoredIndex& a, const ScoredIndex& b) {
+  return a.score > b.score || (a.score == b.score && a.index > b.index);
+}
+// As function objects, so that the selection algorithms inline them (a
+// function pointer costs a call per comparison).
+struct ByBetter {
+  bool operator()(const ScoredIndex& a, const ScoredIndex& b) const { return Better(a, b); }
+};
+struct ByBetterRecent {
+  bool operator()(const ScoredIndex& a, const ScoredIndex& b) const {
+    return BetterRecent(a, b);
+  }
+};
+
+// Moves the best `k` items of *v to its front; then, while the weight of the
+// kept items is below `target_weight`, keeps the next best ones. Returns the
+// number kept (>= 1 when v is not empty).
+template <typename WeightFn>
+inline size_t TopWithFloor(std::vector<ScoredIndex>* v, size_t k, WeightFn weight,
+                    int64_t target_weight) {
+  const size_t n = v->size();
+  if (n == 0) return 0;
+  k = std::clamp<size_t>(k, 1, n);
+  auto first = v->begin();
+  if (k < n) std::nth_element(first, first + k, v->end(), ByBetter());
+  int64_t w = 0;
+  for (size_t i = 0; i < k; ++i) w += weight((*v)[i].index);
+  while (w < target_weight && k < n) {
+    const double per_item = std::max(1.0, static_cast<double>(w) / k);
+    size_t extra = static_cast<size_t>(
+        std::ceil(static_cast<double>(target_weight - w) / per_item));
+    extra = std::clamp<size_t>(extra, 1, n - k);
+    if (k + extra < n) {
+      std::nth_element(first + k, first + k + extra, v->end(), ByBetter());
+    }
+    for (size_t i = k; i < k + extra; ++i) w += weight((*v)[i].index);
+    k += extra;
+  }
+  return k;
+}
+
+inline bool IsKeyKey(ScorerKind k) {
+  return k == ScorerKind::kKeyKey || k == ScorerKind::kKeyKeyWeighted;
+}
+
+// A key-key request scored through the tree (pooled anchor).
+inline bool TreeKeyKey(const SelectRequest& r) {
+  return IsKeyKey(r.scorer) &&
+         static_cast<int64_t>(r.anchor.size()) == r.context->tree().dim();
+}
+
+// Float rounding allowance of an affinity or pool score computed from an
+// approximate dot product (RefineQuantised).
+constexpr float kAffinitySlack = 0x1p-20f;
+
+inline float Affinity(float dot) {
+  return std::clamp(0.5f * (1.0f + dot), 0.0f, 1.0f);
+}
+
+inline int64_t CeilFraction(double fraction, int64_t n) {
+  return static_cast<int64_t>(std::ceil(fraction * static_cast<double>(n)));
+}
+
+
+}  // namespace selector_internal
+
+struct Selector::Scratch {
+  std::vector<float> q;  // normalised anchor
+  std::vector<float> dots;
+  std::vector<selector_internal::ScoredIndex> grids, chunks, pool;
+  std::vector<float> affinity;  // [N]; valid for pages scored this step
+  std::vector<int32_t> scored;  // non-forced pages scored this step
+  std::vector<int64_t> held;
+  std::vector<std::pair<float, int64_t>> rising;
+  KeyScorerScratch keys;  // per-layer key-key and mass
+  // Int8 page scoring (SelectorOptions::q8_pages): the quantised anchor,
+  // per-row bounds of the last rows scored, and the affinity bound of
+  // every page in the pool ([N]; valid for pages in the pool this step).
+  Q8Query q8;
+  std::vector<float> q8_bound;
+  std::vector<float> page_bound;
+  // The mass tree (mass_tree.h): its buffers and this step's bumps.
+  MassTreeScratch mass;
+  std::vector<MassBump> bumps;
+  std::vector<int32_t> order;  // distances by prior, this step
+  // kGemm: scores of every level of this request's context (not owned).
+  float* all_grid = nullptr;
+  float* all_chunk = nullptr;
+  float* all_page = nullptr;
+};
+
+}  // namespace kvtier::index
+
+#endif  // KVTIER_INDEX_SELECTOR_INTERNAL_H_
