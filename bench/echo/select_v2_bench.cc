@@ -115,6 +115,9 @@ v1::ModelProfile Profile(int heads) {
     c->add_prior(4.0f / (d + 1));
     c->add_prior_all(5.0f / (d + 1));
   }
+  // The gate the committed calibrations use (bench/quality/calibration):
+  // with it the mass scorer takes its sparse path on long contexts.
+  c->set_head_min_mass(0.4f);
   return p;
 }
 
