@@ -41,6 +41,21 @@ index::SelectionCalibration FromProto(const v1::SelectionCalibration& c) {
   out.head_weights.assign(c.head_weights().begin(), c.head_weights().end());
   out.softmax_scale = c.softmax_scale();
   out.head_min_mass = c.head_min_mass();
+  // Out-of-range values stay out of range (ValidateCalibration names them).
+  if (c.has_sink_blocks()) {
+    out.sink_blocks = static_cast<int32_t>(std::min<uint32_t>(c.sink_blocks(), INT32_MAX));
+  }
+  if (c.has_local_blocks()) {
+    out.local_blocks = static_cast<int32_t>(std::min<uint32_t>(c.local_blocks(), INT32_MAX));
+  }
+  if (c.has_retrieval_share()) out.retrieval_share = c.retrieval_share();
+  if (c.has_unconfirmed_weight()) out.unconfirmed_weight = c.unconfirmed_weight();
+  if (c.has_confirm_steps()) {
+    out.confirm_steps = static_cast<int32_t>(std::min<uint32_t>(c.confirm_steps(), INT32_MAX));
+  }
+  if (c.has_sink_mass()) out.sink_mass = c.sink_mass();
+  if (c.has_sink_mass_all()) out.sink_mass_all = c.sink_mass_all();
+  out.successor_weight = c.successor_weight();
   return out;
 }
 

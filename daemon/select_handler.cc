@@ -240,15 +240,20 @@ absl::Status SelectHandler::Prepare(const v1::ContextSelect& entry, int i, Item*
   const std::string step_field = Field(i, "step");
   absl::StatusOr<int64_t> step = ctx->ResolveStep(entry.step(), step_field.c_str());
   if (!step.ok()) return step.status();
+  // The profile's calibration may set its own sink and local blocks.
   const index::SelectorOptions& options = selector_->options();
-  const int64_t forced =
-      std::min<int64_t>(ctx->num_blocks(), int64_t{options.sink_blocks} + options.local_blocks);
+  const index::SelectionCalibration& cal = ctx->index().calibration();
+  const bool mass = item->scorer == index::ScorerKind::kMass;
+  const bool own = mass && (cal.sink_blocks >= 0 || cal.local_blocks >= 0);
+  const int64_t sinks = mass && cal.sink_blocks >= 0 ? cal.sink_blocks : options.sink_blocks;
+  const int64_t locals = mass && cal.local_blocks >= 0 ? cal.local_blocks : options.local_blocks;
+  const int64_t forced = std::min<int64_t>(ctx->num_blocks(), sinks + locals);
   if (item->budget_blocks < forced) {
     return absl::InvalidArgumentError(absl::StrCat(
         Field(i, entry.has_max_tokens() ? "max_tokens" : "max_blocks"), ": ", item->budget_blocks,
-        " blocks are fewer than the always-selected select.sink_blocks + "
-        "select.local_blocks = ",
-        forced));
+        " blocks are fewer than the always-selected sink and local blocks (",
+        own ? "the profile's calibration" : "select.sink_blocks + select.local_blocks",
+        ") = ", forced));
   }
   const index::TreeOptions& tree = ctx->index().tree().options();
   if (IsKeyKey(item->scorer) && (item->scorer == index::ScorerKind::kKeyKeyWeighted) !=

@@ -32,7 +32,10 @@ absl::Status ValidateCalibration(const SelectionCalibration& c,
                                  const BlockLayout& layout) {
   if (c.num_q_heads == 0) {
     if (!c.retrieval_heads.empty() || !c.prior.empty() ||
-        !c.prior_all.empty() || !c.head_weights.empty()) {
+        !c.prior_all.empty() || !c.head_weights.empty() || c.sink_blocks != -1 ||
+        c.sink_mass != -1.0f || c.sink_mass_all != -1.0f ||
+        c.local_blocks != -1 || c.retrieval_share != 1.0f || c.successor_weight != 0.0f ||
+        c.unconfirmed_weight != 1.0f || c.confirm_steps != 1) {
       return absl::InvalidArgumentError(
           "calibration.num_q_heads is 0 (uncalibrated) but other calibration "
           "fields are set");
@@ -100,6 +103,39 @@ absl::Status ValidateCalibration(const SelectionCalibration& c,
     return absl::InvalidArgumentError(
         absl::StrCat("calibration.softmax_scale (", c.softmax_scale,
                      ") must be finite and >= 0 (0 = 1/sqrt(head_dim))"));
+  }
+  for (auto [name, v] : {std::pair{"sink_blocks", c.sink_blocks},
+                         std::pair{"local_blocks", c.local_blocks}}) {
+    if (v < -1 || v > kMaxForcedBlocks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "calibration.", name, " (", v, ") must be in [0, ", kMaxForcedBlocks, "]"));
+    }
+  }
+  for (auto [name, v] : {std::pair{"sink_mass", c.sink_mass},
+                         std::pair{"sink_mass_all", c.sink_mass_all}}) {
+    if (!(v == -1.0f || (std::isfinite(v) && v >= 0))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "calibration.", name, " (", v, ") must be finite and >= 0 (or unset)"));
+    }
+  }
+  if ((c.sink_mass == -1.0f) != (c.sink_mass_all == -1.0f)) {
+    return absl::InvalidArgumentError(
+        "calibration.sink_mass and sink_mass_all: set both or neither");
+  }
+  if (!(c.retrieval_share > 0 && c.retrieval_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration.retrieval_share (", c.retrieval_share, ") must be in (0, 1]"));
+  }
+  if (c.confirm_steps < 1 || c.confirm_steps > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "calibration.confirm_steps (", c.confirm_steps, ") must be in [1, 4096]"));
+  }
+  for (auto [name, v] : {std::pair{"successor_weight", c.successor_weight},
+                         std::pair{"unconfirmed_weight", c.unconfirmed_weight}}) {
+    if (!(v >= 0 && v <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibration.", name, " (", v, ") must be in [0, 1]"));
+    }
   }
   return absl::OkStatus();
 }

@@ -23,6 +23,34 @@
 //                    counts only from this share up, in [0, 1): below it the
 //                    head has no target worth a block (its attention is
 //                    spread), and the prior decides. 0 counts everything.
+//   sink_blocks,     blocks at the start / end of a context always
+//   local_blocks     selected for this profile; -1 = the selector's options
+//                    (the daemon's select.sink_blocks / local_blocks).
+//   sink_mass,       the first block's expected attention (summed like
+//   sink_mass_all    prior / prior_all), or -1: when set, the first block's
+//                    estimate is max(its prior, this), so it competes for
+//                    the budget as any block does (calibrations set
+//                    sink_blocks 0 with it: a model that puts almost no
+//                    attention on its first block does not keep it).
+//   retrieval_share  share of the free budget (budget - sinks - local) that
+//                    blocks carrying a retrieval term may take from the
+//                    blocks the prior ranks first, in (0, 1]: the terms
+//                    beyond it (the smallest) are dropped for that step, so
+//                    a copy head followed in plain text cannot push out
+//                    more recent context than the calibration allows.
+//   successor_weight a target block lends this share of its retrieval term
+//                    to the block after it, in [0, 1]: a copying head moves
+//                    forward, so when a Select is used one step later the
+//                    next block is the one it reads.
+//   confirm_steps,   a head's target is followed over consecutive steps when
+//   unconfirmed_weight  each is the same block as the head's previous target
+//                    or the one after it (a copying head moves forward); a
+//                    target followed for fewer than confirm_steps steps
+//                    (1..4096; 1 = every target) counts unconfirmed_weight
+//                    of its term, in [0, 1]: a copy head tracking a long
+//                    passage is confirmed, a short phrase copied in plain
+//                    text (where following the head makes the model copy
+//                    the wrong continuation) weighs less.
 //
 // Calibrations are computed offline from real attention (kvtier-eval
 // --calibrate, bench/quality/calibrate.h) and registered with the profile.
@@ -41,6 +69,7 @@ namespace kvtier::index {
 
 inline constexpr int32_t kMaxRetrievalHeads = 64;
 inline constexpr int32_t kMaxPriorBlocks = 4096;
+inline constexpr int32_t kMaxForcedBlocks = 4096;  // sink_blocks, local_blocks
 
 struct HeadRef {
   int32_t layer = 0;
@@ -56,6 +85,14 @@ struct SelectionCalibration {
   std::vector<float> head_weights;
   float softmax_scale = 0.0f;
   float head_min_mass = 0.0f;
+  int32_t sink_blocks = -1;
+  int32_t local_blocks = -1;
+  float sink_mass = -1.0f;
+  float sink_mass_all = -1.0f;
+  float retrieval_share = 1.0f;
+  float successor_weight = 0.0f;
+  float unconfirmed_weight = 1.0f;
+  int32_t confirm_steps = 1;
 
   bool calibrated() const { return num_q_heads > 0; }
   friend bool operator==(const SelectionCalibration&,
@@ -68,10 +105,25 @@ struct SelectionCalibration {
 // kMaxRetrievalHeads; prior and prior_all of equal length in [1,
 // kMaxPriorBlocks], finite and >= 0; head_weights empty or one per
 // retrieval head in (0, 1]; softmax_scale finite and >= 0; head_min_mass in
-// [0, 1). Otherwise
-// InvalidArgument naming the field ("calibration.prior[3]", ...).
+// [0, 1); sink_blocks and local_blocks -1 or in [0, 4096]; sink_mass and
+// sink_mass_all -1 or finite and >= 0, both or neither; retrieval_share in
+// (0, 1]; successor_weight and unconfirmed_weight in [0, 1]; confirm_steps
+// in [1, 4096]. Otherwise InvalidArgument naming the
+// field ("calibration.prior[3]", ...).
 absl::Status ValidateCalibration(const SelectionCalibration& calibration,
                                  const BlockLayout& layout);
+
+// The estimate of block b of n before any retrieval term: prior (with head
+// queries) or prior_all at its distance n - 1 - b (the last entry for every
+// larger distance), or for b == 0 with a sink mass the larger of that and
+// the sink's. Requires a calibrated c and 0 <= b < n.
+inline float PriorOf(const SelectionCalibration& c, bool with_queries, int64_t n, int64_t b) {
+  const std::vector<float>& prior = with_queries ? c.prior : c.prior_all;
+  const int64_t last = static_cast<int64_t>(prior.size()) - 1;
+  const float p = prior[n - 1 - b < last ? n - 1 - b : last];
+  const float sink = with_queries ? c.sink_mass : c.sink_mass_all;
+  return b == 0 && sink > p ? sink : p;
+}
 
 // The KV heads whose keys a calibrated profile keeps per block, as
 // layer * num_kv_heads + kv_head, ascending and distinct.

@@ -7,6 +7,7 @@
 //                heads for the mass scorer
 //   calibration  the profile's selection calibration (calibration.h)
 //   stability    the per-page relevance windows (stability.h)
+//   mass memory  the mass scorer's targets of the last two steps
 //
 // Pages are added through AddSegment / Append, which keep the tree and the
 // key table the same length: both are validated before either changes, so
@@ -30,11 +31,27 @@
 #include "absl/types/span.h"
 #include "index/calibration.h"
 #include "index/context_tree.h"
+#include "index/key_scorers.h"
 #include "index/key_table.h"
 #include "index/stability.h"
 #include "index/summary.h"
 
 namespace kvtier::index {
+
+// The mass scorer's retrieval targets of the context's last two steps
+// (calibration.h, unconfirmed_weight): Begin(step) at every Select with head
+// queries; a new step makes the last one's targets `previous`.
+struct MassMemory {
+  int64_t step = INT64_MIN;
+  std::vector<MassTarget> previous, current;
+  void Begin(int64_t s) {
+    if (s != step) {
+      previous.swap(current);
+      step = s;
+    }
+    current.clear();
+  }
+};
 
 // Base of per-context state kept by other parts (see attachment above).
 class ContextAttachment {
@@ -76,6 +93,7 @@ class ContextIndex {
   absl::Span<const int32_t> key_slots() const { return key_slots_; }
   StabilityTracker& stability() { return stability_; }
   const StabilityTracker& stability() const { return stability_; }
+  MassMemory& mass_memory() { return mass_memory_; }
   // The attachment (null when none); replacing it destroys the old one.
   ContextAttachment* attachment() { return attachment_.get(); }
   void set_attachment(std::unique_ptr<ContextAttachment> attachment) {
@@ -93,6 +111,7 @@ class ContextIndex {
   const SelectionCalibration calibration_;
   const std::vector<int32_t> key_slots_;
   StabilityTracker stability_;
+  MassMemory mass_memory_;
   std::unique_ptr<ContextAttachment> attachment_;
 };
 

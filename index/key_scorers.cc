@@ -76,11 +76,21 @@ absl::Status LayerKeyKeyScores(const KeyTable& table,
   return absl::OkStatus();
 }
 
+int32_t ChainOf(absl::Span<const MassTarget> previous, int32_t head, int64_t page) {
+  int32_t chain = 0;
+  for (const MassTarget& t : previous) {
+    if (t.head == head && (t.page == page || t.page + 1 == page)) chain = std::max(chain, t.chain);
+  }
+  return chain == INT32_MAX ? chain : chain + 1;
+}
+
 absl::Status MassScores(const KeyTable* table,
                         const SelectionCalibration& c,
                         absl::Span<const int32_t> slots, int32_t dim, int64_t n,
                         absl::Span<const float> head_queries,
-                        KeyScorerScratch* s, absl::Span<float> out) {
+                        KeyScorerScratch* s, absl::Span<float> out,
+                        const std::vector<MassTarget>* previous,
+                        std::vector<MassTarget>* current) {
   if (static_cast<int64_t>(out.size()) != n || n < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("out has ", out.size(), " values for ", n, " pages"));
@@ -92,11 +102,7 @@ absl::Status MassScores(const KeyTable* table,
     return absl::OkStatus();
   }
   const bool with_queries = !head_queries.empty();
-  const std::vector<float>& prior = with_queries ? c.prior : c.prior_all;
-  const int64_t last = static_cast<int64_t>(prior.size()) - 1;
-  for (int64_t b = 0; b < n; ++b) {
-    out[b] = prior[std::min<int64_t>(n - 1 - b, last)];
-  }
+  for (int64_t b = 0; b < n; ++b) out[b] = PriorOf(c, with_queries, n, b);
   if (!with_queries) return absl::OkStatus();
   const size_t D = static_cast<size_t>(dim);
   const size_t R = c.retrieval_heads.size();
@@ -162,8 +168,17 @@ absl::Status MassScores(const KeyTable* table,
     }
     const double w = c.head_weights.empty() ? 1.0 : c.head_weights[i];
     for (int64_t b = 0; b < n; ++b) {
-      const double p = s->lse[b] / z;
-      if (p >= c.head_min_mass) out[b] += static_cast<float>(w * p);
+      double p = s->lse[b] / z;
+      if (!(p >= c.head_min_mass)) continue;  // NaN never counts
+      const int32_t chain =
+          previous != nullptr ? ChainOf(*previous, static_cast<int32_t>(i), b) : INT32_MAX;
+      if (current != nullptr) current->push_back({static_cast<int32_t>(i), b, chain});
+      if (chain < c.confirm_steps) p *= c.unconfirmed_weight;
+      out[b] += static_cast<float>(w * p);
+      // The block after a target is the copying head's next one.
+      if (c.successor_weight > 0 && b + 1 < n) {
+        out[b + 1] += static_cast<float>(c.successor_weight * w * p);
+      }
     }
   }
   return absl::OkStatus();

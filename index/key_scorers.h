@@ -15,6 +15,7 @@
 // Mass estimate (ScorerKind::kMass): the attention the next step is
 // expected to give page b, in units of one head's total attention:
 //   est_b = prior[d_b] + sum_i w_i softmax_b(lse_i(b)),
+// (block 0: max(prior[d_0], sink_mass) when the calibration has one),
 //   lse_i(b) = log sum_{t in b} exp(s * q_i . k_{b,t})
 // where d_b = n - 1 - b (blocks before the context's last one; distances
 // past the prior's end use its last entry: the Selector breaks the ties
@@ -24,7 +25,8 @@
 // weight (1 when none). Without head queries: est_b = prior_all[d_b]. An
 // uncalibrated context scores est_b = (b + 1) / n, i.e. recency: the
 // sliding window. A head's term counts only where its softmax share is at
-// least the calibration's head_min_mass.
+// least the calibration's head_min_mass; a counted term also adds
+// successor_weight times itself to block b + 1 (calibration.h).
 //
 // Both are finite for any finite input: cosines are computed on unit
 // vectors found with scale-safe norms (unit_vector.h), logits in double.
@@ -63,14 +65,36 @@ absl::Status LayerKeyKeyScores(const KeyTable& table,
                                absl::Span<const float> anchor, bool centered,
                                KeyScorerScratch* scratch, absl::Span<float> out);
 
+// A retrieval head's target at one step: a block holding at least
+// head_min_mass of its attention.
+struct MassTarget {
+  int32_t head = 0;  // index in calibration.retrieval_heads
+  int64_t page = 0;
+  int32_t chain = 1;  // consecutive steps the head has followed it (below)
+  friend bool operator==(const MassTarget&, const MassTarget&) = default;
+};
+
+// The chain of head's target `page` at this step: 1 + the longest chain of
+// `previous` (the targets of the context's previous step) that it
+// continues: the same head on the same block or the one before it (a
+// copying head moving forward); 1 when it continues none.
+int32_t ChainOf(absl::Span<const MassTarget> previous, int32_t head, int64_t page);
+
 // out[b] for b in [0, n) (n == table.size() when the table has head keys).
 // head_queries is empty or [R][dim] in calibration.retrieval_heads order;
 // slots maps retrieval head i to its KeyTable slot (KeyHeadSlots()).
+// With `previous` (the targets of the context's previous step), a target
+// whose chain is below the calibration's confirm_steps counts
+// unconfirmed_weight times its term (calibration.h); without, every target
+// counts whole. Every target of this step, with its chain, is appended to
+// *current when given.
 absl::Status MassScores(const KeyTable* table,
                         const SelectionCalibration& calibration,
                         absl::Span<const int32_t> slots, int32_t dim, int64_t n,
                         absl::Span<const float> head_queries,
-                        KeyScorerScratch* scratch, absl::Span<float> out);
+                        KeyScorerScratch* scratch, absl::Span<float> out,
+                        const std::vector<MassTarget>* previous = nullptr,
+                        std::vector<MassTarget>* current = nullptr);
 
 }  // namespace kvtier::index
 

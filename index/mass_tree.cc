@@ -46,8 +46,13 @@ class HeadDescent {
 
   // Runs the descent for one quantised query (s_->q, q_bound) with
   // logit scale c; appends (page, weight * share) for shares >= h.
-  void Run(float c, float h, float weight, MassTreeStats* stats) {
+  void Run(int32_t head, float c, float h, float weight, float successor, float unconfirmed,
+           int32_t confirm_steps,
+           const std::vector<MassTarget>* previous, std::vector<MassTarget>* current,
+           MassTreeStats* stats) {
     c_ = c;
+    successor_ = successor;
+    confirm_steps_ = confirm_steps;
     NextStamp();
     s_->expanded.clear();
     s_->opened.clear();
@@ -111,9 +116,16 @@ class HeadDescent {
     stats->pages_opened += static_cast<int64_t>(s_->opened.size());
     const double lz = LogZ();
     for (size_t i = 0; i < s_->opened.size(); ++i) {
-      const double p = std::exp(s_->lse[i] - lz);
+      double p = std::exp(s_->lse[i] - lz);
       if (p >= h) {
-        s_->bumps.push_back({s_->opened[i], static_cast<float>(weight * p)});
+        const int64_t b = s_->opened[i];
+        const int32_t chain = previous != nullptr ? ChainOf(*previous, head, b) : INT32_MAX;
+        if (current != nullptr) current->push_back({head, b, chain});
+        if (chain < confirm_steps_) p *= unconfirmed;
+        s_->bumps.push_back({b, static_cast<float>(weight * p)});
+        if (successor_ > 0 && b + 1 < n_) {
+          s_->bumps.push_back({b + 1, static_cast<float>(successor_ * weight * p)});
+        }
       }
     }
   }
@@ -271,6 +283,8 @@ class HeadDescent {
   double lz_floor_ = -INFINITY;  // log of every chunk's lower estimate summed
   size_t screened_ = 0;          // pages opened before the sample's
   double log_h_ = 0;
+  float successor_ = 0;
+  int32_t confirm_steps_ = 1;
 };
 
 }  // namespace
@@ -304,7 +318,8 @@ absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& c,
                            absl::Span<const int32_t> slots, int32_t dim,
                            absl::Span<const float> head_queries, const MassTreeOptions& options,
                            MassTreeScratch* s, std::vector<MassBump>* bumps,
-                           MassTreeStats* stats) {
+                           MassTreeStats* stats, const std::vector<MassTarget>* previous,
+                           std::vector<MassTarget>* current) {
   const size_t R = c.retrieval_heads.size();
   const size_t D = static_cast<size_t>(dim);
   const int64_t n = table.size();
@@ -334,9 +349,10 @@ absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& c,
     }
     const float w = c.head_weights.empty() ? 1.0f : c.head_weights[i];
     HeadDescent head(table, slots[i], options, s);
-    head.Run(static_cast<float>(softmax_scale * qs), c.head_min_mass, w, stats);
+    head.Run(static_cast<int32_t>(i), static_cast<float>(softmax_scale * qs), c.head_min_mass, w,
+             c.successor_weight, c.unconfirmed_weight, c.confirm_steps, previous, current, stats);
   }
-  std::sort(s->bumps.begin(), s->bumps.end(),
+  std::stable_sort(s->bumps.begin(), s->bumps.end(),
             [](const MassBump& a, const MassBump& b) { return a.page < b.page; });
   for (const MassBump& b : s->bumps) {
     if (!bumps->empty() && bumps->back().page == b.page) {

@@ -38,7 +38,9 @@
 //   5. z = the exactly opened pages' exp(lse) + the sample's, scaled to
 //      every page not opened before it (a sample page that could itself
 //      hold h of the attention counts once). Opened pages with
-//      exp(lse) / z >= h get w_i * that share.
+//      exp(lse) / z >= h get w_i * that share (times unconfirmed_weight
+//      when previous targets are given and it continues none of them), and
+//      successor_weight times that goes to the next page.
 //
 // What it gives up against the flat pass: a page never opened gets no
 // retrieval term, and the shares of opened pages rest on an estimated z.
@@ -59,6 +61,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "index/calibration.h"
+#include "index/key_scorers.h"
 #include "index/key_table.h"
 
 namespace kvtier::index {
@@ -118,11 +121,14 @@ struct MassTreeScratch {
 // whose KeyTable holds the calibration's head keys for n == table.size()
 // pages, head_queries of R x dim finite values with no all-zero row (the
 // Selector validates), calibration.head_min_mass > 0.
+// previous / current: as MassScores' (key_scorers.h); may be null.
 absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& calibration,
                            absl::Span<const int32_t> slots, int32_t dim,
                            absl::Span<const float> head_queries, const MassTreeOptions& options,
                            MassTreeScratch* scratch, std::vector<MassBump>* bumps,
-                           MassTreeStats* stats);
+                           MassTreeStats* stats,
+                           const std::vector<MassTarget>* previous = nullptr,
+                           std::vector<MassTarget>* current = nullptr);
 
 }  // namespace kvtier::index
 

@@ -4,6 +4,7 @@
 // context. Real keys: bench/quality/mass_tree_test.cc.
 #include "index/mass_tree.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -187,6 +188,145 @@ TEST(MassTreeTest, OtherRequestsScoreFlat) {
   r.step = 1;
   ASSERT_TRUE(any->Select(r, &out).ok());
   EXPECT_FALSE(out.mass_sparse) << "a stability-ranked request";
+}
+
+// The calibration's step-to-step terms (calibration.h), on the flat pass
+// and the sparse path alike.
+class MassCalibrationTest : public ::testing::TestWithParam<int64_t /*min_pages*/> {
+ protected:
+  void Build(const SelectionCalibration& c, std::vector<int64_t> targets, int64_t pages = 800) {
+    std::mt19937 rng(4);
+    std::normal_distribution<float> noise(0.0f, 1.0f);
+    q_.resize(kD);
+    for (float& x : q_) x = noise(rng);
+    ContextIndexOptions o;
+    o.tree.dim = kD;
+    o.num_layers = kLayers;
+    o.num_kv_heads = kKv;
+    o.block_size_tokens = kT;
+    o.calibration = c;
+    ctx_ = std::move(*ContextIndex::Create(o));
+    std::vector<BlockSummary> ps;
+    for (int64_t i = 0; i < pages; ++i) {
+      const bool t = std::find(targets.begin(), targets.end(), i) != targets.end();
+      ps.push_back(t ? Page(&rng, q_.data(), 1.5f) : Page(&rng));
+    }
+    ASSERT_TRUE(ctx_->AddSegment(ps).ok());
+    sel_ = std::move(*Selector::Create(Options(GetParam())));
+  }
+  SelectResult Select(int64_t step, int64_t budget) {
+    SelectRequest r;
+    r.context = ctx_.get();
+    r.scorer = ScorerKind::kMass;
+    r.stability = false;
+    r.head_queries = q_;
+    r.budget_blocks = budget;
+    r.step = step;
+    SelectResult out;
+    EXPECT_TRUE(sel_->Select(r, &out).ok());
+    EXPECT_EQ(out.mass_sparse, GetParam() == 0);
+    return out;
+  }
+  static bool Has(const SelectResult& r, int64_t page) {
+    return std::binary_search(r.blocks.begin(), r.blocks.end(), page);
+  }
+  std::vector<float> q_;
+  std::unique_ptr<ContextIndex> ctx_;
+  std::unique_ptr<Selector> sel_;
+};
+
+// A target counts unconfirmed_weight (here 0) until the head has followed
+// it for confirm_steps Selects; a repeated Select of one step does not
+// count twice.
+TEST_P(MassCalibrationTest, ConfirmStepsHoldANewTargetBack) {
+  SelectionCalibration c = Calibration();
+  c.unconfirmed_weight = 0.0f;
+  c.confirm_steps = 3;
+  Build(c, {300});
+  EXPECT_FALSE(Has(Select(1, 4), 300));
+  EXPECT_FALSE(Has(Select(1, 4), 300)) << "the same step again";
+  EXPECT_FALSE(Has(Select(2, 4), 300));
+  EXPECT_TRUE(Has(Select(3, 4), 300)) << "followed for 3 steps";
+  EXPECT_TRUE(Has(Select(4, 4), 300));
+}
+
+// successor_weight lends the block after a target part of its term: with a
+// budget of one free block the target wins; with two, the next block too.
+TEST_P(MassCalibrationTest, SuccessorFollowsTheTarget) {
+  SelectionCalibration c = Calibration();
+  c.successor_weight = 0.9f;
+  Build(c, {300});
+  SelectResult one = Select(1, 3);
+  EXPECT_TRUE(Has(one, 300));
+  EXPECT_FALSE(Has(one, 301));
+  SelectResult two = Select(2, 4);
+  EXPECT_TRUE(Has(two, 300));
+  EXPECT_TRUE(Has(two, 301)) << "the successor outranks the recent blocks";
+  c.successor_weight = 0.0f;
+  Build(c, {300});
+  EXPECT_FALSE(Has(Select(1, 4), 301));
+}
+
+// retrieval_share caps how many free slots go to targets: planted targets
+// (at least two clear the gate), 4 free slots, share 0.25: one target, the
+// rest of the budget by the prior.
+TEST_P(MassCalibrationTest, RetrievalShareCapsTheTargets) {
+  SelectionCalibration c = Calibration();
+  c.head_min_mass = 0.2f;
+  Build(c, {200, 300, 400});
+  SelectResult all = Select(1, 6);
+  EXPECT_GE(Has(all, 200) + Has(all, 300) + Has(all, 400), 2)
+      << ::testing::PrintToString(all.blocks);
+  c.retrieval_share = 0.25f;
+  Build(c, {200, 300, 400});
+  SelectResult capped = Select(1, 6);
+  EXPECT_EQ(Has(capped, 200) + Has(capped, 300) + Has(capped, 400), 1);
+  EXPECT_TRUE(Has(capped, ctx_->tree().num_pages() - 2)) << "recent blocks take the rest";
+}
+
+// A calibrated sink competes with its own mass instead of being forced.
+TEST_P(MassCalibrationTest, ACalibratedSinkCompetes) {
+  SelectionCalibration c = Calibration();
+  c.sink_blocks = 0;
+  c.sink_mass = c.sink_mass_all = 0.01f;  // below every prior
+  Build(c, {});
+  EXPECT_FALSE(Has(Select(1, 4), 0));
+  c.sink_mass = c.sink_mass_all = 5.0f;  // above every prior
+  Build(c, {});
+  EXPECT_TRUE(Has(Select(1, 4), 0));
+  c.sink_blocks = -1;  // the options' sink (1): forced whatever its mass
+  c.sink_mass = c.sink_mass_all = -1.0f;
+  Build(c, {});
+  EXPECT_TRUE(Has(Select(1, 4), 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(FlatAndSparse, MassCalibrationTest,
+                         ::testing::Values(int64_t{1} << 40, int64_t{0}),
+                         [](const auto& info) { return info.param == 0 ? "Sparse" : "Flat"; });
+
+TEST(MassTreeTest, BadCalibrationFieldsNameTheField) {
+  BlockLayout layout;
+  layout.num_layers = kLayers;
+  layout.num_kv_heads = kKv;
+  layout.head_dim = kD;
+  layout.block_size_tokens = kT;
+  auto message = [&](auto mutate) {
+    SelectionCalibration c = Calibration();
+    mutate(c);
+    return std::string(ValidateCalibration(c, layout).message());
+  };
+  EXPECT_EQ(message([](SelectionCalibration&) {}), "");
+  EXPECT_NE(message([](auto& c) { c.retrieval_share = 0; }).find("retrieval_share"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& c) { c.successor_weight = 2; }).find("successor_weight"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& c) { c.unconfirmed_weight = -1; }).find("unconfirmed_weight"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& c) { c.confirm_steps = 0; }).find("confirm_steps"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& c) { c.sink_blocks = 5000; }).find("sink_blocks"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& c) { c.sink_mass = 1; }).find("both or neither"), std::string::npos);
 }
 
 TEST(MassTreeTest, BadOptionsNameTheField) {

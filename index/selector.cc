@@ -227,7 +227,7 @@ absl::Status Selector::Validate(const SelectRequest& r, int64_t* budget) const {
     }
   }
   const int64_t forced = std::min<int64_t>(
-      n, int64_t{options_.sink_blocks} + options_.local_blocks);
+      n, int64_t{SinkBlocks(r)} + LocalBlocks(r));
   if (*budget < forced) {
     return absl::InvalidArgumentError(absl::StrCat(
         "budget (", *budget, " blocks) is below sink_blocks + local_blocks (",
@@ -289,8 +289,8 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   out->mass_pages_opened = out->mass_pages_screened = out->mass_chunks_screened = 0;
   out->mass_sparse = false;
 
-  const int64_t sinks = std::min<int64_t>(options_.sink_blocks, n);
-  const int64_t locals = std::min<int64_t>(options_.local_blocks, n - sinks);
+  const int64_t sinks = std::min<int64_t>(SinkBlocks(r), n);
+  const int64_t locals = std::min<int64_t>(LocalBlocks(r), n - sinks);
   const int64_t local_first = n - locals;
   const int64_t free = budget - sinks - locals;
 
@@ -449,9 +449,15 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
                  w * static_cast<float>(p + 1) / static_cast<float>(n);
       }
     } else if (r.scorer == ScorerKind::kMass) {
+      MassMemory& memory = ctx.mass_memory();
+      if (!r.head_queries.empty()) memory.Begin(r.step);
       MassScores(ctx.keys(), ctx.calibration(), ctx.key_slots(), t.dim(), n,
-                 r.head_queries, &s->keys, absl::MakeSpan(aff, n))
+                 r.head_queries, &s->keys, absl::MakeSpan(aff, n),
+                 r.head_queries.empty() ? nullptr : &memory.previous,
+                 r.head_queries.empty() ? nullptr : &memory.current)
           .IgnoreError();  // validated
+      CapRetrievalTerms(ctx.calibration(), !r.head_queries.empty(), sinks, local_first, free,
+                        absl::MakeSpan(aff, n), &s->pool);
       const auto [lo, hi] = std::minmax_element(aff, aff + n);
       const float low = *lo, range = *hi - *lo;
       for (int64_t p = 0; p < n; ++p) {

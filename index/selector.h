@@ -25,7 +25,9 @@
 // min-max normalised per step to [0, 1] to serve as affinities.
 //
 // Then, for every scorer: sinks (first sink_blocks pages) and the local
-// window (last local_blocks pages) are always chosen; the stability windows
+// window (last local_blocks pages) are always chosen (for kMass, a
+// calibrated context's own sink_blocks / local_blocks replace the
+// options' when set); the stability windows
 // are updated with "affinity > theta" for every scored page; pages chosen at
 // the previous step whose stability is >= hold_threshold stay candidates
 // even when the masks skipped them this step; the remaining budget goes to
@@ -226,6 +228,10 @@ class Selector {
            SelectResult* out);
   bool RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
                  int64_t free, Scratch* s, SelectResult* out);
+  // The sink and local blocks of a request: for kMass its context's
+  // calibration's when set, else the options'.
+  int32_t SinkBlocks(const SelectRequest& r) const;
+  int32_t LocalBlocks(const SelectRequest& r) const;
   // The mass scorer's sparse path (selector_mass.cc); false, with nothing
   // changed, when the request is not one it serves.
   bool RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t locals, int64_t free,

@@ -28,6 +28,39 @@ void PriorOrder(const std::vector<float>& prior, std::vector<int32_t>* order) {
 
 }  // namespace
 
+namespace selector_internal {
+
+void CapRetrievalTerms(const SelectionCalibration& c, bool with_queries, int64_t sinks,
+                       int64_t local_first, int64_t free, absl::Span<float> est,
+                       std::vector<ScoredIndex>* scratch) {
+  if (!c.calibrated() || !with_queries || !(c.retrieval_share < 1.0f)) return;
+  const int64_t n = static_cast<int64_t>(est.size());
+  auto base = [&](int64_t b) { return PriorOf(c, /*with_queries=*/true, n, b); };
+  const size_t keep = static_cast<size_t>(
+      std::floor(static_cast<double>(c.retrieval_share) * std::max<int64_t>(free, 0)));
+  scratch->clear();
+  for (int64_t b = sinks; b < local_first; ++b) {
+    if (est[b] > base(b)) scratch->push_back({est[b] - base(b), static_cast<int32_t>(b)});
+  }
+  if (scratch->size() <= keep) return;
+  std::nth_element(scratch->begin(), scratch->begin() + keep, scratch->end(), ByBetterRecent());
+  for (size_t i = keep; i < scratch->size(); ++i) {
+    est[(*scratch)[i].index] = base((*scratch)[i].index);
+  }
+}
+
+}  // namespace selector_internal
+
+int32_t Selector::SinkBlocks(const SelectRequest& r) const {
+  const int32_t own = r.context->calibration().sink_blocks;
+  return r.scorer == ScorerKind::kMass && own >= 0 ? own : options_.sink_blocks;
+}
+
+int32_t Selector::LocalBlocks(const SelectRequest& r) const {
+  const int32_t own = r.context->calibration().local_blocks;
+  return r.scorer == ScorerKind::kMass && own >= 0 ? own : options_.local_blocks;
+}
+
 bool Selector::RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t locals, int64_t free,
                              Scratch* s, SelectResult* out) {
   ContextIndex& ctx = *r.context;
@@ -46,8 +79,11 @@ bool Selector::RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t loca
   bumps.clear();
   if (with_queries) {
     MassTreeStats stats;
+    MassMemory& memory = ctx.mass_memory();
+    memory.Begin(r.step);
     if (!MassTreeBumps(*ctx.keys(), c, ctx.key_slots(), ctx.tree().dim(), r.head_queries,
-                       options_.mass_tree, &s->mass, &bumps, &stats)
+                       options_.mass_tree, &s->mass, &bumps, &stats, &memory.previous,
+                       &memory.current)
              .ok()) {
       return false;  // validated before; the flat pass reports anything left
     }
@@ -55,7 +91,7 @@ bool Selector::RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t loca
     out->mass_pages_screened = stats.pages_screened;
     out->mass_chunks_screened = stats.chunks_screened;
   }
-  auto base = [&](int64_t b) { return prior[std::min<int64_t>(n - 1 - b, last)]; };
+  auto base = [&](int64_t b) { return PriorOf(c, with_queries, n, b); };
   // Estimates of the bumped pages, as the flat pass sums them: the prior,
   // then each head's term in calibration order. One entry per page after
   // this (the first of its run holds the sum).
@@ -67,6 +103,39 @@ bool Selector::RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t loca
     bumps[kept++] = {b, est};
   }
   bumps.resize(kept);
+  // A calibrated sink: the first block's estimate is not its distance's
+  // prior, so it is ranked with the bumped pages, not in the prior walk.
+  if (base(0) != prior[std::min<int64_t>(n - 1, last)] &&
+      (bumps.empty() || bumps.front().page != 0)) {
+    bumps.insert(bumps.begin(), {0, base(0)});
+  }
+  // The calibration's retrieval_share: at most that share of the free
+  // budget goes to pages for their retrieval terms (the largest terms).
+  if (with_queries && c.retrieval_share < 1.0f) {
+    const int64_t local_first0 = n - locals;
+    std::vector<ScoredIndex>& terms = s->pool;
+    terms.clear();
+    for (const MassBump& b : bumps) {
+      if (b.page >= sinks && b.page < local_first0 && b.mass > base(b.page)) {
+        terms.push_back({b.mass - base(b.page), static_cast<int32_t>(b.page)});
+      }
+    }
+    const size_t keep = static_cast<size_t>(
+        std::floor(static_cast<double>(c.retrieval_share) * std::max<int64_t>(free, 0)));
+    if (terms.size() > keep) {
+      std::nth_element(terms.begin(), terms.begin() + keep, terms.end(), ByBetterRecent());
+      std::vector<int32_t>& dropped = s->order;
+      dropped.clear();
+      for (size_t i = keep; i < terms.size(); ++i) dropped.push_back(terms[i].index);
+      std::sort(dropped.begin(), dropped.end());
+      bumps.erase(std::remove_if(bumps.begin(), bumps.end(),
+                                 [&](const MassBump& b) {
+                                   return std::binary_search(dropped.begin(), dropped.end(),
+                                                             static_cast<int32_t>(b.page));
+                                 }),
+                  bumps.end());
+    }
+  }
   auto bumped = [&](int64_t b) {
     auto it = std::lower_bound(bumps.begin(), bumps.end(), b,
                                [](const MassBump& x, int64_t p) { return x.page < p; });

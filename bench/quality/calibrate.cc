@@ -20,6 +20,8 @@ struct HeadPriors {
   int32_t heads = 0;
   std::vector<std::vector<double>> prior;  // [head][distance]
   std::vector<double> weight;              // [head]
+  double sink_share = 0;  // of the heads' attention on stored blocks, on the sinks
+  std::vector<double> sink;  // [head]: mean mass on the sink blocks per step
 };
 
 HeadPriors MeasurePriors(const KvDump& dump, const ReplayData& data,
@@ -31,6 +33,8 @@ HeadPriors MeasurePriors(const KvDump& dump, const ReplayData& data,
   std::vector<std::vector<double>> sum(H, std::vector<double>(max_blocks, 0));
   std::vector<int64_t> count(max_blocks, 0);
   std::vector<double> stored(H, 0);
+  std::vector<double> on_sink(H, 0);
+  double on_sinks = 0;
   int64_t steps = 0;
   StepAttention att;
   AttentionOptions ao;
@@ -44,7 +48,12 @@ HeadPriors MeasurePriors(const KvDump& dump, const ReplayData& data,
       const float* m = att.Mass(h);
       for (int64_t b = 0; b < n; ++b) {
         stored[h] += m[b];
-        if (b >= o.sink_blocks) sum[h][n - 1 - b] += m[b];
+        if (b >= o.sink_blocks) {
+          sum[h][n - 1 - b] += m[b];
+        } else {
+          on_sinks += m[b];
+          on_sink[h] += m[b];
+        }
       }
     }
     ++steps;
@@ -57,6 +66,11 @@ HeadPriors MeasurePriors(const KvDump& dump, const ReplayData& data,
   K = std::min<int64_t>(K, index::kMaxPriorBlocks);
   HeadPriors out;
   out.heads = H;
+  double all_stored = 0;
+  for (double x : stored) all_stored += x;
+  out.sink_share = all_stored > 0 ? on_sinks / all_stored : 0;
+  out.sink.resize(H);
+  for (int32_t h = 0; h < H; ++h) out.sink[h] = steps > 0 ? on_sink[h] / steps : 0;
   out.prior.assign(H, std::vector<double>(K, 0));
   out.weight.assign(H, 0);
   for (int32_t h = 0; h < H; ++h) {
@@ -99,6 +113,7 @@ index::SelectionCalibration Build(const KvDump& dump, const HeadPriors& p,
                                   const std::vector<int32_t>& heads,
                                   float head_min_mass) {
   index::SelectionCalibration c;
+  c.head_min_mass = head_min_mass;
   c.num_q_heads = dump.num_q_heads;
   const size_t K = p.prior.empty() ? 1 : p.prior[0].size();
   std::vector<double> prior(K, 0), all(K, 0);
@@ -114,7 +129,14 @@ index::SelectionCalibration Build(const KvDump& dump, const HeadPriors& p,
   MakeNonIncreasing(&all);
   c.prior.assign(prior.begin(), prior.end());
   c.prior_all.assign(all.begin(), all.end());
-  c.head_min_mass = head_min_mass;
+  // The sink's own expected attention, summed as prior and prior_all.
+  double sink = 0, sink_all = 0;
+  for (int32_t h = 0; h < p.heads; ++h) {
+    sink_all += p.sink[h];
+    if (std::find(heads.begin(), heads.end(), h) == heads.end()) sink += p.sink[h];
+  }
+  c.sink_mass = static_cast<float>(sink);
+  c.sink_mass_all = static_cast<float>(sink_all);
   for (int32_t h : heads) {
     c.retrieval_heads.push_back({h / dump.num_q_heads, h % dump.num_q_heads});
     c.head_weights.push_back(
@@ -219,6 +241,33 @@ absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump,
     }
   }
   result.calibration = Build(dump, priors, chosen, o.head_min_mass);
+  index::SelectionCalibration& c = result.calibration;
+  // A sink holding at least min_sink_share of the attention is kept always
+  // (attention mass underrates a sink: removing it moves the attention of
+  // every head that parks there, so its mass is no measure of its worth);
+  // below that the first block is kept only when its measured attention
+  // (sink_mass) earns it a place in the budget, like any block. A model
+  // that gives its first block (almost) nothing does not keep it.
+  result.sink_share = priors.sink_share;
+  if (o.sink_blocks == 1 && priors.sink_share < o.min_sink_share) {
+    c.sink_blocks = 0;
+  } else {
+    c.sink_blocks = o.sink_blocks;
+    c.sink_mass = c.sink_mass_all = -1.0f;
+  }
+  c.local_blocks = o.local_blocks;
+  c.retrieval_share = o.retrieval_share;
+  c.successor_weight = o.successor_weight;
+  c.unconfirmed_weight = o.unconfirmed_weight;
+  c.confirm_steps = o.confirm_steps;
+  if (o.progress) {
+    o.progress(absl::StrFormat("sink: %.4f of the attention on stored blocks -> sink_blocks %d%s",
+                               priors.sink_share, c.sink_blocks,
+                               c.sink_mass >= 0
+                                   ? absl::StrFormat(", competing with sink_mass %.4f",
+                                                     c.sink_mass)
+                                   : std::string()));
+  }
   return result;
 }
 
@@ -246,6 +295,22 @@ std::string CalibrationToJson(const CalibrationResult& r) {
                       absl::StrFormat("%.9g", c.softmax_scale),
                       ",\n  \"head_min_mass\": ",
                       absl::StrFormat("%.9g", c.head_min_mass),
+                      c.sink_blocks >= 0 ? absl::StrCat(",\n  \"sink_blocks\": ", c.sink_blocks)
+                                         : std::string(),
+                      c.local_blocks >= 0
+                          ? absl::StrCat(",\n  \"local_blocks\": ", c.local_blocks)
+                          : std::string(),
+                      c.sink_mass >= 0
+                          ? absl::StrFormat(",\n  \"sink_mass\": %.9g,\n  \"sink_mass_all\": %.9g",
+                                            c.sink_mass, c.sink_mass_all)
+                          : std::string(),
+                      ",\n  \"retrieval_share\": ",
+                      absl::StrFormat("%.9g", c.retrieval_share),
+                      ",\n  \"successor_weight\": ",
+                      absl::StrFormat("%.9g", c.successor_weight),
+                      ",\n  \"unconfirmed_weight\": ",
+                      absl::StrFormat("%.9g", c.unconfirmed_weight),
+                      ",\n  \"confirm_steps\": ", c.confirm_steps,
                       ",\n  \"prior\": ", floats(c.prior),
                       ",\n  \"prior_all\": ", floats(c.prior_all), "\n}\n");
 }
@@ -310,6 +375,24 @@ absl::StatusOr<CalibrationResult> CalibrationFromJson(absl::string_view text) {
   if (const JsonValue* s = v->Find("head_min_mass"); s != nullptr) {
     if (s->type != JsonValue::Type::kNumber) return bad("head_min_mass");
     c.head_min_mass = static_cast<float>(s->number);
+  }
+  for (auto [key, out] : {std::pair{"sink_blocks", &c.sink_blocks},
+                          std::pair{"local_blocks", &c.local_blocks},
+                          std::pair{"confirm_steps", &c.confirm_steps}}) {
+    if (const JsonValue* s = v->Find(key); s != nullptr) {
+      if (!s->is_integer || s->integer < 0 || s->integer > index::kMaxForcedBlocks) return bad(key);
+      *out = static_cast<int32_t>(s->integer);
+    }
+  }
+  for (auto [key, out] : {std::pair{"retrieval_share", &c.retrieval_share},
+                          std::pair{"successor_weight", &c.successor_weight},
+                          std::pair{"unconfirmed_weight", &c.unconfirmed_weight},
+                          std::pair{"sink_mass", &c.sink_mass},
+                          std::pair{"sink_mass_all", &c.sink_mass_all}}) {
+    if (const JsonValue* s = v->Find(key); s != nullptr) {
+      if (s->type != JsonValue::Type::kNumber) return bad(key);
+      *out = static_cast<float>(s->number);
+    }
   }
   return r;
 }

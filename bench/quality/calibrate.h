@@ -10,6 +10,10 @@
 //      (pool adjacent violators): far bumps of one text are the retrieval
 //      heads' business, so the prior alone ranks like a sliding window.
 //   2. Head weights: each head's mean share of attention on stored blocks.
+//      The sink block's share of the attention on stored blocks: from
+//      min_sink_share up the sink is kept always (sink_blocks 1); below it
+//      sink_blocks is 0 and the first block competes for the budget with
+//      its own mean attention (sink_mass, calibration.h).
 //   3. Retrieval heads, greedily: starting from the prior alone, each round
 //      replays the dump through the daemon's own mass scorer (in process,
 //      int8 keys) once per remaining head with that head added, and keeps
@@ -51,6 +55,14 @@ struct CalibrateOptions {
   // (the gate is chosen on next-byte loss in a real decode loop, which a
   // replay of saved tensors cannot show: docs/QUALITY.md).
   float head_min_mass = 0.0f;
+  // See step 2 (measured with sink_blocks 1).
+  double min_sink_share = 0.01;
+  // Written into the calibration as they are, like head_min_mass: chosen
+  // on next-byte loss in the decode loop (docs/QUALITY.md).
+  float retrieval_share = 1.0f;
+  float successor_weight = 0.0f;
+  float unconfirmed_weight = 1.0f;
+  int32_t confirm_steps = 1;
   // Called after each greedy round with a one-line summary (may be empty).
   std::function<void(const std::string&)> progress;
 };
@@ -58,6 +70,7 @@ struct CalibrateOptions {
 struct CalibrationResult {
   index::SelectionCalibration calibration;
   double share_prior = 0;           // the prior alone, at budget
+  double sink_share = 0;            // attention on the sink blocks (see options)
   std::vector<double> share_after;  // after each chosen head
   std::string model;                // the dump's "model" metadata
   std::string source;               // the dump's name

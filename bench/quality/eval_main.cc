@@ -88,6 +88,11 @@ struct Flags {
   int32_t calibrate_max_heads = 8;
   double calibrate_min_gain = 0.005;
   float calibrate_head_min_mass = 0.0f;
+  float calibrate_retrieval_share = 1.0f;
+  float calibrate_successor_weight = 0.0f;
+  float calibrate_unconfirmed_weight = 1.0f;
+  int32_t calibrate_confirm_steps = 1;
+  double calibrate_min_sink_share = 0.01;
   bool compaction = false;
   int64_t compaction_prefix = 768;
   int32_t compaction_window = 32;
@@ -199,6 +204,11 @@ absl::Status RunCalibrate(const Flags& f) {
   co.max_heads = f.calibrate_max_heads;
   co.min_gain = f.calibrate_min_gain;
   co.head_min_mass = f.calibrate_head_min_mass;
+  co.retrieval_share = f.calibrate_retrieval_share;
+  co.successor_weight = f.calibrate_successor_weight;
+  co.unconfirmed_weight = f.calibrate_unconfirmed_weight;
+  co.confirm_steps = f.calibrate_confirm_steps;
+  co.min_sink_share = f.calibrate_min_sink_share;
   co.progress = [](const std::string& line) {
     std::printf("  %s\n", line.c_str());
     std::fflush(stdout);
@@ -616,6 +626,26 @@ int main(int argc, char** argv) {
   app.add_option("--calibrate-head-min-mass", f.calibrate_head_min_mass,
                  "the calibration's head_min_mass (chosen on next-byte loss "
                  "in the decode loop, docs/QUALITY.md)")
+      ->capture_default_str();
+  app.add_option("--calibrate-retrieval-share", f.calibrate_retrieval_share,
+                 "the calibration's retrieval_share: the share of the free budget blocks with a "
+                 "retrieval term may take (chosen on next-byte loss, docs/QUALITY.md)")
+      ->capture_default_str();
+  app.add_option("--calibrate-successor-weight", f.calibrate_successor_weight,
+                 "the calibration's successor_weight: the share of a target's term lent to "
+                 "the block after it")
+      ->capture_default_str();
+  app.add_option("--calibrate-unconfirmed-weight", f.calibrate_unconfirmed_weight,
+                 "the calibration's unconfirmed_weight: the share of its term a target counts "
+                 "until the head has followed it for confirm_steps steps")
+      ->capture_default_str();
+  app.add_option("--calibrate-confirm-steps", f.calibrate_confirm_steps,
+                 "the calibration's confirm_steps: consecutive steps a head must follow a "
+                 "target before it counts whole")
+      ->capture_default_str();
+  app.add_option("--calibrate-min-sink-share", f.calibrate_min_sink_share,
+                 "keep the sink block always from this share of the attention on stored "
+                 "blocks up; below, it competes with its own attention")
       ->capture_default_str();
   app.add_flag("--compaction", f.compaction,
                "evaluate SelKV compaction (index/selkv.h) instead of block "

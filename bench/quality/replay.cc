@@ -12,6 +12,10 @@ using Clock = std::chrono::steady_clock;
 
 struct RunState {
   const RunSpec* spec = nullptr;
+  // The blocks the method always keeps: the options', or for the mass
+  // scorer a calibration's own sink and local blocks when it sets them
+  // (index/calibration.h).
+  int32_t sink_blocks = 0, local_blocks = 0;
   std::unique_ptr<Method> method;
   std::unique_ptr<Method> twin;  // kvtierd, end-to-end mode
   std::vector<int64_t> prev;
@@ -184,6 +188,14 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
     RunState st;
     st.spec = &result->spec;
     st.result = result.get();
+    st.sink_blocks = spec.options.sink_blocks;
+    st.local_blocks = spec.options.local_blocks;
+    if (spec.method == "mass" || spec.method == "mass_ungated" || spec.method == "default") {
+      const index::SelectionCalibration& c =
+          spec.options.calibration ? *spec.options.calibration : data.calibration;
+      if (c.sink_blocks >= 0) st.sink_blocks = c.sink_blocks;
+      if (c.local_blocks >= 0) st.local_blocks = c.local_blocks;
+    }
     if (spec.method != "oracle_head") {
       MethodOptions local = spec.options;
       local.endpoint.clear();
@@ -240,9 +252,8 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
       in.cache = &cache;
       for (RunState& st : states) {
         const RunSpec& spec = *st.spec;
-        in.forced = ForcedBlocks::Make(
-            in.num_blocks, spec.options.sink_blocks,
-            spec.options.local_blocks + (in.has_partial ? 1 : 0));
+        in.forced = ForcedBlocks::Make(in.num_blocks, st.sink_blocks,
+                                       st.local_blocks + (in.has_partial ? 1 : 0));
         in.budget = StepBudget(spec.budget, in.num_blocks, in.forced.count());
         const std::vector<int64_t> oracle =
             TopBlocks(total, in.forced, in.budget);
@@ -258,9 +269,7 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
         const StepInput* ask = &in;
         if (spec.ahead) {
           AheadRequest(data, in, bs, &req);
-          req.forced = ForcedBlocks::Make(req.num_blocks,
-                                          spec.options.sink_blocks,
-                                          spec.options.local_blocks);
+          req.forced = ForcedBlocks::Make(req.num_blocks, st.sink_blocks, st.local_blocks);
           req.attention = &prev_att;  // the oracle of step t - 1
           ask = &req;
         }

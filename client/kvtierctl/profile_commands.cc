@@ -27,6 +27,36 @@ const char* DtypeLabel(v1::DType dtype) {
   }
 }
 
+// One cell for a profile's selection calibration: "-" when uncalibrated,
+// else its retrieval heads, kept blocks ("sink" a count, or "~" when the
+// first block competes with its own mass; "select" = the daemon's
+// select.* keys) and the step-to-step terms that are on.
+std::string CalibrationLabel(const v1::SelectionCalibration& c) {
+  if (c.num_q_heads() == 0) return "-";
+  auto kept = [](bool has, uint32_t v) { return has ? std::to_string(v) : std::string("select"); };
+  std::string out = "heads=" + std::to_string(c.retrieval_heads_size()) + " sink=" +
+                    (c.has_sink_mass() && c.has_sink_blocks() && c.sink_blocks() == 0
+                         ? std::string("~")
+                         : kept(c.has_sink_blocks(), c.sink_blocks())) +
+                    " local=" + kept(c.has_local_blocks(), c.local_blocks());
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), " gate=%.2f", c.head_min_mass());
+  out += buf;
+  if (c.successor_weight() > 0) {
+    std::snprintf(buf, sizeof(buf), " succ=%.2f", c.successor_weight());
+    out += buf;
+  }
+  if (c.has_retrieval_share() && c.retrieval_share() < 1) {
+    std::snprintf(buf, sizeof(buf), " share=%.2f", c.retrieval_share());
+    out += buf;
+  }
+  if (c.has_confirm_steps() && c.confirm_steps() > 1) {
+    std::snprintf(buf, sizeof(buf), " confirm=%u", c.confirm_steps());
+    out += buf;
+  }
+  return out;
+}
+
 bool IsHex(const std::string& s) {
   if (s.empty() || s.size() % 2 != 0) return false;
   for (char c : s) {
@@ -45,9 +75,10 @@ int RunProfiles(Client& client, const GlobalOptions& options, std::ostream& out,
   grpc::Status st = client.admin_stub()->ListProfiles(&ctx, v1::ListProfilesRequest(), &resp);
   if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
   if (options.json) return PrintJson(resp, out, err);
-  char line[320];
-  std::snprintf(line, sizeof(line), "%4s %-24s %-10s %-22s %5s %10s %10s %10s  %s\n", "ID", "NAME",
-                "REVISION", "SHAPE L/H/D/T", "DTYPE", "BLOCK", "BLOCKS", "BYTES", "OWNER");
+  char line[512];
+  std::snprintf(line, sizeof(line), "%4s %-24s %-10s %-22s %5s %10s %10s %10s  %-8s %s\n", "ID",
+                "NAME", "REVISION", "SHAPE L/H/D/T", "DTYPE", "BLOCK", "BLOCKS", "BYTES", "OWNER",
+                "SELECTION");
   out << line;
   for (const v1::ProfileInfo& p : resp.profiles()) {
     const v1::ModelProfile& m = p.profile();
@@ -55,12 +86,12 @@ int RunProfiles(Client& client, const GlobalOptions& options, std::ostream& out,
                               std::to_string(m.num_kv_heads()) + "/" +
                               std::to_string(m.head_dim()) + "/" +
                               std::to_string(m.block_size_tokens());
-    std::snprintf(line, sizeof(line), "%4llu %-24s %-10s %-22s %5s %10s %10llu %10s  %s\n",
+    std::snprintf(line, sizeof(line), "%4llu %-24s %-10s %-22s %5s %10s %10llu %10s  %-8s %s\n",
                   static_cast<unsigned long long>(p.profile_id()), m.name().c_str(),
                   m.revision().c_str(), shape.c_str(), DtypeLabel(m.dtype()),
                   HumanBytes(p.block_size_bytes()).c_str(),
                   static_cast<unsigned long long>(p.blocks()), HumanBytes(p.bytes()).c_str(),
-                  p.owner().c_str());
+                  p.owner().c_str(), CalibrationLabel(m.calibration()).c_str());
     out << line;
   }
   if (resp.profiles().empty()) out << "(no profiles registered)\n";

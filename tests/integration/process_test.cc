@@ -291,9 +291,26 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
     return r.ok() && r->entries(0).present() ? r->entries(0).tier() : v1::TIER_UNSPECIFIED;
   };
 
+  // A calibrated profile whose first block competes with its own mass.
+  v1::ModelProfile calibrated = EightKiBProfile("ctl-calibrated");
+  v1::SelectionCalibration* cal = calibrated.mutable_calibration();
+  cal->set_num_q_heads(2);
+  cal->add_retrieval_heads()->set_q_head(1);
+  cal->add_prior(1.0f);
+  cal->add_prior_all(1.0f);
+  cal->set_head_min_mass(0.4f);
+  cal->set_sink_blocks(0);
+  cal->set_local_blocks(1);
+  cal->set_sink_mass(0.1f);
+  cal->set_sink_mass_all(0.1f);
+  cal->set_successor_weight(0.5f);
+  ASSERT_TRUE((*client)->RegisterProfile(calibrated).ok());
+
   auto profiles = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "profiles"});
   EXPECT_EQ(profiles.exit_code, 0) << profiles.err;
   EXPECT_THAT(profiles.out, HasSubstr("ctl-evict"));
+  EXPECT_THAT(profiles.out, HasSubstr("SELECTION"));
+  EXPECT_THAT(profiles.out, HasSubstr("heads=1 sink=~ local=1 gate=0.40 succ=0.50"));
   EXPECT_THAT(profiles.out, HasSubstr("1/1/64/32"));
   EXPECT_THAT(profiles.out, HasSubstr("fp16"));
   EXPECT_THAT(profiles.out, HasSubstr("24 KiB"));  // 3 blocks stored

@@ -21,7 +21,9 @@ the arena) and must reproduce each dump's next_byte_loss_nats to 1e-3.
 
 --ci: one plain and one recall text per model, 64 decode steps, budget 1/8
 (about 20 s); fails (exit 1) when full attention through the engine differs
-from the model's own forward pass by more than 1e-3 nats.
+from the model's own forward pass by more than 1e-3 nats, or when, for a
+model whose calibration names no retrieval head, the default's plain-text
+loss exceeds the better of the sliding window and recency with the sink.
 """
 
 import argparse
@@ -69,7 +71,7 @@ def parse_args(argv):
                    help="layer:q_head,... whose queries go with every Select as head_queries "
                    "(default: the calibration's retrieval_heads)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
-    p.add_argument("--out", help="write results.json and results.md here")
+    p.add_argument("--out", help="write results.json, results.md and results.png (with matplotlib) here")
     p.add_argument("--ci", action="store_true", help="short run with checks, for CI")
     a = p.parse_args(argv)
     if a.ci:
@@ -182,7 +184,7 @@ def evaluate_model(client, model_key, args, log):
                                         scorer=scorer, anchor=args.anchor, retrieval_heads=heads, log=log)
         r = engine.run(tokens, cache, max_steps=end - args.prompt)
         row = {"model": weights, "policy": policy, "scorer": scorer,
-               "budget": "all" if policy == "full" else budget}
+               "budget": "all" if policy == "full" else budget, "retrieval_heads": len(heads)}
         row.update(summarize(r, texts, args.prompt, end))
         rows.append(row)
         log(f"{model_key} {policy:6s} {scorer or '-':11s} {row['budget']:4s} plain {row['plain_loss']:.4f} "
@@ -230,6 +232,7 @@ def main(argv=None):
             rows, check = evaluate_model(client, model_key, args, log)
             results["models"][model_key] = {"rows": rows, "check": check}
             failed |= report_check(check, log)
+            failed |= check_simple_policies(rows, log)
     finally:
         client.close()
         if daemon is not None:
@@ -237,6 +240,27 @@ def main(argv=None):
     if args.out:
         write_outputs(results, args)
     return 1 if failed else 0
+
+
+def check_simple_policies(rows, log):
+    """Where the profile's calibration names no retrieval head (nothing to
+    retrieve), the default's plain-text loss must not exceed the better of a
+    sliding window and recency with the sink kept, at every budget run (a
+    budget without both rows is skipped). True when it does."""
+    failed = False
+    for budget in sorted({r["budget"] for r in rows if r["policy"] == "window"}):
+        def plain(policy, scorer):
+            return next((r["plain_loss"] for r in rows if r["budget"] == budget and r["policy"] == policy
+                         and r["scorer"] == scorer), None)
+        default, window, sink = plain("select", "unspecified"), plain("window", None), plain("select", "recency")
+        if None in (default, window, sink) or rows[0].get("retrieval_heads"):
+            continue
+        best = min(window, sink)
+        ok = default <= best + 1e-4
+        failed |= not ok
+        log(f"{rows[0]['model']} {budget}: the default's plain loss {default:.4f}, the better simple "
+            f"policy {best:.4f} ({'ok' if ok else 'FAILED'})")
+    return failed
 
 
 def report_check(check, log):
@@ -263,6 +287,7 @@ def write_outputs(results, args):
         json.dump(results, f, indent=1)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(report.markdown(results))
+    report.plot(results, os.path.join(args.out, "results.png"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""Markdown tables of decode_eval.py results (results.json -> results.md).
+"""Markdown tables and a plot of decode_eval.py results (results.json ->
+results.md, results.png).
 
-    /usr/bin/python3 client/python/examples/report.py bench/out/python/results.json
+    /usr/bin/python3 client/python/examples/report.py bench/out/python/results.json [out.png]
 """
 
 import json
@@ -52,6 +53,63 @@ def markdown(results):
     return "\n".join(parts) + "\n"
 
 
+def _budget(text):
+    num, _, den = text.partition("/")
+    return float(num) / float(den or 1)
+
+
+def plot(results, path):
+    """Per model: plain-text loss over full attention, and the share of the
+    sliding window's repeated-half gap closed, against the budget, for the
+    sliding window, recency with the sink kept (scorer "recency") and the
+    default (scorer "unspecified"). Returns False when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    models = list(results["models"].values())
+    fig, axes = plt.subplots(2, len(models), figsize=(5.5 * len(models), 7), squeeze=False)
+    for col, model in enumerate(models):
+        rows = model["rows"]
+        full = rows[0]
+        windows = {r["budget"]: r for r in rows if r["policy"] == "window"}
+        series = {"sliding window": [r for r in rows if r["policy"] == "window"],
+                  "recency + sink": [r for r in rows if r["scorer"] == "recency" and r["policy"] == "select"],
+                  "default": [r for r in rows if r["scorer"] == "unspecified"]}
+        for name, rs in series.items():
+            rs = sorted(rs, key=lambda r: _budget(r["budget"]))
+            if not rs:
+                continue
+            xs = [_budget(r["budget"]) for r in rs]
+            axes[0][col].plot(xs, [100 * (r["plain_loss"] / full["plain_loss"] - 1) for r in rs],
+                              marker="o", label=name)
+            closed = []
+            for r in rs:
+                w = windows.get(r["budget"])
+                gap, wgap = r["recall_loss"], w["recall_loss"] if w else None
+                ok = gap is not None and wgap is not None and full["recall_loss"] is not None
+                closed.append(100 * (1 - (gap - full["recall_loss"]) / (wgap - full["recall_loss"]))
+                              if ok and abs(wgap - full["recall_loss"]) > 1e-9 else float("nan"))
+            axes[1][col].plot(xs, closed, marker="o", label=name)
+        for row, label in ((0, "plain text: loss over full attention (%)"),
+                           (1, "repeated half: window's gap closed (%)")):
+            ax = axes[row][col]
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("budget (share of the blocks)")
+            ax.set_ylabel(label)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8)
+        axes[0][col].set_title(rows[0]["model"])
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return True
+
+
 if __name__ == "__main__":
     with open(sys.argv[1]) as f:
-        print(markdown(json.load(f)))
+        data = json.load(f)
+    print(markdown(data))
+    if len(sys.argv) > 2:
+        plot(data, sys.argv[2])
