@@ -1,6 +1,7 @@
 // kvtierd: the kvtier daemon. See README.md and deploy/kvtierd.toml.
 #include <malloc.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 
 #include <time.h>
@@ -135,4 +136,10 @@ int Run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return Run(argc, argv); }
+int main(int argc, char** argv) {
+  // Before any thread starts: whatever the daemon or its libraries (RocksDB)
+  // create is for the daemon's user alone; files meant for clients (the
+  // sockets, the arena) get their modes explicitly.
+  ::umask(0077);
+  return Run(argc, argv);
+}

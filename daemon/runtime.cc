@@ -69,6 +69,16 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
     return absl::FailedPreconditionError(absl::StrCat(
         "key 'server.data_dir': another kvtierd is using ", config.server.data_dir));
   }
+  // Everything the daemon creates there is 0700 / 0600; a folder it did
+  // not create may let others in.
+  for (const std::string* dir : {&config.server.data_dir, &config.nvme.dir}) {
+    struct stat st;
+    if (!dir->empty() && ::stat(dir->c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
+      spdlog::warn("{} is accessible to its group or other users (mode {:o}): tier files and "
+                   "catalogs hold tenants' data; chmod 0700 it",
+                   *dir, st.st_mode & 0777);
+    }
+  }
   rt->probe_ = gpu::ProbeDevices();
   if (config.auth.tenants_file.empty()) {
     rt->tenants_ = std::make_unique<TenantRegistry>();

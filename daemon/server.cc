@@ -42,8 +42,14 @@ bool SocketAnswers(const std::string& path) {
 absl::Status PrepareSocketPath(const std::string& path) {
   std::error_code ec;
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) {
+  if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+    // 0750: clients in the daemon's group may reach the socket, nobody
+    // else may list the folder.
     std::filesystem::create_directories(parent, ec);
+    if (!ec) {
+      std::filesystem::permissions(parent, std::filesystem::perms(0750),
+                                   std::filesystem::perm_options::replace, ec);
+    }
     if (ec) {
       return absl::FailedPreconditionError(
           absl::StrCat("cannot create socket directory ", parent.string(), ": ", ec.message()));
@@ -96,11 +102,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsCredentials(
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config, Env* env) {
   std::unique_ptr<Server> server(new Server());
-  std::error_code ec;
-  std::filesystem::create_directories(config.server.data_dir, ec);
-  if (ec) {
+  // Mode 0700 when created here: tier files and catalogs hold tenants' data.
+  if (absl::Status made = Env::Default()->CreateDir(config.server.data_dir, /*recursive=*/true);
+      !made.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "key 'server.data_dir': cannot create ", config.server.data_dir, ": ", ec.message()));
+        "key 'server.data_dir': cannot create ", config.server.data_dir, ": ", made.message()));
   }
   server->socket_path_ =
       std::filesystem::absolute(config.server.socket_path).lexically_normal().string();

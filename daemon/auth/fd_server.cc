@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -19,7 +20,9 @@ namespace kvtier::daemon {
 namespace {
 
 constexpr size_t kMaxLineBytes = 512;
-constexpr int kRequestTimeoutMs = 2000;
+constexpr int kAcceptBatch = 16;
+
+using Clock = std::chrono::steady_clock;
 
 bool FillAddress(const std::string& path, sockaddr_un* addr) {
   if (path.empty() || path.size() >= sizeof(addr->sun_path)) return false;
@@ -29,30 +32,12 @@ bool FillAddress(const std::string& path, sockaddr_un* addr) {
   return true;
 }
 
-// Reads up to '\n' (not included) within the deadline.
-bool ReadLine(int fd, int timeout_ms, std::string* line) {
-  line->clear();
-  while (line->size() < kMaxLineBytes) {
-    pollfd p{fd, POLLIN, 0};
-    int r = ::poll(&p, 1, timeout_ms);
-    if (r <= 0) return false;
-    char buf[kMaxLineBytes];
-    ssize_t n = ::recv(fd, buf, kMaxLineBytes - line->size(), 0);
-    if (n <= 0) return false;
-    line->append(buf, static_cast<size_t>(n));
-    size_t nl = line->find('\n');
-    if (nl != std::string::npos) {
-      line->resize(nl);
-      return true;
-    }
-  }
-  return false;
-}
-
+// A reply is one short line: it fits an empty socket buffer, so it is sent
+// without waiting; a peer that does not read gets what fits.
 void SendAll(int fd, const std::string& text) {
   size_t off = 0;
   while (off < text.size()) {
-    ssize_t n = ::send(fd, text.data() + off, text.size() - off, MSG_NOSIGNAL);
+    ssize_t n = ::send(fd, text.data() + off, text.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n <= 0) return;
     off += static_cast<size_t>(n);
   }
@@ -124,24 +109,78 @@ FdServer::~FdServer() {
 }
 
 void FdServer::Loop() {
+  std::vector<pollfd> fds;
   while (true) {
-    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    int r = ::poll(p, 2, -1);
+    // Connections past their deadline are closed, whatever they sent.
+    const Clock::time_point now = Clock::now();
+    int timeout_ms = -1;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->deadline <= now) {
+        ::close(it->fd);
+        ++timed_out_;
+        it = pending_.erase(it);
+        continue;
+      }
+      const int left = static_cast<int>(
+          std::chrono::ceil<std::chrono::milliseconds>(it->deadline - now).count());
+      timeout_ms = timeout_ms < 0 ? left : std::min(timeout_ms, left);
+      ++it;
+    }
+    fds.assign({{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}});
+    for (const Pending& c : pending_) fds.push_back({c.fd, POLLIN, 0});
+    const int r = ::poll(fds.data(), fds.size(), timeout_ms);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0 || (p[1].revents & POLLIN)) return;
-    if (!(p[0].revents & POLLIN)) continue;
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    Serve(fd);
-    ::close(fd);
+    if (r < 0 || (fds[1].revents & POLLIN)) break;
+    // Requests first (they were waiting), then new connections.
+    for (size_t i = 2; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto it = std::find_if(pending_.begin(), pending_.end(),
+                             [&](const Pending& c) { return c.fd == fds[i].fd; });
+      if (it != pending_.end() && !ReadRequest(&*it)) {
+        ::close(it->fd);
+        pending_.erase(it);
+      }
+    }
+    if (fds[0].revents & POLLIN) Accept();
+  }
+  for (const Pending& c : pending_) ::close(c.fd);
+  pending_.clear();
+}
+
+void FdServer::Accept() {
+  // A bounded batch per round: connections accepted earlier have their
+  // bytes read before more are taken in.
+  for (int taken = 0; taken < kAcceptBatch; ++taken) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;  // EAGAIN: none left (or an error: try at the next event)
+    if (pending_.size() >= kMaxPendingConnections) {
+      // Over the cap the oldest waiting connection goes: it has used most
+      // of its deadline without a request, where a client's request
+      // arrives with its connection; so holding sockets open starves no
+      // one.
+      ::close(pending_.front().fd);
+      pending_.erase(pending_.begin());
+      ++refused_;
+    }
+    pending_.push_back({fd, Clock::now() + std::chrono::milliseconds(kRequestTimeoutMs), {}});
   }
 }
 
-void FdServer::Serve(int fd) {
-  std::string line;
-  if (!ReadLine(fd, kRequestTimeoutMs, &line)) return;
-  std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(' ', 1));
-  if (parts.size() != 2 || (parts[0] != "arena" && parts[0] != "staging")) {
+bool FdServer::ReadRequest(Pending* c) {
+  char buf[kMaxLineBytes];
+  const ssize_t n = ::recv(c->fd, buf, kMaxLineBytes - c->line.size(), 0);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+  if (n <= 0) return false;
+  c->line.append(buf, static_cast<size_t>(n));
+  const size_t nl = c->line.find('\n');
+  if (nl == std::string::npos) return c->line.size() < kMaxLineBytes;
+  c->line.resize(nl);
+  Serve(c->fd, c->line);
+  return false;  // answered: close
+}
+
+void FdServer::Serve(int fd, const std::string& line) {
+  std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(' ', 1));  if (parts.size() != 2 || (parts[0] != "arena" && parts[0] != "staging")) {
     SendError(fd, absl::InvalidArgumentError("request must be '<arena|staging> <token>'"));
     return;
   }

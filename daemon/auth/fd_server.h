@@ -24,16 +24,19 @@
 // The client side is client/shm/fd_fetch.h.
 //
 // Thread safety: Start and the destructor from one thread; the resolver is
-// called from the server's one worker thread.
+// called from the server's one worker thread (one event loop for every
+// connection); the counters may be read from any thread.
 #ifndef KVTIER_DAEMON_AUTH_FD_SERVER_H_
 #define KVTIER_DAEMON_AUTH_FD_SERVER_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "storage/common/owned_fd.h"
@@ -51,6 +54,9 @@ struct SharedFileRef {
   uint64_t size_bytes = 0;
 };
 
+inline constexpr int kRequestTimeoutMs = 2000;
+inline constexpr size_t kMaxPendingConnections = 128;
+
 class FdServer {
  public:
   // Maps (token, kind) to the caller's file; an error (UNAUTHENTICATED for
@@ -67,17 +73,31 @@ class FdServer {
 
   const std::string& path() const { return path_; }
   uint64_t served() const { return served_.load(); }
+  // Connections closed at their deadline, and closed over the cap.
+  uint64_t timed_out() const { return timed_out_.load(); }
+  uint64_t refused() const { return refused_.load(); }
 
  private:
+  struct Pending {
+    int fd;
+    std::chrono::steady_clock::time_point deadline;
+    std::string line;  // bytes received so far
+  };
   FdServer(std::string path, int listen_fd, int wake_fd, Resolver resolver);
   void Loop();
-  void Serve(int fd);
+  void Accept();
+  // Reads what arrived; serves a complete line. False: close the connection.
+  bool ReadRequest(Pending* c);
+  void Serve(int fd, const std::string& line);
 
   const std::string path_;
   const int listen_fd_;
   const int wake_fd_;  // eventfd: written by the destructor to stop Loop
   const Resolver resolver_;
   std::atomic<uint64_t> served_{0};
+  std::atomic<uint64_t> timed_out_{0};
+  std::atomic<uint64_t> refused_{0};
+  std::vector<Pending> pending_;  // the worker's only
   std::thread worker_;
 };
 

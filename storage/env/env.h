@@ -181,8 +181,9 @@ class Env {
   // never destroyed; thread-safe.
   static Env* Default();
 
-  // Creates `path`; with recursive also its missing parents. An existing
-  // directory is OK; an existing non-directory is FAILED_PRECONDITION.
+  // Creates `path`; with recursive also its missing parents, mode 0700 (the
+  // POSIX Env; files it creates are 0600). An existing directory is OK and
+  // keeps its mode; an existing non-directory is FAILED_PRECONDITION.
   virtual absl::Status CreateDir(const std::string& path, bool recursive) = 0;
   // Removes an empty directory.
   virtual absl::Status DeleteDir(const std::string& path) = 0;

@@ -20,6 +20,11 @@
 namespace kvtier {
 namespace {
 
+// Nothing the daemon writes is for other local users: directories 0700,
+// files 0600 (the process umask can only narrow these).
+constexpr mode_t kDirMode = 0700;
+constexpr mode_t kFileMode = 0600;
+
 absl::Status PathError(const std::string& op, const std::string& path) {
   return ErrnoToStatus(errno, absl::StrCat(op, " ", path));
 }
@@ -58,12 +63,12 @@ absl::Status PosixEnv::CreateDir(const std::string& path, bool recursive) {
     for (size_t pos = path.find('/', 1); pos != std::string::npos;
          pos = path.find('/', pos + 1)) {
       const std::string prefix = path.substr(0, pos);
-      if (mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      if (mkdir(prefix.c_str(), kDirMode) != 0 && errno != EEXIST) {
         return PathError("mkdir", prefix);
       }
     }
   }
-  if (mkdir(path.c_str(), 0755) != 0) {
+  if (mkdir(path.c_str(), kDirMode) != 0) {
     if (errno != EEXIST) return PathError("mkdir", path);
     struct stat st;
     if (stat(path.c_str(), &st) != 0) return PathError("stat", path);
@@ -146,7 +151,7 @@ absl::StatusOr<std::unique_ptr<BlockFile>> PosixEnv::OpenBlockFile(
   bool created = false;
   int fd = open(path.c_str(), flags);
   if (fd < 0 && errno == ENOENT && options.create_if_missing) {
-    fd = open(path.c_str(), flags | O_CREAT | O_EXCL, 0644);
+    fd = open(path.c_str(), flags | O_CREAT | O_EXCL, kFileMode);
     created = fd >= 0;
   }
   if (fd < 0) {
