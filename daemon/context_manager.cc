@@ -1,5 +1,7 @@
 #include "daemon/context_manager.h"
 
+#include "storage/common/random_id.h"
+
 #include <xxhash.h>
 
 #include <algorithm>
@@ -312,7 +314,7 @@ absl::StatusOr<OpenedContext> ContextManager::Open(
     ++opening_;
     // Random ids: not guessable from one another, and a restarted daemon
     // does not hand out an id a client of the previous one still holds.
-    while (id == 0 || contexts_.contains(id) || reserved_ids_.contains(id)) id = ids_();
+    while (id == 0 || contexts_.contains(id) || reserved_ids_.contains(id)) id = RandomId();
     reserved_ids_.insert(id);
   }
   absl::StatusOr<std::shared_ptr<Context>> built = Build(tenant, *profile, id, segments, ttl_ms);

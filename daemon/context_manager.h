@@ -271,7 +271,6 @@ class ContextManager {
   uint64_t opening_ ABSL_GUARDED_BY(mu_) = 0;  // Opens past the limit check
   absl::flat_hash_map<std::string, TenantContexts> tenants_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> reserved_ids_ ABSL_GUARDED_BY(mu_);  // being opened
-  std::mt19937_64 ids_ ABSL_GUARDED_BY(mu_){std::random_device{}()};
 };
 
 // "0a1b..." for ids of bytes, as error messages show them.

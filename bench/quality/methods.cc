@@ -417,6 +417,11 @@ bool IsDaemonMethod(const std::string& name) {
   return DaemonScorers().count(name) > 0;
 }
 
+bool UsesMassScorer(const std::string& name) {
+  auto it = DaemonScorers().find(name);
+  return it != DaemonScorers().end() && it->second == ScorerKind::kMass;
+}
+
 absl::Status CheckMethodName(const std::string& name) {
   Mix mix;
   absl::StatusOr<bool> is_mix = ParseMix(name, &mix);

@@ -122,6 +122,9 @@ index::SelectorOptions SelectorOptionsFor(const MethodOptions& o);
 const std::vector<std::string>& MethodNames();
 // True for the daemon scorers (served by kvtierd's Select).
 bool IsDaemonMethod(const std::string& name);
+// True for the daemon methods whose scorer is `mass`: their sink and local
+// blocks are the calibration's (the selector's per-profile forced set).
+bool UsesMassScorer(const std::string& name);
 // InvalidArgument naming the unknown part of `name` (mixes included).
 absl::Status CheckMethodName(const std::string& name);
 

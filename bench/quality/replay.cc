@@ -190,7 +190,7 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
     st.result = result.get();
     st.sink_blocks = spec.options.sink_blocks;
     st.local_blocks = spec.options.local_blocks;
-    if (spec.method == "mass" || spec.method == "mass_ungated" || spec.method == "default") {
+    if (UsesMassScorer(spec.method)) {
       const index::SelectionCalibration& c =
           spec.options.calibration ? *spec.options.calibration : data.calibration;
       if (c.sink_blocks >= 0) st.sink_blocks = c.sink_blocks;

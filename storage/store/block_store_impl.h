@@ -318,7 +318,6 @@ class BlockStoreImpl final : public BlockStore {
   std::unique_ptr<PlacementPolicy> policy_ ABSL_GUARDED_BY(mu_);
   LeaseTable leases_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, StagingReservation> staging_slots_ ABSL_GUARDED_BY(mu_);
-  std::mt19937_64 staging_ids_ ABSL_GUARDED_BY(mu_){std::random_device{}()};
   uint64_t next_device_generation_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t blocks_in_tier_[kNumTiers] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "storage/common/status_macros.h"
+#include "storage/common/random_id.h"
 #include "storage/store/block_store_impl.h"
 #include "storage/store/store_internal.h"
 
@@ -288,7 +289,7 @@ absl::StatusOr<std::vector<StagingSlot>> BlockStoreImpl::ReserveStaging(const st
     }
     // Random ids: a tenant cannot guess another tenant's slot ids.
     uint64_t id = 0;
-    while (id == 0 || staging_slots_.contains(id)) id = staging_ids_();
+    while (id == 0 || staging_slots_.contains(id)) id = RandomId();
     staging_slots_[id] = StagingReservation{*slot, tenant, profile_id, deadline, staging};
     ++TenantLocked(tenant).usage.staging_slots;
     out.push_back(StagingSlot{id, slot->offset, slot->size_bytes, slot->generation});

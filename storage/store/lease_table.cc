@@ -1,11 +1,13 @@
 #include "storage/store/lease_table.h"
 
+#include "storage/common/random_id.h"
+
 namespace kvtier {
 
 uint64_t LeaseTable::Add(std::string owner, std::vector<Entry*> blocks,
                          uint64_t deadline_micros) {
   uint64_t id = 0;
-  while (id == 0 || leases_.contains(id)) id = rng_();
+  while (id == 0 || leases_.contains(id)) id = RandomId();
   by_deadline_.emplace(deadline_micros, id);
   leases_.emplace(id, Lease{id, std::move(owner), deadline_micros, std::move(blocks)});
   return id;

@@ -59,7 +59,6 @@ class LeaseTable {
  private:
   std::optional<Lease> Take(uint64_t lease_id);
 
-  std::mt19937_64 rng_{std::random_device{}()};
   absl::flat_hash_map<uint64_t, Lease> leases_;
   std::set<std::pair<uint64_t, uint64_t>> by_deadline_;  // (deadline, id)
 };
