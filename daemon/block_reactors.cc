@@ -4,12 +4,15 @@
 
 #include <grpcpp/impl/codegen/proto_utils.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/blocking_pool.h"
 #include "daemon/convert.h"
 #include "daemon/grpc_status.h"
 #include "daemon/options.h"
 #include "daemon/reactors.h"
+#include "daemon/streams.h"
 #include "daemon/tenant.h"
 #include "proto/wire/block_messages.h"
 #include "storage/common/status_macros.h"
@@ -21,39 +24,84 @@ namespace {
 // place (proto/wire/block_messages.h) and a block's data goes from the
 // slices gRPC received straight into its host-tier slot (BlockStore::
 // PutPieces), never through a std::string.
-class PutBlocksReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+class PutBlocksReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>,
+                               public StreamTable::Stream,
+                               public ReactorRefs {
  public:
   PutBlocksReactor(Runtime* runtime, std::string tenant, grpc::ByteBuffer* response)
-      : runtime_(runtime), tenant_(std::move(tenant)), response_buffer_(response) {
-    StartRead(&request_);
+      : runtime_(runtime), tenant_(std::move(tenant)), response_buffer_(response) {}
+
+  // Registers with the stream table and starts reading, or finishes with
+  // why it cannot.
+  void Start(CallCredentials credentials) {
+    absl::StatusOr<std::unique_ptr<StreamTable::Ticket>> ticket =
+        runtime_->streams()->Open("PutBlocks", tenant_, std::move(credentials), this);
+    absl::MutexLock lock(&mu_);
+    if (!ticket.ok()) {
+      FinishLocked(ToGrpcStatus(ticket.status()));
+      return;
+    }
+    ticket_ = std::move(*ticket);
+    if (!finished_) StartRead(&request_);  // else aborted since Open
+  }
+
+  // A message being stored finishes it first (what it stored stays
+  // stored and acknowledged in nothing: the call fails).
+  void Abort(const grpc::Status& status, bool /*wait_dropped*/) override {
+    absl::MutexLock lock(&mu_);
+    if (processing_) {
+      abort_ = status;
+      return;
+    }
+    FinishLocked(status);  // the outstanding read fails
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {  // the client closed its side: every message is processed
-      bool own = false;
-      grpc::Status st = grpc::SerializationTraits<v1::PutBlocksResponse>::Serialize(
-          response_, response_buffer_, &own);
-      Finish(st);
-      return;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      if (!ok) {  // the client closed its side: every message is processed
+        bool own = false;
+        grpc::Status st = grpc::SerializationTraits<v1::PutBlocksResponse>::Serialize(
+            response_, response_buffer_, &own);
+        FinishLocked(st);
+        return;
+      }
+      processing_ = true;
     }
     // Storing may write NVMe (durable puts, demotions) and sync the
-    // catalog: done on an I/O thread; the next read starts once it is done.
+    // catalog: done on an I/O thread (inline when server.io_threads is 0,
+    // so no lock is held here); the next read starts once it is done.
     BlockingPool* pool = runtime_->blocking_pool();
-    if (!pool->Submit([this] {
+    const uint64_t cost = request_.Length();
+    Ref();  // the queued step's
+    if (!pool->Submit(tenant_, [this] {
           absl::Status st = Process();
           slices_.clear();  // the message's memory goes back to gRPC
           request_.Clear();
-          if (!st.ok()) {
-            Finish(ToGrpcStatus(st));
-            return;
+          {
+            absl::MutexLock lock(&mu_);
+            processing_ = false;
+            if (!abort_.ok()) {
+              FinishLocked(abort_);
+            } else if (!st.ok()) {
+              FinishLocked(ToGrpcStatus(st));
+            } else {
+              StartRead(&request_);
+            }
           }
-          StartRead(&request_);
-        })) {
-      Finish(ToGrpcStatus(pool->QueueFullStatus()));
+          Unref();
+        }, cost)) {
+      {
+        absl::MutexLock lock(&mu_);
+        processing_ = false;
+        FinishLocked(abort_.ok() ? ToGrpcStatus(pool->QueueFullStatus(tenant_)) : abort_);
+      }
+      Unref();
     }
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override { Unref(); }
 
  private:
   absl::Status Parse() {
@@ -119,7 +167,7 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> 
                       outcome = absl::InvalidArgumentError(
                           absl::StrCat("blocks[", i, "]: set data or slot"));
                   }
-                });
+                }, tenant_);
     for (size_t i = 0; i < request.blocks.size(); ++i) {
       const wire::BlockPutView& put = request.blocks[i];
       const absl::StatusOr<PutOutcome>& outcome = outcomes_[i];
@@ -153,6 +201,19 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> 
   std::vector<wire::Bytes> pieces_;          // over slices_
   wire::PutBlocksView request_view_;         // parsed from pieces_
   std::vector<absl::StatusOr<PutOutcome>> outcomes_;  // of request_view_'s blocks
+
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool processing_ ABSL_GUARDED_BY(mu_) = false;  // a message is on the I/O pool
+  grpc::Status abort_ ABSL_GUARDED_BY(mu_);       // set by Abort while processing
+  // Last: unregistered first when the reactor is deleted.
+  std::unique_ptr<StreamTable::Ticket> ticket_;
 };
 
 }  // namespace
@@ -163,7 +224,9 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* NewPutBlocksReactor(
   if (!caller.ok()) {
     return new FinishedReadReactor<grpc::ByteBuffer>(ToGrpcStatus(caller.status()));
   }
-  return new PutBlocksReactor(runtime, (*caller)->name, response);
+  auto* reactor = new PutBlocksReactor(runtime, (*caller)->name, response);
+  reactor->Start(CredentialsOf(ctx));
+  return reactor;
 }
 
 

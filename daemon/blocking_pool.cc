@@ -11,9 +11,18 @@
 
 namespace kvtier::daemon {
 
-BlockingPool::BlockingPool(size_t threads, size_t max_queued) : max_queued_(max_queued) {
-  threads_.reserve(threads);
-  for (size_t i = 0; i < threads; ++i) {
+BlockingPool::BlockingPool(const BlockingPoolOptions& options) : options_([&] {
+  BlockingPoolOptions o = options;
+  if (o.max_queued_per_tenant == 0 || o.max_queued_per_tenant > o.max_queued) {
+    o.max_queued_per_tenant = o.max_queued;
+  }
+  if (o.max_running_per_tenant == 0 || o.max_running_per_tenant > o.threads) {
+    o.max_running_per_tenant = o.threads;
+  }
+  return o;
+}()) {
+  threads_.reserve(options_.threads);
+  for (size_t i = 0; i < options_.threads; ++i) {
     threads_.emplace_back([this, i] {
       pthread_setname_np(pthread_self(), absl::StrCat("kvtier-io-", i).c_str());
       Run();
@@ -29,7 +38,8 @@ BlockingPool::~BlockingPool() {
   for (std::thread& t : threads_) t.join();
 }
 
-bool BlockingPool::Submit(absl::AnyInvocable<void() &&> work) {
+bool BlockingPool::Submit(const std::string& tenant, absl::AnyInvocable<void() &&> work,
+                          uint64_t cost) {
   if (threads_.empty()) {
     std::move(work)();
     absl::MutexLock lock(&mu_);
@@ -37,28 +47,51 @@ bool BlockingPool::Submit(absl::AnyInvocable<void() &&> work) {
     return true;
   }
   absl::MutexLock lock(&mu_);
-  if (queue_.size() >= max_queued_) {
+  std::unique_ptr<Lane>& lane = lanes_[tenant];
+  if (lane == nullptr) lane = std::make_unique<Lane>();
+  if (queued_ >= options_.max_queued || lane->items.size() >= options_.max_queued_per_tenant) {
     ++rejected_;
+    if (lane->items.empty() && lane->running == 0) lanes_.erase(tenant);
     return false;
   }
-  queue_.push_back(std::move(work));
-  if (queue_.size() > peak_queued_) peak_queued_ = queue_.size();
+  // Bounded, so that one huge item costs a bounded number of turns.
+  cost = std::clamp<uint64_t>(cost, 1, 64 * kQuantum);
+  lane->items.push_back(Item{std::move(work), cost});
+  if (!lane->active) {
+    lane->active = true;
+    active_.emplace_back(tenant, lane.get());
+  }
+  ++queued_;
+  if (queued_ > peak_queued_) peak_queued_ = queued_;
   return true;
 }
 
-bool BlockingPool::SubmitIfIdle(absl::AnyInvocable<void() &&> work) {
+bool BlockingPool::SubmitIfIdle(const std::string& tenant, absl::AnyInvocable<void() &&> work) {
   if (threads_.empty()) return false;
   absl::MutexLock lock(&mu_);
-  // Only a thread that would otherwise sit idle takes it.
-  if (stopping_ || running_ + queue_.size() >= threads_.size()) return false;
-  queue_.push_back(std::move(work));
-  if (queue_.size() > peak_queued_) peak_queued_ = queue_.size();
+  // Only a thread that would otherwise sit idle takes it, and only within
+  // the tenant's running cap.
+  if (stopping_ || running_ + queued_ + helpers_.size() >= threads_.size()) return false;
+  auto it = lanes_.find(tenant);
+  const size_t mine = it == lanes_.end() ? 0 : it->second->running;
+  size_t waiting_mine = 0;
+  for (const auto& h : helpers_) waiting_mine += h.first == tenant ? 1 : 0;
+  if (mine + waiting_mine >= options_.max_running_per_tenant) return false;
+  helpers_.emplace_back(tenant, Item{std::move(work), 0});
   return true;
 }
 
-absl::Status BlockingPool::QueueFullStatus() const {
+absl::Status BlockingPool::QueueFullStatus(const std::string& tenant) const {
+  absl::MutexLock lock(&mu_);
+  auto it = lanes_.find(tenant);
+  if (it != lanes_.end() && it->second->items.size() >= options_.max_queued_per_tenant &&
+      options_.max_queued_per_tenant < options_.max_queued) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "server.io_queue_limit_per_tenant: ", options_.max_queued_per_tenant,
+        " calls of this tenant already wait for block I/O; retry later"));
+  }
   return absl::ResourceExhaustedError(
-      absl::StrCat("server.io_queue_limit: ", max_queued_,
+      absl::StrCat("server.io_queue_limit: ", options_.max_queued,
                    " calls already wait for block I/O; retry later"));
 }
 
@@ -66,29 +99,84 @@ BlockingPoolStats BlockingPool::stats() const {
   absl::MutexLock lock(&mu_);
   BlockingPoolStats s;
   s.threads = threads_.size();
-  s.queued = queue_.size();
+  s.queued = queued_;
   s.peak_queued = peak_queued_;
   s.ran = ran_;
   s.rejected = rejected_;
   return s;
 }
 
+bool BlockingPool::RunnableLocked() const {
+  if (!helpers_.empty()) return true;
+  for (const auto& [tenant, lane] : active_) {
+    if (stopping_ || lane->running < options_.max_running_per_tenant) return true;
+  }
+  return false;
+}
+
+bool BlockingPool::PickLocked(Item* item, Lane** picked, std::string* picked_tenant) {
+  bool eligible = false;  // else the rotation below would not end
+  for (const auto& [tenant, lane] : active_) {
+    eligible = eligible || stopping_ || lane->running < options_.max_running_per_tenant;
+  }
+  if (!eligible) return false;
+  for (;;) {
+    auto& [tenant, lane] = active_.front();
+    const bool capped = !stopping_ && lane->running >= options_.max_running_per_tenant;
+    if (capped || lane->deficit < lane->items.front().cost) {
+      if (!capped) lane->deficit += kQuantum;
+      active_.push_back(active_.front());
+      active_.pop_front();
+      continue;
+    }
+    lane->deficit -= lane->items.front().cost;
+    *item = std::move(lane->items.front());
+    lane->items.pop_front();
+    --queued_;
+    *picked = lane;
+    *picked_tenant = tenant;
+    if (lane->items.empty()) {  // an idle lane keeps no credit
+      lane->deficit = 0;
+      lane->active = false;
+      active_.pop_front();  // `tenant` and `lane` are not used past here
+    }
+    return true;
+  }
+}
+
+void BlockingPool::DoneLocked(const std::string& tenant, Lane* lane) {
+  --running_;
+  ++ran_;
+  if (--lane->running == 0 && !lane->active && lane->items.empty()) lanes_.erase(tenant);
+}
+
 void BlockingPool::Run() {
-  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return (stopping_ && queued_ == 0 && helpers_.empty()) || RunnableLocked();
+  };
   while (true) {
-    absl::AnyInvocable<void() &&> work;
+    Item item;
+    Lane* lane = nullptr;
+    std::string tenant;
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(&ready));
-      if (queue_.empty()) return;  // stopping, and everything queued ran
-      work = std::move(queue_.front());
-      queue_.pop_front();
+      if (!helpers_.empty()) {
+        tenant = std::move(helpers_.front().first);
+        item = std::move(helpers_.front().second);
+        helpers_.pop_front();
+        std::unique_ptr<Lane>& l = lanes_[tenant];
+        if (l == nullptr) l = std::make_unique<Lane>();
+        lane = l.get();
+      } else if (!PickLocked(&item, &lane, &tenant)) {
+        return;  // stopping, and everything queued ran
+      }
+      ++lane->running;
       ++running_;
     }
-    std::move(work)();
+    std::move(item.work)();
     absl::MutexLock lock(&mu_);
-    --running_;
-    ++ran_;
+    DoneLocked(tenant, lane);
   }
 }
 
@@ -120,7 +208,7 @@ struct ParallelState {
 }  // namespace
 
 void ParallelFor(BlockingPool* pool, size_t n, size_t parallelism,
-                 absl::FunctionRef<void(size_t)> fn) {
+                 absl::FunctionRef<void(size_t)> fn, const std::string& tenant) {
   if (n == 0) return;
   if (parallelism <= 1 || n == 1) {
     for (size_t i = 0; i < n; ++i) fn(i);
@@ -130,7 +218,7 @@ void ParallelFor(BlockingPool* pool, size_t n, size_t parallelism,
   state->fn = &fn;
   const size_t helpers = std::min(parallelism, n) - 1;
   for (size_t h = 0; h < helpers; ++h) {
-    if (!pool->SubmitIfIdle([state] { state->RunClaimed(); })) break;
+    if (!pool->SubmitIfIdle(tenant, [state] { state->RunClaimed(); })) break;
   }
   state->RunClaimed();
   absl::MutexLock lock(&state->mu);

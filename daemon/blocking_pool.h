@@ -13,20 +13,37 @@
 // ran), so the queue is bounded by the number of calls in flight and,
 // explicitly, by `max_queued` (server.io_queue_limit).
 //
+// Tenants share the threads fairly: each tenant has its own queue (a lane),
+// and idle threads take work from the lanes by deficit round robin, each
+// item costing its bytes (a PutBlocks message's size; kDefaultCost for
+// calls without a size), a lane earning kQuantum per turn. A tenant's
+// thousands of queued puts therefore delay another tenant's call by at
+// most about one turn of each busy lane, not by the whole backlog. Per
+// tenant, at most `max_running_per_tenant` items run at once (the
+// runtime leaves one thread for the others when authentication is on:
+// server.io_threads_per_tenant) and at most `max_queued_per_tenant` wait
+// (server.io_queue_limit_per_tenant, then RESOURCE_EXHAUSTED naming it).
+// Work submitted without a tenant shares the lane "".
+//
 // With threads == 0 Submit runs the work inline on the caller's thread (the
 // behaviour before this pool; kept to measure the difference).
 //
 // Thread safety: Submit and stats are thread-safe. The destructor runs
-// every queued item, then joins; no Submit may race with it.
+// every queued item (ignoring the per-tenant running cap), then joins; no
+// Submit may race with it.
 #ifndef KVTIER_DAEMON_BLOCKING_POOL_H_
 #define KVTIER_DAEMON_BLOCKING_POOL_H_
 
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -42,36 +59,75 @@ struct BlockingPoolStats {
   uint64_t rejected = 0;     // Submit calls refused: queue full
 };
 
+struct BlockingPoolOptions {
+  size_t threads = 4;
+  size_t max_queued = 4096;              // all tenants together
+  size_t max_queued_per_tenant = 0;      // 0: max_queued
+  size_t max_running_per_tenant = 0;     // 0: threads
+};
+
 class BlockingPool {
  public:
-  BlockingPool(size_t threads, size_t max_queued);
+  // What an item without a size costs, and what a lane earns per turn.
+  static constexpr uint64_t kDefaultCost = 64 << 10;
+  static constexpr uint64_t kQuantum = 256 << 10;
+
+  explicit BlockingPool(const BlockingPoolOptions& options);
+  BlockingPool(size_t threads, size_t max_queued)
+      : BlockingPool(BlockingPoolOptions{threads, max_queued, 0, 0}) {}
   ~BlockingPool();
 
   BlockingPool(const BlockingPool&) = delete;
   BlockingPool& operator=(const BlockingPool&) = delete;
 
-  // Queues `work` (or runs it now when the pool has no threads). False,
-  // and `work` dropped unrun, when max_queued items already wait.
-  bool Submit(absl::AnyInvocable<void() &&> work);
+  // Queues `work` in `tenant`'s lane (or runs it now when the pool has no
+  // threads). False, and `work` dropped unrun, when max_queued items wait
+  // in all or max_queued_per_tenant in the lane (QueueFullStatus(tenant)
+  // says which).
+  bool Submit(const std::string& tenant, absl::AnyInvocable<void() &&> work,
+              uint64_t cost = kDefaultCost);
+  bool Submit(absl::AnyInvocable<void() &&> work) { return Submit("", std::move(work)); }
 
   // Queues `work` only when a thread is idle, counting the items already
-  // waiting (so it never delays other calls' work, and never counts against
-  // server.io_queue_limit); false and `work` dropped otherwise. For
-  // optional helpers (ParallelFor).
-  bool SubmitIfIdle(absl::AnyInvocable<void() &&> work);
+  // waiting, and `tenant` is below its running cap (so it never delays
+  // other calls' work, and never counts against server.io_queue_limit);
+  // false and `work` dropped otherwise. For optional helpers (ParallelFor).
+  bool SubmitIfIdle(const std::string& tenant, absl::AnyInvocable<void() &&> work);
+  bool SubmitIfIdle(absl::AnyInvocable<void() &&> work) {
+    return SubmitIfIdle("", std::move(work));
+  }
 
-  // RESOURCE_EXHAUSTED naming server.io_queue_limit: what a call refused
-  // by Submit should finish with.
-  absl::Status QueueFullStatus() const;
+  // RESOURCE_EXHAUSTED naming server.io_queue_limit_per_tenant when
+  // `tenant`'s lane is full, else server.io_queue_limit: what a call
+  // refused by Submit should finish with.
+  absl::Status QueueFullStatus(const std::string& tenant = "") const;
 
   BlockingPoolStats stats() const;
 
  private:
+  struct Item {
+    absl::AnyInvocable<void() &&> work;
+    uint64_t cost = 0;
+  };
+  struct Lane {
+    std::deque<Item> items;
+    uint64_t deficit = 0;
+    size_t running = 0;  // items of this lane on a thread now
+    bool active = false;  // in active_
+  };
+  // The next item by deficit round robin among lanes below their running
+  // cap; false when none may run now.
+  bool PickLocked(Item* item, Lane** lane, std::string* tenant) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool RunnableLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DoneLocked(const std::string& tenant, Lane* lane) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run();
 
-  const size_t max_queued_;
+  const BlockingPoolOptions options_;
   mutable absl::Mutex mu_;
-  std::deque<absl::AnyInvocable<void() &&>> queue_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<Lane>> lanes_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<std::string, Lane*>> active_ ABSL_GUARDED_BY(mu_);  // lanes with items
+  std::deque<std::pair<std::string, Item>> helpers_ ABSL_GUARDED_BY(mu_);  // SubmitIfIdle
+  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // items in every lane
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t peak_queued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t ran_ ABSL_GUARDED_BY(mu_) = 0;
@@ -87,8 +143,9 @@ class BlockingPool {
 // itself and waits only for indices a running helper already claimed; a
 // helper that starts after the last index was claimed does nothing. fn must
 // be safe to call concurrently for different i.
+// `tenant`: whose lane the helpers count against.
 void ParallelFor(BlockingPool* pool, size_t n, size_t parallelism,
-                 absl::FunctionRef<void(size_t)> fn);
+                 absl::FunctionRef<void(size_t)> fn, const std::string& tenant = "");
 
 }  // namespace kvtier::daemon
 

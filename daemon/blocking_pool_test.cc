@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -62,6 +63,103 @@ TEST(BlockingPoolTest, DestructionRunsEverythingQueued) {
     }
   }
   EXPECT_EQ(ran.load(), 500);
+}
+
+// Fair queuing: one thread, a gate holding it, then tenant a's backlog of
+// 1000 items and b's one item: b's runs among the first few, not after
+// a's backlog.
+TEST(BlockingPoolTest, OneTenantsBacklogDoesNotDelayAnother) {
+  // Declared before the pool: its destructor runs what is still queued.
+  absl::Mutex mu;
+  size_t ran = 0;
+  size_t b_position = 0;
+  absl::Notification gate, gate_started, b_ran;
+  BlockingPool pool(BlockingPoolOptions{1, 4096, 0, 0});
+  ASSERT_TRUE(pool.Submit("gate", [&] {
+    gate_started.Notify();
+    gate.WaitForNotification();
+  }));
+  gate_started.WaitForNotification();
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(pool.Submit("a", [&] {
+      absl::MutexLock lock(&mu);
+      ++ran;
+    }));
+  }
+  ASSERT_TRUE(pool.Submit("b", [&] {
+    absl::MutexLock lock(&mu);
+    b_position = ++ran;
+    b_ran.Notify();
+  }));
+  gate.Notify();
+  b_ran.WaitForNotification();
+  absl::MutexLock lock(&mu);
+  // a earns one quantum (4 default-cost items) per turn.
+  EXPECT_LE(b_position, 1 + BlockingPool::kQuantum / BlockingPool::kDefaultCost);
+}
+
+// An item's cost is its bytes: a's 4 MiB items take turns with b's 64 KiB
+// ones by bytes, so b runs many items per item of a.
+TEST(BlockingPoolTest, TurnsAreSharedByBytes) {
+  absl::Mutex mu;
+  std::string order;
+  absl::Notification gate, gate_started, done;
+  int left = 20;
+  auto record = [&](char c) {
+    absl::MutexLock lock(&mu);
+    order.push_back(c);
+    if (--left == 0) done.Notify();
+  };
+  BlockingPool pool(BlockingPoolOptions{1, 4096, 0, 0});
+  ASSERT_TRUE(pool.Submit("gate", [&] {
+    gate_started.Notify();
+    gate.WaitForNotification();
+  }));
+  gate_started.WaitForNotification();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(pool.Submit("a", [&] { record('a'); }, 4 << 20));
+  for (int i = 0; i < 16; ++i) ASSERT_TRUE(pool.Submit("b", [&] { record('b'); }, 64 << 10));
+  gate.Notify();
+  done.WaitForNotification();
+  absl::MutexLock lock(&mu);
+  // Every b item runs before a's second (a needs 16 turns per item).
+  EXPECT_EQ(order.find('b'), order.find_first_not_of('a')) << order;
+  EXPECT_LT(order.rfind('b'), order.find('a', order.find('a') + 1)) << order;
+}
+
+// The per-tenant running cap leaves a thread for the others: a holds one
+// of two threads with a blocked item and has more queued; b's item runs
+// on the second thread while a's first is still blocked.
+TEST(BlockingPoolTest, ARunningCapLeavesAThreadForOtherTenants) {
+  absl::Notification release_a, a_started;
+  std::atomic<int> a_ran{0};
+  std::promise<int> b_saw;
+  BlockingPool pool(BlockingPoolOptions{2, 4096, 0, 1});
+  ASSERT_TRUE(pool.Submit("a", [&] {
+    a_started.Notify();
+    release_a.WaitForNotification();
+    ++a_ran;
+  }));
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(pool.Submit("a", [&] { ++a_ran; }));
+  a_started.WaitForNotification();
+  ASSERT_TRUE(pool.Submit("b", [&] { b_saw.set_value(a_ran.load()); }));
+  EXPECT_EQ(b_saw.get_future().get(), 0);  // a's first still blocked, none of a's queue ran
+  release_a.Notify();
+}
+
+TEST(BlockingPoolTest, PerTenantQueueLimitNamesItsKey) {
+  absl::Notification gate, gate_started;
+  BlockingPool pool(BlockingPoolOptions{1, 100, 3, 0});
+  ASSERT_TRUE(pool.Submit("a", [&] {
+    gate_started.Notify();
+    gate.WaitForNotification();
+  }));
+  gate_started.WaitForNotification();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(pool.Submit("a", [] {}));
+  EXPECT_FALSE(pool.Submit("a", [] {}));
+  EXPECT_THAT(std::string(pool.QueueFullStatus("a").message()),
+              ::testing::HasSubstr("server.io_queue_limit_per_tenant"));
+  EXPECT_TRUE(pool.Submit("b", [] {}));  // another tenant still queues
+  gate.Notify();
 }
 
 TEST(BlockingPoolTest, ManySubmittersManyThreads) {

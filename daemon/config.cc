@@ -109,8 +109,16 @@ const std::vector<Field>& Fields() {
       KV_NUM("server.max_message_bytes", Kind::kSize, server.max_message_bytes),
       KV_NUM("server.shutdown_grace_ms", Kind::kUint, server.shutdown_grace_ms),
       KV_NUM("server.max_concurrent_streams", Kind::kUint, server.max_concurrent_streams),
+      KV_NUM("server.max_streams_per_tenant", Kind::kUint, server.max_streams_per_tenant),
+      KV_NUM("server.max_streams", Kind::kUint, server.max_streams),
+      KV_NUM("server.stream_write_timeout_ms", Kind::kUint, server.stream_write_timeout_ms),
+      KV_NUM("server.max_queued_bytes_per_tenant", Kind::kSize,
+             server.max_queued_bytes_per_tenant),
+      KV_NUM("server.max_queued_bytes", Kind::kSize, server.max_queued_bytes),
       KV_NUM("server.io_threads", Kind::kUint, server.io_threads),
       KV_NUM("server.io_queue_limit", Kind::kUint, server.io_queue_limit),
+      KV_NUM("server.io_queue_limit_per_tenant", Kind::kUint, server.io_queue_limit_per_tenant),
+      KV_NUM("server.io_threads_per_tenant", Kind::kUint, server.io_threads_per_tenant),
       KV_NUM("server.put_parallelism", Kind::kUint, server.put_parallelism),
       KV_BOOL("server.defer_summaries", server.defer_summaries),
       KV_STR("metrics.listen_address", metrics.listen_address),
@@ -523,6 +531,27 @@ absl::Status Validate(Config& c) {
   }
   if (c.server.max_concurrent_streams == 0 || c.server.max_concurrent_streams > 65536) {
     return Invalid("server.max_concurrent_streams", "must be between 1 and 65536");
+  }
+  if (c.server.io_queue_limit_per_tenant > c.server.io_queue_limit) {
+    return Invalid("server.io_queue_limit_per_tenant", "must be at most server.io_queue_limit");
+  }
+  if (c.server.io_threads_per_tenant > c.server.io_threads) {
+    return Invalid("server.io_threads_per_tenant", "must be at most server.io_threads");
+  }
+  if (c.server.max_streams == 0 || c.server.max_streams > 1000000) {
+    return Invalid("server.max_streams", "must be between 1 and 1000000");
+  }
+  if (c.server.max_streams_per_tenant == 0 ||
+      c.server.max_streams_per_tenant > c.server.max_streams) {
+    return Invalid("server.max_streams_per_tenant", "must be between 1 and server.max_streams");
+  }
+  if (c.server.stream_write_timeout_ms < 100 || c.server.stream_write_timeout_ms > 3600000) {
+    return Invalid("server.stream_write_timeout_ms", "must be between 100 and 3600000");
+  }
+  if (c.server.max_queued_bytes_per_tenant == 0 ||
+      c.server.max_queued_bytes_per_tenant > c.server.max_queued_bytes) {
+    return Invalid("server.max_queued_bytes_per_tenant",
+                   "must be between 1 byte and server.max_queued_bytes");
   }
   if (c.server.io_threads > 64) return Invalid("server.io_threads", "must be at most 64");
   if (c.server.io_queue_limit == 0 || c.server.io_queue_limit > 65536) {

@@ -30,8 +30,15 @@ struct Config {
     uint64_t max_message_bytes = 0;
     uint64_t shutdown_grace_ms = 0;
     uint64_t max_concurrent_streams = 0;
+    uint64_t max_streams_per_tenant = 0;  // open streaming calls of one tenant
+    uint64_t max_streams = 0;             // ... of the daemon
+    uint64_t stream_write_timeout_ms = 0;  // an unread write is cancelled after
+    uint64_t max_queued_bytes_per_tenant = 0;  // unread GetBlocks bytes of one tenant
+    uint64_t max_queued_bytes = 0;             // ... of the daemon
     uint64_t io_threads = 0;      // 0: block I/O inline on gRPC threads
     uint64_t io_queue_limit = 0;  // calls waiting for an I/O thread
+    uint64_t io_queue_limit_per_tenant = 0;  // 0: io_queue_limit / 4
+    uint64_t io_threads_per_tenant = 0;      // 0: io_threads - 1 with auth on
     uint64_t put_parallelism = 0;  // threads storing one PutBlocks message; 0 = min(4, cores)
     bool defer_summaries = true;   // non-durable puts acknowledge before their summary
   } server;

@@ -4,6 +4,7 @@
 // slice over a BlockStore::View that keeps the copy where it is until gRPC
 // has sent it (the slice's destructor drops the view). Handles mode
 // serialises the typed message as before.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -11,12 +12,15 @@
 
 #include <grpcpp/impl/codegen/proto_utils.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/block_reactors.h"
 #include "daemon/blocking_pool.h"
 #include "daemon/convert.h"
 #include "daemon/grpc_status.h"
 #include "daemon/reactors.h"
+#include "daemon/streams.h"
 #include "daemon/tenant.h"
 #include "proto/wire/wire.h"
 
@@ -29,59 +33,176 @@ using wire::AppendLengthKey;
 constexpr uint32_t kResultsField = 1;
 constexpr uint32_t kDataField = 4;
 
-class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+// States (under mu_): a step of the call is on the I/O pool (kScheduled),
+// waits for queued bytes (kWaiting), or its message is being written
+// (kWriting); Abort ends the call when that step returns.
+class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+                               public StreamTable::Stream,
+                               public ReactorRefs {
  public:
-  GetBlocksReactor(Runtime* runtime, std::string tenant, v1::GetBlocksRequest request)
-      : runtime_(runtime), tenant_(std::move(tenant)), request_(std::move(request)) {
+  GetBlocksReactor(Runtime* runtime, grpc::CallbackServerContext* ctx, std::string tenant,
+                   v1::GetBlocksRequest request)
+      : runtime_(runtime), ctx_(ctx), tenant_(std::move(tenant)), request_(std::move(request)) {}
+
+  void Start(CallCredentials credentials) {
     absl::Status st = Validate();
-    if (!st.ok()) {
-      Finish(ToGrpcStatus(st));
-      return;
+    absl::StatusOr<std::unique_ptr<StreamTable::Ticket>> ticket =
+        st.ok() ? runtime_->streams()->Open("GetBlocks", tenant_, std::move(credentials), this)
+                : st;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!ticket.ok()) {
+        FinishLocked(ToGrpcStatus(ticket.status()));
+        return;
+      }
+      ticket_ = std::move(*ticket);
+      if (!abort_.ok()) {  // aborted since Open
+        FinishLocked(abort_);
+        return;
+      }
     }
     if (request_.mode() == v1::RETURN_MODE_HANDLES) {
       // Promotion into the arena may read NVMe: on an I/O thread.
-      Schedule([this] {
-        v1::GetBlocksResponse response;
-        absl::Status st = AcquireHandles(&response);
-        bool own = false;
-        grpc::Status serialised =
-            st.ok() ? grpc::SerializationTraits<v1::GetBlocksResponse>::Serialize(response,
-                                                                                  &buffer_, &own)
-                    : ToGrpcStatus(st);
-        if (!serialised.ok()) {
-          Finish(serialised);
-          return;
-        }
-        handles_sent_ = true;
-        StartWrite(&buffer_);
-      });
+      Schedule([this] { SendHandles(); });
       return;
     }
-    Schedule([this] { NextWrite(); });
+    Schedule([this] { NextMessage(); });
+  }
+
+  void Abort(const grpc::Status& status, bool wait_dropped) override {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    abort_ = status;
+    if (state_ == State::kWriting) {
+      ctx_->TryCancel();  // the write fails: OnWriteDone finishes
+    } else if (state_ == State::kWaiting && wait_dropped) {
+      FinishLocked(abort_);
+    }  // kScheduled / a granted wait: the step finishes when it runs
   }
 
   void OnWriteDone(bool ok) override {
+    ticket_->WriteDone();
     buffer_.Clear();  // gRPC is done with the slices: their views go
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
-      return;
+    ticket_->ReleaseBytes(held_bytes_);
+    held_bytes_ = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!abort_.ok()) {
+        FinishLocked(abort_);
+        return;
+      }
+      if (!ok) {
+        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+        return;
+      }
+      if (handles_sent_) {
+        FinishLocked(grpc::Status::OK);
+        return;
+      }
     }
-    if (handles_sent_) {
-      Finish(grpc::Status::OK);
-      return;
-    }
-    Schedule([this] { NextWrite(); });
+    Schedule([this] { NextMessage(); });
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override { Unref(); }
 
  private:
+  enum class State { kScheduled, kWaiting, kWriting };
+
   // Runs `work` (which reads blocks, possibly from NVMe, and then writes or
   // finishes) on an I/O thread; finishes RESOURCE_EXHAUSTED when none can
-  // take it.
+  // take it. No lock is held: with server.io_threads = 0 it runs inline.
   void Schedule(absl::AnyInvocable<void() &&> work) {
+    Ref();  // the queued step's; also keeps this alive to the end of Schedule
+    {
+      absl::MutexLock lock(&mu_);
+      state_ = State::kScheduled;
+    }
     BlockingPool* pool = runtime_->blocking_pool();
-    if (!pool->Submit(std::move(work))) Finish(ToGrpcStatus(pool->QueueFullStatus()));
+    const uint64_t cost = std::max<uint64_t>(held_bytes_, block_bytes_);
+    Ref();
+    if (pool->Submit(
+            tenant_,
+            [this, work = std::move(work)]() mutable {
+              std::move(work)();
+              Unref();
+            },
+            cost)) {
+      Unref();
+      return;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      FinishLocked(abort_.ok() ? ToGrpcStatus(pool->QueueFullStatus(tenant_)) : abort_);
+    }
+    Unref();
+    Unref();
+  }
+
+  // True, with the call finished, when an Abort came in meanwhile.
+  bool AbortedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (abort_.ok()) return false;
+    FinishLocked(abort_);
+    return true;
+  }
+
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  // Writes buffer_ (holding held_bytes_ of the queued-bytes budget), or
+  // finishes when aborted meanwhile.
+  void WriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (AbortedLocked()) return;
+    state_ = State::kWriting;
+    ticket_->WriteStarted();
+    StartWrite(&buffer_);
+  }
+
+  void SendHandles() {
+    v1::GetBlocksResponse response;
+    absl::Status st = AcquireHandles(&response);
+    bool own = false;
+    grpc::Status serialised =
+        st.ok() ? grpc::SerializationTraits<v1::GetBlocksResponse>::Serialize(response, &buffer_,
+                                                                              &own)
+                : ToGrpcStatus(st);
+    absl::MutexLock lock(&mu_);
+    if (!serialised.ok()) {
+      FinishLocked(abort_.ok() ? serialised : abort_);
+      return;
+    }
+    handles_sent_ = true;
+    WriteLocked();
+  }
+
+  // Reserves the bytes of the next message from the queued-bytes budget
+  // (waiting for them when the tenant or the daemon is at its bound), then
+  // builds and writes it.
+  void NextMessage() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (AbortedLocked()) return;
+      if (next_ >= request_.block_ids_size()) {
+        FinishLocked(grpc::Status::OK);
+        return;
+      }
+      state_ = State::kWaiting;
+    }
+    const uint64_t remaining = static_cast<uint64_t>(request_.block_ids_size() - next_);
+    const uint64_t want = std::min<uint64_t>(MessageBudget(), remaining * (block_bytes_ + 256));
+    if (ticket_->AcquireBytes(want, [this, want] {
+          held_bytes_ = want;
+          Schedule([this] { BuildAndWrite(); });
+        })) {
+      held_bytes_ = want;
+      BuildAndWrite();
+    }
+  }
+
+  uint64_t MessageBudget() const {
+    return runtime_->config().server.max_message_bytes - (64u << 10);
   }
 
   absl::Status Validate() {
@@ -102,9 +223,9 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
                                                      " exceeds leases.max_ttl_ms = ",
                                                      runtime_->config().leases.max_ttl_ms));
     }
-    if (auto profile = runtime_->store()->GetProfile(request_.profile_id()); !profile.ok()) {
-      return absl::InvalidArgumentError(std::string(profile.status().message()));
-    }
+    auto profile = runtime_->store()->GetProfile(request_.profile_id());
+    if (!profile.ok()) return absl::InvalidArgumentError(std::string(profile.status().message()));
+    block_bytes_ = BlockSizeBytes(*profile);
     return absl::OkStatus();
   }
 
@@ -139,13 +260,13 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
     return absl::OkStatus();
   }
 
-  // Fills the next message with as many blocks as fit in the message
-  // budget (at least one) and writes it; finishes after the last. Each
+  // Fills the next message with as many blocks as fit in the bytes it
+  // holds (at least one) and writes it; finishes after the last. Each
   // result is its fields but data, serialised, then the data field: the
   // key and length in the same slice, the bytes in a slice of their own
   // over the block's view.
-  void NextWrite() {
-    const uint64_t budget = runtime_->config().server.max_message_bytes - (64u << 10);
+  void BuildAndWrite() {
+    const uint64_t budget = std::min(MessageBudget(), held_bytes_);
     uint64_t bytes = 0;
     std::vector<grpc::Slice> slices;
     while (next_ < request_.block_ids_size()) {
@@ -155,7 +276,7 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
           runtime_->store()->View(BlockKey{tenant_, request_.profile_id(), id}, &from);
       absl::Status st = view.status();
       const size_t size = view.ok() ? (*view)->bytes().size() : 0;
-      if (st.ok() && size > budget) {
+      if (st.ok() && size > MessageBudget()) {
         st = absl::ResourceExhaustedError(
             absl::StrCat("block is larger than server.max_message_bytes allows; use "
                          "RETURN_MODE_HANDLES"));
@@ -188,20 +309,32 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
                             +[](void* v) { delete static_cast<BlockView*>(v); }, owned);
       }
     }
+    absl::MutexLock lock(&mu_);
     if (slices.empty()) {
-      Finish(grpc::Status::OK);
+      FinishLocked(abort_.ok() ? grpc::Status::OK : abort_);
       return;
     }
     buffer_ = grpc::ByteBuffer(slices.data(), slices.size());
-    StartWrite(&buffer_);
+    WriteLocked();
   }
 
   Runtime* const runtime_;
+  grpc::CallbackServerContext* const ctx_;  // valid until OnDone
   const std::string tenant_;
   const v1::GetBlocksRequest request_;
+  uint64_t block_bytes_ = 0;  // the profile's, from Validate
+  // Touched by one step at a time (the steps are sequential).
   grpc::ByteBuffer buffer_;  // the message being written
+  uint64_t held_bytes_ = 0;  // of the queued-bytes budget, for buffer_
   int next_ = 0;
   bool handles_sent_ = false;
+
+  absl::Mutex mu_;
+  State state_ ABSL_GUARDED_BY(mu_) = State::kScheduled;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status abort_ ABSL_GUARDED_BY(mu_);  // not OK: Abort was called
+  // Last: unregistered first when the reactor is deleted.
+  std::unique_ptr<StreamTable::Ticket> ticket_;
 };
 
 }  // namespace
@@ -221,7 +354,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* NewGetBlocksReactor(Runtime* runtime
         grpc::StatusCode::INVALID_ARGUMENT,
         absl::StrCat("request: not a GetBlocksRequest (", st.error_message(), ")")));
   }
-  return new GetBlocksReactor(runtime, (*caller)->name, std::move(parsed));
+  auto* reactor = new GetBlocksReactor(runtime, ctx, (*caller)->name, std::move(parsed));
+  reactor->Start(CredentialsOf(ctx));
+  return reactor;
 }
 
 }  // namespace kvtier::daemon

@@ -32,10 +32,14 @@ grpc::ServerUnaryReactor* KvTierService::FinishBlocking(
     grpc::CallbackServerContext* ctx, absl::AnyInvocable<absl::Status() &&> work) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   BlockingPool* pool = runtime_->blocking_pool();
-  if (!pool->Submit([reactor, work = std::move(work)]() mutable {
+  // The caller's lane (the handler resolved it already; unauthenticated
+  // calls never get here).
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  const std::string tenant = caller.ok() ? (*caller)->name : std::string();
+  if (!pool->Submit(tenant, [reactor, work = std::move(work)]() mutable {
         reactor->Finish(ToGrpcStatus(std::move(work)()));
       })) {
-    reactor->Finish(ToGrpcStatus(pool->QueueFullStatus()));
+    reactor->Finish(ToGrpcStatus(pool->QueueFullStatus(tenant)));
   }
   return reactor;
 }

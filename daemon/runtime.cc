@@ -228,9 +228,25 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
     rt->compactor_ = std::make_unique<Compactor>(rt->store_.get(), rt->contexts_.get(),
                                                  rt->versions_.get(), compaction);
   }
-  rt->blocking_pool_ = std::make_unique<BlockingPool>(
-      static_cast<size_t>(config.server.io_threads),
-      static_cast<size_t>(config.server.io_queue_limit));
+  BlockingPoolOptions pool;
+  pool.threads = static_cast<size_t>(config.server.io_threads);
+  pool.max_queued = static_cast<size_t>(config.server.io_queue_limit);
+  pool.max_queued_per_tenant =
+      config.server.io_queue_limit_per_tenant != 0
+          ? static_cast<size_t>(config.server.io_queue_limit_per_tenant)
+          : std::max<size_t>(1, pool.max_queued / 4);
+  pool.max_running_per_tenant =
+      config.server.io_threads_per_tenant != 0
+          ? static_cast<size_t>(config.server.io_threads_per_tenant)
+          : (rt->tenants_->enabled() && pool.threads > 1 ? pool.threads - 1 : pool.threads);
+  rt->blocking_pool_ = std::make_unique<BlockingPool>(pool);
+  StreamLimits stream_limits;
+  stream_limits.max_streams = config.server.max_streams;
+  stream_limits.max_streams_per_tenant = config.server.max_streams_per_tenant;
+  stream_limits.write_timeout_ms = config.server.stream_write_timeout_ms;
+  stream_limits.max_queued_bytes = config.server.max_queued_bytes;
+  stream_limits.max_queued_bytes_per_tenant = config.server.max_queued_bytes_per_tenant;
+  rt->streams_ = std::make_unique<StreamTable>(stream_limits);
   rt->ApplyTenantQuotas();
   {
     // Staging files are reached only through this socket, in both modes;
@@ -272,6 +288,10 @@ absl::Status Runtime::ReloadTenants() {
   std::lock_guard<std::mutex> lock(reload_mu_);
   KVTIER_RETURN_IF_ERROR(tenants_->Reload());
   ApplyTenantQuotas();
+  // Revoked tokens stop serving now, open streams included.
+  if (size_t n = streams_->CancelRevoked(*tenants_); n > 0) {
+    spdlog::info("reload: cancelled {} streams of revoked credentials", n);
+  }
   return absl::OkStatus();
 }
 
@@ -328,6 +348,9 @@ void Runtime::ReaperLoop() {
     size_t reaped = store_->ReapExpired();
     if (reaped > 0) spdlog::debug("reaped {} expired leases", reaped);
     size_t closed = contexts_->ReapIdle();
+    if (size_t n = streams_->AbortStalled(std::chrono::steady_clock::now()); n > 0) {
+      spdlog::warn("cancelled {} streams whose clients stopped reading", n);
+    }
     if (closed > 0) spdlog::debug("closed {} idle contexts", closed);
     reaper_round_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
                            std::memory_order_relaxed);

@@ -22,6 +22,7 @@
 #include "daemon/compaction/version_store.h"
 #include "daemon/auth/fd_server.h"
 #include "daemon/blocking_pool.h"
+#include "daemon/streams.h"
 #include "daemon/auth/tenants.h"
 #include "daemon/config.h"
 #include "daemon/context_manager.h"
@@ -87,6 +88,9 @@ class Runtime {
   Compactor* compactor() const { return compactor_.get(); }
   // Where RPC handlers run work that may wait on a disk (server.io_threads).
   BlockingPool* blocking_pool() const { return blocking_pool_.get(); }
+  // Open streaming calls and their per-tenant limits (server.max_streams*,
+  // stream_write_timeout_ms, max_queued_bytes*).
+  StreamTable* streams() const { return streams_.get(); }
   // What /metrics exports; counters are fed by the handlers.
   DaemonMetrics* metrics() const { return metrics_.get(); }
   // Selector options and the scorer of SCORER_UNSPECIFIED (select.*).
@@ -121,6 +125,7 @@ class Runtime {
   std::unique_ptr<VersionStore> versions_;
   std::unique_ptr<Compactor> compactor_;
   std::unique_ptr<BlockingPool> blocking_pool_;
+  std::unique_ptr<StreamTable> streams_;  // outlives every reactor (the server's)
   std::unique_ptr<FdServer> fd_server_;
   std::unique_ptr<DaemonMetrics> metrics_;
   index::SelectorOptions selector_options_;

@@ -12,16 +12,40 @@
 #include "daemon/grpc_status.h"
 #include "daemon/reactors.h"
 #include "daemon/select_handler.h"
+#include "daemon/streams.h"
 #include "daemon/tenant.h"
 
 namespace kvtier::daemon {
 namespace {
 
-class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse> {
+class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse>,
+                            public StreamTable::Stream {
  public:
-  SelectReactor(std::unique_ptr<SelectHandler> handler, size_t max_queued)
-      : handler_(std::move(handler)), max_queued_(max_queued) {
-    StartRead(&request_);
+  SelectReactor(grpc::CallbackServerContext* ctx, size_t max_queued)
+      : ctx_(ctx), max_queued_(max_queued) {}
+
+  // Registers with the stream table and starts reading, or finishes with
+  // why it cannot.
+  void Start(Runtime* runtime, const Tenant& tenant, CallCredentials credentials) {
+    absl::StatusOr<std::unique_ptr<StreamTable::Ticket>> ticket =
+        runtime->streams()->Open("Select", tenant.name, std::move(credentials), this);
+    absl::StatusOr<std::unique_ptr<SelectHandler>> handler =
+        ticket.ok() ? SelectHandler::Create(runtime, tenant.name) : ticket.status();
+    absl::MutexLock lock(&mu_);
+    if (!handler.ok()) {
+      FinishLocked(ToGrpcStatus(handler.status()));
+      return;
+    }
+    handler_ = std::move(*handler);
+    ticket_ = std::move(*ticket);
+    if (!finished_) StartRead(&request_);  // else aborted since Open
+  }
+
+  void Abort(const grpc::Status& status, bool /*wait_dropped*/) override {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    FinishLocked(status);
+    if (writing_) ctx_->TryCancel();  // a write its client does not read
   }
 
   void OnReadDone(bool ok) override {
@@ -45,10 +69,12 @@ class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1
   }
 
   void OnWriteDone(bool ok) override {
+    ticket_->WriteDone();
     absl::MutexLock lock(&mu_);
     writing_ = false;
     spare_.push_back(std::move(queue_.front()));
     queue_.pop_front();
+    if (finished_) return;  // aborted: nothing more is written or read
     if (!ok) {  // the client is gone: nobody reads what is left
       queue_.clear();
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "Select: the client went away"));
@@ -101,6 +127,7 @@ class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1
 
   void StartNextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     writing_ = true;
+    ticket_->WriteStarted();
     StartWrite(queue_.front()->response);
   }
 
@@ -114,7 +141,8 @@ class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1
     Finish(status);
   }
 
-  const std::unique_ptr<SelectHandler> handler_;
+  grpc::CallbackServerContext* const ctx_;  // valid until OnDone
+  std::unique_ptr<SelectHandler> handler_;  // set by Start, before the first read
   const size_t max_queued_;
   v1::SelectRequest request_;  // the one outstanding read's target
 
@@ -125,6 +153,8 @@ class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Last: unregistered first when the reactor is deleted.
+  std::unique_ptr<StreamTable::Ticket> ticket_;
 };
 
 }  // namespace
@@ -136,13 +166,9 @@ grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse>* NewSelectReactor
     return new FinishedBidiReactor<v1::SelectRequest, v1::SelectResponse>(
         ToGrpcStatus(caller.status()));
   }
-  absl::StatusOr<std::unique_ptr<SelectHandler>> handler =
-      SelectHandler::Create(runtime, (*caller)->name);
-  if (!handler.ok()) {
-    return new FinishedBidiReactor<v1::SelectRequest, v1::SelectResponse>(
-        ToGrpcStatus(handler.status()));
-  }
-  return new SelectReactor(std::move(*handler), runtime->config().select.max_queued_responses);
+  auto* reactor = new SelectReactor(ctx, runtime->config().select.max_queued_responses);
+  reactor->Start(runtime, **caller, CredentialsOf(ctx));
+  return reactor;
 }
 
 }  // namespace kvtier::daemon

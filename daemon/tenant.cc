@@ -6,6 +6,43 @@
 
 namespace kvtier::daemon {
 
+CallCredentials CredentialsOf(const grpc::CallbackServerContext* ctx) {
+  CallCredentials c;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  if (it != md.end()) {
+    c.has_authorization = true;
+    c.authorization.assign(it->second.data(), it->second.size());
+    return c;
+  }
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (auth != nullptr) {
+    for (const grpc::string_ref& cn : auth->FindPropertyValues("x509_common_name")) {
+      c.cert_names.emplace_back(cn.data(), cn.size());
+    }
+  }
+  return c;
+}
+
+absl::StatusOr<TenantPtr> Resolve(const TenantRegistry& registry,
+                                  const CallCredentials& credentials) {
+  if (!registry.enabled()) return registry.ByName(kDefaultTenant);
+  if (credentials.has_authorization) {
+    constexpr absl::string_view kBearer = "Bearer ";
+    const absl::string_view value = credentials.authorization;
+    if (absl::StartsWith(value, kBearer)) {
+      TenantPtr tenant = registry.ByToken(value.substr(kBearer.size()));
+      if (tenant != nullptr) return tenant;
+    }
+    return absl::UnauthenticatedError("unknown bearer token");
+  }
+  for (const std::string& cn : credentials.cert_names) {
+    TenantPtr tenant = registry.ByCertName(cn);
+    if (tenant != nullptr) return tenant;
+  }
+  return absl::UnauthenticatedError("the call carries no credentials of a known tenant");
+}
+
 absl::StatusOr<TenantPtr> CallerOf(const TenantRegistry& registry,
                                    const grpc::CallbackServerContext* ctx) {
   if (!registry.enabled()) return registry.ByName(kDefaultTenant);
@@ -13,25 +50,7 @@ absl::StatusOr<TenantPtr> CallerOf(const TenantRegistry& registry,
   // of several tenants (a process holding two tokens, channels sharing a
   // subchannel, a proxy), so nothing is taken from connection state except
   // the verified client certificate, which is the connection's.
-  const auto& md = ctx->client_metadata();
-  auto it = md.find("authorization");
-  if (it != md.end()) {
-    const absl::string_view value(it->second.data(), it->second.size());
-    constexpr absl::string_view kBearer = "Bearer ";
-    if (absl::StartsWith(value, kBearer)) {
-      TenantPtr tenant = registry.ByToken(value.substr(kBearer.size()));
-      if (tenant != nullptr) return tenant;
-    }
-    return absl::UnauthenticatedError("unknown bearer token");
-  }
-  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
-  if (auth != nullptr) {
-    for (const grpc::string_ref& cn : auth->FindPropertyValues("x509_common_name")) {
-      TenantPtr tenant = registry.ByCertName(absl::string_view(cn.data(), cn.size()));
-      if (tenant != nullptr) return tenant;
-    }
-  }
-  return absl::UnauthenticatedError("the call carries no credentials of a known tenant");
+  return Resolve(registry, CredentialsOf(ctx));
 }
 
 absl::StatusOr<TenantPtr> AdminCallerOf(const TenantRegistry& registry,

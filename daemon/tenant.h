@@ -13,11 +13,14 @@
 // table (removed by a reload since the processor ran) is UNAUTHENTICATED:
 // callers fail closed.
 //
-// Thread safety: both functions are thread-safe.
+// Thread safety: every function is thread-safe.
 #ifndef KVTIER_DAEMON_TENANT_H_
 #define KVTIER_DAEMON_TENANT_H_
 
 #include <grpcpp/grpcpp.h>
+
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/auth/tenants.h"
@@ -26,6 +29,21 @@ namespace kvtier::daemon {
 
 absl::StatusOr<TenantPtr> CallerOf(const TenantRegistry& registry,
                                    const grpc::CallbackServerContext* ctx);
+
+// What CallerOf resolves: the call's bearer token (when it sent an
+// authorization header) or its connection's verified certificate names.
+// A stream keeps its credentials so that a reload can check them again
+// (daemon/streams.h cancels the streams of revoked tokens).
+struct CallCredentials {
+  bool has_authorization = false;
+  std::string authorization;  // the header's value, "Bearer <token>"
+  std::vector<std::string> cert_names;
+};
+CallCredentials CredentialsOf(const grpc::CallbackServerContext* ctx);
+// The tenant `credentials` belong to in `registry` now; UNAUTHENTICATED when
+// none (authentication off: "default").
+absl::StatusOr<TenantPtr> Resolve(const TenantRegistry& registry,
+                                  const CallCredentials& credentials);
 
 // CallerOf, and PERMISSION_DENIED unless the caller has the admin role.
 absl::StatusOr<TenantPtr> AdminCallerOf(const TenantRegistry& registry,

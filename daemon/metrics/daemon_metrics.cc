@@ -224,6 +224,18 @@ void CollectRuntime(Runtime* rt, Writer& w) {
   w.Counter("kvtier_io_queue_rejected_total",
             "Calls refused because server.io_queue_limit calls already waited", {},
             static_cast<double>(io.rejected));
+  const StreamStats streams = rt->streams()->stats();
+  w.Gauge("kvtier_streams_open", "Open Select, PutBlocks and GetBlocks streams", {},
+          static_cast<double>(streams.open));
+  w.Counter("kvtier_streams_refused_total",
+            "Streams refused at server.max_streams_per_tenant or server.max_streams", {},
+            static_cast<double>(streams.refused));
+  w.Counter("kvtier_streams_cancelled_total", "Streams the daemon ended, by reason",
+            {{"reason", "revoked"}}, static_cast<double>(streams.revoked));
+  w.Counter("kvtier_streams_cancelled_total", "Streams the daemon ended, by reason",
+            {{"reason", "stalled"}}, static_cast<double>(streams.stalled));
+  w.Gauge("kvtier_stream_queued_bytes", "Bytes of GetBlocks messages written but not yet read",
+          {}, static_cast<double>(streams.queued_bytes));
   w.Gauge("kvtier_uptime_seconds", "Seconds since the daemon started", {},
           static_cast<double>(rt->uptime_s()));
   w.Gauge("kvtier_build_info", "Always 1; the version as a label", {{"version", kVersion}}, 1);

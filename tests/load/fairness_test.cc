@@ -1,0 +1,239 @@
+// Fairness between tenants (issue 31, finding 5): tenant b's PutBlocks and
+// GetBlocks latency alone, then while tenant a floods the daemon with
+// concurrent durable puts, against the real kvtierd (a child process) with
+// its shipped I/O settings. Prints b's p50/p99 in both phases and their
+// ratio; KVTIER_FAIRNESS_REPORT=path writes them as JSON.
+//
+// Passes when every one of b's calls succeeded with the right bytes in both
+// phases and b's p99 under the flood stays within
+// KVTIER_FAIRNESS_MAX_RATIO (default 10) times its p99 alone. The issue's
+// goal is 3x; docs/RELIABILITY.md has the measured ratios and why the CI
+// bound is looser (the flood and the daemon share two cores there).
+//
+// Knobs: KVTIER_FAIRNESS_SECONDS (3, each phase), KVTIER_FAIRNESS_FLOODERS
+// (32 streams of a), KVTIER_FAIRNESS_SET ("section.key=value;..." for
+// kvtierd), KVTIER_FAIRNESS_MAX_RATIO.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/client.h"
+#include "daemon/auth/token.h"
+#include "gtest/gtest.h"
+#include "tests/load/load_block.h"
+#include "tests/load/load_daemon.h"
+
+namespace kvtier::load {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kBlockBytes = 64 << 10;
+
+double EnvDouble(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr || *v == '\0' ? fallback : std::atof(v);
+}
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+}
+
+struct Phase {
+  std::vector<double> put_ms, get_ms;
+  uint64_t failures = 0;
+  std::string first_failure;
+  void Fail(const std::string& what) {
+    if (failures++ == 0) first_failure = what;
+  }
+};
+
+class FairnessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = "/tmp/kvtier-fair-" + std::to_string(::getpid());
+    shm_dir_ = "/dev/shm/kvtier-fair-" + std::to_string(::getpid());
+    for (const std::string& d : {dir_, shm_dir_}) {
+      std::filesystem::remove_all(d);
+      std::filesystem::create_directories(d);
+    }
+    std::ofstream tenants(dir_ + "/tenants.toml");
+    for (const char* name : {"a", "b"}) {
+      tokens_[name] = daemon::NewToken();
+      tenants << "[[tenants]]\nname = \"" << name << "\"\nrole = \"data\"\ntoken_sha256 = [\""
+              << daemon::HashToken(tokens_[name]) << "\"]\n";
+    }
+  }
+  void TearDown() override {
+    daemon_.reset();
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+    std::filesystem::remove_all(shm_dir_);
+  }
+
+  std::unique_ptr<Client> As(const std::string& tenant) {
+    ClientOptions options;
+    options.token = tokens_[tenant];
+    auto c = Client::Connect(daemon_->socket_path(), options);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  // b's loop: put one durable block, read it back, until `until`.
+  static void Victim(Client* c, uint64_t profile, Clock::time_point until, uint64_t* seq,
+                     Phase* out) {
+    while (Clock::now() < until) {
+      const std::string id = BlockId(1, (*seq)++);
+      v1::PutBlocksRequest put;
+      put.set_profile_id(profile);
+      put.set_durable(true);
+      v1::BlockPut* b = put.add_blocks();
+      b->set_block_id(id);
+      b->set_data(Payload(id, kBlockBytes));
+      auto t0 = Clock::now();
+      auto stored = c->PutBlocks({put});
+      auto t1 = Clock::now();
+      if (!stored.ok() || stored->results_size() != 1 ||
+          stored->results(0).status().code() != 0) {
+        out->Fail(stored.ok() ? stored->DebugString() : stored.status().ToString());
+        continue;
+      }
+      out->put_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      v1::GetBlocksRequest get;
+      get.set_profile_id(profile);
+      get.add_block_ids(id);
+      t0 = Clock::now();
+      auto got = c->GetBlocks(get);
+      t1 = Clock::now();
+      if (!got.ok() || got->size() != 1 ||
+          !ComparePayload(id, kBlockBytes, (*got)[0].data().data(), (*got)[0].data().size())
+               .empty()) {
+        out->Fail(got.ok() ? "wrong bytes or count" : got.status().ToString());
+        continue;
+      }
+      out->get_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+  }
+
+  std::string dir_, shm_dir_;
+  std::map<std::string, std::string> tokens_;
+  std::unique_ptr<LoadDaemon> daemon_;
+};
+
+TEST_F(FairnessTest, OneTenantsFloodOfDurablePutsDoesNotStarveAnother) {
+  const auto phase = std::chrono::milliseconds(
+      static_cast<int64_t>(EnvDouble("KVTIER_FAIRNESS_SECONDS", 3) * 1000));
+  const int flooders = static_cast<int>(EnvDouble("KVTIER_FAIRNESS_FLOODERS", 32));
+  const double max_ratio = EnvDouble("KVTIER_FAIRNESS_MAX_RATIO", 10);
+  std::vector<std::string> settings = {
+      "log.level=warn",
+      "server.shutdown_grace_ms=2000",
+      "tiers.device.backend=shm",
+      "tiers.device.shm_dir=" + shm_dir_,
+      "tiers.host.shm_dir=" + shm_dir_,
+      "tiers.device.capacity_bytes=16MiB",
+      "tiers.host.capacity_bytes=128MiB",
+      "tiers.nvme.file_count=2",
+      "tiers.nvme.file_size_bytes=1GiB",
+      "auth.tenants_file=" + dir_ + "/tenants.toml",
+      "auth.tenant_arena_bytes=4MiB",
+      "auth.tenant_staging_bytes=1MiB"};
+  const char* extra = std::getenv("KVTIER_FAIRNESS_SET");
+  for (absl::string_view s : absl::StrSplit(extra ? extra : "", ';', absl::SkipWhitespace())) {
+    settings.emplace_back(s);
+  }
+  daemon_ = std::make_unique<LoadDaemon>(KVTIERD_PATH, dir_, settings);
+  std::string error;
+  ASSERT_TRUE(daemon_->Start(std::chrono::seconds(60), &error)) << error;
+
+  auto b = As("b");
+  auto profile_b = b->RegisterProfile(LoadProfile(kBlockBytes));
+  ASSERT_TRUE(profile_b.ok()) << profile_b.status();
+  uint64_t seq = 0;
+  Phase warm, alone, flooded;
+  Victim(b.get(), profile_b->profile_id(), Clock::now() + std::chrono::milliseconds(300), &seq,
+         &warm);
+  Victim(b.get(), profile_b->profile_id(), Clock::now() + phase, &seq, &alone);
+
+  // a: `flooders` streams, each putting 4 new durable blocks per message
+  // and deleting what it put 64 messages ago (the tiers stay within size).
+  auto a_setup = As("a");
+  auto profile_a = a_setup->RegisterProfile(LoadProfile(kBlockBytes));
+  ASSERT_TRUE(profile_a.ok()) << profile_a.status();
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> a_puts{0}, a_refused{0};
+  std::vector<std::thread> flood;
+  for (int f = 0; f < flooders; ++f) {
+    flood.emplace_back([&, f] {
+      auto a = As("a");
+      if (a == nullptr) return;
+      for (uint64_t n = 0; !stop.load(); ++n) {
+        v1::PutBlocksRequest put;
+        put.set_profile_id(profile_a->profile_id());
+        put.set_durable(true);
+        for (uint64_t i = 0; i < 4; ++i) {
+          v1::BlockPut* blk = put.add_blocks();
+          blk->set_block_id(BlockId(100 + f, n * 4 + i));
+          blk->set_data(Payload(blk->block_id(), kBlockBytes));
+        }
+        auto r = a->PutBlocks({put});
+        (r.ok() ? a_puts : a_refused).fetch_add(1);
+        if (n >= 64) {
+          v1::DeleteBlocksRequest del;
+          del.set_profile_id(profile_a->profile_id());
+          for (uint64_t i = 0; i < 4; ++i) del.add_block_ids(BlockId(100 + f, (n - 64) * 4 + i));
+          a->DeleteBlocks(del).IgnoreError();
+        }
+      }
+    });
+  }
+  // The flood runs for a while before b measures.
+  while (a_puts.load() < static_cast<uint64_t>(flooders) * 4 && a_refused.load() == 0) {
+    std::this_thread::yield();
+  }
+  Victim(b.get(), profile_b->profile_id(), Clock::now() + phase, &seq, &flooded);
+  stop = true;
+  for (std::thread& t : flood) t.join();
+
+  const double put_alone = Quantile(alone.put_ms, 0.99), put_flood = Quantile(flooded.put_ms, 0.99);
+  const double get_alone = Quantile(alone.get_ms, 0.99), get_flood = Quantile(flooded.get_ms, 0.99);
+  std::cout << absl::StrCat(
+      "fairness: b alone: ", alone.put_ms.size(), " puts p50 ", Quantile(alone.put_ms, 0.5),
+      " ms p99 ", put_alone, " ms; gets p50 ", Quantile(alone.get_ms, 0.5), " ms p99 ", get_alone,
+      " ms\nfairness: b under a's flood (", flooders, " streams, ", a_puts.load(),
+      " durable puts of 4 blocks, ", a_refused.load(), " refused): ", flooded.put_ms.size(),
+      " puts p50 ", Quantile(flooded.put_ms, 0.5), " ms p99 ", put_flood, " ms; gets p50 ",
+      Quantile(flooded.get_ms, 0.5), " ms p99 ", get_flood, " ms\nfairness: p99 ratio put ",
+      put_flood / put_alone, " get ", get_flood / get_alone)
+            << std::endl;
+  if (const char* path = std::getenv("KVTIER_FAIRNESS_REPORT")) {
+    std::ofstream(path) << absl::StrCat(
+        "{\"flooders\": ", flooders, ", \"a_puts\": ", a_puts.load(),
+        ", \"b_put_p99_alone_ms\": ", put_alone, ", \"b_put_p99_flood_ms\": ", put_flood,
+        ", \"b_get_p99_alone_ms\": ", get_alone, ", \"b_get_p99_flood_ms\": ", get_flood, "}\n");
+  }
+  EXPECT_EQ(alone.failures, 0u) << alone.first_failure;
+  EXPECT_EQ(flooded.failures, 0u) << flooded.first_failure;
+  ASSERT_GT(alone.put_ms.size(), 10u);
+  ASSERT_GT(flooded.put_ms.size(), 10u) << "b was starved";
+  EXPECT_GT(a_puts.load(), 0u) << "the flood did not run";
+  EXPECT_LE(put_flood, max_ratio * put_alone);
+  EXPECT_LE(get_flood, max_ratio * get_alone);
+  EXPECT_EQ(daemon_->Stop(std::chrono::seconds(30)), std::optional<int>(0));
+}
+
+}  // namespace
+}  // namespace kvtier::load
