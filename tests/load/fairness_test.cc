@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "daemon/auth/token.h"
@@ -175,6 +176,8 @@ TEST_F(FairnessTest, OneTenantsFloodOfDurablePutsDoesNotStarveAnother) {
   ASSERT_TRUE(profile_a.ok()) << profile_a.status();
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> a_puts{0}, a_refused{0};
+  absl::Mutex refusal_mu;
+  std::string first_refusal;
   std::vector<std::thread> flood;
   for (int f = 0; f < flooders; ++f) {
     flood.emplace_back([&, f] {
@@ -191,6 +194,10 @@ TEST_F(FairnessTest, OneTenantsFloodOfDurablePutsDoesNotStarveAnother) {
         }
         auto r = a->PutBlocks({put});
         (r.ok() ? a_puts : a_refused).fetch_add(1);
+        if (!r.ok()) {
+          absl::MutexLock lock(&refusal_mu);
+          if (first_refusal.empty()) first_refusal = r.status().ToString();
+        }
         if (n >= 64) {
           v1::DeleteBlocksRequest del;
           del.set_profile_id(profile_a->profile_id());
@@ -217,7 +224,8 @@ TEST_F(FairnessTest, OneTenantsFloodOfDurablePutsDoesNotStarveAnother) {
       " durable puts of 4 blocks, ", a_refused.load(), " refused): ", flooded.put_ms.size(),
       " puts p50 ", Quantile(flooded.put_ms, 0.5), " ms p99 ", put_flood, " ms; gets p50 ",
       Quantile(flooded.get_ms, 0.5), " ms p99 ", get_flood, " ms\nfairness: p99 ratio put ",
-      put_flood / put_alone, " get ", get_flood / get_alone)
+      put_flood / put_alone, " get ", get_flood / get_alone,
+      first_refusal.empty() ? "" : "\nfairness: a's first refusal: " + first_refusal)
             << std::endl;
   if (const char* path = std::getenv("KVTIER_FAIRNESS_REPORT")) {
     std::ofstream(path) << absl::StrCat(
