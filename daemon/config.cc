@@ -125,6 +125,7 @@ const std::vector<Field>& Fields() {
       KV_STR("auth.tenants_file", auth.tenants_file),
       KV_STR("auth.shm_dir", auth.shm_dir),
       KV_STR("auth.fd_socket_path", auth.fd_socket_path),
+      KV_STR("auth.peer_socket_path", auth.peer_socket_path),
       KV_NUM("auth.tenant_arena_bytes", Kind::kSize, auth.tenant_arena_bytes),
       KV_NUM("auth.tenant_staging_bytes", Kind::kSize, auth.tenant_staging_bytes),
       KV_ENUM("log.level", log.level, "trace", "debug", "info", "warn", "error", "critical",
@@ -516,6 +517,15 @@ absl::Status Validate(Config& c) {
     return Invalid("auth.fd_socket_path",
                    absl::StrCat("is ", c.auth.fd_socket_path.size(),
                                 " bytes; a Unix socket path is at most 107 bytes"));
+  }
+  if (c.auth.peer_socket_path.size() > 107) {
+    return Invalid("auth.peer_socket_path",
+                   absl::StrCat("is ", c.auth.peer_socket_path.size(),
+                                " bytes; a Unix socket path is at most 107 bytes"));
+  }
+  if (!c.auth.peer_socket_path.empty() && c.auth.tenants_file.empty()) {
+    return Invalid("auth.peer_socket_path",
+                   "needs auth.tenants_file (uids map to tenants there)");
   }
   if (c.auth.tenant_arena_bytes < 4096) {
     return Invalid("auth.tenant_arena_bytes", "must be >= 4KiB");

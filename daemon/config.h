@@ -51,6 +51,7 @@ struct Config {
     std::string tenants_file;
     std::string shm_dir;         // "" = a per-daemon directory in tiers.device.shm_dir
     std::string fd_socket_path;  // resolved: never empty after Load()
+    std::string peer_socket_path;  // "" = off; SO_PEERCRED uid -> tenant
     uint64_t tenant_arena_bytes = 0;
     uint64_t tenant_staging_bytes = 0;
   } auth;

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/admin_service.h"
 #include "daemon/auth/auth_processor.h"
+#include "daemon/auth/peer_server.h"
 #include "daemon/kvtier_service.h"
 #include "storage/common/errno_status.h"
 #include "storage/common/status_macros.h"
@@ -121,10 +122,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config, Env*
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(static_cast<int>(config.server.max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(config.server.max_message_bytes));
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
-                             static_cast<int>(config.server.max_concurrent_streams));
+  auto configure = [&config](grpc::ServerBuilder& b) {
+    b.SetMaxReceiveMessageSize(static_cast<int>(config.server.max_message_bytes));
+    b.SetMaxSendMessageSize(static_cast<int>(config.server.max_message_bytes));
+    b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                         static_cast<int>(config.server.max_concurrent_streams));
+  };
+  configure(builder);
   const TenantRegistry& tenants = server->runtime_->tenants();
   std::shared_ptr<grpc::ServerCredentials> unix_creds = grpc::InsecureServerCredentials();
   if (tenants.enabled()) {
@@ -181,6 +185,38 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config, Env*
     server->metrics_ = std::move(*listener);
     spdlog::info("metrics at http://{}/metrics", server->metrics_->address());
   }
+  if (!config.auth.peer_socket_path.empty()) {
+    Runtime* rt = server->runtime_.get();
+    PeerServerOptions peer;
+    peer.path = config.auth.peer_socket_path;
+    peer.tenants = &rt->tenants();
+    peer.make_services = [rt] {
+      std::vector<std::unique_ptr<grpc::Service>> services;
+      services.push_back(std::make_unique<KvTierService>(rt));
+      services.push_back(std::make_unique<AdminService>(rt));
+      return services;
+    };
+    const Config::Server server_config = config.server;
+    peer.configure = [server_config](grpc::ServerBuilder& b) {
+      b.SetMaxReceiveMessageSize(static_cast<int>(server_config.max_message_bytes));
+      b.SetMaxSendMessageSize(static_cast<int>(server_config.max_message_bytes));
+      b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                           static_cast<int>(server_config.max_concurrent_streams));
+    };
+    if (!config.metrics.listen_address.empty()) {
+      peer.make_interceptors = [rt] {
+        std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> c;
+        c.push_back(rt->metrics()->InterceptorFactory());
+        return c;
+      };
+    }
+    absl::StatusOr<std::unique_ptr<PeerServer>> started = PeerServer::Start(std::move(peer));
+    if (!started.ok()) {
+      server->grpc_server_->Shutdown();
+      return started.status();
+    }
+    server->peer_server_ = std::move(*started);
+  }
   server->grpc_server_->GetHealthCheckService()->SetServingStatus(true);
   spdlog::info("listening socket={} tcp={} device={} gpu=\"{}\"", server->socket_path_,
                config.server.tcp_address.empty() ? "off" : config.server.tcp_address,
@@ -200,8 +236,10 @@ void Server::Shutdown() {
   grpc_server_->GetHealthCheckService()->SetServingStatus(false);
   auto deadline =
       std::chrono::system_clock::now() + std::chrono::milliseconds(shutdown_grace_ms_);
+  if (peer_server_ != nullptr) peer_server_->Shutdown(deadline);
   grpc_server_->Shutdown(deadline);
   grpc_server_->Wait();
+  peer_server_.reset();
   metrics_.reset();  // no scrape reads the runtime past this point
   // No handler runs any more: the store can close (and release its lock).
   kvtier_service_.reset();

@@ -23,6 +23,7 @@
 namespace kvtier::daemon {
 
 class AdminService;
+class PeerServer;
 class KvTierService;
 
 class Server {
@@ -46,6 +47,8 @@ class Server {
 
   const std::string& socket_path() const { return socket_path_; }
   int tcp_port() const { return tcp_port_; }  // 0 when TCP is off
+  // The tokenless socket of local users (auth.peer_socket_path); null when off.
+  PeerServer* peer_server() { return peer_server_.get(); }
   // The metrics endpoint's port; 0 when metrics.listen_address is unset.
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   Runtime* runtime() { return runtime_.get(); }
@@ -57,6 +60,7 @@ class Server {
   std::unique_ptr<KvTierService> kvtier_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<PeerServer> peer_server_;  // auth.peer_socket_path; before the runtime goes
   std::unique_ptr<metrics::HttpListener> metrics_;  // stops before runtime_ goes
   std::string socket_path_;
   int tcp_port_ = 0;

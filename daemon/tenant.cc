@@ -1,6 +1,7 @@
 #include "daemon/tenant.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/auth/auth_processor.h"
 
@@ -13,6 +14,14 @@ CallCredentials CredentialsOf(const grpc::CallbackServerContext* ctx) {
   if (it != md.end()) {
     c.has_authorization = true;
     c.authorization.assign(it->second.data(), it->second.size());
+    return c;
+  }
+  auto peer = md.find(kPeerUidKey);
+  if (peer != md.end()) {
+    uint32_t uid = 0;
+    if (absl::SimpleAtoi(absl::string_view(peer->second.data(), peer->second.size()), &uid)) {
+      c.peer_uid = uid;
+    }
     return c;
   }
   std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
@@ -35,6 +44,12 @@ absl::StatusOr<TenantPtr> Resolve(const TenantRegistry& registry,
       if (tenant != nullptr) return tenant;
     }
     return absl::UnauthenticatedError("unknown bearer token");
+  }
+  if (credentials.peer_uid >= 0) {
+    TenantPtr tenant = registry.ByUid(static_cast<uint32_t>(credentials.peer_uid));
+    if (tenant != nullptr) return tenant;
+    return absl::UnauthenticatedError(
+        absl::StrCat("uid ", credentials.peer_uid, " is not in any tenant's uids"));
   }
   for (const std::string& cn : credentials.cert_names) {
     TenantPtr tenant = registry.ByCertName(cn);

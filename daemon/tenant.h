@@ -1,7 +1,8 @@
 // The tenant of a call. It comes from the call's credentials, never from a
 // request field: its own "authorization: Bearer" metadata (calls of several
-// tenants may share one connection), else the connection's verified client
-// certificate. The TenantAuthProcessor (daemon/auth/auth_processor.h) has
+// tenants may share one connection), else the uid of a connection to the
+// peer socket (SO_PEERCRED, mapped by the tenants' `uids`), else the
+// connection's verified client certificate. The TenantAuthProcessor (daemon/auth/auth_processor.h) has
 // already refused calls without either before any handler runs.
 //
 //   absl::StatusOr<TenantPtr> caller = CallerOf(*runtime->tenants(), ctx);
@@ -38,7 +39,15 @@ struct CallCredentials {
   bool has_authorization = false;
   std::string authorization;  // the header's value, "Bearer <token>"
   std::vector<std::string> cert_names;
+  // The connection's uid (SO_PEERCRED) when it came through
+  // auth.peer_socket_path (daemon/auth/peer_server.h); -1 otherwise.
+  int64_t peer_uid = -1;
 };
+
+// The metadata key the peer socket's servers set to the connection's uid.
+// A client never sets it: the peer servers overwrite it, and the token
+// processor of the other listeners refuses a call that carries it.
+inline constexpr char kPeerUidKey[] = "kvtier-peer-uid";
 CallCredentials CredentialsOf(const grpc::CallbackServerContext* ctx);
 // The tenant `credentials` belong to in `registry` now; UNAUTHENTICATED when
 // none (authentication off: "default").

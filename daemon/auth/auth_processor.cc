@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
+#include "daemon/tenant.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -17,6 +18,11 @@ grpc::Status TenantAuthProcessor::Process(const InputMetadata& auth_metadata,
                                           OutputMetadata* consumed_auth_metadata,
                                           OutputMetadata* /*response_metadata*/) {
   TenantPtr tenant;
+  if (auth_metadata.find(kPeerUidKey) != auth_metadata.end()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        std::string(kPeerUidKey) + " metadata is set by the daemon, never by a "
+                        "client");
+  }
   auto it = auth_metadata.find("authorization");
   if (it != auth_metadata.end()) {
     const absl::string_view value(it->second.data(), it->second.size());

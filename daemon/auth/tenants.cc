@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -103,6 +104,7 @@ absl::StatusOr<std::shared_ptr<const TenantRegistry::Table>> TenantRegistry::Par
     if (e == nullptr) return Bad(path, i, "not a table");
     auto t = std::make_shared<Tenant>();
     std::vector<std::string> hashes, names;
+    std::vector<uint32_t> uids;
     for (const auto& [key, node] : *e) {
       const std::string k(key.str());
       if (k == "name") {
@@ -128,6 +130,16 @@ absl::StatusOr<std::shared_ptr<const TenantRegistry::Table>> TenantRegistry::Par
           }
           (k == "token_sha256" ? hashes : names).push_back(s);
         }
+      } else if (k == "uids") {
+        const toml::array* a = node.as_array();
+        if (a == nullptr) return Bad(path, i, "uids must be a list of integers");
+        for (const auto& v : *a) {
+          const std::optional<int64_t> uid = v.value<int64_t>();
+          if (!v.is_integer() || !uid || *uid < 0 || *uid >= 0xFFFFFFFFll) {
+            return Bad(path, i, "uids entries are integers in [0, 4294967294]");
+          }
+          uids.push_back(static_cast<uint32_t>(*uid));
+        }
       } else if (k == "quotas") {
         if (!node.is_table()) return Bad(path, i, "quotas must be a table");
         if (absl::Status st = ParseQuotas(*node.as_table(), &t->quotas); !st.ok()) {
@@ -138,8 +150,9 @@ absl::StatusOr<std::shared_ptr<const TenantRegistry::Table>> TenantRegistry::Par
       }
     }
     if (t->name.empty()) return Bad(path, i, "name is required");
-    if (hashes.empty() && names.empty()) {
-      return Bad(path, i, "needs token_sha256 or cert_names (else it cannot authenticate)");
+    if (hashes.empty() && names.empty() && uids.empty()) {
+      return Bad(path, i,
+                 "needs token_sha256, cert_names or uids (else it cannot authenticate)");
     }
     if (!table->by_name.emplace(t->name, t).second) {
       return Bad(path, i, absl::StrCat("tenant \"", t->name, "\" is listed twice"));
@@ -152,6 +165,11 @@ absl::StatusOr<std::shared_ptr<const TenantRegistry::Table>> TenantRegistry::Par
     for (const std::string& n : names) {
       if (!table->by_cert_name.emplace(n, t).second) {
         return Bad(path, i, absl::StrCat("cert name \"", n, "\" is listed under two tenants"));
+      }
+    }
+    for (uint32_t uid : uids) {
+      if (!table->by_uid.emplace(uid, t).second) {
+        return Bad(path, i, absl::StrCat("uid ", uid, " is listed under two tenants"));
       }
     }
   }
@@ -183,6 +201,13 @@ TenantPtr TenantRegistry::ByToken(absl::string_view token) const {
   absl::MutexLock lock(&mu_);
   auto it = table_->by_token_hash.find(hash);
   return it == table_->by_token_hash.end() ? nullptr : it->second;
+}
+
+TenantPtr TenantRegistry::ByUid(uint32_t uid) const {
+  if (!enabled()) return nullptr;
+  absl::MutexLock lock(&mu_);
+  auto it = table_->by_uid.find(uid);
+  return it == table_->by_uid.end() ? nullptr : it->second;
 }
 
 TenantPtr TenantRegistry::ByCertName(absl::string_view common_name) const {

@@ -11,6 +11,7 @@
 //   role = "data"               # "data" (KvTier service) or "admin" (both)
 //   token_sha256 = ["9f86..."]  # SHA-256 (hex) of each bearer token
 //   cert_names = ["engine-a"]   # optional: mTLS client-certificate CNs
+//   uids = [1001]               # optional: local users on auth.peer_socket_path
 //   [tenants.quotas]            # optional; 0 or absent = no quota
 //   device_bytes = "256MiB"     # its device arena (pinned blocks live here)
 //   pinned_bytes = "128MiB"     # blocks pinned by its leases at once
@@ -92,6 +93,8 @@ class TenantRegistry {
   TenantPtr ByToken(absl::string_view token) const;
   // The tenant a verified client certificate's common name maps to.
   TenantPtr ByCertName(absl::string_view common_name) const;
+  // The tenant whose `uids` list a local user (SO_PEERCRED) is in.
+  TenantPtr ByUid(uint32_t uid) const;
   TenantPtr ByName(absl::string_view name) const;
   std::vector<TenantPtr> All() const;
 
@@ -100,6 +103,7 @@ class TenantRegistry {
     absl::flat_hash_map<std::string, TenantPtr> by_name;
     absl::flat_hash_map<std::string, TenantPtr> by_token_hash;
     absl::flat_hash_map<std::string, TenantPtr> by_cert_name;
+    absl::flat_hash_map<uint32_t, TenantPtr> by_uid;
   };
   static absl::StatusOr<std::shared_ptr<const Table>> Parse(const std::string& path);
 
