@@ -46,6 +46,7 @@ struct Config {
     std::string fd_socket_path;  // resolved: never empty after Load()
     uint64_t tenant_arena_bytes = 0;
     uint64_t tenant_staging_bytes = 0;
+    uint64_t tenant_max_leases = 0;  // per tenant without a leases quota; 0 = none
   } auth;
   struct Log {
     std::string level;

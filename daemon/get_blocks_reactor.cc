@@ -102,8 +102,9 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
                                                      " exceeds leases.max_ttl_ms = ",
                                                      runtime_->config().leases.max_ttl_ms));
     }
-    if (auto profile = runtime_->store()->GetProfile(request_.profile_id()); !profile.ok()) {
-      return absl::InvalidArgumentError(std::string(profile.status().message()));
+    if (auto profile = ProfileOf(runtime_->store(), tenant_, request_.profile_id());
+        !profile.ok()) {
+      return profile.status();
     }
     return absl::OkStatus();
   }

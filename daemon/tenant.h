@@ -13,7 +13,7 @@
 // table (removed by a reload since the processor ran) is UNAUTHENTICATED:
 // callers fail closed.
 //
-// Thread safety: both functions are thread-safe.
+// Thread safety: every function is thread-safe.
 #ifndef KVTIER_DAEMON_TENANT_H_
 #define KVTIER_DAEMON_TENANT_H_
 
@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/auth/tenants.h"
+#include "storage/store/block_store.h"
 
 namespace kvtier::daemon {
 
@@ -30,6 +31,14 @@ absl::StatusOr<TenantPtr> CallerOf(const TenantRegistry& registry,
 // CallerOf, and PERMISSION_DENIED unless the caller has the admin role.
 absl::StatusOr<TenantPtr> AdminCallerOf(const TenantRegistry& registry,
                                         const grpc::CallbackServerContext* ctx);
+
+// The profile profile_id of `tenant`, for every RPC that names one:
+// INVALID_ARGUMENT naming profile_id when it is 0 (the field is missing);
+// NOT_FOUND "profile_id: N is not registered" for any other id that is not
+// one of the tenant's profiles, another tenant's included: the same words,
+// so that ids reveal nothing of other tenants.
+absl::StatusOr<ModelProfile> ProfileOf(BlockStore* store, const std::string& tenant,
+                                       uint64_t profile_id);
 
 }  // namespace kvtier::daemon
 
