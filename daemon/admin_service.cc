@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/convert.h"
@@ -10,6 +12,8 @@
 #include "daemon/reactors.h"
 #include "daemon/tenant.h"
 #include "daemon/version.h"
+#include "storage/common/client_text.h"
+#include "storage/common/limits.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -62,7 +66,8 @@ void AdminService::AddTenantStats(v1::StatsResponse* resp) {
         {"staging_bytes", q.staging_bytes}, {"staging_slots", q.staging_slots},
         {"contexts", q.contexts},           {"blocks_per_context", q.blocks_per_context},
         {"host_bytes", q.host_bytes},       {"nvme_bytes", q.nvme_bytes},
-        {"retained_bytes", q.retained_bytes}, {"profiles", q.profiles}};
+        {"retained_bytes", q.retained_bytes}, {"profiles", q.profiles},
+        {"leases", runtime_->LeaseLimitOf(*t)}};
     for (const auto& [name, value] : quotas) {
       if (value != 0) (*ts->mutable_quotas())[name] = value;
     }
@@ -245,9 +250,10 @@ grpc::ServerUnaryReactor* AdminService::ListProfiles(grpc::CallbackServerContext
   if (auto caller = AdminCallerOf(runtime_->tenants(), ctx); !caller.ok()) {
     return Refuse(ctx, caller.status());
   }
-  std::map<uint64_t, std::pair<uint64_t, uint64_t>> counts;  // blocks, bytes
+  // (owner, profile_id) -> blocks, bytes
+  std::map<std::pair<std::string, uint64_t>, std::pair<uint64_t, uint64_t>> counts;
   runtime_->store()->ForEachBlock(0, [&](const BlockKey& key, const BlockLocation& loc) {
-    auto& c = counts[key.profile_id];
+    auto& c = counts[{key.tenant, key.profile_id}];
     ++c.first;
     c.second += loc.size_bytes;
   });
@@ -257,8 +263,9 @@ grpc::ServerUnaryReactor* AdminService::ListProfiles(grpc::CallbackServerContext
     *info->mutable_profile() = ToProto(p);
     info->set_block_size_bytes(BlockSizeBytes(p));
     info->set_owner(p.owner);
-    info->set_blocks(counts[p.profile_id].first);
-    info->set_bytes(counts[p.profile_id].second);
+    const auto& c = counts[{p.owner, p.profile_id}];
+    info->set_blocks(c.first);
+    info->set_bytes(c.second);
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -281,14 +288,20 @@ grpc::ServerUnaryReactor* AdminService::Evict(grpc::CallbackServerContext* ctx,
     return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat(
                            "tier: ", static_cast<int>(req->tier()), " is not a local tier")));
   }
-  if (auto profile = runtime_->store()->GetProfile(req->profile_id()); !profile.ok()) {
+  const std::string tenant = req->tenant().empty() ? "default" : req->tenant();
+  if (tenant.size() > kMaxTenantBytes) {
     return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat(
-                           "profile_id: ", req->profile_id(), " is not registered")));
+                           "tenant: ", ClientText(tenant), " is not a tenant name (at most ",
+                           kMaxTenantBytes, " bytes)")));
+  }
+  if (auto profile = runtime_->store()->GetProfile(tenant, req->profile_id()); !profile.ok()) {
+    return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat(
+                           "profile_id: ", req->profile_id(), " is not a profile of tenant \"",
+                           ClientText(tenant), "\"")));
   }
   const TierId tier = req->tier() == v1::TIER_DEVICE ? TierId::kDevice
                       : req->tier() == v1::TIER_HOST ? TierId::kHost
                                                       : TierId::kNvme;
-  const std::string tenant = req->tenant().empty() ? "default" : req->tenant();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   BlockingPool* pool = runtime_->blocking_pool();
   BlockStore* store = runtime_->store();

@@ -138,8 +138,8 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>,
           "blocks: more than ", kMaxPutResultsPerStream,
           " blocks in one PutBlocks stream; open another stream"));
     }
-    if (auto profile = runtime_->store()->GetProfile(request.profile_id); !profile.ok()) {
-      return absl::InvalidArgumentError(std::string(profile.status().message()));
+    if (auto profile = ProfileOf(runtime_->store(), tenant_, request.profile_id); !profile.ok()) {
+      return profile.status();
     }
     // The blocks are stored in parallel (server.put_parallelism); results
     // are reported in message order.

@@ -128,6 +128,7 @@ const std::vector<Field>& Fields() {
       KV_STR("auth.peer_socket_path", auth.peer_socket_path),
       KV_NUM("auth.tenant_arena_bytes", Kind::kSize, auth.tenant_arena_bytes),
       KV_NUM("auth.tenant_staging_bytes", Kind::kSize, auth.tenant_staging_bytes),
+      KV_NUM("auth.tenant_max_leases", Kind::kUint, auth.tenant_max_leases),
       KV_ENUM("log.level", log.level, "trace", "debug", "info", "warn", "error", "critical",
               "off"),
       KV_ENUM("log.format", log.format, "text", "json"),
@@ -532,6 +533,9 @@ absl::Status Validate(Config& c) {
   }
   if (c.auth.tenant_staging_bytes < 4096) {
     return Invalid("auth.tenant_staging_bytes", "must be >= 4KiB");
+  }
+  if (c.auth.tenant_max_leases > (1u << 24)) {
+    return Invalid("auth.tenant_max_leases", "must be at most 16777216 (0 = no limit)");
   }
   if (c.server.max_message_bytes < (64u << 10) || c.server.max_message_bytes > (1ull << 31) - 1) {
     return Invalid("server.max_message_bytes", "must be between 64KiB and 2GiB-1");

@@ -54,6 +54,7 @@ struct Config {
     std::string peer_socket_path;  // "" = off; SO_PEERCRED uid -> tenant
     uint64_t tenant_arena_bytes = 0;
     uint64_t tenant_staging_bytes = 0;
+    uint64_t tenant_max_leases = 0;  // per tenant without a leases quota; 0 = none
   } auth;
   struct Log {
     std::string level;

@@ -153,6 +153,19 @@ TEST_F(ConfigTest, FlattenListsEveryKey) {
   EXPECT_EQ(flat.at("tiers.device.capacity_bytes"), std::to_string(256ull << 20));
 }
 
+TEST_F(ConfigTest, TenantLeaseLimitHasADefaultAndABound) {
+  auto config = LoadConfig("", {});
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->auth.tenant_max_leases, 4096u);
+  EXPECT_EQ(config->Flatten().at("auth.tenant_max_leases"), "4096");
+  config = LoadConfig("", {"auth.tenant_max_leases=0"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->auth.tenant_max_leases, 0u);
+  auto bad = LoadConfig("", {"auth.tenant_max_leases=99999999"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("auth.tenant_max_leases"));
+}
+
 TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
   auto config = LoadConfig("", {});
   ASSERT_TRUE(config.ok());

@@ -13,8 +13,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/convert.h"
+#include "daemon/tenant.h"
 #include "index/summary_codec.h"
 #include "storage/catalog/records.h"
+#include "storage/common/client_text.h"
 #include "storage/common/status_macros.h"
 
 namespace kvtier::daemon {
@@ -59,7 +61,7 @@ absl::Status NotOpen(const char* field, uint64_t context_id) {
                                           " is not open (never opened, closed or expired)"));
 }
 
-std::string DescribeBlockId(absl::string_view id) { return absl::BytesToHexString(id); }
+std::string DescribeBlockId(absl::string_view id) { return ClientHex(id); }
 
 // ---- BlockIdList / Context -------------------------------------------------
 
@@ -293,7 +295,7 @@ absl::StatusOr<OpenedContext> ContextManager::Open(
         "lease_ttl_ms: ", lease_ttl_ms, " exceeds leases.max_ttl_ms = ", options_.max_ttl_ms));
   }
   const uint64_t ttl_ms = lease_ttl_ms == 0 ? options_.default_ttl_ms : lease_ttl_ms;
-  absl::StatusOr<ModelProfile> profile = store_->GetProfile(profile_id);
+  absl::StatusOr<ModelProfile> profile = ProfileOf(store_, tenant, profile_id);
   if (!profile.ok()) return profile.status();
 
   uint64_t id = 0;

@@ -208,7 +208,8 @@ class ContextManager {
 
   // Builds a context from segments of block ids (each 1..32 bytes).
   // INVALID_ARGUMENT naming the field: no blocks, too many blocks or
-  // segments, a bad id, lease_ttl_ms above max_ttl_ms. NOT_FOUND: profile_id.
+  // segments, a bad id, lease_ttl_ms above max_ttl_ms, profile_id 0.
+  // NOT_FOUND: profile_id is not one of the tenant's profiles (ProfileOf).
   // FAILED_PRECONDITION listing (up to 8 of) the blocks that are not stored
   // or have no key summary. RESOURCE_EXHAUSTED: max_contexts are open.
   // lease_ttl_ms 0 = default_ttl_ms.

@@ -212,8 +212,13 @@ TEST_F(ContextManagerTest, OpenNamesWhatIsWrong) {
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(st.message(),
               HasSubstr("segments[0].block_ids[1] = 6e616e (stored without a key summary)"));
-  // Another tenant's blocks are not this tenant's.
+  // Another tenant's profile is not this tenant's; under its own profile
+  // of the same definition, another tenant's blocks are not stored.
+  auto u_profile = store_->RegisterProfile(SmallProfile(), "u");
+  ASSERT_TRUE(u_profile.ok()) << u_profile.status();
   EXPECT_EQ(contexts_->Open("u", profile_.profile_id, {ids}, 0).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(contexts_->Open("u", u_profile->first.profile_id, {ids}, 0).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(contexts_->size(), 0u);
 }

@@ -223,8 +223,8 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
                                                      " exceeds leases.max_ttl_ms = ",
                                                      runtime_->config().leases.max_ttl_ms));
     }
-    auto profile = runtime_->store()->GetProfile(request_.profile_id());
-    if (!profile.ok()) return absl::InvalidArgumentError(std::string(profile.status().message()));
+    auto profile = ProfileOf(runtime_->store(), tenant_, request_.profile_id());
+    if (!profile.ok()) return profile.status();
     block_bytes_ = BlockSizeBytes(*profile);
     return absl::OkStatus();
   }

@@ -76,14 +76,14 @@ grpc::ServerUnaryReactor* KvTierService::RegisterProfile(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* KvTierService::GetProfile(grpc::CallbackServerContext* ctx,
                                                     const v1::GetProfileRequest* req,
                                                     v1::GetProfileResponse* resp) {
-  if (auto caller = CallerOf(runtime_->tenants(), ctx); !caller.ok()) {
-    return FinishUnary(ctx, caller.status());
-  }
-  auto profile = runtime_->store()->GetProfile(req->profile_id());
+  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
+  if (!caller.ok()) return FinishUnary(ctx, caller.status());
+  const std::string& tenant = (*caller)->name;
+  auto profile = ProfileOf(runtime_->store(), tenant, req->profile_id());
   if (!profile.ok()) return FinishUnary(ctx, profile.status());
   *resp->mutable_profile() = ToProto(*profile);
   resp->set_block_size_bytes(BlockSizeBytes(*profile));
-  index::HeadWeights weights = runtime_->summarizer()->HeadWeightsOf(req->profile_id());
+  index::HeadWeights weights = runtime_->summarizer()->HeadWeightsOf(tenant, req->profile_id());
   resp->mutable_head_weights()->Add(weights.weights.begin(), weights.weights.end());
   resp->set_head_weights_version(weights.version);
   return FinishUnary(ctx, grpc::Status::OK);
@@ -118,6 +118,9 @@ grpc::ServerUnaryReactor* KvTierService::ReserveSlots(grpc::CallbackServerContex
   absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
   if (!caller.ok()) return FinishUnary(ctx, caller.status());
   const std::string& tenant = (*caller)->name;
+  if (auto profile = ProfileOf(runtime_->store(), tenant, req->profile_id()); !profile.ok()) {
+    return FinishUnary(ctx, profile.status());
+  }
   auto slots = runtime_->store()->ReserveStaging(tenant, req->profile_id(), req->count(),
                                                  req->lease_ttl_ms());
   if (!slots.ok()) return FinishUnary(ctx, slots.status());
@@ -156,8 +159,8 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
   if (auto st = CheckBatch("block_ids", req->block_ids_size()); !st.ok()) {
     return FinishUnary(ctx, st);
   }
-  if (auto profile = runtime_->store()->GetProfile(req->profile_id()); !profile.ok()) {
-    return FinishUnary(ctx, absl::InvalidArgumentError(std::string(profile.status().message())));
+  if (auto profile = ProfileOf(runtime_->store(), tenant, req->profile_id()); !profile.ok()) {
+    return FinishUnary(ctx, profile.status());
   }
   for (const std::string& id : req->block_ids()) {
     if (auto st = ValidateBlockKey(BlockKey{tenant, req->profile_id(), id}); !st.ok()) {
@@ -321,9 +324,9 @@ grpc::ServerUnaryReactor* KvTierService::ListContextVersions(
     v1::ListContextVersionsResponse* resp) {
   absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
   if (!caller.ok()) return FinishUnary(ctx, caller.status());
-  if (auto profile = runtime_->store()->GetProfile(req->profile_id()); !profile.ok()) {
-    return FinishUnary(ctx, absl::NotFoundError(absl::StrCat("profile_id: ", req->profile_id(),
-                                                             " is not registered")));
+  if (auto profile = ProfileOf(runtime_->store(), (*caller)->name, req->profile_id());
+      !profile.ok()) {
+    return FinishUnary(ctx, profile.status());
   }
   auto versions =
       runtime_->compactor()->List((*caller)->name, req->profile_id(), req->context_key());

@@ -278,10 +278,16 @@ void Runtime::ApplyTenantQuotas() {
     limits.nvme_bytes = t->quotas.nvme_bytes;
     limits.retained_bytes = t->quotas.retained_bytes;
     limits.profiles = t->quotas.profiles;
+    limits.leases = LeaseLimitOf(*t);
     store_->SetTenantLimits(t->name, limits);
     contexts_->SetTenantLimits(t->name,
                                ContextLimits{t->quotas.contexts, t->quotas.blocks_per_context});
   }
+}
+
+uint64_t Runtime::LeaseLimitOf(const Tenant& tenant) const {
+  if (tenant.quotas.leases != 0) return tenant.quotas.leases;
+  return tenants_->enabled() ? config_.auth.tenant_max_leases : 0;
 }
 
 absl::Status Runtime::ReloadTenants() {

@@ -66,6 +66,9 @@ class Runtime {
   // Re-reads auth.tenants_file (SIGHUP) and applies the quotas to the store
   // and the context manager; on error nothing changes. Thread-safe.
   absl::Status ReloadTenants();
+  // The leases `tenant` may hold at once: its `leases` quota, else (with
+  // authentication on) auth.tenant_max_leases; 0 = no limit.
+  uint64_t LeaseLimitOf(const Tenant& tenant) const;
   // True when the reaper (which takes the store's and the contexts' locks
   // every kReaperPeriod) completed a round within `within`: what the
   // systemd watchdog ping vouches for.

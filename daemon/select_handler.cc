@@ -357,9 +357,16 @@ void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Ite
   // The placement policy learns what was chosen (NVMe-only blocks too)
   // before any room is made for it (mark_wanted: what BlockStore::MarkWanted
   // does, in the same pass; it matters for tiers.placement = stability).
+  // The new lease replaces the context's current one (Install releases
+  // it), so the tenant's leases limit never refuses a context's next step.
+  uint64_t replaces = 0;
+  {
+    absl::MutexLock lock(&ctx->mu);
+    replaces = ctx->lease_id();
+  }
   absl::StatusOr<uint64_t> lease =
       store->AcquireHandles(ctx->tenant(), keys, ctx->ttl_ms(), &handles,
-                            /*memory_only=*/true, /*mark_wanted=*/true, budget);
+                            /*memory_only=*/true, /*mark_wanted=*/true, budget, replaces);
   if (budget == &unlimited) promotion_.promoted_bytes += unlimited.promoted_bytes;
   if (!lease.ok()) {
     item->status = lease.status();

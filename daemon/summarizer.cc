@@ -24,7 +24,7 @@ Summarizer::ProfileState::ProfileState(const index::BlockLayout& layout)
 Summarizer::ProfileState* Summarizer::StateOf(const ModelProfile& profile,
                                               const index::BlockLayout& layout) {
   absl::MutexLock lock(&mu_);
-  std::unique_ptr<ProfileState>& state = profiles_[profile.profile_id];
+  std::unique_ptr<ProfileState>& state = profiles_[{profile.owner, profile.profile_id}];
   if (state == nullptr) {
     state = std::make_unique<ProfileState>(layout);
     // Validated when the profile was registered; a calibration that no
@@ -86,11 +86,11 @@ absl::StatusOr<std::string> Summarizer::Summarize(const ModelProfile& profile,
   return encoded;
 }
 
-index::HeadWeights Summarizer::HeadWeightsOf(uint64_t profile_id) const {
+index::HeadWeights Summarizer::HeadWeightsOf(const std::string& tenant, uint64_t profile_id) const {
   ProfileState* state = nullptr;
   {
     absl::MutexLock lock(&mu_);
-    auto it = profiles_.find(profile_id);
+    auto it = profiles_.find(std::make_pair(tenant, profile_id));
     if (it == profiles_.end()) return index::HeadWeights{};
     state = it->second.get();
   }

@@ -5,7 +5,9 @@
 // KV heads) from the payload in the profile's layout
 // ([layer][k|v][kv_head][token][dim]) and encodes them with
 // index/summary_codec.h. It also keeps every profile's running head-variance
-// statistics and derives versioned head weights from them.
+// statistics and derives versioned head weights from them, per profile of
+// each tenant (ModelProfile::owner + profile_id): one tenant's puts never
+// move another's weights.
 //
 // Head weights: until a profile has head_weights_min_blocks blocks its
 // weighted v_b uses uniform weights (version 0, equal to v_b) and
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -65,9 +68,10 @@ class Summarizer {
     return without_summary_.load(std::memory_order_relaxed);
   }
 
-  // The profile's current head weights ([layer][kv_head], mean 1); version
-  // 0 and no weights before the first estimate.
-  index::HeadWeights HeadWeightsOf(uint64_t profile_id) const;
+  // The current head weights ([layer][kv_head], mean 1) of `tenant`'s
+  // profile profile_id; version 0 and no weights before the first estimate
+  // (and for a profile that is not the tenant's).
+  index::HeadWeights HeadWeightsOf(const std::string& tenant, uint64_t profile_id) const;
 
  private:
   struct ProfileState {
@@ -87,7 +91,9 @@ class Summarizer {
   const SummarizerOptions options_;
   std::atomic<uint64_t> without_summary_{0};
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, std::unique_ptr<ProfileState>> profiles_ ABSL_GUARDED_BY(mu_);
+  // By (owner, profile_id).
+  absl::flat_hash_map<std::pair<std::string, uint64_t>, std::unique_ptr<ProfileState>> profiles_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::daemon

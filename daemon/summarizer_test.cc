@@ -18,6 +18,7 @@ namespace {
 ModelProfile Profile(KvDtype dtype = KvDtype::kFp16) {
   ModelProfile p;
   p.profile_id = 7;
+  p.owner = "t";
   p.name = "test";
   p.layers = 2;
   p.kv_heads = 2;
@@ -64,11 +65,11 @@ TEST(SummarizerTest, HeadWeightsAreEstimatedAfterMinBlocksAndFavourVariedHeads) 
     auto p = testutil::MakeBlockPayload(LayoutOf(profile), 10 + i, scale);
     ASSERT_TRUE(summarizer.Summarize(profile, Bytes(p.bytes)).ok());
   }
-  EXPECT_EQ(summarizer.HeadWeightsOf(profile.profile_id).version, 0u);
-  EXPECT_TRUE(summarizer.HeadWeightsOf(profile.profile_id).weights.empty());
+  EXPECT_EQ(summarizer.HeadWeightsOf("t", profile.profile_id).version, 0u);
+  EXPECT_TRUE(summarizer.HeadWeightsOf("t", profile.profile_id).weights.empty());
   auto p = testutil::MakeBlockPayload(LayoutOf(profile), 13, scale);
   ASSERT_TRUE(summarizer.Summarize(profile, Bytes(p.bytes)).ok());
-  index::HeadWeights w = summarizer.HeadWeightsOf(profile.profile_id);
+  index::HeadWeights w = summarizer.HeadWeightsOf("t", profile.profile_id);
   EXPECT_EQ(w.version, 1u);
   ASSERT_EQ(w.weights.size(), 4u);
   EXPECT_GT(w.weights[1], 2.0f);
@@ -78,7 +79,16 @@ TEST(SummarizerTest, HeadWeightsAreEstimatedAfterMinBlocksAndFavourVariedHeads) 
   auto blob = summarizer.Summarize(profile, Bytes(p.bytes));
   ASSERT_TRUE(blob.ok());
   EXPECT_EQ(index::DecodeSummary(*blob)->weights_version, 1u);
-  EXPECT_EQ(summarizer.HeadWeightsOf(999).version, 0u);
+  EXPECT_EQ(summarizer.HeadWeightsOf("t", 999).version, 0u);
+  // Another tenant's profile under the same id has weights of its own.
+  EXPECT_EQ(summarizer.HeadWeightsOf("u", profile.profile_id).version, 0u);
+  ModelProfile theirs = profile;
+  theirs.owner = "u";
+  auto q = testutil::MakeBlockPayload(LayoutOf(theirs), 15, scale);
+  blob = summarizer.Summarize(theirs, Bytes(q.bytes));
+  ASSERT_TRUE(blob.ok());
+  EXPECT_EQ(index::DecodeSummary(*blob)->weights_version, 0u);
+  EXPECT_EQ(summarizer.HeadWeightsOf("t", profile.profile_id).version, 1u);
 }
 
 TEST(SummarizerTest, ConcurrentPutsReestimateAtEachDoubling) {
@@ -97,7 +107,7 @@ TEST(SummarizerTest, ConcurrentPutsReestimateAtEachDoubling) {
   }
   for (auto& t : threads) t.join();
   // 200 blocks: estimates at 4, 8, 16, 32, 64 and 128.
-  EXPECT_EQ(summarizer.HeadWeightsOf(profile.profile_id).version, 6u);
+  EXPECT_EQ(summarizer.HeadWeightsOf("t", profile.profile_id).version, 6u);
 }
 
 TEST(SummarizerTest, NonFiniteKeysStoreTheBlockWithoutSummary) {
@@ -113,7 +123,7 @@ TEST(SummarizerTest, NonFiniteKeysStoreTheBlockWithoutSummary) {
   EXPECT_TRUE(blob->empty());
   EXPECT_EQ(summarizer.blocks_without_summary(), 1u);
   // It did not count towards the head statistics.
-  EXPECT_EQ(summarizer.HeadWeightsOf(profile.profile_id).version, 0u);
+  EXPECT_EQ(summarizer.HeadWeightsOf("t", profile.profile_id).version, 0u);
   // A value (NaN) in V does not matter.
   p = testutil::MakeBlockPayload(LayoutOf(profile), 2, {});
   const size_t v_offset = size_t{2} * 4 * 8 * 4;  // layer 0: K of 2 heads, then V
@@ -121,7 +131,7 @@ TEST(SummarizerTest, NonFiniteKeysStoreTheBlockWithoutSummary) {
   blob = summarizer.Summarize(profile, Bytes(p.bytes));
   ASSERT_TRUE(blob.ok());
   EXPECT_FALSE(blob->empty());
-  EXPECT_EQ(summarizer.HeadWeightsOf(profile.profile_id).version, 1u);
+  EXPECT_EQ(summarizer.HeadWeightsOf("t", profile.profile_id).version, 1u);
 }
 
 TEST(SummarizerTest, ValuesBeyondFp16AreKeptInFp32) {

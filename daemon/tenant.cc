@@ -80,4 +80,12 @@ absl::StatusOr<TenantPtr> AdminCallerOf(const TenantRegistry& registry,
   return caller;
 }
 
+absl::StatusOr<ModelProfile> ProfileOf(BlockStore* store, const std::string& tenant,
+                                       uint64_t profile_id) {
+  if (profile_id == 0) {
+    return absl::InvalidArgumentError("profile_id: 0 (required: the id RegisterProfile returned)");
+  }
+  return store->GetProfile(tenant, profile_id);
+}
+
 }  // namespace kvtier::daemon

@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/auth/tenants.h"
+#include "storage/store/block_store.h"
 
 namespace kvtier::daemon {
 
@@ -57,6 +58,14 @@ absl::StatusOr<TenantPtr> Resolve(const TenantRegistry& registry,
 // CallerOf, and PERMISSION_DENIED unless the caller has the admin role.
 absl::StatusOr<TenantPtr> AdminCallerOf(const TenantRegistry& registry,
                                         const grpc::CallbackServerContext* ctx);
+
+// The profile profile_id of `tenant`, for every RPC that names one:
+// INVALID_ARGUMENT naming profile_id when it is 0 (the field is missing);
+// NOT_FOUND "profile_id: N is not registered" for any other id that is not
+// one of the tenant's profiles, another tenant's included: the same words,
+// so that ids reveal nothing of other tenants.
+absl::StatusOr<ModelProfile> ProfileOf(BlockStore* store, const std::string& tenant,
+                                       uint64_t profile_id);
 
 }  // namespace kvtier::daemon
 

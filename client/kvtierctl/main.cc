@@ -183,11 +183,12 @@ int main(int argc, char** argv) {
   add_cmd->add_option("name", add.name, "Tenant name: 1..64 bytes of [A-Za-z0-9._-]")->required();
   add_cmd->add_option("--file", add.file, "The tenants file (created 0600 if absent)")->required();
   add_cmd->add_option("--role", add.role, "data (KvTier service) or admin (both services)");
-  add_cmd->add_option("--quota", add.quotas,
-                      "key=value, repeatable: device_bytes pinned_bytes staging_bytes "
-                      "host_bytes nvme_bytes retained_bytes (sizes: 4096, 64MiB) "
-                      "staging_slots contexts "
-                      "blocks_per_context profiles (counts)")
+  add_cmd
+      ->add_option("--quota", add.quotas,
+                   "key=value, repeatable: device_bytes pinned_bytes staging_bytes "
+                   "host_bytes nvme_bytes retained_bytes (sizes: 4096, 64MiB) "
+                   "leases staging_slots contexts "
+                   "blocks_per_context profiles (counts)")
       ->allow_extra_args(false);
   add_cmd->add_option("--cert-name", add.cert_names,
                       "mTLS client-certificate common name, repeatable")

@@ -39,10 +39,10 @@ inline constexpr size_t kMaxCertNameBytes = 256;
 
 // Every quota the daemon knows, as in daemon/auth/tenants.h TenantQuotas.
 // Keys ending in "_bytes" take a size (4096 or "64MiB"); the others a count.
-inline constexpr const char* kQuotaKeys[] = {"device_bytes",  "pinned_bytes", "staging_bytes",
-                                             "staging_slots", "contexts",     "blocks_per_context",
-                                             "host_bytes",    "nvme_bytes",   "retained_bytes",
-                                             "profiles"};
+inline constexpr const char* kQuotaKeys[] = {"device_bytes",       "pinned_bytes",  "leases",
+                                             "staging_bytes",      "staging_slots", "contexts",
+                                             "blocks_per_context", "host_bytes",    "nvme_bytes",
+                                             "retained_bytes",     "profiles"};
 
 struct Quota {
   std::string key;

@@ -40,6 +40,7 @@ absl::Status ParseQuotas(const toml::table& t, TenantQuotas* q) {
   static const Field kFields[] = {
       {"device_bytes", &TenantQuotas::device_bytes},
       {"pinned_bytes", &TenantQuotas::pinned_bytes},
+      {"leases", &TenantQuotas::leases},
       {"staging_bytes", &TenantQuotas::staging_bytes},
       {"staging_slots", &TenantQuotas::staging_slots},
       {"contexts", &TenantQuotas::contexts},

@@ -15,6 +15,7 @@
 //   [tenants.quotas]            # optional; 0 or absent = no quota
 //   device_bytes = "256MiB"     # its device arena (pinned blocks live here)
 //   pinned_bytes = "128MiB"     # blocks pinned by its leases at once
+//   leases = 1024               # leases held at once (else auth.tenant_max_leases)
 //   staging_bytes = "64MiB"     # its staging area for zero-copy puts
 //   staging_slots = 64          # staging slots reserved at once
 //   contexts = 256              # open contexts
@@ -26,7 +27,8 @@
 //
 // Tokens are stored hashed; `kvtierctl tenants add` writes an entry and
 // prints the token once. Without auth.tenants_file authentication is off:
-// every caller is the tenant "default" with the admin role and no quotas.
+// every caller is the tenant "default" with the admin role and no quotas
+// (auth.tenant_max_leases does not apply either).
 //
 // Thread safety: a TenantRegistry may be used from any thread; Reload swaps
 // the whole table atomically (calls in flight keep the tenant they had).
@@ -56,6 +58,7 @@ enum class Role : uint8_t { kData = 0, kAdmin = 1 };
 struct TenantQuotas {
   uint64_t device_bytes = 0;
   uint64_t pinned_bytes = 0;
+  uint64_t leases = 0;  // 0: the daemon's auth.tenant_max_leases
   uint64_t staging_bytes = 0;
   uint64_t staging_slots = 0;
   uint64_t contexts = 0;

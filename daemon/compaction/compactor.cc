@@ -11,12 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/compaction/head_codec.h"
 #include "index/selkv.h"
+#include "storage/common/client_text.h"
 #include "storage/common/status_macros.h"
 
 namespace kvtier::daemon {
 namespace {
 
-std::string Hex(const std::string& id) { return absl::BytesToHexString(id); }
+// Ids and keys a client sent, cut (a context_key is not length-checked).
+std::string Hex(const std::string& id) { return ClientHex(id); }
 
 void AppendBe64(std::string* out, uint64_t v) {
   for (int i = 7; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));

@@ -1,6 +1,8 @@
 #include "storage/catalog/catalog.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,8 @@
 #include "rocksdb/write_buffer_manager.h"
 #include "storage/catalog/record_format.h"
 #include "storage/catalog/rocksdb_status.h"
+#include "storage/common/client_text.h"
+#include "storage/common/random_id.h"
 #include "storage/common/status_macros.h"
 
 namespace kvtier {
@@ -224,6 +228,7 @@ absl::Status Catalog::CheckFormatVersion() {
   }
   if (!stored.ok()) return stored.status();
   KVTIER_ASSIGN_OR_RETURN(uint32_t version, fmt::DecodeU32(*stored, "format version"));
+  if (version == 1) return MigrateFromFormat1();
   if (version != fmt::kCatalogFormatVersion) {
     return absl::FailedPreconditionError(absl::StrCat(
         "catalog format version ", version, " is not ", fmt::kCatalogFormatVersion));
@@ -405,29 +410,65 @@ absl::StatusOr<CatalogScanStats> Catalog::ForEachBlockOf(absl::string_view tenan
 
 // ---- Profiles ----------------------------------------------------------------
 
+namespace {
+
+absl::Status CheckScope(absl::string_view tenant) {
+  if (tenant.size() > kMaxTenantBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant has ", tenant.size(), " bytes; at most ", kMaxTenantBytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Catalog::ForEachEntry(
+    Family family, absl::string_view prefix,
+    const std::function<void(absl::string_view key, absl::string_view value)>& fn) const {
+  const std::string lower(prefix);
+  const std::string upper = fmt::PrefixSuccessor(prefix);
+  rocksdb::ReadOptions read_options;
+  read_options.fill_cache = false;
+  rocksdb::Slice upper_slice(upper);
+  if (!upper.empty()) read_options.iterate_upper_bound = &upper_slice;
+  absl::ReaderMutexLock lock(&db_mu_);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, handles_.get()->*family));
+  for (it->Seek(lower); it->Valid(); it->Next()) {
+    fn(absl::string_view(it->key().data(), it->key().size()),
+       absl::string_view(it->value().data(), it->value().size()));
+  }
+  return RocksToStatus(it->status(), "scan catalog");
+}
+
+absl::StatusOr<bool> Catalog::ProfileIdTaken(uint64_t profile_id) const {
+  bool taken = false;
+  KVTIER_RETURN_IF_ERROR(ForEachEntry(&Handles::profiles, fmt::ProfileIdPrefix(profile_id),
+                                      [&](absl::string_view, absl::string_view) { taken = true; }));
+  return taken;
+}
+
 absl::StatusOr<RegisteredProfile> Catalog::RegisterProfile(const ModelProfile& profile) {
   KVTIER_RETURN_IF_ERROR(ValidateProfile(profile));
+  const std::string& tenant = profile.owner;
   absl::MutexLock lock(&profile_mu_);
-  absl::StatusOr<ModelProfile> existing = FindProfile(profile.name, profile.revision);
+  absl::StatusOr<ModelProfile> existing = FindProfile(tenant, profile.name, profile.revision);
   if (existing.ok()) {
     if (!SameDefinition(*existing, profile)) {
       return absl::AlreadyExistsError(absl::StrCat(
-          "profile \"", profile.name, "\" revision \"", profile.revision,
+          "profile \"", ClientText(profile.name), "\" revision \"", ClientText(profile.revision),
           "\" is registered with a different shape (id ", existing->profile_id, ")"));
     }
     return RegisteredProfile{*std::move(existing), false};
   }
   if (!absl::IsNotFound(existing.status())) return existing.status();
 
-  uint64_t id = 1;
-  auto next = GetRaw(&Handles::meta, fmt::kNextProfileIdKey, "next profile id");
-  if (next.ok()) {
-    KVTIER_ASSIGN_OR_RETURN(id, fmt::DecodeU64(*next, "next profile id"));
-    if (id == 0 || id == UINT64_MAX) {
-      return absl::DataLossError(absl::StrCat("corrupt catalog next profile id ", id));
-    }
-  } else if (!absl::IsNotFound(next.status())) {
-    return next.status();
+  // Random ids: one tenant's ids say nothing of another's (how many
+  // profiles exist, when they were registered).
+  uint64_t id = 0;
+  while (true) {
+    id = RandomId();
+    KVTIER_ASSIGN_OR_RETURN(bool taken, ProfileIdTaken(id));
+    if (!taken) break;
   }
   RegisteredProfile registered{profile, true};
   registered.profile.profile_id = id;
@@ -436,67 +477,72 @@ absl::StatusOr<RegisteredProfile> Catalog::RegisterProfile(const ModelProfile& p
   KVTIER_RETURN_IF_ERROR(Commit(
       sync,
       [&](const Handles& handles, rocksdb::WriteBatch* wb) {
-        rocksdb::Status s = wb->Put(handles.profiles, fmt::EncodeProfileIdKey(id),
+        rocksdb::Status s = wb->Put(handles.profiles, fmt::EncodeProfileKey(tenant, id),
                                     fmt::EncodeProfileRecord(registered.profile));
         if (s.ok()) {
           s = wb->Put(handles.profiles,
-                      fmt::EncodeProfileNameKey(profile.name, profile.revision),
+                      fmt::EncodeProfileNameKey(tenant, profile.name, profile.revision),
                       fmt::EncodeU64(id));
         }
-        if (s.ok()) s = wb->Put(handles.meta, fmt::kNextProfileIdKey, fmt::EncodeU64(id + 1));
         return RocksToStatus(s, "build profile batch");
       },
       "write profile"));
   return registered;
 }
 
-absl::StatusOr<ModelProfile> Catalog::GetProfile(uint64_t profile_id) const {
-  KVTIER_ASSIGN_OR_RETURN(
-      std::string value,
-      GetRaw(&Handles::profiles, fmt::EncodeProfileIdKey(profile_id),
-             absl::StrCat("profile ", profile_id)));
+absl::StatusOr<ModelProfile> Catalog::GetProfile(absl::string_view tenant,
+                                                 uint64_t profile_id) const {
+  KVTIER_RETURN_IF_ERROR(CheckScope(tenant));
+  KVTIER_ASSIGN_OR_RETURN(std::string value,
+                          GetRaw(&Handles::profiles, fmt::EncodeProfileKey(tenant, profile_id),
+                                 absl::StrCat("profile ", profile_id)));
   KVTIER_ASSIGN_OR_RETURN(ModelProfile profile, fmt::DecodeProfileRecord(value));
-  if (profile.profile_id != profile_id) {
+  if (profile.profile_id != profile_id || profile.owner != tenant) {
     return absl::DataLossError(absl::StrCat("corrupt catalog profile ", profile_id,
-                                            ": record names id ", profile.profile_id));
+                                            ": record names id ", profile.profile_id,
+                                            " of another tenant"));
   }
   return profile;
 }
 
-absl::StatusOr<ModelProfile> Catalog::FindProfile(absl::string_view name,
+absl::StatusOr<ModelProfile> Catalog::FindProfile(absl::string_view tenant, absl::string_view name,
                                                   absl::string_view revision) const {
+  KVTIER_RETURN_IF_ERROR(CheckScope(tenant));
   if (name.size() > kMaxProfileNameBytes || revision.size() > kMaxProfileRevisionBytes) {
     return absl::InvalidArgumentError("profile name or revision too long");
   }
   KVTIER_ASSIGN_OR_RETURN(
       std::string value,
-      GetRaw(&Handles::profiles, fmt::EncodeProfileNameKey(name, revision),
-             absl::StrCat("profile \"", name, "\" revision \"", revision, "\"")));
+      GetRaw(&Handles::profiles, fmt::EncodeProfileNameKey(tenant, name, revision),
+             absl::StrCat("profile \"", ClientText(name), "\" revision \"", ClientText(revision),
+                          "\"")));
   KVTIER_ASSIGN_OR_RETURN(uint64_t id, fmt::DecodeU64(value, "profile name index"));
-  KVTIER_ASSIGN_OR_RETURN(ModelProfile profile, GetProfile(id));
+  KVTIER_ASSIGN_OR_RETURN(ModelProfile profile, GetProfile(tenant, id));
   if (profile.name != name || profile.revision != revision) {
-    return absl::DataLossError(absl::StrCat("corrupt catalog profile name index for \"", name,
-                                            "\": points at profile ", id));
+    return absl::DataLossError(absl::StrCat("corrupt catalog profile name index for \"",
+                                            ClientText(name), "\": points at profile ", id));
   }
   return profile;
 }
 
 absl::StatusOr<std::vector<ModelProfile>> Catalog::ListProfiles() const {
-  const std::string lower(1, fmt::kProfileIdKeyTag);
-  const std::string upper = fmt::PrefixSuccessor(lower);
-  rocksdb::ReadOptions read_options;
-  rocksdb::Slice upper_slice(upper);
-  read_options.iterate_upper_bound = &upper_slice;
-  absl::ReaderMutexLock lock(&db_mu_);
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, handles_->profiles));
   std::vector<ModelProfile> profiles;
-  for (it->Seek(lower); it->Valid(); it->Next()) {
-    const rocksdb::Slice v = it->value();
-    KVTIER_ASSIGN_OR_RETURN(ModelProfile p,
-                            fmt::DecodeProfileRecord(absl::string_view(v.data(), v.size())));
-    profiles.push_back(std::move(p));
-  }
-  KVTIER_RETURN_IF_ERROR(RocksToStatus(it->status(), "list profiles"));
+  absl::Status decoded;
+  KVTIER_RETURN_IF_ERROR(ForEachEntry(
+      &Handles::profiles, std::string(1, fmt::kProfileKeyTag),
+      [&](absl::string_view key, absl::string_view value) {
+        if (!decoded.ok()) return;
+        absl::StatusOr<ModelProfile> p = fmt::DecodeProfileRecord(value);
+        if (p.ok() && fmt::EncodeProfileKey(p->owner, p->profile_id) != key) {
+          p = absl::DataLossError("corrupt catalog profile: key and record disagree");
+        }
+        if (!p.ok()) {
+          decoded = p.status();
+          return;
+        }
+        profiles.push_back(*std::move(p));
+      }));
+  KVTIER_RETURN_IF_ERROR(decoded);
   return profiles;
 }
 
@@ -553,6 +599,106 @@ absl::StatusOr<CatalogMemoryUsage> Catalog::MemoryUsage() const {
     usage.estimated_blocks = value;
   }
   return usage;
+}
+
+// ---- Format 1 -> 2: profiles per tenant ---------------------------------------
+//
+// Format 1 kept one namespace of profiles for every tenant: a name +
+// revision had one definition, ids were 1, 2, 3, ..., and any tenant could
+// store blocks under any id. Format 2 gives each profile to one tenant.
+// Block and context keys already carry (tenant, profile_id) and stay as
+// they are: each format-1 profile becomes, under the same id, a profile of
+// every tenant that used it: the tenant that registered it (its owner),
+// and every tenant with blocks or contexts under its id. A profile without
+// an owner (written before tenants existed) and unused goes to the tenant
+// "". Everything is written in one synced batch with the new format
+// version, so a crash leaves the catalog wholly in one format.
+
+absl::Status Catalog::MigrateFromFormat1() {
+  std::vector<ModelProfile> legacy;
+  std::vector<std::string> legacy_keys;
+  absl::Status decoded;
+  KVTIER_RETURN_IF_ERROR(ForEachEntry(
+      &Handles::profiles, std::string(1, fmt::kLegacyProfileIdKeyTag),
+      [&](absl::string_view key, absl::string_view value) {
+        legacy_keys.emplace_back(key);
+        absl::StatusOr<ModelProfile> p = fmt::DecodeProfileRecord(value);
+        if (!p.ok()) {
+          decoded.Update(p.status());
+          return;
+        }
+        legacy.push_back(*std::move(p));
+      }));
+  if (!decoded.ok()) {
+    return absl::Status(decoded.code(),
+                        absl::StrCat("migrating the catalog to format 2: ", decoded.message()));
+  }
+  KVTIER_RETURN_IF_ERROR(ForEachEntry(
+      &Handles::profiles, std::string(1, fmt::kLegacyProfileNameKeyTag),
+      [&](absl::string_view key, absl::string_view) { legacy_keys.emplace_back(key); }));
+
+  // Who used each profile: the tenants of block and context keys under its id.
+  std::map<uint64_t, std::set<std::string>> users;
+  for (const ModelProfile& p : legacy) {
+    users[p.profile_id];
+    if (!p.owner.empty()) users[p.profile_id].insert(p.owner);
+  }
+  auto note = [&](absl::string_view key, bool block) {
+    std::string tenant;
+    uint64_t profile_id = 0;
+    if (block) {
+      absl::StatusOr<BlockKey> k = fmt::DecodeBlockKey(key);
+      if (!k.ok()) return;  // dropped by the store's reconciliation at open
+      tenant = std::move(k->tenant);
+      profile_id = k->profile_id;
+    } else {
+      absl::StatusOr<ContextKey> k = fmt::DecodeContextKey(key);
+      if (!k.ok()) return;
+      tenant = std::move(k->tenant);
+      profile_id = k->profile_id;
+    }
+    auto it = users.find(profile_id);
+    if (it != users.end()) it->second.insert(std::move(tenant));
+  };
+  KVTIER_RETURN_IF_ERROR(ForEachEntry(
+      &Handles::blocks, "", [&](absl::string_view key, absl::string_view) { note(key, true); }));
+  KVTIER_RETURN_IF_ERROR(ForEachEntry(
+      &Handles::contexts, "", [&](absl::string_view key, absl::string_view) { note(key, false); }));
+
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  return Commit(
+      sync,
+      [&](const Handles& handles, rocksdb::WriteBatch* wb) {
+        rocksdb::Status s;
+        for (const ModelProfile& p : legacy) {
+          std::set<std::string> tenants = users[p.profile_id];
+          if (tenants.empty()) tenants.insert(p.owner);
+          for (const std::string& tenant : tenants) {
+            if (tenant.size() > kMaxTenantBytes) continue;  // no key could name it
+            ModelProfile theirs = p;
+            theirs.owner = tenant;
+            if (s.ok()) {
+              s = wb->Put(handles.profiles, fmt::EncodeProfileKey(tenant, p.profile_id),
+                          fmt::EncodeProfileRecord(theirs));
+            }
+            if (s.ok()) {
+              s = wb->Put(handles.profiles, fmt::EncodeProfileNameKey(tenant, p.name, p.revision),
+                          fmt::EncodeU64(p.profile_id));
+            }
+          }
+        }
+        for (const std::string& key : legacy_keys) {
+          if (s.ok()) s = wb->Delete(handles.profiles, key);
+        }
+        if (s.ok()) s = wb->Delete(handles.meta, fmt::kLegacyNextProfileIdKey);
+        if (s.ok()) {
+          s = wb->Put(handles.meta, fmt::kFormatVersionKey,
+                      fmt::EncodeU32(fmt::kCatalogFormatVersion));
+        }
+        return RocksToStatus(s, "build the catalog's format 2 migration");
+      },
+      "migrate the catalog to format 2");
 }
 
 }  // namespace kvtier

@@ -1,7 +1,13 @@
 // Catalog: the durable metadata store (RocksDB). It keeps, per tenant +
 // profile, each block's size, checksum, NVMe location, flags, timestamps
-// and v_b summary; the registered model profiles; and contexts. Byte
+// and v_b summary; every tenant's model profiles; and contexts. Byte
 // layouts: record_format.h.
+//
+// Profiles belong to one tenant each (ModelProfile::owner): names are per
+// tenant, and a tenant reads only its own profiles by id. Ids are random
+// (RandomId) and unique across tenants, except those a format-1 catalog
+// gave out: the migration at Open made each of those a profile, under the
+// same id, of every tenant that used it (catalog.cc, MigrateFromFormat1).
 //
 // The catalog stores facts; it does not decide them. The block store keeps
 // its rules: a put of different bytes under an existing id is refused by
@@ -134,7 +140,9 @@ struct CatalogMemoryUsage {
 
 class Catalog {
  public:
-  // Opens (or, with create_if_missing, creates) the catalog in dir.
+  // Opens (or, with create_if_missing, creates) the catalog in dir. A
+  // catalog of format 1 is migrated to the current format first (one
+  // synced write: a crash leaves it in one format or the other).
   // FAILED_PRECONDITION if dir holds a catalog of another format version;
   // INVALID_ARGUMENT naming the option for bad options; RocksDB errors
   // converted by RocksToStatus (e.g. the LOCK of a running daemon).
@@ -172,16 +180,19 @@ class Catalog {
                                                   const BlockVisitor& visitor) const;
 
   // ---- Profiles ---------------------------------------------------------
-  // Registers profile (profile_id ignored). Same name + revision and same
-  // definition: the existing id, created = false. Same name + revision with
-  // another shape: ALREADY_EXISTS. Otherwise a new id (1, 2, ...; never
-  // reused) is assigned and synced. Ids are stable across restarts.
+  // Registers profile for the tenant profile.owner (profile_id ignored).
+  // The tenant's profile of the same name + revision with the same
+  // definition: that one, created = false; with another shape:
+  // ALREADY_EXISTS. Other tenants' profiles play no part. Otherwise a new
+  // random id, never 0 and held by no tenant's profile, is assigned and
+  // synced. Ids are stable across restarts.
   absl::StatusOr<RegisteredProfile> RegisterProfile(const ModelProfile& profile);
-  // NOT_FOUND if unknown.
-  absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) const;
-  absl::StatusOr<ModelProfile> FindProfile(absl::string_view name,
+  // The tenant's profile; NOT_FOUND when the tenant has none under that id
+  // (whether or not another tenant has).
+  absl::StatusOr<ModelProfile> GetProfile(absl::string_view tenant, uint64_t profile_id) const;
+  absl::StatusOr<ModelProfile> FindProfile(absl::string_view tenant, absl::string_view name,
                                            absl::string_view revision) const;
-  // All profiles in id order.
+  // Every tenant's profiles, by id then tenant.
   absl::StatusOr<std::vector<ModelProfile>> ListProfiles() const;
 
   // ---- Contexts ---------------------------------------------------------
@@ -221,6 +232,14 @@ class Catalog {
   static absl::Status OpenDb(const std::string& dir, const CatalogOptions& options,
                              std::unique_ptr<rocksdb::DB>* db, std::unique_ptr<Handles>* handles);
   absl::Status CheckFormatVersion();
+  // Rewrites a format-1 catalog's profiles as format 2 and records the
+  // new format version, in one synced batch.
+  absl::Status MigrateFromFormat1();
+  // Calls fn(key, value) for every entry of family whose key starts with
+  // prefix, in key order, under a shared db_mu_ (fn must not write).
+  absl::Status ForEachEntry(
+      Family family, absl::string_view prefix,
+      const std::function<void(absl::string_view key, absl::string_view value)>& fn) const;
   absl::StatusOr<CatalogScanStats> Scan(const std::string& lower, const std::string& upper,
                                         const BlockVisitor& visitor) const;
   absl::StatusOr<std::string> GetRaw(Family family, const std::string& key,
@@ -248,6 +267,8 @@ class Catalog {
 
   // Serialises RegisterProfile (read name, allocate id, write).
   absl::Mutex profile_mu_;
+  // True when some tenant's profile has profile_id.
+  absl::StatusOr<bool> ProfileIdTaken(uint64_t profile_id) const;
 };
 
 }  // namespace kvtier

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -184,14 +185,15 @@ TEST_F(CatalogTest, ProfileIdsAreStableAndConflictsRefused) {
   auto a = catalog_->RegisterProfile(Profile("llama", 32));
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_TRUE(a->created);
-  EXPECT_EQ(a->profile.profile_id, 1u);
+  const uint64_t llama = a->profile.profile_id;
+  EXPECT_NE(llama, 0u);
 
   ModelProfile with_id = Profile("llama", 32);
   with_id.profile_id = 77;  // ignored on input
   auto again = catalog_->RegisterProfile(with_id);
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(again->created);
-  EXPECT_EQ(again->profile.profile_id, 1u);
+  EXPECT_EQ(again->profile.profile_id, llama);
 
   auto conflict = catalog_->RegisterProfile(Profile("llama", 40));
   EXPECT_EQ(conflict.status().code(), absl::StatusCode::kAlreadyExists) << conflict.status();
@@ -200,35 +202,70 @@ TEST_F(CatalogTest, ProfileIdsAreStableAndConflictsRefused) {
   next_rev.revision = "r2";
   auto b = catalog_->RegisterProfile(next_rev);
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->profile.profile_id, 2u);
+  const uint64_t r2 = b->profile.profile_id;
+  EXPECT_NE(r2, llama);
 
   Reopen();
   auto after = catalog_->RegisterProfile(Profile("llama", 32));
   ASSERT_TRUE(after.ok());
   EXPECT_FALSE(after->created);
-  EXPECT_EQ(after->profile.profile_id, 1u);
+  EXPECT_EQ(after->profile.profile_id, llama);
   auto c = catalog_->RegisterProfile(Profile("qwen", 28));
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(c->profile.profile_id, 3u);
+  const uint64_t qwen = c->profile.profile_id;
 
-  auto got = catalog_->GetProfile(2);
-  ASSERT_TRUE(got.ok());
+  auto got = catalog_->GetProfile("", r2);
+  ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->revision, "r2");
   EXPECT_EQ(got->layers, 40u);
-  EXPECT_EQ(catalog_->GetProfile(99).status().code(), absl::StatusCode::kNotFound);
-  auto found = catalog_->FindProfile("qwen", "r1");
+  EXPECT_EQ(catalog_->GetProfile("", r2 ^ 1).status().code(), absl::StatusCode::kNotFound);
+  auto found = catalog_->FindProfile("", "qwen", "r1");
   ASSERT_TRUE(found.ok());
-  EXPECT_EQ(found->profile_id, 3u);
-  EXPECT_EQ(catalog_->FindProfile("qwen", "r9").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(found->profile_id, qwen);
+  EXPECT_EQ(catalog_->FindProfile("", "qwen", "r9").status().code(), absl::StatusCode::kNotFound);
 
   auto all = catalog_->ListProfiles();
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 3u);
-  EXPECT_EQ((*all)[0].name, "llama");
-  EXPECT_EQ((*all)[2].profile_id, 3u);
+  for (size_t i = 1; i < all->size(); ++i) {
+    EXPECT_LT((*all)[i - 1].profile_id, (*all)[i].profile_id) << "listed by id";
+  }
 
   ModelProfile bad = Profile("x", 0);
   EXPECT_EQ(catalog_->RegisterProfile(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CatalogTest, ProfilesBelongToOneTenant) {
+  ModelProfile alices = Profile("llama", 1);  // registered first, another shape
+  alices.owner = "alice";
+  ModelProfile bobs = Profile("llama", 32);
+  bobs.owner = "bob";
+  auto a = catalog_->RegisterProfile(alices);
+  auto b = catalog_->RegisterProfile(bobs);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+  EXPECT_TRUE(b->created);
+  EXPECT_NE(a->profile.profile_id, b->profile.profile_id);
+  EXPECT_EQ(b->profile.owner, "bob");
+  // The same definition again is another tenant's profile, not Bob's.
+  ModelProfile carols = bobs;
+  carols.owner = "carol";
+  auto c = catalog_->RegisterProfile(carols);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->created);
+  EXPECT_NE(c->profile.profile_id, b->profile.profile_id);
+
+  Reopen();
+  EXPECT_EQ(catalog_->GetProfile("bob", b->profile.profile_id)->layers, 32u);
+  EXPECT_EQ(catalog_->GetProfile("alice", b->profile.profile_id).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(catalog_->FindProfile("alice", "llama", "r1")->layers, 1u);
+  EXPECT_EQ(catalog_->FindProfile("dave", "llama", "r1").status().code(),
+            absl::StatusCode::kNotFound);
+  auto all = catalog_->ListProfiles();
+  ASSERT_TRUE(all.ok());
+  std::set<std::string> owners;
+  for (const ModelProfile& p : *all) owners.insert(p.owner);
+  EXPECT_EQ(owners, (std::set<std::string>{"alice", "bob", "carol"}));
 }
 
 TEST_F(CatalogTest, ConcurrentRegistrationsAgreeOnOneId) {
@@ -242,8 +279,98 @@ TEST_F(CatalogTest, ConcurrentRegistrationsAgreeOnOneId) {
     });
   }
   for (auto& t : threads) t.join();
-  for (uint64_t id : ids) EXPECT_EQ(id, 1u);
+  EXPECT_NE(ids[0], 0u);
+  for (uint64_t id : ids) EXPECT_EQ(id, ids[0]);
   EXPECT_EQ(catalog_->ListProfiles()->size(), 1u);
+}
+
+// A catalog written by format 1 (one namespace of profiles, sequential
+// ids, any tenant's blocks under any id) opens as format 2 with every
+// tenant that used a profile holding it under the same id.
+TEST_F(CatalogTest, Format1CatalogIsMigrated) {
+  catalog_.reset();
+  fs::remove_all(dir_);
+  auto legacy_id_key = [](uint64_t id) {
+    std::string key(1, 'i');
+    for (int i = 7; i >= 0; --i) key.push_back(static_cast<char>((id >> (8 * i)) & 0xff));
+    return key;
+  };
+  auto legacy_name_key = [](const std::string& name, const std::string& revision) {
+    return std::string(1, 'n') + static_cast<char>(name.size()) + name +
+           static_cast<char>(revision.size()) + revision;
+  };
+  ModelProfile shared = Profile("llama", 32);  // Alice's, used by Bob and Carol too
+  shared.profile_id = 1;
+  shared.owner = "alice";
+  ModelProfile unowned = Profile("qwen", 28);  // before tenants, unused
+  unowned.profile_id = 2;
+  ModelProfile bobs = Profile("mistral", 32);
+  bobs.profile_id = 3;
+  bobs.owner = "bob";
+  {
+    std::vector<rocksdb::ColumnFamilyDescriptor> families;
+    for (const char* name : {"default", "blocks", "profiles", "contexts"}) {
+      families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    }
+    rocksdb::DBOptions options;
+    options.create_if_missing = true;
+    options.create_missing_column_families = true;
+    std::vector<rocksdb::ColumnFamilyHandle*> h;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(options, dir_.string(), families, &h, &db).ok());
+    namespace fmt = catalog_format;
+    rocksdb::WriteOptions w;
+    ASSERT_TRUE(db->Put(w, h[0], fmt::kFormatVersionKey, fmt::EncodeU32(1)).ok());
+    ASSERT_TRUE(db->Put(w, h[0], fmt::kLegacyNextProfileIdKey, fmt::EncodeU64(4)).ok());
+    for (const ModelProfile* p : {&shared, &unowned, &bobs}) {
+      ASSERT_TRUE(
+          db->Put(w, h[2], legacy_id_key(p->profile_id), fmt::EncodeProfileRecord(*p)).ok());
+      ASSERT_TRUE(
+          db->Put(w, h[2], legacy_name_key(p->name, p->revision), fmt::EncodeU64(p->profile_id))
+              .ok());
+    }
+    for (const BlockKey& key :
+         {BlockKey{"alice", 1, "a0"}, BlockKey{"bob", 1, "b0"}, BlockKey{"bob", 3, "b1"}}) {
+      ASSERT_TRUE(
+          db->Put(w, h[1], fmt::EncodeBlockKey(key), fmt::EncodeBlockRecord(Record(7))).ok());
+    }
+    ASSERT_TRUE(db->Put(w, h[3], fmt::EncodeContextKey({"carol", 1, "ctx"}),
+                        fmt::EncodeContextRecord({{{"c0"}}}))
+                    .ok());
+    for (auto* handle : h) ASSERT_TRUE(db->DestroyColumnFamilyHandle(handle).ok());
+    ASSERT_TRUE(db->Close().ok());
+    delete db;
+  }
+  for (int open = 0; open < 2; ++open) {  // the second open finds format 2
+    SCOPED_TRACE(open);
+    Reopen();
+    ASSERT_NE(catalog_, nullptr);
+    for (const char* tenant : {"alice", "bob", "carol"}) {
+      auto p = catalog_->GetProfile(tenant, 1);
+      ASSERT_TRUE(p.ok()) << tenant << ": " << p.status();
+      EXPECT_EQ(p->owner, tenant);
+      EXPECT_TRUE(SameDefinition(*p, shared));
+      auto by_name = catalog_->FindProfile(tenant, "llama", "r1");
+      ASSERT_TRUE(by_name.ok()) << by_name.status();
+      EXPECT_EQ(by_name->profile_id, 1u);
+    }
+    EXPECT_EQ(catalog_->GetProfile("dave", 1).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(catalog_->GetProfile("bob", 3)->name, "mistral");
+    EXPECT_EQ(catalog_->GetProfile("alice", 3).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(catalog_->GetProfile("", 2)->name, "qwen");
+    auto all = catalog_->ListProfiles();
+    ASSERT_TRUE(all.ok()) << all.status();
+    EXPECT_EQ(all->size(), 5u);  // llama x3, qwen, mistral
+    EXPECT_TRUE(catalog_->GetBlock({"bob", 1, "b0"}).ok());
+    EXPECT_TRUE(catalog_->GetContext({"carol", 1, "ctx"}).ok());
+  }
+  // New registrations get random ids beside the migrated ones.
+  ModelProfile newer = Profile("llama", 32);
+  newer.owner = "dave";
+  auto d = catalog_->RegisterProfile(newer);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_GT(d->profile.profile_id, 3u);
+  EXPECT_EQ(catalog_->ListProfiles()->size(), 6u);
 }
 
 TEST_F(CatalogTest, BatchIsAtomicAndSyncsWhenDurable) {
@@ -360,7 +487,8 @@ TEST_F(CatalogTest, DamagedMetaSstFailsOpenWithDataLoss) {
 }
 
 TEST_F(CatalogTest, OtherFormatVersionIsRefused) {
-  PutRaw("default", catalog_format::kFormatVersionKey, catalog_format::EncodeU32(2));
+  PutRaw("default", catalog_format::kFormatVersionKey,
+         catalog_format::EncodeU32(catalog_format::kCatalogFormatVersion + 1));
   auto opened = Catalog::Open(dir_.string(), SmallOptions());
   EXPECT_EQ(opened.status().code(), absl::StatusCode::kFailedPrecondition) << opened.status();
 }

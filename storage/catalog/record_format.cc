@@ -208,14 +208,22 @@ absl::StatusOr<BlockRecord> DecodeBlockRecord(absl::string_view bytes) {
   return record;
 }
 
-std::string EncodeProfileIdKey(uint64_t profile_id) {
-  std::string out(1, kProfileIdKeyTag);
+std::string ProfileIdPrefix(uint64_t profile_id) {
+  std::string out(1, kProfileKeyTag);
   PutU64Big(&out, profile_id);
   return out;
 }
 
-std::string EncodeProfileNameKey(absl::string_view name, absl::string_view revision) {
-  std::string out(1, 'n');
+std::string EncodeProfileKey(absl::string_view tenant, uint64_t profile_id) {
+  std::string out = ProfileIdPrefix(profile_id);
+  PutShortBytes(&out, tenant);
+  return out;
+}
+
+std::string EncodeProfileNameKey(absl::string_view tenant, absl::string_view name,
+                                 absl::string_view revision) {
+  std::string out(1, kProfileNameKeyTag);
+  PutShortBytes(&out, tenant);
   PutShortBytes(&out, name);
   PutShortBytes(&out, revision);
   return out;

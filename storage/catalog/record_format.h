@@ -8,7 +8,6 @@
 //
 // Column family "default" (meta):
 //   "format_version"   -> u32 kCatalogFormatVersion
-//   "next_profile_id"  -> u64 (the id RegisterProfile hands out next; >= 1)
 //
 // Column family "blocks":
 //   key   = u8 tenant_len | tenant | u64be profile_id | block_id (1..32)
@@ -25,10 +24,12 @@
 //         u32  check
 //   = 42 bytes (62 with an nvme location) + summary.
 //
-// Column family "profiles":
-//   key 'i' | u64be profile_id                  -> profile value
-//   key 'n' | u8 name_len | name | u8 rev_len | revision
-//                                               -> u64 profile_id (8 bytes)
+// Column family "profiles" (a profile belongs to one tenant, its owner;
+// "" is a tenant too):
+//   key 'p' | u64be profile_id | u8 tenant_len | tenant
+//                                               -> profile value
+//   key 'm' | u8 tenant_len | tenant | u8 name_len | name | u8 rev_len |
+//       revision                                -> u64 profile_id (8 bytes)
 //   profile value (version 1):
 //      0  u8   version = 1
 //      1  u64  profile_id
@@ -37,9 +38,15 @@
 //     27  u8   name_len | name | u8 rev_len | revision
 //         optional fields, each u8 tag | u32 len (1..64 KiB) | bytes:
 //           tag 1 calibration (opaque; calibrated profiles only)
-//           tag 2 owner (the tenant that registered it first)
+//           tag 2 owner (the tenant in the key; absent for "")
 //         (older records end at the revision)
 //         u32  check
+//
+// Format 1 (read only by Catalog::MigrateFromFormat1 at open) had one
+// namespace of profiles for all tenants, with the same value:
+//   key 'i' | u64be profile_id                  -> profile value
+//   key 'n' | u8 name_len | name | u8 rev_len | revision -> u64 profile_id
+//   meta "next_profile_id" -> u64 (ids were 1, 2, 3, ...)
 //
 // Column family "contexts":
 //   key   = u8 tenant_len | tenant | u64be profile_id | context_id (1..64)
@@ -64,11 +71,10 @@
 
 namespace kvtier::catalog_format {
 
-inline constexpr uint32_t kCatalogFormatVersion = 1;
+inline constexpr uint32_t kCatalogFormatVersion = 2;
 inline constexpr uint8_t kRecordVersion = 1;
 
 inline constexpr char kFormatVersionKey[] = "format_version";
-inline constexpr char kNextProfileIdKey[] = "next_profile_id";
 
 // Blocks.
 std::string EncodeBlockKey(const BlockKey& key);
@@ -78,14 +84,24 @@ std::string BlockKeyPrefix(absl::string_view tenant, uint64_t profile_id);
 std::string EncodeBlockRecord(const BlockRecord& record);
 absl::StatusOr<BlockRecord> DecodeBlockRecord(absl::string_view bytes);
 
-// Profiles.
+// Profiles. Keys of a tenant longer than kMaxTenantBytes are not encoded
+// (callers validate first).
 inline constexpr uint8_t kProfileCalibrationTag = 1;
 inline constexpr uint8_t kProfileOwnerTag = 2;
-std::string EncodeProfileIdKey(uint64_t profile_id);
-inline constexpr char kProfileIdKeyTag = 'i';
-std::string EncodeProfileNameKey(absl::string_view name, absl::string_view revision);
+inline constexpr char kProfileKeyTag = 'p';
+inline constexpr char kProfileNameKeyTag = 'm';
+std::string EncodeProfileKey(absl::string_view tenant, uint64_t profile_id);
+// The common prefix of every tenant's profile under profile_id.
+std::string ProfileIdPrefix(uint64_t profile_id);
+std::string EncodeProfileNameKey(absl::string_view tenant, absl::string_view name,
+                                 absl::string_view revision);
 std::string EncodeProfileRecord(const ModelProfile& profile);
 absl::StatusOr<ModelProfile> DecodeProfileRecord(absl::string_view bytes);
+
+// Format 1 (migration only).
+inline constexpr char kLegacyNextProfileIdKey[] = "next_profile_id";
+inline constexpr char kLegacyProfileIdKeyTag = 'i';
+inline constexpr char kLegacyProfileNameKeyTag = 'n';
 
 // Contexts.
 std::string EncodeContextKey(const ContextKey& key);

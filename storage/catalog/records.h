@@ -85,7 +85,7 @@ enum class BlockLayout : uint8_t { kLayerKvHeadTokenDim = 1 };
 // One model's KV shape. Every block of a profile has the same size,
 // BlockSizeBytes(profile).
 struct ModelProfile {
-  uint64_t profile_id = 0;  // assigned by Catalog::RegisterProfile
+  uint64_t profile_id = 0;  // assigned by Catalog::RegisterProfile (random)
   std::string name;         // 1..kMaxProfileNameBytes
   std::string revision;     // 0..kMaxProfileRevisionBytes
   uint32_t layers = 0;
@@ -97,8 +97,9 @@ struct ModelProfile {
   // The selection calibration, opaque to storage (the daemon encodes it;
   // empty = uncalibrated), <= kMaxCalibrationBytes. Part of the definition.
   std::string calibration;
-  // The tenant that registered it first (counts against its profiles
-  // quota). Not part of the definition: profiles are shared shapes.
+  // The tenant it belongs to, which registered it (counts against its
+  // profiles quota); only that tenant uses it. Not part of the definition:
+  // two tenants' identical definitions are two profiles.
   std::string owner;
 
   friend bool operator==(const ModelProfile&, const ModelProfile&) = default;

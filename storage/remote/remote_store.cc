@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "storage/common/checksum.h"
+#include "storage/common/client_text.h"
 #include "storage/common/status_macros.h"
 #include "storage/remote/remote_format.h"
 
@@ -20,7 +21,7 @@ uint64_t NowMicros() {
 }
 
 std::string Describe(const BlockKey& key) {
-  return absl::StrCat("block ", absl::BytesToHexString(key.block_id), " (tenant \"", key.tenant,
+  return absl::StrCat("block ", ClientHex(key.block_id), " (tenant \"", ClientText(key.tenant),
                       "\", profile ", key.profile_id, ")");
 }
 
@@ -92,15 +93,16 @@ RemoteTierStats RemoteStore::remote_stats() const {
   return s;
 }
 
-absl::StatusOr<RemoteStore::ProfileInfo> RemoteStore::Profile(uint64_t profile_id) {
+absl::StatusOr<RemoteStore::ProfileInfo> RemoteStore::Profile(const BlockKey& key) {
+  std::pair<std::string, uint64_t> scope(key.tenant, key.profile_id);
   {
     absl::MutexLock lock(&mu_);
-    if (auto it = profiles_.find(profile_id); it != profiles_.end()) return it->second;
+    if (auto it = profiles_.find(scope); it != profiles_.end()) return it->second;
   }
-  KVTIER_ASSIGN_OR_RETURN(ModelProfile profile, local_->GetProfile(profile_id));
+  KVTIER_ASSIGN_OR_RETURN(ModelProfile profile, local_->GetProfile(key.tenant, key.profile_id));
   ProfileInfo info{ProfileFingerprint(profile), BlockSizeBytes(profile)};
   absl::MutexLock lock(&mu_);
-  profiles_[profile_id] = info;  // profiles never change shape under an id
+  profiles_[std::move(scope)] = info;  // profiles never change shape under an id
   return info;
 }
 
@@ -135,7 +137,7 @@ absl::Status RemoteStore::Fetch(const BlockKey& key) {
     ++counters_.miss_cache_hits;
     return absl::NotFoundError("the remote tier recently did not have it");
   }
-  KVTIER_ASSIGN_OR_RETURN(ProfileInfo profile, Profile(key.profile_id));
+  KVTIER_ASSIGN_OR_RETURN(ProfileInfo profile, Profile(key));
   const std::string remote_key = RemoteKey(key, profile.fingerprint);
   absl::Status stored = absl::NotFoundError("the remote value was not read");
   absl::Status bad;
@@ -211,7 +213,7 @@ bool RemoteStore::InRemote(const BlockKey& key) {
     ++counters_.miss_cache_hits;
     return false;
   }
-  absl::StatusOr<ProfileInfo> profile = Profile(key.profile_id);
+  absl::StatusOr<ProfileInfo> profile = Profile(key);
   if (!profile.ok()) return false;
   absl::StatusOr<bool> exists = cluster_->Exists(RemoteKey(key, profile->fingerprint));
   if (!exists.ok()) {
@@ -254,14 +256,14 @@ absl::Status RemoteStore::Get(const BlockKey& key, std::string* out, TierId* fro
 absl::StatusOr<uint64_t> RemoteStore::AcquireHandles(
     const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
     std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only, bool mark_wanted,
-    PromotionBudget* budget) {
+    PromotionBudget* budget, uint64_t replaces_lease) {
   if (!memory_only) {
     for (const BlockKey& key : keys) {
       if (key.tenant == tenant && !local_->Lookup(key).present) Fetch(key).IgnoreError();
     }
   }
-  absl::StatusOr<uint64_t> lease = local_->AcquireHandles(tenant, keys, ttl_ms, handles,
-                                                          memory_only, mark_wanted, budget);
+  absl::StatusOr<uint64_t> lease = local_->AcquireHandles(
+      tenant, keys, ttl_ms, handles, memory_only, mark_wanted, budget, replaces_lease);
   if (!lease.ok() || !memory_only) return lease;
   for (size_t i = 0; i < keys.size() && i < handles->size(); ++i) {
     absl::StatusOr<DeviceHandle>& h = (*handles)[i];
@@ -299,7 +301,7 @@ absl::Status RemoteStore::Delete(const BlockKey& key) {
   absl::Status local = local_->Delete(key);
   if (!local.ok() && local.code() != absl::StatusCode::kNotFound) return local;
   RememberMiss(key);
-  absl::StatusOr<ProfileInfo> profile = Profile(key.profile_id);
+  absl::StatusOr<ProfileInfo> profile = Profile(key);
   if (!profile.ok()) return local;
   absl::StatusOr<bool> deleted = cluster_->Del(RemoteKey(key, profile->fingerprint));
   if (!deleted.ok()) {
@@ -394,7 +396,7 @@ void RemoteStore::PublishLoop() {
 }
 
 void RemoteStore::Publish(const BlockKey& key) {
-  absl::StatusOr<ProfileInfo> profile = Profile(key.profile_id);
+  absl::StatusOr<ProfileInfo> profile = Profile(key);
   std::string data;
   TierId from = TierId::kHost;
   if (!profile.ok() || !local_->Get(key, &data, &from).ok()) {

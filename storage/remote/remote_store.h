@@ -50,6 +50,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -121,8 +122,8 @@ class RemoteStore final : public BlockStore {
       const ModelProfile& profile, const std::string& tenant) override {
     return local_->RegisterProfile(profile, tenant);
   }
-  absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) override {
-    return local_->GetProfile(profile_id);
+  absl::StatusOr<ModelProfile> GetProfile(const std::string& tenant, uint64_t profile_id) override {
+    return local_->GetProfile(tenant, profile_id);
   }
   absl::StatusOr<PutOutcome> PutPieces(const BlockKey& key,
                                        absl::Span<const absl::Span<const uint8_t>> pieces,
@@ -145,7 +146,8 @@ class RemoteStore final : public BlockStore {
                                           const std::vector<BlockKey>& keys, uint64_t ttl_ms,
                                           std::vector<absl::StatusOr<DeviceHandle>>* handles,
                                           bool memory_only, bool mark_wanted = false,
-                                          PromotionBudget* budget = nullptr) override;
+                                          PromotionBudget* budget = nullptr,
+                                          uint64_t replaces_lease = 0) override;
   BlockLocation Lookup(const BlockKey& key) override { return local_->Lookup(key); }
   // Local placement only: the remote tier keeps no order.
   void MarkWanted(absl::Span<const BlockKey> keys) override { local_->MarkWanted(keys); }
@@ -194,7 +196,8 @@ class RemoteStore final : public BlockStore {
   RemoteStore(std::unique_ptr<BlockStore> local, std::unique_ptr<RedisCluster> cluster,
               RemoteTierOptions options);
 
-  absl::StatusOr<ProfileInfo> Profile(uint64_t profile_id);
+  // The shape of key's profile (the key's tenant's), cached.
+  absl::StatusOr<ProfileInfo> Profile(const BlockKey& key);
   // Brings key from the cluster into the local store. OK: stored locally
   // (or it already was); NOT_FOUND: the cluster does not have it, or was
   // recently found not to; UNAVAILABLE: the cluster could not be asked;
@@ -216,7 +219,8 @@ class RemoteStore final : public BlockStore {
   const RemoteTierOptions options_;
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, ProfileInfo> profiles_ ABSL_GUARDED_BY(mu_);
+  // By (tenant, profile_id).
+  absl::flat_hash_map<std::pair<std::string, uint64_t>, ProfileInfo> profiles_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BlockKey, uint64_t> missed_until_micros_ ABSL_GUARDED_BY(mu_);
   std::deque<QuarantinedBlock> quarantined_ ABSL_GUARDED_BY(mu_);
 

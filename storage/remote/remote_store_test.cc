@@ -72,8 +72,8 @@ class Node {
     absl::MutexLock lock(&mu_);
     return warnings_;
   }
-  uint64_t Register(const ModelProfile& p) {
-    auto r = store_->RegisterProfile(p, "default");
+  uint64_t Register(const ModelProfile& p, const std::string& tenant = "default") {
+    auto r = store_->RegisterProfile(p, tenant);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? r->first.profile_id : 0;
   }
@@ -184,14 +184,18 @@ TEST_F(RemoteStoreTest, BlockPutOnOneStoreIsServedByAnother) {
 TEST_F(RemoteStoreTest, TenantsDoNotShare) {
   auto a = MakeNode("a");
   auto b = MakeNode("b");
-  const uint64_t pa = a->Register(SmallProfile()), pb = b->Register(SmallProfile());
+  // Profiles are per tenant on each node (ids differ; the cluster keys
+  // blocks by tenant and profile shape).
+  const uint64_t pa = a->Register(SmallProfile(), "alice");
+  const uint64_t pb_alice = b->Register(SmallProfile(), "alice");
+  const uint64_t pb_bob = b->Register(SmallProfile(), "bob");
   PutBlock(a.get(), "alice", pa, 1);
   a->store()->WaitPublished();
   std::string out;
   TierId from;
-  EXPECT_EQ(b->store()->Get(BlockKey{"bob", pb, Id(1)}, &out, &from).code(),
+  EXPECT_EQ(b->store()->Get(BlockKey{"bob", pb_bob, Id(1)}, &out, &from).code(),
             absl::StatusCode::kNotFound);
-  EXPECT_TRUE(b->store()->Get(BlockKey{"alice", pb, Id(1)}, &out, &from).ok());
+  EXPECT_TRUE(b->store()->Get(BlockKey{"alice", pb_alice, Id(1)}, &out, &from).ok());
 }
 
 TEST_F(RemoteStoreTest, BlocksEvictedLocallyComeBackFromTheCluster) {

@@ -48,9 +48,14 @@
 //     tenant's id reads as unknown). With per-tenant arenas (the
 //     multi-tenant options below) each tenant's device copies and staging
 //     slots live in memory of its own, which only that tenant is given.
-//     Per-tenant limits (SetTenantLimits) cap pinned bytes, staging slots,
-//     host and NVMe bytes and profiles; exceeding one is RESOURCE_EXHAUSTED
-//     naming the quota.
+//     Per-tenant limits (SetTenantLimits) cap pinned bytes, leases held,
+//     staging slots, host and NVMe bytes and profiles; exceeding one is
+//     RESOURCE_EXHAUSTED naming the quota.
+//   * Profiles belong to the tenant that registered them: names are per
+//     tenant (two tenants may register one name with different shapes),
+//     ids are random 64-bit values, and a tenant's key naming a profile id
+//     that is not its own is treated as naming no profile at all (the same
+//     NOT_FOUND, so ids reveal nothing of other tenants' profiles).
 //
 // Errors: every failed step of an operation fails the operation (nothing
 // is ignored); problems found outside any request (recovery at Open, a
@@ -191,17 +196,21 @@ class BlockStore {
   virtual TenantUsage UsageOf(const std::string& tenant) = 0;
 
   // ---- Profiles --------------------------------------------------------
-  // Identical definition -> same id (created = false); same name+revision
-  // with another shape -> ALREADY_EXISTS; bad field -> INVALID_ARGUMENT.
-  // A new profile counts against `tenant`'s profiles quota
-  // (RESOURCE_EXHAUSTED naming it).
+  // Registers profile as `tenant`'s (its owner). The tenant's identical
+  // definition -> same id (created = false); the tenant's same
+  // name+revision with another shape -> ALREADY_EXISTS (other tenants'
+  // profiles play no part); bad field -> INVALID_ARGUMENT. A new profile
+  // counts against `tenant`'s profiles quota (RESOURCE_EXHAUSTED naming it).
   virtual absl::StatusOr<std::pair<ModelProfile, bool>> RegisterProfile(
       const ModelProfile& profile, const std::string& tenant) = 0;
-  virtual absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) = 0;
+  // `tenant`'s profile. NOT_FOUND "profile_id: N is not registered" for
+  // any id that is not one of the tenant's, another tenant's included.
+  virtual absl::StatusOr<ModelProfile> GetProfile(const std::string& tenant,
+                                                  uint64_t profile_id) = 0;
 
   // ---- Blocks ----------------------------------------------------------
   // data must be exactly the profile's block size (INVALID_ARGUMENT naming
-  // "data"; an unregistered profile is INVALID_ARGUMENT naming
+  // "data"; a profile that is not key.tenant's is NOT_FOUND naming
   // "profile_id"); a put past the tenant's host_bytes (or, durable,
   // nvme_bytes) quota is RESOURCE_EXHAUSTED naming it. durable: acknowledge
   // only once the NVMe copy and its catalog record are synced.
@@ -225,7 +234,8 @@ class BlockStore {
   // Reserves count staging slots of the profile's block size in the
   // tenant's staging area, returned to the pool after ttl_ms (0 = default)
   // unless used by PutFromStaging; past the tenant's staging_slots quota
-  // RESOURCE_EXHAUSTED naming it.
+  // RESOURCE_EXHAUSTED naming it; NOT_FOUND naming "profile_id" for a
+  // profile that is not the tenant's.
   virtual absl::StatusOr<std::vector<StagingSlot>> ReserveStaging(const std::string& tenant,
                                                                   uint64_t profile_id,
                                                                   uint32_t count,
@@ -271,10 +281,17 @@ class BlockStore {
   // budget (may be null: no limit): host -> arena promotions stop once
   // they would pass budget->limit_bytes; the blocks left are answered
   // PromotionDeferredError and not pinned (block_store_types.h).
+  //
+  // Leases: when the tenant already holds its limits.leases leases (after
+  // expired ones are ended), the call fails with RESOURCE_EXHAUSTED naming
+  // the quota "leases" and pins nothing. replaces_lease: a lease of the
+  // tenant that the caller releases right after this call (a context's
+  // previous selection); while it is held, the new lease may be one over
+  // the limit, so a context's next Select is never refused for it.
   virtual absl::StatusOr<uint64_t> AcquireHandles(
       const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
       std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only = false,
-      bool mark_wanted = false, PromotionBudget* budget = nullptr) = 0;
+      bool mark_wanted = false, PromotionBudget* budget = nullptr, uint64_t replaces_lease = 0) = 0;
   virtual BlockLocation Lookup(const BlockKey& key) = 0;
   // Tells the placement policy that a selection (the daemon's Select)
   // wants these blocks now, before it asks for their handles: stored
@@ -325,7 +342,7 @@ class BlockStore {
   virtual absl::Status Verify(
       uint64_t profile_id,
       const std::function<void(uint64_t done, uint64_t total, const BlockKey* corrupt)>& progress) = 0;
-  // Every registered profile, by id.
+  // Every tenant's profiles (owner set), by id then owner.
   virtual std::vector<ModelProfile> ListProfiles() = 0;
   // Gives up the block's copy in `tier` as the cache would, then counts an
   // eviction when the block left the store:
@@ -336,7 +353,8 @@ class BlockStore {
   //           catalog record is removed as Delete does); retained or
   //           pinned blocks stay (FAILED_PRECONDITION).
   // NOT_FOUND when the block is not stored, or for device and host when it
-  // has no copy there; INVALID_ARGUMENT for kRemote.
+  // has no copy there; INVALID_ARGUMENT for kRemote or a key that fails
+  // ValidateBlockKey (naming the field).
   virtual absl::Status Evict(const BlockKey& key, TierId tier) = 0;
   // Writes every non-durable block to NVMe (durable) and drops device and
   // host copies that are not pinned.

@@ -3,6 +3,7 @@
 // block_store_leases.cc).
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -58,7 +59,7 @@ BlockStoreStats BlockStoreImpl::Stats() {
   n.releasing_bytes = pending_free_bytes_;
   n.blocks = blocks_in_tier_[2];
   stats.blocks = entries_.size();
-  stats.profiles = profiles_.size();
+  stats.profiles = profile_count_;
   stats.active_leases = leases_.size();
   stats.quarantined_blocks = quarantined_;
   for (int t = 0; t < kNumTiers; ++t) stats.checksum_failures[t] = checksum_failures_[t];
@@ -203,10 +204,10 @@ absl::Status BlockStoreImpl::Verify(
 std::vector<ModelProfile> BlockStoreImpl::ListProfiles() {
   absl::MutexLock lock(&mu_);
   std::vector<ModelProfile> out;
-  out.reserve(profiles_.size());
-  for (const auto& [id, p] : profiles_) out.push_back(p);
+  out.reserve(profile_count_);
+  for (const auto& [id, list] : profiles_) out.insert(out.end(), list.begin(), list.end());
   std::sort(out.begin(), out.end(), [](const ModelProfile& a, const ModelProfile& b) {
-    return a.profile_id < b.profile_id;
+    return std::tie(a.profile_id, a.owner) < std::tie(b.profile_id, b.owner);
   });
   return out;
 }
@@ -215,6 +216,7 @@ absl::Status BlockStoreImpl::Evict(const BlockKey& key, TierId tier) {
   if (tier == TierId::kRemote) {
     return absl::InvalidArgumentError("tier: the remote tier is not a local tier");
   }
+  KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
   const std::string tier_name(TierName(tier));
   {
     absl::MutexLock lock(&mu_);

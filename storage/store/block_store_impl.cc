@@ -23,6 +23,7 @@ using store_internal::Describe;
 using store_internal::FromExtent;
 using store_internal::HostPlace;
 using store_internal::ToExtent;
+using store_internal::UnknownProfile;
 
 constexpr uint64_t kSlotAlignmentBytes = 4096;
 
@@ -133,17 +134,18 @@ absl::Status BlockStoreImpl::Init() {
   // Reconcile: durable records with a valid extent become NVMe-only blocks;
   // everything else is removed from the catalog.
   KVTIER_ASSIGN_OR_RETURN(auto profiles, catalog_->ListProfiles());
-  for (const ModelProfile& p : profiles) {
-    profiles_[p.profile_id] = p;
-    if (!p.owner.empty()) ++TenantLocked(p.owner).usage.profiles;
+  for (ModelProfile& p : profiles) {
+    ++TenantLocked(p.owner).usage.profiles;
+    profiles_[p.profile_id].push_back(std::move(p));
+    ++profile_count_;
   }
   std::vector<BlockKey> stale;
   const int64_t now = static_cast<int64_t>(env_->NowMicros());
   KVTIER_ASSIGN_OR_RETURN(
       CatalogScanStats scan,
       catalog_->ForEachBlock([&](const BlockKey& key, const absl::StatusOr<BlockRecord>& record) {
-        auto profile = profiles_.find(key.profile_id);
-        if (!record.ok() || profile == profiles_.end()) {
+        const ModelProfile* profile = ProfileOfLocked(key.tenant, key.profile_id);
+        if (!record.ok() || profile == nullptr) {
           stale.push_back(key);
           return true;
         }
@@ -166,7 +168,7 @@ absl::Status BlockStoreImpl::Init() {
         if (!record->durable || !record->nvme.has_value() ||
             record->nvme->file_index >= file_existed.size() ||
             !file_existed[record->nvme->file_index] ||
-            record->size_bytes != BlockSizeBytes(profile->second) ||
+            record->size_bytes != BlockSizeBytes(*profile) ||
             !nvme_->Reserve(FromExtent(*record->nvme)).ok()) {
           stale.push_back(key);
           return true;
@@ -317,8 +319,10 @@ absl::StatusOr<std::pair<ModelProfile, bool>> BlockStoreImpl::RegisterProfile(
   {
     absl::MutexLock lock(&mu_);
     bool known = false;
-    for (const auto& [id, p] : profiles_) {
-      known |= p.name == profile.name && p.revision == profile.revision;
+    for (const auto& [id, list] : profiles_) {
+      for (const ModelProfile& p : list) {
+        known |= p.owner == tenant && p.name == profile.name && p.revision == profile.revision;
+      }
     }
     TenantState& t = TenantLocked(tenant);
     if (!known) {
@@ -327,33 +331,37 @@ absl::StatusOr<std::pair<ModelProfile, bool>> BlockStoreImpl::RegisterProfile(
   }
   KVTIER_ASSIGN_OR_RETURN(RegisteredProfile registered, catalog_->RegisterProfile(owned));
   absl::MutexLock lock(&mu_);
-  profiles_[registered.profile.profile_id] = registered.profile;
-  if (registered.created) ++TenantLocked(tenant).usage.profiles;
+  if (registered.created) {
+    profiles_[registered.profile.profile_id].push_back(registered.profile);
+    ++profile_count_;
+    ++TenantLocked(tenant).usage.profiles;
+  }
   return std::make_pair(registered.profile, registered.created);
 }
 
-absl::StatusOr<ModelProfile> BlockStoreImpl::GetProfile(uint64_t profile_id) {
+absl::StatusOr<ModelProfile> BlockStoreImpl::GetProfile(const std::string& tenant,
+                                                        uint64_t profile_id) {
   absl::MutexLock lock(&mu_);
-  return ProfileLocked(profile_id);
+  const ModelProfile* profile = ProfileOfLocked(tenant, profile_id);
+  if (profile == nullptr) return UnknownProfile(profile_id);
+  return *profile;
 }
 
-absl::StatusOr<ModelProfile> BlockStoreImpl::ProfileLocked(uint64_t profile_id) {
+const ModelProfile* BlockStoreImpl::ProfileOfLocked(absl::string_view tenant,
+                                                    uint64_t profile_id) const {
   auto it = profiles_.find(profile_id);
-  if (it == profiles_.end()) {
-    return absl::NotFoundError(absl::StrCat("profile_id: ", profile_id, " is not registered"));
+  if (it == profiles_.end()) return nullptr;
+  for (const ModelProfile& p : it->second) {
+    if (p.owner == tenant) return &p;
   }
-  return it->second;
+  return nullptr;
 }
 
 absl::Status BlockStoreImpl::CheckPayload(const BlockKey& key, uint64_t size_bytes) {
   KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
-  auto found = profiles_.find(key.profile_id);
-  if (found == profiles_.end()) {
-    // A write naming an unregistered profile is a bad argument, not a miss.
-    return absl::InvalidArgumentError(
-        absl::StrCat("profile_id: ", key.profile_id, " is not registered"));
-  }
-  const ModelProfile& profile = found->second;
+  const ModelProfile* found = ProfileOfLocked(key.tenant, key.profile_id);
+  if (found == nullptr) return UnknownProfile(key.profile_id);
+  const ModelProfile& profile = *found;
   const uint64_t want = BlockSizeBytes(profile);
   if (size_bytes != want) {
     return absl::InvalidArgumentError(absl::StrCat("data: ", size_bytes, " bytes, but blocks of profile ",

@@ -56,7 +56,7 @@ class BlockStoreImpl final : public BlockStore {
   TenantUsage UsageOf(const std::string& tenant) override;
   absl::StatusOr<std::pair<ModelProfile, bool>> RegisterProfile(
       const ModelProfile& profile, const std::string& tenant) override;
-  absl::StatusOr<ModelProfile> GetProfile(uint64_t profile_id) override;
+  absl::StatusOr<ModelProfile> GetProfile(const std::string& tenant, uint64_t profile_id) override;
   absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
                                  bool durable, uint64_t expected_xxh3, bool retain) override;
   absl::StatusOr<PutOutcome> PutPieces(const BlockKey& key,
@@ -75,8 +75,8 @@ class BlockStoreImpl final : public BlockStore {
   absl::StatusOr<uint64_t> AcquireHandles(
       const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
       std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only,
-      bool mark_wanted = false,
-      PromotionBudget* budget = nullptr) override;  // same defaults as BlockStore
+      bool mark_wanted = false, PromotionBudget* budget = nullptr,
+      uint64_t replaces_lease = 0) override;  // same defaults as BlockStore
   BlockLocation Lookup(const BlockKey& key) override;
   void MarkWanted(absl::Span<const BlockKey> keys) override;
   std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,
@@ -160,7 +160,14 @@ class BlockStoreImpl final : public BlockStore {
     HostTier* staging = nullptr;  // the file the slot lives in
   };
 
-  absl::StatusOr<ModelProfile> ProfileLocked(uint64_t profile_id)
+  // The tenant's profile under profile_id, or nullptr (none, or another
+  // tenant's). Valid until mu_ is next released (a registration may move
+  // it; profiles are never removed): copy it to keep it.
+  const ModelProfile* ProfileOfLocked(absl::string_view tenant, uint64_t profile_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when the tenant may take one more lease (limits.leases; see
+  // AcquireHandles), ending expired leases first when it is at its limit.
+  absl::Status CheckLeaseQuotaLocked(const std::string& tenant, uint64_t replaces_lease)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckPayload(const BlockKey& key, uint64_t size_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -310,7 +317,10 @@ class BlockStoreImpl final : public BlockStore {
   std::vector<std::vector<Entry*>> spare_lists_ ABSL_GUARDED_BY(mu_);
   uint64_t forgotten_ ABSL_GUARDED_BY(mu_) = 0;  // entries freed so far (ForgetLocked)
   absl::flat_hash_map<BlockKey, std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, ModelProfile> profiles_ ABSL_GUARDED_BY(mu_);
+  // Profiles by id: one per tenant that has a profile under the id (more
+  // than one only for ids a format-1 catalog shared; see catalog.h).
+  absl::flat_hash_map<uint64_t, std::vector<ModelProfile>> profiles_ ABSL_GUARDED_BY(mu_);
+  size_t profile_count_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, std::unique_ptr<MemorySpace>> spaces_ ABSL_GUARDED_BY(mu_);
   uint64_t arena_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // multi-tenant arenas together
   // node map: TenantState references stay valid while mu_ is released.

@@ -42,13 +42,14 @@ bool IsPromotionDeferred(const absl::Status& status) {
 absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
     const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
     std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only, bool mark_wanted,
-    PromotionBudget* budget) {
+    PromotionBudget* budget, uint64_t replaces_lease) {
   if (ttl_ms > options_.max_lease_ttl_ms) {
     return absl::InvalidArgumentError(absl::StrCat("lease_ttl_ms: ", ttl_ms, " exceeds the maximum ",
                                                    options_.max_lease_ttl_ms));
   }
   handles->clear();
   absl::MutexLock lock(&mu_);
+  KVTIER_RETURN_IF_ERROR(CheckLeaseQuotaLocked(tenant, replaces_lease));
   KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/false));
   // The lease holds its entries (invariant 8), in a released lease's list
   // when one is spare: a Select's lease allocates nothing once warm.
@@ -189,6 +190,23 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
   }
   const uint64_t ttl = ttl_ms == 0 ? options_.default_lease_ttl_ms : ttl_ms;
   return leases_.Add(tenant, std::move(pinned), env_->NowMicros() + ttl * 1000);
+}
+
+absl::Status BlockStoreImpl::CheckLeaseQuotaLocked(const std::string& tenant,
+                                                   uint64_t replaces_lease) {
+  const uint64_t limit = TenantLocked(tenant).limits.leases;
+  if (limit == 0) return absl::OkStatus();
+  // The lease a context's next Select replaces is released right after
+  // this call: while it is held, the new one may be one over the limit.
+  auto allowed = [&] {
+    return limit + (replaces_lease != 0 && leases_.Holds(replaces_lease, tenant) ? 1 : 0);
+  };
+  if (leases_.CountOf(tenant) >= allowed()) {
+    size_t reaped = 0;  // expired leases free their places first
+    KVTIER_RETURN_IF_ERROR(ReapLocked(&reaped));
+  }
+  if (leases_.CountOf(tenant) < allowed()) return absl::OkStatus();
+  return CheckQuota(tenant, "leases", leases_.CountOf(tenant), 1, limit);
 }
 
 void BlockStoreImpl::MarkWanted(absl::Span<const BlockKey> keys) {

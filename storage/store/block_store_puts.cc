@@ -15,6 +15,7 @@ constexpr uint32_t kMaxStagingSlotsPerCall = 4096;
 
 using store_internal::Checksum;
 using store_internal::Describe;
+using store_internal::UnknownProfile;
 
 }  // namespace
 
@@ -59,7 +60,8 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPieces(
 absl::StatusOr<PutOutcome> BlockStoreImpl::PutNewLocked(
     const BlockKey& key, absl::Span<const absl::Span<const uint8_t>> src, uint64_t size_bytes,
     bool durable, uint64_t expected_xxh3, bool retain) {
-  const ModelProfile profile = profiles_.at(key.profile_id);
+  // CheckPayload found it; profiles are never removed.
+  const ModelProfile profile = *ProfileOfLocked(key.tenant, key.profile_id);
   // A non-durable put may leave its summary to the summary thread.
   // Deferred blocks stay in host memory until summarised, so they may
   // hold at most a quarter of it: the rest stays free to evict.
@@ -93,7 +95,7 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
   {
     absl::MutexLock lock(&mu_);
     KVTIER_RETURN_IF_ERROR(CheckPayload(key, data.size()));
-    profile = profiles_.at(key.profile_id);
+    profile = *ProfileOfLocked(key.tenant, key.profile_id);
   }
   const uint64_t checksum = known_checksum ? *known_checksum : Checksum(data);
   if (expected_xxh3 != 0 && expected_xxh3 != checksum) {
@@ -257,11 +259,9 @@ absl::StatusOr<std::vector<StagingSlot>> BlockStoreImpl::ReserveStaging(const st
   absl::MutexLock lock(&mu_);
   size_t reaped = 0;
   KVTIER_RETURN_IF_ERROR(ReapLocked(&reaped));
-  if (!profiles_.contains(profile_id)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("profile_id: ", profile_id, " is not registered"));
-  }
-  const ModelProfile& profile = profiles_.at(profile_id);
+  const ModelProfile* found = ProfileOfLocked(tenant, profile_id);
+  if (found == nullptr) return UnknownProfile(profile_id);
+  const ModelProfile& profile = *found;
   const uint64_t size = BlockSizeBytes(profile);
   {
     const TenantState& t = TenantLocked(tenant);

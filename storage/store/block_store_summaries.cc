@@ -39,7 +39,7 @@ void BlockStoreImpl::ComputeSummaryLocked(Entry* e) {
   ++e->busy;  // ours while unlocked
   const BlockKey key = e->key;
   std::optional<HostSlot> host = e->quarantined ? std::nullopt : e->host;
-  const ModelProfile profile = profiles_.at(key.profile_id);
+  const ModelProfile profile = *ProfileOfLocked(key.tenant, key.profile_id);
   absl::StatusOr<std::string> summary =
       absl::FailedPreconditionError("no intact host copy to summarise");
   if (host) {

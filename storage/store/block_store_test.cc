@@ -124,8 +124,84 @@ TEST_F(BlockStoreTest, BadInputNamesTheField) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("block_id"));
   st = store_->Put(BlockKey{"default", profile_id_ + 100, "x"}, Payload(1), false).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(st.message(), HasSubstr("profile_id"));
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), absl::StrCat("profile_id: ", profile_id_ + 100, " is not registered"));
+}
+
+// Profiles are per tenant: another tenant's profile id answers exactly as
+// one that does not exist, on every path that takes one.
+TEST_F(BlockStoreTest, AnotherTenantsProfileIsNotFoundLikeAMissingOne) {
+  auto unknown = [](uint64_t id) { return absl::StrCat("profile_id: ", id, " is not registered"); };
+  auto got = store_->GetProfile("other", profile_id_);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(got.status().message(), unknown(profile_id_));
+  auto put = store_->Put(BlockKey{"other", profile_id_, "x"}, Payload(1), false);
+  EXPECT_EQ(put.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(put.status().message(), unknown(profile_id_));
+  auto slots = store_->ReserveStaging("other", profile_id_, 1, 0);
+  EXPECT_EQ(slots.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(slots.status().message(), unknown(profile_id_));
+
+  // The other tenant registers the same name with another shape: its own
+  // profile, under another id; each tenant counts its own.
+  ModelProfile bogus = SmallProfile();  // same block size, another dtype
+  bogus.dtype = KvDtype::kBf16;
+  auto theirs = store_->RegisterProfile(bogus, "other");
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  EXPECT_TRUE(theirs->second);
+  EXPECT_NE(theirs->first.profile_id, profile_id_);
+  EXPECT_EQ(store_->GetProfile("default", profile_id_)->dtype, KvDtype::kFp16);
+  EXPECT_EQ(store_->UsageOf("other").profiles, 1u);
+  EXPECT_EQ(store_->UsageOf("default").profiles, 1u);
+  EXPECT_EQ(store_->ListProfiles().size(), 2u);
+  EXPECT_EQ(store_->Stats().profiles, 2u);
+
+  // Both survive a restart, each its tenant's.
+  const uint64_t other_id = theirs->first.profile_id;
+  ASSERT_TRUE(store_->Put(BlockKey{"other", other_id, "x"}, Payload(77), true).ok());
+  Reopen();
+  EXPECT_EQ(store_->GetProfile("other", other_id)->dtype, KvDtype::kBf16);
+  EXPECT_EQ(store_->GetProfile("default", other_id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(store_->Lookup(BlockKey{"other", other_id, "x"}).present);
+  EXPECT_EQ(store_->UsageOf("other").profiles, 1u);
+}
+
+TEST_F(BlockStoreTest, LeasesPerTenantStopAtTheLimit) {
+  TenantLimits limits;
+  limits.leases = 2;
+  store_->SetTenantLimits("default", limits);
+  ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
+  std::vector<absl::StatusOr<DeviceHandle>> handles;
+  auto first = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
+  auto second = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
+  ASSERT_TRUE(first.ok() && second.ok());
+  auto third = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.status().message(), HasSubstr("quota leases"));
+  EXPECT_EQ(store_->UsageOf("default").leases, 2u);
+  // A lease that replaces one of the tenant's may pass the limit by one
+  // until the old one goes; a lease that is not the tenant's does not count.
+  auto replacing =
+      store_->AcquireHandles("default", {Key(0)}, 0, &handles, false, false, nullptr, *first);
+  ASSERT_TRUE(replacing.ok()) << replacing.status();
+  ASSERT_TRUE(store_->Release("default", *first).ok());
+  EXPECT_EQ(store_->AcquireHandles("default", {Key(0)}, 0, &handles, false, false, nullptr, *first)
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
+  // Released and expired leases free their places.
+  ASSERT_TRUE(store_->Release("default", *second).ok());
+  auto short_lived = store_->AcquireHandles("default", {Key(0)}, 1, &handles);
+  ASSERT_TRUE(short_lived.ok());
+  EXPECT_EQ(store_->AcquireHandles("default", {Key(0)}, 0, &handles).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  env_->AdvanceMicros(2000);
+  EXPECT_TRUE(store_->AcquireHandles("default", {Key(0)}, 0, &handles).ok());
+  EXPECT_EQ(store_->UsageOf("default").leases, 2u);
+  // Other tenants are not held back.
+  const uint64_t other = ProfileOf("other");
+  ASSERT_TRUE(store_->Put(BlockKey{"other", other, Id(0)}, Payload(0), false).ok());
+  EXPECT_TRUE(store_->AcquireHandles("other", {BlockKey{"other", other, Id(0)}}, 0, &handles).ok());
 }
 
 TEST_F(BlockStoreTest, ThreeTimesHostCapacityStaysWithinLimitsAndReadable) {

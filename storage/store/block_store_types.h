@@ -20,12 +20,13 @@ namespace kvtier {
 struct TenantLimits {
   uint64_t device_bytes = 0;   // its arena's size (multi-tenant mode)
   uint64_t pinned_bytes = 0;   // device bytes its leases pin at once
+  uint64_t leases = 0;         // leases it holds at once
   uint64_t staging_bytes = 0;  // its staging file's size (multi-tenant mode)
   uint64_t staging_slots = 0;  // staging slots reserved at once
   uint64_t host_bytes = 0;     // its blocks' bytes in the host tier
   uint64_t nvme_bytes = 0;     // its blocks' bytes on NVMe
   uint64_t retained_bytes = 0; // bytes of its blocks marked retained
-  uint64_t profiles = 0;       // profiles it registered (first)
+  uint64_t profiles = 0;       // profiles it registered
 };
 
 struct TenantUsage {

@@ -140,7 +140,8 @@ TEST_F(BlockStoreTest, NvmeQuotaEvictsTheTenantsOwnBlocksOnly) {
   TenantLimits limits;
   limits.nvme_bytes = 4 * kBlockBytes;
   store_->SetTenantLimits("small", limits);
-  auto small_key = [&](uint64_t i) { return BlockKey{"small", profile_id_, Id(i)}; };
+  const uint64_t small_profile = ProfileOf("small");
+  auto small_key = [&](uint64_t i) { return BlockKey{"small", small_profile, Id(i)}; };
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), true).ok());
   for (int i = 0; i < 12; ++i) {
     auto outcome = store_->Put(small_key(i), Payload(i), true);
@@ -172,13 +173,14 @@ TEST_F(BlockStoreTest, ConcurrentPutsOfOneTenantStayWithinItsQuotas) {
   limits.host_bytes = 3 * kBlockBytes;
   limits.nvme_bytes = 3 * kBlockBytes;
   store_->SetTenantLimits("small", limits);
+  const uint64_t small_profile = ProfileOf("small");
   std::atomic<int> over{0}, stored{0};
   std::vector<std::thread> writers;
   for (int t = 0; t < 4; ++t) {
     writers.emplace_back([&, t] {
       for (int i = 0; i < 12; ++i) {
         const uint64_t n = 1000 + t * 100 + i;
-        auto outcome = store_->Put(BlockKey{"small", profile_id_, Id(n)}, Payload(n),
+        auto outcome = store_->Put(BlockKey{"small", small_profile, Id(n)}, Payload(n),
                                    /*durable=*/i % 2 == 0);
         if (outcome.ok()) ++stored;
         const TenantUsage u = store_->UsageOf("small");

@@ -686,10 +686,13 @@ bool InFutexWait(pid_t tid) {
 // RESOURCE_EXHAUSTED and FreeOneHostCopyLocked evicts block 0 (frees its
 // Entry) in the same critical section. Returns the waiter's status.
 absl::Status RaceWithEvictingDemotion(FaultInjectionEnv* env, BlockStore* store,
+                                      uint64_t profile_id,
                                       const std::function<absl::Status()>& waiter) {
   env->HoldNextIo(FaultInjectionEnv::FileOp::kWrite);
   absl::Status put;
-  std::thread demoter([&] { put = store->Put(BlockKey{"default", 1, Id(8)}, Payload(8), false).status(); });
+  std::thread demoter([&] {
+    put = store->Put(BlockKey{"default", profile_id, Id(8)}, Payload(8), false).status();
+  });
   env->WaitForHeldIo();
   env->SetNoSpace(true);
   std::atomic<pid_t> tid{0};
@@ -718,10 +721,9 @@ absl::Status RaceWithEvictingDemotion(FaultInjectionEnv* env, BlockStore* store,
 // heap-use-after-free in Delete; without it a crash, or OK for a block
 // that was evicted. Expected: NOT_FOUND.
 TEST_F(FaultSoakTest, DeleteWaitingOnADemotionThatEvictsTheBlock) {
-  ASSERT_EQ(profile_id_, 1u);
   for (uint64_t n = 0; n < 8; ++n) ASSERT_TRUE(store_->Put(Key(n), Payload(n), false).ok());
-  absl::Status deleted =
-      RaceWithEvictingDemotion(env_.get(), store_.get(), [&] { return store_->Delete(Key(0)); });
+  absl::Status deleted = RaceWithEvictingDemotion(env_.get(), store_.get(), profile_id_,
+                                                  [&] { return store_->Delete(Key(0)); });
   EXPECT_EQ(deleted.code(), absl::StatusCode::kNotFound) << deleted;
   EXPECT_EQ(store_->Stats().evicted_blocks, 1u);
 }
@@ -729,9 +731,8 @@ TEST_F(FaultSoakTest, DeleteWaitingOnADemotionThatEvictsTheBlock) {
 // The same through Put: a durable put of block 0 waits while its demotion
 // is persisting it, then uses the freed Entry.
 TEST_F(FaultSoakTest, DurablePutWaitingOnADemotionThatEvictsTheBlock) {
-  ASSERT_EQ(profile_id_, 1u);
   for (uint64_t n = 0; n < 8; ++n) ASSERT_TRUE(store_->Put(Key(n), Payload(n), false).ok());
-  absl::Status put = RaceWithEvictingDemotion(env_.get(), store_.get(), [&] {
+  absl::Status put = RaceWithEvictingDemotion(env_.get(), store_.get(), profile_id_, [&] {
     return store_->Put(Key(0), Payload(0), /*durable=*/true).status();
   });
   // Block 0 is gone when the put looks again: a fresh put, failing on

@@ -9,6 +9,7 @@ uint64_t LeaseTable::Add(std::string owner, std::vector<Entry*> blocks,
   uint64_t id = 0;
   while (id == 0 || leases_.contains(id)) id = RandomId();
   by_deadline_.emplace(deadline_micros, id);
+  ++count_by_owner_[owner];
   leases_.emplace(id, Lease{id, std::move(owner), deadline_micros, std::move(blocks)});
   return id;
 }
@@ -20,9 +21,13 @@ std::optional<Lease> LeaseTable::Remove(uint64_t lease_id, const std::string& ow
 }
 
 size_t LeaseTable::CountOf(const std::string& owner) const {
-  size_t n = 0;
-  for (const auto& [id, lease] : leases_) n += lease.owner == owner;
-  return n;
+  auto it = count_by_owner_.find(owner);
+  return it == count_by_owner_.end() ? 0 : it->second;
+}
+
+bool LeaseTable::Holds(uint64_t lease_id, const std::string& owner) const {
+  auto it = leases_.find(lease_id);
+  return it != leases_.end() && it->second.owner == owner;
 }
 
 std::optional<Lease> LeaseTable::Take(uint64_t lease_id) {
@@ -31,6 +36,8 @@ std::optional<Lease> LeaseTable::Take(uint64_t lease_id) {
   Lease lease = std::move(it->second);
   leases_.erase(it);
   by_deadline_.erase({lease.deadline_micros, lease.lease_id});
+  auto count = count_by_owner_.find(lease.owner);
+  if (--count->second == 0) count_by_owner_.erase(count);
   return lease;
 }
 

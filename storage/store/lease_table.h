@@ -53,14 +53,18 @@ class LeaseTable {
   std::optional<uint64_t> NextDeadline() const;
 
   size_t size() const { return leases_.size(); }
-  // Leases held by `owner`.
+  // Leases held by `owner` (O(1)).
   size_t CountOf(const std::string& owner) const;
+  // True when lease_id exists and belongs to owner.
+  bool Holds(uint64_t lease_id, const std::string& owner) const;
 
  private:
   std::optional<Lease> Take(uint64_t lease_id);
 
   absl::flat_hash_map<uint64_t, Lease> leases_;
   std::set<std::pair<uint64_t, uint64_t>> by_deadline_;  // (deadline, id)
+  // Leases per owner; owners with none are erased.
+  absl::flat_hash_map<std::string, size_t> count_by_owner_;
 };
 
 }  // namespace kvtier

@@ -12,15 +12,23 @@
 #include "absl/types/span.h"
 #include "storage/catalog/records.h"
 #include "storage/common/checksum.h"
+#include "storage/common/client_text.h"
 #include "storage/host/host_tier.h"
 #include "storage/nvme/nvme_tier.h"
 #include "storage/tier.h"
 
 namespace kvtier::store_internal {
 
+// Block ids are quoted through ClientHex: a key that failed validation
+// (or never went through it) still makes a short message.
 inline std::string Describe(const BlockKey& key) {
-  return absl::StrCat("block ", absl::BytesToHexString(key.block_id), " (profile ",
-                      key.profile_id, ")");
+  return absl::StrCat("block ", ClientHex(key.block_id), " (profile ", key.profile_id, ")");
+}
+
+// The one answer for a profile id that is not the caller's: unknown, or
+// another tenant's (the same words, so that it reveals nothing).
+inline absl::Status UnknownProfile(uint64_t profile_id) {
+  return absl::NotFoundError(absl::StrCat("profile_id: ", profile_id, " is not registered"));
 }
 
 inline uint64_t Checksum(absl::Span<const uint8_t> data) { return BlockChecksum(data); }

@@ -94,6 +94,14 @@ class BlockStoreTest : public ::testing::Test {
 
   BlockKey Key(uint64_t n) { return BlockKey{"default", profile_id_, Id(n)}; }
 
+  // The id of SmallProfile() registered by `tenant` (profiles are per
+  // tenant: "default"'s profile_id_ is not another tenant's).
+  uint64_t ProfileOf(const std::string& tenant) {
+    auto profile = store_->RegisterProfile(SmallProfile(), tenant);
+    EXPECT_TRUE(profile.ok()) << profile.status();
+    return profile.ok() ? profile->first.profile_id : 0;
+  }
+
   void ExpectReadable(uint64_t n) {
     std::string out;
     TierId from;

@@ -195,14 +195,14 @@ TEST_F(BlockDataTest, BadCallsNameTheField) {
   EXPECT_NE(st.message().find("options.message_blocks"), std::string::npos) << st;
   // The daemon's own checks come back as the call's status.
   st = client_->PutBlockData(profile_id_ + 1, Blocks(0, 1)).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;  // not the caller's profile
   EXPECT_NE(st.message().find("profile_id"), std::string::npos) << st;
   std::vector<uint8_t> out(kBlockBytes);
   std::vector<BlockDestination> dst = {{ids_[0], absl::MakeSpan(out)}};
   EXPECT_EQ(client_->GetBlockData(profile_id_, dst, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(client_->GetBlockData(profile_id_ + 1, dst).status().code(),
-            absl::StatusCode::kInvalidArgument);
+            absl::StatusCode::kNotFound);
 }
 
 }  // namespace

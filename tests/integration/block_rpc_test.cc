@@ -242,7 +242,7 @@ TEST_F(BlockRpcTest, BadInputGetsFieldNamedErrors) {
   u->set_block_id(ids[0]);
   u->set_data(Bytes(0));
   auto st = client_->PutBlocks({unknown}).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);  // not a profile of the caller's
   EXPECT_THAT(st.message(), HasSubstr("profile_id"));
 
   v1::GetBlocksRequest get;

@@ -66,8 +66,9 @@ TEST_F(IsolationTest, DirectBlockCallsCarryTheTenant) {
 }
 
 TEST_F(IsolationTest, AnotherTenantsBlocksLookMissing) {
-  // Profiles are shared definitions (same fields, same id); blocks are not.
-  EXPECT_EQ(pa_, pb_);
+  // Profiles are per tenant: the same definition is two profiles, two ids
+  // (tests/security/profile_scope_test.cc).
+  EXPECT_NE(pa_, pb_);
   auto ids = Ids("a", 4);
   EXPECT_THAT(Put(a_.get(), pa_, ids, 1, /*durable=*/true), Each(0));
 
@@ -77,7 +78,9 @@ TEST_F(IsolationTest, AnotherTenantsBlocksLookMissing) {
   auto seen = b_->Lookup(lookup);
   ASSERT_TRUE(seen.ok()) << seen.status();
   for (const auto& e : seen->entries()) EXPECT_FALSE(e.present());
-  auto own = a_->Lookup(lookup);
+  v1::LookupRequest own_lookup = lookup;
+  own_lookup.set_profile_id(pa_);
+  auto own = a_->Lookup(own_lookup);
   ASSERT_TRUE(own.ok());
   for (const auto& e : own->entries()) EXPECT_TRUE(e.present());
 
@@ -100,7 +103,7 @@ TEST_F(IsolationTest, AnotherTenantsBlocksLookMissing) {
   auto deleted = b_->DeleteBlocks(del);
   ASSERT_TRUE(deleted.ok()) << deleted.status();
   for (const auto& s : deleted->statuses()) EXPECT_EQ(s.code(), grpc::StatusCode::NOT_FOUND);
-  own = a_->Lookup(lookup);
+  own = a_->Lookup(own_lookup);
   ASSERT_TRUE(own.ok());
   for (const auto& e : own->entries()) EXPECT_TRUE(e.present()) << "B's delete reached A's block";
 

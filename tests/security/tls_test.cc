@@ -98,8 +98,14 @@ TEST_F(TlsTest, ClientCertificatesMapToTenants) {
   auto seen = tcp->Lookup(lookup);
   ASSERT_TRUE(seen.ok()) << seen.status();
   for (const auto& e : seen->entries()) EXPECT_TRUE(e.present());
-  auto as_b = TcpClient(testutil::IssueCert(ca_, "b"))->Lookup(lookup);
-  ASSERT_TRUE(as_b.ok());
+  // CN "b" is tenant b: a's profile is not b's, and under b's own profile
+  // of the same definition a's blocks are not there.
+  auto tcp_b = TcpClient(testutil::IssueCert(ca_, "b"));
+  EXPECT_EQ(tcp_b->Lookup(lookup).status().code(), absl::StatusCode::kNotFound);
+  v1::LookupRequest theirs = lookup;
+  theirs.set_profile_id(Register(As("b").get()));
+  auto as_b = tcp_b->Lookup(theirs);
+  ASSERT_TRUE(as_b.ok()) << as_b.status();
   for (const auto& e : as_b->entries()) EXPECT_FALSE(e.present());
 
   // Refused: no certificate, one from another CA, an expired one, one not
