@@ -1,6 +1,5 @@
-// Reactors that finish a callback RPC at once with a fixed status. Used for
-// RPCs whose feature is not available in this build, and for requests
-// rejected before any message is read. Each deletes itself in OnDone.
+// Reactors that finish a callback RPC at once with a fixed status: for
+// requests rejected before any message is read. Each deletes itself in OnDone.
 #ifndef KVTIER_DAEMON_REACTORS_H_
 #define KVTIER_DAEMON_REACTORS_H_
 
@@ -53,13 +52,6 @@ class ReactorRefs {
  private:
   std::atomic<int> refs_{1};  // gRPC's, until OnDone
 };
-
-// UNIMPLEMENTED naming the RPC and the feature it needs.
-inline grpc::Status NotBuilt(const std::string& rpc, const std::string& feature) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      rpc + " is not available: " + feature + " is not implemented in kvtierd " +
-                          "yet");
-}
 
 }  // namespace kvtier::daemon
 

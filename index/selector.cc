@@ -254,6 +254,14 @@ void Normalise(absl::Span<const float> in, std::vector<float>* out) {
   UnitVector(in.data(), in.size(), out->data());
 }
 
+// Scores to [0, 1] by min-max; all equal -> 0.5 each.
+void MinMaxNormalise(absl::Span<float> a) {
+  if (a.empty()) return;
+  const auto [lo, hi] = std::minmax_element(a.begin(), a.end());
+  const float low = *lo, range = *hi - *lo;
+  for (float& x : a) x = range > 0 ? (x - low) / range : 0.5f;
+}
+
 }  // namespace
 
 // Writes the dot products of q with every grid, chunk and page row of the
@@ -273,9 +281,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   ContextIndex& ctx = *r.context;
   const ContextTree& t = ctx.tree();
   StabilityTracker& st = ctx.stability();
-  const StabilityOptions& so = options_.stability;
   const int64_t n = t.num_pages();
-  const size_t D = static_cast<size_t>(t.dim());
   // Every level already scored (kGemm, or the level scorer): SelectBatch
   // points all_grid at the scores.
   const bool gemm = s->all_grid != nullptr;
@@ -289,10 +295,12 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   out->mass_pages_opened = out->mass_pages_screened = out->mass_chunks_screened = 0;
   out->mass_sparse = false;
 
-  const int64_t sinks = std::min<int64_t>(SinkBlocks(r), n);
-  const int64_t locals = std::min<int64_t>(LocalBlocks(r), n - sinks);
-  const int64_t local_first = n - locals;
-  const int64_t free = budget - sinks - locals;
+  RunPlan plan;
+  plan.n = n;
+  plan.sinks = std::min<int64_t>(SinkBlocks(r), n);
+  plan.locals = std::min<int64_t>(LocalBlocks(r), n - plan.sinks);
+  plan.local_first = n - plan.locals;
+  plan.free = budget - plan.sinks - plan.locals;
 
   st.Resize(n);
   st.BeginStep(r.step).IgnoreError();  // validated in Validate
@@ -306,210 +314,236 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   if (s->affinity.size() < static_cast<size_t>(n)) s->affinity.resize(n);
   if (options_.window_fast_path && r.scorer == ScorerKind::kMass &&
       r.head_queries.empty() && !ctx.calibration().calibrated() &&
-      RunWindow(r, sinks, locals, free, s, out)) {
+      RunWindow(r, plan.sinks, plan.locals, plan.free, s, out)) {
     return;
   }
-  if (r.scorer == ScorerKind::kMass && RunMassSparse(r, sinks, locals, free, s, out)) {
+  if (r.scorer == ScorerKind::kMass &&
+      RunMassSparse(r, plan.sinks, plan.locals, plan.free, s, out)) {
     return;
   }
   s->scored.clear();
-  const bool key_key = TreeKeyKey(r);
-  auto forced = [&](int64_t p) { return p < sinks || p >= local_first; };
-
-  // Int8 page rows for the descent (never with kGemm or a level scorer:
-  // those scored every row already).
-  const Q8Rows* q8 = nullptr;
-  if (key_key && !gemm && options_.q8_pages && t.q8_pages() != nullptr &&
-      t.q8_pages()->size() == n) {
-    q8 = t.q8_pages();
+  if (TreeKeyKey(r)) {
+    // Int8 page rows for the descent (never with kGemm or a level scorer:
+    // those scored every row already).
+    if (!gemm && options_.q8_pages && t.q8_pages() != nullptr &&
+        t.q8_pages()->size() == n) {
+      plan.q8 = t.q8_pages();
+    }
+    ScoreTree(r, plan, gemm, s, out);
+  } else {
+    ScoreFlat(r, plan, s, out);
   }
-  if (key_key) {
-    if (!gemm) Normalise(r.anchor, &s->q);
-    const int64_t target = std::min<int64_t>(
-        n,
-        sinks + locals + CeilFraction(1.0 / options_.page_keep_fraction, free));
-    // Grids.
-    const int64_t G = t.num_grids();
-    const float* grid_dots = s->all_grid;
+  RankWithStability(r, plan, s, out);
+}
+
+// The key-key descent: grids, then the chunks of kept grids, then the
+// pages of kept chunks (exact fp16 dot products, or int8 ones with an
+// error bound); sink and local pages are scored for their history.
+void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm, Scratch* s,
+                         SelectResult* out) {
+  const ContextTree& t = r.context->tree();
+  StabilityTracker& st = r.context->stability();
+  const StabilityOptions& so = options_.stability;
+  const int64_t n = plan.n, sinks = plan.sinks, locals = plan.locals;
+  const int64_t local_first = plan.local_first, free = plan.free;
+  const size_t D = static_cast<size_t>(t.dim());
+  const Q8Rows* q8 = plan.q8;
+  auto forced = [&](int64_t p) { return p < sinks || p >= local_first; };
+  if (!gemm) Normalise(r.anchor, &s->q);
+  const int64_t target = std::min<int64_t>(
+      n,
+      sinks + locals + CeilFraction(1.0 / options_.page_keep_fraction, free));
+  // Grids.
+  const int64_t G = t.num_grids();
+  const float* grid_dots = s->all_grid;
+  if (!gemm) {
+    s->dots.resize(std::max<int64_t>(G, t.options().pages_per_chunk));
+    simd::DotRowsHalf(t.grid_rows(), G, D, s->q.data(), s->dots.data());
+    grid_dots = s->dots.data();
+    out->rows_scored += G;
+  }
+  s->grids.resize(G);
+  for (int64_t g = 0; g < G; ++g) {
+    s->grids[g] = {grid_dots[g], static_cast<int32_t>(g)};
+  }
+  auto grid_pages = [&t](int32_t g) {
+    return t.ChunkFirstPage(t.GridFirstChunk(g + 1)) -
+           t.ChunkFirstPage(t.GridFirstChunk(g));
+  };
+  const size_t kept_grids =
+      TopWithFloor(&s->grids, CeilFraction(options_.grid_keep_fraction, G),
+                   grid_pages, target);
+  // Chunks of kept grids.
+  s->chunks.clear();
+  for (size_t i = 0; i < kept_grids; ++i) {
+    const int32_t g = s->grids[i].index;
+    const int64_t c0 = t.GridFirstChunk(g), c1 = t.GridFirstChunk(g + 1);
+    const float* dots = gemm ? s->all_chunk + c0 : nullptr;
     if (!gemm) {
-      s->dots.resize(std::max<int64_t>(G, t.options().pages_per_chunk));
-      simd::DotRowsHalf(t.grid_rows(), G, D, s->q.data(), s->dots.data());
-      grid_dots = s->dots.data();
-      out->rows_scored += G;
+      s->dots.resize(std::max<size_t>(s->dots.size(), c1 - c0));
+      simd::DotRowsHalf(t.chunk_rows() + c0 * D, c1 - c0, D, s->q.data(),
+                        s->dots.data());
+      dots = s->dots.data();
+      out->rows_scored += c1 - c0;
     }
-    s->grids.resize(G);
-    for (int64_t g = 0; g < G; ++g) {
-      s->grids[g] = {grid_dots[g], static_cast<int32_t>(g)};
+    for (int64_t c = c0; c < c1; ++c) {
+      s->chunks.push_back({dots[c - c0], static_cast<int32_t>(c)});
     }
-    auto grid_pages = [&t](int32_t g) {
-      return t.ChunkFirstPage(t.GridFirstChunk(g + 1)) -
-             t.ChunkFirstPage(t.GridFirstChunk(g));
-    };
-    const size_t kept_grids =
-        TopWithFloor(&s->grids, CeilFraction(options_.grid_keep_fraction, G),
-                     grid_pages, target);
-    // Chunks of kept grids.
-    s->chunks.clear();
-    for (size_t i = 0; i < kept_grids; ++i) {
-      const int32_t g = s->grids[i].index;
-      const int64_t c0 = t.GridFirstChunk(g), c1 = t.GridFirstChunk(g + 1);
-      const float* dots = gemm ? s->all_chunk + c0 : nullptr;
-      if (!gemm) {
-        s->dots.resize(std::max<size_t>(s->dots.size(), c1 - c0));
-        simd::DotRowsHalf(t.chunk_rows() + c0 * D, c1 - c0, D, s->q.data(),
-                          s->dots.data());
-        dots = s->dots.data();
-        out->rows_scored += c1 - c0;
-      }
-      for (int64_t c = c0; c < c1; ++c) {
-        s->chunks.push_back({dots[c - c0], static_cast<int32_t>(c)});
-      }
-    }
-    auto chunk_pages = [&t](int32_t c) {
-      return t.ChunkFirstPage(c + 1) - t.ChunkFirstPage(c);
-    };
-    const size_t kept_chunks = TopWithFloor(
-        &s->chunks,
-        CeilFraction(options_.chunk_keep_fraction, s->chunks.size()),
-        chunk_pages, target);
-    // Pages of kept chunks: exact fp16 dot products, or int8 ones with an
-    // error bound (re-scored exactly where the bound leaves a decision
-    // open: RefineQuantised).
+  }
+  auto chunk_pages = [&t](int32_t c) {
+    return t.ChunkFirstPage(c + 1) - t.ChunkFirstPage(c);
+  };
+  const size_t kept_chunks = TopWithFloor(
+      &s->chunks,
+      CeilFraction(options_.chunk_keep_fraction, s->chunks.size()),
+      chunk_pages, target);
+  // Pages of kept chunks: exact fp16 dot products, or int8 ones with an
+  // error bound (re-scored exactly where the bound leaves a decision
+  // open: RefineQuantised).
+  if (q8 != nullptr) {
+    s->q8.Set(s->q.data(), t.dim());
+    if (s->page_bound.size() < static_cast<size_t>(n)) s->page_bound.resize(n);
+  }
+  for (size_t i = 0; i < kept_chunks; ++i) {
+    const int32_t c = s->chunks[i].index;
+    const int64_t p0 = t.ChunkFirstPage(c), p1 = t.ChunkFirstPage(c + 1);
     if (q8 != nullptr) {
-      s->q8.Set(s->q.data(), t.dim());
-      if (s->page_bound.size() < static_cast<size_t>(n)) s->page_bound.resize(n);
-    }
-    for (size_t i = 0; i < kept_chunks; ++i) {
-      const int32_t c = s->chunks[i].index;
-      const int64_t p0 = t.ChunkFirstPage(c), p1 = t.ChunkFirstPage(c + 1);
-      if (q8 != nullptr) {
-        const size_t m = static_cast<size_t>(p1 - p0);
-        if (s->dots.size() < m) s->dots.resize(m);
-        if (s->q8_bound.size() < m) s->q8_bound.resize(m);
-        DotRowsQ8(*q8, p0, p1 - p0, s->q8, s->dots.data(), s->q8_bound.data());
-        out->rows_scored += p1 - p0;
-        for (int64_t p = p0; p < p1; ++p) {
-          if (forced(p)) continue;
-          s->affinity[p] = Affinity(s->dots[p - p0]);
-          // Affinity halves the dot product's error (and clamping cannot
-          // widen it); the constant covers the float rounding of both.
-          s->page_bound[p] = 0.5f * s->q8_bound[p - p0] + kAffinitySlack;
-          s->scored.push_back(static_cast<int32_t>(p));
-        }
-        continue;
-      }
-      const float* dots = gemm ? s->all_page + p0 : nullptr;
-      if (!gemm) {
-        s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
-        simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(),
-                          s->dots.data());
-        dots = s->dots.data();
-        out->rows_scored += p1 - p0;
-      }
+      const size_t m = static_cast<size_t>(p1 - p0);
+      if (s->dots.size() < m) s->dots.resize(m);
+      if (s->q8_bound.size() < m) s->q8_bound.resize(m);
+      DotRowsQ8(*q8, p0, p1 - p0, s->q8, s->dots.data(), s->q8_bound.data());
+      out->rows_scored += p1 - p0;
       for (int64_t p = p0; p < p1; ++p) {
         if (forced(p)) continue;
-        s->affinity[p] = Affinity(dots[p - p0]);
+        s->affinity[p] = Affinity(s->dots[p - p0]);
+        // Affinity halves the dot product's error (and clamping cannot
+        // widen it); the constant covers the float rounding of both.
+        s->page_bound[p] = 0.5f * s->q8_bound[p - p0] + kAffinitySlack;
         s->scored.push_back(static_cast<int32_t>(p));
       }
+      continue;
     }
-    // Sinks and local pages are scored too: their history matters once
-    // they leave the local window.
-    auto score_range = [&](int64_t p0, int64_t p1) {
-      if (p1 <= p0) return;
-      const float* dots = gemm ? s->all_page + p0 : nullptr;
-      if (!gemm) {
-        s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
-        simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(),
-                          s->dots.data());
-        dots = s->dots.data();
-        out->rows_scored += p1 - p0;
-      }
-      for (int64_t p = p0; p < p1; ++p) {
-        s->affinity[p] = Affinity(dots[p - p0]);
-        st.Observe(p, s->affinity[p] > so.theta);
-      }
-    };
-    score_range(0, sinks);
-    score_range(local_first, n);
-    if (gemm) out->rows_scored += G + t.num_chunks() + n;
-  } else {
-    // Flat scorers over every page.
-    float* aff = s->affinity.data();
-    if (IsKeyKey(r.scorer)) {
-      // Per-layer anchor (Validate checked the shape).
-      LayerKeyKeyScores(*ctx.keys(), r.anchor, r.centered, &s->keys,
-                        absl::MakeSpan(aff, n))
-          .IgnoreError();
-      const auto [lo, hi] = std::minmax_element(aff, aff + n);
-      const float low = *lo, range = *hi - *lo;
-      const float w = r.recency_weight;
-      for (int64_t p = 0; p < n; ++p) {
-        const float a = range > 0 ? (aff[p] - low) / range : 0.5f;
-        aff[p] = (1.0f - w) * a +
-                 w * static_cast<float>(p + 1) / static_cast<float>(n);
-      }
-    } else if (r.scorer == ScorerKind::kMass) {
-      MassMemory& memory = ctx.mass_memory();
-      if (!r.head_queries.empty()) memory.Begin(r.step);
-      MassScores(ctx.keys(), ctx.calibration(), ctx.key_slots(), t.dim(), n,
-                 r.head_queries, &s->keys, absl::MakeSpan(aff, n),
-                 r.head_queries.empty() ? nullptr : &memory.previous,
-                 r.head_queries.empty() ? nullptr : &memory.current)
-          .IgnoreError();  // validated
-      CapRetrievalTerms(ctx.calibration(), !r.head_queries.empty(), sinks, local_first, free,
-                        absl::MakeSpan(aff, n), &s->pool);
-      const auto [lo, hi] = std::minmax_element(aff, aff + n);
-      const float low = *lo, range = *hi - *lo;
-      for (int64_t p = 0; p < n; ++p) {
-        aff[p] = range > 0 ? (aff[p] - low) / range : 0.5f;
-      }
-    } else if (r.scorer == ScorerKind::kKeyDiff) {
-      s->q.resize(D);
-      t.ContextMean(absl::MakeSpan(s->q));
-      const float norm = std::sqrt(simd::Dot(s->q.data(), s->q.data(), D));
-      for (size_t d = 0; d < D; ++d) s->q[d] = norm > 0 ? s->q[d] / norm : 0.0f;
-      simd::DotRowsHalf(t.page_rows(), n, D, s->q.data(), aff);
-      for (int64_t p = 0; p < n; ++p) aff[p] = Affinity(-aff[p]);
-    } else {
-      SummaryView view = t.summaries();
-      if (view.num_blocks != n) {  // kRecency / kRandom need no arrays
-        view = SummaryView();
-        view.dim = t.dim();
-        view.num_blocks = n;
-      }
-      ScoreInput in;
-      in.anchor = r.anchor;
-      // Bounds are positively homogeneous in the query: scaling it to a
-      // largest component of 1 keeps the ranking and cannot overflow.
-      s->q.assign(r.query.begin(), r.query.end());
-      float qmax = 0.0f;
-      for (float x : s->q) qmax = std::max(qmax, std::fabs(x));
-      if (qmax > 0) {
-        for (float& x : s->q) x /= qmax;
-      }
-      in.query = s->q;
-      in.seed = r.seed;
-      in.step = r.step;
-      ScoreBlocks(r.scorer, view, in, absl::MakeSpan(aff, n)).IgnoreError();
-      if (!ScoresInUnitInterval(r.scorer)) {
-        const auto [lo, hi] = std::minmax_element(aff, aff + n);
-        const float low = *lo, range = *hi - *lo;
-        for (int64_t p = 0; p < n; ++p) {
-          aff[p] = range > 0 ? (aff[p] - low) / range : 0.5f;
-        }
-      }
+    const float* dots = gemm ? s->all_page + p0 : nullptr;
+    if (!gemm) {
+      s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
+      simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(),
+                        s->dots.data());
+      dots = s->dots.data();
+      out->rows_scored += p1 - p0;
     }
-    out->rows_scored += n;
-    for (int64_t p = 0; p < n; ++p) {
-      if (forced(p)) {
-        st.Observe(p, aff[p] > so.theta);
-      } else {
-        s->scored.push_back(static_cast<int32_t>(p));
-      }
+    for (int64_t p = p0; p < p1; ++p) {
+      if (forced(p)) continue;
+      s->affinity[p] = Affinity(dots[p - p0]);
+      s->scored.push_back(static_cast<int32_t>(p));
     }
   }
+  // Sinks and local pages are scored too: their history matters once
+  // they leave the local window.
+  auto score_range = [&](int64_t p0, int64_t p1) {
+    if (p1 <= p0) return;
+    const float* dots = gemm ? s->all_page + p0 : nullptr;
+    if (!gemm) {
+      s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
+      simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(),
+                        s->dots.data());
+      dots = s->dots.data();
+      out->rows_scored += p1 - p0;
+    }
+    for (int64_t p = p0; p < p1; ++p) {
+      s->affinity[p] = Affinity(dots[p - p0]);
+      st.Observe(p, s->affinity[p] > so.theta);
+    }
+  };
+  score_range(0, sinks);
+  score_range(local_first, n);
+  if (gemm) out->rows_scored += G + t.num_chunks() + n;
+}
 
-  // Stability, then the final ranking.
+// Every page scored by the request's scorer, min-max normalised where the
+// scorer's scores are not affinities already.
+void Selector::ScoreFlat(const SelectRequest& r, const RunPlan& plan, Scratch* s,
+                         SelectResult* out) {
+  ContextIndex& ctx = *r.context;
+  const ContextTree& t = ctx.tree();
+  StabilityTracker& st = ctx.stability();
+  const StabilityOptions& so = options_.stability;
+  const int64_t n = plan.n, sinks = plan.sinks, local_first = plan.local_first;
+  const int64_t free = plan.free;
+  const size_t D = static_cast<size_t>(t.dim());
+  auto forced = [&](int64_t p) { return p < sinks || p >= local_first; };
+  // Flat scorers over every page.
+  float* aff = s->affinity.data();
+  if (IsKeyKey(r.scorer)) {
+    // Per-layer anchor (Validate checked the shape).
+    LayerKeyKeyScores(*ctx.keys(), r.anchor, r.centered, &s->keys,
+                      absl::MakeSpan(aff, n))
+        .IgnoreError();
+    MinMaxNormalise(absl::MakeSpan(aff, n));
+    const float w = r.recency_weight;
+    for (int64_t p = 0; p < n; ++p) {
+      aff[p] = (1.0f - w) * aff[p] + w * static_cast<float>(p + 1) / static_cast<float>(n);
+    }
+  } else if (r.scorer == ScorerKind::kMass) {
+    MassMemory& memory = ctx.mass_memory();
+    if (!r.head_queries.empty()) memory.Begin(r.step);
+    MassScores(ctx.keys(), ctx.calibration(), ctx.key_slots(), t.dim(), n,
+               r.head_queries, &s->keys, absl::MakeSpan(aff, n),
+               r.head_queries.empty() ? nullptr : &memory.previous,
+               r.head_queries.empty() ? nullptr : &memory.current)
+        .IgnoreError();  // validated
+    CapRetrievalTerms(ctx.calibration(), !r.head_queries.empty(), sinks, local_first, free,
+                      absl::MakeSpan(aff, n), &s->pool);
+    MinMaxNormalise(absl::MakeSpan(aff, n));
+  } else if (r.scorer == ScorerKind::kKeyDiff) {
+    s->q.resize(D);
+    t.ContextMean(absl::MakeSpan(s->q));
+    const float norm = std::sqrt(simd::Dot(s->q.data(), s->q.data(), D));
+    for (size_t d = 0; d < D; ++d) s->q[d] = norm > 0 ? s->q[d] / norm : 0.0f;
+    simd::DotRowsHalf(t.page_rows(), n, D, s->q.data(), aff);
+    for (int64_t p = 0; p < n; ++p) aff[p] = Affinity(-aff[p]);
+  } else {
+    SummaryView view = t.summaries();
+    if (view.num_blocks != n) {  // kRecency / kRandom need no arrays
+      view = SummaryView();
+      view.dim = t.dim();
+      view.num_blocks = n;
+    }
+    ScoreInput in;
+    in.anchor = r.anchor;
+    // Bounds are positively homogeneous in the query: scaling it to a
+    // largest component of 1 keeps the ranking and cannot overflow.
+    s->q.assign(r.query.begin(), r.query.end());
+    float qmax = 0.0f;
+    for (float x : s->q) qmax = std::max(qmax, std::fabs(x));
+    if (qmax > 0) {
+      for (float& x : s->q) x /= qmax;
+    }
+    in.query = s->q;
+    in.seed = r.seed;
+    in.step = r.step;
+    ScoreBlocks(r.scorer, view, in, absl::MakeSpan(aff, n)).IgnoreError();
+    if (!ScoresInUnitInterval(r.scorer)) {
+      MinMaxNormalise(absl::MakeSpan(aff, n));
+    }
+  }
+  out->rows_scored += n;
+  for (int64_t p = 0; p < n; ++p) {
+    if (forced(p)) {
+      st.Observe(p, aff[p] > so.theta);
+    } else {
+      s->scored.push_back(static_cast<int32_t>(p));
+    }
+  }
+}
+
+// Stability, then the final ranking.
+void Selector::RankWithStability(const SelectRequest& r, const RunPlan& plan, Scratch* s,
+                                 SelectResult* out) {
+  const ContextTree& t = r.context->tree();
+  StabilityTracker& st = r.context->stability();
+  const StabilityOptions& so = options_.stability;
+  const Q8Rows* q8 = plan.q8;
+  auto forced = [&](int64_t p) { return p < plan.sinks || p >= plan.local_first; };
   const float w = r.stability ? so.weight : 0.0f;
   const int32_t window = so.window_steps;
   s->pool.clear();
@@ -534,8 +568,8 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
     ++out->held;
   }
   bool partitioned = false;
-  if (q8 != nullptr) partitioned = RefineQuantised(r, free, w, s, out);
-  FinishRanking(r, sinks, local_first, n, free, partitioned, s, out);
+  if (q8 != nullptr) partitioned = RefineQuantised(r, plan.free, w, s, out);
+  FinishRanking(r, plan.sinks, plan.local_first, plan.n, plan.free, partitioned, s, out);
 }
 
 // The uncalibrated mass scorer: the flat pass scores page p with the prior

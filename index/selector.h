@@ -101,6 +101,8 @@
 
 namespace kvtier::index {
 
+class Q8Rows;
+
 enum class SelectAlgorithm : uint8_t { kDescent = 0, kGemm = 1 };
 
 struct SelectorOptions {
@@ -228,6 +230,18 @@ class Selector {
            SelectResult* out);
   bool RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
                  int64_t free, Scratch* s, SelectResult* out);
+  // Run's steps: the shape of the request's budget, the scores (the
+  // key-key tree descent, or every page by its scorer), then stability and
+  // the ranking.
+  struct RunPlan {
+    int64_t n = 0, sinks = 0, locals = 0, local_first = 0, free = 0;
+    const Q8Rows* q8 = nullptr;  // int8 page rows of the descent, if used
+  };
+  void ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm, Scratch* s,
+                 SelectResult* out);
+  void ScoreFlat(const SelectRequest& r, const RunPlan& plan, Scratch* s, SelectResult* out);
+  void RankWithStability(const SelectRequest& r, const RunPlan& plan, Scratch* s,
+                         SelectResult* out);
   // The sink and local blocks of a request: for kMass its context's
   // calibration's when set, else the options'.
   int32_t SinkBlocks(const SelectRequest& r) const;
