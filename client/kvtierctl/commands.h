@@ -104,6 +104,7 @@ struct TenantAddOptions {
   std::string role = "data";
   std::vector<std::string> quotas;      // "key=value"
   std::vector<std::string> cert_names;
+  std::vector<uint32_t> uids;  // local users (auth.peer_socket_path)
 };
 // Appends a tenant with one new token (creating the file, mode 0600).
 int RunTenantsAdd(const TenantAddOptions& add, const GlobalOptions& options, std::ostream& out,

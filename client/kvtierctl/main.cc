@@ -12,7 +12,7 @@
 //   kvtierctl versions --profile N [KEY]        versions of compacted contexts
 //   kvtierctl drop-version --profile N KEY V    delete one version's blocks
 //   kvtierctl tenants add NAME --file PATH [--role data|admin]
-//                     [--quota key=value ...] [--cert-name CN ...]
+//                     [--quota key=value ...] [--cert-name CN ...] [--uid UID ...]
 //   kvtierctl tenants list --file PATH
 //   kvtierctl tenants rotate NAME --file PATH [--revoke-others]
 //
@@ -192,6 +192,10 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   add_cmd->add_option("--cert-name", add.cert_names,
                       "mTLS client-certificate common name, repeatable")
+      ->allow_extra_args(false);
+  add_cmd->add_option("--uid", add.uids,
+                      "local user id served without a token on auth.peer_socket_path, "
+                      "repeatable")
       ->allow_extra_args(false);
   add_cmd->add_flag("--json", options.json, "Print the token as JSON");
   std::string list_file;

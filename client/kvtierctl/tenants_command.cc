@@ -119,6 +119,13 @@ int RunTenantsAdd(const TenantAddOptions& add, const GlobalOptions& options, std
     }
     entry.cert_names.push_back(cn);
   }
+  for (uint32_t uid : add.uids) {
+    if (uid == 0xFFFFFFFFu) return Usage("--uid 4294967295: not a uid", err);
+    if (std::find(entry.uids.begin(), entry.uids.end(), uid) != entry.uids.end()) {
+      return Usage(absl::StrCat("--uid ", uid, ": given twice"), err);
+    }
+    entry.uids.push_back(uid);
+  }
 
   absl::StatusOr<int> lock = LockTenantsFolder(add.file);
   if (!lock.ok()) return Fail(lock.status(), err);
@@ -136,6 +143,12 @@ int RunTenantsAdd(const TenantAddOptions& add, const GlobalOptions& options, std
     for (const std::string& cn : entry.cert_names) {
       if (std::find(t.cert_names.begin(), t.cert_names.end(), cn) != t.cert_names.end()) {
         return Usage("--cert-name " + cn + ": already listed by tenant \"" + t.name + "\"", err);
+      }
+    }
+    for (uint32_t uid : entry.uids) {
+      if (std::find(t.uids.begin(), t.uids.end(), uid) != t.uids.end()) {
+        return Usage(absl::StrCat("--uid ", uid, ": already listed by tenant \"", t.name, "\""),
+                     err);
       }
     }
   }
@@ -180,7 +193,8 @@ int RunTenantsList(const std::string& file, const GlobalOptions& options, std::o
       }
       out << (i ? ",\n " : "\n ") << "{\"name\": " << QuoteString(t.name)
           << ", \"role\": " << QuoteString(t.role) << ", \"tokens\": " << t.token_sha256.size()
-          << ", \"cert_names\": [" << absl::StrJoin(certs, ", ") << "], \"quotas\": {"
+          << ", \"cert_names\": [" << absl::StrJoin(certs, ", ")
+          << "], \"uids\": [" << absl::StrJoin(t.uids, ", ") << "], \"quotas\": {"
           << absl::StrJoin(quotas, ", ") << "}}";
     }
     out << (tenants->empty() ? "]\n" : "\n]\n");

@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdlib>
 #include <iterator>
+#include <optional>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -132,6 +133,16 @@ absl::StatusOr<TenantEntry> ParseEntry(const toml::table& e, const std::string& 
       absl::Status st =
           ParseStringList(node, key, key == "token_sha256" ? &t.token_sha256 : &t.cert_names);
       if (!st.ok()) return Bad(path, i, st.message());
+    } else if (key == "uids") {
+      const toml::array* a = node.as_array();
+      if (a == nullptr) return Bad(path, i, "uids must be a list of integers");
+      for (const auto& v : *a) {
+        const std::optional<int64_t> uid = v.value<int64_t>();
+        if (!v.is_integer() || !uid || *uid < 0 || *uid >= 0xFFFFFFFFll) {
+          return Bad(path, i, "uids entries are integers in [0, 4294967294]");
+        }
+        t.uids.push_back(static_cast<uint32_t>(*uid));
+      }
     } else if (key == "quotas") {
       if (!node.is_table()) return Bad(path, i, "quotas must be a table");
       absl::Status st = ParseQuotaTable(*node.as_table(), &t.quotas);
@@ -205,6 +216,7 @@ absl::Status ValidateTenants(const std::vector<TenantEntry>& tenants, const std:
         absl::StrCat(path, ": ", tenants.size(), " tenants exceed the limit of ", kMaxTenants));
   }
   std::set<std::string> names, hashes, certs;
+  std::set<uint32_t> uids;
   for (size_t i = 0; i < tenants.size(); ++i) {
     const TenantEntry& t = tenants[i];
     if (t.name.empty()) return Bad(path, i, "name is required");
@@ -214,8 +226,14 @@ absl::Status ValidateTenants(const std::vector<TenantEntry>& tenants, const std:
                               " bytes of [A-Za-z0-9._-]"));
     }
     if (t.role != "data" && t.role != "admin") return Bad(path, i, "role must be data or admin");
-    if (t.token_sha256.empty() && t.cert_names.empty()) {
-      return Bad(path, i, "needs token_sha256 or cert_names (else it cannot authenticate)");
+    if (t.token_sha256.empty() && t.cert_names.empty() && t.uids.empty()) {
+      return Bad(path, i,
+                 "needs token_sha256, cert_names or uids (else it cannot authenticate)");
+    }
+    for (uint32_t uid : t.uids) {
+      if (!uids.insert(uid).second) {
+        return Bad(path, i, absl::StrCat("uid ", uid, " is listed twice"));
+      }
     }
     if (!names.insert(t.name).second) {
       return Bad(path, i, absl::StrCat("tenant \"", t.name, "\" is listed twice"));
@@ -291,6 +309,7 @@ std::string FormatTenant(const TenantEntry& t) {
   absl::StrAppend(&out, "role = ", QuoteString(t.role), "\n");
   if (!t.token_sha256.empty()) AppendStringList("token_sha256", t.token_sha256, &out);
   if (!t.cert_names.empty()) AppendStringList("cert_names", t.cert_names, &out);
+  if (!t.uids.empty()) absl::StrAppend(&out, "uids = [", absl::StrJoin(t.uids, ", "), "]\n");
   if (!t.quotas.empty()) {
     absl::StrAppend(&out, "[tenants.quotas]\n");
     for (const Quota& q : t.quotas) {

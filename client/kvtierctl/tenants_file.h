@@ -8,6 +8,8 @@
 //   role = "data"                   "data" | "admin"
 //   token_sha256 = ["9f86..."]      SHA-256 hex of each token, never a token
 //   cert_names = ["engine-a"]       optional, unique across tenants
+//   uids = [1001]                   optional, local users on auth.peer_socket_path,
+//                                   unique across tenants
 //   [tenants.quotas]                optional, keys in kQuotaKeys
 //   device_bytes = "256MiB"
 //   staging_slots = 64
@@ -56,6 +58,7 @@ struct TenantEntry {
   std::string role = "data";
   std::vector<std::string> token_sha256;
   std::vector<std::string> cert_names;
+  std::vector<uint32_t> uids;
   std::vector<Quota> quotas;  // in kQuotaKeys order (SortQuotas)
   bool operator==(const TenantEntry&) const = default;
 };

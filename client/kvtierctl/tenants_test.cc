@@ -16,6 +16,7 @@
 #include "client/kvtierctl/credentials.h"
 #include "client/kvtierctl/tenants_file.h"
 #include "daemon/auth/token.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace kvtier::ctl {
@@ -135,6 +136,33 @@ TEST_F(TenantsTest, AddWritesRoleQuotasAndCertNamesAndKeepsComments) {
   EXPECT_EQ(t["quotas"]["staging_slots"].value<int64_t>(), 64);
   EXPECT_TRUE(t["quotas"]["staging_slots"].is_integer());
   EXPECT_EQ(t["quotas"]["host_bytes"].value<int64_t>(), 1073741824);
+}
+
+TEST_F(TenantsTest, UidsAreWrittenKeptAndUniqueAcrossTenants) {
+  TenantAddOptions add;
+  add.name = "local-engine";
+  add.uids = {1001, 1002};
+  Result r = Add(add);
+  ASSERT_EQ(r.code, 0) << r.err;
+  toml::table root = Parsed();
+  const toml::table& t = *(*root["tenants"].as_array())[0].as_table();
+  EXPECT_EQ(t["uids"][0].value<int64_t>(), 1001);
+  EXPECT_EQ(t["uids"][1].value<int64_t>(), 1002);
+  // A later rewrite keeps them; another tenant cannot take one.
+  ASSERT_EQ(Add("engine-b").code, 0);
+  EXPECT_EQ((*Parsed()["tenants"].as_array())[0].as_table()->at("uids").as_array()->size(), 2u);
+  TenantAddOptions dup;
+  dup.name = "thief";
+  dup.uids = {1002};
+  Result refused = Add(dup);
+  EXPECT_NE(refused.code, 0);
+  EXPECT_THAT(refused.err, ::testing::HasSubstr("--uid 1002"));
+  // A hand-written bad entry is refused naming uids.
+  std::ofstream(file_, std::ios::app) << "[[tenants]]\nname = \"bad\"\nrole = \"data\"\n"
+                                      << "uids = [-3]\n";
+  Result bad = Add("engine-c");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_THAT(bad.err, ::testing::HasSubstr("uids"));
 }
 
 TEST_F(TenantsTest, DuplicateOrInvalidNamesAreRefusedAndTheFileIsUnchanged) {
@@ -333,7 +361,7 @@ TEST(TenantsFileTest, TheDaemonsRulesApply) {
   EXPECT_NE(ParseTenants("[[tenants]]\nname = \"a\"\n", "f")
                 .status()
                 .message()
-                .find("needs token_sha256 or cert_names"),
+                .find("needs token_sha256, cert_names or uids"),
             std::string::npos);
   EXPECT_NE(ParseTenants("[[tenants]]\nname = \"a\"\ntoken_sha256 = [\"ABC\"]\n", "f")
                 .status()
