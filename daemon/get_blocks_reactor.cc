@@ -72,9 +72,11 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
   void Abort(const grpc::Status& status, bool wait_dropped) override {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
-    abort_ = status;
+    if (abort_.ok()) abort_ = status;  // a stall after a revoke keeps the revoke
     if (state_ == State::kWriting) {
-      ctx_->TryCancel();  // the write fails: OnWriteDone finishes
+      // A stalled write is cancelled (OnWriteDone finishes); otherwise the
+      // write completes and OnWriteDone finishes with abort_.
+      if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) ctx_->TryCancel();
     } else if (state_ == State::kWaiting && wait_dropped) {
       FinishLocked(abort_);
     }  // kScheduled / a granted wait: the step finishes when it runs

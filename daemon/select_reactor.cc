@@ -43,9 +43,12 @@ class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1
 
   void Abort(const grpc::Status& status, bool /*wait_dropped*/) override {
     absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    FinishLocked(status);
-    if (writing_) ctx_->TryCancel();  // a write its client does not read
+    FinishLocked(status);  // no-op when finished (a stall after a revoke)
+    // A write its client does not read: cancelled, else the call's end
+    // waits behind it.
+    if (writing_ && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      ctx_->TryCancel();
+    }
   }
 
   void OnReadDone(bool ok) override {

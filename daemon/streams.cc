@@ -155,10 +155,10 @@ size_t StreamTable::CancelRevoked(const TenantRegistry& registry) {
   absl::MutexLock lock(&mu_);
   size_t n = 0;
   for (Ticket* t : open_) {
-    if (t->aborted_) continue;
+    if (t->revoked_ || t->stalled_) continue;
     absl::StatusOr<TenantPtr> now = Resolve(registry, t->credentials_);
     if (now.ok() && (*now)->name == t->tenant_) continue;
-    t->aborted_ = true;
+    t->revoked_ = true;
     const bool waiting = t->wanted_bytes_ > 0;
     DropWaitLocked(t);
     t->stream_->Abort(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
@@ -179,8 +179,8 @@ size_t StreamTable::AbortStalled(std::chrono::steady_clock::time_point now) {
   size_t n = 0;
   for (Ticket* t : open_) {
     const int64_t since = t->write_since_ns_.load(std::memory_order_relaxed);
-    if (t->aborted_ || since == 0 || since > cutoff) continue;
-    t->aborted_ = true;
+    if (t->stalled_ || since == 0 || since > cutoff) continue;
+    t->stalled_ = true;
     t->stream_->Abort(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                                    absl::StrCat("the client read nothing for "
                                                 "server.stream_write_timeout_ms = ",

@@ -78,10 +78,13 @@ class StreamTable {
   class Stream {
    public:
     // Ends the call with `status` as soon as it can: at once when nothing
-    // of it is in flight, else when its in-flight step returns (a write
-    // its client does not read is cancelled). `wait_dropped`: the stream's
-    // pending AcquireBytes was dropped (its `ready` will never run).
-    // Called at most once per reason; must not block.
+    // of it is in flight, else when its in-flight step returns. A status of
+    // DEADLINE_EXCEEDED (a stalled write) also cancels the write its
+    // client does not read; an UNAUTHENTICATED one (revoked credentials)
+    // lets a pending write complete so that the client gets the status.
+    // `wait_dropped`: the stream's pending AcquireBytes was dropped (its
+    // `ready` will never run). Called at most once per reason (a stall
+    // may follow a revocation); must not block.
     virtual void Abort(const grpc::Status& status, bool wait_dropped) = 0;
 
    protected:
@@ -122,7 +125,8 @@ class StreamTable {
     uint64_t held_bytes_ = 0;
     uint64_t wanted_bytes_ = 0;  // > 0: waiting
     absl::AnyInvocable<void() &&> ready_;
-    bool aborted_ = false;
+    bool revoked_ = false;  // CancelRevoked aborted it
+    bool stalled_ = false;  // AbortStalled aborted it (may follow a revoke)
   };
 
   explicit StreamTable(const StreamLimits& limits) : limits_(limits) {}
