@@ -56,21 +56,23 @@ absl::Status MakePrivateDir(const std::string& dir) {
 // Most keys waiting for the prefetcher.
 constexpr size_t kMaxPendingPrefetchKeys = 1 << 16;
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, Env* env) {
-  std::unique_ptr<Runtime> rt(new Runtime(config));
-  // One daemon per data directory: the lock comes before anything that
-  // could disturb a running daemon (its shared-memory files, its catalog).
+// An flock on <data_dir>/kvtierd.lock: the descriptor, or
+// FAILED_PRECONDITION when another kvtierd holds it.
+absl::StatusOr<int> LockDataDir(const Config& config) {
   const std::string lock_path = config.server.data_dir + "/kvtierd.lock";
-  rt->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (rt->lock_fd_ < 0) return ErrnoToStatus(errno, "key 'server.data_dir': open " + lock_path);
-  if (::flock(rt->lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoToStatus(errno, "key 'server.data_dir': open " + lock_path);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
     return absl::FailedPreconditionError(absl::StrCat(
         "key 'server.data_dir': another kvtierd is using ", config.server.data_dir));
   }
-  // Everything the daemon creates there is 0700 / 0600; a folder it did
-  // not create may let others in.
+  return fd;
+}
+
+// Everything the daemon creates is 0700 / 0600; a folder it did not create
+// may let others in.
+void WarnOpenFolders(const Config& config) {
   for (const std::string* dir : {&config.server.data_dir, &config.nvme.dir}) {
     struct stat st;
     if (!dir->empty() && ::stat(dir->c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
@@ -79,28 +81,125 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
                    *dir, st.st_mode & 0777);
     }
   }
-  rt->probe_ = gpu::ProbeDevices();
-  if (config.auth.tenants_file.empty()) {
-    rt->tenants_ = std::make_unique<TenantRegistry>();
-  } else {
-    absl::StatusOr<std::unique_ptr<TenantRegistry>> tenants =
-        TenantRegistry::Load(config.auth.tenants_file);
-    if (!tenants.ok()) {
-      return absl::Status(tenants.status().code(),
-                          absl::StrCat("key 'auth.tenants_file': ", tenants.status().message()));
-    }
-    rt->tenants_ = std::move(*tenants);
+}
+
+// The I/O pool: per-tenant queue limit a quarter of the daemon's, and one
+// thread left free for other tenants when authentication is on (0 in the
+// config = these defaults).
+BlockingPoolOptions BlockingPoolOptionsOf(const Config& config, bool per_tenant) {
+  BlockingPoolOptions pool;
+  pool.threads = static_cast<size_t>(config.server.io_threads);
+  pool.max_queued = static_cast<size_t>(config.server.io_queue_limit);
+  pool.max_queued_per_tenant =
+      config.server.io_queue_limit_per_tenant != 0
+          ? static_cast<size_t>(config.server.io_queue_limit_per_tenant)
+          : std::max<size_t>(1, pool.max_queued / 4);
+  pool.max_running_per_tenant =
+      config.server.io_threads_per_tenant != 0
+          ? static_cast<size_t>(config.server.io_threads_per_tenant)
+          : (per_tenant && pool.threads > 1 ? pool.threads - 1 : pool.threads);
+  return pool;
+}
+
+StreamLimits StreamLimitsOf(const Config& config) {
+  StreamLimits limits;
+  limits.max_streams = config.server.max_streams;
+  limits.max_streams_per_tenant = config.server.max_streams_per_tenant;
+  limits.write_timeout_ms = config.server.stream_write_timeout_ms;
+  limits.max_queued_bytes = config.server.max_queued_bytes;
+  limits.max_queued_bytes_per_tenant = config.server.max_queued_bytes_per_tenant;
+  return limits;
+}
+
+// The block store's options that come from the config alone.
+void FillStoreOptionsOf(const Config& config, BlockStoreOptions* out) {
+  BlockStoreOptions& options = *out;
+  options.host_shm_path = ShmName(config, config.host.shm_dir, "host");
+  options.host_capacity_bytes = config.host.capacity_bytes;
+  options.staging_name = "kvtier-staging";
+  options.staging_capacity_bytes = config.host.staging_bytes;
+  options.nvme_dir = config.nvme.dir;
+  options.nvme_file_count = static_cast<uint32_t>(config.nvme.file_count);
+  options.nvme_file_size_bytes = config.nvme.file_size_bytes;
+  options.nvme_direct_io = config.nvme.direct_io;
+  options.nvme_io_threads = static_cast<uint32_t>(config.nvme.io_threads);
+  options.nvme_queue_depth = static_cast<uint32_t>(config.nvme.queue_depth);
+  options.write_through = config.nvme.write_through;
+  options.default_lease_ttl_ms = config.leases.default_ttl_ms;
+  options.max_lease_ttl_ms = config.leases.max_ttl_ms;
+  options.log_warning = [](const std::string& message) { spdlog::warn("store: {}", message); };
+  options.defer_summaries = config.server.defer_summaries;
+  options.max_view_bytes = config.host.max_in_flight_get_bytes;
+  if (config.placement.policy == "keydiff") {
+    KeyDiffPlacementOptions keydiff;
+    keydiff.redundancy_weight = static_cast<float>(config.placement.redundancy_weight);
+    keydiff.age_weight = static_cast<float>(config.placement.age_weight);
+    keydiff.sample_blocks = static_cast<int32_t>(config.placement.sample_blocks);
+    keydiff.newest_protected = static_cast<float>(config.placement.newest_protected);
+    options.make_placement = [keydiff] { return NewKeyDiffPlacement(keydiff); };
+  } else if (config.placement.policy == "stability") {
+    StabilityPolicyOptions stability;
+    stability.unwanted_first = config.placement.unwanted_first;
+    options.make_placement = [stability] { return NewStabilityPolicy(stability); };
   }
+}
+
+absl::StatusOr<std::unique_ptr<TenantRegistry>> LoadTenants(const Config& config) {
+  if (config.auth.tenants_file.empty()) return std::make_unique<TenantRegistry>();
+  absl::StatusOr<std::unique_ptr<TenantRegistry>> tenants =
+      TenantRegistry::Load(config.auth.tenants_file);
+  if (!tenants.ok()) {
+    return absl::Status(tenants.status().code(),
+                        absl::StrCat("key 'auth.tenants_file': ", tenants.status().message()));
+  }
+  return tenants;
+}
+
+// The device arena: CUDA HBM when a device is there ("auto") or demanded
+// ("cuda"), the shared-memory arena otherwise ("shm", or no device).
+gpu::DeviceTierOptions ArenaOptionsOf(const Config& config) {
+  gpu::DeviceTierOptions o;
+  o.backend = config.device.backend == "cuda"  ? gpu::DeviceBackend::kCuda
+              : config.device.backend == "shm" ? gpu::DeviceBackend::kShm
+                                               : gpu::DeviceBackend::kAuto;
+  o.arena_bytes = config.device.capacity_bytes;
+  o.shm_path = ShmName(config, config.device.shm_dir, "arena");
+  o.shm.file.file_mode = 0640;  // clients in the daemon's group map it read-only
+  return o;
+}
+
+// Makes a tenant's own arena (per-tenant mode), in `dir`.
+std::function<absl::StatusOr<std::unique_ptr<gpu::DeviceOps>>(const std::string&, uint64_t)>
+TenantArenaFactory(const gpu::DeviceTierOptions& arena_options, const std::string& dir) {
+  return [arena_options, dir](const std::string& tenant, uint64_t size_bytes)
+             -> absl::StatusOr<std::unique_ptr<gpu::DeviceOps>> {
+    gpu::DeviceTierOptions o = arena_options;
+    o.arena_bytes = size_bytes;
+    o.shm_path = absl::StrCat(dir, "/arena-", tenant);
+    std::unique_ptr<gpu::DeviceOps> ops;
+    gpu::GpuStatus st = gpu::NewDeviceOps(o, &ops, nullptr);
+    if (!st.ok()) {
+      return absl::Status(GpuToStatus(st).code(),
+                          absl::StrCat("the device arena of tenant \"", tenant, "\": ", st.message));
+    }
+    return ops;
+  };
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, Env* env) {
+  std::unique_ptr<Runtime> rt(new Runtime(config));
+  // One daemon per data directory: the lock comes before anything that
+  // could disturb a running daemon (its shared-memory files, its catalog).
+  KVTIER_ASSIGN_OR_RETURN(rt->lock_fd_, LockDataDir(config));
+  WarnOpenFolders(config);
+  rt->probe_ = gpu::ProbeDevices();
+  KVTIER_ASSIGN_OR_RETURN(rt->tenants_, LoadTenants(config));
   const bool per_tenant = rt->tenants_->enabled();
   // The device arena: CUDA HBM when a device is there ("auto") or demanded
   // ("cuda"), the shared-memory arena otherwise ("shm", or no device).
-  gpu::DeviceTierOptions arena_options;
-  arena_options.backend = config.device.backend == "cuda"  ? gpu::DeviceBackend::kCuda
-                          : config.device.backend == "shm" ? gpu::DeviceBackend::kShm
-                                                           : gpu::DeviceBackend::kAuto;
-  arena_options.arena_bytes = config.device.capacity_bytes;
-  arena_options.shm_path = ShmName(config, config.device.shm_dir, "arena");
-  arena_options.shm.file.file_mode = 0640;  // clients in the daemon's group map it read-only
+  gpu::DeviceTierOptions arena_options = ArenaOptionsOf(config);
   if (per_tenant) {
     // Arenas are made per tenant on first use; this one only finds the
     // backend (and fails start-up, not a tenant's first call, when the
@@ -144,59 +243,18 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
   options.device_ops = rt->device_ops_.get();
   options.device_capacity_bytes = config.device.capacity_bytes;
   if (per_tenant) {
-    options.make_tenant_arena = [arena_options, dir = rt->tenant_shm_dir_](
-                                    const std::string& tenant, uint64_t size_bytes)
-        -> absl::StatusOr<std::unique_ptr<gpu::DeviceOps>> {
-      gpu::DeviceTierOptions o = arena_options;
-      o.arena_bytes = size_bytes;
-      o.shm_path = absl::StrCat(dir, "/arena-", tenant);
-      std::unique_ptr<gpu::DeviceOps> ops;
-      gpu::GpuStatus st = gpu::NewDeviceOps(o, &ops, nullptr);
-      if (!st.ok()) {
-        return absl::Status(GpuToStatus(st).code(),
-                            absl::StrCat("the device arena of tenant \"", tenant,
-                                         "\": ", st.message));
-      }
-      return ops;
-    };
+    options.make_tenant_arena = TenantArenaFactory(arena_options, rt->tenant_shm_dir_);
     options.tenant_arena_bytes = config.auth.tenant_arena_bytes;
     options.tenant_staging_name = [](const std::string& tenant) {
       return absl::StrCat("kvtier-staging-", tenant);
     };
     options.tenant_staging_bytes = config.auth.tenant_staging_bytes;
   }
-  options.host_shm_path = ShmName(config, config.host.shm_dir, "host");
-  options.host_capacity_bytes = config.host.capacity_bytes;
-  options.staging_name = "kvtier-staging";
-  options.staging_capacity_bytes = config.host.staging_bytes;
-  options.nvme_dir = config.nvme.dir;
-  options.nvme_file_count = static_cast<uint32_t>(config.nvme.file_count);
-  options.nvme_file_size_bytes = config.nvme.file_size_bytes;
-  options.nvme_direct_io = config.nvme.direct_io;
-  options.nvme_io_threads = static_cast<uint32_t>(config.nvme.io_threads);
-  options.nvme_queue_depth = static_cast<uint32_t>(config.nvme.queue_depth);
-  options.write_through = config.nvme.write_through;
-  options.default_lease_ttl_ms = config.leases.default_ttl_ms;
-  options.max_lease_ttl_ms = config.leases.max_ttl_ms;
-  options.log_warning = [](const std::string& message) { spdlog::warn("store: {}", message); };
-  options.defer_summaries = config.server.defer_summaries;
-  options.max_view_bytes = config.host.max_in_flight_get_bytes;
+  FillStoreOptionsOf(config, &options);
   options.summarize = [summarizer = rt->summarizer_.get()](const ModelProfile& profile,
                                                            absl::Span<const uint8_t> payload) {
     return summarizer->Summarize(profile, payload);
   };
-  if (config.placement.policy == "keydiff") {
-    KeyDiffPlacementOptions keydiff;
-    keydiff.redundancy_weight = static_cast<float>(config.placement.redundancy_weight);
-    keydiff.age_weight = static_cast<float>(config.placement.age_weight);
-    keydiff.sample_blocks = static_cast<int32_t>(config.placement.sample_blocks);
-    keydiff.newest_protected = static_cast<float>(config.placement.newest_protected);
-    options.make_placement = [keydiff] { return NewKeyDiffPlacement(keydiff); };
-  } else if (config.placement.policy == "stability") {
-    StabilityPolicyOptions stability;
-    stability.unwanted_first = config.placement.unwanted_first;
-    options.make_placement = [stability] { return NewStabilityPolicy(stability); };
-  }
   auto store = BlockStore::Open(options);
   if (!store.ok()) {
     return absl::Status(store.status().code(),
@@ -228,25 +286,9 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
     rt->compactor_ = std::make_unique<Compactor>(rt->store_.get(), rt->contexts_.get(),
                                                  rt->versions_.get(), compaction);
   }
-  BlockingPoolOptions pool;
-  pool.threads = static_cast<size_t>(config.server.io_threads);
-  pool.max_queued = static_cast<size_t>(config.server.io_queue_limit);
-  pool.max_queued_per_tenant =
-      config.server.io_queue_limit_per_tenant != 0
-          ? static_cast<size_t>(config.server.io_queue_limit_per_tenant)
-          : std::max<size_t>(1, pool.max_queued / 4);
-  pool.max_running_per_tenant =
-      config.server.io_threads_per_tenant != 0
-          ? static_cast<size_t>(config.server.io_threads_per_tenant)
-          : (rt->tenants_->enabled() && pool.threads > 1 ? pool.threads - 1 : pool.threads);
-  rt->blocking_pool_ = std::make_unique<BlockingPool>(pool);
-  StreamLimits stream_limits;
-  stream_limits.max_streams = config.server.max_streams;
-  stream_limits.max_streams_per_tenant = config.server.max_streams_per_tenant;
-  stream_limits.write_timeout_ms = config.server.stream_write_timeout_ms;
-  stream_limits.max_queued_bytes = config.server.max_queued_bytes;
-  stream_limits.max_queued_bytes_per_tenant = config.server.max_queued_bytes_per_tenant;
-  rt->streams_ = std::make_unique<StreamTable>(stream_limits);
+  rt->blocking_pool_ =
+      std::make_unique<BlockingPool>(BlockingPoolOptionsOf(config, rt->tenants_->enabled()));
+  rt->streams_ = std::make_unique<StreamTable>(StreamLimitsOf(config));
   rt->ApplyTenantQuotas();
   {
     // Staging files are reached only through this socket, in both modes;
