@@ -29,13 +29,10 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
 }  // namespace
 
 grpc::ServerUnaryReactor* KvTierService::FinishBlocking(
-    grpc::CallbackServerContext* ctx, absl::AnyInvocable<absl::Status() &&> work) {
+    grpc::CallbackServerContext* ctx, const std::string& tenant,
+    absl::AnyInvocable<absl::Status() &&> work) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   BlockingPool* pool = runtime_->blocking_pool();
-  // The caller's lane (the handler resolved it already; unauthenticated
-  // calls never get here).
-  absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
-  const std::string tenant = caller.ok() ? (*caller)->name : std::string();
   if (!pool->Submit(tenant, [reactor, work = std::move(work)]() mutable {
         reactor->Finish(ToGrpcStatus(std::move(work)()));
       })) {
@@ -63,7 +60,7 @@ grpc::ServerUnaryReactor* KvTierService::RegisterProfile(grpc::CallbackServerCon
   auto profile = FromProto(req->profile());
   if (!profile.ok()) return FinishUnary(ctx, profile.status());
   // A new profile is a synced catalog write.
-  return FinishBlocking(ctx, [this, tenant, profile = *std::move(profile), resp] {
+  return FinishBlocking(ctx, tenant, [this, tenant, profile = *std::move(profile), resp] {
     auto registered = runtime_->store()->RegisterProfile(profile, tenant);
     if (!registered.ok()) return registered.status();
     resp->set_profile_id(registered->first.profile_id);
@@ -193,7 +190,7 @@ grpc::ServerUnaryReactor* KvTierService::Lookup(grpc::CallbackServerContext* ctx
     resp->set_prefix_blocks(prefix_blocks);
     return absl::OkStatus();
   };
-  if (remote != nullptr) return FinishBlocking(ctx, std::move(lookup));
+  if (remote != nullptr) return FinishBlocking(ctx, tenant, std::move(lookup));
   return FinishUnary(ctx, lookup());
 }
 
@@ -207,7 +204,7 @@ grpc::ServerUnaryReactor* KvTierService::DeleteBlocks(grpc::CallbackServerContex
     return FinishUnary(ctx, st);
   }
   // Removing a durable block's record is a synced catalog write.
-  return FinishBlocking(ctx, [this, tenant, req, resp] {
+  return FinishBlocking(ctx, tenant, [this, tenant, req, resp] {
     for (const std::string& id : req->block_ids()) {
       absl::Status st = runtime_->store()->Delete(BlockKey{tenant, req->profile_id(), id});
       ToItemStatus(st, resp->add_statuses());
@@ -311,7 +308,7 @@ grpc::ServerUnaryReactor* KvTierService::CompactContext(grpc::CallbackServerCont
                                                         v1::CompactContextResponse* resp) {
   absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
   if (!caller.ok()) return FinishUnary(ctx, caller.status());
-  return FinishBlocking(ctx, [this, tenant = (*caller)->name, req, resp] {
+  return FinishBlocking(ctx, (*caller)->name, [this, tenant = (*caller)->name, req, resp] {
     auto result = runtime_->compactor()->Compact(tenant, *req);
     if (!result.ok()) return result.status();
     *resp = std::move(*result);
@@ -343,7 +340,7 @@ grpc::ServerUnaryReactor* KvTierService::DropContextVersion(
   if (req->context_key().empty()) {
     return FinishUnary(ctx, absl::InvalidArgumentError("context_key: empty"));
   }
-  return FinishBlocking(ctx, [this, tenant = (*caller)->name, req, resp] {
+  return FinishBlocking(ctx, (*caller)->name, [this, tenant = (*caller)->name, req, resp] {
     auto deleted = runtime_->compactor()->Drop(tenant, req->profile_id(), req->context_key(),
                                                req->version());
     if (!deleted.ok()) return deleted.status();

@@ -72,8 +72,10 @@ class KvTierService final
   absl::Status CheckBatch(const char* field, int size) const;
   // Runs `work` on the runtime's BlockingPool (it may wait on a disk) and
   // finishes the call with its status; RESOURCE_EXHAUSTED when the pool's
-  // queue is full. The request and response stay valid until then.
+  // queue is full. `tenant` (the caller, already resolved) is the queue it
+  // waits in. The request and response stay valid until then.
   grpc::ServerUnaryReactor* FinishBlocking(grpc::CallbackServerContext* ctx,
+                                           const std::string& tenant,
                                            absl::AnyInvocable<absl::Status() &&> work);
 
   Runtime* const runtime_;  // not owned; outlives the service
