@@ -13,6 +13,7 @@
 #include <grpcpp/impl/codegen/proto_utils.h>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/block_reactors.h"
@@ -94,7 +95,7 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
         return;
       }
       if (!ok) {
-        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+        FinishLocked(ToGrpcStatus(absl::CancelledError("client went away")));
         return;
       }
       if (handles_sent_) {
@@ -166,10 +167,9 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
     v1::GetBlocksResponse response;
     absl::Status st = AcquireHandles(&response);
     bool own = false;
-    grpc::Status serialised =
-        st.ok() ? grpc::SerializationTraits<v1::GetBlocksResponse>::Serialize(response, &buffer_,
-                                                                              &own)
-                : ToGrpcStatus(st);
+    grpc::Status serialised = st.ok() ? grpc::SerializationTraits<v1::GetBlocksResponse>::Serialize(
+                                            response, &buffer_, &own)
+                                      : ToGrpcStatus(st);
     absl::MutexLock lock(&mu_);
     if (!serialised.ok()) {
       FinishLocked(abort_.ok() ? serialised : abort_);
@@ -212,18 +212,17 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
     if (request_.block_ids_size() == 0) return absl::InvalidArgumentError("block_ids: empty");
     if (request_.mode() != v1::RETURN_MODE_UNSPECIFIED &&
         request_.mode() != v1::RETURN_MODE_BYTES && request_.mode() != v1::RETURN_MODE_HANDLES) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("mode: ", static_cast<int>(request_.mode()),
-                       " is not a ReturnMode (BYTES or HANDLES)"));
+      return absl::InvalidArgumentError(absl::StrCat("mode: ", static_cast<int>(request_.mode()),
+                                                     " is not a ReturnMode (BYTES or HANDLES)"));
     }
     if (static_cast<uint64_t>(request_.block_ids_size()) > limit) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "block_ids: ", request_.block_ids_size(), " exceed limits.max_batch_blocks = ", limit));
+      return absl::InvalidArgumentError(absl::StrCat("block_ids: ", request_.block_ids_size(),
+                                                     " exceed limits.max_batch_blocks = ", limit));
     }
     if (request_.lease_ttl_ms() > runtime_->config().leases.max_ttl_ms) {
-      return absl::InvalidArgumentError(absl::StrCat("lease_ttl_ms: ", request_.lease_ttl_ms(),
-                                                     " exceeds leases.max_ttl_ms = ",
-                                                     runtime_->config().leases.max_ttl_ms));
+      return absl::InvalidArgumentError(
+          absl::StrCat("lease_ttl_ms: ", request_.lease_ttl_ms(),
+                       " exceeds leases.max_ttl_ms = ", runtime_->config().leases.max_ttl_ms));
     }
     auto profile = ProfileOf(runtime_->store(), tenant_, request_.profile_id());
     if (!profile.ok()) return profile.status();
@@ -307,8 +306,9 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
         // The slice owns the view: destroying the slice releases the copy.
         BlockView* owned = view->release();
         const absl::Span<const uint8_t> data = owned->bytes();
-        slices.emplace_back(const_cast<uint8_t*>(data.data()), data.size(),
-                            +[](void* v) { delete static_cast<BlockView*>(v); }, owned);
+        slices.emplace_back(
+            const_cast<uint8_t*>(data.data()), data.size(),
+            +[](void* v) { delete static_cast<BlockView*>(v); }, owned);
       }
     }
     absl::MutexLock lock(&mu_);
@@ -342,8 +342,8 @@ class GetBlocksReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
 }  // namespace
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* NewGetBlocksReactor(Runtime* runtime,
-                                                                 grpc::CallbackServerContext* ctx,
-                                                                 const grpc::ByteBuffer* request) {
+                                                                grpc::CallbackServerContext* ctx,
+                                                                const grpc::ByteBuffer* request) {
   absl::StatusOr<TenantPtr> caller = CallerOf(runtime->tenants(), ctx);
   if (!caller.ok()) {
     return new FinishedWriteReactor<grpc::ByteBuffer>(ToGrpcStatus(caller.status()));
@@ -352,9 +352,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* NewGetBlocksReactor(Runtime* runtime
   grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer
   grpc::Status st = grpc::SerializationTraits<v1::GetBlocksRequest>::Deserialize(&copy, &parsed);
   if (!st.ok()) {
-    return new FinishedWriteReactor<grpc::ByteBuffer>(grpc::Status(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat("request: not a GetBlocksRequest (", st.error_message(), ")")));
+    return new FinishedWriteReactor<grpc::ByteBuffer>(ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("request: not a GetBlocksRequest (", st.error_message(), ")"))));
   }
   auto* reactor = new GetBlocksReactor(runtime, ctx, (*caller)->name, std::move(parsed));
   reactor->Start(CredentialsOf(ctx));

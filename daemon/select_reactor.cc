@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/grpc_status.h"
 #include "daemon/reactors.h"
@@ -78,9 +79,9 @@ class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1
     spare_.push_back(std::move(queue_.front()));
     queue_.pop_front();
     if (finished_) return;  // aborted: nothing more is written or read
-    if (!ok) {  // the client is gone: nobody reads what is left
+    if (!ok) {              // the client is gone: nobody reads what is left
       queue_.clear();
-      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "Select: the client went away"));
+      FinishLocked(ToGrpcStatus(absl::CancelledError("Select: the client went away")));
       return;
     }
     if (!queue_.empty()) StartNextWriteLocked();

@@ -4,7 +4,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/grpc_status.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -23,9 +25,10 @@ void RunReady(std::vector<absl::AnyInvocable<void() &&>>& ready) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<StreamTable::Ticket>> StreamTable::Open(
-    absl::string_view rpc, const std::string& tenant, CallCredentials credentials,
-    Stream* stream) {
+absl::StatusOr<std::unique_ptr<StreamTable::Ticket>> StreamTable::Open(absl::string_view rpc,
+                                                                       const std::string& tenant,
+                                                                       CallCredentials credentials,
+                                                                       Stream* stream) {
   absl::MutexLock lock(&mu_);
   PerTenant& per = tenants_[tenant];
   if (per.streams >= limits_.max_streams_per_tenant) {
@@ -37,9 +40,9 @@ absl::StatusOr<std::unique_ptr<StreamTable::Ticket>> StreamTable::Open(
   }
   if (open_.size() >= limits_.max_streams) {
     ++refused_;
-    return absl::ResourceExhaustedError(absl::StrCat(rpc, ": the daemon already has ", open_.size(),
-                                                     " open streams (server.max_streams = ",
-                                                     limits_.max_streams, ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(rpc, ": the daemon already has ", open_.size(),
+                     " open streams (server.max_streams = ", limits_.max_streams, ")"));
   }
   std::unique_ptr<Ticket> t(new Ticket(this, tenant, std::move(credentials), stream));
   ++per.streams;
@@ -161,9 +164,9 @@ size_t StreamTable::CancelRevoked(const TenantRegistry& registry) {
     t->revoked_ = true;
     const bool waiting = t->wanted_bytes_ > 0;
     DropWaitLocked(t);
-    t->stream_->Abort(grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                                   "the credentials of this stream were revoked by a reload "
-                                   "of auth.tenants_file"),
+    t->stream_->Abort(ToGrpcStatus(absl::UnauthenticatedError(
+                          "the credentials of this stream were revoked by a reload "
+                          "of auth.tenants_file")),
                       waiting);
     ++n;
   }
@@ -181,11 +184,11 @@ size_t StreamTable::AbortStalled(std::chrono::steady_clock::time_point now) {
     const int64_t since = t->write_since_ns_.load(std::memory_order_relaxed);
     if (t->stalled_ || since == 0 || since > cutoff) continue;
     t->stalled_ = true;
-    t->stream_->Abort(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                   absl::StrCat("the client read nothing for "
-                                                "server.stream_write_timeout_ms = ",
-                                                limits_.write_timeout_ms, " ms")),
-                      false);
+    t->stream_->Abort(
+        ToGrpcStatus(absl::DeadlineExceededError(absl::StrCat("the client read nothing for "
+                                                              "server.stream_write_timeout_ms = ",
+                                                              limits_.write_timeout_ms, " ms"))),
+        false);
     ++n;
   }
   stalled_ += n;

@@ -18,6 +18,8 @@ PACKAGES=(
   redis-server fio prometheus python3-matplotlib
   # fuzzing (tests/fuzz): clang, and libFuzzer with the sanitizer runtimes
   clang libclang-rt-14-dev
+  # format and lint (deploy/lint.sh, the Python package's type check)
+  clang-format clang-tidy mypy
   # python client
   python3 python3-grpcio python3-protobuf python3-numpy python3-torch
 )

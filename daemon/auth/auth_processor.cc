@@ -2,8 +2,11 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "daemon/grpc_status.h"
 #include "daemon/tenant.h"
 
 namespace kvtier::daemon {
@@ -19,20 +22,19 @@ grpc::Status TenantAuthProcessor::Process(const InputMetadata& auth_metadata,
                                           OutputMetadata* /*response_metadata*/) {
   TenantPtr tenant;
   if (auth_metadata.find(kPeerUidKey) != auth_metadata.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        std::string(kPeerUidKey) + " metadata is set by the daemon, never by a "
-                        "client");
+    return ToGrpcStatus(absl::UnauthenticatedError(
+        absl::StrCat(kPeerUidKey, " metadata is set by the daemon, never by a client")));
   }
   auto it = auth_metadata.find("authorization");
   if (it != auth_metadata.end()) {
     const absl::string_view value(it->second.data(), it->second.size());
     if (!absl::StartsWith(value, kBearer)) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "authorization metadata must be 'Bearer <token>'");
+      return ToGrpcStatus(
+          absl::UnauthenticatedError("authorization metadata must be 'Bearer <token>'"));
     }
     tenant = registry_->ByToken(value.substr(kBearer.size()));
     if (tenant == nullptr) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "unknown bearer token");
+      return ToGrpcStatus(absl::UnauthenticatedError("unknown bearer token"));
     }
     // Not consumed: the handler re-reads it per call (daemon/tenant.h), as
     // the AuthContext is shared by every call on the connection.
@@ -43,9 +45,9 @@ grpc::Status TenantAuthProcessor::Process(const InputMetadata& auth_metadata,
       if (tenant != nullptr) break;
     }
     if (tenant == nullptr) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "missing credentials: send 'authorization: Bearer <token>' metadata "
-                          "(or a client certificate a tenant lists, over TLS)");
+      return ToGrpcStatus(absl::UnauthenticatedError(
+          "missing credentials: send 'authorization: Bearer <token>' metadata "
+          "(or a client certificate a tenant lists, over TLS)"));
     }
   }
   return grpc::Status::OK;
