@@ -86,7 +86,7 @@ std::string NormalizeTarget(const std::string& target) {
 absl::Status FromItemStatus(const v1::ItemStatus& status, std::string_view where) {
   if (status.code() == 0) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.code()),
-                      absl::StrCat(where, ": ", status.message()));
+                      std::string(where) + ": " + status.message());
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
