@@ -4,9 +4,18 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/client_interceptor.h>
 
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "client/call.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace kvtier {
+
+using internal::kWholeContextTimeouts;
+using internal::SetDeadline;
+using internal::Unary;
+
 namespace {
 
 // Adds "authorization: Bearer <token>" to the initial metadata of every call
@@ -55,26 +64,34 @@ absl::Status CheckToken(const std::string& token) {
   return absl::OkStatus();
 }
 
-void SetDeadline(grpc::ClientContext* ctx, const ClientOptions& options) {
-  ctx->set_deadline(std::chrono::system_clock::now() + options.call_timeout);
-}
-
 }  // namespace
 
 std::string NormalizeTarget(const std::string& target) {
-  if (target.rfind("unix:", 0) == 0 || target.rfind("dns:", 0) == 0 ||
-      target.rfind("ipv4:", 0) == 0 || target.rfind("ipv6:", 0) == 0) {
-    return target;
+  for (const char* scheme : {"unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:"}) {
+    if (target.rfind(scheme, 0) == 0) return target;
   }
-  bool is_path = target.find('/') != std::string::npos ||
-                 (target.size() > 5 && target.compare(target.size() - 5, 5, ".sock") == 0);
-  return is_path ? "unix:" + target : target;
+  const bool is_path = target.find('/') != std::string::npos ||
+                       (target.size() >= 5 && target.compare(target.size() - 5, 5, ".sock") == 0);
+  if (!is_path) return target;
+  // As Python's os.path.abspath: absolute, "." and ".." resolved lexically,
+  // no trailing '/'.
+  std::error_code ec;
+  std::filesystem::path abs = std::filesystem::absolute(target, ec);
+  if (ec) return "unix:" + target;
+  std::string out = abs.lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return "unix:" + out;
+}
+
+absl::Status FromItemStatus(const v1::ItemStatus& status, std::string_view where) {
+  if (status.code() == 0) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.code()),
+                      std::string(where) + ": " + status.message());
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
@@ -107,8 +124,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
     return absl::InvalidArgumentError(
         "options.tls_private_key_pem: set both the client certificate chain and its key");
   }
-  auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(
-      normalized, creds, args, std::move(interceptors));
+  auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(normalized, creds, args,
+                                                                         std::move(interceptors));
   return std::unique_ptr<Client>(new Client(normalized, options, std::move(channel)));
 }
 
@@ -135,7 +152,7 @@ client::SharedFileSource Client::StagingSource(const v1::ReserveSlotsResponse& s
 absl::StatusOr<ServingStatus> Client::Health() {
   auto stub = grpc::health::v1::Health::NewStub(channel_);
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_);
+  SetDeadline(&ctx, options_.call_timeout);
   grpc::health::v1::HealthCheckRequest req;
   grpc::health::v1::HealthCheckResponse resp;
   grpc::Status st = stub->Check(&ctx, req, &resp);
@@ -150,102 +167,90 @@ absl::StatusOr<ServingStatus> Client::Health() {
   }
 }
 
-absl::StatusOr<v1::StatsResponse> Client::Stats() {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_);
-  v1::StatsResponse resp;
-  grpc::Status st = admin_->Stats(&ctx, v1::StatsRequest(), &resp);
-  if (!st.ok()) return FromGrpcStatus(st);
-  return resp;
-}
-
 absl::StatusOr<v1::RegisterProfileResponse> Client::RegisterProfile(
     const v1::ModelProfile& profile) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_);
+  SetDeadline(&ctx, options_.call_timeout);
   v1::RegisterProfileRequest req;
   *req.mutable_profile() = profile;
   v1::RegisterProfileResponse resp;
   grpc::Status st = kvtier_->RegisterProfile(&ctx, req, &resp);
   if (!st.ok()) return FromGrpcStatus(st);
-  return resp;
-}
-
-template <class Request, class Response, class Method>
-absl::StatusOr<Response> Unary(const ClientOptions& options, Method method, const Request& req) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx, options);
-  Response resp;
-  grpc::Status st = method(&ctx, req, &resp);
-  if (!st.ok()) return FromGrpcStatus(st);
+  absl::MutexLock lock(&shapes_mu_);
+  profile_shapes_[resp.profile_id()] = ContextShape{profile.num_layers(), profile.head_dim()};
   return resp;
 }
 
 absl::StatusOr<v1::GetProfileResponse> Client::GetProfile(uint64_t profile_id) {
   v1::GetProfileRequest req;
   req.set_profile_id(profile_id);
-  return Unary<v1::GetProfileRequest, v1::GetProfileResponse>(
-      options_, [this](auto* c, auto& r, auto* p) { return kvtier_->GetProfile(c, r, p); }, req);
+  auto resp = Unary<v1::GetProfileResponse>(
+      options_.call_timeout,
+      [this](auto* c, auto& r, auto* p) { return kvtier_->GetProfile(c, r, p); }, req);
+  if (resp.ok()) {
+    absl::MutexLock lock(&shapes_mu_);
+    profile_shapes_[profile_id] =
+        ContextShape{resp->profile().num_layers(), resp->profile().head_dim()};
+  }
+  return resp;
 }
 
 absl::StatusOr<v1::OpenArenaResponse> Client::OpenArena() {
-  return Unary<v1::OpenArenaRequest, v1::OpenArenaResponse>(
-      options_, [this](auto* c, auto& r, auto* p) { return kvtier_->OpenArena(c, r, p); },
+  return Unary<v1::OpenArenaResponse>(
+      options_.call_timeout,
+      [this](auto* c, auto& r, auto* p) { return kvtier_->OpenArena(c, r, p); },
       v1::OpenArenaRequest());
 }
 
-absl::StatusOr<v1::ReserveSlotsResponse> Client::ReserveSlots(uint64_t profile_id,
-                                                              uint32_t count,
+absl::StatusOr<v1::ReserveSlotsResponse> Client::ReserveSlots(uint64_t profile_id, uint32_t count,
                                                               uint32_t lease_ttl_ms) {
   v1::ReserveSlotsRequest req;
   req.set_profile_id(profile_id);
   req.set_count(count);
   req.set_lease_ttl_ms(lease_ttl_ms);
-  return Unary<v1::ReserveSlotsRequest, v1::ReserveSlotsResponse>(
-      options_, [this](auto* c, auto& r, auto* p) { return kvtier_->ReserveSlots(c, r, p); }, req);
+  return Unary<v1::ReserveSlotsResponse>(
+      options_.call_timeout,
+      [this](auto* c, auto& r, auto* p) { return kvtier_->ReserveSlots(c, r, p); }, req);
 }
 
 absl::StatusOr<v1::DeleteBlocksResponse> Client::DeleteBlocks(
     const v1::DeleteBlocksRequest& request) {
-  return Unary<v1::DeleteBlocksRequest, v1::DeleteBlocksResponse>(
-      options_, [this](auto* c, auto& r, auto* p) { return kvtier_->DeleteBlocks(c, r, p); },
-      request);
+  return Unary<v1::DeleteBlocksResponse>(
+      options_.call_timeout,
+      [this](auto* c, auto& r, auto* p) { return kvtier_->DeleteBlocks(c, r, p); }, request);
 }
 
 absl::StatusOr<v1::ReleaseResponse> Client::Release(const v1::ReleaseRequest& request) {
-  return Unary<v1::ReleaseRequest, v1::ReleaseResponse>(
-      options_, [this](auto* c, auto& r, auto* p) { return kvtier_->Release(c, r, p); }, request);
+  return Unary<v1::ReleaseResponse>(
+      options_.call_timeout,
+      [this](auto* c, auto& r, auto* p) { return kvtier_->Release(c, r, p); }, request);
 }
 
 absl::StatusOr<v1::CompactContextResponse> Client::CompactContext(
     const v1::CompactContextRequest& request) {
-  ClientOptions slow = options_;
-  slow.call_timeout *= 10;
-  return Unary<v1::CompactContextRequest, v1::CompactContextResponse>(
-      slow, [this](auto* c, auto& r, auto* p) { return kvtier_->CompactContext(c, r, p); },
-      request);
+  return Unary<v1::CompactContextResponse>(
+      options_.call_timeout * kWholeContextTimeouts,
+      [this](auto* c, auto& r, auto* p) { return kvtier_->CompactContext(c, r, p); }, request);
 }
 
 absl::StatusOr<v1::ListContextVersionsResponse> Client::ListContextVersions(
     const v1::ListContextVersionsRequest& request) {
-  return Unary<v1::ListContextVersionsRequest, v1::ListContextVersionsResponse>(
-      options_, [this](auto* c, auto& r, auto* p) { return kvtier_->ListContextVersions(c, r, p); },
-      request);
+  return Unary<v1::ListContextVersionsResponse>(
+      options_.call_timeout,
+      [this](auto* c, auto& r, auto* p) { return kvtier_->ListContextVersions(c, r, p); }, request);
 }
 
 absl::StatusOr<v1::DropContextVersionResponse> Client::DropContextVersion(
     const v1::DropContextVersionRequest& request) {
-  ClientOptions slow = options_;
-  slow.call_timeout *= 10;
-  return Unary<v1::DropContextVersionRequest, v1::DropContextVersionResponse>(
-      slow, [this](auto* c, auto& r, auto* p) { return kvtier_->DropContextVersion(c, r, p); },
-      request);
+  return Unary<v1::DropContextVersionResponse>(
+      options_.call_timeout * kWholeContextTimeouts,
+      [this](auto* c, auto& r, auto* p) { return kvtier_->DropContextVersion(c, r, p); }, request);
 }
 
 absl::StatusOr<v1::PutBlocksResponse> Client::PutBlocks(
     const std::vector<v1::PutBlocksRequest>& requests) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_);
+  SetDeadline(&ctx, options_.call_timeout);
   v1::PutBlocksResponse resp;
   auto writer = kvtier_->PutBlocks(&ctx, &resp);
   for (const auto& req : requests) {
@@ -257,9 +262,8 @@ absl::StatusOr<v1::PutBlocksResponse> Client::PutBlocks(
   // The daemon counts every message it read; a client compares it with
   // what it sent.
   if (resp.messages_received() != requests.size()) {
-    return absl::DataLossError(absl::StrCat(
-        "PutBlocks: the daemon read ", resp.messages_received(), " of the ", requests.size(),
-        " messages sent"));
+    return absl::DataLossError(absl::StrCat("PutBlocks: the daemon read ", resp.messages_received(),
+                                            " of the ", requests.size(), " messages sent"));
   }
   return resp;
 }
@@ -267,7 +271,7 @@ absl::StatusOr<v1::PutBlocksResponse> Client::PutBlocks(
 absl::StatusOr<std::vector<v1::BlockResult>> Client::GetBlocks(const v1::GetBlocksRequest& request,
                                                                uint64_t* lease_id) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_);
+  SetDeadline(&ctx, options_.call_timeout);
   auto reader = kvtier_->GetBlocks(&ctx, request);
   std::vector<v1::BlockResult> results;
   v1::GetBlocksResponse resp;
@@ -282,7 +286,7 @@ absl::StatusOr<std::vector<v1::BlockResult>> Client::GetBlocks(const v1::GetBloc
 
 absl::StatusOr<v1::LookupResponse> Client::Lookup(const v1::LookupRequest& request) {
   grpc::ClientContext ctx;
-  SetDeadline(&ctx, options_);
+  SetDeadline(&ctx, options_.call_timeout);
   v1::LookupResponse resp;
   grpc::Status st = kvtier_->Lookup(&ctx, request, &resp);
   if (!st.ok()) return FromGrpcStatus(st);

@@ -5,8 +5,20 @@
 //   auto stats = (*client)->Stats();
 //
 // A target is a Unix socket path ("/run/kvtier/kvtierd.sock", "unix:..."),
-// or "host:port" for TCP. Every call returns absl::Status / StatusOr with the
-// daemon's gRPC status code and message unchanged.
+// or "host:port" for TCP (NormalizeTarget below). Every call returns
+// absl::Status / StatusOr with the daemon's gRPC status code and message
+// unchanged; per-item outcomes (one per block or context) stay in the
+// responses' ItemStatus fields (FromItemStatus turns one into a Status).
+//
+// Deadlines: each unary call gets ClientOptions.call_timeout; calls that
+// read or write whole contexts (CompactContext, DropContextVersion) get ten
+// of them; Drain, Verify and Select streams take their own (none by
+// default: they last as long as the work).
+//
+// The calls match the Python package's (client/python/kvtier/client.py):
+// contexts (OpenContext, AppendBlocks, CloseContext), Select streams
+// (client/select_stream.h), staged puts (PutBlocksStaged), compaction and
+// every Admin call. Admin wrappers are in client/admin_calls.cc.
 //
 // Authentication: with ClientOptions.token set, every call made through this
 // client's channel -- the wrappers below, the stubs kvtier_stub() and
@@ -25,14 +37,19 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "client/select_stream.h"
 #include "client/shm/shm_mapping.h"
 #include "kvtier/v1/admin.grpc.pb.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
@@ -90,7 +107,7 @@ struct BlockDestination {
   absl::Span<uint8_t> dst;  // exactly the block's size
 };
 struct BlockDataResult {
-  absl::Status status;  // the block's ItemStatus; OK: dst holds its bytes
+  absl::Status status;                   // the block's ItemStatus; OK: dst holds its bytes
   v1::Tier tier = v1::TIER_UNSPECIFIED;  // where the daemon read it from
 };
 
@@ -108,8 +125,23 @@ class Client {
   // grpc.health.v1 Check of the whole server ("" service).
   absl::StatusOr<ServingStatus> Health();
 
-  // Admin service.
+  // Admin service (the admin role when authentication is on).
   absl::StatusOr<v1::StatsResponse> Stats();
+  absl::StatusOr<v1::ListBlocksResponse> ListBlocks(const v1::ListBlocksRequest& request);
+  absl::StatusOr<v1::ListContextsResponse> ListContexts();
+  absl::StatusOr<v1::ListProfilesResponse> ListProfiles();
+  absl::StatusOr<v1::EvictResponse> Evict(const v1::EvictRequest& request);
+  // Drain and Verify stream progress: on_progress (may be empty) sees every
+  // message as it arrives; the last one is returned (an empty message when
+  // the daemon sent none). timeout 0: no deadline.
+  absl::StatusOr<v1::DrainProgress> Drain(
+      const v1::DrainRequest& request,
+      const std::function<void(const v1::DrainProgress&)>& on_progress = {},
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  absl::StatusOr<v1::VerifyProgress> Verify(
+      const v1::VerifyRequest& request,
+      const std::function<void(const v1::VerifyProgress&)>& on_progress = {},
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // Data-plane calls (blocking wrappers). Per-block outcomes are in the
   // responses' ItemStatus fields; the returned status is the call's.
@@ -145,7 +177,29 @@ class Client {
   // most the daemon's limits.max_batch_blocks).
   absl::StatusOr<std::vector<BlockDataResult>> GetBlockData(
       uint64_t profile_id, absl::Span<const BlockDestination> blocks, uint32_t ids_per_call = 1024);
+  // The staged put (Python: put_blocks(staging=True)): ReserveSlots for
+  // every block, one copy of each payload into its slot of the staging
+  // file (client/shm), then PutBlocks naming the slots, in messages of at
+  // most options.message_blocks. No payload byte goes through gRPC.
+  // INVALID_ARGUMENT naming "blocks" (empty) or "blocks[i].data" (not the
+  // slot's size); the staging file's mapping error as FAILED_PRECONDITION.
+  absl::StatusOr<v1::PutBlocksResponse> PutBlocksStaged(uint64_t profile_id,
+                                                        absl::Span<const BlockData> blocks,
+                                                        const PutDataOptions& options = {});
   absl::StatusOr<v1::DeleteBlocksResponse> DeleteBlocks(const v1::DeleteBlocksRequest& request);
+
+  // Contexts. OpenContext remembers the shape of a context whose profile
+  // this client registered or fetched (RegisterProfile, GetProfile), so
+  // that SelectStream::Send can check its anchors; CloseContext forgets it.
+  absl::StatusOr<v1::OpenContextResponse> OpenContext(const v1::OpenContextRequest& request);
+  absl::StatusOr<v1::AppendBlocksResponse> AppendBlocks(uint64_t context_id,
+                                                        absl::Span<const std::string> block_ids);
+  absl::Status CloseContext(uint64_t context_id);
+  // A Select stream (client/select_stream.h); deadline 0: none. The stream
+  // must not outlive this client.
+  std::unique_ptr<SelectStream> OpenSelectStream(
+      std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
+  // Unpins a context's Select set (context_id) or a GetBlocks lease.
   absl::StatusOr<v1::ReleaseResponse> Release(const v1::ReleaseRequest& request);
   // SelKV compaction (docs/API.md, "Compaction"). CompactContext and
   // DropContextVersion get ten call timeouts: they read and write whole
@@ -169,6 +223,9 @@ class Client {
   v1::Admin::Stub* admin_stub() { return admin_.get(); }
   const ClientOptions& options() const { return options_; }
 
+  // The shape of a context OpenContext remembered; false when unknown.
+  bool ContextShapeOf(uint64_t context_id, ContextShape* shape) const;
+
   ~Client();
 
  private:
@@ -180,12 +237,23 @@ class Client {
   std::unique_ptr<v1::KvTier::Stub> kvtier_;
   std::unique_ptr<v1::Admin::Stub> admin_;
   std::unique_ptr<grpc::GenericStub> generic_;  // PutBlockData, GetBlockData
+
+  mutable absl::Mutex shapes_mu_;
+  absl::flat_hash_map<uint64_t, ContextShape> profile_shapes_ ABSL_GUARDED_BY(shapes_mu_);
+  absl::flat_hash_map<uint64_t, ContextShape> context_shapes_ ABSL_GUARDED_BY(shapes_mu_);
 };
 
-// Turns a user-supplied address into a gRPC target: paths (containing '/'
-// or ending in ".sock") become "unix:<path>", "unix:" and "dns:" targets
-// pass through, anything else is taken as host:port.
+// Turns a user-supplied address into a gRPC target, as the Python
+// package's normalize_target does (client/testdata/normalize_target.txt is
+// the table both test): "unix:", "unix-abstract:", "dns:", "ipv4:" and
+// "ipv6:" targets pass through unchanged; a path (containing '/' or ending
+// in ".sock") becomes "unix:<absolute, normalised path>"; anything else is
+// taken as host:port.
 std::string NormalizeTarget(const std::string& target);
+
+// An ItemStatus as a Status; `where` (e.g. "blocks[3]") prefixes the
+// message of an error.
+absl::Status FromItemStatus(const v1::ItemStatus& status, std::string_view where);
 
 // The one place where grpc::Status becomes absl::Status on the client side.
 absl::Status FromGrpcStatus(const grpc::Status& status);

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -13,13 +15,24 @@
 namespace kvtier {
 namespace {
 
-TEST(NormalizeTargetTest, PathsBecomeUnixTargets) {
-  EXPECT_EQ(NormalizeTarget("./var/kvtier/kvtierd.sock"), "unix:./var/kvtier/kvtierd.sock");
-  EXPECT_EQ(NormalizeTarget("/run/kvtier/kvtierd.sock"), "unix:/run/kvtier/kvtierd.sock");
-  EXPECT_EQ(NormalizeTarget("kvtierd.sock"), "unix:kvtierd.sock");
-  EXPECT_EQ(NormalizeTarget("unix:/x"), "unix:/x");
-  EXPECT_EQ(NormalizeTarget("127.0.0.1:50551"), "127.0.0.1:50551");
-  EXPECT_EQ(NormalizeTarget("dns:///h:1"), "dns:///h:1");
+// The same table as the Python package's test_package.py.
+TEST(NormalizeTargetTest, AgreesWithThePythonPackage) {
+  std::ifstream table(std::string(KVTIER_SOURCE_DIR) + "/client/testdata/normalize_target.txt");
+  ASSERT_TRUE(table.is_open());
+  const std::string cwd = std::filesystem::current_path().string();
+  std::string line;
+  int cases = 0;
+  while (std::getline(table, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t tab = line.find('\t');
+    ASSERT_NE(tab, std::string::npos) << line;
+    const std::string given = line.substr(0, tab);
+    std::string want = line.substr(tab + 1);
+    if (size_t at = want.find("$CWD"); at != std::string::npos) want.replace(at, 4, cwd);
+    EXPECT_EQ(NormalizeTarget(given), want) << given;
+    ++cases;
+  }
+  EXPECT_GE(cases, 10);
 }
 
 TEST(ClientTest, EmptyTargetIsInvalid) {

@@ -4,8 +4,6 @@
 #include <ostream>
 #include <string>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "client/kvtierctl/commands.h"
@@ -20,13 +18,6 @@ bool IsHexId(const std::string& s) {
     if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
   }
   return true;
-}
-
-std::unique_ptr<grpc::ClientContext> Call(const Client& client,
-                                          std::chrono::milliseconds timeout) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
-  return ctx;
 }
 
 const char* ImportanceLabel(v1::CompactImportance i) {
@@ -105,22 +96,17 @@ int RunCompact(Client& client, const GlobalOptions& options, const CompactOption
     }
     segment->add_block_ids(absl::HexStringToBytes(id));
   }
-  const auto timeout = client.options().call_timeout;
   err << "opening a context of " << compact.block_ids_hex.size() << " blocks...\n";
-  v1::OpenContextResponse opened;
-  grpc::Status st = client.kvtier_stub()->OpenContext(Call(client, timeout).get(), open, &opened);
-  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
-  req.set_context_id(opened.context_id());
+  auto opened = client.OpenContext(open);
+  if (!opened.ok()) return ReportError(opened.status(), client, err);
+  req.set_context_id(opened->context_id());
   err << "compacting to " << compact.retention << " of its tokens...\n";
   const auto started = std::chrono::steady_clock::now();
-  v1::CompactContextResponse resp;
-  // Compaction reads and writes the whole context: give it ten call timeouts.
-  st = client.kvtier_stub()->CompactContext(Call(client, timeout * 10).get(), req, &resp);
-  v1::CloseContextRequest close;
-  close.set_context_id(opened.context_id());
-  v1::CloseContextResponse closed;
-  client.kvtier_stub()->CloseContext(Call(client, timeout).get(), close, &closed);
-  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
+  auto compacted = client.CompactContext(req);
+  // Best effort: the context's lease closes it anyway.
+  client.CloseContext(opened->context_id()).IgnoreError();
+  if (!compacted.ok()) return ReportError(compacted.status(), client, err);
+  const v1::CompactContextResponse& resp = *compacted;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   err << (resp.existed() ? "already stored" : "done") << " in " << seconds << " s\n";
@@ -142,10 +128,9 @@ int RunVersions(Client& client, const GlobalOptions& options, uint64_t profile_i
   v1::ListContextVersionsRequest req;
   req.set_profile_id(profile_id);
   req.set_context_key(absl::HexStringToBytes(context_key_hex));
-  v1::ListContextVersionsResponse resp;
-  grpc::Status st = client.kvtier_stub()->ListContextVersions(
-      Call(client, client.options().call_timeout).get(), req, &resp);
-  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
+  auto listed = client.ListContextVersions(req);
+  if (!listed.ok()) return ReportError(listed.status(), client, err);
+  const v1::ListContextVersionsResponse& resp = *listed;
   if (options.json) return PrintJson(resp, out, err);
   for (const v1::ContextVersion& v : resp.versions()) PrintVersionRow(v, out);
   if (resp.versions().empty()) out << "(no compacted contexts in profile " << profile_id << ")\n";
@@ -163,10 +148,9 @@ int RunDropVersion(Client& client, const GlobalOptions& options, uint64_t profil
   req.set_profile_id(profile_id);
   req.set_context_key(absl::HexStringToBytes(context_key_hex));
   req.set_version(version);
-  v1::DropContextVersionResponse resp;
-  grpc::Status st = client.kvtier_stub()->DropContextVersion(
-      Call(client, client.options().call_timeout * 10).get(), req, &resp);
-  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
+  auto dropped = client.DropContextVersion(req);
+  if (!dropped.ok()) return ReportError(dropped.status(), client, err);
+  const v1::DropContextVersionResponse& resp = *dropped;
   if (options.json) return PrintJson(resp, out, err);
   out << "version " << version << ": " << resp.blocks_deleted() << " blocks deleted\n";
   return 0;

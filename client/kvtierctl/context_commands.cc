@@ -1,6 +1,4 @@
 // kvtierctl contexts / top.
-#include <grpcpp/grpcpp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,15 +12,6 @@
 
 namespace kvtier::ctl {
 namespace {
-
-absl::StatusOr<v1::ListContextsResponse> ListContexts(Client& client) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + client.options().call_timeout);
-  v1::ListContextsResponse resp;
-  grpc::Status st = client.admin_stub()->ListContexts(&ctx, v1::ListContextsRequest(), &resp);
-  if (!st.ok()) return FromGrpcStatus(st);
-  return resp;
-}
 
 // Busiest first: most pinned blocks, then the most recently stepped.
 void SortByLoad(v1::ListContextsResponse* resp) {
@@ -52,7 +41,7 @@ void PrintContexts(const v1::ListContextsResponse& resp, size_t limit, std::ostr
 
 int RunContexts(Client& client, const GlobalOptions& options, std::ostream& out,
                 std::ostream& err) {
-  auto resp = ListContexts(client);
+  auto resp = client.ListContexts();
   if (!resp.ok()) return ReportError(resp.status(), client, err);
   SortByLoad(&*resp);
   if (options.json) return PrintJson(*resp, out, err);
@@ -66,7 +55,7 @@ int RunTop(Client& client, const GlobalOptions& options, const TopOptions& top, 
     if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(top.interval_ms));
     auto stats = client.Stats();
     if (!stats.ok()) return ReportError(stats.status(), client, err);
-    auto contexts = ListContexts(client);
+    auto contexts = client.ListContexts();
     if (!contexts.ok()) return ReportError(contexts.status(), client, err);
     SortByLoad(&*contexts);
     if (options.json) {

@@ -5,8 +5,6 @@
 #include <chrono>
 #include <string>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/strings/escaping.h"
 #include "client/kvtierctl/commands.h"
 #include "client/kvtierctl/format.h"
@@ -69,11 +67,9 @@ bool IsHex(const std::string& s) {
 
 int RunProfiles(Client& client, const GlobalOptions& options, std::ostream& out,
                 std::ostream& err) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + client.options().call_timeout);
-  v1::ListProfilesResponse resp;
-  grpc::Status st = client.admin_stub()->ListProfiles(&ctx, v1::ListProfilesRequest(), &resp);
-  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
+  auto listed = client.ListProfiles();
+  if (!listed.ok()) return ReportError(listed.status(), client, err);
+  const v1::ListProfilesResponse& resp = *listed;
   if (options.json) return PrintJson(resp, out, err);
   char line[512];
   std::snprintf(line, sizeof(line), "%4s %-24s %-10s %-22s %5s %10s %10s %10s  %-8s %s\n", "ID",
@@ -120,11 +116,9 @@ int RunEvict(Client& client, const GlobalOptions& options, const EvictOptions& e
     }
     req.add_block_ids(absl::HexStringToBytes(id));
   }
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + client.options().call_timeout);
-  v1::EvictResponse resp;
-  grpc::Status st = client.admin_stub()->Evict(&ctx, req, &resp);
-  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
+  auto evicted = client.Evict(req);
+  if (!evicted.ok()) return ReportError(evicted.status(), client, err);
+  const v1::EvictResponse& resp = *evicted;
   int failed = 0;
   for (const v1::ItemStatus& s : resp.statuses()) failed += s.code() != 0;
   if (options.json) {

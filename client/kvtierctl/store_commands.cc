@@ -1,6 +1,4 @@
 // kvtierctl ls / verify / drain.
-#include <grpcpp/grpcpp.h>
-
 #include <cstdio>
 #include <ostream>
 
@@ -33,8 +31,6 @@ void PrintQuarantined(const google::protobuf::RepeatedPtrField<v1::BlockInfo>& b
 
 int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std::ostream& out,
           std::ostream& err) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + client.options().call_timeout);
   v1::ListBlocksRequest req;
   req.set_profile_id(ls.profile_id);
   req.set_quarantined(ls.quarantined);
@@ -50,9 +46,9 @@ int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std
     req.set_tier(tier);
   }
   req.set_limit(ls.quarantined && ls.limit == 0 ? UINT32_MAX : ls.limit);
-  v1::ListBlocksResponse resp;
-  grpc::Status st = client.admin_stub()->ListBlocks(&ctx, req, &resp);
-  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
+  auto listed = client.ListBlocks(req);
+  if (!listed.ok()) return ReportError(listed.status(), client, err);
+  const v1::ListBlocksResponse& resp = *listed;
   if (options.json) return PrintJson(resp, out, err);
   if (ls.quarantined) {
     if (resp.blocks_size() == 0) {
@@ -91,26 +87,23 @@ int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std
 
 int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id,
               bool is_terminal, std::ostream& out, std::ostream& err) {
-  grpc::ClientContext ctx;  // no deadline: verification takes as long as it takes
   v1::VerifyRequest req;
   req.set_profile_id(profile_id);
-  auto reader = client.admin_stub()->Verify(&ctx, req);
-  v1::VerifyProgress progress, last;
   ProgressBar bar(err, is_terminal, "blocks");
   uint64_t corrupt = 0;
   std::vector<std::string> corrupt_ids;
-  while (reader->Read(&progress)) {
+  // No deadline: verification takes as long as it takes.
+  auto verified = client.Verify(req, [&](const v1::VerifyProgress& progress) {
     corrupt = progress.corrupt_blocks();
     for (const auto& id : progress.corrupt_block_ids()) corrupt_ids.push_back(id);
     if (!options.json) {
       bar.Update(progress.blocks_checked(), progress.blocks_total(),
                  corrupt ? std::to_string(corrupt) + " corrupt" : "");
     }
-    last = progress;
-  }
+  });
   bar.Finish();
-  grpc::Status st = reader->Finish();
-  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
+  if (!verified.ok()) return ReportError(verified.status(), client, err);
+  v1::VerifyProgress& last = *verified;
   last.clear_corrupt_block_ids();
   for (const auto& id : corrupt_ids) last.add_corrupt_block_ids(id);
   const int rc = last.quarantined_size() > 0 ? 4 : 0;
@@ -134,17 +127,13 @@ int RunDrain(Client& client, const GlobalOptions& options, const std::string& ti
     err << "kvtierctl: drain: \"" << tier << "\" is not device, host or nvme\n";
     return 2;
   }
-  grpc::ClientContext ctx;
-  auto reader = client.admin_stub()->Drain(&ctx, req);
-  v1::DrainProgress progress, last;
   ProgressBar bar(err, is_terminal, "blocks");
-  while (reader->Read(&progress)) {
+  auto drained = client.Drain(req, [&](const v1::DrainProgress& progress) {
     if (!options.json) bar.Update(progress.blocks_done(), progress.blocks_total());
-    last = progress;
-  }
+  });
   bar.Finish();
-  grpc::Status st = reader->Finish();
-  if (!st.ok()) return ReportError(FromGrpcStatus(st), client, err);
+  if (!drained.ok()) return ReportError(drained.status(), client, err);
+  const v1::DrainProgress& last = *drained;
   if (options.json) return PrintJson(last, out, err);
   out << "drained " << last.blocks_done()
       << (req.tier() == v1::TIER_DEVICE ? " blocks out of the device tier\n"

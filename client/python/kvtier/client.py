@@ -62,10 +62,12 @@ def _flatten(values):
 
 
 def normalize_target(target):
-    """Path -> 'unix:<absolute path>'; 'unix:', 'dns:', 'ipv4:', 'ipv6:' pass; else host:port."""
+    """Path -> 'unix:<absolute path>'; 'unix:', 'unix-abstract:', 'dns:', 'ipv4:',
+    'ipv6:' pass; else host:port. The C++ client's NormalizeTarget does the
+    same (client/testdata/normalize_target.txt is the table both test)."""
     if not isinstance(target, str) or not target:
         raise invalid_argument("target", "empty daemon address")
-    if target.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
+    if target.startswith(("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:")):
         return target
     if "/" in target or target.endswith(".sock"):
         return "unix:" + os.path.abspath(target)

@@ -52,6 +52,21 @@ class PackageTest(unittest.TestCase):
             kvtier.normalize_target("")
         self.assertIn("target", e.exception.message)
 
+    def test_targets_match_the_cpp_client(self):
+        # The same table as client_test.cc's NormalizeTargetTest.
+        table = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata",
+                             "normalize_target.txt")
+        cases = 0
+        with open(table, encoding="utf-8") as f:
+            for line in f:
+                if not line.strip() or line.startswith("#"):
+                    continue
+                given, want = line.rstrip("\n").split("\t")
+                want = want.replace("$CWD", os.getcwd())
+                self.assertEqual(kvtier.normalize_target(given), want, given)
+                cases += 1
+        self.assertGreaterEqual(cases, 10)
+
 
 if __name__ == "__main__":
     unittest.main()
