@@ -24,22 +24,29 @@ process with SIGSEGV (the pages are mapped PROT_READ).
 Thread safety: every method may be called from several threads at once.
 """
 
+from __future__ import annotations
+
 import fcntl
 import mmap
 import os
 import warnings
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 
 from kvtier.errors import KvTierError, invalid_argument
 from kvtier.fd_passing import fetch_shared_fd
+
+if TYPE_CHECKING:
+    from kvtier.profile import Profile
 
 
 _STAGING_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
 
 
-def _map_fd(fd, size_bytes, writable, what, name):
+def _map_fd(fd: int, size_bytes: int | None, writable: bool, what: str, name: str) -> mmap.mmap:
     """Maps the whole file behind fd (size_bytes None: whatever it holds, if
     not empty); always closes fd (the mapping keeps the file alive). A
     writable file must be sealed against resizing."""
@@ -69,7 +76,7 @@ def _map_fd(fd, size_bytes, writable, what, name):
         os.close(fd)
 
 
-def _map(path, size_bytes, writable, what):
+def _map(path: str, size_bytes: int | None, writable: bool, what: str) -> mmap.mmap:
     try:
         fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
     except OSError as e:
@@ -78,7 +85,8 @@ def _map(path, size_bytes, writable, what):
     return _map_fd(fd, size_bytes, writable, what, path)
 
 
-def _map_from_socket(fd_socket_path, kind, token, size_bytes, writable, what):
+def _map_from_socket(fd_socket_path: str, kind: str, token: str | None, size_bytes: int | None,
+                     writable: bool, what: str) -> tuple[mmap.mmap, str]:
     """(mmap, name) of the file the fd socket hands out; size_bytes None takes
     the size the daemon announces there."""
     fd, announced = fetch_shared_fd(fd_socket_path, kind, token)
@@ -91,7 +99,7 @@ def _map_from_socket(fd_socket_path, kind, token, size_bytes, writable, what):
     return _map_fd(fd, announced, writable, what, name), name
 
 
-def _torch_from_numpy(arr):
+def _torch_from_numpy(arr: npt.NDArray[Any]) -> Any:
     import torch
 
     with warnings.catch_warnings():
@@ -108,7 +116,7 @@ class ShmArena:
 
     kind = "shm"
 
-    def __init__(self, info, token=None):
+    def __init__(self, info: Any, token: str | None = None) -> None:
         self.arena_id = int(info.arena_id)
         self.size_bytes = int(info.size_bytes)
         if info.shm_path:
@@ -121,10 +129,10 @@ class ShmArena:
             raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
                               "OpenArena: the daemon named neither shm_path nor fd_socket_path")
         self._bytes = np.frombuffer(self._mm, dtype=np.uint8)
-        self._flat = {}   # numpy dtype -> the whole arena as that type
-        self._torch = {}
+        self._flat: dict[np.dtype[Any], npt.NDArray[Any]] = {}   # numpy dtype -> the whole arena as that type
+        self._torch: dict[str, Any] = {}
 
-    def _range(self, handle, argument):
+    def _range(self, handle: Any, argument: str) -> tuple[int, int]:
         if int(handle.arena_id) != self.arena_id:
             raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
                               f"{argument}: arena_id {handle.arena_id} is not the mapped arena "
@@ -135,12 +143,12 @@ class ShmArena:
                                    f"the {self.size_bytes}-byte arena")
         return offset, size
 
-    def bytes_view(self, handle, argument="handle"):
+    def bytes_view(self, handle: Any, argument: str = "handle") -> npt.NDArray[np.uint8]:
         """Read-only uint8 array over the handle's bytes."""
         offset, size = self._range(handle, argument)
         return self._bytes[offset : offset + size]
 
-    def view(self, handle, profile, argument="handle"):
+    def view(self, handle: Any, profile: Profile, argument: str = "handle") -> npt.NDArray[Any]:
         """Read-only numpy array [layers, 2, kv_heads, tokens, head_dim] of the
         profile's dtype (bf16 as uint16 bit patterns) over the block's bytes."""
         offset, size = handle.offset_bytes, handle.size_bytes
@@ -157,7 +165,7 @@ class ShmArena:
         start = offset // itemsize
         return flat[start : start + profile.block_elements].reshape(profile.block_shape)
 
-    def torch_view(self, handle, profile, argument="handle"):
+    def torch_view(self, handle: Any, profile: Profile, argument: str = "handle") -> Any:
         """torch tensor [layers, 2, kv_heads, tokens, head_dim] over the block's
         bytes (CPU, zero-copy, must not be written)."""
         arr = self.view(handle, profile, argument)
@@ -168,7 +176,7 @@ class ShmArena:
             tensor = tensor.view(torch.bfloat16)
         return tensor
 
-    def torch_elements(self, profile):
+    def torch_elements(self, profile: Profile) -> Any:
         """The whole arena as one flat torch tensor of the profile's element
         type (zero-copy), for engines that gather many blocks in one indexing
         operation: block h starts at element h.offset_bytes // itemsize."""
@@ -184,7 +192,7 @@ class ShmArena:
             self._torch[key] = tensor
         return self._torch[key]
 
-    def element_offset(self, handle, profile, argument="handle"):
+    def element_offset(self, handle: Any, profile: Profile, argument: str = "handle") -> int:
         """Checked start element of a block inside torch_elements(profile)."""
         offset, size = self._range(handle, argument)
         if size != profile.block_size_bytes or offset % profile.itemsize:
@@ -192,7 +200,7 @@ class ShmArena:
                                    f"profile {profile.profile_id}")
         return offset // profile.itemsize
 
-    def close(self):
+    def close(self) -> None:
         """Drops this object's references; views already handed out keep the
         mapping alive until they are gone."""
         self._torch.clear()
@@ -204,7 +212,8 @@ class StagingFile:
     descriptor the fd socket hands out for `token` (StagingFile.open picks the
     one a ReserveSlotsResponse names). `path` names the file or the socket."""
 
-    def __init__(self, path=None, *, fd_socket_path=None, token=None, size_bytes=None):
+    def __init__(self, path: str | None = None, *, fd_socket_path: str | None = None, token: str | None = None,
+                 size_bytes: int | None = None) -> None:
         if path:
             self.path = path
             try:
@@ -222,7 +231,7 @@ class StagingFile:
         self._bytes = np.frombuffer(self._mm, dtype=np.uint8)
 
     @classmethod
-    def open(cls, reserved, token=None):
+    def open(cls, reserved: Any, token: str | None = None) -> StagingFile:
         """The staging file a ReserveSlotsResponse names (fd_socket_path of
         staging_size_bytes; a staging_path from an older daemon is tried and
         refused unless sealed)."""
@@ -234,7 +243,8 @@ class StagingFile:
         raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
                           "ReserveSlots: the daemon named neither staging_path nor fd_socket_path")
 
-    def write(self, slot, payload, argument="slot"):
+    def write(self, slot: Any, payload: bytes | bytearray | memoryview | npt.NDArray[Any],
+              argument: str = "slot") -> None:
         """Copies a checked payload (see profile.block_payload) into the slot."""
         offset, size = int(slot.offset_bytes), int(slot.size_bytes)
         src = np.frombuffer(payload, dtype=np.uint8) if not isinstance(payload, np.ndarray) else payload

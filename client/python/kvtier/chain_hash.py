@@ -14,8 +14,12 @@ inputs):
     b"X" u64le(k)            k x (u64le(len) bytes)   extra keys, in order
 """
 
+from __future__ import annotations
+
 import hashlib
 import struct
+from collections.abc import Iterable, Sequence
+from typing import SupportsInt
 
 from kvtier.errors import invalid_argument
 
@@ -25,11 +29,11 @@ _U64_MAX = (1 << 64) - 1
 _U32_MAX = (1 << 32) - 1
 
 
-def _field(tag, data):
+def _field(tag: bytes, data: bytes) -> bytes:
     return tag + struct.pack("<Q", len(data)) + data
 
 
-def _token_bytes(tokens):
+def _token_bytes(tokens: Iterable[SupportsInt]) -> bytes:
     try:
         values = [int(t) for t in tokens]
     except (TypeError, ValueError):
@@ -40,7 +44,7 @@ def _token_bytes(tokens):
     return struct.pack(f"<{len(values)}I", *values)
 
 
-def _extra_bytes(extra_keys):
+def _extra_bytes(extra_keys: Sequence[bytes | bytearray | str]) -> bytes:
     out = [b"X", struct.pack("<Q", len(extra_keys))]
     for i, key in enumerate(extra_keys):
         if isinstance(key, str):
@@ -51,7 +55,8 @@ def _extra_bytes(extra_keys):
     return b"".join(out)
 
 
-def chain_hash(profile_id, parent, tokens, extra_keys=()):
+def chain_hash(profile_id: SupportsInt, parent: bytes | bytearray, tokens: Iterable[SupportsInt],
+               extra_keys: Iterable[bytes | bytearray | str] = ()) -> bytes:
     """Id (32 bytes) of one block: its tokens, its parent's id (b"" for the first)."""
     if not 0 <= int(profile_id) <= _U64_MAX:
         raise invalid_argument("profile_id", f"{profile_id} is not a 64-bit unsigned integer")
@@ -65,7 +70,9 @@ def chain_hash(profile_id, parent, tokens, extra_keys=()):
     return h.digest()
 
 
-def chain_hash_sequence(profile_id, tokens, block_size_tokens, extra_keys=(), parent=b""):
+def chain_hash_sequence(profile_id: SupportsInt, tokens: Iterable[SupportsInt], block_size_tokens: SupportsInt,
+                        extra_keys: Iterable[bytes | bytearray | str] = (),
+                        parent: bytes | bytearray = b"") -> list[bytes]:
     """Ids of consecutive blocks of block_size_tokens tokens; a trailing partial
     block gets no id (it is not finished). `parent` continues an existing chain."""
     if int(block_size_tokens) <= 0:

@@ -23,8 +23,12 @@ token: arena() and put_blocks(staging=True) do it; nothing else changes.
 Thread safety: a Client may be used from several threads (one gRPC channel).
 """
 
+from __future__ import annotations
+
 import collections
 import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -34,8 +38,11 @@ from kvtier._health import health_pb2
 from kvtier.errors import KvTierError, from_item_status, from_rpc_error, invalid_argument
 from kvtier.fd_passing import valid_token
 from kvtier.profile import Profile, block_payload
-from kvtier.select import SelectSession
+from kvtier.select import Selection, SelectSession
 from kvtier.v1 import admin_pb2, admin_pb2_grpc, kvtier_pb2, kvtier_pb2_grpc, types_pb2
+
+if TYPE_CHECKING:
+    from kvtier.cuda_arena import CudaArena
 
 MAX_BLOCK_ID_BYTES = 32
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
@@ -53,7 +60,7 @@ _BIAS = {None: kvtier_pb2.COMPACT_BIAS_UNSPECIFIED, "ratio": kvtier_pb2.COMPACT_
          "none": kvtier_pb2.COMPACT_BIAS_NONE}
 
 
-def _flatten(values):
+def _flatten(values: Iterable[Any]) -> Iterator[Any]:
     for v in values:
         if isinstance(v, (list, tuple)):
             yield from _flatten(v)
@@ -61,7 +68,7 @@ def _flatten(values):
             yield v
 
 
-def normalize_target(target):
+def normalize_target(target: str) -> str:
     """Path -> 'unix:<absolute path>'; 'unix:', 'unix-abstract:', 'dns:', 'ipv4:',
     'ipv6:' pass; else host:port. The C++ client's NormalizeTarget does the
     same (client/testdata/normalize_target.txt is the table both test)."""
@@ -74,7 +81,7 @@ def normalize_target(target):
     return target
 
 
-def _block_ids(ids, argument="block_ids"):
+def _block_ids(ids: Iterable[bytes | bytearray], argument: str = "block_ids") -> list[bytes]:
     out = list(ids)
     if not out:
         raise invalid_argument(argument, "empty")
@@ -86,7 +93,7 @@ def _block_ids(ids, argument="block_ids"):
     return [bytes(b) for b in out]
 
 
-def _writable_block(buf, size, argument):
+def _writable_block(buf: Any, size: int, argument: str) -> memoryview:
     """A writable byte view of one destination buffer of exactly `size` bytes."""
     if hasattr(buf, "detach") and hasattr(buf, "is_contiguous"):  # torch.Tensor
         if buf.device.type != "cpu" or not buf.is_contiguous():
@@ -117,28 +124,28 @@ class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInter
                    grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
     """Adds "authorization: Bearer <token>" to every call on the channel."""
 
-    def __init__(self, token):
+    def __init__(self, token: str) -> None:
         self._pair = ("authorization", f"Bearer {token}")
 
-    def _with_token(self, d):
+    def _with_token(self, d: Any) -> _ClientCallDetails:
         metadata = list(d.metadata or ()) + [self._pair]
         return _ClientCallDetails(d.method, d.timeout, metadata, d.credentials,
                                   getattr(d, "wait_for_ready", None), getattr(d, "compression", None))
 
-    def intercept_unary_unary(self, continuation, details, request):
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._with_token(details), request)
 
-    def intercept_unary_stream(self, continuation, details, request):
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._with_token(details), request)
 
-    def intercept_stream_unary(self, continuation, details, request_iterator):
+    def intercept_stream_unary(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
         return continuation(self._with_token(details), request_iterator)
 
-    def intercept_stream_stream(self, continuation, details, request_iterator):
+    def intercept_stream_stream(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
         return continuation(self._with_token(details), request_iterator)
 
 
-def resolve_token(token):
+def resolve_token(token: str | None) -> str | None:
     """The token a Client sends: token itself; None -> $KVTIER_TOKEN (unset or
     empty: none); "" -> none. Returns None for none; INVALID_ARGUMENT for a
     token that cannot be a metadata value (the message never quotes it)."""
@@ -160,11 +167,11 @@ class GetBlocksResult:
     """results: BlockResult messages in request order (status, tier, data or
     handle); lease_id: the HANDLES lease (release with Client.release)."""
 
-    def __init__(self, results, lease_id):
+    def __init__(self, results: list[Any], lease_id: int) -> None:
         self.results = results
         self.lease_id = lease_id
 
-    def raise_for_status(self):
+    def raise_for_status(self) -> GetBlocksResult:
         for i, r in enumerate(self.results):
             if r.status.code != 0:
                 raise from_item_status(r.status, f"block_ids[{i}]", i)
@@ -172,7 +179,8 @@ class GetBlocksResult:
 
 
 class Client:
-    def __init__(self, target, call_timeout_s=10.0, max_message_bytes=64 << 20, token=None):
+    def __init__(self, target: str, call_timeout_s: float = 10.0, max_message_bytes: int = 64 << 20,
+                 token: str | None = None) -> None:
         self.target = normalize_target(target)
         self.call_timeout_s = call_timeout_s
         self._token = resolve_token(token)
@@ -197,35 +205,37 @@ class Client:
         self._health = self._channel.unary_unary(
             _HEALTH_CHECK, request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
             response_deserializer=health_pb2.HealthCheckResponse.FromString)
-        self._profiles = {}         # profile_id -> Profile
-        self._context_shapes = {}   # context_id -> (layers, kv_heads, head_dim)
-        self._arena = None
+        self._profiles: dict[int, Profile] = {}
+        # context_id -> (layers, kv_heads, head_dim)
+        self._context_shapes: dict[int, tuple[int, int, int]] = {}
+        self._arena: arena_mod.ShmArena | CudaArena | None = None
 
-    def close(self):
+    def close(self) -> None:
         if self._arena is not None:
             self._arena.close()
         self._channel.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method, request, what, timeout_s=None, wait_for_ready=None):
+    def _call(self, method: Any, request: Any, what: str, timeout_s: float | None = None,
+              wait_for_ready: bool | None = None) -> Any:
         try:
             return method(request, timeout=timeout_s or self.call_timeout_s, wait_for_ready=wait_for_ready)
         except grpc.RpcError as e:
             raise from_rpc_error(e, what, self.target) from None
 
-    def _stream(self, method, request, what, timeout_s=None):
+    def _stream(self, method: Any, request: Any, what: str, timeout_s: float | None = None) -> list[Any]:
         try:
             return list(method(request, timeout=timeout_s or self.call_timeout_s))
         except grpc.RpcError as e:
             raise from_rpc_error(e, what, self.target) from None
 
     # ---- health -------------------------------------------------------------
-    def health(self, timeout_s=None, wait_for_ready=False):
+    def health(self, timeout_s: float | None = None, wait_for_ready: bool = False) -> str:
         """'SERVING', 'NOT_SERVING' or 'UNKNOWN' (grpc.health.v1, whole server).
         wait_for_ready=True waits (up to timeout_s) for the socket to accept."""
         resp = self._call(self._health, health_pb2.HealthCheckRequest(), "Health.Check",
@@ -233,7 +243,7 @@ class Client:
         return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
 
     # ---- profiles -----------------------------------------------------------
-    def register_profile(self, profile, **extra_fields):
+    def register_profile(self, profile: Profile, **extra_fields: Any) -> Profile:
         """Registers a Profile (extra_fields: further ModelProfile fields by name,
         passed through). Returns the Profile with its profile_id."""
         if not isinstance(profile, Profile):
@@ -247,12 +257,12 @@ class Client:
         self._profiles[resp.profile_id] = registered
         return registered
 
-    def get_profile(self, profile_id):
+    def get_profile(self, profile_id: int) -> Any:
         """GetProfileResponse (profile, block size, head weights and version)."""
         return self._call(self._kvtier.GetProfile, kvtier_pb2.GetProfileRequest(profile_id=profile_id),
                           "GetProfile")
 
-    def profile(self, profile_id, argument="profile_id"):
+    def profile(self, profile_id: int, argument: str = "profile_id") -> Profile:
         """The Profile of profile_id (cached; asks the daemon once). Unknown ids
         raise INVALID_ARGUMENT naming `argument`."""
         if not isinstance(profile_id, int) or profile_id <= 0:
@@ -271,30 +281,32 @@ class Client:
 
     # ---- arena and staging --------------------------------------------------
     @property
-    def has_token(self):
+    def has_token(self) -> bool:
         """True when this client sends a bearer token."""
         return self._token is not None
 
-    def open_arena(self):
+    def open_arena(self) -> Any:
         """OpenArenaResponse: shm_path or fd_socket_path (CPU arena), or
         cuda_ipc_handle + device_uuid."""
         return self._call(self._kvtier.OpenArena, kvtier_pb2.OpenArenaRequest(), "OpenArena")
 
-    def arena(self):
+    def arena(self) -> arena_mod.ShmArena | CudaArena:
         """The mapped device arena (kvtier.ShmArena or kvtier.CudaArena), mapped on first use."""
         if self._arena is None:
             info = self.open_arena()
+            mapped: arena_mod.ShmArena | CudaArena
             if info.cuda_ipc_handle:
                 from kvtier.cuda_arena import CudaArena
 
-                self._arena = CudaArena(info)
+                mapped = CudaArena(info)
             elif info.shm_path or info.fd_socket_path:
-                self._arena = arena_mod.ShmArena(info, token=self._token)
+                mapped = arena_mod.ShmArena(info, token=self._token)
             else:
                 raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION, "OpenArena: the daemon named no arena")
+            self._arena = mapped
         return self._arena
 
-    def reserve_slots(self, profile_id, count, lease_ttl_ms=0):
+    def reserve_slots(self, profile_id: int, count: int, lease_ttl_ms: int = 0) -> Any:
         """ReserveSlotsResponse: staging_path (or fd_socket_path and
         staging_size_bytes) and slots for the zero-copy put path."""
         self.profile(profile_id)
@@ -304,8 +316,8 @@ class Client:
         return self._call(self._kvtier.ReserveSlots, request, "ReserveSlots")
 
     # ---- blocks -------------------------------------------------------------
-    def put_blocks(self, profile_id, blocks, durable=False, staging=False, batch_blocks=64, check=True,
-                   retain=False):
+    def put_blocks(self, profile_id: int, blocks: Iterable[tuple[bytes | bytearray, Any]], durable: bool = False,
+                   staging: bool = False, batch_blocks: int = 64, check: bool = True, retain: bool = False) -> Any:
         """Stores (block_id, payload) pairs; payloads as in kvtier.profile.block_payload.
 
         durable=True acknowledges each block once it is synced to NVMe (it then
@@ -363,7 +375,8 @@ class Client:
                     raise from_item_status(r.status, f"blocks[{i}] ({ids[i].hex()})", i)
         return resp
 
-    def get_blocks(self, profile_id, block_ids, mode="bytes", lease_ttl_ms=0):
+    def get_blocks(self, profile_id: int, block_ids: Iterable[bytes | bytearray], mode: str = "bytes",
+                   lease_ttl_ms: int = 0) -> GetBlocksResult:
         """GetBlocksResult; mode 'bytes' (data in the results) or 'handles'
         (promoted into the device arena, pinned under lease_id). Misses are
         per-item NOT_FOUND statuses, not exceptions (see raise_for_status)."""
@@ -378,7 +391,8 @@ class Client:
             lease_id = resp.lease_id or lease_id
         return GetBlocksResult(results, lease_id)
 
-    def get_blocks_into(self, profile_id, block_ids, out, ids_per_call=1024):
+    def get_blocks_into(self, profile_id: int, block_ids: Iterable[bytes | bytearray], out: Iterable[Any],
+                        ids_per_call: int = 1024) -> GetBlocksResult:
         """Reads blocks (bytes mode) straight into the caller's buffers.
 
         out: one writable, contiguous buffer per id of exactly block_size_bytes
@@ -427,13 +441,13 @@ class Client:
                                   f"GetBlocks: the daemon answered {got} of {len(chunk)} blocks")
         return GetBlocksResult(results, 0)
 
-    def lookup(self, profile_id, block_ids):
+    def lookup(self, profile_id: int, block_ids: Iterable[bytes | bytearray]) -> Any:
         """LookupResponse: presence and tier per id, longest stored prefix."""
         self.profile(profile_id)
         request = kvtier_pb2.LookupRequest(profile_id=profile_id, block_ids=_block_ids(block_ids))
         return self._call(self._kvtier.Lookup, request, "Lookup")
 
-    def delete_blocks(self, profile_id, block_ids, check=True):
+    def delete_blocks(self, profile_id: int, block_ids: Iterable[bytes | bytearray], check: bool = True) -> Any:
         """DeleteBlocksResponse; check raises the first failed id."""
         self.profile(profile_id)
         request = kvtier_pb2.DeleteBlocksRequest(profile_id=profile_id, block_ids=_block_ids(block_ids))
@@ -445,7 +459,9 @@ class Client:
         return resp
 
     # ---- contexts and selection ---------------------------------------------
-    def open_context(self, profile_id, segments, lease_ttl_ms=0):
+    def open_context(self, profile_id: int,
+                     segments: Iterable[Iterable[bytes | bytearray] | tuple[str, Iterable[bytes | bytearray]]],
+                     lease_ttl_ms: int = 0) -> Any:
         """Opens a context over stored blocks. segments: a list of block-id lists,
         or of (label, block-id list) pairs. Returns the OpenContextResponse."""
         profile = self.profile(profile_id)
@@ -460,26 +476,26 @@ class Client:
         self._context_shapes[resp.context_id] = (profile.num_layers, profile.num_kv_heads, profile.head_dim)
         return resp
 
-    def append_blocks(self, context_id, block_ids):
+    def append_blocks(self, context_id: int, block_ids: Iterable[bytes | bytearray]) -> Any:
         """AppendBlocksResponse (num_blocks in the context after the append)."""
         request = kvtier_pb2.AppendBlocksRequest(context_id=context_id, block_ids=_block_ids(block_ids))
         return self._call(self._kvtier.AppendBlocks, request, "AppendBlocks")
 
-    def close_context(self, context_id):
+    def close_context(self, context_id: int) -> Any:
         self._context_shapes.pop(context_id, None)
         return self._call(self._kvtier.CloseContext, kvtier_pb2.CloseContextRequest(context_id=context_id),
                           "CloseContext")
 
-    def select_session(self):
+    def select_session(self) -> SelectSession:
         """A new streamed Select session (kvtier.select.SelectSession)."""
         return SelectSession(self._kvtier, self.target, self._context_shapes)
 
-    def select(self, entries, timeout_s=None):
+    def select(self, entries: Iterable[dict[str, Any]], timeout_s: float | None = None) -> list[Selection]:
         """One Select request on a short-lived stream: [Selection]."""
         with self.select_session() as session:
             return session.select(entries, timeout_s or self.call_timeout_s)
 
-    def release(self, context_id=None, lease_id=None):
+    def release(self, context_id: int | None = None, lease_id: int | None = None) -> Any:
         """Unpins a context's Select set or a GetBlocks lease: ReleaseResponse."""
         if (context_id is None) == (lease_id is None):
             raise invalid_argument("release", "give exactly one of context_id and lease_id")
@@ -488,8 +504,9 @@ class Client:
         return self._call(self._kvtier.Release, request, "Release")
 
     # ---- compaction (SelKV) ---------------------------------------------------
-    def compact_context(self, context_id, retention, importance=None, merge=None, bias=None,
-                        observation_queries=None, timeout_s=None):
+    def compact_context(self, context_id: int, retention: float, importance: str | None = None,
+                        merge: str | None = None, bias: str | None = None, observation_queries: Any = None,
+                        timeout_s: float | None = None) -> Any:
         """Compacts an open context that Select is not using (docs/API.md,
         "Compaction"): keeps ceil(retention * tokens) slots per layer and KV
         head, merges the rest, stores them as a new version and demotes the
@@ -515,14 +532,15 @@ class Client:
         return self._call(self._kvtier.CompactContext, request, "CompactContext",
                           timeout_s or 10 * self.call_timeout_s)
 
-    def list_context_versions(self, profile_id, context_key=b""):
+    def list_context_versions(self, profile_id: int, context_key: bytes | bytearray = b"") -> Any:
         """ListContextVersionsResponse: the versions of one context (version 0 =
         the originals), or of every compacted context of the profile."""
         request = kvtier_pb2.ListContextVersionsRequest(profile_id=profile_id,
                                                         context_key=bytes(context_key))
         return self._call(self._kvtier.ListContextVersions, request, "ListContextVersions")
 
-    def drop_context_version(self, profile_id, context_key, version, timeout_s=None):
+    def drop_context_version(self, profile_id: int, context_key: bytes | bytearray, version: int,
+                             timeout_s: float | None = None) -> Any:
         """Deletes one version's blocks (0 = the originals, only while a compacted
         version exists). DropContextVersionResponse (blocks_deleted)."""
         request = kvtier_pb2.DropContextVersionRequest(profile_id=profile_id,
@@ -531,21 +549,21 @@ class Client:
                           timeout_s or 10 * self.call_timeout_s)
 
     # ---- admin --------------------------------------------------------------
-    def stats(self):
+    def stats(self) -> Any:
         """StatsResponse: version, uptime, tiers, configuration, counts."""
         return self._call(self._admin.Stats, admin_pb2.StatsRequest(), "Stats")
 
-    def list_blocks(self, profile_id=0, tier=None, limit=0):
+    def list_blocks(self, profile_id: int = 0, tier: str | None = None, limit: int = 0) -> Any:
         """ListBlocksResponse; tier None | 'device' | 'host' | 'nvme'."""
         if tier not in _TIERS:
             raise invalid_argument("tier", f"{tier!r}, expected None, 'device', 'host' or 'nvme'")
         request = admin_pb2.ListBlocksRequest(profile_id=profile_id, tier=_TIERS[tier], limit=limit)
         return self._call(self._admin.ListBlocks, request, "ListBlocks")
 
-    def list_contexts(self):
+    def list_contexts(self) -> Any:
         return self._call(self._admin.ListContexts, admin_pb2.ListContextsRequest(), "ListContexts")
 
-    def drain(self, tier=None, timeout_s=None):
+    def drain(self, tier: str | None = None, timeout_s: float | None = None) -> list[Any]:
         """tier None: every block becomes durable on NVMe and memory copies are
         dropped; 'device': only device copies are given up. Returns the
         streamed DrainProgress messages."""
@@ -554,12 +572,13 @@ class Client:
         request = admin_pb2.DrainRequest(tier=_TIERS[tier])
         return self._stream(self._admin.Drain, request, "Drain", timeout_s)
 
-    def list_profiles(self):
+    def list_profiles(self) -> Any:
         """ListProfilesResponse: every registered profile with its owner,
         block count and bytes."""
         return self._call(self._admin.ListProfiles, admin_pb2.ListProfilesRequest(), "ListProfiles")
 
-    def evict(self, profile_id, block_ids, tier=None, tenant="", check=True):
+    def evict(self, profile_id: int, block_ids: Iterable[bytes | bytearray], tier: str | None = None,
+              tenant: str = "", check: bool = True) -> Any:
         """Gives up one tier's copy of each block, as the cache would:
         'device' or 'host' drop that copy (a last copy moves down first);
         None or 'nvme' make the block leave this daemon. EvictResponse;
@@ -575,7 +594,7 @@ class Client:
                     raise from_item_status(status, f"block_ids[{i}]", i)
         return resp
 
-    def verify(self, profile_id=0, timeout_s=None):
+    def verify(self, profile_id: int = 0, timeout_s: float | None = None) -> list[Any]:
         """Re-reads and checksums every durable block; the VerifyProgress messages."""
         return self._stream(self._admin.Verify, admin_pb2.VerifyRequest(profile_id=profile_id),
                             "Verify", timeout_s)

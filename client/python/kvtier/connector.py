@@ -45,12 +45,20 @@ recompute (get_num_new_matched_tokens is only a hint of what is stored).
 Not thread-safe: the engine calls each side from one thread, as vLLM does.
 """
 
+from __future__ import annotations
+
 import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from kvtier.chain_hash import chain_hash_sequence
 from kvtier.errors import invalid_argument
+
+if TYPE_CHECKING:
+    from kvtier.client import Client
+    from kvtier.profile import Profile
 
 
 @dataclasses.dataclass
@@ -58,24 +66,25 @@ class Request:
     """What the connector needs of an engine request."""
 
     request_id: str
-    prompt_token_ids: list
+    prompt_token_ids: list[int]
 
 
 @dataclasses.dataclass
 class BlockTransfer:
     request_id: str
-    block_ids: list   # kvtier ids (bytes), in token order
-    slots: list       # the engine's slots, same order
+    block_ids: list[bytes]   # kvtier ids, in token order
+    slots: list[int]         # the engine's slots, same order
 
 
 @dataclasses.dataclass
 class KvTierConnectorMetadata:
-    loads: list = dataclasses.field(default_factory=list)   # [BlockTransfer]
-    saves: list = dataclasses.field(default_factory=list)   # [BlockTransfer]
+    loads: list[BlockTransfer] = dataclasses.field(default_factory=list)
+    saves: list[BlockTransfer] = dataclasses.field(default_factory=list)
 
 
 class KvTierConnector:
-    def __init__(self, client, profile, layer_names, extra_keys=(), lease_ttl_ms=0):
+    def __init__(self, client: Client, profile: Profile, layer_names: Sequence[str],
+                 extra_keys: Iterable[bytes | str] = (), lease_ttl_ms: int = 0) -> None:
         if len(layer_names) != profile.num_layers:
             raise invalid_argument("layer_names", f"{len(layer_names)} names for a profile of "
                                    f"{profile.num_layers} layers")
@@ -84,14 +93,16 @@ class KvTierConnector:
         self.layer_index = {name: i for i, name in enumerate(layer_names)}
         self.extra_keys = list(extra_keys)
         self.lease_ttl_ms = lease_ttl_ms
-        self._ids = {}          # request_id -> ids of its full prompt blocks
+        self._ids: dict[str, list[bytes]] = {}   # request_id -> ids of its full prompt blocks
         self._pending = KvTierConnectorMetadata()
-        self._meta = None
-        self._save_buffers = {} # block id -> (request_id, payload tensor, set of layers copied)
-        self._done_sending, self._done_recving = set(), set()
+        self._meta: KvTierConnectorMetadata | None = None
+        # block id -> (request_id, payload tensor, set of layers copied)
+        self._save_buffers: dict[bytes, tuple[str, Any, set[int]]] = {}
+        self._done_sending: set[str] = set()
+        self._done_recving: set[str] = set()
 
     # ---- scheduler side ----------------------------------------------------
-    def _block_ids(self, request):
+    def _block_ids(self, request: Request) -> list[bytes]:
         ids = self._ids.get(request.request_id)
         if ids is None:
             ids = chain_hash_sequence(self.profile.profile_id, request.prompt_token_ids,
@@ -99,7 +110,7 @@ class KvTierConnector:
             self._ids[request.request_id] = ids
         return ids
 
-    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int, bool]:
         bs = self.profile.block_size_tokens
         ids = self._block_ids(request)
         loadable = (len(request.prompt_token_ids) - 1) // bs  # leave a token to compute
@@ -108,7 +119,7 @@ class KvTierConnector:
         prefix = self.client.lookup(self.profile.profile_id, ids[:loadable]).prefix_blocks
         return max(0, prefix * bs - num_computed_tokens), False
 
-    def update_state_after_alloc(self, request, slots, num_external_tokens):
+    def update_state_after_alloc(self, request: Request, slots: Sequence[int], num_external_tokens: int) -> None:
         bs = self.profile.block_size_tokens
         if num_external_tokens % bs:
             raise invalid_argument("num_external_tokens", f"{num_external_tokens} is not a multiple of "
@@ -124,26 +135,26 @@ class KvTierConnector:
             self._pending.saves.append(BlockTransfer(request.request_id, ids[loaded:full],
                                                      list(slots[loaded:full])))
 
-    def build_connector_meta(self, scheduler_output=None):
+    def build_connector_meta(self, scheduler_output: object = None) -> KvTierConnectorMetadata:
         meta, self._pending = self._pending, KvTierConnectorMetadata()
         return meta
 
-    def request_finished(self, request, slots):
+    def request_finished(self, request: Request, slots: Sequence[int]) -> tuple[bool, None]:
         self._ids.pop(request.request_id, None)
         return False, None
 
     # ---- worker side -------------------------------------------------------
-    def bind_connector_metadata(self, meta):
+    def bind_connector_metadata(self, meta: KvTierConnectorMetadata) -> None:
         self._meta = meta
 
-    def clear_connector_metadata(self):
+    def clear_connector_metadata(self) -> None:
         self._meta = None
 
-    def start_load_kv(self, kv_caches, **kwargs):
+    def start_load_kv(self, kv_caches: Mapping[str, Any], **kwargs: Any) -> None:
         if self._meta is None or not self._meta.loads:
             return
         arena = self.client.arena()
-        names = sorted(self.layer_index, key=self.layer_index.get)
+        names = sorted(self.layer_index, key=self.layer_index.__getitem__)
         for load in self._meta.loads:
             got = self.client.get_blocks(self.profile.profile_id, load.block_ids, mode="handles",
                                          lease_ttl_ms=self.lease_ttl_ms)
@@ -158,10 +169,10 @@ class KvTierConnector:
                     self.client.release(lease_id=got.lease_id)
             self._done_recving.add(load.request_id)
 
-    def wait_for_layer_load(self, layer_name):
+    def wait_for_layer_load(self, layer_name: str) -> None:
         return None
 
-    def save_kv_layer(self, layer_name, kv_layer, attn_metadata=None, **kwargs):
+    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: object = None, **kwargs: Any) -> None:
         if self._meta is None:
             return
         layer = self.layer_index.get(layer_name)
@@ -176,7 +187,7 @@ class KvTierConnector:
                 entry[1][layer].copy_(kv_layer[:, slot])
                 entry[2].add(layer)
 
-    def wait_for_save(self):
+    def wait_for_save(self) -> None:
         ready = [(bid, e) for bid, e in self._save_buffers.items() if len(e[2]) == self.profile.num_layers]
         if not ready:
             return
@@ -185,7 +196,7 @@ class KvTierConnector:
             del self._save_buffers[bid]
             self._done_sending.add(e[0])
 
-    def get_finished(self, finished_req_ids):
+    def get_finished(self, finished_req_ids: Iterable[str]) -> tuple[set[str] | None, set[str] | None]:
         finished = set(finished_req_ids)
         sending = {r for r in self._done_sending if r in finished}
         recving = {r for r in self._done_recving if r in finished}

@@ -13,14 +13,20 @@ become invalid then. A process cannot open a handle it exported itself.
 Thread safety: views may be taken from several threads at once.
 """
 
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import glob
 import os
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 
 from kvtier.errors import KvTierError, invalid_argument
+
+if TYPE_CHECKING:
+    from kvtier.profile import Profile
 
 _IPC_HANDLE_BYTES = 64
 _UUID_BYTES = 16
@@ -32,12 +38,12 @@ class _IpcHandle(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_char * _IPC_HANDLE_BYTES)]
 
 
-def _precondition(message):
+def _precondition(message: str) -> KvTierError:
     return KvTierError(grpc.StatusCode.FAILED_PRECONDITION, f"CUDA arena: {message}")
 
 
-def _load_library(names, patterns):
-    candidates = [ctypes.util.find_library(n) for n in names]
+def _load_library(names: list[str], patterns: list[str]) -> ctypes.CDLL | None:
+    candidates: list[str | None] = [ctypes.util.find_library(n) for n in names]
     import torch
 
     roots = [os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(torch.__file__))]
@@ -54,7 +60,7 @@ def _load_library(names, patterns):
     return None
 
 
-def _device_ordinal(uuid):
+def _device_ordinal(uuid: bytes) -> int:
     """Local CUDA ordinal of the device whose 16-byte UUID is `uuid`."""
     libcuda = _load_library(["cuda"], ["lib/libcuda.so*"])
     if libcuda is None:
@@ -78,7 +84,7 @@ class CudaArena:
 
     kind = "cuda"
 
-    def __init__(self, info):
+    def __init__(self, info: Any) -> None:
         import torch
 
         if not torch.cuda.is_available():
@@ -92,9 +98,10 @@ class CudaArena:
         self.size_bytes = int(info.size_bytes)
         self.device_ordinal = _device_ordinal(uuid)
         self.device = torch.device("cuda", self.device_ordinal)
-        self._cudart = _load_library(["cudart"], ["lib/libcudart*.so*", "nvidia/cuda_runtime/lib/libcudart.so*"])
-        if self._cudart is None:
+        cudart = _load_library(["cudart"], ["lib/libcudart*.so*", "nvidia/cuda_runtime/lib/libcudart.so*"])
+        if cudart is None:
             raise _precondition("libcudart (the CUDA runtime) is not loadable")
+        self._cudart = cudart
         torch.cuda.init()
         with torch.cuda.device(self.device):
             torch.empty(1, device=self.device)  # makes the primary context current
@@ -106,25 +113,27 @@ class CudaArena:
             err = self._cudart.cudaIpcOpenMemHandle(ctypes.byref(ptr), ipc, _LAZY_ENABLE_PEER_ACCESS)
         if err != 0:
             raise _precondition(f"cudaIpcOpenMemHandle failed with cudaError {err}")
-        self._base = ptr.value
+        self._base: int | None = ptr.value
 
-    def _range(self, handle, argument):
+    def _range(self, handle: Any, argument: str) -> tuple[int, int, int]:
+        """(offset, size, arena base address) of a checked handle; the base is
+        read once, so a close() from another thread cannot make it None here."""
         if int(handle.arena_id) != self.arena_id:
             raise _precondition(f"{argument}: arena_id {handle.arena_id} is not the opened arena "
                                 f"{self.arena_id} (the daemon restarted: reopen the arena)")
-        offset, size = int(handle.offset_bytes), int(handle.size_bytes)
-        if self._base is None:
+        offset, size, base = int(handle.offset_bytes), int(handle.size_bytes), self._base
+        if base is None:
             raise _precondition("the arena was closed")
         if size <= 0 or offset < 0 or offset + size > self.size_bytes:
             raise invalid_argument(argument, f"range [{offset}, {offset + size}) is empty or outside "
                                    f"the {self.size_bytes}-byte arena")
-        return offset, size
+        return offset, size, base
 
-    def torch_view(self, handle, profile, argument="handle"):
+    def torch_view(self, handle: Any, profile: Profile, argument: str = "handle") -> Any:
         """CUDA tensor [layers, 2, kv_heads, tokens, head_dim] over the block."""
         import torch
 
-        offset, size = self._range(handle, argument)
+        offset, size, base = self._range(handle, argument)
         if size != profile.block_size_bytes:
             raise invalid_argument(argument, f"{size} bytes; profile {profile.profile_id} blocks "
                                    f"are {profile.block_size_bytes}")
@@ -132,15 +141,15 @@ class CudaArena:
         class _View:
             __cuda_array_interface__ = {
                 "shape": tuple(profile.block_shape), "typestr": _TYPESTR[profile.dtype],
-                "data": (self._base + offset, True), "version": 2, "strides": None}
+                "data": (base + offset, True), "version": 2, "strides": None}
 
         tensor = torch.as_tensor(_View(), device=self.device)
         return tensor.view(torch.bfloat16) if profile.dtype == "bf16" else tensor
 
-    def view(self, handle, profile, argument="handle"):
+    def view(self, handle: Any, profile: Profile, argument: str = "handle") -> NoReturn:
         raise _precondition("numpy cannot view device memory; use torch_view")
 
-    def close(self):
+    def close(self) -> None:
         if self._base is not None:
             self._cudart.cudaIpcCloseMemHandle(ctypes.c_void_p(self._base))
             self._base = None

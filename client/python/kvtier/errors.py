@@ -6,6 +6,10 @@ ItemStatus), a broken connection, and input the client refuses before sending
 (code INVALID_ARGUMENT, the message naming the argument).
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import grpc
 
 _CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
@@ -19,24 +23,24 @@ class KvTierError(Exception):
     batched call (None for call-level errors).
     """
 
-    def __init__(self, code, message, index=None):
+    def __init__(self, code: grpc.StatusCode, message: str, index: int | None = None) -> None:
         super().__init__(f"{code.name}: {message}")
         self.code = code
         self.message = message
         self.index = index
 
 
-def code_from_value(value):
+def code_from_value(value: int | str) -> grpc.StatusCode:
     """google.rpc.Code integer -> grpc.StatusCode (UNKNOWN for values gRPC does not know)."""
     return _CODES_BY_VALUE.get(int(value), grpc.StatusCode.UNKNOWN)
 
 
-def invalid_argument(argument, problem):
+def invalid_argument(argument: str, problem: str) -> KvTierError:
     """A client-side refusal: 'argument: problem' with INVALID_ARGUMENT."""
     return KvTierError(grpc.StatusCode.INVALID_ARGUMENT, f"{argument}: {problem}")
 
 
-def from_rpc_error(error, what, target):
+def from_rpc_error(error: grpc.RpcError, what: str, target: str) -> KvTierError:
     """grpc.RpcError of a call named `what` to `target` -> KvTierError.
 
     UNAVAILABLE says that the daemon is unreachable or went away, since gRPC's
@@ -51,6 +55,6 @@ def from_rpc_error(error, what, target):
     return KvTierError(code, details)
 
 
-def from_item_status(status, argument, index):
+def from_item_status(status: Any, argument: str, index: int) -> KvTierError:
     """A per-item ItemStatus that is not OK -> KvTierError naming the item."""
     return KvTierError(code_from_value(status.code), f"{argument}: {status.message}", index)

@@ -18,6 +18,8 @@ Thread safety: fetch_shared_fd may be called from several threads at once
 (one connection per call).
 """
 
+from __future__ import annotations
+
 import array
 import os
 import socket
@@ -33,13 +35,13 @@ _MAX_FDS = 4           # the protocol sends one; extras are received to be close
 _FD_SPACE = socket.CMSG_SPACE(_MAX_FDS * array.array("i").itemsize)
 
 
-def valid_token(token):
+def valid_token(token: object) -> bool:
     """True for a token that fits a metadata value and a protocol line:
     printable ASCII without spaces, at most 256 bytes (the C++ client's limit)."""
     return isinstance(token, str) and 0 < len(token) <= 256 and all("!" <= c <= "~" for c in token)
 
 
-def _descriptors(ancdata):
+def _descriptors(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
     """The descriptors of the SCM_RIGHTS messages in recvmsg's ancillary data."""
     out = array.array("i")
     for level, kind, data in ancdata:
@@ -48,10 +50,10 @@ def _descriptors(ancdata):
     return list(out)
 
 
-def _parse_reply(line, fds, where):
+def _parse_reply(line: str, fds: list[int], where: str) -> tuple[int, int]:
     """(fd, size) from an 'ok' line with its descriptors; raises otherwise. Closes
     every descriptor it does not return."""
-    def close_all():
+    def close_all() -> None:
         for fd in fds:
             os.close(fd)
 
@@ -75,7 +77,8 @@ def _parse_reply(line, fds, where):
     raise KvTierError(grpc.StatusCode.INTERNAL, f"{where}: unexpected reply {line!r}")
 
 
-def fetch_shared_fd(socket_path, kind, token=None, timeout_s=5.0):
+def fetch_shared_fd(socket_path: str, kind: str, token: str | None = None,
+                    timeout_s: float = 5.0) -> tuple[int, int]:
     """(fd, size_bytes) of the caller's `kind` file ("arena" or "staging").
 
     The caller owns fd (close-on-exec; os.close it, or let kvtier.arena map and
@@ -92,7 +95,7 @@ def fetch_shared_fd(socket_path, kind, token=None, timeout_s=5.0):
         raise invalid_argument("token", "must be printable ASCII without spaces, at most 256 bytes")
     deadline = time.monotonic() + timeout_s
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    fds = []
+    fds: list[int] = []
     try:
         try:
             sock.settimeout(timeout_s)

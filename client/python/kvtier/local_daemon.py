@@ -19,6 +19,8 @@ stop() sends SIGTERM and waits; kill() sends SIGKILL (a daemon that goes
 away mid-stream). Both folders are removed on exit, also after kill().
 """
 
+from __future__ import annotations
+
 import os
 import select
 import shutil
@@ -26,6 +28,8 @@ import signal
 import socket
 import subprocess
 import tempfile
+from collections.abc import Mapping
+from typing import Any
 
 import grpc
 
@@ -46,33 +50,44 @@ DEFAULT_SETTINGS = {
 
 
 class LocalDaemon:
-    def __init__(self, kvtierd, settings=None, start_timeout_s=30.0, token=None):
+    def __init__(self, kvtierd: str, settings: Mapping[str, object] | None = None, start_timeout_s: float = 30.0,
+                 token: str | None = None) -> None:
         if not os.access(kvtierd, os.X_OK):
             raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION, f"kvtierd: {kvtierd} is not an executable")
         self.kvtierd = kvtierd
         self.settings = dict(DEFAULT_SETTINGS, **(settings or {}))
         self.start_timeout_s = start_timeout_s
         self.token = token
-        self.dir = None
-        self.shm_dir = None
-        self.process = None
+        self.dir: str | None = None
+        self.shm_dir: str | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _folder(self) -> str:
+        if self.dir is None:
+            raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION, "LocalDaemon: not started, or already closed")
+        return self.dir
 
     @property
-    def socket_path(self):
-        return os.path.join(self.dir, "kvtierd.sock")
+    def socket_path(self) -> str:
+        """The daemon's socket; FAILED_PRECONDITION before start() and after close()."""
+        return os.path.join(self._folder(), "kvtierd.sock")
 
     @property
-    def log_path(self):
-        return os.path.join(self.dir, "kvtierd.log")
+    def log_path(self) -> str:
+        """The daemon's log file; FAILED_PRECONDITION before start() and after close()."""
+        return os.path.join(self._folder(), "kvtierd.log")
 
-    def log(self):
+    def log(self) -> str:
+        """The daemon's log so far; "" when there is none (not started, or closed)."""
+        if self.dir is None:
+            return ""
         try:
             with open(self.log_path, errors="replace") as f:
                 return f.read()
         except OSError:
             return ""
 
-    def start(self):
+    def start(self) -> LocalDaemon:
         # A short folder: socket paths are limited to 107 bytes.
         self.dir = tempfile.mkdtemp(prefix="kvtier-py-", dir="/tmp")
         settings = dict(self.settings)
@@ -91,7 +106,7 @@ class LocalDaemon:
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True)
         try:
-            self._wait_ready(notify)
+            self._wait_ready(notify, self.process)
         except BaseException:
             self.kill()
             self._cleanup()
@@ -100,8 +115,8 @@ class LocalDaemon:
             notify.close()
         return self
 
-    def _wait_ready(self, notify):
-        pidfd = os.pidfd_open(self.process.pid)
+    def _wait_ready(self, notify: socket.socket, process: subprocess.Popen[bytes]) -> None:
+        pidfd = os.pidfd_open(process.pid)
         try:
             ready, _, _ = select.select([notify, pidfd], [], [], self.start_timeout_s)
             while notify in ready:
@@ -110,7 +125,7 @@ class LocalDaemon:
                 ready, _, _ = select.select([notify, pidfd], [], [], self.start_timeout_s)
             else:
                 if pidfd in ready:
-                    code = self.process.wait()
+                    code = process.wait()
                     raise KvTierError(grpc.StatusCode.UNAVAILABLE,
                                       f"kvtierd exited with {code} before it was ready:\n{self.log()}")
                 raise KvTierError(grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -124,13 +139,13 @@ class LocalDaemon:
         if status != "SERVING":
             raise KvTierError(grpc.StatusCode.UNAVAILABLE, f"kvtierd health is {status} after READY=1")
 
-    def client(self, **options):
+    def client(self, **options: Any) -> Client:
         """A Client of this daemon; token defaults to the daemon's (when given)."""
         if self.token is not None:
             options.setdefault("token", self.token)
         return Client(self.socket_path, **options)
 
-    def stop(self, timeout_s=10.0):
+    def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM and wait; returns the exit code."""
         if self.process is None or self.process.poll() is not None:
             return None if self.process is None else self.process.returncode
@@ -141,25 +156,25 @@ class LocalDaemon:
             self.process.kill()
             return self.process.wait()
 
-    def kill(self):
+    def kill(self) -> None:
         """SIGKILL, as when the daemon crashes; returns once it is gone."""
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
 
-    def _cleanup(self):
+    def _cleanup(self) -> None:
         for folder in (self.dir, self.shm_dir):
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
         self.dir = self.shm_dir = None
 
-    def __enter__(self):
+    def __enter__(self) -> LocalDaemon:
         return self.start()
 
-    def close(self):
+    def close(self) -> None:
         """stop(), then removes the folders."""
         self.stop()
         self._cleanup()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -12,16 +12,21 @@ block_shape; anything else is refused with INVALID_ARGUMENT naming the
 argument, before any request is sent.
 """
 
+from __future__ import annotations
+
 import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kvtier.errors import invalid_argument
 from kvtier.v1 import types_pb2
 
 # dtype name -> (proto enum, numpy dtype of the payload, torch dtype name)
 # bf16 has no numpy dtype: its numpy views are uint16 bit patterns.
-DTYPES = {
+DTYPES: dict[str, tuple[Any, np.dtype[Any], str]] = {
     "fp16": (types_pb2.DTYPE_FP16, np.dtype(np.float16), "float16"),
     "bf16": (types_pb2.DTYPE_BF16, np.dtype(np.uint16), "bfloat16"),
     "fp32": (types_pb2.DTYPE_FP32, np.dtype(np.float32), "float32"),
@@ -29,7 +34,7 @@ DTYPES = {
 _NAME_BY_ENUM = {enum: name for name, (enum, _, _) in DTYPES.items()}
 
 
-def dtype_name(dtype):
+def dtype_name(dtype: object) -> str:
     """'fp16' | 'bf16' | 'fp32' from a name, a proto enum value, a numpy or torch dtype."""
     if isinstance(dtype, str):
         name = dtype.lower().removeprefix("dtype_")
@@ -63,7 +68,20 @@ class Profile:
     revision: str = ""
     profile_id: int = 0
 
-    def __post_init__(self):
+    if TYPE_CHECKING:
+        # Set by __post_init__ (not dataclass fields): declared for type checkers only.
+        @property
+        def block_shape(self) -> tuple[int, int, int, int, int]: ...
+        @property
+        def numpy_dtype(self) -> np.dtype[Any]: ...
+        @property
+        def itemsize(self) -> int: ...
+        @property
+        def block_elements(self) -> int: ...
+        @property
+        def block_size_bytes(self) -> int: ...
+
+    def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
         for field in ("num_layers", "num_kv_heads", "head_dim", "block_size_tokens"):
             value = getattr(self, field)
@@ -78,7 +96,7 @@ class Profile:
         object.__setattr__(self, "block_elements", int(np.prod(shape)))
         object.__setattr__(self, "block_size_bytes", int(np.prod(shape)) * numpy_dtype.itemsize)
 
-    def to_proto(self, **extra_fields):
+    def to_proto(self, **extra_fields: Any) -> Any:
         """ModelProfile message; extra_fields are further ModelProfile fields by name."""
         msg = types_pb2.ModelProfile(
             name=self.name, revision=self.revision, num_layers=self.num_layers,
@@ -88,14 +106,14 @@ class Profile:
         return msg
 
     @classmethod
-    def from_proto(cls, msg, profile_id=0):
+    def from_proto(cls, msg: Any, profile_id: int = 0) -> Profile:
         return cls(name=msg.name, revision=msg.revision, num_layers=msg.num_layers,
                    num_kv_heads=msg.num_kv_heads, head_dim=msg.head_dim,
-                   block_size_tokens=msg.block_size_tokens, dtype=int(msg.dtype),
+                   block_size_tokens=msg.block_size_tokens, dtype=dtype_name(int(msg.dtype)),
                    profile_id=profile_id)
 
 
-def set_fields(msg, fields, argument):
+def set_fields(msg: Any, fields: Mapping[str, Any], argument: str) -> None:
     """Sets message fields by name from plain Python values (numbers, strings,
     sequences or arrays for repeated fields, dicts for messages). Unknown names
     and wrong types are refused naming `argument.field`."""
@@ -130,7 +148,7 @@ def set_fields(msg, fields, argument):
             raise invalid_argument(where, str(e)) from None
 
 
-def float_vector(value, argument):
+def float_vector(value: Any, argument: str) -> npt.NDArray[np.float32]:
     """A 1-D float32 numpy array from a list, numpy array or CPU/GPU torch tensor;
     refuses non-float dtypes, other ranks, NaN and Inf, naming `argument`."""
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor
@@ -150,7 +168,8 @@ def float_vector(value, argument):
     return arr
 
 
-def block_payload(data, profile, argument):
+def block_payload(data: Any, profile: Profile,
+                  argument: str) -> bytes | bytearray | memoryview | npt.NDArray[np.uint8]:
     """The bytes-like payload of one block after checking it against the profile.
 
     data: bytes / bytearray / memoryview of block_size_bytes, or a numpy array or

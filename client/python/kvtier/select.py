@@ -25,11 +25,15 @@ Thread safety: send() may be called from several threads; each result
 belongs to the request that produced it.
 """
 
+from __future__ import annotations
+
 import collections
 import concurrent.futures
 import itertools
 import queue
 import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import grpc
 
@@ -40,7 +44,7 @@ from kvtier.v1 import kvtier_pb2
 _CLOSE = object()
 
 
-def scorer_value(scorer, argument="scorer"):
+def scorer_value(scorer: int | str, argument: str = "scorer") -> int:
     """Scorer enum value from an int or a name (case and underscores ignored)."""
     names = kvtier_pb2.Scorer.keys()
     if isinstance(scorer, int) and not isinstance(scorer, bool):
@@ -63,27 +67,28 @@ class Selection:
 
     __slots__ = ("context_id", "error", "blocks")
 
-    def __init__(self, msg, index):
+    def __init__(self, msg: Any, index: int) -> None:
         self.context_id = msg.context_id
         self.blocks = msg.blocks
-        self.error = None
+        self.error: KvTierError | None = None
         if msg.status.code != 0:
             self.error = from_item_status(msg.status, f"contexts[{index}]", index)
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         return self.error is None
 
-    def raise_for_status(self):
+    def raise_for_status(self) -> None:
         if self.error is not None:
             raise self.error
 
-    def resident(self):
+    def resident(self) -> list[Any]:
         """Blocks whose handle is valid now."""
         return [b for b in self.blocks if b.residency == kvtier_pb2.RESIDENCY_RESIDENT]
 
 
-def build_entry(entry, index, context_shapes):
+def build_entry(entry: dict[str, Any], index: int,
+                context_shapes: Mapping[int, tuple[int, int, int]]) -> Any:
     """ContextSelect from a dict of fields; checks the anchor length against the
     context's profile when this client opened the context."""
     where = f"contexts[{index}]"
@@ -117,12 +122,12 @@ def build_entry(entry, index, context_shapes):
 class SelectFuture:
     """The pending answer of one send()."""
 
-    def __init__(self, request_id, count):
+    def __init__(self, request_id: int, count: int) -> None:
         self.request_id = request_id
         self._count = count
-        self._future = concurrent.futures.Future()
+        self._future: concurrent.futures.Future[list[Selection]] = concurrent.futures.Future()
 
-    def result(self, timeout_s=None):
+    def result(self, timeout_s: float | None = None) -> list[Selection]:
         """[Selection] in the order of the entries sent. Raises KvTierError when
         the stream broke, DEADLINE_EXCEEDED after timeout_s."""
         try:
@@ -131,31 +136,31 @@ class SelectFuture:
             raise KvTierError(grpc.StatusCode.DEADLINE_EXCEEDED,
                               f"Select request {self.request_id}: no answer within {timeout_s} s") from None
 
-    def done(self):
+    def done(self) -> bool:
         return self._future.done()
 
 
 class SelectSession:
     """A Select stream. Create with Client.select_session()."""
 
-    def __init__(self, stub, target, context_shapes):
+    def __init__(self, stub: Any, target: str, context_shapes: Mapping[int, tuple[int, int, int]]) -> None:
         self._target = target
         self._context_shapes = context_shapes
-        self._requests = queue.SimpleQueue()
-        self._pending = collections.deque()
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._pending: collections.deque[SelectFuture] = collections.deque()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self.broken = None
+        self.broken: KvTierError | None = None
         self._call = stub.Select(iter(self._requests.get, _CLOSE))
         self._reader = threading.Thread(target=self._read, name="kvtier-select", daemon=True)
         self._reader.start()
 
-    def send(self, entries):
+    def send(self, entries: Iterable[dict[str, Any]]) -> SelectFuture:
         """Queues one SelectRequest holding every entry; returns a SelectFuture."""
-        entries = list(entries)
-        if not entries:
+        entry_list = list(entries)
+        if not entry_list:
             raise invalid_argument("contexts", "empty: give at least one context")
-        msgs = [build_entry(e, i, self._context_shapes) for i, e in enumerate(entries)]
+        msgs = [build_entry(e, i, self._context_shapes) for i, e in enumerate(entry_list)]
         with self._lock:
             if self.broken is not None:
                 raise self.broken
@@ -164,11 +169,11 @@ class SelectSession:
             self._requests.put(kvtier_pb2.SelectRequest(request_id=future.request_id, contexts=msgs))
         return future
 
-    def select(self, entries, timeout_s=None):
+    def select(self, entries: Iterable[dict[str, Any]], timeout_s: float | None = None) -> list[Selection]:
         """send() and wait for its answer."""
         return self.send(entries).result(timeout_s)
 
-    def _read(self):
+    def _read(self) -> None:
         try:
             for response in self._call:
                 with self._lock:
@@ -194,7 +199,7 @@ class SelectSession:
         for future in pending:
             future._future.set_exception(error)
 
-    def close(self):
+    def close(self) -> None:
         """Half-closes the stream and waits for the daemon to finish it."""
         self._requests.put(_CLOSE)
         self._reader.join(timeout=10)
@@ -202,8 +207,8 @@ class SelectSession:
             self._call.cancel()
             self._reader.join()
 
-    def __enter__(self):
+    def __enter__(self) -> SelectSession:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

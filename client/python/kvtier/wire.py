@@ -9,12 +9,17 @@ Field numbers are those of proto/kvtier/v1/kvtier.proto; tests/test_client.py
 checks both against the generated classes.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
 # PutBlocksRequest: profile_id = 1, blocks = 2, durable = 3, retain = 4.
 # BlockPut: block_id = 1, data = 2, xxh3 = 4.
 _VARINT, _LENGTH = 0, 2
 
 
-def varint(value):
+def varint(value: int) -> bytes:
     """The varint encoding of a non-negative integer below 2**64."""
     if value < 0 or value >= 1 << 64:
         raise ValueError(f"varint: {value} is not a uint64")
@@ -26,17 +31,18 @@ def varint(value):
     return bytes(out)
 
 
-def _key(field, wire_type):
+def _key(field: int, wire_type: int) -> bytes:
     return varint((field << 3) | wire_type)
 
 
-def put_blocks_message(profile_id, durable, retain, blocks):
+def put_blocks_message(profile_id: int, durable: bool, retain: bool,
+                       blocks: Iterable[tuple[bytes, Any, int]]) -> bytes:
     """bytes of a PutBlocksRequest; blocks: (block_id bytes, payload buffer, xxh3 int) triples.
 
     A payload is any object with the buffer protocol (bytes, a contiguous
     numpy array or memoryview); it is read once, by the join.
     """
-    parts = []
+    parts: list[bytes | memoryview] = []
     if profile_id:
         parts += [_key(1, _VARINT), varint(profile_id)]
     if durable:
@@ -46,7 +52,7 @@ def put_blocks_message(profile_id, durable, retain, blocks):
     for block_id, payload, xxh3 in blocks:
         data = memoryview(payload)
         data = data.cast("B") if data.c_contiguous else memoryview(data.tobytes())
-        inner = [_key(1, _LENGTH), varint(len(block_id)), bytes(block_id)]
+        inner: list[bytes] = [_key(1, _LENGTH), varint(len(block_id)), bytes(block_id)]
         if xxh3:
             inner += [_key(4, _VARINT), varint(xxh3)]
         inner += [_key(2, _LENGTH), varint(data.nbytes)]
@@ -59,7 +65,7 @@ class WireError(ValueError):
     """Bytes that are not the message they were read as."""
 
 
-def _read_varint(buf, pos, end):
+def _read_varint(buf: memoryview, pos: int, end: int) -> tuple[int, int]:
     value, shift = 0, 0
     while True:
         if pos >= end:
@@ -76,12 +82,13 @@ def _read_varint(buf, pos, end):
             raise WireError(f"at byte {pos}: varint longer than 10 bytes")
 
 
-def _fields(buf, pos, end):
+def _fields(buf: memoryview, pos: int, end: int) -> Iterator[tuple[int, int, Any]]:
     """(field, wire type, value) of a message in buf[pos:end]; value: an int
     (varint), or (start, stop) of a length-delimited or fixed field."""
     while pos < end:
         key, pos = _read_varint(buf, pos, end)
         field, wire_type = key >> 3, key & 7
+        value: int | tuple[int, int]
         if field == 0:
             raise WireError(f"at byte {pos}: field number 0")
         if wire_type == _VARINT:
@@ -101,7 +108,7 @@ def _fields(buf, pos, end):
         yield field, wire_type, value
 
 
-def _int32(v):
+def _int32(v: int) -> int:
     v &= 0xFFFFFFFF
     return v - (1 << 32) if v >= 1 << 31 else v
 
@@ -113,14 +120,20 @@ class BlockResultView:
 
     __slots__ = ("block_id", "code", "message", "tier", "data")
 
-    def __init__(self):
+    block_id: bytes
+    code: int
+    message: str
+    tier: int
+    data: memoryview | None
+
+    def __init__(self) -> None:
         self.block_id, self.code, self.message, self.tier, self.data = b"", 0, "", 0, None
 
 
-def parse_get_blocks_response(raw):
+def parse_get_blocks_response(raw: bytes) -> list[BlockResultView]:
     """BlockResultViews of a serialised GetBlocksResponse (raw: bytes)."""
     buf = memoryview(raw).cast("B")
-    results = []
+    results: list[BlockResultView] = []
     for field, wire_type, value in _fields(buf, 0, len(buf)):
         if field != 1:
             continue
