@@ -254,6 +254,9 @@ def main(argv=None):
         print(json.dumps(rec), flush=True)
 
     emit({"kind": "start", "step": state["step"], "args": vars(args), "train_bytes": len(train_text)})
+    if args.eval_every > 0 and state["step"] == 0:  # the starting point, for comparison
+        emit(dict(kind="eval", step=0, **evaluate(state["w"], state["cfg"], evals, args.attn_chunk,
+                                                  args.device, heads)))
     done = 0
     while state["step"] < args.steps and (args.stop_after <= 0 or done < args.stop_after):
         t0 = time.time()
