@@ -60,6 +60,8 @@ class Sampler:
 def recall_window(text, n, rng):
     """n bytes: passage (n/4), unrelated text (n/2), the passage again; returns (tokens, span)."""
     q = n // 4
+    if len(text) < 4 * n:
+        raise ValueError(f"eval text: {len(text)} bytes, fewer than 4 x the recall length {n}")
     a = int(rng.integers(0, len(text) - q))
     b = int(rng.integers(0, len(text) - 2 * q))
     while abs(b - a) < 3 * q:  # the filler must not contain the passage

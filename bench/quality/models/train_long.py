@@ -174,7 +174,7 @@ def save_checkpoint(args, state):
 def setup(args, train_text):
     """Returns the training state: weights, optimizer, sampler, step (resumed when asked)."""
     ckpt_path = os.path.join(args.out, "ckpt.pt")
-    ckpt = torch.load(ckpt_path) if args.resume and os.path.exists(ckpt_path) else None
+    ckpt = torch.load(ckpt_path, map_location="cpu") if args.resume and os.path.exists(ckpt_path) else None
     w, cfg, names = long_model.load(args.init, args.device)
     if ckpt is not None:
         if ckpt["names"] != names:
