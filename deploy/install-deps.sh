@@ -22,6 +22,8 @@ PACKAGES=(
   clang-format clang-tidy mypy
   # python client
   python3 python3-grpcio python3-protobuf python3-numpy python3-torch
+  # an optimised BLAS for torch and numpy (the reference BLAS is ~10x slower)
+  libopenblas0-pthread
 )
 
 missing=()
