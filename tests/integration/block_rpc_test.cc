@@ -14,37 +14,37 @@
 #include "daemon/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_daemon.h"
 #include "tests/integration/tiny_profile.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
 
 using ::testing::HasSubstr;
 
+using testing::StatusIs;
+
+// Small tiers; two NVMe files.
+const std::vector<std::string> kTiers = {
+    "tiers.device.capacity_bytes=256KiB", "tiers.host.capacity_bytes=512KiB",
+    "tiers.host.staging_bytes=256KiB", "tiers.nvme.file_count=2",
+    "tiers.nvme.file_size_bytes=4MiB"};
+
 class BlockRpcTest : public ::testing::Test {
  protected:
   void SetUp() override { Start({}); }
 
   void Start(const std::vector<std::string>& extra) {
-    dir_ = "/tmp/kvtier-brt-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = testing::TestDataDir("brt");
     std::filesystem::remove_all(dir_);
-    std::vector<std::string> overrides = {
-        "server.data_dir=" + dir_,           "log.level=warn",
-        "server.shutdown_grace_ms=1000",     "tiers.device.capacity_bytes=256KiB",
-        "tiers.host.capacity_bytes=512KiB",  "tiers.host.staging_bytes=256KiB",
-        "tiers.nvme.file_count=2",           "tiers.nvme.file_size_bytes=4MiB",
-        "tiers.nvme.io_threads=1",           "limits.max_batch_blocks=64",
-        "leases.default_ttl_ms=60000"};
+    std::vector<std::string> overrides = kTiers;
+    overrides.insert(overrides.end(), {"limits.max_batch_blocks=64", "leases.default_ttl_ms=60000"});
     overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto config = daemon::LoadConfig("", overrides);
-    ASSERT_TRUE(config.ok()) << config.status();
-    auto server = daemon::Server::Start(*config);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    auto client = Client::Connect(server_->socket_path());
-    ASSERT_TRUE(client.ok());
-    client_ = std::move(*client);
+    auto daemon = testing::StartTestDaemon(dir_, overrides);
+    ASSERT_OK(daemon);
+    server_ = std::move(daemon->server);
+    client_ = std::move(daemon->client);
     auto registered = client_->RegisterProfile(testing::TinyProfile());
     ASSERT_TRUE(registered.ok()) << registered.status();
     profile_id_ = registered->profile_id();
@@ -340,15 +340,11 @@ TEST_F(BlockRpcTest, DurableBlocksSurviveDaemonRestart) {
   client_.reset();
   server_->Shutdown();
   server_.reset();
-  auto config = daemon::LoadConfig(
-      "", {"server.data_dir=" + dir_, "log.level=warn", "tiers.nvme.file_count=2",
-           "tiers.nvme.file_size_bytes=4MiB", "tiers.host.capacity_bytes=512KiB",
-           "tiers.device.capacity_bytes=256KiB", "tiers.host.staging_bytes=256KiB"});
-  ASSERT_TRUE(config.ok());
-  auto server = daemon::Server::Start(*config);
-  ASSERT_TRUE(server.ok()) << server.status();
-  server_ = std::move(*server);
-  client_ = std::move(*Client::Connect(socket));
+  auto daemon = testing::StartTestDaemon(dir_, kTiers);
+  ASSERT_OK(daemon);
+  server_ = std::move(daemon->server);
+  ASSERT_EQ(server_->socket_path(), socket);
+  client_ = std::move(daemon->client);
   v1::GetBlocksRequest get;
   get.set_profile_id(profile_id_);
   for (const auto& id : ids) get.add_block_ids(id);

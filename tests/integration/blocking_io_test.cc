@@ -19,7 +19,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/env/fault_injection_env.h"
+#include "tests/integration/test_daemon.h"
 #include "tests/integration/tiny_profile.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
@@ -32,21 +34,19 @@ constexpr uint64_t kBlockBytes = testing::kTinyBlockBytes;
 class BlockingIoTest : public ::testing::Test {
  protected:
   void Start(const std::string& io_threads, const std::string& queue_limit) {
-    dir_ = "/tmp/kvtier-bio-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = testing::TestDataDir("bio");
     std::filesystem::remove_all(dir_);
-    auto config = daemon::LoadConfig(
-        "", {"server.data_dir=" + dir_, "log.level=warn", "server.shutdown_grace_ms=1000",
-             "server.io_threads=" + io_threads, "server.io_queue_limit=" + queue_limit,
-             "tiers.device.capacity_bytes=256KiB", "tiers.host.capacity_bytes=512KiB",
-             "tiers.host.staging_bytes=256KiB", "tiers.nvme.file_count=1",
-             "tiers.nvme.file_size_bytes=4MiB", "tiers.nvme.io_threads=1"});
-    ASSERT_TRUE(config.ok()) << config.status();
     env_ = std::make_unique<FaultInjectionEnv>(Env::Default(), 7);
-    auto server = daemon::Server::Start(*config, env_.get());
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    client_ = Connect();
+    testing::TestDaemonOptions options;
+    options.overrides = {"server.io_threads=" + io_threads,
+                         "server.io_queue_limit=" + queue_limit,
+                         "tiers.device.capacity_bytes=256KiB", "tiers.host.capacity_bytes=512KiB",
+                         "tiers.nvme.file_size_bytes=4MiB"};
+    options.env = env_.get();
+    auto daemon = testing::StartTestDaemon(dir_, options);
+    ASSERT_OK(daemon);
+    server_ = std::move(daemon->server);
+    client_ = std::move(daemon->client);
     auto registered = client_->RegisterProfile(testing::TinyProfile());
     ASSERT_TRUE(registered.ok()) << registered.status();
     ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);

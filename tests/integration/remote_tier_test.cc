@@ -27,9 +27,11 @@
 #include "daemon/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_daemon.h"
 #include "tests/integration/tiny_profile.h"
 #include "tests/testutil/http_get.h"
 #include "tests/testutil/redis_cluster.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
@@ -75,23 +77,17 @@ class RemoteTierTest : public ::testing::Test {
     const std::string dir = root_ + "/" + name + "-" +
                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::vector<std::string> overrides = {
-        "server.data_dir=" + dir, "log.level=error", "server.shutdown_grace_ms=1000",
-        "metrics.listen_address=127.0.0.1:0", "tiers.device.capacity_bytes=1MiB",
-        "tiers.host.capacity_bytes=4MiB", "tiers.host.staging_bytes=1MiB",
-        "tiers.nvme.file_count=1", "tiers.nvme.file_size_bytes=4MiB", "tiers.nvme.io_threads=1",
+        "log.level=error", "metrics.listen_address=127.0.0.1:0",
+        "tiers.device.capacity_bytes=1MiB", "tiers.host.capacity_bytes=4MiB",
+        "tiers.host.staging_bytes=1MiB", "tiers.nvme.file_size_bytes=4MiB",
         "tiers.remote.redis_cluster=" + absl::StrJoin(cluster_->Seeds(), ",")};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     Daemon d;
-    auto config = daemon::LoadConfig("", overrides);
-    EXPECT_TRUE(config.ok()) << config.status();
-    if (!config.ok()) return d;
-    auto server = daemon::Server::Start(*config);
-    EXPECT_TRUE(server.ok()) << server.status();
-    if (!server.ok()) return d;
-    d.server = std::move(*server);
-    auto client = Client::Connect(d.server->socket_path());
-    EXPECT_TRUE(client.ok());
-    d.client = std::move(*client);
+    auto started = testing::StartTestDaemon(dir, overrides);
+    EXPECT_OK(started);
+    if (!started.ok()) return d;
+    d.server = std::move(started->server);
+    d.client = std::move(started->client);
     auto profile = d.client->RegisterProfile(testing::TinyProfile());
     EXPECT_TRUE(profile.ok()) << profile.status();
     if (profile.ok()) d.profile_id = profile->profile_id();
@@ -253,15 +249,10 @@ TEST_F(RemoteTierTest, BadRemoteSettingsNameTheKey) {
            {"tiers.remote.publish_threads=0", "tiers.remote.publish_threads"},
            {"tiers.remote.redis_cluster=nonsense", "seeds"},
            {"tiers.remote.password_file=/nonexistent/pw", "tiers.remote.password_file"}}) {
-    auto config = daemon::LoadConfig(
-        "", {"server.data_dir=" + root_ + "/bad", "tiers.remote.redis_cluster=127.0.0.1:1", setting});
-    absl::Status st = config.status();
-    if (config.ok()) {
-      auto server = daemon::Server::Start(*config);
-      st = server.status();
-    }
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << setting << ": " << st;
-    EXPECT_THAT(std::string(st.message()), HasSubstr(key)) << setting;
+    auto daemon = testing::StartTestDaemon(root_ + "/bad",
+                                           {"tiers.remote.redis_cluster=127.0.0.1:1", setting});
+    EXPECT_THAT(daemon, testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(key)))
+        << setting;
   }
 }
 

@@ -26,6 +26,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "index/simd.h"
+#include "tests/integration/test_daemon.h"
+#include "tests/testutil/status_matchers.h"
 #include "tests/testutil/synthetic.h"
 
 namespace kvtier {
@@ -70,12 +72,8 @@ class SelectTest : public ::testing::Test {
     dir_ = "/tmp/kvtier-sel-" + std::to_string(::getpid()) + "-" + name.substr(0, 48);
     std::filesystem::remove_all(dir_);
     std::vector<std::string> overrides = {
-        "server.data_dir=" + dir_,          "log.level=warn",
-        "server.shutdown_grace_ms=1000",    "tiers.device.capacity_bytes=4MiB",
-        "tiers.host.capacity_bytes=16MiB",  "tiers.host.staging_bytes=256KiB",
-        "tiers.nvme.file_count=1",          "tiers.nvme.file_size_bytes=16MiB",
-        "tiers.nvme.io_threads=1",          "limits.max_batch_blocks=256",
-        "index.head_weights_min_blocks=16", "leases.default_ttl_ms=60000",
+        "limits.max_batch_blocks=256", "index.head_weights_min_blocks=16",
+        "leases.default_ttl_ms=60000",
         // The key-key path with the design's masks and stability settings,
         // which these tests exercise (the shipped defaults differ:
         // docs/QUALITY.md).
@@ -83,14 +81,10 @@ class SelectTest : public ::testing::Test {
         "select.page_keep_fraction=0.1", "select.local_blocks=4",
         "select.window_steps=20", "select.theta=0.5", "select.stability_weight=0.3"};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto config = daemon::LoadConfig("", overrides);
-    ASSERT_TRUE(config.ok()) << config.status();
-    auto server = daemon::Server::Start(*config);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    auto client = Client::Connect(server_->socket_path());
-    ASSERT_TRUE(client.ok());
-    client_ = std::move(*client);
+    auto daemon = testing::StartTestDaemon(dir_, overrides);
+    ASSERT_OK(daemon);
+    server_ = std::move(daemon->server);
+    client_ = std::move(daemon->client);
     v1::ModelProfile profile;
     profile.set_name("select-test");
     profile.set_revision("1");

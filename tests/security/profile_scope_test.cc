@@ -272,9 +272,8 @@ TEST_F(ProfileScopeTest, EveryTenantFindsItsProfilesAndBlocksAfterARestart) {
   a_.reset();
   b_.reset();
   server_.reset();
-  auto server = daemon::Server::Start(config_);
-  ASSERT_TRUE(server.ok()) << server.status();
-  server_ = std::move(*server);
+  RestartDaemon();
+  ASSERT_NE(server_, nullptr);
   a_ = As("a");
   b_ = As("b");
 
