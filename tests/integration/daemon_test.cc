@@ -64,7 +64,7 @@ class DaemonTest : public ::testing::Test {
 
 TEST_F(DaemonTest, HealthIsServing) {
   auto health = client_->Health();
-  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_OK(health);
   EXPECT_EQ(*health, ServingStatus::kServing);
 }
 
@@ -77,7 +77,7 @@ TEST_F(DaemonTest, SocketHasConfiguredMode) {
 
 TEST_F(DaemonTest, StatsReportsEveryTier) {
   auto stats = client_->Stats();
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->version(), "0.1.0");
   ASSERT_EQ(stats->tiers_size(), 3);
   EXPECT_EQ(stats->tiers(0).tier(), v1::TIER_DEVICE);
@@ -91,16 +91,16 @@ TEST_F(DaemonTest, StatsReportsEveryTier) {
 
 TEST_F(DaemonTest, SecondDaemonOnSameSocketIsRefused) {
   auto second = StartTestDaemon(dir_, SmallTiers());
-  EXPECT_THAT(second, StatusIs(absl::StatusCode::kFailedPrecondition,
-                               HasSubstr("server.socket_path")));
+  EXPECT_THAT(second,
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("server.socket_path")));
   // The first daemon still answers.
   EXPECT_THAT(client_->Health(), IsOk());
 }
 
 TEST_F(DaemonTest, SecondDaemonOnSameDataDirIsRefused) {
   auto second = StartTestDaemon(dir_, SmallTiers({"server.socket_path=" + dir_ + "/other.sock"}));
-  EXPECT_THAT(second, StatusIs(absl::StatusCode::kFailedPrecondition,
-                               HasSubstr("server.data_dir")));
+  EXPECT_THAT(second,
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("server.data_dir")));
   // The first daemon and its arena are untouched.
   auto stats = client_->Stats();
   ASSERT_OK(stats);
@@ -109,7 +109,8 @@ TEST_F(DaemonTest, SecondDaemonOnSameDataDirIsRefused) {
 
 TEST_F(DaemonTest, CudaBackendWithoutDeviceIsRefusedNamingTheKey) {
   if (gpu::ProbeDevices().device_count > 0) GTEST_SKIP() << "a CUDA device is present";
-  auto config = testing::TestDaemonConfig(dir_ + "-cuda", SmallTiers({"tiers.device.backend=cuda"}));
+  auto config =
+      testing::TestDaemonConfig(dir_ + "-cuda", SmallTiers({"tiers.device.backend=cuda"}));
   ASSERT_OK(config);
   auto server = StartTestDaemon(dir_ + "-cuda", SmallTiers({"tiers.device.backend=cuda"}));
   ASSERT_FALSE(server.ok());

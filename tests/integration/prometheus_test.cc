@@ -98,7 +98,7 @@ std::vector<std::string> Families(const std::string& page) {
 void CheckDashboard(const std::string& page, int prom_port) {
   const std::string text = testing::ReadFile(KVTIER_SOURCE_DIR "/deploy/grafana/kvtier.json");
   auto json = quality::ParseJson(text);
-  ASSERT_TRUE(json.ok()) << json.status();
+  ASSERT_OK(json);
   ASSERT_NE(json->Find("title"), nullptr);
   ASSERT_NE(json->Find("uid"), nullptr);
   EXPECT_FALSE(json->Find("uid")->string.empty());
@@ -179,7 +179,7 @@ TEST(PrometheusTest, ScrapesKvtierdAndReadsCountersBack) {
 
   // Some work for the counters: a profile, 5 blocks put, one bad request.
   auto profile = client->RegisterProfile(testing::TinyProfile());
-  ASSERT_TRUE(profile.ok()) << profile.status();
+  ASSERT_OK(profile);
   v1::PutBlocksRequest put;
   put.set_profile_id(profile->profile_id());
   std::mt19937_64 rng(7);

@@ -87,7 +87,7 @@ class PutStreamTest : public ::testing::Test {
     server_ = std::move(daemon->server);
     client_ = std::move(daemon->client);
     auto registered = client_->RegisterProfile(testing::TinyProfile());
-    ASSERT_TRUE(registered.ok()) << registered.status();
+    ASSERT_OK(registered);
     ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
     profile_id_ = registered->profile_id();
     channel_ = grpc::CreateChannel("unix:" + server_->socket_path(),
@@ -129,7 +129,7 @@ class PutStreamTest : public ::testing::Test {
     lookup.set_profile_id(profile_id_);
     lookup.add_block_ids(id);
     auto found = client_->Lookup(lookup);
-    EXPECT_TRUE(found.ok()) << found.status();
+    EXPECT_OK(found);
     return found.ok() && found->entries(0).present();
   }
 

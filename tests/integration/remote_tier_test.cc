@@ -37,6 +37,7 @@ namespace kvtier {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 // A block of finite fp16 values in [-1, -0.5] U [0.5, 1] (so it has a key
 // summary), different for every seed.
@@ -59,7 +60,7 @@ class RemoteTierTest : public ::testing::Test {
     testing::RedisClusterFixtureOptions o;
     o.dir = root_ + "/redis";
     auto cluster = testing::RedisClusterFixture::Start(o);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    ASSERT_OK(cluster);
     cluster_ = cluster->release();
   }
   static void TearDownTestSuite() {
@@ -77,9 +78,12 @@ class RemoteTierTest : public ::testing::Test {
     const std::string dir = root_ + "/" + name + "-" +
                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::vector<std::string> overrides = {
-        "log.level=error", "metrics.listen_address=127.0.0.1:0",
-        "tiers.device.capacity_bytes=1MiB", "tiers.host.capacity_bytes=4MiB",
-        "tiers.host.staging_bytes=1MiB", "tiers.nvme.file_size_bytes=4MiB",
+        "log.level=error",
+        "metrics.listen_address=127.0.0.1:0",
+        "tiers.device.capacity_bytes=1MiB",
+        "tiers.host.capacity_bytes=4MiB",
+        "tiers.host.staging_bytes=1MiB",
+        "tiers.nvme.file_size_bytes=4MiB",
         "tiers.remote.redis_cluster=" + absl::StrJoin(cluster_->Seeds(), ",")};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     Daemon d;
@@ -89,7 +93,7 @@ class RemoteTierTest : public ::testing::Test {
     d.server = std::move(started->server);
     d.client = std::move(started->client);
     auto profile = d.client->RegisterProfile(testing::TinyProfile());
-    EXPECT_TRUE(profile.ok()) << profile.status();
+    EXPECT_OK(profile);
     if (profile.ok()) d.profile_id = profile->profile_id();
     return d;
   }
@@ -103,7 +107,7 @@ class RemoteTierTest : public ::testing::Test {
       b->set_data(Block(std::hash<std::string>()(ids[i])));
     }
     auto put = d.client->PutBlocks({req});
-    ASSERT_TRUE(put.ok()) << put.status();
+    ASSERT_OK(put);
     for (const auto& r : put->results()) ASSERT_EQ(r.status().code(), 0) << r.status().message();
   }
 
@@ -112,7 +116,7 @@ class RemoteTierTest : public ::testing::Test {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (;;) {
       auto stats = d.client->Stats();
-      ASSERT_TRUE(stats.ok()) << stats.status();
+      ASSERT_OK(stats);
       ASSERT_TRUE(stats->has_remote());
       if (stats->remote().published() >= published) return;
       ASSERT_LT(std::chrono::steady_clock::now(), deadline)
@@ -146,7 +150,7 @@ TEST_F(RemoteTierTest, BlocksPutOnOneDaemonAreServedByAnother) {
   for (const auto& id : ids) get.add_block_ids(id);
   get.set_mode(v1::RETURN_MODE_BYTES);
   auto got = b.client->GetBlocks(get);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   ASSERT_EQ(got->size(), ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     const v1::BlockResult& r = (*got)[i];

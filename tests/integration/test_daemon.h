@@ -31,10 +31,10 @@ inline std::string TestDataDir(const std::string& tag) {
 // device, 16 MiB host (256 KiB staging) and one 16 MiB NVMe file on one
 // I/O thread.
 inline std::vector<std::string> TestDaemonSettings(const std::string& dir) {
-  return {"server.data_dir=" + dir,           "log.level=warn",
-          "server.shutdown_grace_ms=1000",    "tiers.device.capacity_bytes=4MiB",
-          "tiers.host.capacity_bytes=16MiB",  "tiers.host.staging_bytes=256KiB",
-          "tiers.nvme.file_count=1",          "tiers.nvme.file_size_bytes=16MiB",
+  return {"server.data_dir=" + dir,          "log.level=warn",
+          "server.shutdown_grace_ms=1000",   "tiers.device.capacity_bytes=4MiB",
+          "tiers.host.capacity_bytes=16MiB", "tiers.host.staging_bytes=256KiB",
+          "tiers.nvme.file_count=1",         "tiers.nvme.file_size_bytes=16MiB",
           "tiers.nvme.io_threads=1"};
 }
 

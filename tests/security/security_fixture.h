@@ -58,12 +58,15 @@ class SecurityTest : public ::testing::Test {
     for (const char* name : {"a", "b", "q", "ops"}) tokens_[name] = daemon::NewToken();
     tenants_file_ = dir_ + "/tenants.toml";
     WriteTenants(more_tenants);
-    options_.overrides = {
-        "log.level=error",                    "tiers.device.capacity_bytes=1MiB",
-        "tiers.host.capacity_bytes=4MiB",     "tiers.host.staging_bytes=512KiB",
-        "tiers.nvme.file_size_bytes=8MiB",    "leases.default_ttl_ms=60000",
-        "auth.tenants_file=" + tenants_file_, "auth.tenant_arena_bytes=512KiB",
-        "auth.tenant_staging_bytes=256KiB"};
+    options_.overrides = {"log.level=error",
+                          "tiers.device.capacity_bytes=1MiB",
+                          "tiers.host.capacity_bytes=4MiB",
+                          "tiers.host.staging_bytes=512KiB",
+                          "tiers.nvme.file_size_bytes=8MiB",
+                          "leases.default_ttl_ms=60000",
+                          "auth.tenants_file=" + tenants_file_,
+                          "auth.tenant_arena_bytes=512KiB",
+                          "auth.tenant_staging_bytes=256KiB"};
     options_.overrides.insert(options_.overrides.end(), extra.begin(), extra.end());
     // No client of its own: each test connects as a tenant (As()).
     options_.connect = false;
@@ -103,7 +106,7 @@ class SecurityTest : public ::testing::Test {
     ClientOptions options;
     options.token = tokens_.count(tenant) ? tokens_[tenant] : tenant;
     auto client = Client::Connect(server_->socket_path(), options);
-    EXPECT_TRUE(client.ok()) << client.status();
+    EXPECT_OK(client);
     return client.ok() ? std::move(*client) : nullptr;
   }
 
@@ -121,7 +124,7 @@ class SecurityTest : public ::testing::Test {
 
   static uint64_t Register(Client* c) {
     auto registered = c->RegisterProfile(Profile());
-    EXPECT_TRUE(registered.ok()) << registered.status();
+    EXPECT_OK(registered);
     return registered.ok() ? registered->profile_id() : 0;
   }
 
@@ -138,7 +141,7 @@ class SecurityTest : public ::testing::Test {
       b->set_data(Payload(first_seed + i));
     }
     auto put = c->PutBlocks({req});
-    EXPECT_TRUE(put.ok()) << put.status();
+    EXPECT_OK(put);
     std::vector<int> codes;
     if (put.ok()) {
       for (const auto& r : put->results()) codes.push_back(r.status().code());

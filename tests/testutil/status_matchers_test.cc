@@ -38,8 +38,7 @@ TEST(StatusMatchersTest, StatusIsComparesTheCode) {
 TEST(StatusMatchersTest, StatusIsComparesTheMessage) {
   const absl::Status st = absl::InvalidArgumentError("block_id: 33 bytes, at most 32");
   EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("block_id")));
-  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument,
-                           "block_id: 33 bytes, at most 32"));
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument, "block_id: 33 bytes, at most 32"));
   EXPECT_THAT(st, Not(StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("profile_id"))));
   // Right message, wrong code.
   EXPECT_THAT(st, Not(StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("block_id"))));
@@ -52,8 +51,7 @@ TEST(StatusMatchersTest, MismatchNamesTheActualCodeAndMessage) {
   EXPECT_FALSE(m.MatchAndExplain(absl::InternalError("disk on fire"), &listener));
   EXPECT_THAT(listener.str(), HasSubstr("INTERNAL"));
   EXPECT_THAT(listener.str(), HasSubstr("disk on fire"));
-  EXPECT_THAT(::testing::DescribeMatcher<const absl::Status&>(m),
-              HasSubstr("NOT_FOUND"));
+  EXPECT_THAT(::testing::DescribeMatcher<const absl::Status&>(m), HasSubstr("NOT_FOUND"));
 
   ::testing::Matcher<const absl::StatusOr<int>&> ok = IsOk();
   ::testing::StringMatchResultListener or_listener;
