@@ -19,11 +19,11 @@ using testing::StatusIs;
 
 namespace fs = std::filesystem;
 
-class CatalogTest : public testing::Test {
+class CatalogTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(testing::TempDir()) /
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) /
            ("kvtier-catalog-" + std::to_string(getpid()) + "-" + info->name());
     fs::remove_all(dir_);
     Reopen();

@@ -22,7 +22,7 @@ using testing::StatusIs;
 constexpr uint64_t kCapacity = 64 * 4096;
 
 std::string ShmPath(const std::string& tag) {
-  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   return "/dev/shm/kvtier-test-" + std::to_string(getpid()) + "-" + info->name() + "-" + tag;
 }
 
