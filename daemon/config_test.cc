@@ -8,11 +8,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::daemon {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 class ConfigTest : public ::testing::Test {
  protected:
@@ -34,7 +36,7 @@ class ConfigTest : public ::testing::Test {
 
 TEST_F(ConfigTest, EmbeddedDefaultsAreValid) {
   auto config = LoadConfig("", {});
-  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_OK(config);
   EXPECT_EQ(config->server.data_dir, "./var/kvtier");
   EXPECT_EQ(config->server.socket_path, "./var/kvtier/kvtierd.sock");
   EXPECT_EQ(config->server.socket_mode, 0660u);
@@ -47,7 +49,7 @@ TEST_F(ConfigTest, EmbeddedDefaultsAreValid) {
 TEST_F(ConfigTest, TcpIsServedOnlyWithTls) {
   auto config = LoadConfig("", {"server.tcp_address=127.0.0.1:50551"});
   ASSERT_FALSE(config.ok());
-  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(config.status().message(), HasSubstr("server.tls_cert_file"));
   config = LoadConfig("", {"server.tls_cert_file=/a.crt"});
   ASSERT_FALSE(config.ok());
@@ -70,7 +72,7 @@ capacity_bytes = 8192000
 direct_io = false
 )"),
                            {});
-  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_OK(config);
   EXPECT_EQ(config->server.socket_path, "/tmp/x/kvtierd.sock");
   EXPECT_EQ(config->server.tcp_address, "127.0.0.1:50551");
   EXPECT_EQ(config->host.capacity_bytes, 8192000u);
@@ -80,7 +82,7 @@ direct_io = false
 TEST_F(ConfigTest, UnknownKeyIsNamed) {
   auto config = LoadConfig(Write("[server]\nsocket_pth = \"/tmp/s\"\n"), {});
   ASSERT_FALSE(config.ok());
-  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(config.status().message(), HasSubstr("unknown key 'server.socket_pth'"));
   EXPECT_THAT(config.status().message(), HasSubstr("line 2"));
 }
@@ -95,7 +97,7 @@ TEST_F(ConfigTest, SyntaxErrorNamesFileAndLine) {
   std::string path = Write("[server]\ndata_dir = \"unterminated\n");
   auto config = LoadConfig(path, {});
   ASSERT_FALSE(config.ok());
-  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(config.status().message(), HasSubstr(path + ":2"));
 }
 
@@ -126,13 +128,13 @@ TEST_F(ConfigTest, ValidationNamesKey) {
 
 TEST_F(ConfigTest, MissingFileIsNotFound) {
   auto config = LoadConfig((dir_ / "absent.toml").string(), {});
-  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(config, StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(ConfigTest, OverridesApplyInOrderAndAreChecked) {
   auto config = LoadConfig("", {"tiers.host.capacity_bytes=2GiB", "server.socket_mode=0600",
                                 "tiers.nvme.write_through=true", "server.data_dir=/srv/kv"});
-  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_OK(config);
   EXPECT_EQ(config->host.capacity_bytes, 2ull << 30);
   EXPECT_EQ(config->server.socket_mode, 0600u);
   EXPECT_TRUE(config->nvme.write_through);
@@ -159,7 +161,7 @@ TEST_F(ConfigTest, TenantLeaseLimitHasADefaultAndABound) {
   EXPECT_EQ(config->auth.tenant_max_leases, 4096u);
   EXPECT_EQ(config->Flatten().at("auth.tenant_max_leases"), "4096");
   config = LoadConfig("", {"auth.tenant_max_leases=0"});
-  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_OK(config);
   EXPECT_EQ(config->auth.tenant_max_leases, 0u);
   auto bad = LoadConfig("", {"auth.tenant_max_leases=99999999"});
   ASSERT_FALSE(bad.ok());
@@ -180,7 +182,7 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
   config = LoadConfig("", {"select.theta=0.7", "tiers.keydiff.age_weight=1",
                            "tiers.placement=lru", "select.default_scorer=keykey_weighted",
                            "index.summary_weighted=true"});
-  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_OK(config);
   EXPECT_DOUBLE_EQ(config->select.theta, 0.7);
   EXPECT_DOUBLE_EQ(config->placement.age_weight, 1.0);  // an integer is a number too
   EXPECT_EQ(config->placement.policy, "lru");
@@ -232,7 +234,7 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {
   for (const auto& [item, key] : cases) {
     auto config = LoadConfig("", {item});
     ASSERT_FALSE(config.ok()) << item;
-    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << item;
+    EXPECT_THAT(config, StatusIs(absl::StatusCode::kInvalidArgument)) << item;
     EXPECT_THAT(config.status().message(), HasSubstr(key)) << item;
   }
   auto config = LoadConfig(

@@ -17,12 +17,14 @@
 #include "gtest/gtest.h"
 #include "storage/env/fault_injection_env.h"
 #include "storage/env/test_util.h"
+#include "tests/testutil/status_matchers.h"
 #include "tests/testutil/synthetic.h"
 
 namespace kvtier::daemon {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 // 1 layer x 1 kv head x 4 tokens x 16 dims x fp32 = 512-byte blocks.
 ModelProfile SmallProfile() {
@@ -68,7 +70,7 @@ class ContextManagerTest : public ::testing::Test {
       return summarizer_->Summarize(p, data);
     };
     auto store = BlockStore::Open(options);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store);
     store_ = std::move(*store);
     auto profile = store_->RegisterProfile(SmallProfile(), "t");
     ASSERT_TRUE(profile.ok());
@@ -135,7 +137,7 @@ TEST_F(ContextManagerTest, OpenBuildsTheTreeFromStoredSummaries) {
   std::vector<std::vector<std::string>> segments = {{ids.begin(), ids.begin() + 30},
                                                     {ids.begin() + 30, ids.end()}};
   auto opened = contexts_->Open("t", profile_.profile_id, segments, 0);
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_OK(opened);
   EXPECT_EQ(opened->num_blocks, 40u);
   EXPECT_NE(opened->context_id, 0u);
   auto ctx = contexts_->Find("t", opened->context_id);
@@ -153,45 +155,45 @@ TEST_F(ContextManagerTest, ABlockAppearsAtMostOnceInAContext) {
   auto ids = Put(0, 4);
   // Twice in one segment, and across segments: refused, naming both places.
   auto st = contexts_->Open("t", profile_.profile_id, {{ids[0], ids[1], ids[0]}}, 0).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   st = contexts_->Open("t", profile_.profile_id, {{ids[0], ids[1]}, {ids[1]}}, 0).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   auto ctx = contexts_->Open("t", profile_.profile_id, {{ids[0], ids[1]}}, 0);
-  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  ASSERT_OK(ctx);
   // Appending one already there, or the same one twice in a batch.
   const uint64_t id = ctx->context_id;
   st = contexts_->Append("t", id, {ids[1]}).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(st.message(), HasSubstr("already at position 1"));
   st = contexts_->Append("t", id, {ids[2], ids[2]}).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(st.message(), HasSubstr("repeats block_ids[0]"));
   // Nothing of a refused batch was appended.
   auto appended = contexts_->Append("t", id, {ids[2], ids[3]});
-  ASSERT_TRUE(appended.ok()) << appended.status();
+  ASSERT_OK(appended);
   EXPECT_EQ(*appended, 4u);
 }
 
 TEST_F(ContextManagerTest, OpenNamesWhatIsWrong) {
   auto ids = Put(0, 8);
   auto st = contexts_->Open("t", profile_.profile_id, {{}, {}}, 0).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(st.message(), HasSubstr("segments"));
   st = contexts_->Open("t", 4242, {ids}, 0).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(st.message(), HasSubstr("profile_id"));
   st = contexts_->Open("t", profile_.profile_id, {{ids[0], ""}}, 0).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(st.message(), HasSubstr("segments[0].block_ids[1]"));
   st = contexts_->Open("t", profile_.profile_id, {ids}, 20000).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(st.message(), HasSubstr("lease_ttl_ms"));
 
   // 12 unstored blocks: the first 8 are listed, the rest counted.
   std::vector<std::string> second = {Put(100, 1)[0]};
   for (int i = 0; i < 12; ++i) second.push_back("missing" + std::to_string(i));
   st = contexts_->Open("t", profile_.profile_id, {ids, second}, 0).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(st.message(), HasSubstr("12 of 13 blocks are not stored"));
   EXPECT_THAT(st.message(), HasSubstr("segments[1].block_ids[1] = "));
   EXPECT_THAT(st.message(), HasSubstr("segments[1].block_ids[8] = "));
@@ -209,17 +211,17 @@ TEST_F(ContextManagerTest, OpenNamesWhatIsWrong) {
                 false)
           .ok());
   st = contexts_->Open("t", profile_.profile_id, {{ids[0], "nan"}}, 0).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(st.message(),
               HasSubstr("segments[0].block_ids[1] = 6e616e (stored without a key summary)"));
   // Another tenant's profile is not this tenant's; under its own profile
   // of the same definition, another tenant's blocks are not stored.
   auto u_profile = store_->RegisterProfile(SmallProfile(), "u");
-  ASSERT_TRUE(u_profile.ok()) << u_profile.status();
-  EXPECT_EQ(contexts_->Open("u", profile_.profile_id, {ids}, 0).status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(contexts_->Open("u", u_profile->first.profile_id, {ids}, 0).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  ASSERT_OK(u_profile);
+  EXPECT_THAT(contexts_->Open("u", profile_.profile_id, {ids}, 0),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(contexts_->Open("u", u_profile->first.profile_id, {ids}, 0),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_EQ(contexts_->size(), 0u);
 }
 
@@ -232,10 +234,10 @@ TEST_F(ContextManagerTest, LimitAndIdsThatAreNeverReused) {
   auto b = contexts_->Open("t", profile_.profile_id, {ids}, 0);
   ASSERT_TRUE(a.ok() && b.ok());
   auto c = contexts_->Open("t", profile_.profile_id, {ids}, 0);
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(c, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(c.status().message(), HasSubstr("limits.max_contexts"));
   ASSERT_TRUE(contexts_->Close("t", a->context_id).ok());
-  EXPECT_EQ(contexts_->Close("t", a->context_id).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(contexts_->Close("t", a->context_id), StatusIs(absl::StatusCode::kNotFound));
   c = contexts_->Open("t", profile_.profile_id, {ids}, 0);
   ASSERT_TRUE(c.ok());
   EXPECT_NE(c->context_id, a->context_id);
@@ -246,15 +248,15 @@ TEST_F(ContextManagerTest, AppendExtendsTheLastSegmentOfThatTenantsContext) {
   auto ids = Put(0, 20);
   auto opened = contexts_->Open("t", profile_.profile_id, {{ids.begin(), ids.begin() + 10}}, 0);
   ASSERT_TRUE(opened.ok());
-  EXPECT_EQ(contexts_->Append("u", opened->context_id, {ids[10]}).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(contexts_->Append("u", opened->context_id, {ids[10]}),
+              StatusIs(absl::StatusCode::kNotFound));
   auto st = contexts_->Append("t", opened->context_id, {ids[10], "never-stored"}).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(st.message(), HasSubstr("block_ids[1]"));
-  EXPECT_EQ(contexts_->Append("t", opened->context_id, {}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(contexts_->Append("t", opened->context_id, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   auto appended = contexts_->Append("t", opened->context_id, {ids.begin() + 10, ids.end()});
-  ASSERT_TRUE(appended.ok()) << appended.status();
+  ASSERT_OK(appended);
   EXPECT_EQ(*appended, 20u);
   auto ctx = contexts_->Find("t", opened->context_id);
   absl::MutexLock lock(&(*ctx)->mu);
@@ -278,7 +280,7 @@ TEST_F(ContextManagerTest, ReleaseAndCloseUnpin) {
   EXPECT_EQ(PinnedBytes(), 6u * 512);
   ASSERT_TRUE(contexts_->Close("t", b->context_id).ok());
   EXPECT_EQ(PinnedBytes(), 0u);
-  EXPECT_EQ(contexts_->Release("t", b->context_id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(contexts_->Release("t", b->context_id), StatusIs(absl::StatusCode::kNotFound));
   auto list = contexts_->List();
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(list[0].context_id, a->context_id);
@@ -297,7 +299,7 @@ TEST_F(ContextManagerTest, IdleContextsAreClosedAfterTheirTtl) {
   ASSERT_TRUE(contexts_->Release("t", busy->context_id).ok());  // counts as use
   env_->AdvanceMicros(600'000);
   EXPECT_EQ(contexts_->ReapIdle(), 1u);
-  EXPECT_EQ(contexts_->Find("t", idle->context_id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(contexts_->Find("t", idle->context_id), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(contexts_->Find("t", busy->context_id).ok());
   EXPECT_EQ(PinnedBytes(), 0u);
   auto list = contexts_->List();

@@ -10,17 +10,20 @@
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
 #include "storage/catalog/record_format.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
 
+using testing::StatusIs;
+
 namespace fs = std::filesystem;
 
-class CatalogTest : public testing::Test {
+class CatalogTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(testing::TempDir()) /
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) /
            ("kvtier-catalog-" + std::to_string(getpid()) + "-" + info->name());
     fs::remove_all(dir_);
     Reopen();
@@ -33,7 +36,7 @@ class CatalogTest : public testing::Test {
   void Reopen() {
     catalog_.reset();
     auto opened = Catalog::Open(dir_.string(), SmallOptions());
-    ASSERT_TRUE(opened.ok()) << opened.status();
+    ASSERT_OK(opened);
     catalog_ = std::move(*opened);
   }
 
@@ -96,10 +99,10 @@ ModelProfile Profile(const std::string& name, uint32_t layers) {
 
 TEST_F(CatalogTest, BlockPutGetDelete) {
   const BlockKey key{"t", 1, "block-1"};
-  EXPECT_EQ(catalog_->GetBlock(key).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(catalog_->GetBlock(key), StatusIs(absl::StatusCode::kNotFound));
   ASSERT_TRUE(catalog_->PutBlock(key, Record(11, /*durable=*/true)).ok());
   auto got = catalog_->GetBlock(key);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, Record(11, true));
 
   BlockRecord touched = *got;
@@ -108,20 +111,20 @@ TEST_F(CatalogTest, BlockPutGetDelete) {
   EXPECT_EQ(catalog_->GetBlock(key)->last_access_micros, 3000);
 
   ASSERT_TRUE(catalog_->DeleteBlock(key).ok());
-  EXPECT_EQ(catalog_->GetBlock(key).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(catalog_->GetBlock(key), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(catalog_->DeleteBlock(key).ok()) << "deleting an absent block";
 }
 
 TEST_F(CatalogTest, InvalidInputIsRefusedBeforeWriting) {
-  EXPECT_EQ(catalog_->PutBlock({"t", 1, std::string(33, 'x')}, Record(1)).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(catalog_->PutBlock({"t", 0, "b"}, Record(1)).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(catalog_->PutBlock({"t", 1, std::string(33, 'x')}, Record(1)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(catalog_->PutBlock({"t", 0, "b"}, Record(1)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   BlockRecord durable_nowhere = Record(1);
   durable_nowhere.durable = true;
-  EXPECT_EQ(catalog_->PutBlock({"t", 1, "b"}, durable_nowhere).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(catalog_->GetBlock({"t", 1, "b"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(catalog_->PutBlock({"t", 1, "b"}, durable_nowhere),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(catalog_->GetBlock({"t", 1, "b"}), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(CatalogTest, RecordsSurviveRestart) {
@@ -132,7 +135,7 @@ TEST_F(CatalogTest, RecordsSurviveRestart) {
   EXPECT_EQ(*catalog_->GetBlock({"t", 1, "durable"}), Record(1, true));
   EXPECT_EQ(*catalog_->GetBlock({"t", 1, "volatile"}), Record(2));
   auto ctx = catalog_->GetContext({"t", 1, "ctx"});
-  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  ASSERT_OK(ctx);
   EXPECT_EQ(ctx->segments.at(0).at(1), "volatile");
 
   // Also after the memtables went to SST files.
@@ -158,7 +161,7 @@ TEST_F(CatalogTest, SameBlockIdUnderOtherTenantsAndProfilesIsDistinct) {
     seen.push_back(rec->checksum);
     return true;
   });
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->records, 2u);
   EXPECT_EQ(seen, (std::vector<uint64_t>{4, 1}));  // "other" < "same"
 
@@ -183,7 +186,7 @@ TEST_F(CatalogTest, SameBlockIdUnderOtherTenantsAndProfilesIsDistinct) {
 
 TEST_F(CatalogTest, ProfileIdsAreStableAndConflictsRefused) {
   auto a = catalog_->RegisterProfile(Profile("llama", 32));
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   EXPECT_TRUE(a->created);
   const uint64_t llama = a->profile.profile_id;
   EXPECT_NE(llama, 0u);
@@ -196,7 +199,7 @@ TEST_F(CatalogTest, ProfileIdsAreStableAndConflictsRefused) {
   EXPECT_EQ(again->profile.profile_id, llama);
 
   auto conflict = catalog_->RegisterProfile(Profile("llama", 40));
-  EXPECT_EQ(conflict.status().code(), absl::StatusCode::kAlreadyExists) << conflict.status();
+  EXPECT_THAT(conflict, StatusIs(absl::StatusCode::kAlreadyExists)) << conflict.status();
 
   ModelProfile next_rev = Profile("llama", 40);
   next_rev.revision = "r2";
@@ -215,14 +218,14 @@ TEST_F(CatalogTest, ProfileIdsAreStableAndConflictsRefused) {
   const uint64_t qwen = c->profile.profile_id;
 
   auto got = catalog_->GetProfile("", r2);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ(got->revision, "r2");
   EXPECT_EQ(got->layers, 40u);
-  EXPECT_EQ(catalog_->GetProfile("", r2 ^ 1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(catalog_->GetProfile("", r2 ^ 1), StatusIs(absl::StatusCode::kNotFound));
   auto found = catalog_->FindProfile("", "qwen", "r1");
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(found->profile_id, qwen);
-  EXPECT_EQ(catalog_->FindProfile("", "qwen", "r9").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(catalog_->FindProfile("", "qwen", "r9"), StatusIs(absl::StatusCode::kNotFound));
 
   auto all = catalog_->ListProfiles();
   ASSERT_TRUE(all.ok());
@@ -232,7 +235,7 @@ TEST_F(CatalogTest, ProfileIdsAreStableAndConflictsRefused) {
   }
 
   ModelProfile bad = Profile("x", 0);
-  EXPECT_EQ(catalog_->RegisterProfile(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(catalog_->RegisterProfile(bad), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(CatalogTest, ProfilesBelongToOneTenant) {
@@ -256,11 +259,10 @@ TEST_F(CatalogTest, ProfilesBelongToOneTenant) {
 
   Reopen();
   EXPECT_EQ(catalog_->GetProfile("bob", b->profile.profile_id)->layers, 32u);
-  EXPECT_EQ(catalog_->GetProfile("alice", b->profile.profile_id).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(catalog_->GetProfile("alice", b->profile.profile_id),
+              StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(catalog_->FindProfile("alice", "llama", "r1")->layers, 1u);
-  EXPECT_EQ(catalog_->FindProfile("dave", "llama", "r1").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(catalog_->FindProfile("dave", "llama", "r1"), StatusIs(absl::StatusCode::kNotFound));
   auto all = catalog_->ListProfiles();
   ASSERT_TRUE(all.ok());
   std::set<std::string> owners;
@@ -351,15 +353,15 @@ TEST_F(CatalogTest, Format1CatalogIsMigrated) {
       EXPECT_EQ(p->owner, tenant);
       EXPECT_TRUE(SameDefinition(*p, shared));
       auto by_name = catalog_->FindProfile(tenant, "llama", "r1");
-      ASSERT_TRUE(by_name.ok()) << by_name.status();
+      ASSERT_OK(by_name);
       EXPECT_EQ(by_name->profile_id, 1u);
     }
-    EXPECT_EQ(catalog_->GetProfile("dave", 1).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_THAT(catalog_->GetProfile("dave", 1), StatusIs(absl::StatusCode::kNotFound));
     EXPECT_EQ(catalog_->GetProfile("bob", 3)->name, "mistral");
-    EXPECT_EQ(catalog_->GetProfile("alice", 3).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_THAT(catalog_->GetProfile("alice", 3), StatusIs(absl::StatusCode::kNotFound));
     EXPECT_EQ(catalog_->GetProfile("", 2)->name, "qwen");
     auto all = catalog_->ListProfiles();
-    ASSERT_TRUE(all.ok()) << all.status();
+    ASSERT_OK(all);
     EXPECT_EQ(all->size(), 5u);  // llama x3, qwen, mistral
     EXPECT_TRUE(catalog_->GetBlock({"bob", 1, "b0"}).ok());
     EXPECT_TRUE(catalog_->GetContext({"carol", 1, "ctx"}).ok());
@@ -368,7 +370,7 @@ TEST_F(CatalogTest, Format1CatalogIsMigrated) {
   ModelProfile newer = Profile("llama", 32);
   newer.owner = "dave";
   auto d = catalog_->RegisterProfile(newer);
-  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_OK(d);
   EXPECT_GT(d->profile.profile_id, 3u);
   EXPECT_EQ(catalog_->ListProfiles()->size(), 6u);
 }
@@ -382,12 +384,13 @@ TEST_F(CatalogTest, BatchIsAtomicAndSyncsWhenDurable) {
   EXPECT_TRUE(batch.sync());
   ASSERT_TRUE(batch.DeleteBlock({"t", 1, "old"}).ok());
   ASSERT_TRUE(batch.PutContext({"t", 1, "c"}, {{{"new", "new2"}}}).ok());
-  EXPECT_EQ(batch.PutBlock({"t", 1, ""}, Record(4)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(batch.PutBlock({"t", 1, ""}, Record(4)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(batch.size(), 4u) << "a refused write entered the batch";
 
   EXPECT_TRUE(catalog_->GetBlock({"t", 1, "old"}).ok()) << "applied before Write";
   ASSERT_TRUE(catalog_->Write(batch).ok());
-  EXPECT_EQ(catalog_->GetBlock({"t", 1, "old"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(catalog_->GetBlock({"t", 1, "old"}), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(catalog_->GetBlock({"t", 1, "new"})->checksum, 2u);
   EXPECT_EQ(catalog_->GetBlock({"t", 1, "new2"})->checksum, 3u);
   EXPECT_TRUE(catalog_->GetContext({"t", 1, "c"}).ok());
@@ -397,11 +400,12 @@ TEST_F(CatalogTest, ContextsAreScopedAndDeletable) {
   ContextRecord rec{{{"a", "b"}, {"c"}}};
   ASSERT_TRUE(catalog_->PutContext({"t", 1, "ctx"}, rec).ok());
   EXPECT_EQ(*catalog_->GetContext({"t", 1, "ctx"}), rec);
-  EXPECT_EQ(catalog_->GetContext({"u", 1, "ctx"}).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(catalog_->GetContext({"t", 2, "ctx"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(catalog_->GetContext({"u", 1, "ctx"}), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(catalog_->GetContext({"t", 2, "ctx"}), StatusIs(absl::StatusCode::kNotFound));
   ASSERT_TRUE(catalog_->DeleteContext({"t", 1, "ctx"}).ok());
-  EXPECT_EQ(catalog_->GetContext({"t", 1, "ctx"}).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(catalog_->PutContext({"t", 1, ""}, rec).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(catalog_->GetContext({"t", 1, "ctx"}), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(catalog_->PutContext({"t", 1, ""}, rec),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(CatalogTest, CorruptRecordIsDataLossNotACrash) {
@@ -413,24 +417,24 @@ TEST_F(CatalogTest, CorruptRecordIsDataLossNotACrash) {
   PutRaw("blocks", std::string("\x05t", 2), "not a key");  // scope cut short
   Reopen();
 
-  EXPECT_EQ(catalog_->GetBlock({"t", 1, "bad"}).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(catalog_->GetBlock({"t", 1, "bad"}), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_TRUE(catalog_->GetBlock({"t", 1, "good"}).ok());
   std::vector<std::string> corrupt;
   auto stats = catalog_->ForEachBlock([&](const BlockKey& key, const auto& rec) {
     if (!rec.ok()) {
-      EXPECT_EQ(rec.status().code(), absl::StatusCode::kDataLoss);
+      EXPECT_THAT(rec, StatusIs(absl::StatusCode::kDataLoss));
       corrupt.push_back(key.block_id);
     }
     return true;
   });
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->records, 2u);
   EXPECT_EQ(stats->corrupt_records, 1u);
   EXPECT_EQ(stats->corrupt_keys, 1u);
   EXPECT_EQ(corrupt, std::vector<std::string>{"bad"});
   // The damaged entry can be removed by key.
   ASSERT_TRUE(catalog_->DeleteBlock({"t", 1, "bad"}).ok());
-  EXPECT_EQ(catalog_->GetBlock({"t", 1, "bad"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(catalog_->GetBlock({"t", 1, "bad"}), StatusIs(absl::StatusCode::kNotFound));
 }
 
 // Flips one byte inside the first data block of family's SST file(s).
@@ -471,11 +475,11 @@ TEST_F(CatalogTest, DamagedBlocksSstIsDataLossOnRead) {
   catalog_.reset();
   DamageSst(dir_, "blocks");
   auto opened = Catalog::Open(dir_.string(), SmallOptions());
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  ASSERT_OK(opened);
   catalog_ = std::move(*opened);
-  EXPECT_EQ(catalog_->GetBlock({"t", 1, "block"}).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(catalog_->GetBlock({"t", 1, "block"}), StatusIs(absl::StatusCode::kDataLoss));
   auto scan = catalog_->ForEachBlock([](const BlockKey&, const auto&) { return true; });
-  EXPECT_EQ(scan.status().code(), absl::StatusCode::kDataLoss) << scan.status();
+  EXPECT_THAT(scan, StatusIs(absl::StatusCode::kDataLoss)) << scan.status();
 }
 
 TEST_F(CatalogTest, DamagedMetaSstFailsOpenWithDataLoss) {
@@ -483,14 +487,14 @@ TEST_F(CatalogTest, DamagedMetaSstFailsOpenWithDataLoss) {
   catalog_.reset();
   DamageSst(dir_, "default");
   auto opened = Catalog::Open(dir_.string(), SmallOptions());
-  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss) << opened.status();
+  EXPECT_THAT(opened, StatusIs(absl::StatusCode::kDataLoss)) << opened.status();
 }
 
 TEST_F(CatalogTest, OtherFormatVersionIsRefused) {
   PutRaw("default", catalog_format::kFormatVersionKey,
          catalog_format::EncodeU32(catalog_format::kCatalogFormatVersion + 1));
   auto opened = Catalog::Open(dir_.string(), SmallOptions());
-  EXPECT_EQ(opened.status().code(), absl::StatusCode::kFailedPrecondition) << opened.status();
+  EXPECT_THAT(opened, StatusIs(absl::StatusCode::kFailedPrecondition)) << opened.status();
 }
 
 TEST_F(CatalogTest, SecondOpenOfALiveCatalogFails) {
@@ -503,7 +507,7 @@ TEST_F(CatalogTest, BadOptionsNameTheOption) {
   CatalogOptions options = SmallOptions();
   options.max_memtables = 1;
   auto opened = Catalog::Open((dir_ / "other").string(), options);
-  EXPECT_EQ(opened.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(opened, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(opened.status().message().find("max_memtables"), absl::string_view::npos);
 
   options = SmallOptions();

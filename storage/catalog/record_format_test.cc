@@ -5,9 +5,12 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::catalog_format {
 namespace {
+
+using testing::StatusIs;
 
 BlockRecord FullRecord() {
   BlockRecord r;
@@ -50,7 +53,7 @@ TEST(RecordFormatTest, BlockRecordRoundTrips) {
   const std::string bytes = EncodeBlockRecord(full);
   EXPECT_EQ(bytes.size(), 62 + full.summary.size());
   auto back = DecodeBlockRecord(bytes);
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back);
   EXPECT_EQ(*back, full);
 
   BlockRecord minimal;
@@ -58,21 +61,21 @@ TEST(RecordFormatTest, BlockRecordRoundTrips) {
   const std::string small = EncodeBlockRecord(minimal);
   EXPECT_EQ(small.size(), 42u);
   back = DecodeBlockRecord(small);
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back);
   EXPECT_EQ(*back, minimal);
 }
 
 TEST(RecordFormatTest, EveryTruncationAndBitFlipIsDataLoss) {
   const std::string bytes = EncodeBlockRecord(FullRecord());
   for (size_t n = 0; n < bytes.size(); ++n) {
-    EXPECT_EQ(DecodeBlockRecord(bytes.substr(0, n)).status().code(), absl::StatusCode::kDataLoss)
+    EXPECT_THAT(DecodeBlockRecord(bytes.substr(0, n)), StatusIs(absl::StatusCode::kDataLoss))
         << "length " << n;
   }
   for (size_t i = 0; i < bytes.size(); ++i) {
     for (int bit = 0; bit < 8; ++bit) {
       std::string flipped = bytes;
       flipped[i] = static_cast<char>(flipped[i] ^ (1 << bit));
-      ASSERT_EQ(DecodeBlockRecord(flipped).status().code(), absl::StatusCode::kDataLoss)
+      ASSERT_THAT(DecodeBlockRecord(flipped), StatusIs(absl::StatusCode::kDataLoss))
           << "byte " << i << " bit " << bit;
     }
   }
@@ -81,11 +84,9 @@ TEST(RecordFormatTest, EveryTruncationAndBitFlipIsDataLoss) {
 TEST(RecordFormatTest, WellSealedButInvalidFieldsAreDataLoss) {
   const std::string bytes = EncodeBlockRecord(FullRecord());
   // Unknown version.
-  EXPECT_EQ(DecodeBlockRecord(Resealed(bytes, 0, 2)).status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(DecodeBlockRecord(Resealed(bytes, 0, 2)), StatusIs(absl::StatusCode::kDataLoss));
   // Unknown flag bit.
-  EXPECT_EQ(DecodeBlockRecord(Resealed(bytes, 1, 0x1f)).status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(DecodeBlockRecord(Resealed(bytes, 1, 0x1f)), StatusIs(absl::StatusCode::kDataLoss));
   // Durable without an nvme location.
   BlockRecord r;
   r.size_bytes = 10;
@@ -93,13 +94,12 @@ TEST(RecordFormatTest, WellSealedButInvalidFieldsAreDataLoss) {
   r.durable = true;
   std::string no_nvme = EncodeBlockRecord(r);
   no_nvme.erase(34, 20);
-  EXPECT_EQ(DecodeBlockRecord(Resealed(no_nvme, 1, 0x01)).status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(DecodeBlockRecord(Resealed(no_nvme, 1, 0x01)), StatusIs(absl::StatusCode::kDataLoss));
   // size_bytes 0.
   std::string zero = EncodeBlockRecord(r);
   for (int i = 2; i < 10; ++i) zero = Resealed(zero, i, 0);
   auto decoded = DecodeBlockRecord(zero);
-  EXPECT_EQ(decoded.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(decoded, StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_NE(decoded.status().message().find("size_bytes"), absl::string_view::npos);
 }
 
@@ -118,7 +118,7 @@ TEST(RecordFormatTest, BlockKeysAreScopedAndRoundTrip) {
   const BlockKey key{"tenant-a", 3, std::string("\x00\xff id", 5)};
   const std::string bytes = EncodeBlockKey(key);
   auto back = DecodeBlockKey(bytes);
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back);
   EXPECT_EQ(*back, key);
   EXPECT_EQ(bytes.rfind(BlockKeyPrefix("tenant-a", 3), 0), 0u);
 
@@ -129,25 +129,23 @@ TEST(RecordFormatTest, BlockKeysAreScopedAndRoundTrip) {
   EXPECT_LT(EncodeBlockKey({"t", 1, "\xff\xff"}), EncodeBlockKey({"t", 2, "\x00"}));
   EXPECT_LT(EncodeBlockKey({"t", 255, "z"}), EncodeBlockKey({"t", 256, "a"}));
 
-  EXPECT_EQ(DecodeBlockKey(BlockKeyPrefix("t", 1)).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(DecodeBlockKey(BlockKeyPrefix("t", 0) + "id").status().code(),
-            absl::StatusCode::kDataLoss);
-  EXPECT_EQ(DecodeBlockKey(BlockKeyPrefix("t", 1) + std::string(33, 'x')).status().code(),
-            absl::StatusCode::kDataLoss);
-  EXPECT_EQ(DecodeBlockKey("").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(DecodeBlockKey(BlockKeyPrefix("t", 1)), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(DecodeBlockKey(BlockKeyPrefix("t", 0) + "id"), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(DecodeBlockKey(BlockKeyPrefix("t", 1) + std::string(33, 'x')),
+              StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(DecodeBlockKey(""), StatusIs(absl::StatusCode::kDataLoss));
 }
 
 TEST(RecordFormatTest, ProfileRecordRoundTripsAndRejectsDamage) {
   const std::string bytes = EncodeProfileRecord(Qwen());
   auto back = DecodeProfileRecord(bytes);
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back);
   EXPECT_EQ(*back, Qwen());
   for (size_t n = 0; n < bytes.size(); ++n) {
     EXPECT_FALSE(DecodeProfileRecord(bytes.substr(0, n)).ok()) << n;
   }
   // dtype byte (offset 25) set to an unknown value.
-  EXPECT_EQ(DecodeProfileRecord(Resealed(bytes, 25, 9)).status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(DecodeProfileRecord(Resealed(bytes, 25, 9)), StatusIs(absl::StatusCode::kDataLoss));
 }
 
 TEST(RecordFormatTest, ContextRecordRoundTrips) {
@@ -155,15 +153,13 @@ TEST(RecordFormatTest, ContextRecordRoundTrips) {
   c.segments = {{"a", "bb", std::string(32, 'c')}, {}, {"d"}};
   const std::string bytes = EncodeContextRecord(c);
   auto back = DecodeContextRecord(bytes);
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back);
   EXPECT_EQ(*back, c);
   for (size_t n = 0; n < bytes.size(); ++n) {
-    EXPECT_EQ(DecodeContextRecord(bytes.substr(0, n)).status().code(),
-              absl::StatusCode::kDataLoss);
+    EXPECT_THAT(DecodeContextRecord(bytes.substr(0, n)), StatusIs(absl::StatusCode::kDataLoss));
   }
   // A huge segment count must not allocate before failing.
-  EXPECT_EQ(DecodeContextRecord(Resealed(bytes, 4, 0x7f)).status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(DecodeContextRecord(Resealed(bytes, 4, 0x7f)), StatusIs(absl::StatusCode::kDataLoss));
 
   const ContextKey key{"t", 9, "ctx-1"};
   auto key_back = DecodeContextKey(EncodeContextKey(key));
@@ -183,7 +179,7 @@ TEST(RecordFormatTest, PrefixSuccessor) {
 TEST(RecordsTest, ValidationNamesTheField) {
   BlockKey key{"t", 1, std::string(33, 'x')};
   absl::Status s = ValidateBlockKey(key);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(s.message().find("block_id"), absl::string_view::npos);
   key.block_id = "ok";
   key.profile_id = 0;

@@ -12,14 +12,17 @@
 #include "gpu/cpu/shm_device_ops.h"
 #include "gtest/gtest.h"
 #include "storage/host/gpu_status.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
 
+using testing::StatusIs;
+
 constexpr uint64_t kCapacity = 64 * 4096;
 
 std::string ShmPath(const std::string& tag) {
-  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   return "/dev/shm/kvtier-test-" + std::to_string(getpid()) + "-" + info->name() + "-" + tag;
 }
 
@@ -30,7 +33,7 @@ std::unique_ptr<HostTier> OpenTier(const std::string& path, uint64_t capacity = 
   options.capacity_bytes = capacity;
   options.device_ops = ops;
   auto tier = HostTier::Open(options);
-  EXPECT_TRUE(tier.ok()) << tier.status();
+  EXPECT_OK(tier);
   return tier.ok() ? std::move(*tier) : nullptr;
 }
 
@@ -38,7 +41,7 @@ TEST(HostTierTest, SlotBytesAreSharedWithAnotherMappingOfTheFile) {
   auto tier = OpenTier(ShmPath("host"));
   ASSERT_NE(tier, nullptr);
   auto slot = tier->Allocate(10000);
-  ASSERT_TRUE(slot.ok()) << slot.status();
+  ASSERT_OK(slot);
   EXPECT_EQ(slot->offset % 4096, 0u);
   EXPECT_EQ(slot->size_bytes, 10000u);
   EXPECT_NE(slot->generation, 0u);
@@ -52,7 +55,7 @@ TEST(HostTierTest, SlotBytesAreSharedWithAnotherMappingOfTheFile) {
   std::memset(static_cast<char*>(client) + slot->offset, 0x42, slot->size_bytes);
 
   auto data = tier->Data(*slot);
-  ASSERT_TRUE(data.ok()) << data.status();
+  ASSERT_OK(data);
   ASSERT_EQ(data->size(), 10000u);
   for (std::byte b : *data) ASSERT_EQ(b, std::byte{0x42});
   munmap(client, kCapacity);
@@ -73,13 +76,13 @@ TEST(HostTierTest, CapacityIsAHardLimit) {
   EXPECT_EQ(stats.largest_free_bytes, 0u);
 
   auto full = tier->Allocate(1);
-  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted) << full.status();
-  EXPECT_EQ(tier->Allocate(kCapacity + 1).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(tier->Allocate(0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(full, StatusIs(absl::StatusCode::kResourceExhausted)) << full.status();
+  EXPECT_THAT(tier->Allocate(kCapacity + 1), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(tier->Allocate(0), StatusIs(absl::StatusCode::kInvalidArgument));
 
   ASSERT_TRUE(tier->Free(slots[3]).ok());
   auto again = tier->Allocate(4 * 4096);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(again->offset, slots[3].offset);
   EXPECT_NE(again->generation, slots[3].generation);
 }
@@ -91,20 +94,20 @@ TEST(HostTierTest, StaleSlotsAreDetected) {
   ASSERT_TRUE(tier->IsLive(*first));
   ASSERT_TRUE(tier->Free(*first).ok());
   EXPECT_FALSE(tier->IsLive(*first));
-  EXPECT_EQ(tier->Free(*first).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(tier->Data(*first).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(tier->Free(*first), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(tier->Data(*first), StatusIs(absl::StatusCode::kFailedPrecondition));
 
   auto second = tier->Allocate(4096);  // same place, new generation
   ASSERT_TRUE(second.ok());
   ASSERT_EQ(second->offset, first->offset);
   EXPECT_FALSE(tier->IsLive(*first));
-  EXPECT_EQ(tier->Data(*first).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(tier->Data(*first), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_TRUE(tier->Data(*second).ok());
 
   HostSlot wrong_size = *second;
   wrong_size.size_bytes = 100;
   EXPECT_FALSE(tier->IsLive(wrong_size));
-  EXPECT_EQ(tier->Free(wrong_size).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(tier->Free(wrong_size), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_TRUE(tier->IsLive(*second)) << "refused Free changed state";
 }
 
@@ -113,18 +116,18 @@ TEST(HostTierTest, BadOptionsNameTheField) {
   options.path = ShmPath("host");
   options.capacity_bytes = 4096 * 3 + 1;
   auto tier = HostTier::Open(options);
-  EXPECT_EQ(tier.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tier, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(tier.status().message().find("capacity_bytes"), absl::string_view::npos);
 
   options.capacity_bytes = 4096;
   options.alignment_bytes = 3000;
   tier = HostTier::Open(options);
-  EXPECT_EQ(tier.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tier, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(tier.status().message().find("alignment_bytes"), absl::string_view::npos);
 
   options.alignment_bytes = 4096;
   options.path = "/dev/shm/kvtier-no-such-dir/host";
-  EXPECT_EQ(HostTier::Open(options).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(HostTier::Open(options), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(HostTierTest, PinsItsRegionAndFeedsDeviceCopies) {

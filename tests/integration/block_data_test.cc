@@ -16,9 +16,12 @@
 #include "daemon/server.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_daemon.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
+
+using testing::StatusIs;
 
 // 4 layers x K,V x 8 KV heads x 16 tokens x 128 dims x fp16 = 256 KiB.
 constexpr uint64_t kBlockBytes = 256 << 10;
@@ -54,11 +57,11 @@ class BlockDataTest : public ::testing::Test {
     auto daemon = testing::StartTestDaemon(
         dir_, {"tiers.host.capacity_bytes=32MiB", "tiers.host.staging_bytes=1MiB",
                "tiers.nvme.file_size_bytes=32MiB"});
-    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    ASSERT_OK(daemon);
     server_ = std::move(daemon->server);
     client_ = std::move(daemon->client);
     auto registered = client_->RegisterProfile(Profile());
-    ASSERT_TRUE(registered.ok()) << registered.status();
+    ASSERT_OK(registered);
     ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
     profile_id_ = registered->profile_id();
   }
@@ -94,7 +97,7 @@ TEST_F(BlockDataTest, PutAndGetFromCallerMemoryRoundTrip) {
   PutDataOptions options;
   options.message_blocks = 10;  // 3 messages of at most 10 blocks (2.5 MiB)
   auto put = client_->PutBlockData(profile_id_, Blocks(0, 24), options);
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   EXPECT_EQ(put->messages_received(), 3u);
   ASSERT_EQ(put->results_size(), 24);
   EXPECT_EQ(put->blocks_stored(), 24u);
@@ -110,7 +113,7 @@ TEST_F(BlockDataTest, PutAndGetFromCallerMemoryRoundTrip) {
   std::vector<BlockDestination> dst;
   for (int i = 0; i < 24; ++i) dst.push_back({ids_[i], absl::MakeSpan(out[i])});
   auto got = client_->GetBlockData(profile_id_, dst, /*ids_per_call=*/7);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   ASSERT_EQ(got->size(), 24u);
   for (int i = 0; i < 24; ++i) {
     EXPECT_TRUE((*got)[i].status.ok()) << i << ": " << (*got)[i].status;
@@ -124,11 +127,11 @@ TEST_F(BlockDataTest, PutAndGetFromCallerMemoryRoundTrip) {
   req.set_mode(v1::RETURN_MODE_BYTES);
   req.add_block_ids(ids_[5]);
   auto typed = client_->GetBlocks(req);
-  ASSERT_TRUE(typed.ok()) << typed.status();
+  ASSERT_OK(typed);
   ASSERT_EQ(typed->size(), 1u);
   EXPECT_TRUE(std::memcmp((*typed)[0].data().data(), payloads_[5].data(), kBlockBytes) == 0);
   auto again = client_->PutBlockData(profile_id_, Blocks(0, 3));
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   for (const v1::PutResult& r : again->results()) EXPECT_TRUE(r.existed());
 }
 
@@ -146,7 +149,7 @@ TEST_F(BlockDataTest, ProtobufPutsReadBackDirectly) {
   std::vector<BlockDestination> dst;
   for (int i = 0; i < 4; ++i) dst.push_back({ids_[i], absl::MakeSpan(out[i])});
   auto got = client_->GetBlockData(profile_id_, dst);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   for (int i = 0; i < 4; ++i) {
     EXPECT_TRUE((*got)[i].status.ok()) << (*got)[i].status;
     EXPECT_TRUE(out[i] == payloads_[i]) << i;
@@ -161,7 +164,7 @@ TEST_F(BlockDataTest, PerBlockStatusesForMissesSizesAndChecksums) {
   const std::vector<uint8_t> short_payload(100, 1);
   blocks[2].data = short_payload;
   auto put = client_->PutBlockData(profile_id_, blocks);
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   ASSERT_EQ(put->results_size(), 3);
   EXPECT_EQ(put->results(0).status().code(), 0);
   EXPECT_EQ(put->results(1).status().code(), grpc::StatusCode::DATA_LOSS);
@@ -174,35 +177,33 @@ TEST_F(BlockDataTest, PerBlockStatusesForMissesSizesAndChecksums) {
                                        {ids_[0], absl::MakeSpan(small)},
                                        {"nope", absl::MakeSpan(missing)}};
   auto got = client_->GetBlockData(profile_id_, dst);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_TRUE((*got)[0].status.ok()) << (*got)[0].status;
   EXPECT_TRUE(a == payloads_[0]);
-  EXPECT_EQ((*got)[1].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT((*got)[1].status, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE((*got)[1].status.message().find("blocks[1].dst"), std::string::npos)
       << (*got)[1].status;
   EXPECT_EQ(small, std::vector<uint8_t>(kBlockBytes - 1, 0x5A)) << "a refused dst was written";
-  EXPECT_EQ((*got)[2].status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT((*got)[2].status, StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(BlockDataTest, BadCallsNameTheField) {
-  EXPECT_EQ(client_->PutBlockData(profile_id_, {}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(client_->PutBlockData(profile_id_, {}), StatusIs(absl::StatusCode::kInvalidArgument));
   Make("bad", 1, 400);
   PutDataOptions zero;
   zero.message_blocks = 0;
   auto st = client_->PutBlockData(profile_id_, Blocks(0, 1), zero).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(st.message().find("options.message_blocks"), std::string::npos) << st;
   // The daemon's own checks come back as the call's status.
   st = client_->PutBlockData(profile_id_ + 1, Blocks(0, 1)).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;  // not the caller's profile
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound)) << st;  // not the caller's profile
   EXPECT_NE(st.message().find("profile_id"), std::string::npos) << st;
   std::vector<uint8_t> out(kBlockBytes);
   std::vector<BlockDestination> dst = {{ids_[0], absl::MakeSpan(out)}};
-  EXPECT_EQ(client_->GetBlockData(profile_id_, dst, 0).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(client_->GetBlockData(profile_id_ + 1, dst).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(client_->GetBlockData(profile_id_, dst, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(client_->GetBlockData(profile_id_ + 1, dst), StatusIs(absl::StatusCode::kNotFound));
 }
 
 }  // namespace

@@ -14,39 +14,40 @@
 #include "daemon/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_daemon.h"
 #include "tests/integration/tiny_profile.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
 
 using ::testing::HasSubstr;
 
+using testing::StatusIs;
+
+// Small tiers; two NVMe files.
+const std::vector<std::string> kTiers = {
+    "tiers.device.capacity_bytes=256KiB", "tiers.host.capacity_bytes=512KiB",
+    "tiers.host.staging_bytes=256KiB", "tiers.nvme.file_count=2",
+    "tiers.nvme.file_size_bytes=4MiB"};
+
 class BlockRpcTest : public ::testing::Test {
  protected:
   void SetUp() override { Start({}); }
 
   void Start(const std::vector<std::string>& extra) {
-    dir_ = "/tmp/kvtier-brt-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = testing::TestDataDir("brt");
     std::filesystem::remove_all(dir_);
-    std::vector<std::string> overrides = {
-        "server.data_dir=" + dir_,           "log.level=warn",
-        "server.shutdown_grace_ms=1000",     "tiers.device.capacity_bytes=256KiB",
-        "tiers.host.capacity_bytes=512KiB",  "tiers.host.staging_bytes=256KiB",
-        "tiers.nvme.file_count=2",           "tiers.nvme.file_size_bytes=4MiB",
-        "tiers.nvme.io_threads=1",           "limits.max_batch_blocks=64",
-        "leases.default_ttl_ms=60000"};
+    std::vector<std::string> overrides = kTiers;
+    overrides.insert(overrides.end(),
+                     {"limits.max_batch_blocks=64", "leases.default_ttl_ms=60000"});
     overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto config = daemon::LoadConfig("", overrides);
-    ASSERT_TRUE(config.ok()) << config.status();
-    auto server = daemon::Server::Start(*config);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    auto client = Client::Connect(server_->socket_path());
-    ASSERT_TRUE(client.ok());
-    client_ = std::move(*client);
+    auto daemon = testing::StartTestDaemon(dir_, overrides);
+    ASSERT_OK(daemon);
+    server_ = std::move(daemon->server);
+    client_ = std::move(daemon->client);
     auto registered = client_->RegisterProfile(testing::TinyProfile());
-    ASSERT_TRUE(registered.ok()) << registered.status();
+    ASSERT_OK(registered);
     profile_id_ = registered->profile_id();
     EXPECT_EQ(registered->block_size_bytes(), testing::kTinyBlockBytes);
   }
@@ -100,12 +101,12 @@ TEST_F(BlockRpcTest, RegisterProfileIsIdempotentAndChecked) {
   EXPECT_FALSE(again->created());
   v1::ModelProfile other = profile->profile();
   other.set_head_dim(64);
-  EXPECT_EQ(client_->RegisterProfile(other).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(client_->RegisterProfile(other), StatusIs(absl::StatusCode::kAlreadyExists));
   other.set_num_layers(0);
   auto bad = client_->RegisterProfile(other);
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(bad.status().message(), HasSubstr("profile.num_layers"));
-  EXPECT_EQ(client_->GetProfile(999).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(client_->GetProfile(999), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(BlockRpcTest, PutGetLookupAcrossEveryTier) {
@@ -114,7 +115,7 @@ TEST_F(BlockRpcTest, PutGetLookupAcrossEveryTier) {
   auto ids = Chain(100);
   for (int start = 0; start < 100; start += 25) {
     auto put = Put({ids.begin() + start, ids.begin() + start + 25}, start);
-    ASSERT_TRUE(put.ok()) << put.status();
+    ASSERT_OK(put);
     for (const auto& r : put->results()) ASSERT_EQ(r.status().code(), 0) << r.status().message();
   }
   v1::LookupRequest lookup;
@@ -122,7 +123,7 @@ TEST_F(BlockRpcTest, PutGetLookupAcrossEveryTier) {
   for (int i = 0; i < 60; ++i) lookup.add_block_ids(ids[i]);
   lookup.add_block_ids(Chain(1, 7777)[0]);  // never stored
   auto found = client_->Lookup(lookup);
-  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_OK(found);
   EXPECT_EQ(found->prefix_blocks(), 60u);
   EXPECT_FALSE(found->entries(60).present());
   bool saw_nvme = false, saw_host = false;
@@ -140,7 +141,7 @@ TEST_F(BlockRpcTest, PutGetLookupAcrossEveryTier) {
   for (int i = 0; i < 8; ++i) handles.add_block_ids(ids[i]);
   uint64_t lease = 0;
   auto pinned = client_->GetBlocks(handles, &lease);
-  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  ASSERT_OK(pinned);
   ASSERT_NE(lease, 0u);
   auto arena = client_->OpenArena();
   ASSERT_TRUE(arena.ok());
@@ -167,7 +168,7 @@ TEST_F(BlockRpcTest, PutGetLookupAcrossEveryTier) {
   get.set_profile_id(profile_id_);
   for (int i = 0; i < 64; ++i) get.add_block_ids(ids[i]);
   auto got = client_->GetBlocks(get);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   ASSERT_EQ(got->size(), 64u);
   for (int i = 0; i < 64; ++i) {
     ASSERT_EQ((*got)[i].status().code(), 0) << (*got)[i].status().message();
@@ -193,13 +194,13 @@ TEST_F(BlockRpcTest, GetBlocksOverManyMessagesNeverCarriesEarlierBytes) {
     const std::vector<std::string> part(stored.begin() + j,
                                         stored.begin() + std::min(stored.size(), j + 8));
     auto put = Put(part, static_cast<int>(j));
-    ASSERT_TRUE(put.ok()) << put.status();
+    ASSERT_OK(put);
   }
   v1::GetBlocksRequest get;
   get.set_profile_id(profile_id_);
   for (const std::string& id : ids) get.add_block_ids(id);
   auto got = client_->GetBlocks(get);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   ASSERT_EQ(got->size(), ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     const v1::BlockResult& r = (*got)[i];
@@ -227,7 +228,7 @@ TEST_F(BlockRpcTest, BadInputGetsFieldNamedErrors) {
   b->set_data("short");                                       // wrong size
   req.add_blocks()->set_block_id(ids[1]);                     // no source
   auto put = client_->PutBlocks({req});
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   ASSERT_EQ(put->results_size(), 4);
   EXPECT_EQ(put->results(0).status().code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(put->results(0).status().message(), HasSubstr("block_id"));
@@ -242,17 +243,17 @@ TEST_F(BlockRpcTest, BadInputGetsFieldNamedErrors) {
   u->set_block_id(ids[0]);
   u->set_data(Bytes(0));
   auto st = client_->PutBlocks({unknown}).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);  // not a profile of the caller's
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound));  // not a profile of the caller's
   EXPECT_THAT(st.message(), HasSubstr("profile_id"));
 
   v1::GetBlocksRequest get;
   get.set_profile_id(profile_id_);
   EXPECT_THAT(client_->GetBlocks(get).status().message(), HasSubstr("block_ids"));
   for (int i = 0; i < 65; ++i) get.add_block_ids(ids[0]);
-  EXPECT_EQ(client_->GetBlocks(get).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(client_->GetBlocks(get), StatusIs(absl::StatusCode::kInvalidArgument));
   v1::ReleaseRequest release;
   release.set_lease_id(12345);
-  EXPECT_EQ(client_->Release(release).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(client_->Release(release), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(BlockRpcTest, DifferentBytesUnderSameIdAreRefused) {
@@ -275,7 +276,7 @@ TEST_F(BlockRpcTest, DifferentBytesUnderSameIdAreRefused) {
 
 TEST_F(BlockRpcTest, StagingSlotPathStoresWithoutBytesInTheMessage) {
   auto slots = client_->ReserveSlots(profile_id_, 2);
-  ASSERT_TRUE(slots.ok()) << slots.status();
+  ASSERT_OK(slots);
   std::string err;
   auto staging = client::ShmStagingFile::Open(client_->StagingSource(*slots),
                                               slots->staging_size_bytes(), &err);
@@ -296,7 +297,7 @@ TEST_F(BlockRpcTest, StagingSlotPathStoresWithoutBytesInTheMessage) {
     *b->mutable_slot() = slot;
   }
   auto put = client_->PutBlocks({req});
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   for (const auto& r : put->results()) {
     EXPECT_EQ(r.status().code(), 0) << r.status().message();
     EXPECT_TRUE(r.durable());
@@ -340,20 +341,16 @@ TEST_F(BlockRpcTest, DurableBlocksSurviveDaemonRestart) {
   client_.reset();
   server_->Shutdown();
   server_.reset();
-  auto config = daemon::LoadConfig(
-      "", {"server.data_dir=" + dir_, "log.level=warn", "tiers.nvme.file_count=2",
-           "tiers.nvme.file_size_bytes=4MiB", "tiers.host.capacity_bytes=512KiB",
-           "tiers.device.capacity_bytes=256KiB", "tiers.host.staging_bytes=256KiB"});
-  ASSERT_TRUE(config.ok());
-  auto server = daemon::Server::Start(*config);
-  ASSERT_TRUE(server.ok()) << server.status();
-  server_ = std::move(*server);
-  client_ = std::move(*Client::Connect(socket));
+  auto daemon = testing::StartTestDaemon(dir_, kTiers);
+  ASSERT_OK(daemon);
+  server_ = std::move(daemon->server);
+  ASSERT_EQ(server_->socket_path(), socket);
+  client_ = std::move(daemon->client);
   v1::GetBlocksRequest get;
   get.set_profile_id(profile_id_);
   for (const auto& id : ids) get.add_block_ids(id);
   auto got = client_->GetBlocks(get);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   for (int i = 0; i < 10; ++i) {
     ASSERT_EQ((*got)[i].status().code(), 0) << (*got)[i].status().message();
     EXPECT_EQ((*got)[i].data(), Bytes(50 + i));

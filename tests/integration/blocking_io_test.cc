@@ -19,12 +19,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/env/fault_injection_env.h"
+#include "tests/integration/test_daemon.h"
 #include "tests/integration/tiny_profile.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::StatusIs;
 using FileOp = FaultInjectionEnv::FileOp;
 
 constexpr uint64_t kBlockBytes = testing::kTinyBlockBytes;
@@ -32,23 +35,20 @@ constexpr uint64_t kBlockBytes = testing::kTinyBlockBytes;
 class BlockingIoTest : public ::testing::Test {
  protected:
   void Start(const std::string& io_threads, const std::string& queue_limit) {
-    dir_ = "/tmp/kvtier-bio-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = testing::TestDataDir("bio");
     std::filesystem::remove_all(dir_);
-    auto config = daemon::LoadConfig(
-        "", {"server.data_dir=" + dir_, "log.level=warn", "server.shutdown_grace_ms=1000",
-             "server.io_threads=" + io_threads, "server.io_queue_limit=" + queue_limit,
-             "tiers.device.capacity_bytes=256KiB", "tiers.host.capacity_bytes=512KiB",
-             "tiers.host.staging_bytes=256KiB", "tiers.nvme.file_count=1",
-             "tiers.nvme.file_size_bytes=4MiB", "tiers.nvme.io_threads=1"});
-    ASSERT_TRUE(config.ok()) << config.status();
     env_ = std::make_unique<FaultInjectionEnv>(Env::Default(), 7);
-    auto server = daemon::Server::Start(*config, env_.get());
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    client_ = Connect();
+    testing::TestDaemonOptions options;
+    options.overrides = {"server.io_threads=" + io_threads, "server.io_queue_limit=" + queue_limit,
+                         "tiers.device.capacity_bytes=256KiB", "tiers.host.capacity_bytes=512KiB",
+                         "tiers.nvme.file_size_bytes=4MiB"};
+    options.env = env_.get();
+    auto daemon = testing::StartTestDaemon(dir_, options);
+    ASSERT_OK(daemon);
+    server_ = std::move(daemon->server);
+    client_ = std::move(daemon->client);
     auto registered = client_->RegisterProfile(testing::TinyProfile());
-    ASSERT_TRUE(registered.ok()) << registered.status();
+    ASSERT_OK(registered);
     ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
     profile_id_ = registered->profile_id();
   }
@@ -62,7 +62,7 @@ class BlockingIoTest : public ::testing::Test {
 
   std::unique_ptr<Client> Connect() {
     auto client = Client::Connect(server_->socket_path());
-    EXPECT_TRUE(client.ok()) << client.status();
+    EXPECT_OK(client);
     return client.ok() ? std::move(*client) : nullptr;
   }
   static std::string Bytes(char c) { return std::string(kBlockBytes, c); }
@@ -111,16 +111,16 @@ TEST_F(BlockingIoTest, DaemonAnswersWhileADurablePutWaitsOnTheDisk) {
   lookup.set_profile_id(profile_id_);
   lookup.add_block_ids("a-resident");
   auto found = client_->Lookup(lookup);
-  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_OK(found);
   EXPECT_TRUE(found->entries(0).present());
   auto put = client_->PutBlocks({PutRequest("b-memory", false)});
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   EXPECT_EQ(put->results(0).status().code(), 0) << put->results(0).status().message();
   v1::GetBlocksRequest get;
   get.set_profile_id(profile_id_);
   get.add_block_ids("a-resident");
   auto got = client_->GetBlocks(get);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ((*got)[0].data(), Bytes('a'));
   ASSERT_TRUE(client_->Stats().ok());
   EXPECT_EQ(held.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
@@ -128,7 +128,7 @@ TEST_F(BlockingIoTest, DaemonAnswersWhileADurablePutWaitsOnTheDisk) {
 
   env_->ReleaseHeldIo();
   auto durable = held.get();
-  ASSERT_TRUE(durable.ok()) << durable.status();
+  ASSERT_OK(durable);
   EXPECT_EQ(durable->results(0).status().code(), 0) << durable->results(0).status().message();
   EXPECT_TRUE(durable->results(0).durable());
 }
@@ -146,18 +146,18 @@ TEST_F(BlockingIoTest, FullQueueIsRefusedAndQueuedCallsComplete) {
   del.set_profile_id(profile_id_);
   del.add_block_ids("q-queued");
   auto refused = client_->DeleteBlocks(del);
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted)) << refused.status();
   EXPECT_THAT(refused.status().message(), HasSubstr("server.io_queue_limit"));
   auto refused_put = client_->PutBlocks({PutRequest("r-refused", false)});
-  EXPECT_EQ(refused_put.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused_put, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(server_->runtime()->blocking_pool()->stats().rejected, 2u);
 
   env_->ReleaseHeldIo();
   auto durable = held.get();
-  ASSERT_TRUE(durable.ok()) << durable.status();
+  ASSERT_OK(durable);
   EXPECT_TRUE(durable->results(0).durable());
   auto put = queued.get();
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   EXPECT_EQ(put->results(0).status().code(), 0);
   // Nothing of the refused put was stored; the queue is free again.
   v1::LookupRequest lookup;
@@ -174,13 +174,13 @@ TEST_F(BlockingIoTest, FullQueueIsRefusedAndQueuedCallsComplete) {
 TEST_F(BlockingIoTest, InlineModeStillServes) {
   Start("0", "1");  // io_threads = 0: the work runs on gRPC's threads
   auto put = client_->PutBlocks({PutRequest("i-inline", true)});
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   EXPECT_TRUE(put->results(0).durable());
   v1::GetBlocksRequest get;
   get.set_profile_id(profile_id_);
   get.add_block_ids("i-inline");
   auto got = client_->GetBlocks(get);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ((*got)[0].data(), Bytes('i'));
   EXPECT_EQ(server_->runtime()->blocking_pool()->stats().threads, 0u);
 }
@@ -198,7 +198,7 @@ TEST_F(BlockingIoTest, SelectWaitingForNvmeDoesNotHoldItsContext) {
   lookup.add_block_ids("n-nvme");
   for (int i = 0; i < 256; ++i) {
     auto where = client_->Lookup(lookup);
-    ASSERT_TRUE(where.ok()) << where.status();
+    ASSERT_OK(where);
     ASSERT_TRUE(where->entries(0).present());
     if (where->entries(0).tier() == v1::TIER_NVME) break;
     ASSERT_TRUE(client_->PutBlocks({PutRequest("m" + std::to_string(i), false)}).ok());

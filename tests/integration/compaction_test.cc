@@ -22,11 +22,13 @@
 #include "index/simd.h"
 #include "tests/integration/test_daemon.h"
 #include "tests/integration/tiny_profile.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 constexpr int kLayers = 2, kHeads = 2, kTokens = 16, kDim = 32;
 
@@ -56,7 +58,7 @@ class CompactionTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
     Start();
     auto registered = client_->RegisterProfile(testing::TinyProfile());
-    ASSERT_TRUE(registered.ok()) << registered.status();
+    ASSERT_OK(registered);
     profile_id_ = registered->profile_id();
   }
   void TearDown() override {
@@ -66,7 +68,7 @@ class CompactionTest : public ::testing::Test {
   }
   void Start() {
     auto daemon = testing::StartTestDaemon(dir_, {"index.head_weights_min_blocks=1000"});
-    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    ASSERT_OK(daemon);
     server_ = std::move(daemon->server);
     client_ = std::move(daemon->client);
   }
@@ -90,7 +92,7 @@ class CompactionTest : public ::testing::Test {
       ids.push_back(id);
     }
     auto resp = client_->PutBlocks({req});
-    EXPECT_TRUE(resp.ok()) << resp.status();
+    EXPECT_OK(resp);
     return ids;
   }
 
@@ -119,7 +121,7 @@ class CompactionTest : public ::testing::Test {
     req.set_profile_id(profile_id_);
     for (const std::string& id : ids) req.add_block_ids(id);
     auto results = client_->GetBlocks(req);
-    EXPECT_TRUE(results.ok()) << results.status();
+    EXPECT_OK(results);
     return results.ok() ? *results : std::vector<v1::BlockResult>{};
   }
 
@@ -160,7 +162,7 @@ class CompactionTest : public ::testing::Test {
         options.rho = rho;
         options.importance = rows > 0 ? index::Importance::kSnapKV : index::Importance::kKeyDiff;
         auto want = index::CompactHead(head, options);
-        ASSERT_TRUE(want.ok()) << want.status();
+        ASSERT_OK(want);
         daemon::GatherHead(shape, compacted, l, h, got_keys.data(), got_values.data());
         for (int64_t s = 0; s < blocks * kTokens; ++s) {
           const v1::CompactedSlots& slots = got[s / kTokens].compacted();
@@ -196,7 +198,7 @@ TEST_F(CompactionTest, CompactedBlocksMatchADirectComputationAndOriginalsAreDemo
   const std::vector<std::string> ids = PutBlocks(8, "c-");
   const uint64_t context = Open(ids);
   auto resp = Compact(context, 0.3f);  // 128 tokens -> 39 slots: 3 blocks, 9 padding slots
-  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_OK(resp);
   EXPECT_FALSE(resp->existed());
   EXPECT_EQ(resp->version().version(), 1u);
   EXPECT_EQ(resp->context_key().size(), 16u);
@@ -221,7 +223,7 @@ TEST_F(CompactionTest, CompactedBlocksMatchADirectComputationAndOriginalsAreDemo
 
   // The same compaction again is the stored one.
   auto again = Compact(context, 0.3f);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_TRUE(again->existed());
   EXPECT_EQ(again->version().block_ids(0), resp->version().block_ids(0));
 }
@@ -233,7 +235,7 @@ TEST_F(CompactionTest, ObservationQueriesSelectBySnapKv) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (float& q : queries) q = dist(rng);
   auto resp = Compact(Open(ids), 0.5f, queries);
-  ASSERT_TRUE(resp.ok()) << resp.status();
+  ASSERT_OK(resp);
   EXPECT_EQ(resp->version().importance(), v1::COMPACT_IMPORTANCE_SNAPKV);
   ExpectMatchesDirect(*resp, 0.5f, queries);
 }
@@ -243,7 +245,7 @@ TEST_F(CompactionTest, BadInputGetsClearStatusesAndNothingIsStored) {
   const uint64_t context = Open(ids);
   for (float rho : {0.0f, 1.5f, -0.1f, std::numeric_limits<float>::quiet_NaN()}) {
     auto r = Compact(context, rho);
-    ASSERT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << rho;
+    ASSERT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument)) << rho;
     EXPECT_THAT(r.status().message(), HasSubstr("retention"));
   }
   v1::CompactContextRequest snapkv;
@@ -251,17 +253,17 @@ TEST_F(CompactionTest, BadInputGetsClearStatusesAndNothingIsStored) {
   snapkv.set_retention(0.5f);
   snapkv.set_importance(v1::COMPACT_IMPORTANCE_SNAPKV);
   auto r = client_->CompactContext(snapkv);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(r.status().message(), HasSubstr("importance"));
   r = Compact(context, 0.5f, std::vector<float>(7, 1.0f));
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(r.status().message(), HasSubstr("observation_queries"));
   std::vector<float> nan_queries(kLayers * kHeads * kDim, 1.0f);
   nan_queries[3] = std::nanf("");
   r = Compact(context, 0.5f, nan_queries);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument));
   r = Compact(context + 1, 0.5f);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(r.status().message(), HasSubstr("context_id"));
 
   v1::ListContextVersionsRequest list;
@@ -270,7 +272,7 @@ TEST_F(CompactionTest, BadInputGetsClearStatusesAndNothingIsStored) {
   ASSERT_TRUE(versions.ok());
   EXPECT_EQ(versions->versions_size(), 0) << "failed calls store nothing";
   list.set_context_key(std::string(16, 'x'));
-  EXPECT_EQ(client_->ListContextVersions(list).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(client_->ListContextVersions(list), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(CompactionTest, AContextInUseBySelectIsRefusedUntilReleased) {
@@ -292,14 +294,14 @@ TEST_F(CompactionTest, AContextInUseBySelectIsRefusedUntilReleased) {
   ASSERT_GT(resp.contexts(0).blocks_size(), 0);
 
   auto refused = Compact(context, 0.5f);
-  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(refused.status().message(), HasSubstr("in use by Select"));
 
   v1::ReleaseRequest release;
   release.set_context_id(context);
   ASSERT_TRUE(client_->Release(release).ok());
   auto done = Compact(context, 0.5f);
-  EXPECT_TRUE(done.ok()) << done.status();
+  EXPECT_OK(done);
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
 }
@@ -308,7 +310,7 @@ TEST_F(CompactionTest, VersionsSurviveARestartAndDropsNeverLoseTheLastCopy) {
   const std::vector<std::string> ids = PutBlocks(4, "d-");
   const uint64_t context = Open(ids);
   auto v1c = Compact(context, 0.25f);
-  ASSERT_TRUE(v1c.ok()) << v1c.status();
+  ASSERT_OK(v1c);
   const std::string key = v1c->context_key();
 
   Restart();
@@ -316,7 +318,7 @@ TEST_F(CompactionTest, VersionsSurviveARestartAndDropsNeverLoseTheLastCopy) {
   list.set_profile_id(profile_id_);
   list.set_context_key(key);
   auto versions = client_->ListContextVersions(list);
-  ASSERT_TRUE(versions.ok()) << versions.status();
+  ASSERT_OK(versions);
   ASSERT_EQ(versions->versions_size(), 2);
   EXPECT_EQ(versions->versions(0).version(), 0u);
   EXPECT_EQ(versions->versions(0).tokens(), 4u * kTokens);
@@ -332,26 +334,26 @@ TEST_F(CompactionTest, VersionsSurviveARestartAndDropsNeverLoseTheLastCopy) {
   drop.set_context_key(key);
   drop.set_version(1);
   auto dropped = client_->DropContextVersion(drop);
-  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  ASSERT_OK(dropped);
   EXPECT_EQ(dropped->blocks_deleted(), 1u);
   EXPECT_EQ(Get(v1c->version().block_ids())[0].status().code(),
             static_cast<int>(absl::StatusCode::kNotFound));
   drop.set_version(0);
   auto only_copy = client_->DropContextVersion(drop);
-  ASSERT_EQ(only_copy.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_THAT(only_copy, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(only_copy.status().message(), HasSubstr("only copy"));
 
   // Compact again (version 2), drop the originals, then version 2 stays.
   const uint64_t reopened = Open(ids);
   auto v2c = Compact(reopened, 0.5f);
-  ASSERT_TRUE(v2c.ok()) << v2c.status();
+  ASSERT_OK(v2c);
   EXPECT_EQ(v2c->version().version(), 2u);
   auto originals = client_->DropContextVersion(drop);
-  ASSERT_TRUE(originals.ok()) << originals.status();
+  ASSERT_OK(originals);
   EXPECT_EQ(originals->blocks_deleted(), 4u);
   drop.set_version(2);
   auto last = client_->DropContextVersion(drop);
-  ASSERT_EQ(last.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_THAT(last, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(last.status().message(), HasSubstr("last copy"));
   for (const v1::BlockResult& r : Get(v2c->version().block_ids())) {
     EXPECT_EQ(r.status().code(), 0);
@@ -366,7 +368,7 @@ TEST_F(CompactionTest, VersionsSurviveARestartAndDropsNeverLoseTheLastCopy) {
   EXPECT_FALSE(versions->versions(2).dropped());
   drop.set_version(1);
   auto again = client_->DropContextVersion(drop);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(again->blocks_deleted(), 0u) << "dropping twice deletes nothing more";
 }
 

@@ -17,36 +17,38 @@
 #include "gpu/device_probe.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_daemon.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::IsOk;
+using testing::StartTestDaemon;
+using testing::StatusIs;
 
 // Small tiers so that each daemon starts fast.
-std::vector<std::string> SmallConfig(const std::string& dir) {
-  return {"server.data_dir=" + dir,          "log.level=warn",
-          "server.shutdown_grace_ms=1000",   "tiers.device.capacity_bytes=1MiB",
-          "tiers.host.capacity_bytes=4MiB",  "tiers.host.staging_bytes=1MiB",
-          "tiers.nvme.file_count=1",         "tiers.nvme.file_size_bytes=4MiB",
-          "tiers.nvme.io_threads=1"};
+const std::vector<std::string> kSmallTiers = {
+    "tiers.device.capacity_bytes=1MiB", "tiers.host.capacity_bytes=4MiB",
+    "tiers.host.staging_bytes=1MiB", "tiers.nvme.file_size_bytes=4MiB"};
+
+// kSmallTiers and then `more`.
+std::vector<std::string> SmallTiers(std::vector<std::string> more = {}) {
+  more.insert(more.begin(), kSmallTiers.begin(), kSmallTiers.end());
+  return more;
 }
 
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = "/tmp/kvtier-dt-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = testing::TestDataDir("dt");
     std::filesystem::remove_all(dir_);
-    auto config = daemon::LoadConfig("", SmallConfig(dir_));
-    ASSERT_TRUE(config.ok()) << config.status();
-    config_ = *config;
-    auto server = daemon::Server::Start(config_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    auto client = Client::Connect(server_->socket_path());
-    ASSERT_TRUE(client.ok());
-    client_ = std::move(*client);
+    auto daemon = StartTestDaemon(dir_, SmallTiers());
+    ASSERT_OK(daemon);
+    config_ = daemon->config;
+    server_ = std::move(daemon->server);
+    client_ = std::move(daemon->client);
   }
   void TearDown() override {
     client_.reset();
@@ -62,7 +64,7 @@ class DaemonTest : public ::testing::Test {
 
 TEST_F(DaemonTest, HealthIsServing) {
   auto health = client_->Health();
-  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_OK(health);
   EXPECT_EQ(*health, ServingStatus::kServing);
 }
 
@@ -75,7 +77,7 @@ TEST_F(DaemonTest, SocketHasConfiguredMode) {
 
 TEST_F(DaemonTest, StatsReportsEveryTier) {
   auto stats = client_->Stats();
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->version(), "0.1.0");
   ASSERT_EQ(stats->tiers_size(), 3);
   EXPECT_EQ(stats->tiers(0).tier(), v1::TIER_DEVICE);
@@ -88,34 +90,29 @@ TEST_F(DaemonTest, StatsReportsEveryTier) {
 }
 
 TEST_F(DaemonTest, SecondDaemonOnSameSocketIsRefused) {
-  auto second = daemon::Server::Start(config_);
-  ASSERT_FALSE(second.ok());
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(second.status().message(), HasSubstr("server.socket_path"));
+  auto second = StartTestDaemon(dir_, SmallTiers());
+  EXPECT_THAT(second,
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("server.socket_path")));
   // The first daemon still answers.
-  EXPECT_TRUE(client_->Health().ok());
+  EXPECT_THAT(client_->Health(), IsOk());
 }
 
 TEST_F(DaemonTest, SecondDaemonOnSameDataDirIsRefused) {
-  daemon::Config other = config_;
-  other.server.socket_path = dir_ + "/other.sock";
-  auto second = daemon::Server::Start(other);
-  ASSERT_FALSE(second.ok());
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(second.status().message(), HasSubstr("server.data_dir"));
+  auto second = StartTestDaemon(dir_, SmallTiers({"server.socket_path=" + dir_ + "/other.sock"}));
+  EXPECT_THAT(second,
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("server.data_dir")));
   // The first daemon and its arena are untouched.
   auto stats = client_->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_TRUE(std::filesystem::exists(stats->tiers(0).location()));
 }
 
 TEST_F(DaemonTest, CudaBackendWithoutDeviceIsRefusedNamingTheKey) {
   if (gpu::ProbeDevices().device_count > 0) GTEST_SKIP() << "a CUDA device is present";
-  auto overrides = SmallConfig(dir_ + "-cuda");
-  overrides.push_back("tiers.device.backend=cuda");
-  auto config = daemon::LoadConfig("", overrides);
-  ASSERT_TRUE(config.ok());
-  auto server = daemon::Server::Start(*config);
+  auto config =
+      testing::TestDaemonConfig(dir_ + "-cuda", SmallTiers({"tiers.device.backend=cuda"}));
+  ASSERT_OK(config);
+  auto server = StartTestDaemon(dir_ + "-cuda", SmallTiers({"tiers.device.backend=cuda"}));
   ASSERT_FALSE(server.ok());
   EXPECT_THAT(server.status().message(), HasSubstr("tiers.device.backend"));
   std::filesystem::remove_all(dir_ + "-cuda");
@@ -133,11 +130,10 @@ TEST_F(DaemonTest, StaleSocketFileIsReplaced) {
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   ::close(fd);
   ASSERT_TRUE(std::filesystem::exists(path));
-  auto server = daemon::Server::Start(config_);
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto client = Client::Connect(path);
-  ASSERT_TRUE(client.ok());
-  EXPECT_TRUE((*client)->Health().ok());
+  auto daemon = StartTestDaemon(dir_, SmallTiers());
+  ASSERT_OK(daemon);
+  EXPECT_EQ(daemon->server->socket_path(), path);
+  EXPECT_THAT(daemon->client->Health(), IsOk());
 }
 
 TEST_F(DaemonTest, SelectOfAnUnknownContextFailsOnlyThatEntry) {

@@ -17,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
@@ -125,7 +126,7 @@ TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
   auto client = Client::Connect(socket_);
   ASSERT_TRUE(client.ok());
   auto registered = (*client)->RegisterProfile(EightKiBProfile("ctl"));
-  ASSERT_TRUE(registered.ok()) << registered.status();
+  ASSERT_OK(registered);
   v1::PutBlocksRequest put;
   put.set_profile_id(registered->profile_id());
   put.set_durable(true);
@@ -135,7 +136,7 @@ TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
     b->set_data(std::string(8192, static_cast<char>('a' + i)));
   }
   auto stored = (*client)->PutBlocks({put});
-  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_OK(stored);
   EXPECT_EQ(stored->blocks_stored(), 5u);
 
   auto ls = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--limit", "10"});
@@ -192,7 +193,7 @@ TEST_F(ProcessTest, ContextsTopAndTierFilters) {
   auto client = Client::Connect(socket_);
   ASSERT_TRUE(client.ok());
   auto registered = (*client)->RegisterProfile(EightKiBProfile("ctl-ctx"));
-  ASSERT_TRUE(registered.ok()) << registered.status();
+  ASSERT_OK(registered);
   v1::PutBlocksRequest put;
   put.set_profile_id(registered->profile_id());
   put.set_durable(true);
@@ -270,7 +271,7 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
   auto client = Client::Connect(socket_);
   ASSERT_TRUE(client.ok());
   auto registered = (*client)->RegisterProfile(EightKiBProfile("ctl-evict"));
-  ASSERT_TRUE(registered.ok()) << registered.status();
+  ASSERT_OK(registered);
   const uint64_t pid = registered->profile_id();
   v1::PutBlocksRequest put;
   put.set_profile_id(pid);
@@ -382,7 +383,7 @@ TEST_F(ProcessTest, CompactVersionsAndDropVersion) {
   auto client = Client::Connect(socket_);
   ASSERT_TRUE(client.ok());
   auto registered = (*client)->RegisterProfile(EightKiBProfile("ctl-compact"));
-  ASSERT_TRUE(registered.ok()) << registered.status();
+  ASSERT_OK(registered);
   const std::string P = std::to_string(registered->profile_id());
   // Finite fp16 values (1, 0.5, -1, 2, -0.5, 0.25, -2, 1.5), varied per block.
   const uint16_t kHalves[] = {0x3c00, 0x3800, 0xbc00, 0x4000, 0xb800, 0x3400, 0xc000, 0x3e00};

@@ -28,6 +28,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
+#include "tests/integration/test_daemon.h"
+#include "tests/testutil/status_matchers.h"
 #include "tests/integration/tiny_profile.h"
 #include "tests/testutil/http_get.h"
 
@@ -96,7 +98,7 @@ std::vector<std::string> Families(const std::string& page) {
 void CheckDashboard(const std::string& page, int prom_port) {
   const std::string text = testing::ReadFile(KVTIER_SOURCE_DIR "/deploy/grafana/kvtier.json");
   auto json = quality::ParseJson(text);
-  ASSERT_TRUE(json.ok()) << json.status();
+  ASSERT_OK(json);
   ASSERT_NE(json->Find("title"), nullptr);
   ASSERT_NE(json->Find("uid"), nullptr);
   EXPECT_FALSE(json->Find("uid")->string.empty());
@@ -165,23 +167,19 @@ TEST(PrometheusTest, ScrapesKvtierdAndReadsCountersBack) {
   const std::string dir = "/tmp/kvtier-prom-" + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir + "/prom");
-  auto config = daemon::LoadConfig(
-      "", {"server.data_dir=" + dir + "/kvtier", "log.level=warn", "server.shutdown_grace_ms=1000",
-           "metrics.listen_address=127.0.0.1:0", "tiers.device.capacity_bytes=256KiB",
-           "tiers.host.capacity_bytes=512KiB", "tiers.host.staging_bytes=256KiB",
-           "tiers.nvme.file_count=2", "tiers.nvme.file_size_bytes=4MiB",
-           "tiers.nvme.io_threads=1"});
-  ASSERT_TRUE(config.ok()) << config.status();
-  auto server = daemon::Server::Start(*config);
-  ASSERT_TRUE(server.ok()) << server.status();
-  const int metrics_port = (*server)->metrics_port();
+  auto daemon = testing::StartTestDaemon(
+      dir + "/kvtier", {"metrics.listen_address=127.0.0.1:0", "tiers.device.capacity_bytes=256KiB",
+                        "tiers.host.capacity_bytes=512KiB", "tiers.nvme.file_count=2",
+                        "tiers.nvme.file_size_bytes=4MiB"});
+  ASSERT_OK(daemon);
+  auto& server = daemon->server;
+  auto& client = daemon->client;
+  const int metrics_port = server->metrics_port();
   ASSERT_GT(metrics_port, 0);
 
   // Some work for the counters: a profile, 5 blocks put, one bad request.
-  auto client = Client::Connect((*server)->socket_path());
-  ASSERT_TRUE(client.ok());
-  auto profile = (*client)->RegisterProfile(testing::TinyProfile());
-  ASSERT_TRUE(profile.ok()) << profile.status();
+  auto profile = client->RegisterProfile(testing::TinyProfile());
+  ASSERT_OK(profile);
   v1::PutBlocksRequest put;
   put.set_profile_id(profile->profile_id());
   std::mt19937_64 rng(7);
@@ -192,10 +190,10 @@ TEST(PrometheusTest, ScrapesKvtierdAndReadsCountersBack) {
     for (char& c : bytes) c = static_cast<char>(rng());
     b->set_data(bytes);
   }
-  ASSERT_TRUE((*client)->PutBlocks({put}).ok());
+  ASSERT_OK(client->PutBlocks({put}));
   v1::PutBlocksRequest bad;  // no profile_id: INVALID_ARGUMENT
   bad.add_blocks()->set_block_id("x");
-  EXPECT_FALSE((*client)->PutBlocks({bad}).ok());
+  EXPECT_FALSE(client->PutBlocks({bad}).ok());
 
   // The endpoint itself answers before Prometheus is involved.
   const testing::HttpResponse direct = testing::HttpGet(metrics_port, "/metrics");
@@ -260,8 +258,8 @@ TEST(PrometheusTest, ScrapesKvtierdAndReadsCountersBack) {
 
   prometheus.Signal(SIGTERM);
   EXPECT_TRUE(prometheus.Wait(std::chrono::seconds(30)).has_value());
-  client->reset();
-  server->reset();
+  client.reset();
+  server.reset();
   std::filesystem::remove_all(dir);
 }
 

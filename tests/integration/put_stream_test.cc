@@ -17,7 +17,9 @@
 #include "daemon/server.h"
 #include "gtest/gtest.h"
 #include "proto/wire/wire.h"
+#include "tests/integration/test_daemon.h"
 #include "tests/integration/tiny_profile.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
@@ -76,23 +78,16 @@ RawReply RawStream(const std::shared_ptr<grpc::Channel>& channel, const std::str
 class PutStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = "/tmp/kvtier-pst-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = testing::TestDataDir("pst");
     std::filesystem::remove_all(dir_);
-    auto config = daemon::LoadConfig(
-        "", {"server.data_dir=" + dir_, "log.level=warn", "server.shutdown_grace_ms=1000",
-             "tiers.device.capacity_bytes=256KiB", "tiers.host.capacity_bytes=512KiB",
-             "tiers.host.staging_bytes=256KiB", "tiers.nvme.file_count=1",
-             "tiers.nvme.file_size_bytes=4MiB", "tiers.nvme.io_threads=1"});
-    ASSERT_TRUE(config.ok()) << config.status();
-    auto server = daemon::Server::Start(*config);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    auto client = Client::Connect(server_->socket_path());
-    ASSERT_TRUE(client.ok());
-    client_ = std::move(*client);
+    auto daemon = testing::StartTestDaemon(
+        dir_, {"tiers.device.capacity_bytes=256KiB", "tiers.host.capacity_bytes=512KiB",
+               "tiers.nvme.file_size_bytes=4MiB"});
+    ASSERT_OK(daemon);
+    server_ = std::move(daemon->server);
+    client_ = std::move(daemon->client);
     auto registered = client_->RegisterProfile(testing::TinyProfile());
-    ASSERT_TRUE(registered.ok()) << registered.status();
+    ASSERT_OK(registered);
     ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
     profile_id_ = registered->profile_id();
     channel_ = grpc::CreateChannel("unix:" + server_->socket_path(),
@@ -134,7 +129,7 @@ class PutStreamTest : public ::testing::Test {
     lookup.set_profile_id(profile_id_);
     lookup.add_block_ids(id);
     auto found = client_->Lookup(lookup);
-    EXPECT_TRUE(found.ok()) << found.status();
+    EXPECT_OK(found);
     return found.ok() && found->entries(0).present();
   }
 

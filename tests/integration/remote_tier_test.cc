@@ -27,14 +27,17 @@
 #include "daemon/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/test_daemon.h"
 #include "tests/integration/tiny_profile.h"
 #include "tests/testutil/http_get.h"
 #include "tests/testutil/redis_cluster.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 // A block of finite fp16 values in [-1, -0.5] U [0.5, 1] (so it has a key
 // summary), different for every seed.
@@ -57,7 +60,7 @@ class RemoteTierTest : public ::testing::Test {
     testing::RedisClusterFixtureOptions o;
     o.dir = root_ + "/redis";
     auto cluster = testing::RedisClusterFixture::Start(o);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    ASSERT_OK(cluster);
     cluster_ = cluster->release();
   }
   static void TearDownTestSuite() {
@@ -75,25 +78,22 @@ class RemoteTierTest : public ::testing::Test {
     const std::string dir = root_ + "/" + name + "-" +
                             ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::vector<std::string> overrides = {
-        "server.data_dir=" + dir, "log.level=error", "server.shutdown_grace_ms=1000",
-        "metrics.listen_address=127.0.0.1:0", "tiers.device.capacity_bytes=1MiB",
-        "tiers.host.capacity_bytes=4MiB", "tiers.host.staging_bytes=1MiB",
-        "tiers.nvme.file_count=1", "tiers.nvme.file_size_bytes=4MiB", "tiers.nvme.io_threads=1",
+        "log.level=error",
+        "metrics.listen_address=127.0.0.1:0",
+        "tiers.device.capacity_bytes=1MiB",
+        "tiers.host.capacity_bytes=4MiB",
+        "tiers.host.staging_bytes=1MiB",
+        "tiers.nvme.file_size_bytes=4MiB",
         "tiers.remote.redis_cluster=" + absl::StrJoin(cluster_->Seeds(), ",")};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     Daemon d;
-    auto config = daemon::LoadConfig("", overrides);
-    EXPECT_TRUE(config.ok()) << config.status();
-    if (!config.ok()) return d;
-    auto server = daemon::Server::Start(*config);
-    EXPECT_TRUE(server.ok()) << server.status();
-    if (!server.ok()) return d;
-    d.server = std::move(*server);
-    auto client = Client::Connect(d.server->socket_path());
-    EXPECT_TRUE(client.ok());
-    d.client = std::move(*client);
+    auto started = testing::StartTestDaemon(dir, overrides);
+    EXPECT_OK(started);
+    if (!started.ok()) return d;
+    d.server = std::move(started->server);
+    d.client = std::move(started->client);
     auto profile = d.client->RegisterProfile(testing::TinyProfile());
-    EXPECT_TRUE(profile.ok()) << profile.status();
+    EXPECT_OK(profile);
     if (profile.ok()) d.profile_id = profile->profile_id();
     return d;
   }
@@ -107,7 +107,7 @@ class RemoteTierTest : public ::testing::Test {
       b->set_data(Block(std::hash<std::string>()(ids[i])));
     }
     auto put = d.client->PutBlocks({req});
-    ASSERT_TRUE(put.ok()) << put.status();
+    ASSERT_OK(put);
     for (const auto& r : put->results()) ASSERT_EQ(r.status().code(), 0) << r.status().message();
   }
 
@@ -116,7 +116,7 @@ class RemoteTierTest : public ::testing::Test {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (;;) {
       auto stats = d.client->Stats();
-      ASSERT_TRUE(stats.ok()) << stats.status();
+      ASSERT_OK(stats);
       ASSERT_TRUE(stats->has_remote());
       if (stats->remote().published() >= published) return;
       ASSERT_LT(std::chrono::steady_clock::now(), deadline)
@@ -150,7 +150,7 @@ TEST_F(RemoteTierTest, BlocksPutOnOneDaemonAreServedByAnother) {
   for (const auto& id : ids) get.add_block_ids(id);
   get.set_mode(v1::RETURN_MODE_BYTES);
   auto got = b.client->GetBlocks(get);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   ASSERT_EQ(got->size(), ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     const v1::BlockResult& r = (*got)[i];
@@ -253,15 +253,10 @@ TEST_F(RemoteTierTest, BadRemoteSettingsNameTheKey) {
            {"tiers.remote.publish_threads=0", "tiers.remote.publish_threads"},
            {"tiers.remote.redis_cluster=nonsense", "seeds"},
            {"tiers.remote.password_file=/nonexistent/pw", "tiers.remote.password_file"}}) {
-    auto config = daemon::LoadConfig(
-        "", {"server.data_dir=" + root_ + "/bad", "tiers.remote.redis_cluster=127.0.0.1:1", setting});
-    absl::Status st = config.status();
-    if (config.ok()) {
-      auto server = daemon::Server::Start(*config);
-      st = server.status();
-    }
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << setting << ": " << st;
-    EXPECT_THAT(std::string(st.message()), HasSubstr(key)) << setting;
+    auto daemon = testing::StartTestDaemon(root_ + "/bad",
+                                           {"tiers.remote.redis_cluster=127.0.0.1:1", setting});
+    EXPECT_THAT(daemon, testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(key)))
+        << setting;
   }
 }
 

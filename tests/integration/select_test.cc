@@ -26,12 +26,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "index/simd.h"
+#include "tests/integration/test_daemon.h"
+#include "tests/testutil/status_matchers.h"
 #include "tests/testutil/synthetic.h"
 
 namespace kvtier {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::StatusIs;
 using SelectStream = grpc::ClientReaderWriter<v1::SelectRequest, v1::SelectResponse>;
 
 // 2 layers x (k|v) x 2 kv heads x 16 tokens x 32 dims x fp16 = 8 KiB.
@@ -70,27 +73,19 @@ class SelectTest : public ::testing::Test {
     dir_ = "/tmp/kvtier-sel-" + std::to_string(::getpid()) + "-" + name.substr(0, 48);
     std::filesystem::remove_all(dir_);
     std::vector<std::string> overrides = {
-        "server.data_dir=" + dir_,          "log.level=warn",
-        "server.shutdown_grace_ms=1000",    "tiers.device.capacity_bytes=4MiB",
-        "tiers.host.capacity_bytes=16MiB",  "tiers.host.staging_bytes=256KiB",
-        "tiers.nvme.file_count=1",          "tiers.nvme.file_size_bytes=16MiB",
-        "tiers.nvme.io_threads=1",          "limits.max_batch_blocks=256",
-        "index.head_weights_min_blocks=16", "leases.default_ttl_ms=60000",
+        "limits.max_batch_blocks=256", "index.head_weights_min_blocks=16",
+        "leases.default_ttl_ms=60000",
         // The key-key path with the design's masks and stability settings,
         // which these tests exercise (the shipped defaults differ:
         // docs/QUALITY.md).
-        "select.default_scorer=keykey", "index.pages_per_chunk=16",
-        "select.page_keep_fraction=0.1", "select.local_blocks=4",
-        "select.window_steps=20", "select.theta=0.5", "select.stability_weight=0.3"};
+        "select.default_scorer=keykey", "index.pages_per_chunk=16", "select.page_keep_fraction=0.1",
+        "select.local_blocks=4", "select.window_steps=20", "select.theta=0.5",
+        "select.stability_weight=0.3"};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto config = daemon::LoadConfig("", overrides);
-    ASSERT_TRUE(config.ok()) << config.status();
-    auto server = daemon::Server::Start(*config);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    auto client = Client::Connect(server_->socket_path());
-    ASSERT_TRUE(client.ok());
-    client_ = std::move(*client);
+    auto daemon = testing::StartTestDaemon(dir_, overrides);
+    ASSERT_OK(daemon);
+    server_ = std::move(daemon->server);
+    client_ = std::move(daemon->client);
     v1::ModelProfile profile;
     profile.set_name("select-test");
     profile.set_revision("1");
@@ -100,7 +95,7 @@ class SelectTest : public ::testing::Test {
     profile.set_block_size_tokens(kTokens);
     profile.set_dtype(v1::DTYPE_FP16);
     auto registered = client_->RegisterProfile(profile);
-    ASSERT_TRUE(registered.ok()) << registered.status();
+    ASSERT_OK(registered);
     ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
     profile_id_ = registered->profile_id();
     auto arena = client_->OpenArena();
@@ -139,7 +134,7 @@ class SelectTest : public ::testing::Test {
     }
     if (req.blocks_size() > 0) reqs.push_back(req);
     auto put = client_->PutBlocks(reqs);
-    EXPECT_TRUE(put.ok()) << put.status();
+    EXPECT_OK(put);
     if (put.ok()) {
       for (const auto& r : put->results()) EXPECT_EQ(r.status().code(), 0) << r.status().message();
     }
@@ -240,7 +235,7 @@ TEST_F(SelectTest, FindsPlantedBlocksWithinBudgetAndHandlesHoldTheirBytes) {
   auto synthetic = Synthetic(256, 11);
   auto ids = PutContext(synthetic, "doc");
   auto ctx = Open({{ids.begin(), ids.begin() + 128}, {ids.begin() + 128, ids.end()}});
-  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  ASSERT_OK(ctx);
   auto resp = SelectOnce({Entry(*ctx, synthetic.anchor, 16)}, 42);
   EXPECT_EQ(resp.request_id(), 42u);
   ASSERT_EQ(resp.contexts_size(), 1);
@@ -274,7 +269,7 @@ TEST_F(SelectTest, EachSelectReplacesThePreviousPinsAndReleaseOrCloseFreesThem) 
   auto synthetic = Synthetic(128, 12);
   auto ids = PutContext(synthetic, "doc");
   auto ctx = Open({ids});
-  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  ASSERT_OK(ctx);
   grpc::ClientContext call;
   auto stream = client_->kvtier_stub()->Select(&call);
   std::mt19937_64 rng(5);
@@ -311,7 +306,7 @@ TEST_F(SelectTest, EachSelectReplacesThePreviousPinsAndReleaseOrCloseFreesThem) 
   v1::ReleaseRequest release;
   release.set_context_id(*ctx);
   auto released = client_->Release(release);
-  ASSERT_TRUE(released.ok()) << released.status();
+  ASSERT_OK(released);
   EXPECT_EQ(released->blocks_unpinned(), 12u);
   EXPECT_EQ(PinnedBytes(), 0u);
   // Select again, then CloseContext frees the pins too.
@@ -325,7 +320,7 @@ TEST_F(SelectTest, EachSelectReplacesThePreviousPinsAndReleaseOrCloseFreesThem) 
   ASSERT_TRUE(client_->kvtier_stub()->CloseContext(&cc, close, &closed).ok());
   EXPECT_EQ(PinnedBytes(), 0u);
   EXPECT_EQ(client_->Stats()->open_contexts(), 0u);
-  EXPECT_EQ(client_->Release(release).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(client_->Release(release), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(SelectTest, BadEntriesFailAloneAndTheStreamKeepsWorking) {
@@ -466,13 +461,13 @@ TEST_F(SelectTest, ContextRpcsNameWhatIsWrong) {
   auto ids = PutContext(synthetic, "doc");
   std::vector<std::string> with_missing = {ids[0], "never-put-1", ids[1], "never-put-2"};
   auto st = Open({with_missing}).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(st.message(), HasSubstr("2 of 4 blocks are not stored"));
   EXPECT_THAT(st.message(),
               HasSubstr("segments[0].block_ids[1] = " + absl::BytesToHexString("never-put-1")));
   EXPECT_THAT(st.message(), HasSubstr("segments[0].block_ids[3]"));
   st = Open({{}}).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   {
     grpc::ClientContext c;
     v1::OpenContextRequest req;
@@ -573,7 +568,7 @@ TEST_P(SelectPlacementTest, NvmeOnlyBlocksArePendingUntilPrefetchedAndWaitMsWait
   auto synthetic = Synthetic(64, 16);
   auto ids = PutContext(synthetic, "doc");
   auto ctx = Open({ids});
-  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  ASSERT_OK(ctx);
   v1::ContextSelect entry = Entry(*ctx, synthetic.anchor, 10);
   entry.set_step(1);
   auto a = SelectOnce({entry});
@@ -627,7 +622,7 @@ TEST_F(SelectTest, PromotionsPastTheInlineBudgetAreDeferredThenResident) {
   auto fresh = [&](uint64_t seed, const std::string& prefix) {
     auto synthetic = Synthetic(64, seed);
     auto ctx = Open({PutContext(synthetic, prefix)});
-    EXPECT_TRUE(ctx.ok()) << ctx.status();
+    EXPECT_OK(ctx);
     return Entry(ctx.ok() ? *ctx : 0, synthetic.anchor, 10);
   };
   v1::ContextSelect entry = fresh(16, "doc");
@@ -691,7 +686,7 @@ TEST_P(SelectWantedTest, ABlockSelectKeepsWantingSurvivesPressureThatDemotesUnwa
          std::string("tiers.placement=") + GetParam()});
   auto pin_all = Synthetic(6, 3);
   auto a = Open({PutContext(pin_all, "a")});
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a);
   v1::SelectResponse first = SelectOnce({Entry(*a, pin_all.anchor, 6)});
   ASSERT_EQ(first.contexts(0).status().code(), 0) << first.contexts(0).status().message();
   ASSERT_EQ(first.contexts(0).blocks_size(), 6);
@@ -701,13 +696,13 @@ TEST_P(SelectWantedTest, ABlockSelectKeepsWantingSurvivesPressureThatDemotesUnwa
   auto synthetic = Synthetic(8, 4);
   const std::vector<std::string> ids = PutContext(synthetic, "b");
   auto b = Open({ids});
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(b);
   auto tier_of = [&](const std::string& id) {
     v1::LookupRequest lookup;
     lookup.set_profile_id(profile_id_);
     lookup.add_block_ids(id);
     auto where = client_->Lookup(lookup);
-    EXPECT_TRUE(where.ok()) << where.status();
+    EXPECT_OK(where);
     return where.ok() ? where->entries(0).tier() : v1::TIER_UNSPECIFIED;
   };
   // Budget 5 = sink + 4 local blocks: blocks 0 and 4..7, every step.
@@ -757,7 +752,7 @@ TEST_F(SelectTest, ConcurrentStreamsOverSharedContextsStayConsistent) {
     data.push_back(Synthetic(64, 100 + c, 4));
     ids.push_back(PutContext(data.back(), "ctx" + std::to_string(c)));
     auto ctx = Open({ids.back()});
-    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    ASSERT_OK(ctx);
     contexts.push_back(*ctx);
   }
   std::vector<std::thread> threads;

@@ -21,11 +21,13 @@
 #include "gtest/gtest.h"
 #include "index/simd.h"
 #include "tests/integration/test_daemon.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 constexpr int kLayers = 2, kKvHeads = 2, kQHeads = 4, kTokens = 16, kDim = 32;
 constexpr int kBlocks = 40, kPlanted = 7;
@@ -87,7 +89,7 @@ class SelectV2Test : public ::testing::Test {
 
   void Start() {
     auto daemon = testing::StartTestDaemon(dir_, {"index.summary_per_layer=true"});
-    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    ASSERT_OK(daemon);
     server_ = std::move(daemon->server);
     client_ = std::move(daemon->client);
   }
@@ -110,7 +112,7 @@ class SelectV2Test : public ::testing::Test {
   // appends the rest one by one, as an engine does.
   uint64_t OpenContext(bool calibrated) {
     auto reg = client_->RegisterProfile(Profile(calibrated));
-    EXPECT_TRUE(reg.ok()) << reg.status();
+    EXPECT_OK(reg);
     profile_id_ = reg->profile_id();
     for (int b = 0; b < kBlocks; ++b) {
       blocks_.push_back(Payload(1000 + b, b == kPlanted ? &query_ : nullptr));
@@ -301,7 +303,7 @@ TEST_F(SelectV2Test, CalibrationIsValidatedReturnedAndKeptAcrossRestarts) {
   bad.mutable_calibration()->mutable_retrieval_heads(0)->set_q_head(kQHeads);
   auto refused = client_->RegisterProfile(bad);
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(std::string(refused.status().message()),
               HasSubstr("profile.calibration.retrieval_heads[0]"));
   bad = Profile(true);
@@ -310,7 +312,7 @@ TEST_F(SelectV2Test, CalibrationIsValidatedReturnedAndKeptAcrossRestarts) {
               HasSubstr("profile.calibration.prior[2]"));
 
   auto reg = client_->RegisterProfile(Profile(true));
-  ASSERT_TRUE(reg.ok()) << reg.status();
+  ASSERT_OK(reg);
   const uint64_t id = reg->profile_id();
   // Another calibration under the same name and revision is another
   // definition: refused, the stored one is kept.
@@ -324,7 +326,7 @@ TEST_F(SelectV2Test, CalibrationIsValidatedReturnedAndKeptAcrossRestarts) {
   server_.reset();
   Start();
   got = client_->GetProfile(id);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   EXPECT_EQ(got->profile().calibration().SerializeAsString(), Calibration().SerializeAsString());
   auto again = client_->RegisterProfile(Profile(true));
   ASSERT_TRUE(again.ok());

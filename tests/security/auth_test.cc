@@ -9,11 +9,13 @@
 #include "gmock/gmock.h"
 #include "tests/security/raw_call.h"
 #include "tests/security/security_fixture.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::security {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 class AuthTest : public SecurityTest {
  protected:
@@ -55,7 +57,7 @@ TEST_F(AuthTest, AdminServiceNeedsTheAdminRole) {
   }
   auto ops = As("ops");
   auto stats = ops->Stats();
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats);
   std::vector<std::string> names;
   for (const auto& t : stats->tenants()) names.push_back(t.name());
   EXPECT_THAT(names, ::testing::UnorderedElementsAre("a", "b", "q", "ops"));
@@ -68,7 +70,7 @@ TEST_F(AuthTest, AdminServiceNeedsTheAdminRole) {
 TEST_F(AuthTest, DescriptorSocketChecksTheToken) {
   auto a = As("a");
   auto arena = a->OpenArena();
-  ASSERT_TRUE(arena.ok()) << arena.status();
+  ASSERT_OK(arena);
   EXPECT_TRUE(arena->shm_path().empty()) << "no path to another tenant's file is handed out";
   ASSERT_FALSE(arena->fd_socket_path().empty());
   for (const std::string& bad : {std::string(), daemon::NewToken(), std::string("-")}) {
@@ -93,12 +95,12 @@ TEST_F(AuthTest, ReloadTakesARotatedTokenAwayAtOnce) {
   WriteTenants();
   ASSERT_TRUE(server_->runtime()->ReloadTenants().ok());
   auto health = a->Health();
-  EXPECT_EQ(health.status().code(), absl::StatusCode::kUnauthenticated) << health.status();
+  EXPECT_THAT(health, StatusIs(absl::StatusCode::kUnauthenticated)) << health.status();
   EXPECT_TRUE(As("a")->Health().ok());
   // A bad file is refused and the table in force stays.
   std::ofstream(tenants_file_, std::ios::trunc) << "[[tenants]]\nname = \"bad name!\"\n";
   auto reload = server_->runtime()->ReloadTenants();
-  EXPECT_EQ(reload.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(reload, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(reload.message(), HasSubstr("tenants[0]"));
   EXPECT_TRUE(As("a")->Health().ok());
 }

@@ -16,6 +16,7 @@
 #include "client/shm/fd_fetch.h"
 #include "daemon/auth/fd_server.h"
 #include "tests/security/security_fixture.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::security {
 namespace {
@@ -49,7 +50,7 @@ class FdSocketTest : public SecurityTest {
     b_ = As("b");
     pb_ = Register(b_.get());
     auto slots = b_->ReserveSlots(pb_, 1);
-    ASSERT_TRUE(slots.ok()) << slots.status();
+    ASSERT_OK(slots);
     path_ = slots->fd_socket_path();
   }
 

@@ -18,6 +18,7 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "tests/integration/subprocess.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::security {
 namespace {
@@ -61,7 +62,7 @@ class FileModesTest : public ::testing::Test {
   // Puts one durable block whose bytes are a recognisable pattern.
   void PutDurableBlock() {
     auto client = Client::Connect(socket_);
-    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_OK(client);
     v1::ModelProfile p;
     p.set_name("modes");
     p.set_num_layers(1);
@@ -70,7 +71,7 @@ class FileModesTest : public ::testing::Test {
     p.set_block_size_tokens(32);
     p.set_dtype(v1::DTYPE_FP16);
     auto reg = (*client)->RegisterProfile(p);
-    ASSERT_TRUE(reg.ok()) << reg.status();
+    ASSERT_OK(reg);
     v1::PutBlocksRequest put;
     put.set_profile_id(reg->profile_id());
     put.set_durable(true);
@@ -78,7 +79,7 @@ class FileModesTest : public ::testing::Test {
     b->set_block_id("secret");
     b->set_data(std::string(8192, 'S'));
     auto r = (*client)->PutBlocks({put});
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     ASSERT_EQ(r->results(0).status().code(), 0);
   }
 

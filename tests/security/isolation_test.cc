@@ -12,11 +12,13 @@
 #include "client/shm/shm_mapping.h"
 #include "gmock/gmock.h"
 #include "tests/security/security_fixture.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::security {
 namespace {
 
 using ::testing::Each;
+using testing::StatusIs;
 
 class IsolationTest : public SecurityTest {
  protected:
@@ -42,27 +44,26 @@ TEST_F(IsolationTest, DirectBlockCallsCarryTheTenant) {
   };
   std::vector<BlockData> blocks = {{ids[0], bytes(p0)}, {ids[1], bytes(p1)}};
   auto put = a_->PutBlockData(pa_, blocks);
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   EXPECT_EQ(put->blocks_stored(), 2u);
 
   std::vector<uint8_t> out0(kBlockBytes), out1(kBlockBytes);
   std::vector<BlockDestination> dst = {{ids[0], absl::MakeSpan(out0)},
                                        {ids[1], absl::MakeSpan(out1)}};
   auto mine = a_->GetBlockData(pa_, dst);
-  ASSERT_TRUE(mine.ok()) << mine.status();
+  ASSERT_OK(mine);
   EXPECT_TRUE((*mine)[0].status.ok() && (*mine)[1].status.ok());
   EXPECT_EQ(std::string(out0.begin(), out0.end()), p0);
   auto theirs = b_->GetBlockData(pb_, dst);
-  ASSERT_TRUE(theirs.ok()) << theirs.status();
-  EXPECT_EQ((*theirs)[0].status.code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ((*theirs)[1].status.code(), absl::StatusCode::kNotFound);
+  ASSERT_OK(theirs);
+  EXPECT_THAT((*theirs)[0].status, StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT((*theirs)[1].status, StatusIs(absl::StatusCode::kNotFound));
 
   auto anonymous = Client::Connect(server_->socket_path());
   ASSERT_TRUE(anonymous.ok());
-  EXPECT_EQ((*anonymous)->PutBlockData(pa_, blocks).status().code(),
-            absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ((*anonymous)->GetBlockData(pa_, dst).status().code(),
-            absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT((*anonymous)->PutBlockData(pa_, blocks),
+              StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_THAT((*anonymous)->GetBlockData(pa_, dst), StatusIs(absl::StatusCode::kUnauthenticated));
 }
 
 TEST_F(IsolationTest, AnotherTenantsBlocksLookMissing) {
@@ -76,7 +77,7 @@ TEST_F(IsolationTest, AnotherTenantsBlocksLookMissing) {
   lookup.set_profile_id(pb_);
   for (const auto& id : ids) lookup.add_block_ids(id);
   auto seen = b_->Lookup(lookup);
-  ASSERT_TRUE(seen.ok()) << seen.status();
+  ASSERT_OK(seen);
   for (const auto& e : seen->entries()) EXPECT_FALSE(e.present());
   v1::LookupRequest own_lookup = lookup;
   own_lookup.set_profile_id(pa_);
@@ -90,7 +91,7 @@ TEST_F(IsolationTest, AnotherTenantsBlocksLookMissing) {
     get.set_mode(mode);
     for (const auto& id : ids) get.add_block_ids(id);
     auto got = b_->GetBlocks(get);
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     for (const auto& r : *got) {
       EXPECT_EQ(r.status().code(), grpc::StatusCode::NOT_FOUND);
       EXPECT_TRUE(r.data().empty());
@@ -101,7 +102,7 @@ TEST_F(IsolationTest, AnotherTenantsBlocksLookMissing) {
   del.set_profile_id(pb_);
   for (const auto& id : ids) del.add_block_ids(id);
   auto deleted = b_->DeleteBlocks(del);
-  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  ASSERT_OK(deleted);
   for (const auto& s : deleted->statuses()) EXPECT_EQ(s.code(), grpc::StatusCode::NOT_FOUND);
   own = a_->Lookup(own_lookup);
   ASSERT_TRUE(own.ok());
@@ -198,7 +199,7 @@ TEST_F(IsolationTest, ContextsAndLeasesAreTheOwnersOnly) {
     v1::ReleaseRequest r;
     if (by_context) r.set_context_id(cid); else r.set_lease_id(lease);
     auto released = b_->Release(r);
-    EXPECT_EQ(released.status().code(), absl::StatusCode::kNotFound) << released.status();
+    EXPECT_THAT(released, StatusIs(absl::StatusCode::kNotFound)) << released.status();
   }
   {  // Close
     grpc::ClientContext c;
@@ -219,7 +220,7 @@ TEST_F(IsolationTest, ContextsAndLeasesAreTheOwnersOnly) {
   v1::ReleaseRequest r;
   r.set_lease_id(lease);
   auto released = a_->Release(r);
-  ASSERT_TRUE(released.ok()) << released.status();
+  ASSERT_OK(released);
   EXPECT_EQ(released->blocks_unpinned(), 1u);
   grpc::ClientContext c;
   v1::CloseContextRequest close;
@@ -288,7 +289,7 @@ TEST_F(IsolationTest, EveryTenantHasItsOwnPrivateFiles) {
 // one read of the slot, however the client rewrites it meanwhile.
 TEST_F(IsolationTest, RewritingAStagedSlotDuringThePutCannotCorruptIt) {
   auto slots = a_->ReserveSlots(pa_, 4);
-  ASSERT_TRUE(slots.ok()) << slots.status();
+  ASSERT_OK(slots);
   std::string err;
   auto staging = client::ShmStagingFile::Open(a_->StagingSource(*slots), slots->staging_size_bytes(),
                                               &err);
@@ -321,7 +322,7 @@ TEST_F(IsolationTest, RewritingAStagedSlotDuringThePutCannotCorruptIt) {
   auto put = a_->PutBlocks({req});
   stop = true;
   rewriter.join();
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   for (const auto& r : put->results()) EXPECT_EQ(r.status().code(), 0) << r.status().message();
 
   // Verify re-reads every stored copy and checks it against its checksum.

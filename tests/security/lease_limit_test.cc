@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "tests/security/security_fixture.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::security {
 namespace {
@@ -59,7 +60,7 @@ class LeaseLimitTest : public SecurityTest {
 
   uint64_t LeasesOf(const std::string& tenant) {
     auto stats = As("ops")->Stats();
-    EXPECT_TRUE(stats.ok()) << stats.status();
+    EXPECT_OK(stats);
     for (const auto& t : stats->tenants()) {
       if (t.name() == tenant) return t.leases();
     }
@@ -139,7 +140,7 @@ TEST_F(LeaseLimitTest, ATenantPastItsLeasesIsRefusedAndOthersAreNot) {
   EXPECT_NE(lease_b, 0u);
 
   auto stats = As("ops")->Stats();
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats);
   for (const auto& t : stats->tenants()) {
     if (t.name() == "l") EXPECT_EQ(t.quotas().at("leases"), kQuotaLeases);
     if (t.name() == "a") EXPECT_EQ(t.quotas().at("leases"), kDefaultLeases);

@@ -18,11 +18,13 @@
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "tests/security/security_fixture.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::security {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 constexpr uint32_t kOtherUid = 4242;  // listed for tenant b; no process runs as it
 
@@ -47,7 +49,7 @@ class PeerCredTest : public SecurityTest {
 
   std::unique_ptr<Client> Peer() {
     auto c = Client::Connect(peer_path_, ClientOptions{});
-    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_OK(c);
     return c.ok() ? std::move(*c) : nullptr;
   }
 
@@ -73,7 +75,7 @@ TEST_F(PeerCredTest, ALocalUserIsItsTenantWithoutAToken) {
   lookup.set_profile_id(Register(a.get()));
   for (const auto& id : ids) lookup.add_block_ids(id);
   auto seen = a->Lookup(lookup);
-  ASSERT_TRUE(seen.ok()) << seen.status();
+  ASSERT_OK(seen);
   for (const auto& e : seen->entries()) EXPECT_FALSE(e.present());
   EXPECT_EQ(server_->peer_server()->stats().accepted, 1u);
 }
@@ -172,14 +174,14 @@ TEST_F(PeerCredTest, BadUidListsAreRefusedWithTheFieldNamed) {
     std::ofstream(tenants_file_, std::ios::trunc)
         << "[[tenants]]\nname = \"x\"\nrole = \"data\"\n" << bad << "\n";
     absl::Status st = server_->runtime()->ReloadTenants();
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
     EXPECT_THAT(st.message(), HasSubstr("uids")) << bad;
   }
   std::ofstream(tenants_file_, std::ios::trunc)
       << "[[tenants]]\nname = \"x\"\nrole = \"data\"\nuids = [5]\n"
       << "[[tenants]]\nname = \"y\"\nrole = \"data\"\nuids = [5]\n";
   absl::Status st = server_->runtime()->ReloadTenants();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(st.message(), HasSubstr("uid 5 is listed under two tenants"));
   // The table in force stays: this process is still "local".
   EXPECT_TRUE(Peer()->Health().ok());

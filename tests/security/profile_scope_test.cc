@@ -11,12 +11,14 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "tests/security/security_fixture.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::security {
 namespace {
 
 using ::testing::Each;
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 // The name of the finding's report; the first registration is bogus.
 v1::ModelProfile Llama(uint32_t layers) {
@@ -143,28 +145,28 @@ class ProfileScopeTest : public SecurityTest {
 // B's real registration failed with ALREADY_EXISTS.
 TEST_F(ProfileScopeTest, ANameAnotherTenantRegisteredFirstIsStillFree) {
   auto bogus = a_->RegisterProfile(Llama(1));
-  ASSERT_TRUE(bogus.ok()) << bogus.status();
+  ASSERT_OK(bogus);
   auto real = b_->RegisterProfile(Llama(kLayers));
-  ASSERT_TRUE(real.ok()) << real.status();
+  ASSERT_OK(real);
   EXPECT_TRUE(real->created());
   EXPECT_NE(real->profile_id(), bogus->profile_id());
   EXPECT_EQ(real->block_size_bytes(), kBlockBytes);
 
   auto mine = b_->GetProfile(real->profile_id());
-  ASSERT_TRUE(mine.ok()) << mine.status();
+  ASSERT_OK(mine);
   EXPECT_EQ(mine->profile().num_layers(), static_cast<uint32_t>(kLayers));
   auto theirs = a_->GetProfile(bogus->profile_id());
-  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  ASSERT_OK(theirs);
   EXPECT_EQ(theirs->profile().num_layers(), 1u);
 
   // Within one tenant a name still has one shape, and an identical
   // registration is the same profile.
   auto again = b_->RegisterProfile(Llama(kLayers));
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_FALSE(again->created());
   EXPECT_EQ(again->profile_id(), real->profile_id());
-  EXPECT_EQ(b_->RegisterProfile(Llama(3)).status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(a_->RegisterProfile(Llama(kLayers)).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(b_->RegisterProfile(Llama(3)), StatusIs(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(a_->RegisterProfile(Llama(kLayers)), StatusIs(absl::StatusCode::kAlreadyExists));
 
   // B's blocks go under its own profile.
   EXPECT_THAT(Put(b_.get(), real->profile_id(), Ids("b", 2), 1), Each(0));
@@ -197,7 +199,7 @@ TEST_F(ProfileScopeTest, AnotherTenantsProfileIdAnswersAsAnIdThatDoesNotExist) {
   lookup.set_profile_id(pb);
   for (const auto& id : Ids("b", 2)) lookup.add_block_ids(id);
   auto seen = b_->Lookup(lookup);
-  ASSERT_TRUE(seen.ok()) << seen.status();
+  ASSERT_OK(seen);
   EXPECT_EQ(seen->prefix_blocks(), 2u);
 }
 
@@ -211,10 +213,10 @@ TEST_F(ProfileScopeTest, HeadWeightsOfAnIdenticalDefinitionAreEachTenantsOwn) {
   // before they are acknowledged).
   EXPECT_THAT(Put(b_.get(), pb, Ids("b", 4), 1, /*durable=*/true), Each(0));
   auto bs = b_->GetProfile(pb);
-  ASSERT_TRUE(bs.ok()) << bs.status();
+  ASSERT_OK(bs);
   EXPECT_GE(bs->head_weights_version(), 1u);
   auto as = a_->GetProfile(pa);
-  ASSERT_TRUE(as.ok()) << as.status();
+  ASSERT_OK(as);
   EXPECT_EQ(as->head_weights_version(), 0u) << "A sees B's puts move its head weights";
   EXPECT_EQ(as->head_weights_size(), 0);
 }
@@ -225,7 +227,7 @@ TEST_F(ProfileScopeTest, IdsAreRandomAndQuotasCountEachTenantsOwn) {
     v1::ModelProfile p = Profile();
     p.set_name("model-" + std::to_string(i));
     auto r = a_->RegisterProfile(p);
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     ids.insert(r->profile_id());
   }
   ASSERT_EQ(ids.size(), 4u);
@@ -237,12 +239,12 @@ TEST_F(ProfileScopeTest, IdsAreRandomAndQuotasCountEachTenantsOwn) {
   // second is past its quota, whatever others registered.
   auto q = As("q");
   auto first = q->RegisterProfile(Profile());
-  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_OK(first);
   EXPECT_TRUE(first->created());
   v1::ModelProfile other = Profile();
   other.set_name("model-0");
   auto second = q->RegisterProfile(other);
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(second.status().message(), HasSubstr("quota profiles"));
 
   // The admin listing shows every tenant's profiles with their owner.
@@ -254,7 +256,7 @@ TEST_F(ProfileScopeTest, IdsAreRandomAndQuotasCountEachTenantsOwn) {
   EXPECT_EQ(owners.count("a"), 4u);
   EXPECT_EQ(owners.count("q"), 1u);
   auto stats = As("ops")->Stats();
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats);
   for (const auto& t : stats->tenants()) {
     if (t.name() == "a") EXPECT_EQ(t.profiles(), 4u);
     if (t.name() == "q") EXPECT_EQ(t.profiles(), 1u);
@@ -272,21 +274,20 @@ TEST_F(ProfileScopeTest, EveryTenantFindsItsProfilesAndBlocksAfterARestart) {
   a_.reset();
   b_.reset();
   server_.reset();
-  auto server = daemon::Server::Start(config_);
-  ASSERT_TRUE(server.ok()) << server.status();
-  server_ = std::move(*server);
+  RestartDaemon();
+  ASSERT_NE(server_, nullptr);
   a_ = As("a");
   b_ = As("b");
 
   auto b_again = b_->RegisterProfile(Llama(kLayers));
-  ASSERT_TRUE(b_again.ok()) << b_again.status();
+  ASSERT_OK(b_again);
   EXPECT_FALSE(b_again->created());
   EXPECT_EQ(b_again->profile_id(), pb->profile_id());
   auto a_again = a_->RegisterProfile(Llama(1));
-  ASSERT_TRUE(a_again.ok()) << a_again.status();
+  ASSERT_OK(a_again);
   EXPECT_EQ(a_again->profile_id(), pa->profile_id());
   auto b_profile = b_->GetProfile(pb->profile_id());
-  ASSERT_TRUE(b_profile.ok()) << b_profile.status();
+  ASSERT_OK(b_profile);
   EXPECT_EQ(b_profile->profile().num_layers(), static_cast<uint32_t>(kLayers));
 
   for (auto [c, profile_id, tag, seed, n] :
@@ -297,15 +298,15 @@ TEST_F(ProfileScopeTest, EveryTenantFindsItsProfilesAndBlocksAfterARestart) {
     get.set_mode(v1::RETURN_MODE_BYTES);
     for (const auto& id : Ids(tag, n)) get.add_block_ids(id);
     auto got = c->GetBlocks(get);
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     ASSERT_EQ(got->size(), static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
       EXPECT_EQ((*got)[i].status().code(), 0) << (*got)[i].status().message();
       EXPECT_EQ((*got)[i].data(), Payload(seed + i));
     }
   }
-  EXPECT_EQ(a_->GetProfile(pb->profile_id()).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(b_->GetProfile(pa2).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(a_->GetProfile(pb->profile_id()), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(b_->GetProfile(pa2), StatusIs(absl::StatusCode::kNotFound));
 }
 
 }  // namespace

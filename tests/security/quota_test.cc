@@ -7,11 +7,13 @@
 
 #include "gmock/gmock.h"
 #include "tests/security/security_fixture.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::security {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::StatusIs;
 
 class QuotaTest : public SecurityTest {
  protected:
@@ -23,7 +25,7 @@ class QuotaTest : public SecurityTest {
   }
   v1::TenantStats StatsOfQ() {
     auto stats = As("ops")->Stats();
-    EXPECT_TRUE(stats.ok()) << stats.status();
+    EXPECT_OK(stats);
     for (const auto& t : stats->tenants()) {
       if (t.name() == "q") return t;
     }
@@ -38,16 +40,16 @@ TEST_F(QuotaTest, ProfilesAndStagingSlots) {
   v1::ModelProfile other = Profile();
   other.set_name("other");
   auto second = q_->RegisterProfile(other);
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(second.status().message(), HasSubstr("quota profiles"));
 
   auto too_many = q_->ReserveSlots(pq_, 5);
-  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(too_many, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(too_many.status().message(), HasSubstr("staging_slots"));
   auto four = q_->ReserveSlots(pq_, 4);
-  ASSERT_TRUE(four.ok()) << four.status();
+  ASSERT_OK(four);
   auto fifth = q_->ReserveSlots(pq_, 1);
-  EXPECT_EQ(fifth.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(fifth, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(StatsOfQ().staging_slots(), 4u);
   EXPECT_EQ(StatsOfQ().quotas().at("staging_slots"), 4u);
   // Another tenant is not held back by q's quota.
@@ -119,7 +121,7 @@ TEST_F(QuotaTest, ContextsBlocksPerContextAndPins) {
   get.set_mode(v1::RETURN_MODE_HANDLES);
   for (int i = 0; i < 3; ++i) get.add_block_ids(ids[i]);
   auto got = q_->GetBlocks(get);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   int refused = 0;
   for (const auto& r : *got) {
     if (r.status().code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
@@ -139,13 +141,13 @@ TEST_F(QuotaTest, OneRequestCannotNameAnIdOverAndOver) {
   const std::string id = BlockIdOf("c", 0);
   for (int i = 0; i < 262144; ++i) get.add_block_ids(id);
   auto got = q_->GetBlocks(get);
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(got.status().message(), HasSubstr("block_ids"));
   v1::LookupRequest lookup;
   lookup.set_profile_id(pq_);
   *lookup.mutable_block_ids() = get.block_ids();
   auto looked = q_->Lookup(lookup);
-  EXPECT_EQ(looked.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(looked, StatusIs(absl::StatusCode::kInvalidArgument));
   // The daemon still answers.
   EXPECT_TRUE(q_->Health().ok());
 }

@@ -22,6 +22,8 @@
 #include "daemon/server.h"
 #include "gtest/gtest.h"
 #include "index/simd.h"
+#include "tests/integration/test_daemon.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::security {
 
@@ -56,21 +58,28 @@ class SecurityTest : public ::testing::Test {
     for (const char* name : {"a", "b", "q", "ops"}) tokens_[name] = daemon::NewToken();
     tenants_file_ = dir_ + "/tenants.toml";
     WriteTenants(more_tenants);
-    std::vector<std::string> overrides = {
-        "server.data_dir=" + dir_ + "/data", "log.level=error",
-        "server.shutdown_grace_ms=1000",     "tiers.device.capacity_bytes=1MiB",
-        "tiers.host.capacity_bytes=4MiB",    "tiers.host.staging_bytes=512KiB",
-        "tiers.nvme.file_count=1",           "tiers.nvme.file_size_bytes=8MiB",
-        "tiers.nvme.io_threads=1",           "leases.default_ttl_ms=60000",
-        "auth.tenants_file=" + tenants_file_, "auth.tenant_arena_bytes=512KiB",
-        "auth.tenant_staging_bytes=256KiB"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto config = daemon::LoadConfig("", overrides);
-    ASSERT_TRUE(config.ok()) << config.status();
-    config_ = *config;
-    auto server = daemon::Server::Start(config_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
+    options_.overrides = {"log.level=error",
+                          "tiers.device.capacity_bytes=1MiB",
+                          "tiers.host.capacity_bytes=4MiB",
+                          "tiers.host.staging_bytes=512KiB",
+                          "tiers.nvme.file_size_bytes=8MiB",
+                          "leases.default_ttl_ms=60000",
+                          "auth.tenants_file=" + tenants_file_,
+                          "auth.tenant_arena_bytes=512KiB",
+                          "auth.tenant_staging_bytes=256KiB"};
+    options_.overrides.insert(options_.overrides.end(), extra.begin(), extra.end());
+    // No client of its own: each test connects as a tenant (As()).
+    options_.connect = false;
+    RestartDaemon();
+  }
+
+  // Starts the daemon again with the settings of the last StartDaemon, on
+  // the same data folder; server_ must be null (reset) first.
+  void RestartDaemon() {
+    auto daemon = testing::StartTestDaemon(dir_ + "/data", options_);
+    ASSERT_OK(daemon);
+    config_ = daemon->config;
+    server_ = std::move(daemon->server);
   }
 
   void WriteTenants(const std::string& more = "") {
@@ -97,7 +106,7 @@ class SecurityTest : public ::testing::Test {
     ClientOptions options;
     options.token = tokens_.count(tenant) ? tokens_[tenant] : tenant;
     auto client = Client::Connect(server_->socket_path(), options);
-    EXPECT_TRUE(client.ok()) << client.status();
+    EXPECT_OK(client);
     return client.ok() ? std::move(*client) : nullptr;
   }
 
@@ -115,7 +124,7 @@ class SecurityTest : public ::testing::Test {
 
   static uint64_t Register(Client* c) {
     auto registered = c->RegisterProfile(Profile());
-    EXPECT_TRUE(registered.ok()) << registered.status();
+    EXPECT_OK(registered);
     return registered.ok() ? registered->profile_id() : 0;
   }
 
@@ -132,7 +141,7 @@ class SecurityTest : public ::testing::Test {
       b->set_data(Payload(first_seed + i));
     }
     auto put = c->PutBlocks({req});
-    EXPECT_TRUE(put.ok()) << put.status();
+    EXPECT_OK(put);
     std::vector<int> codes;
     if (put.ok()) {
       for (const auto& r : put->results()) codes.push_back(r.status().code());
@@ -149,6 +158,7 @@ class SecurityTest : public ::testing::Test {
   std::string dir_;
   std::string tenants_file_;
   std::map<std::string, std::string> tokens_;
+  testing::TestDaemonOptions options_;
   daemon::Config config_;
   std::unique_ptr<daemon::Server> server_;
 };

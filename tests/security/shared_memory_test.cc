@@ -13,6 +13,7 @@
 #include "client/shm/fd_fetch.h"
 #include "client/shm/shm_mapping.h"
 #include "tests/security/security_fixture.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::security {
 namespace {
@@ -44,7 +45,7 @@ class SharedMemoryTest : public SecurityTest {
     get.set_profile_id(pb_);
     for (const auto& id : ids) get.add_block_ids(id);
     auto got = b_->GetBlocks(get);
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got);
     ASSERT_EQ(got->size(), 2u);
     EXPECT_EQ((*got)[0].data(), Payload(500));
     EXPECT_TRUE(b_->OpenArena().ok());
@@ -60,7 +61,7 @@ class SharedMemoryTest : public SecurityTest {
 // died with SIGBUS, taking every tenant's non-durable blocks with it.
 TEST_F(SharedMemoryTest, TruncatingTheStagingFileCannotCrashTheDaemon) {
   auto slots = a_->ReserveSlots(pa_, 2);
-  ASSERT_TRUE(slots.ok()) << slots.status();
+  ASSERT_OK(slots);
   EXPECT_TRUE(slots->staging_path().empty()) << "staging files must have no path";
   client::FetchedFd fd = StagingFd(*slots);
   ASSERT_TRUE(fd.ok());
@@ -89,14 +90,14 @@ TEST_F(SharedMemoryTest, TruncatingTheStagingFileCannotCrashTheDaemon) {
   b->set_block_id(ids[0]);
   *b->mutable_slot() = slot;
   auto put = a_->PutBlocks({req});
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put);
   ASSERT_EQ(put->results_size(), 1);
   EXPECT_EQ(put->results(0).status().code(), 0) << put->results(0).status().message();
   v1::GetBlocksRequest get;
   get.set_profile_id(pa_);
   get.add_block_ids(ids[0]);
   auto got = a_->GetBlocks(get);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   ASSERT_EQ(got->size(), 1u);
   EXPECT_EQ((*got)[0].data(), payload);
   ExpectOtherTenantServed("after-trunc");
@@ -107,7 +108,7 @@ TEST_F(SharedMemoryTest, TruncatingTheStagingFileCannotCrashTheDaemon) {
 // arenas and slots then failed for lack of memory.
 TEST_F(SharedMemoryTest, StagingFileCannotGrowPastItsQuota) {
   auto slots = a_->ReserveSlots(pa_, 1);
-  ASSERT_TRUE(slots.ok()) << slots.status();
+  ASSERT_OK(slots);
   client::FetchedFd fd = StagingFd(*slots);
   ASSERT_TRUE(fd.ok());
   const uint64_t size = slots->staging_size_bytes();
@@ -134,7 +135,7 @@ TEST_F(SharedMemoryTest, StagingFileCannotGrowPastItsQuota) {
 // written, so the daemon's copies into it cannot fault either.
 TEST_F(SharedMemoryTest, ArenaDescriptorCannotResizeOrWriteTheArena) {
   auto arena = a_->OpenArena();
-  ASSERT_TRUE(arena.ok()) << arena.status();
+  ASSERT_OK(arena);
   client::FetchedFd fd = client::FetchSharedFd(arena->fd_socket_path(),
                                                client::SharedFileKind::kArena, tokens_["a"], 3000);
   ASSERT_TRUE(fd.ok()) << fd.ToString();
@@ -156,7 +157,7 @@ TEST_F(SharedMemoryTest, ArenaDescriptorCannotResizeOrWriteTheArena) {
   get.set_mode(v1::RETURN_MODE_HANDLES);
   get.add_block_ids(ids[0]);
   auto got = a_->GetBlocks(get);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   ASSERT_EQ(got->size(), 1u);
   EXPECT_EQ((*got)[0].status().code(), 0) << (*got)[0].status().message();
   ExpectOtherTenantServed("after-arena");

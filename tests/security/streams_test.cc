@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "tests/security/security_fixture.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::security {
 namespace {
@@ -164,7 +165,7 @@ TEST_F(StreamsTest, ARevokedTokenEndsItsOpenStreams) {
   lookup.set_profile_id(profile);
   lookup.add_block_ids(BlockIdOf("after", 0));
   auto found = fresh->Lookup(lookup);
-  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_OK(found);
   ASSERT_EQ(found->entries_size(), 1);
   EXPECT_FALSE(found->entries(0).present()) << "a block sent after the revocation was stored";
 
@@ -215,7 +216,7 @@ TEST_F(StreamsTest, ReadersThatStopHoldBoundedBytesAndAreCancelled) {
   bget.set_profile_id(pb);
   for (const auto& id : bids) bget.add_block_ids(id);
   auto got = b->GetBlocks(bget);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   ASSERT_EQ(got->size(), 8u);
   for (size_t i = 0; i < 8; ++i) EXPECT_EQ((*got)[i].data(), Payload(7 + i)) << i;
   EXPECT_GT(streams->stats().waiting, 0u) << "a's readers were released before b was served";

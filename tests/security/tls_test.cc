@@ -3,10 +3,13 @@
 // are made in the test (tests/testutil/tls_certs.h).
 #include "gmock/gmock.h"
 #include "tests/security/security_fixture.h"
+#include "tests/testutil/status_matchers.h"
 #include "tests/testutil/tls_certs.h"
 
 namespace kvtier::security {
 namespace {
+
+using testing::StatusIs;
 
 class TlsTest : public SecurityTest {
  protected:
@@ -63,13 +66,13 @@ class TlsTest : public SecurityTest {
 TEST_F(TlsTest, PlainTcpIsRefusedByTheConfig) {
   auto config = daemon::LoadConfig("", {"server.tcp_address=127.0.0.1:0"});
   ASSERT_FALSE(config.ok());
-  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config, StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(TlsTest, TlsWithATokenServesAndRefusesWithout) {
   StartTls(/*mtls=*/false);
   EXPECT_TRUE(HealthOverTcp({}, tokens_["a"]).ok());
-  EXPECT_EQ(HealthOverTcp({}).code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(HealthOverTcp({}), StatusIs(absl::StatusCode::kUnauthenticated));
   // A client that does not trust the daemon's CA does not connect.
   testutil::PemPair rogue = testutil::MakeCa("rogue CA");
   EXPECT_FALSE(HealthOverTcp({}, tokens_["a"], rogue.cert).ok());
@@ -96,16 +99,16 @@ TEST_F(TlsTest, ClientCertificatesMapToTenants) {
   lookup.set_profile_id(p);
   for (const auto& id : ids) lookup.add_block_ids(id);
   auto seen = tcp->Lookup(lookup);
-  ASSERT_TRUE(seen.ok()) << seen.status();
+  ASSERT_OK(seen);
   for (const auto& e : seen->entries()) EXPECT_TRUE(e.present());
   // CN "b" is tenant b: a's profile is not b's, and under b's own profile
   // of the same definition a's blocks are not there.
   auto tcp_b = TcpClient(testutil::IssueCert(ca_, "b"));
-  EXPECT_EQ(tcp_b->Lookup(lookup).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(tcp_b->Lookup(lookup), StatusIs(absl::StatusCode::kNotFound));
   v1::LookupRequest theirs = lookup;
   theirs.set_profile_id(Register(As("b").get()));
   auto as_b = tcp_b->Lookup(theirs);
-  ASSERT_TRUE(as_b.ok()) << as_b.status();
+  ASSERT_OK(as_b);
   for (const auto& e : as_b->entries()) EXPECT_FALSE(e.present());
 
   // Refused: no certificate, one from another CA, an expired one, one not
@@ -116,7 +119,7 @@ TEST_F(TlsTest, ClientCertificatesMapToTenants) {
   EXPECT_FALSE(HealthOverTcp(testutil::IssueCert(ca_, "a", -7200, -3600)).ok());
   EXPECT_FALSE(HealthOverTcp(testutil::IssueCert(ca_, "a", 3600, 7200)).ok());
   auto unknown = HealthOverTcp(testutil::IssueCert(ca_, "nobody"));
-  EXPECT_EQ(unknown.code(), absl::StatusCode::kUnauthenticated) << unknown;
+  EXPECT_THAT(unknown, StatusIs(absl::StatusCode::kUnauthenticated)) << unknown;
 }
 
 }  // namespace
