@@ -41,7 +41,9 @@ import kv_engine  # noqa: E402
 import safetensors_io  # noqa: E402
 import kvtier  # noqa: E402
 
-MODELS = {"byte": ("model-austen-byte", "rk"), "copy": ("model-austen-copy", "rkc")}
+# key: (weights in models/, dump prefix, dump folder, texts of each kind there)
+MODELS = {"byte": ("model-austen-byte", "rk", "realkv", 4), "copy": ("model-austen-copy", "rkc", "realkv", 4),
+          "copy2k": ("model-austen-copy-2k", "rkl", "realkv-2k", 3)}
 SCORERS = ("unspecified", "recency", "key_key", "mass")
 LOSS_TOLERANCE_NATS = 1e-3
 
@@ -87,11 +89,11 @@ def fraction(text):
 
 
 def load_texts(data, model_key, per_kind):
-    weights, prefix = MODELS[model_key]
+    weights, prefix, folder, available = MODELS[model_key]
     out = []
     for kind in ("window", "recall"):
-        for i in range(per_kind):
-            path = os.path.join(data, "realkv", f"{prefix}-persuasion-{kind}-{i:02d}.safetensors")
+        for i in range(min(per_kind, available)):
+            path = os.path.join(data, folder, f"{prefix}-persuasion-{kind}-{i:02d}.safetensors")
             tensors, meta = safetensors_io.read(path)
             out.append({"name": os.path.basename(path), "kind": kind, "model": meta.get("model", ""),
                         "tokens": torch.from_numpy(np.array(tensors["tokens"], dtype=np.int64)),
