@@ -1,7 +1,8 @@
 // Catalog: the durable metadata store (RocksDB). It keeps, per tenant +
 // profile, each block's size, checksum, NVMe location, flags, timestamps
-// and v_b summary; every tenant's model profiles; and contexts. Byte
-// layouts: record_format.h.
+// and v_b summary; every tenant's model profiles; contexts; and the
+// compactor's context versions and compacted-block slots. Byte layouts:
+// record_format.h.
 //
 // Profiles belong to one tenant each (ModelProfile::owner): names are per
 // tenant, and a tenant reads only its own profiles by id. Ids are random
