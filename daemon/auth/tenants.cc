@@ -61,8 +61,7 @@ absl::StatusOr<std::shared_ptr<const TenantRegistry::Table>> TenantRegistry::Par
   absl::StatusOr<std::vector<auth::TenantEntry>> entries = auth::ReadTenantsFile(path);
   if (!entries.ok()) return entries.status();
   auto table = std::make_shared<Table>();
-  for (size_t i = 0; i < entries->size(); ++i) {
-    const auth::TenantEntry& e = (*entries)[i];
+  for (const auth::TenantEntry& e : *entries) {
     auto t = std::make_shared<Tenant>();
     t->name = e.name;
     t->role = e.role == "admin" ? Role::kAdmin : Role::kData;
