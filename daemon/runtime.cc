@@ -277,7 +277,10 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
   rt->contexts_ = std::make_unique<ContextManager>(rt->store_.get(), Env::Default(), contexts);
   rt->prefetcher_ = std::make_unique<Prefetcher>(rt->store_.get(), kMaxPendingPrefetchKeys);
   {
-    auto versions = VersionStore::Open(config.server.data_dir + "/compaction");
+    // In the block store's catalog; an older daemon's separate store in
+    // <data_dir>/compaction is moved into it.
+    auto versions =
+        VersionStore::Open(rt->store_->catalog(), config.server.data_dir + "/compaction");
     if (!versions.ok()) return versions.status();
     rt->versions_ = std::move(*versions);
     CompactorOptions compaction;

@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "client/kvtierctl/commands.h"
 #include "client/kvtierctl/tenants_file.h"
-#include "daemon/auth/token.h"
+#include "proto/auth/token.h"
 
 namespace kvtier::ctl {
 namespace {
@@ -152,9 +152,9 @@ int RunTenantsAdd(const TenantAddOptions& add, const GlobalOptions& options, std
       }
     }
   }
-  const std::string token = daemon::NewToken();
+  const std::string token = auth::NewToken();
   if (token.empty()) return Fail(absl::InternalError("the OpenSSL random generator failed"), err);
-  entry.token_sha256.push_back(daemon::HashToken(token));
+  entry.token_sha256.push_back(auth::HashToken(token));
   tenants->push_back(entry);
   if (absl::Status st = ValidateTenants(*tenants, add.file); !st.ok())
     return Usage(std::string(st.message()), err);
@@ -234,11 +234,11 @@ int RunTenantsRotate(const std::string& name, const std::string& file, bool revo
                               " (`kvtierctl tenants add` creates it)"),
                  err);
   }
-  const std::string token = daemon::NewToken();
+  const std::string token = auth::NewToken();
   if (token.empty()) return Fail(absl::InternalError("the OpenSSL random generator failed"), err);
   const size_t revoked = revoke_others ? it->token_sha256.size() : 0;
   if (revoke_others) it->token_sha256.clear();
-  it->token_sha256.push_back(daemon::HashToken(token));
+  it->token_sha256.push_back(auth::HashToken(token));
   if (absl::Status st = ValidateTenants(*tenants, file); !st.ok()) return Fail(st, err);
   if (absl::Status st = WriteFileAtomically(file, FormatTenantsFile(*tenants)); !st.ok()) {
     return Fail(st, err);

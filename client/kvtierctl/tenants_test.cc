@@ -15,7 +15,7 @@
 #include "client/kvtierctl/commands.h"
 #include "client/kvtierctl/credentials.h"
 #include "client/kvtierctl/tenants_file.h"
-#include "daemon/auth/token.h"
+#include "proto/auth/token.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -101,7 +101,7 @@ TEST_F(TenantsTest, AddCreatesThePrivateFileAndStoresOnlyTheHash) {
   const toml::array* hashes = t["token_sha256"].as_array();
   ASSERT_NE(hashes, nullptr);
   ASSERT_EQ(hashes->size(), 1u);
-  EXPECT_EQ((*hashes)[0].value<std::string>(), daemon::HashToken(token));
+  EXPECT_EQ((*hashes)[0].value<std::string>(), auth::HashToken(token));
   EXPECT_FALSE(t.contains("quotas"));
 }
 
@@ -129,7 +129,7 @@ TEST_F(TenantsTest, AddWritesRoleQuotasAndCertNamesAndKeepsComments) {
   const toml::table& t = *(*tenants)[1].as_table();
   EXPECT_EQ(t["name"].value<std::string>(), "ops.admin_1");
   EXPECT_EQ(t["role"].value<std::string>(), "admin");
-  EXPECT_EQ(t["token_sha256"][0].value<std::string>(), daemon::HashToken(token));
+  EXPECT_EQ(t["token_sha256"][0].value<std::string>(), auth::HashToken(token));
   EXPECT_EQ(t["cert_names"][0].value<std::string>(), "ops \"admin\"");
   EXPECT_EQ(t["cert_names"][1].value<std::string>(), "ops-2");
   EXPECT_EQ(t["quotas"]["device_bytes"].value<std::string>(), "256MiB");
@@ -276,8 +276,8 @@ TEST_F(TenantsTest, RotateAddsATokenAndRevokeOthersDropsTheOldOnes) {
     toml::table root = Parsed();
     const toml::array& hashes = *root["tenants"][0]["token_sha256"].as_array();
     ASSERT_EQ(hashes.size(), 2u);
-    EXPECT_EQ(hashes[0].value<std::string>(), daemon::HashToken(first));
-    EXPECT_EQ(hashes[1].value<std::string>(), daemon::HashToken(second));
+    EXPECT_EQ(hashes[0].value<std::string>(), auth::HashToken(first));
+    EXPECT_EQ(hashes[1].value<std::string>(), auth::HashToken(second));
     EXPECT_EQ(root["tenants"][1]["name"].value<std::string>(), "engine-b");
   }
   r = Rotate("engine-a", /*revoke_others=*/true);
@@ -287,7 +287,7 @@ TEST_F(TenantsTest, RotateAddsATokenAndRevokeOthersDropsTheOldOnes) {
   toml::table root = Parsed();
   const toml::array& hashes = *root["tenants"][0]["token_sha256"].as_array();
   ASSERT_EQ(hashes.size(), 1u);
-  EXPECT_EQ(hashes[0].value<std::string>(), daemon::HashToken(third));
+  EXPECT_EQ(hashes[0].value<std::string>(), auth::HashToken(third));
   EXPECT_EQ(root["tenants"][1]["token_sha256"].as_array()->size(), 1u) << "engine-b untouched";
   EXPECT_EQ(FileMode(), 0600);
 }
@@ -310,7 +310,7 @@ TEST_F(TenantsTest, RewriteDropsPermissionsForOthers) {
 TEST_F(TenantsTest, AnInvalidExistingFileIsNotTouched) {
   {
     std::ofstream out(file_);
-    out << "[[tenants]]\nname = \"a\"\ntoken_sha256 = [\"" << daemon::HashToken("x")
+    out << "[[tenants]]\nname = \"a\"\ntoken_sha256 = [\"" << auth::HashToken("x")
         << "\"]\nflavour = \"x\"\n";
   }
   const std::string before = FileText();
@@ -347,7 +347,7 @@ TEST(TenantsFileTest, FormattedFileParsesBackEqual) {
   TenantEntry t;
   t.name = "x";
   t.role = "admin";
-  t.token_sha256 = {daemon::HashToken("1"), daemon::HashToken("2")};
+  t.token_sha256 = {auth::HashToken("1"), auth::HashToken("2")};
   t.cert_names = {"back\\slash", "tab\there"};
   t.quotas = {{"pinned_bytes", "1GiB", true}, {"contexts", "3", false}};
   auto back = ParseTenants(FormatTenantsFile({t}), "mem");
@@ -357,7 +357,7 @@ TEST(TenantsFileTest, FormattedFileParsesBackEqual) {
 }
 
 TEST(TenantsFileTest, TheDaemonsRulesApply) {
-  const std::string h = daemon::HashToken("t");
+  const std::string h = auth::HashToken("t");
   EXPECT_NE(ParseTenants("[[tenants]]\nname = \"a\"\n", "f")
                 .status()
                 .message()

@@ -4,7 +4,8 @@
 // field, and scopes everything it touches: block keys, contexts, leases,
 // staging slots and its own device arena.
 //
-// The table is the TOML file named by auth.tenants_file:
+// The table is the TOML file named by auth.tenants_file (format, parsing
+// and checks in proto/auth/tenants_file.h, shared with kvtierctl):
 //
 //   [[tenants]]
 //   name = "engine-a"           # 1..64 bytes of [A-Za-z0-9._-]
@@ -45,12 +46,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "daemon/auth/token.h"
+#include "proto/auth/tenants_file.h"
 
 namespace kvtier::daemon {
 
 inline constexpr char kDefaultTenant[] = "default";
-inline constexpr size_t kMaxTenants = 4096;
+inline constexpr size_t kMaxTenants = auth::kMaxTenants;
 
 enum class Role : uint8_t { kData = 0, kAdmin = 1 };
 

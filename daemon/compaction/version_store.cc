@@ -1,137 +1,250 @@
 #include "daemon/compaction/version_store.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+
 #include <rocksdb/db.h>
-#include <rocksdb/table.h>
-#include <rocksdb/write_batch.h>
 
 #include "absl/strings/str_cat.h"
+#include "storage/catalog/catalog.h"
 #include "storage/catalog/rocksdb_status.h"
+#include "storage/common/client_text.h"
+#include "storage/common/status_macros.h"
 
 namespace kvtier::daemon {
 namespace {
 
-void AppendBe(std::string* out, uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+// The key of compacted_: one string per (tenant, profile_id, block_id).
+std::string CompactedKey(const std::string& tenant, uint64_t profile_id,
+                         const std::string& block_id) {
+  return absl::StrCat(tenant.size(), ":", tenant, profile_id, ":", block_id);
 }
 
-std::string Prefix(char kind, const std::string& tenant, uint64_t profile_id) {
-  std::string k(1, kind);
-  AppendBe(&k, tenant.size(), 2);
-  k += tenant;
-  AppendBe(&k, profile_id, 8);
-  return k;
+ContextVersionRecord RecordOf(const v1::ContextVersion& v) {
+  ContextVersionRecord r;
+  r.version = v.version();
+  r.context_key = v.context_key();
+  r.block_ids.assign(v.block_ids().begin(), v.block_ids().end());
+  r.tokens = v.tokens();
+  r.retention = v.retention();
+  r.importance = static_cast<uint8_t>(v.importance());
+  r.merge = static_cast<uint8_t>(v.merge());
+  r.bias = static_cast<uint8_t>(v.bias());
+  r.created_unix_ms = v.created_unix_ms();
+  r.dropped = v.dropped();
+  return r;
 }
 
-std::string VersionKey(const std::string& tenant, uint64_t profile_id,
-                       const std::string& context_key, uint32_t version) {
-  std::string k = Prefix('v', tenant, profile_id);
-  k += context_key;
-  AppendBe(&k, version, 4);
-  return k;
+v1::ContextVersion MessageOf(const ContextVersionRecord& r) {
+  v1::ContextVersion v;
+  v.set_version(r.version);
+  v.set_context_key(r.context_key);
+  for (const std::string& id : r.block_ids) v.add_block_ids(id);
+  v.set_tokens(r.tokens);
+  v.set_retention(r.retention);
+  v.set_importance(static_cast<v1::CompactImportance>(r.importance));
+  v.set_merge(static_cast<v1::CompactMerge>(r.merge));
+  v.set_bias(static_cast<v1::CompactBias>(r.bias));
+  v.set_created_unix_ms(r.created_unix_ms);
+  v.set_dropped(r.dropped);
+  return v;
 }
 
-std::string SlotKey(const std::string& tenant, uint64_t profile_id, const std::string& block_id) {
-  return Prefix('s', tenant, profile_id) + block_id;
+CompactedSlotsRecord RecordOf(const v1::CompactedSlots& s) {
+  CompactedSlotsRecord r;
+  r.version = s.version();
+  r.positions.assign(s.positions().begin(), s.positions().end());
+  r.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
+  r.merged.assign(s.merged().begin(), s.merged().end());
+  return r;
 }
 
-rocksdb::WriteOptions Synced() {
-  rocksdb::WriteOptions w;
-  w.sync = true;
-  return w;
+v1::CompactedSlots MessageOf(const CompactedSlotsRecord& r) {
+  v1::CompactedSlots s;
+  s.set_version(r.version);
+  s.mutable_positions()->Add(r.positions.begin(), r.positions.end());
+  s.mutable_logit_bias()->Add(r.logit_bias.begin(), r.logit_bias.end());
+  s.mutable_merged()->Add(r.merged.begin(), r.merged.end());
+  return s;
+}
+
+// ---- The older separate store -------------------------------------------
+// Keys: 'v' tenant_len(u16 BE) tenant profile_id(u64 BE) context_key
+// version(u32 BE) -> v1::ContextVersion; 's' tenant_len(u16 BE) tenant
+// profile_id(u64 BE) block_id -> v1::CompactedSlots.
+
+struct LegacyScope {
+  std::string tenant;
+  uint64_t profile_id = 0;
+  std::string rest;  // context_key + version, or block_id
+};
+
+bool ParseLegacyKey(absl::string_view key, LegacyScope* out) {
+  if (key.size() < 3) return false;
+  const size_t tenant_len = (static_cast<uint8_t>(key[1]) << 8) | static_cast<uint8_t>(key[2]);
+  if (key.size() < 3 + tenant_len + 8) return false;
+  out->tenant = std::string(key.substr(3, tenant_len));
+  out->profile_id = 0;
+  for (size_t i = 0; i < 8; ++i) {
+    out->profile_id = (out->profile_id << 8) | static_cast<uint8_t>(key[3 + tenant_len + i]);
+  }
+  out->rest = std::string(key.substr(3 + tenant_len + 8));
+  return true;
+}
+
+// Adds one record of the old store to batch; DATA_LOSS naming the key.
+absl::Status AddLegacyRecord(absl::string_view key, absl::string_view value,
+                             CatalogBatch* batch) {
+  auto loss = [&](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat("compaction versions: record ", ClientHex(key, 64),
+                                            ": ", why));
+  };
+  LegacyScope scope;
+  if (key.empty() || (key[0] != 'v' && key[0] != 's') || !ParseLegacyKey(key, &scope)) {
+    return loss("unknown key");
+  }
+  if (key[0] == 'v') {
+    v1::ContextVersion v;
+    if (!v.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+      return loss("a version record does not parse");
+    }
+    absl::Status st = batch->PutContextVersion(scope.tenant, scope.profile_id, RecordOf(v));
+    return st.ok() ? st : loss(st.message());
+  }
+  v1::CompactedSlots s;
+  if (!s.ParseFromArray(value.data(), static_cast<int>(value.size()))) {
+    return loss("a slot record does not parse");
+  }
+  absl::Status st =
+      batch->PutCompactedSlots(BlockKey{scope.tenant, scope.profile_id, scope.rest}, RecordOf(s));
+  return st.ok() ? st : loss(st.message());
+}
+
+absl::Status RemoveDir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("remove ", dir.string(), ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+// Moves every record of the old store in dir into the catalog, then
+// removes dir (rename first: a half-deleted store is never opened again).
+absl::Status MigrateLegacyStore(const std::string& dir, Catalog* catalog) {
+  const std::string removing = dir + ".removing";
+  KVTIER_RETURN_IF_ERROR(RemoveDir(removing));  // a removal a crash cut short
+  std::error_code ec;
+  // No database there (never one, or one RocksDB never finished creating):
+  // nothing to migrate, and nothing of ours to delete.
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "CURRENT", ec)) {
+    return absl::OkStatus();
+  }
+  rocksdb::Options options;
+  options.paranoid_checks = true;
+  rocksdb::DB* raw = nullptr;
+  KVTIER_RETURN_IF_ERROR(RocksToStatus(rocksdb::DB::OpenForReadOnly(options, dir, &raw),
+                                       absl::StrCat("compaction versions in ", dir)));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  CatalogBatch batch;
+  // Several batches are fine: until dir is removed, a crash means the
+  // whole store is migrated again, writing the same records.
+  constexpr size_t kOpsPerBatch = 4096;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    absl::Status st =
+        AddLegacyRecord(absl::string_view(it->key().data(), it->key().size()),
+                        absl::string_view(it->value().data(), it->value().size()), &batch);
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat(dir, ": ", st.message(),
+                                                  " (move the directory away to start without "
+                                                  "its versions)"));
+    }
+    if (batch.size() >= kOpsPerBatch) {
+      KVTIER_RETURN_IF_ERROR(catalog->Write(batch));
+      batch = CatalogBatch();
+    }
+  }
+  KVTIER_RETURN_IF_ERROR(RocksToStatus(it->status(), absl::StrCat("compaction versions in ", dir)));
+  KVTIER_RETURN_IF_ERROR(catalog->Write(batch));
+  it.reset();
+  db.reset();
+  std::filesystem::rename(dir, removing, ec);
+  if (ec) return absl::InternalError(absl::StrCat("rename ", dir, ": ", ec.message()));
+  // The rename is durable before the records' old home disappears.
+  const std::string parent = std::filesystem::path(dir).parent_path().string();
+  const int fd = open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
+  }
+  return RemoveDir(removing);
 }
 
 }  // namespace
 
-VersionStore::VersionStore(std::unique_ptr<rocksdb::DB> db) : db_(std::move(db)) {}
-VersionStore::~VersionStore() = default;
-
-absl::StatusOr<std::unique_ptr<VersionStore>> VersionStore::Open(const std::string& dir) {
-  rocksdb::Options options;
-  options.create_if_missing = true;
-  options.paranoid_checks = true;
-  options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
-  options.max_open_files = 64;
-  options.max_background_jobs = 1;
-  options.write_buffer_size = 4 << 20;
-  options.max_write_buffer_number = 2;
-  options.keep_log_file_num = 2;
-  options.max_log_file_size = 1 << 20;
-  options.compression = rocksdb::kNoCompression;
-  rocksdb::BlockBasedTableOptions table;
-  table.block_cache = rocksdb::NewLRUCache(8 << 20);
-  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  rocksdb::DB* raw = nullptr;
-  rocksdb::Status st = rocksdb::DB::Open(options, dir, &raw);
-  if (!st.ok()) return RocksToStatus(st, absl::StrCat("compaction versions in ", dir));
-  auto store = std::unique_ptr<VersionStore>(new VersionStore(std::unique_ptr<rocksdb::DB>(raw)));
-  // Load the ids of compacted blocks.
-  std::unique_ptr<rocksdb::Iterator> it(store->db_->NewIterator(rocksdb::ReadOptions()));
+absl::StatusOr<std::unique_ptr<VersionStore>> VersionStore::Open(Catalog* catalog,
+                                                                 const std::string& legacy_dir) {
+  if (catalog == nullptr) return absl::InvalidArgumentError("compaction versions: no catalog");
+  KVTIER_RETURN_IF_ERROR(MigrateLegacyStore(legacy_dir, catalog));
+  auto store = std::unique_ptr<VersionStore>(new VersionStore(catalog));
   absl::MutexLock lock(&store->mu_);
-  for (it->Seek("s"); it->Valid() && it->key().starts_with("s"); it->Next()) {
-    store->compacted_.insert(it->key().ToString());
-  }
-  if (!it->status().ok()) return RocksToStatus(it->status(), "compaction versions: scan");
+  KVTIER_RETURN_IF_ERROR(catalog->ForEachCompactedBlock([&](const BlockKey& key) {
+    store->compacted_.insert(CompactedKey(key.tenant, key.profile_id, key.block_id));
+  }));
   return store;
 }
 
 absl::Status VersionStore::Put(const std::string& tenant, uint64_t profile_id,
                                const std::vector<v1::ContextVersion>& versions,
                                const std::vector<SlotRecord>& slots) {
-  rocksdb::WriteBatch batch;
-  std::vector<std::string> slot_keys;
+  CatalogBatch batch;
   for (const v1::ContextVersion& v : versions) {
-    batch.Put(VersionKey(tenant, profile_id, v.context_key(), v.version()), v.SerializeAsString());
+    KVTIER_RETURN_IF_ERROR(batch.PutContextVersion(tenant, profile_id, RecordOf(v)));
   }
   for (const SlotRecord& s : slots) {
-    slot_keys.push_back(SlotKey(tenant, profile_id, s.block_id));
-    batch.Put(slot_keys.back(), s.slots.SerializeAsString());
+    KVTIER_RETURN_IF_ERROR(
+        batch.PutCompactedSlots(BlockKey{tenant, profile_id, s.block_id}, RecordOf(s.slots)));
   }
-  rocksdb::Status st = db_->Write(Synced(), &batch);
-  if (!st.ok()) return RocksToStatus(st, "compaction versions: write");
+  KVTIER_RETURN_IF_ERROR(catalog_->Write(batch));
   absl::MutexLock lock(&mu_);
-  for (std::string& k : slot_keys) compacted_.insert(std::move(k));
+  for (const SlotRecord& s : slots) compacted_.insert(CompactedKey(tenant, profile_id, s.block_id));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::ContextVersion>> VersionStore::Scan(const std::string& prefix) {
+absl::StatusOr<std::vector<v1::ContextVersion>> VersionStore::Scan(
+    const std::string& tenant, uint64_t profile_id, const std::string& context_key) {
+  KVTIER_ASSIGN_OR_RETURN(std::vector<ContextVersionRecord> records,
+                          catalog_->ContextVersions(tenant, profile_id, context_key));
   std::vector<v1::ContextVersion> out;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix); it->Next()) {
-    v1::ContextVersion v;
-    if (!v.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
-      return absl::DataLossError("compaction versions: a version record does not parse");
-    }
-    out.push_back(std::move(v));
-  }
-  if (!it->status().ok()) return RocksToStatus(it->status(), "compaction versions: scan");
+  out.reserve(records.size());
+  for (const ContextVersionRecord& r : records) out.push_back(MessageOf(r));
   return out;
 }
 
 absl::StatusOr<std::vector<v1::ContextVersion>> VersionStore::Versions(
     const std::string& tenant, uint64_t profile_id, const std::string& context_key) {
-  return Scan(Prefix('v', tenant, profile_id) + context_key);
+  // No version is stored under a longer key (a client's bytes).
+  if (context_key.size() > kMaxContextKeyBytes) return std::vector<v1::ContextVersion>();
+  return Scan(tenant, profile_id, context_key);
 }
 
 absl::StatusOr<std::vector<v1::ContextVersion>> VersionStore::AllVersions(
     const std::string& tenant, uint64_t profile_id) {
-  return Scan(Prefix('v', tenant, profile_id));
+  return Scan(tenant, profile_id, "");
 }
 
 absl::Status VersionStore::MarkDropped(const std::string& tenant, uint64_t profile_id,
                                        const v1::ContextVersion& record,
                                        const std::vector<std::string>& block_ids) {
-  rocksdb::WriteBatch batch;
-  batch.Put(VersionKey(tenant, profile_id, record.context_key(), record.version()),
-            record.SerializeAsString());
-  std::vector<std::string> slot_keys;
+  CatalogBatch batch;
+  KVTIER_RETURN_IF_ERROR(batch.PutContextVersion(tenant, profile_id, RecordOf(record)));
   for (const std::string& id : block_ids) {
-    slot_keys.push_back(SlotKey(tenant, profile_id, id));
-    batch.Delete(slot_keys.back());
+    KVTIER_RETURN_IF_ERROR(batch.DeleteCompactedSlots(BlockKey{tenant, profile_id, id}));
   }
-  rocksdb::Status st = db_->Write(Synced(), &batch);
-  if (!st.ok()) return RocksToStatus(st, "compaction versions: drop");
+  KVTIER_RETURN_IF_ERROR(catalog_->Write(batch));
   absl::MutexLock lock(&mu_);
-  for (const std::string& k : slot_keys) compacted_.erase(k);
+  for (const std::string& id : block_ids) compacted_.erase(CompactedKey(tenant, profile_id, id));
   return absl::OkStatus();
 }
 
@@ -139,7 +252,7 @@ bool VersionStore::IsCompacted(const std::string& tenant, uint64_t profile_id,
                                const std::string& block_id) {
   absl::MutexLock lock(&mu_);
   if (compacted_.empty()) return false;  // no key built when nothing was compacted
-  return compacted_.contains(SlotKey(tenant, profile_id, block_id));
+  return compacted_.contains(CompactedKey(tenant, profile_id, block_id));
 }
 
 absl::StatusOr<v1::CompactedSlots> VersionStore::Slots(const std::string& tenant,
@@ -148,16 +261,11 @@ absl::StatusOr<v1::CompactedSlots> VersionStore::Slots(const std::string& tenant
   if (!IsCompacted(tenant, profile_id, block_id)) {
     return absl::NotFoundError("not a compacted block");
   }
-  std::string value;
-  rocksdb::Status st =
-      db_->Get(rocksdb::ReadOptions(), SlotKey(tenant, profile_id, block_id), &value);
-  if (st.IsNotFound()) return absl::NotFoundError("not a compacted block");
-  if (!st.ok()) return RocksToStatus(st, "compaction versions: read slots");
-  v1::CompactedSlots slots;
-  if (!slots.ParseFromString(value)) {
-    return absl::DataLossError("compaction versions: a slot record does not parse");
-  }
-  return slots;
+  absl::StatusOr<CompactedSlotsRecord> slots =
+      catalog_->GetCompactedSlots(BlockKey{tenant, profile_id, block_id});
+  if (absl::IsNotFound(slots.status())) return absl::NotFoundError("not a compacted block");
+  if (!slots.ok()) return slots.status();
+  return MessageOf(*slots);
 }
 
 }  // namespace kvtier::daemon

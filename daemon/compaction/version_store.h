@@ -1,18 +1,23 @@
-// VersionStore: the durable record of compacted contexts, in a RocksDB of
-// its own (<data_dir>/compaction), beside the block catalog.
+// VersionStore: the durable record of compacted contexts, kept in the block
+// catalog's "versions" column family (storage/catalog/record_format.h has
+// the byte layout: versioned, checksummed values).
 //
-// Per (tenant, profile, context_key) it keeps every version as a
-// v1::ContextVersion (version 0 = the original blocks, n = compacted), and
-// per compacted block its v1::CompactedSlots. Keys:
-//   'v' tenant_len(u16 BE) tenant profile_id(u64 BE) context_key version(u32 BE)
-//   's' tenant_len(u16 BE) tenant profile_id(u64 BE) block_id
-// RocksDB checks its block checksums on every read; every write is synced
-// (records are written after the blocks they describe were stored durably).
-// The ids of compacted blocks are also held in memory (IsCompacted) so
-// reads of ordinary blocks never touch this database.
+// Per (tenant, profile, context_key) it keeps every version (version 0 =
+// the original blocks, n = compacted), and per compacted block its slot
+// data. This class converts between the API's messages (v1::ContextVersion,
+// v1::CompactedSlots) and the catalog's records (ContextVersionRecord,
+// CompactedSlotsRecord); the catalog never sees a protobuf. Every write is
+// synced (records are written after the blocks they describe were stored
+// durably). The ids of compacted blocks are also held in memory
+// (IsCompacted) so reads of ordinary blocks never touch the catalog.
 //
-// Memory: a 8 MiB block cache, 4 MiB memtables, plus one hash-set entry per
-// compacted block.
+// Older daemons kept these records in a RocksDB of their own
+// (<data_dir>/compaction, values: serialized v1 messages). Open moves its
+// records into the catalog (synced) and then removes it: renamed to
+// <dir>.removing, which is deleted, so a crash at any point leaves either
+// the old directory (migrated again: the same records) or nothing to do.
+//
+// Memory: one hash-set entry per compacted block.
 //
 // Thread safety: safe for concurrent use; the caller serialises changes to
 // one context (Compactor holds a lock per context key).
@@ -29,17 +34,20 @@
 #include "absl/synchronization/mutex.h"
 #include "kvtier/v1/kvtier.pb.h"
 
-namespace rocksdb {
-class DB;
+namespace kvtier {
+class Catalog;
 }
 
 namespace kvtier::daemon {
 
 class VersionStore {
  public:
-  // Opens or creates the database in dir; errors name the directory.
-  static absl::StatusOr<std::unique_ptr<VersionStore>> Open(const std::string& dir);
-  ~VersionStore();
+  // Keeps its records in catalog, which must outlive the store. When
+  // legacy_dir holds an older daemon's separate store, migrates it first
+  // (see above); errors name the directory and, for a record that does not
+  // parse (DATA_LOSS), its key.
+  static absl::StatusOr<std::unique_ptr<VersionStore>> Open(Catalog* catalog,
+                                                            const std::string& legacy_dir);
 
   // Writes the versions (and the slots of their compacted blocks) in one
   // synced batch, replacing records with the same keys.
@@ -50,7 +58,8 @@ class VersionStore {
   absl::Status Put(const std::string& tenant, uint64_t profile_id,
                    const std::vector<v1::ContextVersion>& versions,
                    const std::vector<SlotRecord>& slots);
-  // Every version of one context, by version; empty when none.
+  // Every version of one context, by version; empty when none. DATA_LOSS
+  // naming the key of a record that does not decode.
   absl::StatusOr<std::vector<v1::ContextVersion>> Versions(const std::string& tenant,
                                                            uint64_t profile_id,
                                                            const std::string& context_key);
@@ -69,12 +78,15 @@ class VersionStore {
   bool IsCompacted(const std::string& tenant, uint64_t profile_id, const std::string& block_id);
 
  private:
-  explicit VersionStore(std::unique_ptr<rocksdb::DB> db);
-  absl::StatusOr<std::vector<v1::ContextVersion>> Scan(const std::string& prefix);
+  explicit VersionStore(Catalog* catalog) : catalog_(catalog) {}
+  absl::StatusOr<std::vector<v1::ContextVersion>> Scan(const std::string& tenant,
+                                                       uint64_t profile_id,
+                                                       const std::string& context_key);
 
-  std::unique_ptr<rocksdb::DB> db_;
+  Catalog* const catalog_;
   absl::Mutex mu_;
-  absl::flat_hash_set<std::string> compacted_ ABSL_GUARDED_BY(mu_);  // slot keys
+  // (tenant, profile_id, block_id) of every compacted block, as one string.
+  absl::flat_hash_set<std::string> compacted_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::daemon

@@ -28,6 +28,7 @@ namespace {
 constexpr char kBlocksFamily[] = "blocks";
 constexpr char kProfilesFamily[] = "profiles";
 constexpr char kContextsFamily[] = "contexts";
+constexpr char kVersionsFamily[] = "versions";
 
 absl::Status CheckOption(absl::string_view name, uint64_t value, uint64_t min, uint64_t max) {
   if (value < min || value > max) {
@@ -110,6 +111,7 @@ struct Catalog::Handles {
   rocksdb::ColumnFamilyHandle* blocks = nullptr;
   rocksdb::ColumnFamilyHandle* profiles = nullptr;
   rocksdb::ColumnFamilyHandle* contexts = nullptr;
+  rocksdb::ColumnFamilyHandle* versions = nullptr;
 };
 
 // ---- CatalogBatch -----------------------------------------------------------
@@ -152,6 +154,36 @@ absl::Status CatalogBatch::DeleteContext(const ContextKey& key) {
   return Add(Family::kContexts, true, fmt::EncodeContextKey(key), "");
 }
 
+absl::Status CatalogBatch::PutContextVersion(absl::string_view tenant, uint64_t profile_id,
+                                             const ContextVersionRecord& record) {
+  KVTIER_RETURN_IF_ERROR(ValidateBlockKey(BlockKey{std::string(tenant), profile_id, "v"}));
+  KVTIER_RETURN_IF_ERROR(ValidateContextVersionRecord(record));
+  KVTIER_RETURN_IF_ERROR(Add(Family::kVersions, false,
+                             fmt::EncodeContextVersionKey(fmt::ContextVersionKey{
+                                 std::string(tenant), profile_id, record.context_key,
+                                 record.version}),
+                             fmt::EncodeContextVersionRecord(record)));
+  sync_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CatalogBatch::PutCompactedSlots(const BlockKey& key,
+                                             const CompactedSlotsRecord& record) {
+  KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
+  KVTIER_RETURN_IF_ERROR(ValidateCompactedSlotsRecord(record));
+  KVTIER_RETURN_IF_ERROR(Add(Family::kVersions, false, fmt::EncodeCompactedSlotsKey(key),
+                             fmt::EncodeCompactedSlotsRecord(record)));
+  sync_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CatalogBatch::DeleteCompactedSlots(const BlockKey& key) {
+  KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
+  KVTIER_RETURN_IF_ERROR(Add(Family::kVersions, true, fmt::EncodeCompactedSlotsKey(key), ""));
+  sync_ = true;
+  return absl::OkStatus();
+}
+
 // ---- Catalog: open and close -------------------------------------------------
 
 absl::Status Catalog::OpenDb(const std::string& dir, const CatalogOptions& options,
@@ -165,7 +197,7 @@ absl::Status Catalog::OpenDb(const std::string& dir, const CatalogOptions& optio
   rocksdb::Status listed = rocksdb::DB::ListColumnFamilies(db_options, dir, &names);
   if (!listed.ok()) names.clear();  // no DB yet (Open reports real problems)
   for (const char* wanted : {rocksdb::kDefaultColumnFamilyName.c_str(), kBlocksFamily,
-                             kProfilesFamily, kContextsFamily}) {
+                             kProfilesFamily, kContextsFamily, kVersionsFamily}) {
     if (std::find(names.begin(), names.end(), wanted) == names.end()) names.push_back(wanted);
   }
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
@@ -183,6 +215,7 @@ absl::Status Catalog::OpenDb(const std::string& dir, const CatalogOptions& optio
     if (names[i] == kBlocksFamily) handles->blocks = handles->all[i];
     if (names[i] == kProfilesFamily) handles->profiles = handles->all[i];
     if (names[i] == kContextsFamily) handles->contexts = handles->all[i];
+    if (names[i] == kVersionsFamily) handles->versions = handles->all[i];
   }
   *out = std::move(handles);
   return absl::OkStatus();
@@ -279,9 +312,10 @@ absl::Status Catalog::Write(const CatalogBatch& batch) {
       write_options,
       [&](const Handles& handles, rocksdb::WriteBatch* wb) {
         for (const CatalogBatch::Op& op : batch.ops_) {
-          rocksdb::ColumnFamilyHandle* family = op.family == CatalogBatch::Family::kBlocks
-                                                    ? handles.blocks
-                                                    : handles.contexts;
+          rocksdb::ColumnFamilyHandle* family =
+              op.family == CatalogBatch::Family::kBlocks     ? handles.blocks
+              : op.family == CatalogBatch::Family::kVersions ? handles.versions
+                                                             : handles.contexts;
           rocksdb::Status s = op.is_delete ? wb->Delete(family, op.key)
                                            : wb->Put(family, op.key, op.value);
           KVTIER_RETURN_IF_ERROR(RocksToStatus(s, "build catalog batch"));
@@ -565,6 +599,77 @@ absl::Status Catalog::DeleteContext(const ContextKey& key) {
   CatalogBatch batch;
   KVTIER_RETURN_IF_ERROR(batch.DeleteContext(key));
   return Write(batch);
+}
+
+// ---- Compaction versions -----------------------------------------------------
+
+namespace {
+
+std::string DescribeVersionKey(absl::string_view key) {
+  absl::StatusOr<fmt::ContextVersionKey> k = fmt::DecodeContextVersionKey(key);
+  if (!k.ok()) return absl::StrCat("key ", ClientHex(key));
+  return absl::StrCat("tenant ", ClientText(k->tenant), " profile ", k->profile_id,
+                      " context_key ", ClientHex(k->context_key), " version ", k->version);
+}
+
+std::string DescribeBlock(const BlockKey& key) {
+  return absl::StrCat("tenant ", ClientText(key.tenant), " profile ", key.profile_id,
+                      " block ", ClientHex(key.block_id));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<ContextVersionRecord>> Catalog::ContextVersions(
+    absl::string_view tenant, uint64_t profile_id, absl::string_view context_key) const {
+  const std::string prefix = context_key.empty()
+                                 ? fmt::ContextVersionPrefix(tenant, profile_id)
+                                 : fmt::ContextVersionPrefix(tenant, profile_id, context_key);
+  std::vector<ContextVersionRecord> out;
+  absl::Status bad;
+  KVTIER_RETURN_IF_ERROR(ForEachEntry(
+      &Handles::versions, prefix, [&](absl::string_view key, absl::string_view value) {
+        if (!bad.ok()) return;
+        absl::StatusOr<ContextVersionRecord> v = fmt::DecodeContextVersionRecord(value);
+        if (!v.ok()) {
+          bad = absl::DataLossError(absl::StrCat(v.status().message(), " (",
+                                                 DescribeVersionKey(key), ")"));
+          return;
+        }
+        out.push_back(std::move(*v));
+      }));
+  KVTIER_RETURN_IF_ERROR(bad);
+  return out;
+}
+
+absl::StatusOr<CompactedSlotsRecord> Catalog::GetCompactedSlots(const BlockKey& key) const {
+  KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
+  KVTIER_ASSIGN_OR_RETURN(std::string value, GetRaw(&Handles::versions,
+                                                    fmt::EncodeCompactedSlotsKey(key),
+                                                    "compacted slots"));
+  absl::StatusOr<CompactedSlotsRecord> slots = fmt::DecodeCompactedSlotsRecord(value);
+  if (!slots.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(slots.status().message(), " (", DescribeBlock(key), ")"));
+  }
+  return slots;
+}
+
+absl::Status Catalog::ForEachCompactedBlock(
+    const std::function<void(const BlockKey&)>& fn) const {
+  absl::Status bad;
+  KVTIER_RETURN_IF_ERROR(ForEachEntry(
+      &Handles::versions, std::string(1, fmt::kCompactedSlotsKeyTag),
+      [&](absl::string_view key, absl::string_view) {
+        if (!bad.ok()) return;
+        absl::StatusOr<BlockKey> k = fmt::DecodeCompactedSlotsKey(key);
+        if (!k.ok()) {
+          bad = absl::DataLossError(
+              absl::StrCat(k.status().message(), " (key ", ClientHex(key), ")"));
+          return;
+        }
+        fn(*k);
+      }));
+  return bad;
 }
 
 // ---- Maintenance -------------------------------------------------------------

@@ -1,7 +1,8 @@
 // Catalog: the durable metadata store (RocksDB). It keeps, per tenant +
 // profile, each block's size, checksum, NVMe location, flags, timestamps
-// and v_b summary; every tenant's model profiles; and contexts. Byte
-// layouts: record_format.h.
+// and v_b summary; every tenant's model profiles; contexts; and the
+// compactor's context versions and compacted-block slots. Byte layouts:
+// record_format.h.
 //
 // Profiles belong to one tenant each (ModelProfile::owner): names are per
 // tenant, and a tenant reads only its own profiles by id. Ids are random
@@ -93,6 +94,12 @@ class CatalogBatch {
   absl::Status DeleteBlock(const BlockKey& key);
   absl::Status PutContext(const ContextKey& key, const ContextRecord& record);
   absl::Status DeleteContext(const ContextKey& key);
+  // Compaction versions (family "versions"). Each makes Write sync: the
+  // compactor writes them after the blocks they describe are durable.
+  absl::Status PutContextVersion(absl::string_view tenant, uint64_t profile_id,
+                                 const ContextVersionRecord& record);
+  absl::Status PutCompactedSlots(const BlockKey& key, const CompactedSlotsRecord& record);
+  absl::Status DeleteCompactedSlots(const BlockKey& key);
 
   // Make Write fsync the WAL even if no durable record is in the batch
   // (e.g. for deletes whose NVMe extents are about to be reused).
@@ -104,7 +111,7 @@ class CatalogBatch {
 
  private:
   friend class Catalog;
-  enum class Family : uint8_t { kBlocks, kContexts };
+  enum class Family : uint8_t { kBlocks, kContexts, kVersions };
   struct Op {
     Family family;
     bool is_delete;
@@ -201,6 +208,22 @@ class Catalog {
   absl::Status PutContext(const ContextKey& key, const ContextRecord& record);
   absl::StatusOr<ContextRecord> GetContext(const ContextKey& key) const;
   absl::Status DeleteContext(const ContextKey& key);
+
+  // ---- Compaction versions ----------------------------------------------
+  // Written with CatalogBatch::PutContextVersion / PutCompactedSlots /
+  // DeleteCompactedSlots. Reads see a consistent snapshot.
+  //
+  // The versions of (tenant, profile_id), by context_key then version;
+  // with a non-empty context_key, only that context's. DATA_LOSS naming
+  // the record's key (tenant, profile, context_key, version) when one does
+  // not decode.
+  absl::StatusOr<std::vector<ContextVersionRecord>> ContextVersions(
+      absl::string_view tenant, uint64_t profile_id, absl::string_view context_key) const;
+  // NOT_FOUND if absent; DATA_LOSS naming the block when it does not decode.
+  absl::StatusOr<CompactedSlotsRecord> GetCompactedSlots(const BlockKey& key) const;
+  // Calls fn with the key of every block that has slots, in key order.
+  // DATA_LOSS for a key that does not decode.
+  absl::Status ForEachCompactedBlock(const std::function<void(const BlockKey&)>& fn) const;
 
   // ---- Write ordering ---------------------------------------------------
   // Successful writes so far (monotonic). Read after a write returned, it

@@ -256,3 +256,62 @@ TEST_F(CatalogFaultTest, ConcurrentWritersUnderWriteErrors) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+ContextVersionRecord FaultVersion(int n) {
+  ContextVersionRecord v;
+  v.version = static_cast<uint32_t>(n);
+  v.context_key = "context";
+  v.block_ids = {"block-" + std::to_string(n)};
+  v.tokens = 16;
+  v.retention = 0.5f;
+  v.created_unix_ms = 1000 + n;
+  return v;
+}
+
+// Compaction versions are synced writes like durable blocks: under write
+// errors every acknowledged one survives a power loss, every failed one is
+// absent, and the slot records of its batch with it.
+TEST_F(CatalogFaultTest, CompactionVersionsAckedSurvivePowerLossFailedAreAbsent) {
+  faults_.SetWriteErrorOneIn(5);
+  std::set<int> acked, failed;
+  for (int n = 0; n < 30; ++n) {
+    CatalogBatch batch;
+    ASSERT_TRUE(batch.PutContextVersion("tenant", 1, FaultVersion(n)).ok());
+    ASSERT_TRUE(batch.PutCompactedSlots(Key(n), CompactedSlotsRecord{1, {n}, {0.5f}, {1}}).ok());
+    absl::Status st = catalog_->Write(batch);
+    if (st.ok()) {
+      acked.insert(n);
+    } else {
+      failed.insert(n);
+      ExpectInjected(st, absl::StatusCode::kInternal);
+    }
+  }
+  ASSERT_FALSE(acked.empty());
+  ASSERT_FALSE(failed.empty());
+  faults_.SetWriteErrorOneIn(0);
+  PowerLossAndReopen();
+
+  absl::StatusOr<std::vector<ContextVersionRecord>> versions =
+      catalog_->ContextVersions("tenant", 1, "context");
+  ASSERT_TRUE(versions.ok()) << versions.status();
+  std::set<int> stored;
+  for (const ContextVersionRecord& v : *versions) {
+    stored.insert(static_cast<int>(v.version));
+    EXPECT_EQ(v, FaultVersion(static_cast<int>(v.version)));
+  }
+  EXPECT_EQ(stored, acked);
+  for (int n : acked) {
+    absl::StatusOr<CompactedSlotsRecord> slots = catalog_->GetCompactedSlots(Key(n));
+    ASSERT_TRUE(slots.ok()) << n << ": " << slots.status();
+    EXPECT_EQ(slots->positions, std::vector<int32_t>{n});
+  }
+  for (int n : failed) {
+    EXPECT_EQ(catalog_->GetCompactedSlots(Key(n)).status().code(), absl::StatusCode::kNotFound);
+  }
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -52,7 +52,7 @@ class CatalogTest : public ::testing::Test {
   void PutRaw(const std::string& family, const std::string& key, const std::string& value) {
     catalog_.reset();
     std::vector<rocksdb::ColumnFamilyDescriptor> families;
-    for (const char* name : {"default", "blocks", "profiles", "contexts"}) {
+    for (const char* name : {"default", "blocks", "profiles", "contexts", "versions"}) {
       families.emplace_back(name, rocksdb::ColumnFamilyOptions());
     }
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
@@ -311,7 +311,7 @@ TEST_F(CatalogTest, Format1CatalogIsMigrated) {
   bobs.owner = "bob";
   {
     std::vector<rocksdb::ColumnFamilyDescriptor> families;
-    for (const char* name : {"default", "blocks", "profiles", "contexts"}) {
+    for (const char* name : {"default", "blocks", "profiles", "contexts", "versions"}) {
       families.emplace_back(name, rocksdb::ColumnFamilyOptions());
     }
     rocksdb::DBOptions options;
@@ -408,6 +408,82 @@ TEST_F(CatalogTest, ContextsAreScopedAndDeletable) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+ContextVersionRecord Version(const std::string& context_key, uint32_t version) {
+  ContextVersionRecord v;
+  v.version = version;
+  v.context_key = context_key;
+  v.block_ids = {"b0", "b1"};
+  v.tokens = 32;
+  v.retention = 0.25f;
+  v.importance = 2;
+  v.merge = 1;
+  v.bias = 3;
+  v.created_unix_ms = 1700000000123;
+  v.dropped = version == 2;
+  return v;
+}
+
+TEST_F(CatalogTest, ContextVersionsRoundTripAndSurviveRestart) {
+  CatalogBatch batch;
+  ASSERT_TRUE(batch.PutContextVersion("t", 1, Version("ctx-b", 1)).ok());
+  ASSERT_TRUE(batch.PutContextVersion("t", 1, Version("ctx-a", 2)).ok());
+  ASSERT_TRUE(batch.PutContextVersion("t", 1, Version("ctx-a", 0)).ok());
+  ASSERT_TRUE(batch.PutContextVersion("u", 1, Version("ctx-a", 5)).ok());
+  const CompactedSlotsRecord slots{1, {0, 7, -1}, {0.5f, -2.0f, 0}, {1, 3, 1}};
+  ASSERT_TRUE(batch.PutCompactedSlots({"t", 1, "c0"}, slots).ok());
+  EXPECT_TRUE(batch.sync());
+  ASSERT_TRUE(catalog_->Write(batch).ok());
+  Reopen();
+
+  auto one = catalog_->ContextVersions("t", 1, "ctx-a");
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->size(), 2u);
+  EXPECT_EQ((*one)[0], Version("ctx-a", 0));
+  EXPECT_EQ((*one)[1], Version("ctx-a", 2));
+  auto all = catalog_->ContextVersions("t", 1, "");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), 3u);
+  EXPECT_TRUE(catalog_->ContextVersions("t", 2, "")->empty());
+  EXPECT_EQ(*catalog_->GetCompactedSlots({"t", 1, "c0"}), slots);
+  std::vector<std::string> compacted;
+  ASSERT_TRUE(catalog_->ForEachCompactedBlock([&](const BlockKey& k) {
+    compacted.push_back(k.tenant + "/" + k.block_id);
+  }).ok());
+  EXPECT_EQ(compacted, std::vector<std::string>{"t/c0"});
+
+  CatalogBatch drop;
+  ASSERT_TRUE(drop.DeleteCompactedSlots({"t", 1, "c0"}).ok());
+  ASSERT_TRUE(catalog_->Write(drop).ok());
+  EXPECT_EQ(catalog_->GetCompactedSlots({"t", 1, "c0"}).status().code(),
+            absl::StatusCode::kNotFound);
+  CatalogBatch bad;
+  EXPECT_EQ(bad.PutContextVersion("t", 1, Version("", 1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.size(), 0u);
+}
+
+TEST_F(CatalogTest, CorruptVersionRecordIsDataLossNamingTheKey) {
+  ASSERT_TRUE(catalog_->Write([] {
+    CatalogBatch b;
+    EXPECT_TRUE(b.PutContextVersion("t", 1, Version("good", 1)).ok());
+    return b;
+  }()).ok());
+  std::string damaged = catalog_format::EncodeContextVersionRecord(Version("ctx", 3));
+  damaged[6] ^= 0x01;
+  PutRaw("versions", catalog_format::EncodeContextVersionKey({"t", 1, "ctx", 3}), damaged);
+  PutRaw("versions", catalog_format::EncodeCompactedSlotsKey({"t", 1, "c9"}), "junk");
+  Reopen();
+
+  auto listed = catalog_->ContextVersions("t", 1, "ctx");
+  ASSERT_EQ(listed.status().code(), absl::StatusCode::kDataLoss) << listed.status();
+  EXPECT_NE(listed.status().message().find("context_key 637478 version 3"), std::string::npos)
+      << listed.status();
+  EXPECT_TRUE(catalog_->ContextVersions("t", 1, "good").ok());
+  auto slots = catalog_->GetCompactedSlots({"t", 1, "c9"});
+  ASSERT_EQ(slots.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(slots.status().message().find("block 6339"), std::string::npos) << slots.status();
+}
+
 TEST_F(CatalogTest, CorruptRecordIsDataLossNotACrash) {
   ASSERT_TRUE(catalog_->PutBlock({"t", 1, "good"}, Record(1)).ok());
   const std::string bad_key = catalog_format::EncodeBlockKey({"t", 1, "bad"});
@@ -440,7 +516,7 @@ TEST_F(CatalogTest, CorruptRecordIsDataLossNotACrash) {
 // Flips one byte inside the first data block of family's SST file(s).
 void DamageSst(const fs::path& dir, const std::string& family) {
   std::vector<rocksdb::ColumnFamilyDescriptor> families;
-  for (const char* name : {"default", "blocks", "profiles", "contexts"}) {
+  for (const char* name : {"default", "blocks", "profiles", "contexts", "versions"}) {
     families.emplace_back(name, rocksdb::ColumnFamilyOptions());
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;

@@ -2,6 +2,9 @@
 
 #include <xxhash.h>
 
+#include <cstring>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 
 namespace kvtier::catalog_format {
@@ -348,6 +351,169 @@ absl::StatusOr<ContextRecord> DecodeContextRecord(absl::string_view bytes) {
   absl::Status valid = ValidateContextRecord(record);
   if (!valid.ok()) return Loss("context record", valid.message());
   return record;
+}
+
+// ---- Compaction versions ----------------------------------------------------
+
+namespace {
+
+void PutU32Big(std::string* out, uint32_t v) {
+  for (int i = 3; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+float BitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// u32 count | count 4-byte values; a count the remaining bytes cannot hold
+// is refused before anything is allocated.
+template <typename T, typename FromBits>
+bool GetArray(Reader* r, std::vector<T>* out, FromBits from_bits) {
+  uint32_t n = 0;
+  if (!r->GetU32(&n) || n > kMaxCompactedSlots || n > r->remaining() / 4) return false;
+  out->resize(n);
+  for (T& v : *out) {
+    uint32_t bits = 0;
+    r->GetU32(&bits);
+    v = from_bits(bits);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string ContextVersionPrefix(absl::string_view tenant, uint64_t profile_id) {
+  std::string out(1, kContextVersionKeyTag);
+  out.append(BlockKeyPrefix(tenant, profile_id));
+  return out;
+}
+
+std::string ContextVersionPrefix(absl::string_view tenant, uint64_t profile_id,
+                                 absl::string_view context_key) {
+  std::string out = ContextVersionPrefix(tenant, profile_id);
+  PutShortBytes(&out, context_key);
+  return out;
+}
+
+std::string EncodeContextVersionKey(const ContextVersionKey& key) {
+  std::string out = ContextVersionPrefix(key.tenant, key.profile_id, key.context_key);
+  PutU32Big(&out, key.version);
+  return out;
+}
+
+absl::StatusOr<ContextVersionKey> DecodeContextVersionKey(absl::string_view bytes) {
+  Reader r(bytes);
+  ContextVersionKey key;
+  uint8_t tag = 0;
+  uint64_t version = 0;
+  if (!r.GetU8(&tag) || tag != kContextVersionKeyTag || !GetScope(&r, &key.tenant,
+                                                                   &key.profile_id) ||
+      !r.GetShortBytes(&key.context_key) || key.context_key.empty() || r.remaining() != 4) {
+    return Loss("context version key", absl::StrCat(bytes.size(), " bytes"));
+  }
+  for (int i = 0; i < 4; ++i) {
+    uint8_t b = 0;
+    r.GetU8(&b);
+    version = (version << 8) | b;
+  }
+  key.version = static_cast<uint32_t>(version);
+  return key;
+}
+
+std::string EncodeContextVersionRecord(const ContextVersionRecord& record) {
+  std::string out;
+  PutU8(&out, kRecordVersion);
+  PutLittle(&out, record.version, 4);
+  PutShortBytes(&out, record.context_key);
+  PutLittle(&out, record.tokens, 4);
+  PutLittle(&out, FloatBits(record.retention), 4);
+  PutU8(&out, record.importance);
+  PutU8(&out, record.merge);
+  PutU8(&out, record.bias);
+  PutLittle(&out, record.created_unix_ms, 8);
+  PutU8(&out, record.dropped ? 1 : 0);
+  PutLittle(&out, record.block_ids.size(), 4);
+  for (const std::string& id : record.block_ids) PutShortBytes(&out, id);
+  AppendCheck(&out);
+  return out;
+}
+
+absl::StatusOr<ContextVersionRecord> DecodeContextVersionRecord(absl::string_view bytes) {
+  constexpr absl::string_view kWhat = "context version record";
+  auto opened = OpenValue(bytes, kWhat);
+  if (!opened.ok()) return opened.status();
+  Reader& r = *opened;
+  ContextVersionRecord v;
+  uint32_t retention = 0, count = 0;
+  uint8_t flags = 0;
+  if (!r.GetU32(&v.version) || !r.GetShortBytes(&v.context_key) || !r.GetU32(&v.tokens) ||
+      !r.GetU32(&retention) || !r.GetU8(&v.importance) || !r.GetU8(&v.merge) ||
+      !r.GetU8(&v.bias) || !r.GetU64(&v.created_unix_ms) || !r.GetU8(&flags)) {
+    return Loss(kWhat, "truncated");
+  }
+  if (flags > 1) return Loss(kWhat, absl::StrCat("unknown flags ", static_cast<int>(flags)));
+  v.retention = BitsFloat(retention);
+  v.dropped = flags == 1;
+  if (!r.GetU32(&count) || count > kMaxContextBlocks || count > r.remaining()) {
+    return Loss(kWhat, "bad block count");
+  }
+  v.block_ids.resize(count);
+  for (std::string& id : v.block_ids) {
+    if (!r.GetShortBytes(&id)) return Loss(kWhat, "truncated block id");
+  }
+  if (!r.done()) return Loss(kWhat, "trailing bytes");
+  absl::Status valid = ValidateContextVersionRecord(v);
+  if (!valid.ok()) return Loss(kWhat, valid.message());
+  return v;
+}
+
+std::string EncodeCompactedSlotsKey(const BlockKey& key) {
+  return std::string(1, kCompactedSlotsKeyTag) + EncodeBlockKey(key);
+}
+
+absl::StatusOr<BlockKey> DecodeCompactedSlotsKey(absl::string_view bytes) {
+  if (bytes.empty() || bytes[0] != kCompactedSlotsKeyTag) {
+    return Loss("compacted slots key", "bad tag");
+  }
+  return DecodeBlockKey(bytes.substr(1));
+}
+
+std::string EncodeCompactedSlotsRecord(const CompactedSlotsRecord& record) {
+  std::string out;
+  PutU8(&out, kRecordVersion);
+  PutLittle(&out, record.version, 4);
+  PutLittle(&out, record.positions.size(), 4);
+  for (int32_t p : record.positions) PutLittle(&out, static_cast<uint32_t>(p), 4);
+  PutLittle(&out, record.logit_bias.size(), 4);
+  for (float b : record.logit_bias) PutLittle(&out, FloatBits(b), 4);
+  PutLittle(&out, record.merged.size(), 4);
+  for (uint32_t m : record.merged) PutLittle(&out, m, 4);
+  AppendCheck(&out);
+  return out;
+}
+
+absl::StatusOr<CompactedSlotsRecord> DecodeCompactedSlotsRecord(absl::string_view bytes) {
+  constexpr absl::string_view kWhat = "compacted slots record";
+  auto opened = OpenValue(bytes, kWhat);
+  if (!opened.ok()) return opened.status();
+  Reader& r = *opened;
+  CompactedSlotsRecord s;
+  if (!r.GetU32(&s.version) ||
+      !GetArray(&r, &s.positions, [](uint32_t u) { return static_cast<int32_t>(u); }) ||
+      !GetArray(&r, &s.logit_bias, BitsFloat) ||
+      !GetArray(&r, &s.merged, [](uint32_t u) { return u; })) {
+    return Loss(kWhat, "bad slot array");
+  }
+  if (!r.done()) return Loss(kWhat, "trailing bytes");
+  return s;
 }
 
 std::string EncodeU32(uint32_t value) {

@@ -56,6 +56,27 @@
 //         per segment: u32 block_count, per block: u8 id_len | id
 //         u32  check
 //
+// Column family "versions" (the compactor's versions and slots):
+//   key 'v' | u8 tenant_len | tenant | u64be profile_id | u8 key_len |
+//       context_key | u32be version            -> context version value
+//   key 's' | block key (as in "blocks")       -> compacted slots value
+//   context version value (version 1):
+//      0  u8   version = 1
+//      1  u32  version (of the context) | u8 key_len | context_key
+//         u32  tokens | f32 retention | u8 importance | u8 merge | u8 bias
+//         u64  created_unix_ms | u8 flags: bit0 dropped
+//         u32  block_count, per block: u8 id_len | id
+//         u32  check
+//   compacted slots value (version 1):
+//      0  u8   version = 1
+//      1  u32  version
+//         u32  n | n x i32 positions
+//         u32  n | n x f32 logit_bias
+//         u32  n | n x u32 merged
+//         u32  check
+// Catalogs opened before this family existed get it, empty, at open; the
+// daemon moves an older separate store into it (daemon/compaction).
+//
 // Encoders expect input that passed the Validate* functions of records.h.
 // Decoders accept any bytes and return DATA_LOSS naming what is wrong.
 // Thread-safe (no state).
@@ -108,6 +129,28 @@ std::string EncodeContextKey(const ContextKey& key);
 absl::StatusOr<ContextKey> DecodeContextKey(absl::string_view bytes);
 std::string EncodeContextRecord(const ContextRecord& record);
 absl::StatusOr<ContextRecord> DecodeContextRecord(absl::string_view bytes);
+
+// Compaction versions.
+inline constexpr char kContextVersionKeyTag = 'v';
+inline constexpr char kCompactedSlotsKeyTag = 's';
+struct ContextVersionKey {
+  std::string tenant;
+  uint64_t profile_id = 0;
+  std::string context_key;
+  uint32_t version = 0;
+};
+// Every version of (tenant, profile_id); of one context_key.
+std::string ContextVersionPrefix(absl::string_view tenant, uint64_t profile_id);
+std::string ContextVersionPrefix(absl::string_view tenant, uint64_t profile_id,
+                                 absl::string_view context_key);
+std::string EncodeContextVersionKey(const ContextVersionKey& key);
+absl::StatusOr<ContextVersionKey> DecodeContextVersionKey(absl::string_view bytes);
+std::string EncodeContextVersionRecord(const ContextVersionRecord& record);
+absl::StatusOr<ContextVersionRecord> DecodeContextVersionRecord(absl::string_view bytes);
+std::string EncodeCompactedSlotsKey(const BlockKey& key);
+absl::StatusOr<BlockKey> DecodeCompactedSlotsKey(absl::string_view bytes);
+std::string EncodeCompactedSlotsRecord(const CompactedSlotsRecord& record);
+absl::StatusOr<CompactedSlotsRecord> DecodeCompactedSlotsRecord(absl::string_view bytes);
 
 // Fixed-width little-endian values (meta entries, the profile name index).
 std::string EncodeU32(uint32_t value);

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
 
@@ -167,6 +168,62 @@ TEST(RecordFormatTest, ContextRecordRoundTrips) {
   EXPECT_EQ(key_back->tenant, "t");
   EXPECT_EQ(key_back->profile_id, 9u);
   EXPECT_EQ(key_back->context_id, "ctx-1");
+}
+
+TEST(RecordFormatTest, CompactionVersionRecordsRoundTripAndRejectDamage) {
+  ContextVersionRecord v;
+  v.version = 3;
+  v.context_key = std::string(16, '\x7f');
+  v.block_ids = {"c0", std::string(32, 'x')};
+  v.tokens = 48;
+  v.retention = 0.375f;
+  v.importance = 2;
+  v.merge = 1;
+  v.bias = 1;
+  v.created_unix_ms = 1700000000000;
+  v.dropped = true;
+  const std::string bytes = EncodeContextVersionRecord(v);
+  auto back = DecodeContextVersionRecord(bytes);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, v);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_EQ(DecodeContextVersionRecord(bytes.substr(0, n)).status().code(),
+              absl::StatusCode::kDataLoss)
+        << "length " << n;
+  }
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::string flipped = bytes;
+    flipped[i] = static_cast<char>(flipped[i] ^ 0x04);
+    EXPECT_EQ(DecodeContextVersionRecord(flipped).status().code(), absl::StatusCode::kDataLoss)
+        << "byte " << i;
+  }
+
+  const CompactedSlotsRecord s{1, {0, -3, 70000}, {1.5f, -0.25f, 0}, {1, 2, 3}};
+  const std::string slot_bytes = EncodeCompactedSlotsRecord(s);
+  auto slots = DecodeCompactedSlotsRecord(slot_bytes);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  EXPECT_EQ(*slots, s);
+  for (size_t n = 0; n < slot_bytes.size(); ++n) {
+    EXPECT_EQ(DecodeCompactedSlotsRecord(slot_bytes.substr(0, n)).status().code(),
+              absl::StatusCode::kDataLoss);
+  }
+  // A huge array length must not allocate before failing.
+  EXPECT_EQ(DecodeCompactedSlotsRecord(Resealed(slot_bytes, 8, 0x7f)).status().code(),
+            absl::StatusCode::kDataLoss);
+
+  const ContextVersionKey key{"t", 9, "ctx", 7};
+  auto key_back = DecodeContextVersionKey(EncodeContextVersionKey(key));
+  ASSERT_TRUE(key_back.ok()) << key_back.status();
+  EXPECT_EQ(key_back->tenant, "t");
+  EXPECT_EQ(key_back->profile_id, 9u);
+  EXPECT_EQ(key_back->context_key, "ctx");
+  EXPECT_EQ(key_back->version, 7u);
+  // A context's prefix does not match a longer key that starts the same.
+  EXPECT_FALSE(absl::StartsWith(EncodeContextVersionKey({"t", 9, "ctx-2", 1}),
+                                ContextVersionPrefix("t", 9, "ctx")));
+  auto slot_key = DecodeCompactedSlotsKey(EncodeCompactedSlotsKey({"t", 9, "c0"}));
+  ASSERT_TRUE(slot_key.ok());
+  EXPECT_EQ(slot_key->block_id, "c0");
 }
 
 TEST(RecordFormatTest, PrefixSuccessor) {

@@ -152,4 +152,34 @@ absl::Status ValidateContextRecord(const ContextRecord& record) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateContextVersionRecord(const ContextVersionRecord& record) {
+  if (record.context_key.empty() || record.context_key.size() > kMaxContextKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("context version context_key must be 1..", kMaxContextKeyBytes,
+                     " bytes, got ", record.context_key.size()));
+  }
+  if (record.block_ids.size() > kMaxContextBlocks) {
+    return absl::InvalidArgumentError(absl::StrCat("context version has ",
+                                                   record.block_ids.size(),
+                                                   " block_ids; at most ", kMaxContextBlocks));
+  }
+  for (const std::string& id : record.block_ids) {
+    KVTIER_RETURN_IF_ERROR(CheckBlockId(id, "context version block_id"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCompactedSlotsRecord(const CompactedSlotsRecord& record) {
+  for (const auto& [name, size] : {std::pair<const char*, size_t>{"positions",
+                                                                   record.positions.size()},
+                                   {"logit_bias", record.logit_bias.size()},
+                                   {"merged", record.merged.size()}}) {
+    if (size > kMaxCompactedSlots) {
+      return absl::InvalidArgumentError(absl::StrCat("compacted slots ", name, " has ", size,
+                                                     " entries; at most ", kMaxCompactedSlots));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace kvtier

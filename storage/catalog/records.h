@@ -139,6 +139,43 @@ struct ContextRecord {
 absl::Status ValidateContextKey(const ContextKey& key);
 absl::Status ValidateContextRecord(const ContextRecord& record);
 
+// ---- Compaction versions --------------------------------------------------
+// The compactor's durable record (daemon/compaction): per (tenant, profile,
+// context_key) every version of a context, and per compacted block its
+// slot data. The catalog stores them; their meaning is the compactor's.
+
+inline constexpr size_t kMaxContextKeyBytes = 64;      // context_key, 1..64
+inline constexpr size_t kMaxCompactedSlots = 1 << 20;  // entries per slot array
+
+struct ContextVersionRecord {
+  uint32_t version = 0;     // 0 = the original blocks, n = compacted
+  std::string context_key;  // 1..kMaxContextKeyBytes
+  std::vector<std::string> block_ids;  // 0..kMaxContextBlocks, in slot order
+  uint32_t tokens = 0;
+  float retention = 0;
+  // The method, as the compactor's codes (opaque here).
+  uint8_t importance = 0;
+  uint8_t merge = 0;
+  uint8_t bias = 0;
+  uint64_t created_unix_ms = 0;
+  bool dropped = false;  // its blocks were deleted; the record stays
+
+  friend bool operator==(const ContextVersionRecord&, const ContextVersionRecord&) = default;
+};
+
+// The slots of one compacted block (key: its BlockKey).
+struct CompactedSlotsRecord {
+  uint32_t version = 0;
+  std::vector<int32_t> positions;  // each 0..kMaxCompactedSlots entries
+  std::vector<float> logit_bias;
+  std::vector<uint32_t> merged;
+
+  friend bool operator==(const CompactedSlotsRecord&, const CompactedSlotsRecord&) = default;
+};
+
+absl::Status ValidateContextVersionRecord(const ContextVersionRecord& record);
+absl::Status ValidateCompactedSlotsRecord(const CompactedSlotsRecord& record);
+
 }  // namespace kvtier
 
 #endif  // KVTIER_STORAGE_CATALOG_RECORDS_H_

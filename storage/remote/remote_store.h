@@ -186,6 +186,7 @@ class RemoteStore final : public BlockStore {
     return local_->OpenStagingFile(tenant);
   }
   bool per_tenant_memory() const override { return local_->per_tenant_memory(); }
+  Catalog* catalog() override { return local_->catalog(); }
 
  private:
   struct ProfileInfo {

@@ -177,6 +177,7 @@ struct BlockStoreOptions {
 };
 
 struct RegisteredProfile;  // catalog.h
+class Catalog;            // catalog.h
 
 class BlockStore {
  public:
@@ -369,6 +370,11 @@ class BlockStore {
   virtual absl::StatusOr<StagingFile> OpenStagingFile(const std::string& tenant) = 0;
   // True when tenants have arenas and staging files of their own.
   virtual bool per_tenant_memory() const = 0;
+
+  // The catalog this store keeps its records in, for the daemon's other
+  // durable records (compaction versions); owned by the store, valid while
+  // it lives. nullptr for a store without one.
+  virtual Catalog* catalog() { return nullptr; }
 };
 
 }  // namespace kvtier

@@ -99,6 +99,7 @@ class BlockStoreImpl final : public BlockStore {
   absl::StatusOr<gpu::ArenaInfo> Arena(const std::string& tenant) override;
   absl::StatusOr<StagingFile> OpenStagingFile(const std::string& tenant) override;
   bool per_tenant_memory() const override { return multi_tenant_; }
+  Catalog* catalog() override { return catalog_.get(); }
 
  private:
   // Put of bytes only the daemon can change; `known_checksum`, when set, is

@@ -25,7 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
-#include "daemon/auth/token.h"
+#include "proto/auth/token.h"
 #include "gtest/gtest.h"
 #include "tests/crash/crash_block.h"
 #include "tests/crash/crash_daemon.h"
@@ -61,10 +61,10 @@ class CrashLoopTest : public ::testing::Test {
       std::filesystem::remove_all(d);
       std::filesystem::create_directories(d);
     }
-    token_ = daemon::NewToken();
+    token_ = auth::NewToken();
     std::ofstream(dir_ + "/tenants.toml")
         << "[[tenants]]\nname = \"" << kTenant << "\"\nrole = \"admin\"\ntoken_sha256 = [\""
-        << daemon::HashToken(token_)
+        << auth::HashToken(token_)
         << "\"]\n[tenants.quotas]\nretained_bytes = " << kRetainedQuotaBytes << "\n";
   }
   void TearDown() override {

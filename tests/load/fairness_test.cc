@@ -32,7 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_split.h"
 #include "client/client.h"
-#include "daemon/auth/token.h"
+#include "proto/auth/token.h"
 #include "gtest/gtest.h"
 #include "tests/load/load_block.h"
 #include "tests/load/load_daemon.h"
@@ -74,9 +74,9 @@ class FairnessTest : public ::testing::Test {
     }
     std::ofstream tenants(dir_ + "/tenants.toml");
     for (const char* name : {"a", "b"}) {
-      tokens_[name] = daemon::NewToken();
+      tokens_[name] = auth::NewToken();
       tenants << "[[tenants]]\nname = \"" << name << "\"\nrole = \"data\"\ntoken_sha256 = [\""
-              << daemon::HashToken(tokens_[name]) << "\"]\n";
+              << auth::HashToken(tokens_[name]) << "\"]\n";
     }
   }
   void TearDown() override {

@@ -34,7 +34,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/client.h"
-#include "daemon/auth/token.h"
+#include "proto/auth/token.h"
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
 #include "tests/load/load_block.h"
@@ -99,10 +99,10 @@ class LoadTest : public ::testing::Test {
       std::filesystem::remove_all(d);
       std::filesystem::create_directories(d);
     }
-    token_ = daemon::NewToken();
+    token_ = auth::NewToken();
     std::ofstream(dir_ + "/tenants.toml")
         << "[[tenants]]\nname = \"" << kTenant << "\"\nrole = \"admin\"\ntoken_sha256 = [\""
-        << daemon::HashToken(token_) << "\"]\n";
+        << auth::HashToken(token_) << "\"]\n";
   }
   void TearDown() override {
     daemon_.reset();

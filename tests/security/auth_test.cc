@@ -34,7 +34,7 @@ TEST_F(AuthTest, EveryRpcRefusesMissingOrBadCredentials) {
   ASSERT_GE(admin.size(), 5u);
   methods.insert(methods.end(), admin.begin(), admin.end());
   methods.push_back("/grpc.health.v1.Health/Check");
-  const std::string wrong = daemon::NewToken();
+  const std::string wrong = auth::NewToken();
   for (const std::string& m : methods) {
     const std::vector<std::string> bad = {std::string(),
                                           "Bearer " + wrong,
@@ -73,7 +73,7 @@ TEST_F(AuthTest, DescriptorSocketChecksTheToken) {
   ASSERT_OK(arena);
   EXPECT_TRUE(arena->shm_path().empty()) << "no path to another tenant's file is handed out";
   ASSERT_FALSE(arena->fd_socket_path().empty());
-  for (const std::string& bad : {std::string(), daemon::NewToken(), std::string("-")}) {
+  for (const std::string& bad : {std::string(), auth::NewToken(), std::string("-")}) {
     client::FetchedFd fetched =
         client::FetchSharedFd(arena->fd_socket_path(), client::SharedFileKind::kArena, bad, 3000);
     EXPECT_FALSE(fetched.ok());
@@ -91,7 +91,7 @@ TEST_F(AuthTest, ReloadTakesARotatedTokenAwayAtOnce) {
   auto a = As("a");
   ASSERT_TRUE(a->Health().ok());
   const std::string old_token = tokens_["a"];
-  tokens_["a"] = daemon::NewToken();
+  tokens_["a"] = auth::NewToken();
   WriteTenants();
   ASSERT_TRUE(server_->runtime()->ReloadTenants().ok());
   auto health = a->Health();

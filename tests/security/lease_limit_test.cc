@@ -26,12 +26,12 @@ constexpr uint64_t kDefaultLeases = 6;  // auth.tenant_max_leases
 class LeaseLimitTest : public SecurityTest {
  protected:
   void SetUp() override {
-    tokens_["l"] = daemon::NewToken();
+    tokens_["l"] = auth::NewToken();
     // Four tenants' arenas in the fixture's 1 MiB device tier.
     StartDaemon({"auth.tenant_max_leases=" + std::to_string(kDefaultLeases),
                  "auth.tenant_arena_bytes=256KiB"},
                 "[[tenants]]\nname = \"l\"\nrole = \"data\"\ntoken_sha256 = [\"" +
-                    daemon::HashToken(tokens_["l"]) +
+                    auth::HashToken(tokens_["l"]) +
                     "\"]\n[tenants.quotas]\nleases = " + std::to_string(kQuotaLeases) + "\n");
     l_ = As("l");
     pl_ = Register(l_.get());

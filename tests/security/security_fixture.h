@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "client/client.h"
-#include "daemon/auth/token.h"
+#include "proto/auth/token.h"
 #include "daemon/config.h"
 #include "daemon/server.h"
 #include "gtest/gtest.h"
@@ -55,7 +55,7 @@ class SecurityTest : public ::testing::Test {
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    for (const char* name : {"a", "b", "q", "ops"}) tokens_[name] = daemon::NewToken();
+    for (const char* name : {"a", "b", "q", "ops"}) tokens_[name] = auth::NewToken();
     tenants_file_ = dir_ + "/tenants.toml";
     WriteTenants(more_tenants);
     options_.overrides = {"log.level=error",
@@ -86,14 +86,14 @@ class SecurityTest : public ::testing::Test {
     std::ofstream f(tenants_file_, std::ios::trunc);
     for (const char* name : {"a", "b"}) {
       f << "[[tenants]]\nname = \"" << name << "\"\nrole = \"data\"\ntoken_sha256 = [\""
-        << daemon::HashToken(tokens_[name]) << "\"]\ncert_names = [\"" << name << "\"]\n";
+        << auth::HashToken(tokens_[name]) << "\"]\ncert_names = [\"" << name << "\"]\n";
     }
     f << "[[tenants]]\nname = \"q\"\nrole = \"data\"\ntoken_sha256 = [\""
-      << daemon::HashToken(tokens_["q"]) << "\"]\n[tenants.quotas]\n"
+      << auth::HashToken(tokens_["q"]) << "\"]\n[tenants.quotas]\n"
       << "contexts = 2\nblocks_per_context = 8\nstaging_slots = 4\nprofiles = 1\n"
       << "pinned_bytes = \"16KiB\"\nnvme_bytes = \"32KiB\"\nhost_bytes = \"64KiB\"\n";
     f << "[[tenants]]\nname = \"ops\"\nrole = \"admin\"\ntoken_sha256 = [\""
-      << daemon::HashToken(tokens_["ops"]) << "\"]\n";
+      << auth::HashToken(tokens_["ops"]) << "\"]\n";
     f << more;
   }
 

@@ -145,7 +145,7 @@ TEST_F(StreamsTest, ARevokedTokenEndsItsOpenStreams) {
   ASSERT_TRUE(put->Write(req));
   ASSERT_TRUE(WaitFor([&] { return server_->runtime()->streams()->OpenOf("a") == 2; }));
 
-  tokens_["a"] = daemon::NewToken();  // the old token is gone from the file
+  tokens_["a"] = auth::NewToken();  // the old token is gone from the file
   WriteTenants();
   ASSERT_TRUE(server_->runtime()->ReloadTenants().ok());
 

@@ -1,4 +1,4 @@
-#include "daemon/auth/token.h"
+#include "proto/auth/token.h"
 
 #include "absl/strings/ascii.h"
 
@@ -7,7 +7,7 @@
 
 #include "absl/strings/escaping.h"
 
-namespace kvtier::daemon {
+namespace kvtier::auth {
 
 std::string HashToken(absl::string_view token) {
   unsigned char digest[SHA256_DIGEST_LENGTH];
@@ -45,4 +45,4 @@ bool IsTenantName(absl::string_view name) {
   return true;
 }
 
-}  // namespace kvtier::daemon
+}  // namespace kvtier::auth

@@ -3,14 +3,14 @@
 // only on OpenSSL and abseil strings.
 //
 // Thread safety: all functions are thread-safe.
-#ifndef KVTIER_DAEMON_AUTH_TOKEN_H_
-#define KVTIER_DAEMON_AUTH_TOKEN_H_
+#ifndef KVTIER_PROTO_AUTH_TOKEN_H_
+#define KVTIER_PROTO_AUTH_TOKEN_H_
 
 #include <string>
 
 #include "absl/strings/string_view.h"
 
-namespace kvtier::daemon {
+namespace kvtier::auth {
 
 // SHA-256 of the token as 64 lowercase hex digits (the tenants file's
 // token_sha256 values).
@@ -27,6 +27,6 @@ inline constexpr size_t kMaxTenantNameBytes = 64;
 bool IsTokenHash(absl::string_view hex);
 bool IsTenantName(absl::string_view name);
 
-}  // namespace kvtier::daemon
+}  // namespace kvtier::auth
 
-#endif  // KVTIER_DAEMON_AUTH_TOKEN_H_
+#endif  // KVTIER_PROTO_AUTH_TOKEN_H_
