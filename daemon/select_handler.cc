@@ -364,9 +364,9 @@ void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Ite
     absl::MutexLock lock(&ctx->mu);
     replaces = ctx->lease_id();
   }
-  absl::StatusOr<uint64_t> lease =
-      store->AcquireHandles(ctx->tenant(), keys, ctx->ttl_ms(), &handles,
-                            /*memory_only=*/true, /*mark_wanted=*/true, budget, replaces);
+  absl::StatusOr<uint64_t> lease = store->AcquireHandles(
+      ctx->tenant(), keys, ctx->ttl_ms(), &handles,
+      {.memory_only = true, .mark_wanted = true, .budget = budget, .replaces_lease = replaces});
   if (budget == &unlimited) promotion_.promoted_bytes += unlimited.promoted_bytes;
   if (!lease.ok()) {
     item->status = lease.status();

@@ -41,15 +41,14 @@ bool IsPromotionDeferred(const absl::Status& status) {
 
 absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
     const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
-    std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only, bool mark_wanted,
-    PromotionBudget* budget, uint64_t replaces_lease) {
+    std::vector<absl::StatusOr<DeviceHandle>>* handles, const PinOptions& pin) {
   if (ttl_ms > options_.max_lease_ttl_ms) {
     return absl::InvalidArgumentError(absl::StrCat("lease_ttl_ms: ", ttl_ms, " exceeds the maximum ",
                                                    options_.max_lease_ttl_ms));
   }
   handles->clear();
   absl::MutexLock lock(&mu_);
-  KVTIER_RETURN_IF_ERROR(CheckLeaseQuotaLocked(tenant, replaces_lease));
+  KVTIER_RETURN_IF_ERROR(CheckLeaseQuotaLocked(tenant, pin.replaces_lease));
   KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/false));
   // The lease holds its entries (invariant 8), in a released lease's list
   // when one is spare: a Select's lease allocates nothing once warm.
@@ -70,7 +69,8 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
   found.clear();
   const uint64_t forgotten_before = forgotten_;
   absl::Status deferred;  // PromotionDeferredError, made at the first deferral
-  if (mark_wanted) {
+  PromotionBudget* const budget = pin.budget;
+  if (pin.mark_wanted) {
     found.reserve(keys.size());
     for (const BlockKey& key : keys) {
       auto it = entries_.find(key);
@@ -111,7 +111,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
         continue;
       }
     }
-    if (memory_only && !e->device && !e->host) {
+    if (pin.memory_only && !e->device && !e->host) {
       handles->push_back(absl::UnavailableError(
           absl::StrCat(Describe(key), " is on NVMe only; not read on this path")));
       continue;
@@ -131,7 +131,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
     if (!e->device) {
       st = EnsureHostCopyLocked(e);
       absl::StatusOr<DeviceSlot> slot =
-          st.ok() ? MakeRoomDeviceLocked(space, tenant, e->size_bytes, memory_only)
+          st.ok() ? MakeRoomDeviceLocked(space, tenant, e->size_bytes, pin.memory_only)
                   : absl::StatusOr<DeviceSlot>(st);
       if (slot.ok() && e->device) {
         space->device_alloc->Free(slot->offset, slot->size_bytes);  // promoted meanwhile
