@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "storage/common/mutex_unlock.h"
 #include "storage/common/status_macros.h"
 #include "storage/common/random_id.h"
 #include "storage/store/block_store_impl.h"
@@ -57,6 +58,7 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPieces(
 absl::StatusOr<PutOutcome> BlockStoreImpl::PutNewLocked(
     const BlockKey& key, absl::Span<const absl::Span<const uint8_t>> src, uint64_t size_bytes,
     const PutOptions& put) {
+  mu_.AssertHeld();
   // CheckPayload found it; profiles are never removed.
   const ModelProfile profile = *ProfileOfLocked(key.tenant, key.profile_id);
   // A non-durable put may leave its summary to the summary thread.
@@ -150,6 +152,7 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
 absl::StatusOr<PutOutcome> BlockStoreImpl::InsertNewLocked(
     const BlockKey& key, uint64_t size_bytes, const PutOptions& put,
     absl::FunctionRef<absl::StatusOr<FilledCopy>(absl::Span<uint8_t>)> fill) {
+  mu_.AssertHeld();
   if (put.retain) {
     const TenantState& t = TenantLocked(key.tenant);
     KVTIER_RETURN_IF_ERROR(CheckQuota(key.tenant, "retained_bytes", t.usage.retained_bytes,
@@ -166,7 +169,7 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::InsertNewLocked(
   entries_[key] = std::move(owned);
   if (put.retain) SetRetainedLocked(e);
 
-  auto fail = [&](absl::Status st) {
+  auto fail = [&](absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     --e->busy;
     e->writing = false;
     if (e->durable) {
@@ -194,10 +197,11 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::InsertNewLocked(
   }
   // The slot is ours alone until e->host is set: the entry is writing, so
   // nothing reads, demotes or evicts it meanwhile.
-  mu_.Unlock();
-  absl::StatusOr<FilledCopy> filled =
-      fill(absl::MakeSpan(reinterpret_cast<uint8_t*>(dst->data()), size_bytes));
-  mu_.Lock();
+  absl::StatusOr<FilledCopy> filled = absl::UnknownError("not filled");
+  {
+    MutexUnlock unlocked(&mu_);
+    filled = fill(absl::MakeSpan(reinterpret_cast<uint8_t*>(dst->data()), size_bytes));
+  }
   // Counted below (AddCopyLocked) or dropped, without releasing mu_.
   ReleaseHostInFlightLocked(key.tenant, size_bytes);
   if (filled.ok() && filled->summary.size() > kMaxSummaryBytes) {
