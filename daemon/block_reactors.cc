@@ -153,15 +153,19 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>,
                   absl::StatusOr<PutOutcome>& outcome = outcomes_[i];
                   switch (put.source) {
                     case wire::BlockPutView::Source::kData:
-                      outcome = store->PutPieces(key, put.data, request.durable, put.xxh3,
-                                                 request.retain);
+                      outcome = store->PutPieces(key, put.data,
+                                                 {.durable = request.durable,
+                                                  .expected_xxh3 = put.xxh3,
+                                                  .retain = request.retain});
                       break;
                     case wire::BlockPutView::Source::kSlot:
                       outcome = store->PutFromStaging(
                           key,
-                          StagingSlot{put.slot.slot_id, put.slot.offset_bytes,
-                                      put.slot.size_bytes, put.slot.generation},
-                          request.durable, put.xxh3, request.retain);
+                          StagingSlot{put.slot.slot_id, put.slot.offset_bytes, put.slot.size_bytes,
+                                      put.slot.generation},
+                          {.durable = request.durable,
+                           .expected_xxh3 = put.xxh3,
+                           .retain = request.retain});
                       break;
                     default:
                       outcome = absl::InvalidArgumentError(

@@ -107,6 +107,7 @@ BlockingPoolStats BlockingPool::stats() const {
 }
 
 bool BlockingPool::RunnableLocked() const {
+  mu_.AssertHeld();
   if (!helpers_.empty()) return true;
   for (const auto& [tenant, lane] : active_) {
     if (stopping_ || lane->running < options_.max_running_per_tenant) return true;
@@ -115,6 +116,7 @@ bool BlockingPool::RunnableLocked() const {
 }
 
 bool BlockingPool::PickLocked(Item* item, Lane** picked, std::string* picked_tenant) {
+  mu_.AssertHeld();
   bool eligible = false;  // else the rotation below would not end
   for (const auto& [tenant, lane] : active_) {
     eligible = eligible || stopping_ || lane->running < options_.max_running_per_tenant;
@@ -145,13 +147,14 @@ bool BlockingPool::PickLocked(Item* item, Lane** picked, std::string* picked_ten
 }
 
 void BlockingPool::DoneLocked(const std::string& tenant, Lane* lane) {
+  mu_.AssertHeld();
   --running_;
   ++ran_;
   if (--lane->running == 0 && !lane->active && lane->items.empty()) lanes_.erase(tenant);
 }
 
 void BlockingPool::Run() {
-  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return (stopping_ && queued_ == 0 && helpers_.empty()) || RunnableLocked();
   };
   while (true) {

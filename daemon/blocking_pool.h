@@ -28,6 +28,11 @@
 // With threads == 0 Submit runs the work inline on the caller's thread (the
 // behaviour before this pool; kept to measure the difference).
 //
+// Not index::WorkerPool (index/worker_pool.h), the Select path's pool of
+// CPU threads: that one runs allocation-free fork-join loops that never
+// block, in arrival order; this one runs tasks that wait on a disk, fairly
+// between tenants. Its header says why they stay two types.
+//
 // Thread safety: Submit and stats are thread-safe. The destructor runs
 // every queued item (ignoring the per-tenant running cap), then joins; no
 // Submit may race with it.

@@ -169,6 +169,7 @@ uint64_t ContextManager::OpenCount(const std::string& tenant) {
 }
 
 void ContextManager::EraseLocked(uint64_t id) {
+  mu_.AssertHeld();
   auto it = contexts_.find(id);
   if (it == contexts_.end()) return;
   --tenants_[it->second->tenant()].open;
@@ -470,6 +471,7 @@ absl::StatusOr<uint32_t> ContextManager::Release(const std::string& tenant, uint
 }
 
 void ContextManager::CloseLocked(Context* ctx) {
+  ctx->mu.AssertHeld();
   if (ctx->closed_) return;
   ctx->closed_ = true;
   if (ctx->lease_id_ != 0) store_->Release(ctx->tenant(), ctx->lease_id_).IgnoreError();  // may have expired

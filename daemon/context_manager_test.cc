@@ -99,8 +99,7 @@ class ContextManagerTest : public ::testing::Test {
       BlockKey key{"t", profile_.profile_id, id};
       auto put = store_->Put(
           key,
-          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(p.bytes.data()), p.bytes.size()),
-          false);
+          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(p.bytes.data()), p.bytes.size()));
       EXPECT_TRUE(put.ok()) << put.status();
       ids.push_back(id);
     }
@@ -207,8 +206,7 @@ TEST_F(ContextManagerTest, OpenNamesWhatIsWrong) {
       store_
           ->Put(BlockKey{"t", profile_.profile_id, "nan"},
                 absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(nan_payload.bytes.data()),
-                                    nan_payload.bytes.size()),
-                false)
+                                    nan_payload.bytes.size()))
           .ok());
   st = contexts_->Open("t", profile_.profile_id, {{ids[0], "nan"}}, 0).status();
   EXPECT_THAT(st, StatusIs(absl::StatusCode::kFailedPrecondition));
@@ -316,7 +314,7 @@ TEST_F(ContextManagerTest, PrefetcherBringsNvmeOnlyBlocksIntoHostMemory) {
                     ->Put(keys.back(),
                           absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(p.bytes.data()),
                                               p.bytes.size()),
-                          /*durable=*/true)
+                          {.durable = true})
                     .ok());
   }
   ASSERT_TRUE(store_->Drain([](uint64_t, uint64_t) {}).ok());

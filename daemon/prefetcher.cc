@@ -51,7 +51,7 @@ size_t Prefetcher::PromoteToDevice(const std::vector<BlockKey>& keys) {
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   const std::string& tenant = keys.front().tenant;
   absl::StatusOr<uint64_t> lease =
-      store_->AcquireHandles(tenant, keys, /*ttl_ms=*/0, &handles, /*memory_only=*/true);
+      store_->AcquireHandles(tenant, keys, /*ttl_ms=*/0, &handles, {.memory_only = true});
   if (!lease.ok() || *lease == 0) return 0;
   size_t pinned = 0;
   for (const auto& h : handles) pinned += h.ok();

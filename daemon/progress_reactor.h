@@ -13,10 +13,11 @@
 
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/grpc_status.h"
 
 namespace kvtier::daemon {
@@ -33,7 +34,7 @@ class ProgressReactor final : public grpc::ServerWriteReactor<T> {
   explicit ProgressReactor(Work work) {
     worker_ = std::thread([this, work = std::move(work)] {
       absl::Status st = work([this](const T& message) { Post(message); });
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       final_ = st;
       work_done_ = true;
       MaybeWriteLocked();
@@ -41,7 +42,7 @@ class ProgressReactor final : public grpc::ServerWriteReactor<T> {
   }
 
   void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) broken_ = true;
     MaybeWriteLocked();
@@ -54,14 +55,18 @@ class ProgressReactor final : public grpc::ServerWriteReactor<T> {
 
  private:
   void Post(const T& message) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (broken_) return;
     if (queue_.size() >= kMaxQueued) queue_.pop_front();
     queue_.push_back(message);
     MaybeWriteLocked();
   }
 
-  void MaybeWriteLocked() {
+  // Starts the next write, or finishes the call once the work is done and
+  // nothing is left to write. StartWrite/Finish are called under mu_, so
+  // they happen in order and at most one write is in flight.
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    mu_.AssertHeld();
     if (writing_ || finished_) return;
     if (!broken_ && !queue_.empty()) {
       current_ = std::move(queue_.front());
@@ -77,15 +82,15 @@ class ProgressReactor final : public grpc::ServerWriteReactor<T> {
     }
   }
 
-  std::mutex mu_;
-  std::deque<T> queue_;
-  T current_;
-  bool writing_ = false;
-  bool broken_ = false;
-  bool work_done_ = false;
-  bool finished_ = false;
-  absl::Status final_;
-  std::thread worker_;
+  absl::Mutex mu_;
+  std::deque<T> queue_ ABSL_GUARDED_BY(mu_);
+  T current_ ABSL_GUARDED_BY(mu_);  // the message being written
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool work_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status final_ ABSL_GUARDED_BY(mu_);
+  std::thread worker_;  // set in the constructor, joined in OnDone
 };
 
 }  // namespace kvtier::daemon

@@ -13,11 +13,14 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "daemon/keydiff_placement.h"
 #include "daemon/options.h"
 #include "gpu/cpu/shm_device_ops.h"
 #include "gpu/cuda/device_ops_factory.h"
 #include "storage/common/errno_status.h"
+#include "storage/common/mutex_unlock.h"
 #include "storage/common/status_macros.h"
 #include "storage/env/env.h"
 #include "storage/host/gpu_status.h"
@@ -336,7 +339,7 @@ uint64_t Runtime::LeaseLimitOf(const Tenant& tenant) const {
 }
 
 absl::Status Runtime::ReloadTenants() {
-  std::lock_guard<std::mutex> lock(reload_mu_);
+  absl::MutexLock lock(&reload_mu_);
   KVTIER_RETURN_IF_ERROR(tenants_->Reload());
   ApplyTenantQuotas();
   // Revoked tokens stop serving now, open streams included.
@@ -372,10 +375,9 @@ Runtime::Runtime(const Config& config)
 
 Runtime::~Runtime() {
   {
-    std::lock_guard<std::mutex> lock(reaper_mu_);
-    stopping_ = true;
+    absl::MutexLock lock(&reaper_mu_);
+    stopping_ = true;  // wakes ReaperLoop's Await
   }
-  reaper_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
   fd_server_.reset();
   blocking_pool_.reset();  // runs what is queued (the gRPC server is gone)
@@ -390,12 +392,12 @@ Runtime::~Runtime() {
 }
 
 void Runtime::ReaperLoop() {
-  std::unique_lock<std::mutex> lock(reaper_mu_);
+  absl::MutexLock lock(&reaper_mu_);
   while (!stopping_) {
     // A periodic timer, not synchronisation: leases expire on the clock.
-    reaper_cv_.wait_for(lock, kReaperPeriod, [this] { return stopping_; });
+    reaper_mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(kReaperPeriod));
     if (stopping_) break;
-    lock.unlock();
+    MutexUnlock unlocked(&reaper_mu_);  // a round runs without reaper_mu_
     size_t reaped = store_->ReapExpired();
     if (reaped > 0) spdlog::debug("reaped {} expired leases", reaped);
     size_t closed = contexts_->ReapIdle();
@@ -405,7 +407,6 @@ void Runtime::ReaperLoop() {
     if (closed > 0) spdlog::debug("closed {} idle contexts", closed);
     reaper_round_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
                            std::memory_order_relaxed);
-    lock.lock();
   }
 }
 

@@ -11,13 +11,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/compaction/compactor.h"
 #include "daemon/compaction/version_store.h"
 #include "daemon/auth/fd_server.h"
@@ -117,7 +117,7 @@ class Runtime {
   std::string device_backend_;
   const std::chrono::steady_clock::time_point started_;
   std::unique_ptr<TenantRegistry> tenants_;
-  std::mutex reload_mu_;       // serialises ReloadTenants
+  absl::Mutex reload_mu_;       // serialises ReloadTenants (guards no field)
   std::string tenant_shm_dir_;  // per-tenant mode only
   std::unique_ptr<gpu::DeviceOps> device_ops_;  // single-tenant mode only
   std::unique_ptr<Summarizer> summarizer_;
@@ -135,9 +135,8 @@ class Runtime {
   index::ScorerKind default_scorer_ = index::ScorerKind::kKeyKey;
   uint32_t stability_scorers_ = 0;
 
-  std::mutex reaper_mu_;
-  std::condition_variable reaper_cv_;
-  bool stopping_ = false;  // guarded by reaper_mu_
+  absl::Mutex reaper_mu_;
+  bool stopping_ ABSL_GUARDED_BY(reaper_mu_) = false;  // ends ReaperLoop
   std::atomic<int64_t> reaper_round_ns_{0};  // steady clock, end of the last round
   std::thread reaper_;
 };

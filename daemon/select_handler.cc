@@ -7,6 +7,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "daemon/grpc_status.h"
 
 namespace kvtier::daemon {
@@ -130,6 +132,27 @@ double Lap(std::chrono::steady_clock::time_point* t) {
   return us;
 }
 
+// Holds several mutexes for one scope: locked in the order given (callers
+// sort them by context id, so two batches naming the same contexts never
+// wait on each other) and unlocked in reverse order when the scope ends.
+// Clang's -Wthread-safety cannot follow a set whose size is known only at
+// run time; the methods that run inside the scope say so in their contract.
+class OrderedMutexLocks {
+ public:
+  // mus must outlive the object and not change meanwhile.
+  explicit OrderedMutexLocks(absl::Span<absl::Mutex* const> mus) : mus_(mus) {
+    for (absl::Mutex* mu : mus_) mu->Lock();
+  }
+  ~OrderedMutexLocks() {
+    for (auto it = mus_.rbegin(); it != mus_.rend(); ++it) (*it)->Unlock();
+  }
+  OrderedMutexLocks(const OrderedMutexLocks&) = delete;
+  OrderedMutexLocks& operator=(const OrderedMutexLocks&) = delete;
+
+ private:
+  const absl::Span<absl::Mutex* const> mus_;
+};
+
 }  // namespace
 
 struct SelectHandler::Item {
@@ -236,6 +259,7 @@ absl::Status SelectHandler::Check(const v1::ContextSelect& entry, int i, Item* i
 
 absl::Status SelectHandler::Prepare(const v1::ContextSelect& entry, int i, Item* item) {
   Context* ctx = item->ctx.get();
+  ctx->mu.AssertHeld();  // one of the batch's OrderedMutexLocks
   if (ctx->closed()) return NotOpen(Field(i, "context_id").c_str(), ctx->id());
   const std::string step_field = Field(i, "step");
   absl::StatusOr<int64_t> step = ctx->ResolveStep(entry.step(), step_field.c_str());
@@ -293,6 +317,7 @@ absl::Status SelectHandler::Prepare(const v1::ContextSelect& entry, int i, Item*
 void SelectHandler::Collect(Item* item, v1::ContextSelection* out,
                             std::vector<BlockKey>* prefetch) {
   Context* ctx = item->ctx.get();
+  ctx->mu.AssertHeld();  // one of the batch's OrderedMutexLocks
   const index::SelectResult& result = results_[item->result];
   // item->keys keeps its capacity (and its strings') across calls.
   std::vector<BlockKey>& keys = item->keys;
@@ -364,9 +389,9 @@ void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Ite
     absl::MutexLock lock(&ctx->mu);
     replaces = ctx->lease_id();
   }
-  absl::StatusOr<uint64_t> lease =
-      store->AcquireHandles(ctx->tenant(), keys, ctx->ttl_ms(), &handles,
-                            /*memory_only=*/true, /*mark_wanted=*/true, budget, replaces);
+  absl::StatusOr<uint64_t> lease = store->AcquireHandles(
+      ctx->tenant(), keys, ctx->ttl_ms(), &handles,
+      {.memory_only = true, .mark_wanted = true, .budget = budget, .replaces_lease = replaces});
   if (budget == &unlimited) promotion_.promoted_bytes += unlimited.promoted_bytes;
   if (!lease.ok()) {
     item->status = lease.status();
@@ -467,34 +492,37 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
   // 2. Lock in increasing context id, check what needs the lock, select.
   std::sort(valid.begin(), valid.end(),
             [](const Item* a, const Item* b) { return a->ctx->id() < b->ctx->id(); });
-  for (Item* item : valid) item->ctx->mu.Lock();
-  requests_.clear();
-  for (Item* item : valid) {
-    item->status = Prepare(request.contexts(item->entry), item->entry, item);
-    if (!item->status.ok()) continue;
-    item->result = requests_.size();
-    requests_.push_back(item->request);
-  }
-  results_.resize(requests_.size());
-  timings_.check_us = Lap(&lap);
-  absl::Status batch = selector_->SelectBatch(requests_, absl::MakeSpan(results_));
-  timings_.select_us = Lap(&lap);
   std::vector<BlockKey> prefetch;
-  for (Item* item : valid) {
-    if (!item->status.ok()) continue;
-    if (!batch.ok()) {
-      // Not expected after Prepare; select alone so only this entry fails.
-      item->status = selector_->Select(requests_[item->result], &results_[item->result]);
-      if (!item->status.ok()) {
-        item->status =
-            absl::Status(item->status.code(),
-                         absl::StrCat("contexts[", item->entry, "]: ", item->status.message()));
-        continue;
-      }
+  {
+    context_mus_.clear();  // reused: a warm Select allocates nothing here
+    for (Item* item : valid) context_mus_.push_back(&item->ctx->mu);
+    OrderedMutexLocks locked(context_mus_);
+    requests_.clear();
+    for (Item* item : valid) {
+      item->status = Prepare(request.contexts(item->entry), item->entry, item);
+      if (!item->status.ok()) continue;
+      item->result = requests_.size();
+      requests_.push_back(item->request);
     }
-    Collect(item, response->mutable_contexts(item->entry), &prefetch);
+    results_.resize(requests_.size());
+    timings_.check_us = Lap(&lap);
+    absl::Status batch = selector_->SelectBatch(requests_, absl::MakeSpan(results_));
+    timings_.select_us = Lap(&lap);
+    for (Item* item : valid) {
+      if (!item->status.ok()) continue;
+      if (!batch.ok()) {
+        // Not expected after Prepare; select alone so only this entry fails.
+        item->status = selector_->Select(requests_[item->result], &results_[item->result]);
+        if (!item->status.ok()) {
+          item->status =
+              absl::Status(item->status.code(),
+                           absl::StrCat("contexts[", item->entry, "]: ", item->status.message()));
+          continue;
+        }
+      }
+      Collect(item, response->mutable_contexts(item->entry), &prefetch);
+    }
   }
-  for (auto it = valid.rbegin(); it != valid.rend(); ++it) (*it)->ctx->mu.Unlock();
   timings_.build_us = Lap(&lap);
 
   // 3. Pin outside the context locks (promotion from memory within the

@@ -108,10 +108,11 @@ class SelectHandler {
   SelectHandler(Runtime* runtime, std::string tenant, std::unique_ptr<index::Selector> selector);
   // Step 1 for entry i; on success fills *item (context not yet locked).
   absl::Status Check(const v1::ContextSelect& entry, int i, Item* item);
-  // Checks that need the context's lock (closed, step, budget floor,
-  // scorer precondition) and builds item->request.
+  // Under the context's lock (item->ctx->mu, asserted): checks that need
+  // it (closed, step, budget floor, scorer precondition) and builds
+  // item->request.
   absl::Status Prepare(const v1::ContextSelect& entry, int i, Item* item);
-  // Under the context's lock: the chosen keys into item->keys, the
+  // Under the context's lock (asserted): the chosen keys into item->keys, the
   // response blocks without residency, rising blocks into *prefetch.
   void Collect(Item* item, v1::ContextSelection* out, std::vector<BlockKey>* prefetch);
   // No context lock: waits for NVMe-only blocks until deadline (when
@@ -132,6 +133,7 @@ class SelectHandler {
   // Reused across requests.
   std::vector<Item> items_;
   std::vector<index::SelectRequest> requests_;
+  std::vector<absl::Mutex*> context_mus_;  // the batch's context locks, in id order
   std::vector<index::SelectResult> results_;
   // Scratch reused by every Handle() call (no per-step allocation).
   std::vector<Item*> valid_;

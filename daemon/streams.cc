@@ -76,6 +76,7 @@ void StreamTable::Ticket::WriteStarted() {
 void StreamTable::Ticket::WriteDone() { write_since_ns_.store(0, std::memory_order_relaxed); }
 
 bool StreamTable::FitsLocked(const Ticket& t, uint64_t bytes) const {
+  mu_.AssertHeld();
   auto it = tenants_.find(t.tenant_);
   const uint64_t mine = it == tenants_.end() ? 0 : it->second.queued_bytes;
   const bool tenant_ok = mine == 0 || mine + bytes <= limits_.max_queued_bytes_per_tenant;
@@ -122,6 +123,7 @@ void StreamTable::Ticket::ReleaseBytes(uint64_t bytes) {
 }
 
 void StreamTable::GrantWaitersLocked(std::vector<absl::AnyInvocable<void() &&>>* ready) {
+  mu_.AssertHeld();
   // In order; a waiter whose own tenant is at its cap does not hold up
   // another tenant's (only the daemon-wide cap is first come, first served).
   for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -148,6 +150,7 @@ void StreamTable::GrantWaitersLocked(std::vector<absl::AnyInvocable<void() &&>>*
 }
 
 void StreamTable::DropWaitLocked(Ticket* t) {
+  mu_.AssertHeld();
   if (t->wanted_bytes_ == 0) return;
   waiters_.erase(std::remove(waiters_.begin(), waiters_.end(), t), waiters_.end());
   t->wanted_bytes_ = 0;

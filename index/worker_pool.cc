@@ -60,28 +60,30 @@ void WorkerPool::Unlink(Job* job) {
 }
 
 void WorkerPool::Loop() {
-  absl::MutexLock lock(&mu_);
   for (;;) {
-    mu_.Await(absl::Condition(
-        +[](WorkerPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-          return p->stop_ || p->first_ != nullptr;
-        },
-        this));
-    if (stop_) return;
-    Job* job = first_;
-    const int32_t slot = job->slots.fetch_add(1, std::memory_order_relaxed);
-    if (slot + 1 >= job->max_slots ||
-        job->next.load(std::memory_order_relaxed) >= job->count) {
-      // This thread takes the job's last slot (or there is nothing left):
-      // no other pool thread may join it.
-      Unlink(job);
+    Job* job = nullptr;
+    int32_t slot = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](WorkerPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+            return p->stop_ || p->first_ != nullptr;
+          },
+          this));
+      if (stop_) return;
+      job = first_;
+      slot = job->slots.fetch_add(1, std::memory_order_relaxed);
+      if (slot + 1 >= job->max_slots || job->next.load(std::memory_order_relaxed) >= job->count) {
+        // This thread takes the job's last slot (or there is nothing left):
+        // no other pool thread may join it.
+        Unlink(job);
+      }
+      if (slot >= job->max_slots) continue;
+      ++job->helpers;  // keeps the job (on its caller's stack) alive
     }
-    if (slot >= job->max_slots) continue;
-    ++job->helpers;
     helped_.fetch_add(1, std::memory_order_relaxed);
-    mu_.Unlock();
-    Drain(job, slot);
-    mu_.Lock();
+    Drain(job, slot);  // without mu_
+    absl::MutexLock lock(&mu_);
     --job->helpers;
   }
 }

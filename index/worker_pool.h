@@ -14,6 +14,22 @@
 // Fairness: pool threads take calls in arrival order and help each until
 // its items run out or its slots are all taken.
 //
+// Why this is not the daemon's BlockingPool (daemon/blocking_pool.h), the
+// other pool of the process: the two do different work and one type would
+// make each worse. This pool runs CPU-bound scoring loops that never block;
+// a call's loop lives on its caller's stack and is joined without any
+// allocation (the Select path allocates nothing once warm), pool threads
+// hand out slot numbers for per-slot scratch, and calls are served in
+// arrival order. BlockingPool runs owned tasks that wait on a disk, queued
+// per tenant and served by deficit round robin with per-tenant caps and
+// queue limits; its tasks are type-erased closures (an allocation each).
+// Scoring on the I/O threads would put Select behind disk waits and
+// tenants' put backlogs; disk waits on these threads would stall every
+// Select stream's batches. index/ must not depend on daemon/, and
+// BlockingPool's tenant lanes are daemon policy. What the two share is
+// only the claim loop of a fork-join call (an atomic next-index counter,
+// the caller working too), a few lines each.
+//
 // Thread safety: ParallelFor may be called from any number of threads at
 // once. The destructor requires that no call is running; it joins the
 // threads.

@@ -76,7 +76,7 @@ absl::StatusOr<MetadataResult> MeasureMetadata(const std::string& data_dir, uint
   const auto start = std::chrono::steady_clock::now();
   for (uint64_t i = 0; i < blocks; ++i) {
     key.block_id = ids[i];
-    auto outcome = store->Put(key, data, /*durable=*/false);
+    auto outcome = store->Put(key, data);
     if (!outcome.ok()) {
       return absl::Status(outcome.status().code(), absl::StrCat("metadata probe: put of block ", i,
                                                                 ": ", outcome.status().message()));

@@ -296,10 +296,9 @@ absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
   for (int64_t b = 0; b < out_blocks; ++b) {
     const std::string id = Hash128(absl::StrCat(identity, "|", b));
     const auto* data = reinterpret_cast<const uint8_t*>(out[static_cast<size_t>(b)].data());
-    absl::StatusOr<PutOutcome> put =
-        store_->Put(BlockKey{tenant, profile_id, id},
-                    absl::MakeConstSpan(data, out[static_cast<size_t>(b)].size()),
-                    /*durable=*/true);
+    absl::StatusOr<PutOutcome> put = store_->Put(
+        BlockKey{tenant, profile_id, id},
+        absl::MakeConstSpan(data, out[static_cast<size_t>(b)].size()), {.durable = true});
     if (!put.ok()) {
       for (const std::string& done : version.block_ids()) {
         store_->Delete(BlockKey{tenant, profile_id, done}).IgnoreError();

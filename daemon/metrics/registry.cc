@@ -136,6 +136,7 @@ void Writer::Add(const std::string& name, const char* type, const std::string& h
 }
 
 bool Registry::ClaimLocked(const std::string& name, const std::vector<std::string>& label_names) {
+  mu_.AssertHeld();
   if (!ValidMetricName(name) || counters_.count(name) || histograms_.count(name)) return false;
   std::set<std::string> seen;
   for (const std::string& l : label_names) {

@@ -246,6 +246,7 @@ FaultInjectionEnv::Fault FaultInjectionEnv::ChooseFileFault(FileOp op) {
 }
 
 uint64_t FaultInjectionEnv::SlowDelayLocked() {
+  mu_.AssertHeld();
   if (slow_io_one_in_ == 0 || slow_io_delay_micros_ == 0) return 0;
   if (slow_rng_() % slow_io_one_in_ != 0) return 0;
   ++slow_ios_;
@@ -259,6 +260,7 @@ void FaultInjectionEnv::SleepReal(uint64_t delay_micros) {
 }
 
 FaultInjectionEnv::Fault FaultInjectionEnv::ChooseLocked(FileOp op) {
+  mu_.AssertHeld();
   if ((op == FileOp::kWrite || op == FileOp::kCreate) && no_space_) {
     ++no_space_faults_;
     return Fault::kNoSpace;

@@ -84,6 +84,7 @@ absl::StatusOr<HostSlot> HostTier::Allocate(uint64_t size_bytes) {
 }
 
 bool HostTier::IsLiveLocked(const HostSlot& slot) const {
+  mu_.AssertReaderHeld();  // shared: IsLive and Data read under a reader lock
   auto it = slots_.find(slot.offset);
   return it != slots_.end() && it->second.size_bytes == slot.size_bytes &&
          it->second.generation == slot.generation;

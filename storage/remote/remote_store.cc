@@ -154,7 +154,7 @@ absl::Status RemoteStore::Fetch(const BlockKey& key) {
       return;
     }
     absl::StatusOr<PutOutcome> put =
-        local_->Put(key, v->payload, /*durable=*/false, v->payload_checksum, /*retain=*/false);
+        local_->Put(key, v->payload, {.expected_xxh3 = v->payload_checksum});
     if (put.ok()) {
       stored = absl::OkStatus();
       counters_.bytes_read += v->payload.size();
@@ -255,16 +255,14 @@ absl::Status RemoteStore::Get(const BlockKey& key, std::string* out, TierId* fro
 
 absl::StatusOr<uint64_t> RemoteStore::AcquireHandles(
     const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
-    std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only, bool mark_wanted,
-    PromotionBudget* budget, uint64_t replaces_lease) {
-  if (!memory_only) {
+    std::vector<absl::StatusOr<DeviceHandle>>* handles, const PinOptions& pin) {
+  if (!pin.memory_only) {
     for (const BlockKey& key : keys) {
       if (key.tenant == tenant && !local_->Lookup(key).present) Fetch(key).IgnoreError();
     }
   }
-  absl::StatusOr<uint64_t> lease = local_->AcquireHandles(
-      tenant, keys, ttl_ms, handles, memory_only, mark_wanted, budget, replaces_lease);
-  if (!lease.ok() || !memory_only) return lease;
+  absl::StatusOr<uint64_t> lease = local_->AcquireHandles(tenant, keys, ttl_ms, handles, pin);
+  if (!lease.ok() || !pin.memory_only) return lease;
   for (size_t i = 0; i < keys.size() && i < handles->size(); ++i) {
     absl::StatusOr<DeviceHandle>& h = (*handles)[i];
     if (h.ok() || h.status().code() != absl::StatusCode::kNotFound) continue;
@@ -334,25 +332,23 @@ void RemoteStore::ForEachQuarantined(uint64_t profile_id,
 // ---- Publishing ------------------------------------------------------------
 
 absl::StatusOr<PutOutcome> RemoteStore::Put(const BlockKey& key, absl::Span<const uint8_t> data,
-                                            bool durable, uint64_t expected_xxh3, bool retain) {
-  absl::StatusOr<PutOutcome> put = local_->Put(key, data, durable, expected_xxh3, retain);
+                                            const PutOptions& options) {
+  absl::StatusOr<PutOutcome> put = local_->Put(key, data, options);
   if (put.ok() && !put->existed) Enqueue(key);
   return put;
 }
 
 absl::StatusOr<PutOutcome> RemoteStore::PutPieces(
-    const BlockKey& key, absl::Span<const absl::Span<const uint8_t>> pieces, bool durable,
-    uint64_t expected_xxh3, bool retain) {
-  absl::StatusOr<PutOutcome> put = local_->PutPieces(key, pieces, durable, expected_xxh3, retain);
+    const BlockKey& key, absl::Span<const absl::Span<const uint8_t>> pieces,
+    const PutOptions& options) {
+  absl::StatusOr<PutOutcome> put = local_->PutPieces(key, pieces, options);
   if (put.ok() && !put->existed) Enqueue(key);
   return put;
 }
 
-absl::StatusOr<PutOutcome> RemoteStore::PutFromStaging(const BlockKey& key,
-                                                       const StagingSlot& slot, bool durable,
-                                                       uint64_t expected_xxh3, bool retain) {
-  absl::StatusOr<PutOutcome> put =
-      local_->PutFromStaging(key, slot, durable, expected_xxh3, retain);
+absl::StatusOr<PutOutcome> RemoteStore::PutFromStaging(const BlockKey& key, const StagingSlot& slot,
+                                                       const PutOptions& options) {
+  absl::StatusOr<PutOutcome> put = local_->PutFromStaging(key, slot, options);
   if (put.ok() && !put->existed) Enqueue(key);
   return put;
 }

@@ -127,27 +127,23 @@ class RemoteStore final : public BlockStore {
   }
   absl::StatusOr<PutOutcome> PutPieces(const BlockKey& key,
                                        absl::Span<const absl::Span<const uint8_t>> pieces,
-                                       bool durable, uint64_t expected_xxh3,
-                                       bool retain) override;
+                                       const PutOptions& options = {}) override;
   absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
-                                 bool durable, uint64_t expected_xxh3, bool retain) override;
+                                 const PutOptions& options = {}) override;
   absl::StatusOr<std::vector<StagingSlot>> ReserveStaging(const std::string& tenant,
                                                           uint64_t profile_id, uint32_t count,
                                                           uint64_t ttl_ms) override {
     return local_->ReserveStaging(tenant, profile_id, count, ttl_ms);
   }
   absl::StatusOr<PutOutcome> PutFromStaging(const BlockKey& key, const StagingSlot& slot,
-                                            bool durable, uint64_t expected_xxh3,
-                                            bool retain) override;
+                                            const PutOptions& options = {}) override;
   absl::Status Get(const BlockKey& key, std::string* out, TierId* from) override;
   // The local store's view; a block no local tier holds is fetched (Get).
   absl::StatusOr<std::unique_ptr<BlockView>> View(const BlockKey& key, TierId* from) override;
   absl::StatusOr<uint64_t> AcquireHandles(const std::string& tenant,
                                           const std::vector<BlockKey>& keys, uint64_t ttl_ms,
                                           std::vector<absl::StatusOr<DeviceHandle>>* handles,
-                                          bool memory_only, bool mark_wanted = false,
-                                          PromotionBudget* budget = nullptr,
-                                          uint64_t replaces_lease = 0) override;
+                                          const PinOptions& options = {}) override;
   BlockLocation Lookup(const BlockKey& key) override { return local_->Lookup(key); }
   // Local placement only: the remote tier keeps no order.
   void MarkWanted(absl::Span<const BlockKey> keys) override { local_->MarkWanted(keys); }

@@ -128,7 +128,7 @@ class RemoteStoreTest : public ::testing::Test {
   // Puts block n under `tenant` (profile id `pid` on that node).
   static void PutBlock(Node* node, const std::string& tenant, uint64_t pid, uint64_t n) {
     const std::vector<uint8_t> data = Payload(n);
-    auto put = node->store()->Put(BlockKey{tenant, pid, Id(n)}, data, false, 0, false);
+    auto put = node->store()->Put(BlockKey{tenant, pid, Id(n)}, data);
     ASSERT_TRUE(put.ok()) << put.status();
   }
 
@@ -222,14 +222,14 @@ TEST_F(RemoteStoreTest, SelectPathAnswersUnavailableAndPrefetchBringsItIn) {
   const std::vector<BlockKey> keys = {BlockKey{"default", pb, Id(7)},
                                       BlockKey{"default", pb, Id(8)}};  // 8: nowhere
   std::vector<absl::StatusOr<DeviceHandle>> handles;
-  auto lease = b->store()->AcquireHandles("default", keys, 0, &handles, /*memory_only=*/true);
+  auto lease = b->store()->AcquireHandles("default", keys, 0, &handles, {.memory_only = true});
   ASSERT_TRUE(lease.ok());
   EXPECT_EQ(handles[0].status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(b->store()->remote_stats().hits, 0u) << "memory_only must not contact the cluster";
   EXPECT_EQ(b->store()->Prefetch(keys), 1u);
   // 8 was looked up and missed: now NOT_FOUND, not "looking".
   handles.clear();
-  lease = b->store()->AcquireHandles("default", keys, 0, &handles, /*memory_only=*/true);
+  lease = b->store()->AcquireHandles("default", keys, 0, &handles, {.memory_only = true});
   ASSERT_TRUE(lease.ok());
   ASSERT_TRUE(handles[0].ok()) << handles[0].status();
   EXPECT_EQ(handles[1].status().code(), absl::StatusCode::kNotFound);

@@ -213,25 +213,23 @@ class BlockStore {
   // data must be exactly the profile's block size (INVALID_ARGUMENT naming
   // "data"; a profile that is not key.tenant's is NOT_FOUND naming
   // "profile_id"); a put past the tenant's host_bytes (or, durable,
-  // nvme_bytes) quota is RESOURCE_EXHAUSTED naming it. durable: acknowledge
-  // only once the NVMe copy and its catalog record are synced.
-  // expected_xxh3 != 0: the payload's XXH3-64 must equal it, else DATA_LOSS
-  // and nothing is stored. retain: the block is never evicted (only
-  // deleted); it counts against the tenant's retained_bytes quota
-  // (RESOURCE_EXHAUSTED naming it). Putting identical bytes again with
-  // retain marks a stored block retained; a put without retain never
-  // clears the mark.
+  // nvme_bytes) quota is RESOURCE_EXHAUSTED naming it. options
+  // (block_store_types.h): durable: acknowledge only once the NVMe copy
+  // and its catalog record are synced. expected_xxh3 != 0: the payload's
+  // XXH3-64 must equal it, else DATA_LOSS and nothing is stored. retain:
+  // the block is never evicted (only deleted); it counts against the
+  // tenant's retained_bytes quota (RESOURCE_EXHAUSTED naming it). Putting
+  // identical bytes again with retain marks a stored block retained; a
+  // put without retain never clears the mark.
   virtual absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
-                                         bool durable, uint64_t expected_xxh3 = 0,
-                                         bool retain = false) = 0;
+                                         const PutOptions& options = {}) = 0;
   // Put of a payload held in pieces (the buffers a gRPC message arrived in):
   // the same as Put of their concatenation, which is never built; a new
   // block is copied from the pieces into its host-tier slot and hashed in
   // one pass. The pieces must not change during the call.
   virtual absl::StatusOr<PutOutcome> PutPieces(const BlockKey& key,
                                                absl::Span<const absl::Span<const uint8_t>> pieces,
-                                               bool durable, uint64_t expected_xxh3 = 0,
-                                               bool retain = false) = 0;
+                                               const PutOptions& options = {}) = 0;
   // Reserves count staging slots of the profile's block size in the
   // tenant's staging area, returned to the pool after ttl_ms (0 = default)
   // unless used by PutFromStaging; past the tenant's staging_slots quota
@@ -247,8 +245,7 @@ class BlockStore {
   // make the store hold bytes that differ from their checksum; the slot is
   // consumed.
   virtual absl::StatusOr<PutOutcome> PutFromStaging(const BlockKey& key, const StagingSlot& slot,
-                                                    bool durable, uint64_t expected_xxh3 = 0,
-                                                    bool retain = false) = 0;
+                                                    const PutOptions& options = {}) = 0;
   // The bytes of a block (promoting an NVMe-only block to the host tier
   // when there is room). NOT_FOUND when missing or quarantined.
   virtual absl::Status Get(const BlockKey& key, std::string* out, TierId* from) = 0;
@@ -268,6 +265,8 @@ class BlockStore {
   // RESOURCE_EXHAUSTED naming it). Returns the lease id (0 when nothing
   // was pinned).
   //
+  // options (PinOptions, block_store_types.h):
+  //
   // memory_only: no disk I/O on the caller's thread. A block whose only
   // copy is on NVMe is not read but answered UNAVAILABLE ("on NVMe only";
   // the caller may Prefetch it and ask again), and device room is made
@@ -283,6 +282,8 @@ class BlockStore {
   // they would pass budget->limit_bytes; the blocks left are answered
   // PromotionDeferredError and not pinned (block_store_types.h).
   //
+  // replaces_lease: see Leases below.
+  //
   // Leases: when the tenant already holds its limits.leases leases (after
   // expired ones are ended), the call fails with RESOURCE_EXHAUSTED naming
   // the quota "leases" and pins nothing. replaces_lease: a lease of the
@@ -291,8 +292,7 @@ class BlockStore {
   // the limit, so a context's next Select is never refused for it.
   virtual absl::StatusOr<uint64_t> AcquireHandles(
       const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
-      std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only = false,
-      bool mark_wanted = false, PromotionBudget* budget = nullptr, uint64_t replaces_lease = 0) = 0;
+      std::vector<absl::StatusOr<DeviceHandle>>* handles, const PinOptions& options = {}) = 0;
   virtual BlockLocation Lookup(const BlockKey& key) = 0;
   // Tells the placement policy that a selection (the daemon's Select)
   // wants these blocks now, before it asks for their handles: stored

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "storage/common/mutex_unlock.h"
 #include "storage/common/status_macros.h"
 #include "storage/host/gpu_status.h"
 #include "storage/store/block_store_impl.h"
@@ -153,32 +154,31 @@ absl::Status BlockStoreImpl::Verify(
       if (tier == TierId::kNvme) {
         NvmeLocation loc = *e->nvme;
         place = loc.ToString();
-        mu_.Unlock();
-        buffer.resize(loc.length_bytes);
-        st = nvme_->Read(loc, checksum, absl::MakeSpan(buffer));
-        mu_.Lock();
+        {
+          MutexUnlock unlocked(&mu_);
+          buffer.resize(loc.length_bytes);
+          st = nvme_->Read(loc, checksum, absl::MakeSpan(buffer));
+        }
         intact = st.code() != absl::StatusCode::kDataLoss;
       } else if (tier == TierId::kHost) {
         auto data = host_->Data(*e->host);
         place = HostPlace("host slot", *e->host);
         st = data.status();
-        mu_.Unlock();
+        MutexUnlock unlocked(&mu_);
         if (st.ok()) {
           buffer.assign(reinterpret_cast<const uint8_t*>(data->data()),
                         reinterpret_cast<const uint8_t*>(data->data()) + data->size());
           intact = Checksum(buffer) == checksum;
         }
-        mu_.Lock();
       } else {
         DeviceSlot slot = *e->device;
         gpu::DeviceOps* ops = SpaceOfLocked(*e)->device;
         place = absl::StrCat("device arena @ ", slot.offset);
-        mu_.Unlock();
+        MutexUnlock unlocked(&mu_);
         buffer.resize(slot.size_bytes);
         gpu::ArenaToHostCopy copy{slot.offset, buffer.data(), slot.size_bytes};
         st = GpuToStatus(ops->CopyToHost({&copy, 1}));
         if (st.ok()) intact = Checksum(buffer) == checksum;
-        mu_.Lock();
       }
       --e->busy;
       idle_cv_.SignalAll();
@@ -289,9 +289,8 @@ absl::Status BlockStoreImpl::Drain(const std::function<void(uint64_t, uint64_t)>
       }
     }
     ++done;
-    mu_.Unlock();
+    MutexUnlock unlocked(&mu_);  // progress may take its time
     progress(done, keys.size());
-    mu_.Lock();
   }
   if (keys.empty()) progress(0, 0);
   return absl::OkStatus();

@@ -11,6 +11,7 @@
 #include "absl/strings/internal/resize_uninitialized.h"
 #include "absl/strings/str_cat.h"
 #include "storage/common/errno_status.h"
+#include "storage/common/mutex_unlock.h"
 #include "storage/common/status_macros.h"
 #include "storage/host/gpu_status.h"
 #include "storage/store/store_internal.h"
@@ -143,7 +144,8 @@ absl::Status BlockStoreImpl::Init() {
   const int64_t now = static_cast<int64_t>(env_->NowMicros());
   KVTIER_ASSIGN_OR_RETURN(
       CatalogScanStats scan,
-      catalog_->ForEachBlock([&](const BlockKey& key, const absl::StatusOr<BlockRecord>& record) {
+      catalog_->ForEachBlock([&](const BlockKey& key, const absl::StatusOr<BlockRecord>& record)
+                                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         const ModelProfile* profile = ProfileOfLocked(key.tenant, key.profile_id);
         if (!record.ok() || profile == nullptr) {
           stale.push_back(key);
@@ -206,6 +208,7 @@ absl::Status BlockStoreImpl::Init() {
 // ---- Tenants ---------------------------------------------------------------
 
 BlockStoreImpl::TenantState& BlockStoreImpl::TenantLocked(const std::string& tenant) {
+  mu_.AssertHeld();
   return tenants_[tenant];
 }
 
@@ -237,6 +240,7 @@ TenantUsage BlockStoreImpl::UsageOf(const std::string& tenant) {
 
 absl::StatusOr<BlockStoreImpl::MemorySpace*> BlockStoreImpl::SpaceLocked(
     const std::string& tenant, bool staging) {
+  mu_.AssertHeld();
   if (!multi_tenant_) return &shared_;
   std::unique_ptr<MemorySpace>& space = spaces_[tenant];
   if (space == nullptr) space = std::make_unique<MemorySpace>();
@@ -275,6 +279,7 @@ absl::StatusOr<BlockStoreImpl::MemorySpace*> BlockStoreImpl::SpaceLocked(
 }
 
 BlockStoreImpl::MemorySpace* BlockStoreImpl::SpaceOfLocked(const Entry& e) {
+  mu_.AssertHeld();
   if (!multi_tenant_) return &shared_;
   return spaces_.at(e.key.tenant).get();
 }
@@ -349,6 +354,7 @@ absl::StatusOr<ModelProfile> BlockStoreImpl::GetProfile(const std::string& tenan
 
 const ModelProfile* BlockStoreImpl::ProfileOfLocked(absl::string_view tenant,
                                                     uint64_t profile_id) const {
+  mu_.AssertHeld();
   auto it = profiles_.find(profile_id);
   if (it == profiles_.end()) return nullptr;
   for (const ModelProfile& p : it->second) {
@@ -373,6 +379,7 @@ absl::Status BlockStoreImpl::CheckPayload(const BlockKey& key, uint64_t size_byt
 // ---- Entries and copies ----------------------------------------------------
 
 Entry* BlockStoreImpl::FindReadyLocked(const BlockKey& key) {
+  mu_.AssertHeld();
   while (true) {
     auto it = entries_.find(key);
     if (it == entries_.end()) return nullptr;
@@ -382,6 +389,7 @@ Entry* BlockStoreImpl::FindReadyLocked(const BlockKey& key) {
 }
 
 Entry* BlockStoreImpl::WaitIdleLocked(const BlockKey& key) {
+  mu_.AssertHeld();
   while (true) {
     // Looked up again after every wait: the entry may be freed meanwhile
     // (evicted, deleted) and the key reused.
@@ -394,6 +402,7 @@ Entry* BlockStoreImpl::WaitIdleLocked(const BlockKey& key) {
 }
 
 void BlockStoreImpl::AddCopyLocked(Entry* e, TierId tier) {
+  mu_.AssertHeld();
   ++blocks_in_tier_[static_cast<int>(tier)];
   policy_->Insert(tier, e);
   TenantUsage& u = TenantLocked(e->key.tenant).usage;
@@ -403,6 +412,7 @@ void BlockStoreImpl::AddCopyLocked(Entry* e, TierId tier) {
 }
 
 void BlockStoreImpl::DropCopyLocked(Entry* e, TierId tier, bool free_extent) {
+  mu_.AssertHeld();
   if (!e->Has(tier)) return;
   policy_->Remove(tier, e);
   --blocks_in_tier_[static_cast<int>(tier)];
@@ -436,6 +446,7 @@ void BlockStoreImpl::DropCopyLocked(Entry* e, TierId tier, bool free_extent) {
 }
 
 absl::Status BlockStoreImpl::EraseLocked(Entry* e) {
+  mu_.AssertHeld();
   if (e->durable || e->quarantined || e->nvme) {
     // The record goes first: a crash in between leaves free space, never a
     // record pointing at reused space. If it cannot go, nothing is freed;
@@ -455,6 +466,7 @@ absl::Status BlockStoreImpl::EraseLocked(Entry* e) {
 }
 
 void BlockStoreImpl::ForgetLocked(Entry* e) {
+  mu_.AssertHeld();
   ABSL_ASSERT(e->pins == 0);  // invariant 8: leases point at pinned entries
   if (e->quarantined) --quarantined_;
   if (e->retained) {
@@ -470,6 +482,7 @@ void BlockStoreImpl::ForgetLocked(Entry* e) {
 }
 
 void BlockStoreImpl::SetRetainedLocked(Entry* e) {
+  mu_.AssertHeld();
   if (e->retained) return;
   e->retained = true;
   retained_bytes_ += e->size_bytes;
@@ -477,6 +490,7 @@ void BlockStoreImpl::SetRetainedLocked(Entry* e) {
 }
 
 void BlockStoreImpl::LogLocked(const std::string& message) {
+  mu_.AssertHeld();
   if (options_.log_warning) options_.log_warning(message);
 }
 
@@ -486,6 +500,7 @@ absl::Status BlockStoreImpl::QuarantinedError(const BlockKey& key, absl::string_
 
 absl::Status BlockStoreImpl::CheckCopyLocked(Entry* e, TierId tier, std::string location,
                                              absl::Span<const uint8_t> data) {
+  mu_.AssertHeld();
   const uint64_t got = Checksum(data);
   if (got == e->checksum) return absl::OkStatus();
   absl::Status why = absl::DataLossError(
@@ -498,6 +513,7 @@ absl::Status BlockStoreImpl::CheckCopyLocked(Entry* e, TierId tier, std::string 
 
 void BlockStoreImpl::QuarantineLocked(Entry* e, TierId tier, std::string location,
                                       const absl::Status& why) {
+  mu_.AssertHeld();
   ++checksum_failures_[static_cast<int>(tier)];
   if (e->quarantined) return;
   e->quarantined = true;
@@ -538,6 +554,7 @@ void BlockStoreImpl::QuarantineLocked(Entry* e, TierId tier, std::string locatio
 }
 
 BlockRecord BlockStoreImpl::RecordLocked(const Entry& e) const {
+  mu_.AssertHeld();
   BlockRecord record;
   record.size_bytes = e.size_bytes;
   record.checksum = e.checksum;
@@ -552,6 +569,7 @@ BlockRecord BlockStoreImpl::RecordLocked(const Entry& e) const {
 }
 
 BlockLocation BlockStoreImpl::LocationLocked(const Entry& e) const {
+  mu_.AssertHeld();
   BlockLocation loc;
   auto fastest = e.Fastest();
   if (e.writing || e.quarantined || !fastest) return loc;
@@ -567,6 +585,7 @@ BlockLocation BlockStoreImpl::LocationLocked(const Entry& e) const {
 // ---- Blocks ----------------------------------------------------------------
 
 void BlockStoreImpl::CountReadLocked(const Entry* e) {
+  mu_.AssertHeld();
   std::optional<TierId> fastest = e != nullptr ? e->Fastest() : std::nullopt;
   if (e == nullptr || e->quarantined || !fastest) {
     ++read_misses_;
@@ -592,11 +611,12 @@ absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* 
       NvmeLocation loc = *e->nvme;
       uint64_t checksum = e->checksum;
       ++e->busy;
-      mu_.Unlock();
-      out->resize(loc.length_bytes);
-      st = nvme_->Read(loc, checksum,
-                       absl::MakeSpan(reinterpret_cast<uint8_t*>(out->data()), out->size()));
-      mu_.Lock();
+      {
+        MutexUnlock unlocked(&mu_);
+        out->resize(loc.length_bytes);
+        st = nvme_->Read(loc, checksum,
+                         absl::MakeSpan(reinterpret_cast<uint8_t*>(out->data()), out->size()));
+      }
       --e->busy;
       idle_cv_.SignalAll();
       if (st.code() == absl::StatusCode::kDataLoss) {
@@ -627,25 +647,23 @@ absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* 
   if (e->host) {
     auto data = host_->Data(*e->host);
     place = HostPlace("host slot", *e->host);
-    mu_.Unlock();
+    MutexUnlock unlocked(&mu_);
     // One pass: copy and hash what was copied. The string's old capacity
     // is reused and its bytes are not zeroed first.
     absl::strings_internal::STLStringResizeUninitialized(out, data->size());
     intact = CopyWithChecksum(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()),
                                                   data->size()),
                               reinterpret_cast<uint8_t*>(out->data())) == checksum;
-    mu_.Lock();
   } else {
     DeviceSlot slot = *e->device;
     gpu::DeviceOps* ops = SpaceOfLocked(*e)->device;
     read_from = TierId::kDevice;
     place = absl::StrCat("device arena @ ", slot.offset);
-    mu_.Unlock();
+    MutexUnlock unlocked(&mu_);
     out->resize(slot.size_bytes);
     gpu::ArenaToHostCopy copy{slot.offset, out->data(), slot.size_bytes};
     st = GpuToStatus(ops->CopyToHost({&copy, 1}));
     intact = st.ok() && Checksum(bytes()) == checksum;
-    mu_.Lock();
   }
   --e->busy;
   idle_cv_.SignalAll();
@@ -719,9 +737,11 @@ absl::Status BlockStoreImpl::Delete(const BlockKey& key) {
   // in EraseLocked.
   e->writing = true;
   ++e->busy;
-  mu_.Unlock();
-  absl::Status st = catalog_->DeleteBlock(key);
-  mu_.Lock();
+  absl::Status st;
+  {
+    MutexUnlock unlocked(&mu_);
+    st = catalog_->DeleteBlock(key);
+  }
   --e->busy;
   e->writing = false;
   idle_cv_.SignalAll();

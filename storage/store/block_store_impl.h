@@ -57,26 +57,24 @@ class BlockStoreImpl final : public BlockStore {
   absl::StatusOr<std::pair<ModelProfile, bool>> RegisterProfile(
       const ModelProfile& profile, const std::string& tenant) override;
   absl::StatusOr<ModelProfile> GetProfile(const std::string& tenant, uint64_t profile_id) override;
+  // Defaults as BlockStore's.
   absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
-                                 bool durable, uint64_t expected_xxh3, bool retain) override;
+                                 const PutOptions& options = {}) override;
   absl::StatusOr<PutOutcome> PutPieces(const BlockKey& key,
                                        absl::Span<const absl::Span<const uint8_t>> pieces,
-                                       bool durable, uint64_t expected_xxh3,
-                                       bool retain) override;
+                                       const PutOptions& options = {}) override;
   absl::StatusOr<std::vector<StagingSlot>> ReserveStaging(const std::string& tenant,
                                                           uint64_t profile_id, uint32_t count,
                                                           uint64_t ttl_ms) override;
   absl::StatusOr<PutOutcome> PutFromStaging(const BlockKey& key, const StagingSlot& slot,
-                                            bool durable, uint64_t expected_xxh3,
-                                            bool retain) override;
+                                            const PutOptions& options = {}) override;
   absl::Status Get(const BlockKey& key, std::string* out, TierId* from) override;
   absl::StatusOr<std::unique_ptr<BlockView>> View(const BlockKey& key, TierId* from) override;
   class HostView;  // block_store_views.cc
-  absl::StatusOr<uint64_t> AcquireHandles(
-      const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
-      std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only,
-      bool mark_wanted = false, PromotionBudget* budget = nullptr,
-      uint64_t replaces_lease = 0) override;  // same defaults as BlockStore
+  absl::StatusOr<uint64_t> AcquireHandles(const std::string& tenant,
+                                          const std::vector<BlockKey>& keys, uint64_t ttl_ms,
+                                          std::vector<absl::StatusOr<DeviceHandle>>* handles,
+                                          const PinOptions& options = {}) override;
   BlockLocation Lookup(const BlockKey& key) override;
   void MarkWanted(absl::Span<const BlockKey> keys) override;
   std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,
@@ -105,8 +103,8 @@ class BlockStoreImpl final : public BlockStore {
   // Put of bytes only the daemon can change; `known_checksum`, when set, is
   // BlockChecksum(data) already taken (skips a second pass over the block).
   absl::StatusOr<PutOutcome> PutPrivate(const BlockKey& key, absl::Span<const uint8_t> data,
-                                        std::optional<uint64_t> known_checksum, bool durable,
-                                        uint64_t expected_xxh3, bool retain);
+                                        std::optional<uint64_t> known_checksum,
+                                        const PutOptions& options);
   // What InsertNewLocked's fill wrote: the payload's checksum and summary.
   struct FilledCopy {
     uint64_t checksum = 0;
@@ -120,16 +118,16 @@ class BlockStoreImpl final : public BlockStore {
   // checksum, summary and bytes disagreeing.
   absl::StatusOr<PutOutcome> PutNewLocked(const BlockKey& key,
                                           absl::Span<const absl::Span<const uint8_t>> src,
-                                          uint64_t size_bytes, bool durable,
-                                          uint64_t expected_xxh3, bool retain)
+                                          uint64_t size_bytes, const PutOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Creates the entry of a block not stored yet and its host-tier copy
   // (making room as a put does), then calls fill, without mu_, with the
   // slot to write the payload into; fill returns the payload's checksum and
   // summary, or an error that fails the put (nothing is kept). Persists it
-  // when durable (or write-through). mu_ is released while fill runs.
+  // when put.durable (or write-through); put.expected_xxh3 is fill's to
+  // check. mu_ is released while fill runs.
   absl::StatusOr<PutOutcome> InsertNewLocked(
-      const BlockKey& key, uint64_t size_bytes, bool durable, bool retain,
+      const BlockKey& key, uint64_t size_bytes, const PutOptions& put,
       absl::FunctionRef<absl::StatusOr<FilledCopy>(absl::Span<uint8_t>)> fill)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The memory clients map: a device arena with its slot allocator and a

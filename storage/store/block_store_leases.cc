@@ -9,6 +9,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "storage/common/mutex_unlock.h"
 #include "storage/common/status_macros.h"
 #include "storage/host/gpu_status.h"
 #include "storage/store/block_store_impl.h"
@@ -41,15 +42,14 @@ bool IsPromotionDeferred(const absl::Status& status) {
 
 absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
     const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
-    std::vector<absl::StatusOr<DeviceHandle>>* handles, bool memory_only, bool mark_wanted,
-    PromotionBudget* budget, uint64_t replaces_lease) {
+    std::vector<absl::StatusOr<DeviceHandle>>* handles, const PinOptions& pin) {
   if (ttl_ms > options_.max_lease_ttl_ms) {
     return absl::InvalidArgumentError(absl::StrCat("lease_ttl_ms: ", ttl_ms, " exceeds the maximum ",
                                                    options_.max_lease_ttl_ms));
   }
   handles->clear();
   absl::MutexLock lock(&mu_);
-  KVTIER_RETURN_IF_ERROR(CheckLeaseQuotaLocked(tenant, replaces_lease));
+  KVTIER_RETURN_IF_ERROR(CheckLeaseQuotaLocked(tenant, pin.replaces_lease));
   KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/false));
   // The lease holds its entries (invariant 8), in a released lease's list
   // when one is spare: a Select's lease allocates nothing once warm.
@@ -70,7 +70,8 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
   found.clear();
   const uint64_t forgotten_before = forgotten_;
   absl::Status deferred;  // PromotionDeferredError, made at the first deferral
-  if (mark_wanted) {
+  PromotionBudget* const budget = pin.budget;
+  if (pin.mark_wanted) {
     found.reserve(keys.size());
     for (const BlockKey& key : keys) {
       auto it = entries_.find(key);
@@ -111,7 +112,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
         continue;
       }
     }
-    if (memory_only && !e->device && !e->host) {
+    if (pin.memory_only && !e->device && !e->host) {
       handles->push_back(absl::UnavailableError(
           absl::StrCat(Describe(key), " is on NVMe only; not read on this path")));
       continue;
@@ -131,7 +132,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
     if (!e->device) {
       st = EnsureHostCopyLocked(e);
       absl::StatusOr<DeviceSlot> slot =
-          st.ok() ? MakeRoomDeviceLocked(space, tenant, e->size_bytes, memory_only)
+          st.ok() ? MakeRoomDeviceLocked(space, tenant, e->size_bytes, pin.memory_only)
                   : absl::StatusOr<DeviceSlot>(st);
       if (slot.ok() && e->device) {
         space->device_alloc->Free(slot->offset, slot->size_bytes);  // promoted meanwhile
@@ -139,17 +140,19 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
         auto src = host_->Data(*e->host);
         const HostSlot host_slot = *e->host;
         const uint64_t checksum = e->checksum;
-        mu_.Unlock();
         // Promotion verifies what it promotes: a damaged host copy never
         // reaches the arena clients read.
         const auto src_bytes =
             absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(src->data()), src->size());
-        const bool intact = Checksum(src_bytes) == checksum;
-        if (intact) {
-          gpu::HostToArenaCopy copy{src->data(), slot->offset, slot->size_bytes};
-          st = GpuToStatus(space->device->CopyToArena({&copy, 1}));
+        bool intact = false;
+        {
+          MutexUnlock unlocked(&mu_);
+          intact = Checksum(src_bytes) == checksum;
+          if (intact) {
+            gpu::HostToArenaCopy copy{src->data(), slot->offset, slot->size_bytes};
+            st = GpuToStatus(space->device->CopyToArena({&copy, 1}));
+          }
         }
-        mu_.Lock();
         if (!intact) {
           space->device_alloc->Free(slot->offset, slot->size_bytes);
           --e->busy;
@@ -194,11 +197,12 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
 
 absl::Status BlockStoreImpl::CheckLeaseQuotaLocked(const std::string& tenant,
                                                    uint64_t replaces_lease) {
+  mu_.AssertHeld();
   const uint64_t limit = TenantLocked(tenant).limits.leases;
   if (limit == 0) return absl::OkStatus();
   // The lease a context's next Select replaces is released right after
   // this call: while it is held, the new one may be one over the limit.
-  auto allowed = [&] {
+  auto allowed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return limit + (replaces_lease != 0 && leases_.Holds(replaces_lease, tenant) ? 1 : 0);
   };
   if (leases_.CountOf(tenant) >= allowed()) {
@@ -225,6 +229,7 @@ void BlockStoreImpl::MarkWanted(absl::Span<const BlockKey> keys) {
 // ---- Leases ----------------------------------------------------------------
 
 void BlockStoreImpl::UnpinLocked(Entry* e) {
+  mu_.AssertHeld();
   if (e->pins > 0 && --e->pins == 0) {
     pinned_bytes_ -= e->size_bytes;
     TenantLocked(e->key.tenant).usage.pinned_bytes -= e->size_bytes;
@@ -232,6 +237,7 @@ void BlockStoreImpl::UnpinLocked(Entry* e) {
 }
 
 void BlockStoreImpl::RecycleListLocked(std::vector<Entry*> list) {
+  mu_.AssertHeld();
   if (spare_lists_.size() < kMaxSpareLists && list.capacity() > 0 &&
       list.capacity() <= kMaxSparePerList) {
     spare_lists_.push_back(std::move(list));
@@ -252,6 +258,7 @@ absl::StatusOr<uint32_t> BlockStoreImpl::Release(const std::string& tenant, uint
 }
 
 absl::Status BlockStoreImpl::ReapLocked(size_t* reaped) {
+  mu_.AssertHeld();
   const uint64_t now = env_->NowMicros();
   for (Lease& lease : leases_.TakeExpired(now)) {
     for (Entry* e : lease.blocks) UnpinLocked(e);

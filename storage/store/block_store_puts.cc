@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "storage/common/mutex_unlock.h"
 #include "storage/common/status_macros.h"
 #include "storage/common/random_id.h"
 #include "storage/store/block_store_impl.h"
@@ -21,31 +22,29 @@ using store_internal::UnknownProfile;
 
 // ---- Blocks ----------------------------------------------------------------
 
-absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key,
-                                               absl::Span<const uint8_t> data, bool durable,
-                                               uint64_t expected_xxh3, bool retain) {
+absl::StatusOr<PutOutcome> BlockStoreImpl::Put(const BlockKey& key, absl::Span<const uint8_t> data,
+                                               const PutOptions& put) {
   {
     absl::MutexLock lock(&mu_);
     KVTIER_RETURN_IF_ERROR(CheckPayload(key, data.size()));
     if (!entries_.contains(key)) {
-      return PutNewLocked(key, absl::MakeConstSpan(&data, 1), data.size(), durable,
-                          expected_xxh3, retain);
+      return PutNewLocked(key, absl::MakeConstSpan(&data, 1), data.size(), put);
     }
   }
-  return PutPrivate(key, data, std::nullopt, durable, expected_xxh3, retain);
+  return PutPrivate(key, data, std::nullopt, put);
 }
 
 absl::StatusOr<PutOutcome> BlockStoreImpl::PutPieces(
-    const BlockKey& key, absl::Span<const absl::Span<const uint8_t>> pieces, bool durable,
-    uint64_t expected_xxh3, bool retain) {
-  if (pieces.size() == 1) return Put(key, pieces[0], durable, expected_xxh3, retain);
+    const BlockKey& key, absl::Span<const absl::Span<const uint8_t>> pieces,
+    const PutOptions& put) {
+  if (pieces.size() == 1) return Put(key, pieces[0], put);
   uint64_t size = 0;
   for (const absl::Span<const uint8_t>& p : pieces) size += p.size();
   {
     absl::MutexLock lock(&mu_);
     KVTIER_RETURN_IF_ERROR(CheckPayload(key, size));
     if (!entries_.contains(key)) {
-      return PutNewLocked(key, pieces, size, durable, expected_xxh3, retain);
+      return PutNewLocked(key, pieces, size, put);
     }
   }
   // Stored already, or being put right now: compared on a contiguous
@@ -53,27 +52,27 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPieces(
   std::string flat(size, '\0');
   uint8_t* dst = reinterpret_cast<uint8_t*>(flat.data());
   const uint64_t checksum = GatherWithChecksum(pieces, dst);
-  return PutPrivate(key, absl::MakeConstSpan(dst, size), checksum, durable, expected_xxh3,
-                    retain);
+  return PutPrivate(key, absl::MakeConstSpan(dst, size), checksum, put);
 }
 
 absl::StatusOr<PutOutcome> BlockStoreImpl::PutNewLocked(
     const BlockKey& key, absl::Span<const absl::Span<const uint8_t>> src, uint64_t size_bytes,
-    bool durable, uint64_t expected_xxh3, bool retain) {
+    const PutOptions& put) {
+  mu_.AssertHeld();
   // CheckPayload found it; profiles are never removed.
   const ModelProfile profile = *ProfileOfLocked(key.tenant, key.profile_id);
   // A non-durable put may leave its summary to the summary thread.
   // Deferred blocks stay in host memory until summarised, so they may
   // hold at most a quarter of it: the rest stays free to evict.
-  const bool defer = options_.summarize && summary_thread_.joinable() && !durable &&
+  const bool defer = options_.summarize && summary_thread_.joinable() && !put.durable &&
                      !options_.write_through &&
                      deferred_summaries_ < options_.max_deferred_summaries &&
                      deferred_summary_bytes_ + size_bytes <= options_.host_capacity_bytes / 4;
   return InsertNewLocked(
-      key, size_bytes, durable, retain, [&](absl::Span<uint8_t> dst) -> absl::StatusOr<FilledCopy> {
+      key, size_bytes, put, [&](absl::Span<uint8_t> dst) -> absl::StatusOr<FilledCopy> {
         FilledCopy filled;
         filled.checksum = GatherWithChecksum(src, dst.data());
-        if (expected_xxh3 != 0 && expected_xxh3 != filled.checksum) {
+        if (put.expected_xxh3 != 0 && put.expected_xxh3 != filled.checksum) {
           return absl::DataLossError(absl::StrCat("xxh3: the payload of ", Describe(key),
                                                   " does not match the checksum the client sent"));
         }
@@ -89,8 +88,7 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutNewLocked(
 absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
                                                       absl::Span<const uint8_t> data,
                                                       std::optional<uint64_t> known_checksum,
-                                                      bool durable, uint64_t expected_xxh3,
-                                                      bool retain) {
+                                                      const PutOptions& put) {
   ModelProfile profile;
   {
     absl::MutexLock lock(&mu_);
@@ -98,7 +96,7 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
     profile = *ProfileOfLocked(key.tenant, key.profile_id);
   }
   const uint64_t checksum = known_checksum ? *known_checksum : Checksum(data);
-  if (expected_xxh3 != 0 && expected_xxh3 != checksum) {
+  if (put.expected_xxh3 != 0 && put.expected_xxh3 != checksum) {
     return absl::DataLossError(absl::StrCat(
         "xxh3: the payload of ", Describe(key), " does not match the checksum the client sent"));
   }
@@ -125,7 +123,7 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
     } else {
       outcome.existed = true;
       policy_->Touch(*e->Fastest(), e);
-      if (retain && !e->retained) {
+      if (put.retain && !e->retained) {
         const TenantState& t = TenantLocked(key.tenant);
         KVTIER_RETURN_IF_ERROR(CheckQuota(key.tenant, "retained_bytes", t.usage.retained_bytes,
                                           e->size_bytes, t.limits.retained_bytes));
@@ -137,14 +135,14 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
         }
         SetRetainedLocked(e);
       }
-      if (durable && !e->durable) KVTIER_RETURN_IF_ERROR(PersistLocked(e));
+      if (put.durable && !e->durable) KVTIER_RETURN_IF_ERROR(PersistLocked(e));
       outcome.tier = *e->Fastest();
       outcome.durable = e->durable;
       outcome.retained = e->retained;
       return outcome;
     }
   }
-  return InsertNewLocked(key, data.size(), durable, retain,
+  return InsertNewLocked(key, data.size(), put,
                          [&](absl::Span<uint8_t> dst) -> absl::StatusOr<FilledCopy> {
                            std::memcpy(dst.data(), data.data(), data.size());
                            return FilledCopy{checksum, std::move(summary)};
@@ -152,9 +150,10 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
 }
 
 absl::StatusOr<PutOutcome> BlockStoreImpl::InsertNewLocked(
-    const BlockKey& key, uint64_t size_bytes, bool durable, bool retain,
+    const BlockKey& key, uint64_t size_bytes, const PutOptions& put,
     absl::FunctionRef<absl::StatusOr<FilledCopy>(absl::Span<uint8_t>)> fill) {
-  if (retain) {
+  mu_.AssertHeld();
+  if (put.retain) {
     const TenantState& t = TenantLocked(key.tenant);
     KVTIER_RETURN_IF_ERROR(CheckQuota(key.tenant, "retained_bytes", t.usage.retained_bytes,
                                       size_bytes, t.limits.retained_bytes));
@@ -168,9 +167,9 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::InsertNewLocked(
   e->last_access_micros = env_->NowMicros();
   e->busy = 1;  // and writing: invisible until filled
   entries_[key] = std::move(owned);
-  if (retain) SetRetainedLocked(e);
+  if (put.retain) SetRetainedLocked(e);
 
-  auto fail = [&](absl::Status st) {
+  auto fail = [&](absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     --e->busy;
     e->writing = false;
     if (e->durable) {
@@ -198,10 +197,11 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::InsertNewLocked(
   }
   // The slot is ours alone until e->host is set: the entry is writing, so
   // nothing reads, demotes or evicts it meanwhile.
-  mu_.Unlock();
-  absl::StatusOr<FilledCopy> filled =
-      fill(absl::MakeSpan(reinterpret_cast<uint8_t*>(dst->data()), size_bytes));
-  mu_.Lock();
+  absl::StatusOr<FilledCopy> filled = absl::UnknownError("not filled");
+  {
+    MutexUnlock unlocked(&mu_);
+    filled = fill(absl::MakeSpan(reinterpret_cast<uint8_t*>(dst->data()), size_bytes));
+  }
   // Counted below (AddCopyLocked) or dropped, without releasing mu_.
   ReleaseHostInFlightLocked(key.tenant, size_bytes);
   if (filled.ok() && filled->summary.size() > kMaxSummaryBytes) {
@@ -230,9 +230,9 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::InsertNewLocked(
     deferred_summary_bytes_ += e->size_bytes;
     summary_queue_.push_back(key);
   }
-  if (durable || options_.write_through) {
+  if (put.durable || options_.write_through) {
     absl::Status st = PersistLocked(e);
-    if (!st.ok() && durable) return fail(st);
+    if (!st.ok() && put.durable) return fail(st);
   }
   --e->busy;
   e->writing = false;
@@ -298,8 +298,8 @@ absl::StatusOr<std::vector<StagingSlot>> BlockStoreImpl::ReserveStaging(const st
 }
 
 absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
-                                                          const StagingSlot& slot, bool durable,
-                                                          uint64_t expected_xxh3, bool retain) {
+                                                          const StagingSlot& slot,
+                                                          const PutOptions& put) {
   HostSlot host_slot;
   HostTier* staging = nullptr;
   {
@@ -351,8 +351,7 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
     }
     if (!entries_.contains(key)) {
       absl::StatusOr<PutOutcome> outcome =
-          PutNewLocked(key, absl::MakeConstSpan(&src, 1), src.size(), durable, expected_xxh3,
-                       retain);
+          PutNewLocked(key, absl::MakeConstSpan(&src, 1), src.size(), put);
       free_staging();
       return outcome;
     }
@@ -381,7 +380,7 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
     absl::MutexLock lock(&mu_);
     free_staging();
   }
-  return PutPrivate(key, absl::MakeConstSpan(copy, n), checksum, durable, expected_xxh3, retain);
+  return PutPrivate(key, absl::MakeConstSpan(copy, n), checksum, put);
 }
 
 }  // namespace kvtier

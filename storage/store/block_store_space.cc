@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "storage/common/mutex_unlock.h"
 #include "storage/common/status_macros.h"
 #include "storage/host/gpu_status.h"
 #include "storage/store/block_store_impl.h"
@@ -21,6 +22,7 @@ using store_internal::ToExtent;
 // ---- Space -----------------------------------------------------------------
 
 absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
+  mu_.AssertHeld();
   // The record carries the summary (may release mu_; e stays: busy).
   ++e->busy;
   EnsureSummaryLocked(e);
@@ -51,7 +53,7 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
   ++e->busy;
   e->persisting = true;
   uint64_t in_flight = 0;  // reserved against the tenant's nvme_bytes
-  auto finish = [&](absl::Status st) {
+  auto finish = [&](absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     TenantLocked(e->key.tenant).nvme_in_flight -= in_flight;
     --e->busy;
     e->persisting = false;
@@ -82,78 +84,81 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
   std::optional<HostSlot> host = e->host;
   std::optional<DeviceSlot> device = e->device;
   gpu::DeviceOps* device_ops = device ? SpaceOfLocked(*e)->device : nullptr;
-  mu_.Unlock();
-  // The entry is busy: its host and device copies stay where they are.
   std::vector<uint8_t> device_copy;
   const uint8_t* src = nullptr;
   absl::Status st;
-  if (host) {
-    auto data = host_->Data(*host);
-    st = data.status();
-    if (st.ok()) src = reinterpret_cast<const uint8_t*>(data->data());
-  } else {
-    device_copy.resize(size);
-    gpu::ArenaToHostCopy copy{device->offset, device_copy.data(), size};
-    st = GpuToStatus(device_ops->CopyToHost({&copy, 1}));
-    src = device_copy.data();
-  }
-  const bool intact = st.ok() && Checksum(absl::MakeConstSpan(src, size)) == record.checksum;
+  bool intact = false;
   absl::StatusOr<NvmeLocation> loc = absl::UnknownError("not written");
-  const uint64_t sync_failures_before = nvme_->sync_failures();
-  if (st.ok() && intact) {
-    while (true) {
-      loc = nvme_->Write(absl::MakeConstSpan(src, size));
-      if (!NvmeTier::IsTierFull(loc.status())) break;
-      // The NVMe tier is full: it is the last tier, so a victim goes
-      // (unless evicted blocks' space is only waiting for its removal to
-      // be synced), and the catalog sync that frees its extent runs
-      // without mu_.
-      mu_.Lock();
-      ReleaseSettledLocked();
-      absl::Status evicted =
-          pending_frees_.empty() ? EvictOneNvmeLocked(nullptr, e) : absl::OkStatus();
-      if (evicted.ok()) evicted = SettlePendingFreesLocked();
-      mu_.Unlock();
-      if (!evicted.ok()) {
-        loc = absl::Status(evicted.code(), absl::StrCat(loc.status().message(), "; ",
-                                                        evicted.message()));
-        break;
+  absl::Status freed;
+  {
+    MutexUnlock unlocked(&mu_);
+    // The entry is busy: its host and device copies stay where they are.
+    if (host) {
+      auto data = host_->Data(*host);
+      st = data.status();
+      if (st.ok()) src = reinterpret_cast<const uint8_t*>(data->data());
+    } else {
+      device_copy.resize(size);
+      gpu::ArenaToHostCopy copy{device->offset, device_copy.data(), size};
+      st = GpuToStatus(device_ops->CopyToHost({&copy, 1}));
+      src = device_copy.data();
+    }
+    intact = st.ok() && Checksum(absl::MakeConstSpan(src, size)) == record.checksum;
+    const uint64_t sync_failures_before = nvme_->sync_failures();
+    if (st.ok() && intact) {
+      while (true) {
+        loc = nvme_->Write(absl::MakeConstSpan(src, size));
+        if (!NvmeTier::IsTierFull(loc.status())) break;
+        // The NVMe tier is full: it is the last tier, so a victim goes
+        // (unless evicted blocks' space is only waiting for its removal to
+        // be synced), and the catalog sync that frees its extent runs
+        // without mu_.
+        absl::Status evicted;
+        {
+          absl::MutexLock lock(&mu_);
+          ReleaseSettledLocked();
+          evicted = pending_frees_.empty() ? EvictOneNvmeLocked(nullptr, e) : absl::OkStatus();
+          if (evicted.ok()) evicted = SettlePendingFreesLocked();
+        }
+        if (!evicted.ok()) {
+          loc = absl::Status(evicted.code(), absl::StrCat(loc.status().message(), "; ",
+                                                          evicted.message()));
+          break;
+        }
+      }
+      st = loc.status();
+    }
+    if (st.ok() && intact) st = nvme_->Sync();
+    if (st.ok() && intact && nvme_->sync_failures() != sync_failures_before) {
+      // A sync that failed after this write may have dropped its pages; the
+      // successful one cannot vouch for them.
+      st = absl::UnavailableError(absl::StrCat(
+          "an NVMe sync failed while the block was being written (", nvme_->last_sync_error().message(),
+          "); not durable, retry the put"));
+    }
+    bool record_unknown = false;  // the record may or may not be on disk
+    if (st.ok() && intact) {
+      record.nvme = ToExtent(*loc);
+      record.durable = true;
+      st = catalog_->PutBlock(key, record);
+      record_unknown = !st.ok();
+    }
+    if (!st.ok() && loc.ok()) {
+      // A failed catalog write may still have reached the WAL, and a restart
+      // would replay a record naming this extent. A synced removal of the
+      // record settles it; if that fails too, the extent stays allocated
+      // until the next Open, whose reconciliation frees it unless a record
+      // names it (then the synced bytes are that block).
+      absl::Status undone = record_unknown ? catalog_->DeleteBlock(key) : absl::OkStatus();
+      if (!undone.ok()) {
+        freed = absl::DataLossError(absl::StrCat("kept allocated until restart (the catalog write "
+                                                 "failed: ", st.message(), "; removing the record "
+                                                 "failed too: ", undone.message(), ")"));
+      } else {
+        freed = nvme_->Free(*loc);
       }
     }
-    st = loc.status();
   }
-  if (st.ok() && intact) st = nvme_->Sync();
-  if (st.ok() && intact && nvme_->sync_failures() != sync_failures_before) {
-    // A sync that failed after this write may have dropped its pages; the
-    // successful one cannot vouch for them.
-    st = absl::UnavailableError(absl::StrCat(
-        "an NVMe sync failed while the block was being written (", nvme_->last_sync_error().message(),
-        "); not durable, retry the put"));
-  }
-  bool record_unknown = false;  // the record may or may not be on disk
-  if (st.ok() && intact) {
-    record.nvme = ToExtent(*loc);
-    record.durable = true;
-    st = catalog_->PutBlock(key, record);
-    record_unknown = !st.ok();
-  }
-  absl::Status freed;
-  if (!st.ok() && loc.ok()) {
-    // A failed catalog write may still have reached the WAL, and a restart
-    // would replay a record naming this extent. A synced removal of the
-    // record settles it; if that fails too, the extent stays allocated
-    // until the next Open, whose reconciliation frees it unless a record
-    // names it (then the synced bytes are that block).
-    absl::Status undone = record_unknown ? catalog_->DeleteBlock(key) : absl::OkStatus();
-    if (!undone.ok()) {
-      freed = absl::DataLossError(absl::StrCat("kept allocated until restart (the catalog write "
-                                               "failed: ", st.message(), "; removing the record "
-                                               "failed too: ", undone.message(), ")"));
-    } else {
-      freed = nvme_->Free(*loc);
-    }
-  }
-  mu_.Lock();
   if (st.ok() && !intact) {
     const TierId tier = host ? TierId::kHost : TierId::kDevice;
     std::string place = host ? HostPlace("host slot", *host)
@@ -177,6 +182,7 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
 }
 
 absl::Status BlockStoreImpl::EvictOneNvmeLocked(const std::string* tenant, const Entry* self) {
+  mu_.AssertHeld();
   // Every NVMe copy is a durable one, and a durable block survives a crash
   // until it is evicted: its NVMe copy goes only with the whole block, so
   // pinned blocks are not candidates.
@@ -215,6 +221,7 @@ absl::Status BlockStoreImpl::EvictOneNvmeLocked(const std::string* tenant, const
 }
 
 void BlockStoreImpl::ReleaseSettledLocked() {
+  mu_.AssertHeld();
   const uint64_t synced = catalog_->synced_through();
   while (!pending_frees_.empty() && pending_frees_.front().ticket <= synced) {
     const PendingFree& f = pending_frees_.front();
@@ -228,11 +235,14 @@ void BlockStoreImpl::ReleaseSettledLocked() {
 }
 
 absl::Status BlockStoreImpl::SettlePendingFreesLocked() {
+  mu_.AssertHeld();
   ReleaseSettledLocked();
   if (pending_frees_.empty()) return absl::OkStatus();
-  mu_.Unlock();
-  absl::Status st = catalog_->SyncWal();
-  mu_.Lock();
+  absl::Status st;
+  {
+    MutexUnlock unlocked(&mu_);
+    st = catalog_->SyncWal();
+  }
   ReleaseSettledLocked();
   if (!st.ok()) {
     return absl::Status(st.code(), absl::StrCat("freeing the NVMe space of evicted blocks: ",
@@ -244,6 +254,7 @@ absl::Status BlockStoreImpl::SettlePendingFreesLocked() {
 bool BlockStoreImpl::FreeOneHostCopyLocked(const std::function<bool(const Entry&)>& accept,
                                            absl::flat_hash_set<BlockKey>* stuck,
                                            absl::Status* why) {
+  mu_.AssertHeld();
   Entry* victim = policy_->Victim(TierId::kHost, [&](const Entry& e) {
     return e.busy == 0 && !e.writing && accept(e) && !stuck->contains(e.key);
   });
@@ -276,6 +287,7 @@ bool BlockStoreImpl::FreeOneHostCopyLocked(const std::function<bool(const Entry&
 
 absl::Status BlockStoreImpl::MakeTenantHostRoomLocked(const std::string& tenant,
                                                       uint64_t size_bytes, bool memory_only) {
+  mu_.AssertHeld();
   absl::flat_hash_set<BlockKey> stuck;
   absl::Status why;
   while (true) {
@@ -302,11 +314,13 @@ absl::Status BlockStoreImpl::MakeTenantHostRoomLocked(const std::string& tenant,
 }
 
 void BlockStoreImpl::ReleaseHostInFlightLocked(const std::string& tenant, uint64_t size_bytes) {
+  mu_.AssertHeld();
   TenantLocked(tenant).host_in_flight -= size_bytes;
 }
 
 absl::StatusOr<HostSlot> BlockStoreImpl::MakeRoomHostLocked(uint64_t size_bytes,
                                                              bool memory_only) {
+  mu_.AssertHeld();
   absl::flat_hash_set<BlockKey> stuck;
   absl::Status why;
   while (true) {
@@ -331,6 +345,7 @@ absl::StatusOr<DeviceSlot> BlockStoreImpl::MakeRoomDeviceLocked(MemorySpace* spa
                                                                  const std::string& tenant,
                                                                  uint64_t size_bytes,
                                                                  bool memory_only) {
+  mu_.AssertHeld();
   ExtentAllocator* alloc = space->device_alloc.get();
   // memory_only: set once host memory could not take a last copy; from
   // then on only copies that have another copy are victims.
@@ -369,6 +384,7 @@ absl::StatusOr<DeviceSlot> BlockStoreImpl::MakeRoomDeviceLocked(MemorySpace* spa
 }
 
 absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e, bool memory_only) {
+  mu_.AssertHeld();
   if (e->host) return absl::OkStatus();
   ++e->busy;
   absl::Status room = MakeTenantHostRoomLocked(e->key.tenant, e->size_bytes, memory_only);
@@ -386,12 +402,14 @@ absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e, bool memory_only) {
   if (e->device) {
     DeviceSlot dslot = *e->device;
     gpu::DeviceOps* ops = SpaceOfLocked(*e)->device;
-    mu_.Unlock();
-    gpu::ArenaToHostCopy copy{dslot.offset, dst, dslot.size_bytes};
-    st = GpuToStatus(ops->CopyToHost({&copy, 1}));
     const uint64_t checksum = e->checksum;  // constant while the entry lives
-    const bool intact = st.ok() && Checksum(absl::MakeConstSpan(dst, dslot.size_bytes)) == checksum;
-    mu_.Lock();
+    bool intact = false;
+    {
+      MutexUnlock unlocked(&mu_);
+      gpu::ArenaToHostCopy copy{dslot.offset, dst, dslot.size_bytes};
+      st = GpuToStatus(ops->CopyToHost({&copy, 1}));
+      intact = st.ok() && Checksum(absl::MakeConstSpan(dst, dslot.size_bytes)) == checksum;
+    }
     if (st.ok() && !intact) {
       --e->busy;  // so that a quarantine can free the copies
       st = CheckCopyLocked(e, TierId::kDevice, absl::StrCat("device arena @ ", dslot.offset),
@@ -401,9 +419,10 @@ absl::Status BlockStoreImpl::EnsureHostCopyLocked(Entry* e, bool memory_only) {
   } else if (e->nvme) {
     NvmeLocation loc = *e->nvme;
     uint64_t checksum = e->checksum;
-    mu_.Unlock();
-    st = nvme_->Read(loc, checksum, absl::MakeSpan(dst, loc.length_bytes));
-    mu_.Lock();
+    {
+      MutexUnlock unlocked(&mu_);
+      st = nvme_->Read(loc, checksum, absl::MakeSpan(dst, loc.length_bytes));
+    }
     if (st.code() == absl::StatusCode::kDataLoss) {
       --e->busy;
       QuarantineLocked(e, TierId::kNvme, loc.ToString(), st);

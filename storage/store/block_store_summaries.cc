@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "storage/common/mutex_unlock.h"
 #include "storage/store/block_store_impl.h"
 #include "storage/store/store_internal.h"
 
@@ -18,6 +19,7 @@ namespace kvtier {
 using store_internal::Describe;
 
 void BlockStoreImpl::SetSummaryLocked(Entry* e, std::string summary) {
+  mu_.AssertHeld();
   if (summary.size() > kMaxSummaryBytes) {
     LogLocked(absl::StrCat("summary of ", Describe(e->key), ": ", summary.size(),
                            " bytes exceed kMaxSummaryBytes; kept without one"));
@@ -35,6 +37,7 @@ void BlockStoreImpl::SetSummaryLocked(Entry* e, std::string summary) {
 }
 
 void BlockStoreImpl::ComputeSummaryLocked(Entry* e) {
+  mu_.AssertHeld();
   e->summary_state = Entry::SummaryState::kComputing;
   ++e->busy;  // ours while unlocked
   const BlockKey key = e->key;
@@ -44,7 +47,7 @@ void BlockStoreImpl::ComputeSummaryLocked(Entry* e) {
       absl::FailedPreconditionError("no intact host copy to summarise");
   if (host) {
     auto data = host_->Data(*host);
-    mu_.Unlock();
+    MutexUnlock unlocked(&mu_);
     if (data.ok()) {
       summary = options_.summarize(
           profile,
@@ -52,7 +55,6 @@ void BlockStoreImpl::ComputeSummaryLocked(Entry* e) {
     } else {
       summary = data.status();
     }
-    mu_.Lock();
   }
   --e->busy;
   if (!summary.ok()) {
@@ -63,6 +65,7 @@ void BlockStoreImpl::ComputeSummaryLocked(Entry* e) {
 }
 
 void BlockStoreImpl::EnsureSummaryLocked(Entry* e) {
+  mu_.AssertHeld();
   using State = Entry::SummaryState;
   if (e->summary_state == State::kQueued) {
     ComputeSummaryLocked(e);  // the thread will find it done

@@ -52,7 +52,7 @@ void WriteStaging(BlockStore& store, const StagingSlot& slot, const std::vector<
 }
 
 TEST_F(BlockStoreTest, PutGetLookupRoundTrip) {
-  auto outcome = store_->Put(Key(1), Payload(1), /*durable=*/false);
+  auto outcome = store_->Put(Key(1), Payload(1));
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(outcome->tier, TierId::kHost);
   EXPECT_FALSE(outcome->durable);
@@ -68,11 +68,11 @@ TEST_F(BlockStoreTest, PutGetLookupRoundTrip) {
 }
 
 TEST_F(BlockStoreTest, IdenticalPutIsIdempotentDifferentBytesRefused) {
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), false).ok());
-  auto again = store_->Put(Key(1), Payload(1), false);
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1)).ok());
+  auto again = store_->Put(Key(1), Payload(1));
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->existed);
-  auto other = store_->Put(Key(1), Payload(2), false);
+  auto other = store_->Put(Key(1), Payload(2));
   EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists);
   ExpectReadable(1);  // the stored block stays
 }
@@ -89,41 +89,40 @@ TEST_F(BlockStoreTest, PutPiecesStoresTheConcatenation) {
         {p.data() + p.size() - 1, 1}};
   };
   const auto pieces = pieces_of(payload);
-  auto wrong = store_->PutPieces(Key(3), pieces, false, xxh3 ^ 1);
+  auto wrong = store_->PutPieces(Key(3), pieces, {.expected_xxh3 = xxh3 ^ 1});
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kDataLoss) << wrong.status();
   EXPECT_FALSE(store_->Lookup(Key(3)).present);
   auto short_pieces = pieces;
   short_pieces.pop_back();
-  auto short_put = store_->PutPieces(Key(3), short_pieces, false);
+  auto short_put = store_->PutPieces(Key(3), short_pieces);
   EXPECT_EQ(short_put.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(short_put.status().message(), HasSubstr("data"));
 
-  auto put = store_->PutPieces(Key(3), pieces, false, xxh3);
+  auto put = store_->PutPieces(Key(3), pieces, {.expected_xxh3 = xxh3});
   ASSERT_TRUE(put.ok()) << put.status();
   EXPECT_FALSE(put->existed);
   ExpectReadable(3);
-  auto again = store_->PutPieces(Key(3), pieces, false, xxh3);
+  auto again = store_->PutPieces(Key(3), pieces, {.expected_xxh3 = xxh3});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->existed);
   const std::vector<uint8_t> other = Payload(4);
-  auto differs = store_->PutPieces(Key(3), pieces_of(other), false);
+  auto differs = store_->PutPieces(Key(3), pieces_of(other));
   EXPECT_EQ(differs.status().code(), absl::StatusCode::kAlreadyExists) << differs.status();
   ExpectReadable(3);
 }
 
 TEST_F(BlockStoreTest, BadInputNamesTheField) {
   auto small = std::vector<uint8_t>(100);
-  auto st = store_->Put(Key(1), small, false).status();
+  auto st = store_->Put(Key(1), small).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("data"));
-  st = store_->Put(BlockKey{"default", profile_id_, ""}, Payload(1), false).status();
+  st = store_->Put(BlockKey{"default", profile_id_, ""}, Payload(1)).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("block_id"));
-  st = store_->Put(BlockKey{"default", profile_id_, std::string(33, 'x')}, Payload(1), false)
-           .status();
+  st = store_->Put(BlockKey{"default", profile_id_, std::string(33, 'x')}, Payload(1)).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), HasSubstr("block_id"));
-  st = store_->Put(BlockKey{"default", profile_id_ + 100, "x"}, Payload(1), false).status();
+  st = store_->Put(BlockKey{"default", profile_id_ + 100, "x"}, Payload(1)).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(st.message(), absl::StrCat("profile_id: ", profile_id_ + 100, " is not registered"));
 }
@@ -135,7 +134,7 @@ TEST_F(BlockStoreTest, AnotherTenantsProfileIsNotFoundLikeAMissingOne) {
   auto got = store_->GetProfile("other", profile_id_);
   EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(got.status().message(), unknown(profile_id_));
-  auto put = store_->Put(BlockKey{"other", profile_id_, "x"}, Payload(1), false);
+  auto put = store_->Put(BlockKey{"other", profile_id_, "x"}, Payload(1));
   EXPECT_EQ(put.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(put.status().message(), unknown(profile_id_));
   auto slots = store_->ReserveStaging("other", profile_id_, 1, 0);
@@ -158,7 +157,7 @@ TEST_F(BlockStoreTest, AnotherTenantsProfileIsNotFoundLikeAMissingOne) {
 
   // Both survive a restart, each its tenant's.
   const uint64_t other_id = theirs->first.profile_id;
-  ASSERT_TRUE(store_->Put(BlockKey{"other", other_id, "x"}, Payload(77), true).ok());
+  ASSERT_TRUE(store_->Put(BlockKey{"other", other_id, "x"}, Payload(77), {.durable = true}).ok());
   Reopen();
   EXPECT_EQ(store_->GetProfile("other", other_id)->dtype, KvDtype::kBf16);
   EXPECT_EQ(store_->GetProfile("default", other_id).status().code(), absl::StatusCode::kNotFound);
@@ -170,7 +169,7 @@ TEST_F(BlockStoreTest, LeasesPerTenantStopAtTheLimit) {
   TenantLimits limits;
   limits.leases = 2;
   store_->SetTenantLimits("default", limits);
-  ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
+  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto first = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
   auto second = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
@@ -182,10 +181,10 @@ TEST_F(BlockStoreTest, LeasesPerTenantStopAtTheLimit) {
   // A lease that replaces one of the tenant's may pass the limit by one
   // until the old one goes; a lease that is not the tenant's does not count.
   auto replacing =
-      store_->AcquireHandles("default", {Key(0)}, 0, &handles, false, false, nullptr, *first);
+      store_->AcquireHandles("default", {Key(0)}, 0, &handles, {.replaces_lease = *first});
   ASSERT_TRUE(replacing.ok()) << replacing.status();
   ASSERT_TRUE(store_->Release("default", *first).ok());
-  EXPECT_EQ(store_->AcquireHandles("default", {Key(0)}, 0, &handles, false, false, nullptr, *first)
+  EXPECT_EQ(store_->AcquireHandles("default", {Key(0)}, 0, &handles, {.replaces_lease = *first})
                 .status()
                 .code(),
             absl::StatusCode::kResourceExhausted);
@@ -200,14 +199,14 @@ TEST_F(BlockStoreTest, LeasesPerTenantStopAtTheLimit) {
   EXPECT_EQ(store_->UsageOf("default").leases, 2u);
   // Other tenants are not held back.
   const uint64_t other = ProfileOf("other");
-  ASSERT_TRUE(store_->Put(BlockKey{"other", other, Id(0)}, Payload(0), false).ok());
+  ASSERT_TRUE(store_->Put(BlockKey{"other", other, Id(0)}, Payload(0)).ok());
   EXPECT_TRUE(store_->AcquireHandles("other", {BlockKey{"other", other, Id(0)}}, 0, &handles).ok());
 }
 
 TEST_F(BlockStoreTest, ThreeTimesHostCapacityStaysWithinLimitsAndReadable) {
   const int n = 24;  // host holds 8
   for (int i = 0; i < n; ++i) {
-    auto outcome = store_->Put(Key(i), Payload(i), false);
+    auto outcome = store_->Put(Key(i), Payload(i));
     ASSERT_TRUE(outcome.ok()) << i << ": " << outcome.status();
     ExpectWithinCapacity();
   }
@@ -223,7 +222,7 @@ TEST_F(BlockStoreTest, FullRetainedCacheFailsFastAndKeepsEveryBlock) {
   int stored = 0;
   absl::Status last;
   for (int i = 0; i < 100; ++i) {
-    auto outcome = store_->Put(Key(i), Payload(i), false, 0, /*retain=*/true);
+    auto outcome = store_->Put(Key(i), Payload(i), {.retain = true});
     if (!outcome.ok()) {
       last = outcome.status();
       break;
@@ -240,11 +239,11 @@ TEST_F(BlockStoreTest, FullRetainedCacheFailsFastAndKeepsEveryBlock) {
   EXPECT_EQ(store_->Stats().evicted_blocks, 0u);
   // Deleting makes room again.
   ASSERT_TRUE(store_->Delete(Key(0)).ok());
-  EXPECT_TRUE(store_->Put(Key(stored), Payload(stored), false, 0, true).ok());
+  EXPECT_TRUE(store_->Put(Key(stored), Payload(stored), {.retain = true}).ok());
 }
 
 TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(0), Key(1), Key(2), Key(3)}, 0, &handles);
   ASSERT_TRUE(lease.ok()) << lease.status();
@@ -257,7 +256,7 @@ TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {
   }
   EXPECT_EQ(store_->Stats().tiers[0].pinned_bytes, 4 * kBlockBytes);
   // The device tier (4 blocks) is full of pinned blocks: a fifth fails fast.
-  ASSERT_TRUE(store_->Put(Key(4), Payload(4), false).ok());
+  ASSERT_TRUE(store_->Put(Key(4), Payload(4)).ok());
   std::vector<absl::StatusOr<DeviceHandle>> more;
   auto none = store_->AcquireHandles("default", {Key(4)}, 0, &more);
   ASSERT_TRUE(none.ok());
@@ -283,7 +282,7 @@ TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {
 // left are deferred (not pinned, still in host memory), and blocks already
 // in the arena never count against it.
 TEST_F(BlockStoreTest, PromotionBudgetDefersCopiesPastItsLimit) {
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto warm = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
   ASSERT_TRUE(warm.ok() && handles[0].ok());
@@ -291,7 +290,7 @@ TEST_F(BlockStoreTest, PromotionBudgetDefersCopiesPastItsLimit) {
   PromotionBudget budget;
   budget.limit_bytes = kBlockBytes + kBlockBytes / 2;  // room for one copy
   auto lease = store_->AcquireHandles("default", {Key(0), Key(1), Key(2), Key(3)}, 0, &handles,
-                                      /*memory_only=*/true, /*mark_wanted=*/false, &budget);
+                                      {.memory_only = true, .budget = &budget});
   ASSERT_TRUE(lease.ok()) << lease.status();
   ASSERT_EQ(handles.size(), 4u);
   ASSERT_TRUE(handles[0].ok()) << handles[0].status();  // already in the arena
@@ -314,7 +313,8 @@ TEST_F(BlockStoreTest, PromotionBudgetDefersCopiesPastItsLimit) {
   EXPECT_FALSE(IsPromotionDeferred(absl::UnavailableError("on NVMe only")));
   ASSERT_TRUE(store_->Release("default", *lease).ok());
   // Without a budget the same call promotes everything.
-  auto all = store_->AcquireHandles("default", {Key(2), Key(3)}, 0, &handles, true);
+  auto all =
+      store_->AcquireHandles("default", {Key(2), Key(3)}, 0, &handles, {.memory_only = true});
   ASSERT_TRUE(all.ok());
   EXPECT_TRUE(handles[0].ok() && handles[1].ok());
   ASSERT_TRUE(store_->Release("default", *all).ok());
@@ -330,13 +330,13 @@ TEST_F(BlockStoreTest, ViewsLendHostCopiesInPlaceAndVerifyThem) {
     return v.bytes().size() == want.size() &&
            std::memcmp(v.bytes().data(), want.data(), want.size()) == 0;
   };
-  ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
+  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
   TierId from = TierId::kNvme;
   auto view = store_->View(Key(0), &from);
   ASSERT_TRUE(view.ok()) << view.status();
   EXPECT_EQ(from, TierId::kHost);
   EXPECT_TRUE(same(**view, 0));
-  for (int i = 1; i < 25; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+  for (int i = 1; i < 25; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
   EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kHost);
   EXPECT_TRUE(same(**view, 0));
   view->reset();
@@ -366,7 +366,7 @@ TEST_F(BlockStoreTest, ViewsLendHostCopiesInPlaceAndVerifyThem) {
 // quarter of 8 blocks); past it a view is a private copy with the same
 // bytes, and lending resumes as views are released.
 TEST_F(BlockStoreTest, ViewsLendAtMostTheirCapAndCopyPastIt) {
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
   TierId from;
   auto a = store_->View(Key(0), &from);
   auto b = store_->View(Key(1), &from);
@@ -394,13 +394,13 @@ TEST_F(BlockStoreTest, ViewsLendAtMostTheirCapAndCopyPastIt) {
 }
 
 TEST_F(BlockStoreTest, PinnedBlocksSurvivePressure) {
-  ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
+  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(0)}, 5000, &handles);
   ASSERT_TRUE(lease.ok() && handles[0].ok());
   DeviceHandle pinned = *handles[0];
   for (int i = 1; i < 12; ++i) {
-    ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+    ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
     std::vector<absl::StatusOr<DeviceHandle>> h;
     auto l = store_->AcquireHandles("default", {Key(i)}, 0, &h);
     ASSERT_TRUE(l.ok());
@@ -416,7 +416,7 @@ TEST_F(BlockStoreTest, PinnedBlocksSurvivePressure) {
 
 TEST_F(BlockStoreTest, DurableBlocksSurviveRestart) {
   for (int i = 0; i < 6; ++i) {
-    auto outcome = store_->Put(Key(i), Payload(i), /*durable=*/i % 2 == 0);
+    auto outcome = store_->Put(Key(i), Payload(i), {.durable = i % 2 == 0});
     ASSERT_TRUE(outcome.ok());
     EXPECT_EQ(outcome->durable, i % 2 == 0);
   }
@@ -446,7 +446,7 @@ TEST_F(BlockStoreTest, DeferredSummariesAreReadyWhenAskedForAndComputedOnce) {
   for (int round = 0; round < 3; ++round) {  // 18 puts into a host tier of 8 blocks
     for (int i = 0; i < 6; ++i) {
       const int b = round * 6 + i;
-      ASSERT_TRUE(store_->Put(Key(b), Payload(b), /*durable=*/b % 6 == 5).ok()) << b;
+      ASSERT_TRUE(store_->Put(Key(b), Payload(b), {.durable = b % 6 == 5}).ok()) << b;
       keys.push_back(Key(b));
     }
   }
@@ -459,13 +459,13 @@ TEST_F(BlockStoreTest, DeferredSummariesAreReadyWhenAskedForAndComputedOnce) {
   EXPECT_EQ(calls->load(), 18);
   EXPECT_GT(store_->Stats().summaries_deferred, 0u);
   EXPECT_EQ(store_->Stats().summaries_pending, 0u);
-  ASSERT_TRUE(store_->Put(Key(20), Payload(20), false).ok());
+  ASSERT_TRUE(store_->Put(Key(20), Payload(20)).ok());
   EXPECT_TRUE(store_->Delete(Key(20)).ok());
   EXPECT_EQ(calls->load(), 19);
   ExpectWithinCapacity();
   // Made durable later: the record carries the summary.
-  ASSERT_TRUE(store_->Put(Key(21), Payload(21), false).ok());
-  ASSERT_TRUE(store_->Put(Key(21), Payload(21), true).ok());
+  ASSERT_TRUE(store_->Put(Key(21), Payload(21)).ok());
+  ASSERT_TRUE(store_->Put(Key(21), Payload(21), {.durable = true}).ok());
   Reopen();
   summaries = store_->GetSummaries({Key(21)}, &missing);
   EXPECT_EQ(summaries[0], std::to_string(Payload(21)[0]));
@@ -477,8 +477,8 @@ TEST_F(BlockStoreTest, SummariesAreComputedKeptAndPersisted) {
                                        std::to_string(data[0]));
   };
   Reopen();
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), /*durable=*/true).ok());
-  ASSERT_TRUE(store_->Put(Key(2), Payload(2), /*durable=*/false).ok());
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());
+  ASSERT_TRUE(store_->Put(Key(2), Payload(2)).ok());
   std::vector<BlockKey> missing;
   auto summaries = store_->GetSummaries({Key(1), Key(2), Key(3)}, &missing);
   ASSERT_EQ(summaries.size(), 3u);
@@ -498,13 +498,12 @@ TEST_F(BlockStoreTest, SummariesAreComputedKeptAndPersisted) {
     return absl::StatusOr<std::string>(absl::InvalidArgumentError("data: not keys"));
   };
   Reopen();
-  EXPECT_EQ(store_->Put(Key(4), Payload(4), false).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->Put(Key(4), Payload(4)).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(store_->Lookup(Key(4)).present);
 }
 
 TEST_F(BlockStoreTest, RestartDropsRecordsWhoseFileIsGone) {
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), true).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.durable = true}).ok());
   store_.reset();
   // Remove every tier file: no catalog entry may survive without its file.
   for (int f = 0; f < 2; ++f) {
@@ -518,7 +517,7 @@ TEST_F(BlockStoreTest, RestartDropsRecordsWhoseFileIsGone) {
 }
 
 TEST_F(BlockStoreTest, FlippedByteIsDetectedAndQuarantined) {
-  ASSERT_TRUE(store_->Put(Key(7), Payload(7), true).ok());
+  ASSERT_TRUE(store_->Put(Key(7), Payload(7), {.durable = true}).ok());
   Reopen();  // NVMe copy only
   store_.reset();
   // Flip one byte in the middle of the data area of every tier file: the
@@ -539,13 +538,13 @@ TEST_F(BlockStoreTest, FlippedByteIsDetectedAndQuarantined) {
   EXPECT_FALSE(store_->Lookup(Key(7)).present);
   EXPECT_EQ(store_->Stats().quarantined_blocks, 1u);
   // Putting the right bytes again restores it.
-  ASSERT_TRUE(store_->Put(Key(7), Payload(7), true).ok());
+  ASSERT_TRUE(store_->Put(Key(7), Payload(7), {.durable = true}).ok());
   ExpectReadable(7);
   EXPECT_EQ(store_->Stats().quarantined_blocks, 0u);
 }
 
 TEST_F(BlockStoreTest, VerifyFindsCorruption) {
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), true).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.durable = true}).ok());
   uint64_t last_done = 0, total = 0, corrupt = 0;
   ASSERT_TRUE(store_
                   ->Verify(0,
@@ -562,7 +561,7 @@ TEST_F(BlockStoreTest, VerifyFindsCorruption) {
 
 TEST_F(BlockStoreTest, DroppedUnsyncedDataNeverLosesAcknowledgedDurableBlocks) {
   // Durable puts are synced before they are acknowledged.
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), true).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.durable = true}).ok());
   store_.reset();
   ASSERT_TRUE(env_->DropUnsyncedData().ok());
   Reopen();
@@ -571,17 +570,17 @@ TEST_F(BlockStoreTest, DroppedUnsyncedDataNeverLosesAcknowledgedDurableBlocks) {
 
 TEST_F(BlockStoreTest, InjectedWriteErrorsFailDurablePutsClearly) {
   env_->SetWriteErrorOneIn(1);
-  auto outcome = store_->Put(Key(1), Payload(1), true);
+  auto outcome = store_->Put(Key(1), Payload(1), {.durable = true});
   ASSERT_FALSE(outcome.ok());
   EXPECT_NE(outcome.status().code(), absl::StatusCode::kOk);
   EXPECT_FALSE(store_->Lookup(Key(1)).present);  // not acknowledged, not kept
   env_->SetWriteErrorOneIn(0);
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), true).ok());
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());
   ExpectReadable(1);
 }
 
 TEST_F(BlockStoreTest, InjectedReadErrorsNeverServeWrongBytes) {
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), true).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.durable = true}).ok());
   Reopen();  // NVMe copies only
   env_->SetReadErrorOneIn(2);
   int failures = 0;
@@ -605,11 +604,11 @@ TEST_F(BlockStoreTest, InjectedReadErrorsNeverServeWrongBytes) {
 
 TEST_F(BlockStoreTest, NoSpaceIsResourceExhausted) {
   env_->SetNoSpace(true);
-  auto outcome = store_->Put(Key(1), Payload(1), true);
+  auto outcome = store_->Put(Key(1), Payload(1), {.durable = true});
   ASSERT_FALSE(outcome.ok());
   EXPECT_EQ(outcome.status().code(), absl::StatusCode::kResourceExhausted);
   env_->SetNoSpace(false);
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), true).ok());
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());
 }
 
 TEST_F(BlockStoreTest, StagingSlotsPutWithoutGrpcCopies) {
@@ -618,29 +617,29 @@ TEST_F(BlockStoreTest, StagingSlotsPutWithoutGrpcCopies) {
   ASSERT_EQ(slots->size(), 2u);
   // A client maps the staging file and writes into its slot.
   WriteStaging(*store_, (*slots)[0], Payload(9));
-  auto outcome = store_->PutFromStaging(Key(9), (*slots)[0], false);
+  auto outcome = store_->PutFromStaging(Key(9), (*slots)[0]);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   ExpectReadable(9);
   // A used slot cannot be used twice.
-  EXPECT_EQ(store_->PutFromStaging(Key(10), (*slots)[0], false).status().code(),
+  EXPECT_EQ(store_->PutFromStaging(Key(10), (*slots)[0]).status().code(),
             absl::StatusCode::kInvalidArgument);
   // Unused slots return after their TTL.
   EXPECT_EQ(store_->Stats().staging_slots, 1u);
   env_->AdvanceMicros(2'000'000);
   EXPECT_EQ(store_->ReapExpired(), 1u);
   EXPECT_EQ(store_->Stats().staging_slots, 0u);
-  EXPECT_EQ(store_->PutFromStaging(Key(11), (*slots)[1], false).status().code(),
+  EXPECT_EQ(store_->PutFromStaging(Key(11), (*slots)[1]).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(BlockStoreTest, ClientChecksumMismatchIsRefused) {
   auto data = Payload(5);
   uint64_t good = XXH3_64bits(data.data(), data.size());
-  auto bad = store_->Put(Key(5), data, false, good ^ 1);
+  auto bad = store_->Put(Key(5), data, {.expected_xxh3 = good ^ 1});
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(bad.status().message(), HasSubstr("xxh3"));
   EXPECT_FALSE(store_->Lookup(Key(5)).present);
-  EXPECT_TRUE(store_->Put(Key(5), data, false, good).ok());
+  EXPECT_TRUE(store_->Put(Key(5), data, {.expected_xxh3 = good}).ok());
 }
 
 // A put of a new block writes straight into its host slot: every way it can
@@ -656,13 +655,13 @@ TEST_F(BlockStoreTest, FailedPutsOfNewBlocksLeaveNoHostSpaceBehind) {
     const std::vector<uint8_t> data = Payload(n);
     const uint64_t wrong = XXH3_64bits(data.data(), data.size()) ^ 1;
     if (i % 2 == 0) {
-      auto bad = store_->Put(Key(n), data, /*durable=*/i % 4 == 0, wrong);
+      auto bad = store_->Put(Key(n), data, {.durable = i % 4 == 0, .expected_xxh3 = wrong});
       ASSERT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
     } else {
       auto slots = store_->ReserveStaging("default", profile_id_, 1, 0);
       ASSERT_TRUE(slots.ok()) << slots.status();
       WriteStaging(*store_, (*slots)[0], data);
-      auto bad = store_->PutFromStaging(Key(n), (*slots)[0], false, wrong);
+      auto bad = store_->PutFromStaging(Key(n), (*slots)[0], {.expected_xxh3 = wrong});
       ASSERT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
       EXPECT_THAT(bad.status().message(), HasSubstr("xxh3"));
     }
@@ -677,7 +676,7 @@ TEST_F(BlockStoreTest, FailedPutsOfNewBlocksLeaveNoHostSpaceBehind) {
       -> absl::StatusOr<std::string> { return absl::InternalError("summary: injected failure"); };
   Reopen();
   for (uint64_t i = 0; i < 2 * host_slots; ++i) {
-    auto bad = store_->Put(Key(500 + i), Payload(500 + i), false);
+    auto bad = store_->Put(Key(500 + i), Payload(500 + i));
     ASSERT_EQ(bad.status().code(), absl::StatusCode::kInternal) << bad.status();
     EXPECT_THAT(bad.status().message(), HasSubstr("injected"));
   }
@@ -685,7 +684,7 @@ TEST_F(BlockStoreTest, FailedPutsOfNewBlocksLeaveNoHostSpaceBehind) {
   options_.summarize = nullptr;
   Reopen();
   // Every slot is free: the host tier takes a full load again.
-  for (uint64_t n = 0; n < host_slots; ++n) ASSERT_TRUE(store_->Put(Key(n), Payload(n), false).ok());
+  for (uint64_t n = 0; n < host_slots; ++n) ASSERT_TRUE(store_->Put(Key(n), Payload(n)).ok());
   EXPECT_EQ(host_used(), host_slots * kBlockBytes);
   for (uint64_t n = 0; n < host_slots; ++n) ExpectReadable(n);
 }
@@ -693,17 +692,17 @@ TEST_F(BlockStoreTest, FailedPutsOfNewBlocksLeaveNoHostSpaceBehind) {
 // A staged put of a block already stored compares against it: the same
 // bytes are accepted as a repeat, different bytes are refused.
 TEST_F(BlockStoreTest, StagedPutOfAStoredBlockIsComparedNotStoredTwice) {
-  ASSERT_TRUE(store_->Put(Key(7), Payload(7), false).ok());
+  ASSERT_TRUE(store_->Put(Key(7), Payload(7)).ok());
   auto stage = [&](const std::vector<uint8_t>& data) {
     auto slots = store_->ReserveStaging("default", profile_id_, 1, 0);
     EXPECT_TRUE(slots.ok()) << slots.status();
     WriteStaging(*store_, (*slots)[0], data);
     return (*slots)[0];
   };
-  auto again = store_->PutFromStaging(Key(7), stage(Payload(7)), false);
+  auto again = store_->PutFromStaging(Key(7), stage(Payload(7)));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->existed);
-  auto other = store_->PutFromStaging(Key(7), stage(Payload(8)), false);
+  auto other = store_->PutFromStaging(Key(7), stage(Payload(8)));
   EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(store_->Stats().blocks, 1u);
   EXPECT_EQ(store_->Stats().staging_slots, 0u);
@@ -717,7 +716,7 @@ TEST_F(BlockStoreTest, ConcurrentPutsAndGets) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 10; ++i) {
         int n = t * 100 + i;
-        if (!store_->Put(Key(n), Payload(n), i % 3 == 0).ok()) ++errors;
+        if (!store_->Put(Key(n), Payload(n), {.durable = i % 3 == 0}).ok()) ++errors;
         std::string out;
         TierId from;
         if (!store_->Get(Key(n), &out, &from).ok() ||
@@ -734,7 +733,7 @@ TEST_F(BlockStoreTest, ConcurrentPutsAndGets) {
 }
 
 TEST_F(BlockStoreTest, DrainMakesEverythingDurable) {
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
   uint64_t done = 0;
   ASSERT_TRUE(store_->Drain([&](uint64_t d, uint64_t) { done = d; }).ok());
   EXPECT_EQ(done, 5u);
@@ -757,14 +756,14 @@ TEST_F(BlockStoreTest, DeleteSyncsItsRecordWithoutTheStoreLock) {
   options_.catalog_env = catalog_env.get();
   Reopen();
   for (uint64_t n = 1; n <= 2; ++n) {
-    ASSERT_TRUE(store_->Put(Key(n), Payload(n), /*durable=*/true).ok()) << n;
+    ASSERT_TRUE(store_->Put(Key(n), Payload(n), {.durable = true}).ok()) << n;
   }
   catalog_faults.HoldNextIo(FaultInjectionEnv::FileOp::kSync);
   std::thread deleter([&] { EXPECT_TRUE(store_->Delete(Key(1)).ok()); });
   catalog_faults.WaitForHeldIo();
   EXPECT_FALSE(store_->Lookup(Key(1)).present) << "a block being deleted is hidden";
   ExpectReadable(2);
-  EXPECT_TRUE(store_->Put(Key(3), Payload(3), /*durable=*/false).ok());
+  EXPECT_TRUE(store_->Put(Key(3), Payload(3)).ok());
   EXPECT_TRUE(store_->Lookup(Key(3)).present);
   EXPECT_EQ(store_->Stats().blocks, 3u) << "the deleted block is still counted until it is gone";
   catalog_faults.ReleaseHeldIo();

@@ -85,6 +85,40 @@ struct PromotionBudget {
   uint64_t deferred = 0;        // out: blocks answered PromotionDeferredError
 };
 
+// How BlockStore::Put, PutPieces and PutFromStaging store a block (in the
+// manner of RocksDB's WriteOptions). The default: a non-durable put, no
+// checksum to compare, not retained.
+struct PutOptions {
+  // Acknowledge only once the NVMe copy and its catalog record are synced.
+  bool durable = false;
+  // != 0: the payload's XXH3-64 must equal it, else DATA_LOSS and nothing
+  // is stored.
+  uint64_t expected_xxh3 = 0;
+  // The block is never evicted (only deleted); it counts against the
+  // tenant's retained_bytes quota. Putting identical bytes again with
+  // retain marks a stored block retained; a put without retain never
+  // clears the mark.
+  bool retain = false;
+};
+
+// How BlockStore::AcquireHandles makes blocks resident and pins them; see
+// there for each field's full contract. The default: disk I/O allowed, no
+// wants marked, no promotion budget, no lease being replaced.
+struct PinOptions {
+  // No disk I/O on the caller's thread: an NVMe-only block is answered
+  // UNAVAILABLE and device room is made without demoting to disk.
+  bool memory_only = false;
+  // First marks the keys wanted (BlockStore::MarkWanted) in the same hold
+  // of the store's lock.
+  bool mark_wanted = false;
+  // Host -> arena promotions stop past budget->limit_bytes (not owned;
+  // null: no limit). Its out fields are updated by the call.
+  PromotionBudget* budget = nullptr;
+  // A lease of the tenant the caller releases right after the call (0:
+  // none); while it is held the new lease may be one over the limit.
+  uint64_t replaces_lease = 0;
+};
+
 // UNAVAILABLE with a payload that IsPromotionDeferred recognises: a block
 // in host memory past the call's promotion budget of limit_bytes (its
 // position in the call's answers says which).

@@ -41,7 +41,7 @@ TEST_F(BlockStoreTest, FullCacheEvictsLeastRecentlyUsedAndNeverRefuses) {
   // host 8 + NVMe 64 blocks: 72 fit; 200 puts all succeed.
   const int n = 200;
   for (int i = 0; i < n; ++i) {
-    auto outcome = store_->Put(Key(i), Payload(i), /*durable=*/false);
+    auto outcome = store_->Put(Key(i), Payload(i));
     ASSERT_TRUE(outcome.ok()) << i << ": " << outcome.status();
     ExpectWithinCapacity();
   }
@@ -62,7 +62,7 @@ TEST_F(BlockStoreTest, FullCacheEvictsLeastRecentlyUsedAndNeverRefuses) {
 TEST_F(BlockStoreTest, DurableBlocksSurviveUntilEvictedAndEvictionIsDurable) {
   const int n = 150;
   for (int i = 0; i < n; ++i) {
-    auto outcome = store_->Put(Key(i), Payload(i), /*durable=*/true);
+    auto outcome = store_->Put(Key(i), Payload(i), {.durable = true});
     ASSERT_TRUE(outcome.ok()) << i << ": " << outcome.status();
     EXPECT_TRUE(outcome->durable);
   }
@@ -82,12 +82,12 @@ TEST_F(BlockStoreTest, DurableBlocksSurviveUntilEvictedAndEvictionIsDurable) {
 
 TEST_F(BlockStoreTest, RetainedBlocksAreNeverEvicted) {
   for (int i = 0; i < 10; ++i) {
-    auto outcome = store_->Put(Key(i), Payload(i), /*durable=*/true, 0, /*retain=*/true);
+    auto outcome = store_->Put(Key(i), Payload(i), {.durable = true, .retain = true});
     ASSERT_TRUE(outcome.ok()) << outcome.status();
     EXPECT_TRUE(outcome->retained);
   }
   for (int i = 10; i < 300; ++i) {
-    ASSERT_TRUE(store_->Put(Key(i), Payload(i), i % 2 == 0).ok()) << i;
+    ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.durable = i % 2 == 0}).ok()) << i;
   }
   EXPECT_GT(store_->Stats().evicted_blocks, 0u);
   for (int i = 0; i < 10; ++i) {
@@ -104,13 +104,13 @@ TEST_F(BlockStoreTest, RetainedBlocksAreNeverEvicted) {
 }
 
 TEST_F(BlockStoreTest, RePutWithRetainMarksAStoredBlock) {
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), true).ok());
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());
   EXPECT_FALSE(store_->Lookup(Key(1)).retained);
-  auto again = store_->Put(Key(1), Payload(1), true, 0, /*retain=*/true);
+  auto again = store_->Put(Key(1), Payload(1), {.durable = true, .retain = true});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->existed);
   EXPECT_TRUE(again->retained);
-  auto plain = store_->Put(Key(1), Payload(1), true);  // never clears the mark
+  auto plain = store_->Put(Key(1), Payload(1), {.durable = true});  // never clears the mark
   ASSERT_TRUE(plain.ok());
   EXPECT_TRUE(plain->retained);
   Reopen();
@@ -123,16 +123,16 @@ TEST_F(BlockStoreTest, RetainedBytesQuotaNamesItself) {
   TenantLimits limits;
   limits.retained_bytes = 3 * kBlockBytes;
   store_->SetTenantLimits("default", limits);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false, 0, true).ok());
-  auto refused = store_->Put(Key(3), Payload(3), false, 0, true);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.retain = true}).ok());
+  auto refused = store_->Put(Key(3), Payload(3), {.retain = true});
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.status().message(), HasSubstr("retained_bytes"));
   EXPECT_FALSE(store_->Lookup(Key(3)).present);
-  EXPECT_TRUE(store_->Put(Key(3), Payload(3), false).ok()) << "without retain it is a cache put";
-  auto upgrade = store_->Put(Key(3), Payload(3), false, 0, true);
+  EXPECT_TRUE(store_->Put(Key(3), Payload(3)).ok()) << "without retain it is a cache put";
+  auto upgrade = store_->Put(Key(3), Payload(3), {.retain = true});
   EXPECT_EQ(upgrade.status().code(), absl::StatusCode::kResourceExhausted);
   ASSERT_TRUE(store_->Delete(Key(0)).ok());
-  EXPECT_TRUE(store_->Put(Key(3), Payload(3), false, 0, true).ok());
+  EXPECT_TRUE(store_->Put(Key(3), Payload(3), {.retain = true}).ok());
   EXPECT_EQ(store_->UsageOf("default").retained_bytes, 3 * kBlockBytes);
 }
 
@@ -142,9 +142,9 @@ TEST_F(BlockStoreTest, NvmeQuotaEvictsTheTenantsOwnBlocksOnly) {
   store_->SetTenantLimits("small", limits);
   const uint64_t small_profile = ProfileOf("small");
   auto small_key = [&](uint64_t i) { return BlockKey{"small", small_profile, Id(i)}; };
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), true).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.durable = true}).ok());
   for (int i = 0; i < 12; ++i) {
-    auto outcome = store_->Put(small_key(i), Payload(i), true);
+    auto outcome = store_->Put(small_key(i), Payload(i), {.durable = true});
     ASSERT_TRUE(outcome.ok()) << i << ": " << outcome.status();
     EXPECT_LE(store_->UsageOf("small").nvme_bytes, 4 * kBlockBytes);
   }
@@ -157,9 +157,9 @@ TEST_F(BlockStoreTest, NvmeQuotaEvictsTheTenantsOwnBlocksOnly) {
   limits.retained_bytes = 0;
   store_->SetTenantLimits("small", limits);
   for (int i = 8; i < 12; ++i) {
-    ASSERT_TRUE(store_->Put(small_key(i), Payload(i), true, 0, true).ok()) << i;
+    ASSERT_TRUE(store_->Put(small_key(i), Payload(i), {.durable = true, .retain = true}).ok()) << i;
   }
-  auto refused = store_->Put(small_key(20), Payload(20), true);
+  auto refused = store_->Put(small_key(20), Payload(20), {.durable = true});
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.status().message(), HasSubstr("nvme_bytes"));
   EXPECT_THAT(refused.status().message(), HasSubstr("retained"));
@@ -181,7 +181,7 @@ TEST_F(BlockStoreTest, ConcurrentPutsOfOneTenantStayWithinItsQuotas) {
       for (int i = 0; i < 12; ++i) {
         const uint64_t n = 1000 + t * 100 + i;
         auto outcome = store_->Put(BlockKey{"small", small_profile, Id(n)}, Payload(n),
-                                   /*durable=*/i % 2 == 0);
+                                   {.durable = i % 2 == 0});
         if (outcome.ok()) ++stored;
         const TenantUsage u = store_->UsageOf("small");
         if (u.host_bytes > limits.host_bytes || u.nvme_bytes > limits.nvme_bytes) ++over;
@@ -198,7 +198,7 @@ TEST_F(BlockStoreTest, ConcurrentPutsOfOneTenantStayWithinItsQuotas) {
 
 // The read, promotion and demotion counters the metrics endpoint exports.
 TEST_F(BlockStoreTest, ReadsPromotionsAndDemotionsAreCounted) {
-  ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
+  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
   std::string out;
   TierId from;
   ASSERT_TRUE(store_->Get(Key(0), &out, &from).ok());  // from host
@@ -218,7 +218,7 @@ TEST_F(BlockStoreTest, ReadsPromotionsAndDemotionsAreCounted) {
   // Twice the host tier: the oldest last copies move to NVMe.
   const uint64_t host_slots = options_.host_capacity_bytes / kBlockBytes;
   for (uint64_t n = 1; n <= 2 * host_slots; ++n) {
-    ASSERT_TRUE(store_->Put(Key(n), Payload(n), false).ok()) << n;
+    ASSERT_TRUE(store_->Put(Key(n), Payload(n)).ok()) << n;
   }
   s = store_->Stats();
   EXPECT_GE(s.demotions, host_slots - 1);
@@ -232,11 +232,11 @@ TEST_F(BlockStoreTest, ReadsPromotionsAndDemotionsAreCounted) {
 }
 
 TEST_F(BlockStoreTest, PinnedBlocksAreNotEvicted) {
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(0), Key(1)}, 5000, &handles);
   ASSERT_TRUE(lease.ok()) << lease.status();
-  for (int i = 2; i < 200; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+  for (int i = 2; i < 200; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
   EXPECT_GT(store_->Stats().evicted_blocks, 0u);
   ExpectReadable(0);
   ExpectReadable(1);
@@ -245,11 +245,11 @@ TEST_F(BlockStoreTest, PinnedBlocksAreNotEvicted) {
 
 
 TEST_F(BlockStoreTest, MemoryOnlyHandlesNeverReadNvmeAndPrefetchBringsBlocksBack) {
-  for (int i = 0; i < 20; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
   ASSERT_EQ(store_->Lookup(Key(0)).tier, TierId::kNvme);  // demoted by the later puts
   std::vector<absl::StatusOr<DeviceHandle>> handles;
-  auto lease = store_->AcquireHandles("default", {Key(0), Key(19)}, 1000, &handles,
-                                      /*memory_only=*/true);
+  auto lease =
+      store_->AcquireHandles("default", {Key(0), Key(19)}, 1000, &handles, {.memory_only = true});
   ASSERT_TRUE(lease.ok()) << lease.status();
   ASSERT_EQ(handles.size(), 2u);
   EXPECT_EQ(handles[0].status().code(), absl::StatusCode::kUnavailable) << handles[0].status();
@@ -258,7 +258,7 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesNeverReadNvmeAndPrefetchBringsBlocksBack
   ASSERT_TRUE(store_->Release("default", *lease).ok());
   EXPECT_EQ(store_->Prefetch({Key(0)}), 1u);
   EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kHost);
-  lease = store_->AcquireHandles("default", {Key(0)}, 1000, &handles, /*memory_only=*/true);
+  lease = store_->AcquireHandles("default", {Key(0)}, 1000, &handles, {.memory_only = true});
   ASSERT_TRUE(lease.ok()) << lease.status();
   EXPECT_TRUE(handles[0].ok()) << handles[0].status();
 }
@@ -269,10 +269,10 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesNeverReadNvmeAndPrefetchBringsBlocksBack
 TEST_F(BlockStoreTest, MemoryOnlyHandlesMoveLastDeviceCopiesToHostMemoryOnly) {
   // Device holds 4 blocks, host 8. Blocks 0-3 end up with their only copy
   // in the arena.
-  for (int i = 0; i < 6; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(0), Key(1), Key(2), Key(3)}, 0, &handles,
-                                      /*memory_only=*/true);
+                                      {.memory_only = true});
   ASSERT_TRUE(lease.ok()) << lease.status();
   for (const auto& h : handles) ASSERT_TRUE(h.ok()) << h.status();
   ASSERT_TRUE(store_->Release("default", *lease).ok());
@@ -281,7 +281,7 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesMoveLastDeviceCopiesToHostMemoryOnly) {
 
   // Host memory has room: one last copy moves there, block 4 is pinned.
   const uint64_t nvme_used = store_->Stats().tiers[2].used_bytes;
-  lease = store_->AcquireHandles("default", {Key(4)}, 0, &handles, /*memory_only=*/true);
+  lease = store_->AcquireHandles("default", {Key(4)}, 0, &handles, {.memory_only = true});
   ASSERT_TRUE(lease.ok()) << lease.status();
   ASSERT_TRUE(handles[0].ok()) << handles[0].status();
   int moved = 0;
@@ -293,9 +293,9 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesMoveLastDeviceCopiesToHostMemoryOnly) {
 
   // Pin 4 device blocks' worth again, then fill host memory with last
   // copies (these puts may demote to NVMe: they are not the Select path).
-  lease = store_->AcquireHandles("default", {Key(4)}, 0, &handles, /*memory_only=*/true);
+  lease = store_->AcquireHandles("default", {Key(4)}, 0, &handles, {.memory_only = true});
   ASSERT_TRUE(lease.ok());
-  for (int i = 6; i < 20; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+  for (int i = 6; i < 20; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
   ExpectWithinCapacity();
   std::vector<BlockKey> host_only;
   for (int i = 0; i < 20; ++i) {
@@ -305,7 +305,7 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesMoveLastDeviceCopiesToHostMemoryOnly) {
   ASSERT_FALSE(host_only.empty());
   const BlockStoreStats before = store_->Stats();
   std::vector<absl::StatusOr<DeviceHandle>> more;
-  auto second = store_->AcquireHandles("default", host_only, 0, &more, /*memory_only=*/true);
+  auto second = store_->AcquireHandles("default", host_only, 0, &more, {.memory_only = true});
   ASSERT_TRUE(second.ok()) << second.status();
   const BlockStoreStats after = store_->Stats();
   EXPECT_EQ(after.tiers[2].used_bytes, before.tiers[2].used_bytes) << "nothing written to NVMe";
@@ -323,8 +323,8 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesMoveLastDeviceCopiesToHostMemoryOnly) {
 }
 
 TEST_F(BlockStoreTest, EvictGivesUpOneTierAsTheCacheWould) {
-  ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), false, 0, /*retain=*/true).ok());
+  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.retain = true}).ok());
   EXPECT_EQ(store_->Evict(Key(0), TierId::kDevice).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store_->Evict(Key(9), TierId::kNvme).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store_->Evict(Key(0), TierId::kRemote).code(), absl::StatusCode::kInvalidArgument);

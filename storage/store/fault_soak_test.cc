@@ -362,8 +362,8 @@ void FaultSoakTest::RunOp(std::mt19937_64& rng, uint64_t* lease, uint32_t* lease
   }
   if (r < 22) {
     const uint64_t xxh3 = rng() % 2 == 0 ? XXH3_64bits(payloads_[n].data(), kBlockBytes) : 0;
-    absl::StatusOr<PutOutcome> put = store_->Put(Key(n), Bytes(n), durable, xxh3,
-                                                 /*retain=*/rng() % 10 == 0);
+    absl::StatusOr<PutOutcome> put = store_->Put(
+        Key(n), Bytes(n), {.durable = durable, .expected_xxh3 = xxh3, .retain = rng() % 10 == 0});
     Check(kPut, put.status(), t);
     if (put.ok() && durable) {
       EXPECT_TRUE(put->durable) << "block " << n;
@@ -381,7 +381,7 @@ void FaultSoakTest::RunOp(std::mt19937_64& rng, uint64_t* lease, uint32_t* lease
     ASSERT_EQ(::pwrite(staging_fd_, payloads_[n].data(), kBlockBytes,
                        static_cast<off_t>(slot.offset_bytes)),
               static_cast<ssize_t>(kBlockBytes));
-    Check(kStagedPut, store_->PutFromStaging(Key(n), slot, durable).status(), t);
+    Check(kStagedPut, store_->PutFromStaging(Key(n), slot, {.durable = durable}).status(), t);
   } else if (r < 55) {
     std::string out;
     TierId from;
@@ -509,7 +509,7 @@ void FaultSoakTest::CheckQuiescent(uint64_t kept) {
 void FaultSoakTest::ReopenAndCheck(uint64_t round, Tally* t) {
   // Is the store stuck? A durable put with faults off says.
   const uint64_t probe = kIds + round % kProbeIds;
-  absl::StatusOr<PutOutcome> put = store_->Put(Key(probe), Bytes(probe), /*durable=*/true);
+  absl::StatusOr<PutOutcome> put = store_->Put(Key(probe), Bytes(probe), {.durable = true});
   if (put.ok()) {
     // Not stuck: the delete works too, and the next probe is a fresh put.
     EXPECT_TRUE(store_->Delete(Key(probe)).ok());
@@ -691,7 +691,7 @@ absl::Status RaceWithEvictingDemotion(FaultInjectionEnv* env, BlockStore* store,
   env->HoldNextIo(FaultInjectionEnv::FileOp::kWrite);
   absl::Status put;
   std::thread demoter([&] {
-    put = store->Put(BlockKey{"default", profile_id, Id(8)}, Payload(8), false).status();
+    put = store->Put(BlockKey{"default", profile_id, Id(8)}, Payload(8)).status();
   });
   env->WaitForHeldIo();
   env->SetNoSpace(true);
@@ -721,7 +721,7 @@ absl::Status RaceWithEvictingDemotion(FaultInjectionEnv* env, BlockStore* store,
 // heap-use-after-free in Delete; without it a crash, or OK for a block
 // that was evicted. Expected: NOT_FOUND.
 TEST_F(FaultSoakTest, DeleteWaitingOnADemotionThatEvictsTheBlock) {
-  for (uint64_t n = 0; n < 8; ++n) ASSERT_TRUE(store_->Put(Key(n), Payload(n), false).ok());
+  for (uint64_t n = 0; n < 8; ++n) ASSERT_TRUE(store_->Put(Key(n), Payload(n)).ok());
   absl::Status deleted = RaceWithEvictingDemotion(env_.get(), store_.get(), profile_id_,
                                                   [&] { return store_->Delete(Key(0)); });
   EXPECT_EQ(deleted.code(), absl::StatusCode::kNotFound) << deleted;
@@ -731,9 +731,9 @@ TEST_F(FaultSoakTest, DeleteWaitingOnADemotionThatEvictsTheBlock) {
 // The same through Put: a durable put of block 0 waits while its demotion
 // is persisting it, then uses the freed Entry.
 TEST_F(FaultSoakTest, DurablePutWaitingOnADemotionThatEvictsTheBlock) {
-  for (uint64_t n = 0; n < 8; ++n) ASSERT_TRUE(store_->Put(Key(n), Payload(n), false).ok());
+  for (uint64_t n = 0; n < 8; ++n) ASSERT_TRUE(store_->Put(Key(n), Payload(n)).ok());
   absl::Status put = RaceWithEvictingDemotion(env_.get(), store_.get(), profile_id_, [&] {
-    return store_->Put(Key(0), Payload(0), /*durable=*/true).status();
+    return store_->Put(Key(0), Payload(0), {.durable = true}).status();
   });
   // Block 0 is gone when the put looks again: a fresh put, failing on
   // ENOSPC or succeeding once the space is back.
@@ -748,10 +748,10 @@ TEST_F(FaultSoakTest, DurablePutWaitingOnADemotionThatEvictsTheBlock) {
 // 0 is either gone or back bit-exact, never other bytes.
 TEST_F(FaultSoakTest, EvictionWhoseWalSyncFailedKeepsTheVictimsExtent) {
   for (uint64_t n = 0; n < 64; ++n) {
-    ASSERT_TRUE(store_->Put(Key(n), Payload(n), /*durable=*/true).ok()) << n;
+    ASSERT_TRUE(store_->Put(Key(n), Payload(n), {.durable = true}).ok()) << n;
   }
   env_->SetSyncErrorOneIn(1);
-  absl::StatusOr<PutOutcome> put = store_->Put(Key(64), Payload(64), /*durable=*/true);
+  absl::StatusOr<PutOutcome> put = store_->Put(Key(64), Payload(64), {.durable = true});
   env_->SetSyncErrorOneIn(0);
   ASSERT_FALSE(put.ok());
   EXPECT_TRUE(absl::StrContains(put.status().message(),
@@ -774,7 +774,7 @@ TEST_F(FaultSoakTest, EvictionWhoseWalSyncFailedKeepsTheVictimsExtent) {
 // longer durable; a durable put makes it durable again (its record is
 // written again), and then it survives a restart.
 TEST_F(FaultSoakTest, DeleteWhoseWalSyncFailedLeavesTheBlockNotDurable) {
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), /*durable=*/true).ok());
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());
   env_->SetSyncErrorOneIn(1);
   absl::Status deleted = store_->Delete(Key(1));
   env_->SetSyncErrorOneIn(0);
@@ -785,7 +785,7 @@ TEST_F(FaultSoakTest, DeleteWhoseWalSyncFailedLeavesTheBlockNotDurable) {
   store_.reset();
   Reopen();  // RocksDB refuses writes after a WAL error until reopened
   if (store_->Lookup(Key(1)).present) ExpectReadable(1);
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), /*durable=*/true).ok());
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());
   EXPECT_TRUE(store_->Lookup(Key(1)).durable);
   store_.reset();
   Reopen();

@@ -90,7 +90,7 @@ class IntegrityTest : public BlockStoreTest {
 };
 
 TEST_F(IntegrityTest, DamagedHostCopyIsNeverServedAndIsReported) {
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), false).ok());
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1)).ok());
   std::vector<uint64_t> at = FindCopies(HostPath(), 1);
   ASSERT_EQ(at.size(), 1u);
   Damage(HostPath(), at[0] + 5000, 1, -1);
@@ -113,19 +113,19 @@ TEST_F(IntegrityTest, DamagedHostCopyIsNeverServedAndIsReported) {
   EXPECT_THAT(warnings.back(), HasSubstr("tenant \"default\""));
   EXPECT_THAT(warnings.back(), HasSubstr("host slot @"));
   // The correct bytes restore it.
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), false).ok());
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1)).ok());
   ExpectReadable(1);
   EXPECT_EQ(store_->Stats().quarantined_blocks, 0u);
 }
 
 TEST_F(IntegrityTest, DamagedHostCopyIsNotDemotedToNvme) {
-  ASSERT_TRUE(store_->Put(Key(0), Payload(0), false).ok());
+  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
   std::vector<uint64_t> at = FindCopies(HostPath(), 0);
   ASSERT_EQ(at.size(), 1u);
   Damage(HostPath(), at[0] + 100, 1, -1);
   // Filling the host tier demotes block 0 (least recently used) to NVMe:
   // the demotion checks what it writes.
-  for (int i = 1; i < 12; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+  for (int i = 1; i < 12; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
   EXPECT_EQ(store_->Stats().quarantined_blocks, 1u);
   for (int f = 0; f < 2; ++f) EXPECT_TRUE(FindCopies(NvmePath(f), 0).empty());
   ExpectQuarantinedRead(0);
@@ -133,7 +133,7 @@ TEST_F(IntegrityTest, DamagedHostCopyIsNotDemotedToNvme) {
 }
 
 TEST_F(IntegrityTest, DamagedHostCopyIsNotPromotedToTheArena) {
-  ASSERT_TRUE(store_->Put(Key(2), Payload(2), false).ok());
+  ASSERT_TRUE(store_->Put(Key(2), Payload(2)).ok());
   std::vector<uint64_t> at = FindCopies(HostPath(), 2);
   ASSERT_EQ(at.size(), 1u);
   Damage(HostPath(), at[0] + 9000, 4096 - 9000 % 4096, 0);
@@ -148,13 +148,13 @@ TEST_F(IntegrityTest, DamagedHostCopyIsNotPromotedToTheArena) {
 }
 
 TEST_F(IntegrityTest, DamagedArenaCopyIsNeverServed) {
-  ASSERT_TRUE(store_->Put(Key(3), Payload(3), false).ok());
+  ASSERT_TRUE(store_->Put(Key(3), Payload(3)).ok());
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(3)}, 1000, &handles);
   ASSERT_TRUE(lease.ok() && *lease != 0);
   ASSERT_TRUE(store_->Release("default", *lease).ok());
   // Drop the host copy so the arena copy is the one read: fill the host.
-  for (int i = 10; i < 20; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok());
+  for (int i = 10; i < 20; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
   std::vector<uint64_t> at = FindCopies(ArenaPath(), 3);
   ASSERT_EQ(at.size(), 1u);
   Damage(ArenaPath(), at[0] + 12345, 1, -1);
@@ -169,12 +169,12 @@ TEST_F(IntegrityTest, DamagedArenaCopyIsNeverServed) {
 }
 
 TEST_F(IntegrityTest, VerifyChecksEveryCopyAndListsEarlierQuarantines) {
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), true).ok());   // host + NVMe
-  ASSERT_TRUE(store_->Put(Key(2), Payload(2), false).ok());  // host only
-  ASSERT_TRUE(store_->Put(Key(3), Payload(3), true).ok());
+  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());  // host + NVMe
+  ASSERT_TRUE(store_->Put(Key(2), Payload(2)).ok());                     // host only
+  ASSERT_TRUE(store_->Put(Key(3), Payload(3), {.durable = true}).ok());
   // Block 3's NVMe copy is damaged and found by a read after a restart.
   Reopen();
-  ASSERT_TRUE(store_->Put(Key(2), Payload(2), false).ok());
+  ASSERT_TRUE(store_->Put(Key(2), Payload(2)).ok());
   bool damaged = false;
   for (int f = 0; f < 2; ++f) {
     for (uint64_t at : FindCopies(NvmePath(f), 3)) {
@@ -221,7 +221,7 @@ TEST_F(IntegrityTest, RandomDamageSweep) {
     auto key = [&](uint64_t i) { return Key(base + i); };
     const int n = 24;
     for (int i = 0; i < n; ++i) {
-      ASSERT_TRUE(store_->Put(key(i), Payload(base + i), i % 3 != 0).ok());
+      ASSERT_TRUE(store_->Put(key(i), Payload(base + i), {.durable = i % 3 != 0}).ok());
     }
     std::vector<absl::StatusOr<DeviceHandle>> handles;
     auto lease = store_->AcquireHandles("default", {key(n - 1), key(n - 2)}, 1000, &handles);

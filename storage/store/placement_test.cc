@@ -192,14 +192,14 @@ class StorePlacementTest : public BlockStoreTest {
 
   void KeepWantingBlockZeroUnderPressure(bool stability) {
     const std::vector<BlockKey> wanted = {Key(0)};
-    for (int i = 0; i < 8; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+    for (int i = 0; i < 8; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
     int next = 8;
     for (int round = 0; round < 6; ++round) {
       env_->AdvanceMicros(1000);
       store_->MarkWanted(wanted);
       store_->MarkWanted({});  // nothing to do
       for (int k = 0; k < 4; ++k, ++next) {
-        ASSERT_TRUE(store_->Put(Key(next), Payload(next), false).ok()) << next;
+        ASSERT_TRUE(store_->Put(Key(next), Payload(next)).ok()) << next;
         ExpectWithinCapacity();
       }
       const BlockLocation w = store_->Lookup(Key(0));
@@ -233,11 +233,10 @@ TEST_F(StorePlacementTest, AcquireHandlesCanMarkWhatItPinsWanted) {
     SCOPED_TRACE(mark ? "mark_wanted" : "no mark");
     options_.make_placement = [] { return NewStabilityPolicy({.unwanted_first = true}); };
     Reopen();
-    for (int i = 0; i < 8; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+    for (int i = 0; i < 8; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
     std::vector<absl::StatusOr<DeviceHandle>> handles;
-    absl::StatusOr<uint64_t> lease =
-        store_->AcquireHandles(Key(0).tenant, {Key(0), Key(999)}, 0, &handles,
-                               /*memory_only=*/true, /*mark_wanted=*/mark);
+    absl::StatusOr<uint64_t> lease = store_->AcquireHandles(
+        Key(0).tenant, {Key(0), Key(999)}, 0, &handles, {.memory_only = true, .mark_wanted = mark});
     ASSERT_TRUE(lease.ok()) << lease.status();
     ASSERT_EQ(handles.size(), 2u);
     EXPECT_TRUE(handles[0].ok()) << handles[0].status();
@@ -246,7 +245,7 @@ TEST_F(StorePlacementTest, AcquireHandlesCanMarkWhatItPinsWanted) {
     ASSERT_TRUE(store_->Evict(Key(0), TierId::kDevice).ok());  // its host copy is what counts
     for (int i = 8; i < 24; ++i) {
       env_->AdvanceMicros(1000);
-      ASSERT_TRUE(store_->Put(Key(i), Payload(i), false).ok()) << i;
+      ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
       ExpectWithinCapacity();
     }
     EXPECT_EQ(store_->Lookup(Key(0)).tier, mark ? TierId::kHost : TierId::kNvme);

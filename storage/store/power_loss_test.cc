@@ -114,7 +114,7 @@ class PowerLossTest : public ::testing::Test {
     e.bytes = RandomBytes(rng);
     auto outcome = store_->Put(
         Key(id), absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(e.bytes.data()), kBlockBytes),
-        durable);
+        {.durable = durable});
     if (!outcome.ok()) {
       EXPECT_FALSE(store_->Lookup(Key(id)).present) << id << ": a failed put keeps nothing";
       if (durable && absl::StrContains(outcome.status().message(), "/catalog")) {
