@@ -53,8 +53,8 @@ void AnchorBuilder::Reset() {
 
 absl::Status AnchorBuilder::AddTokens(absl::string_view block, uint32_t first_token,
                                       uint32_t count) {
-  const uint64_t L = profile_.num_layers(), H = profile_.num_kv_heads(),
-                 D = profile_.head_dim(), T = profile_.block_size_tokens();
+  const uint64_t L = profile_.num_layers(), H = profile_.num_kv_heads(), D = profile_.head_dim(),
+                 T = profile_.block_size_tokens();
   const uint32_t es = DtypeBytes(profile_.dtype());
   if (L == 0 || H == 0 || D == 0 || T == 0 || es == 0) {
     return absl::InvalidArgumentError(
@@ -63,8 +63,8 @@ absl::Status AnchorBuilder::AddTokens(absl::string_view block, uint32_t first_to
   }
   const uint64_t want = L * 2 * H * T * D * es;
   if (block.size() != want) {
-    return absl::InvalidArgumentError(absl::StrCat("block: ", block.size(),
-                                                   " bytes; one block of the profile has ", want));
+    return absl::InvalidArgumentError(
+        absl::StrCat("block: ", block.size(), " bytes; one block of the profile has ", want));
   }
   if (count == 0 || first_token >= T || count > T - first_token) {
     return absl::InvalidArgumentError(absl::StrCat("first_token (", first_token, ") and count (",
@@ -124,9 +124,9 @@ absl::StatusOr<std::vector<float>> GatherHeadQueries(absl::Span<const float> que
                                                      const v1::SelectionCalibration& calibration) {
   const uint64_t want = uint64_t{num_layers} * num_q_heads * head_dim;
   if (queries.size() != want || want == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("queries: ", queries.size(), " values; expected ",
-                                                   num_layers, " layers x ", num_q_heads,
-                                                   " query heads x ", head_dim));
+    return absl::InvalidArgumentError(absl::StrCat("queries: ", queries.size(),
+                                                   " values; expected ", num_layers, " layers x ",
+                                                   num_q_heads, " query heads x ", head_dim));
   }
   std::vector<float> out;
   out.reserve(calibration.retrieval_heads_size() * head_dim);

@@ -108,10 +108,10 @@ TEST(HeadQueriesTest, GathersTheCalibrationsHeadsInOrder) {
   absl::StatusOr<std::vector<float>> out = GatherHeadQueries(q, L, Hq, D, c);
   ASSERT_TRUE(out.ok());
   EXPECT_EQ(*out, (std::vector<float>{18, 19, 20, 9, 10, 11}));
-  EXPECT_THAT(std::string(GatherHeadQueries(absl::MakeConstSpan(q).subspan(1), L, Hq, D, c)
-                              .status()
-                              .message()),
-              HasSubstr("queries: 23 values"));
+  EXPECT_THAT(
+      std::string(
+          GatherHeadQueries(absl::MakeConstSpan(q).subspan(1), L, Hq, D, c).status().message()),
+      HasSubstr("queries: 23 values"));
   c.mutable_retrieval_heads(0)->set_layer(2);
   EXPECT_THAT(std::string(GatherHeadQueries(q, L, Hq, D, c).status().message()),
               HasSubstr("calibration.retrieval_heads[0]"));

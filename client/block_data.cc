@@ -85,8 +85,7 @@ class LentMemory {
       absl::MutexLock lock(&mu_);
       ++out_;
     }
-    return grpc::Slice(const_cast<uint8_t*>(data.data()), data.size(), &LentMemory::Return,
-                       this);
+    return grpc::Slice(const_cast<uint8_t*>(data.data()), data.size(), &LentMemory::Return, this);
   }
   void WaitAllReturned() {
     absl::MutexLock lock(&mu_);
@@ -113,8 +112,7 @@ absl::StatusOr<v1::PutBlocksResponse> StreamPuts(grpc::GenericStub* stub,
                                                  const ClientOptions& client_options,
                                                  uint64_t profile_id,
                                                  absl::Span<const BlockData> blocks,
-                                                 const PutDataOptions& options,
-                                                 LentMemory* lent) {
+                                                 const PutDataOptions& options, LentMemory* lent) {
   GenericCall call(stub, kPutBlocksMethod, DeadlineOf(client_options));
   const std::string head = wire::PutBlocksHead(profile_id, options.durable, options.retain);
   uint64_t sent = 0;
@@ -184,8 +182,8 @@ absl::StatusOr<std::vector<BlockDataResult>> Client::GetBlockData(
     }
     grpc::ByteBuffer request_bytes;
     bool own = false;
-    grpc::Status st = grpc::SerializationTraits<v1::GetBlocksRequest>::Serialize(
-        request, &request_bytes, &own);
+    grpc::Status st =
+        grpc::SerializationTraits<v1::GetBlocksRequest>::Serialize(request, &request_bytes, &own);
     if (!st.ok()) return FromGrpcStatus(st);
 
     GenericCall call(generic_.get(), kGetBlocksMethod, DeadlineOf(options_));
@@ -208,20 +206,19 @@ absl::StatusOr<std::vector<BlockDataResult>> Client::GetBlockData(
       for (size_t r = 0; failed.ok() && r < view.results.size(); ++r, ++next) {
         const wire::BlockResultView& got = view.results[r];
         if (next >= end || got.block_id != blocks[next].block_id) {
-          failed = absl::InternalError(absl::StrCat(
-              "GetBlocks: result ", next - first, " is not for the id asked for in that place"));
+          failed = absl::InternalError(absl::StrCat("GetBlocks: result ", next - first,
+                                                    " is not for the id asked for in that place"));
           break;
         }
         BlockDataResult& out = results[next];
         out.tier = static_cast<v1::Tier>(got.tier);
         const absl::Span<uint8_t> dst = blocks[next].dst;
         if (got.status_code != 0) {
-          out.status = absl::Status(static_cast<absl::StatusCode>(got.status_code),
-                                    got.status_message);
+          out.status =
+              absl::Status(static_cast<absl::StatusCode>(got.status_code), got.status_message);
         } else if (got.data_size != dst.size()) {
-          out.status = absl::InvalidArgumentError(
-              absl::StrCat("blocks[", next, "].dst: ", dst.size(), " bytes; the block has ",
-                           got.data_size));
+          out.status = absl::InvalidArgumentError(absl::StrCat(
+              "blocks[", next, "].dst: ", dst.size(), " bytes; the block has ", got.data_size));
         } else {
           uint8_t* to = dst.data();
           for (const wire::Bytes& range : got.data) {

@@ -34,7 +34,8 @@ BlockId ChainHash(const ChainHashInput& input) {
   PutField(&ctx, 'A', input.parent.data(), input.parent.size());
   std::vector<uint8_t> tokens(input.tokens.size() * 4);
   for (size_t i = 0; i < input.tokens.size(); ++i) {
-    for (int b = 0; b < 4; ++b) tokens[4 * i + b] = static_cast<uint8_t>(input.tokens[i] >> (8 * b));
+    for (int b = 0; b < 4; ++b)
+      tokens[4 * i + b] = static_cast<uint8_t>(input.tokens[i] >> (8 * b));
   }
   PutField(&ctx, 'T', tokens.data(), tokens.size());
   const char x = 'X';

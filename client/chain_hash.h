@@ -31,9 +31,9 @@ using BlockId = std::array<uint8_t, kChainHashBytes>;
 
 struct ChainHashInput {
   uint64_t profile_id = 0;
-  std::string parent;                  // previous block's id; "" for the first
-  absl::Span<const uint32_t> tokens;   // token ids of this block
-  std::vector<std::string> extra_keys; // e.g. LoRA id, multimodal hashes, salt
+  std::string parent;                   // previous block's id; "" for the first
+  absl::Span<const uint32_t> tokens;    // token ids of this block
+  std::vector<std::string> extra_keys;  // e.g. LoRA id, multimodal hashes, salt
 };
 
 BlockId ChainHash(const ChainHashInput& input);

@@ -67,7 +67,8 @@ TEST(ChainHashTest, SequenceChainsAndDropsPartialBlock) {
   auto ids = ChainHashSequence(3, tokens, 16);
   ASSERT_EQ(ids.size(), 3u);
   EXPECT_EQ(ids[0], ChainHash({3, "", absl::MakeConstSpan(tokens).subspan(0, 16), {}}));
-  EXPECT_EQ(ids[1], ChainHash({3, ToBytes(ids[0]), absl::MakeConstSpan(tokens).subspan(16, 16), {}}));
+  EXPECT_EQ(ids[1],
+            ChainHash({3, ToBytes(ids[0]), absl::MakeConstSpan(tokens).subspan(16, 16), {}}));
   // Same tokens after a different prefix give a different id.
   std::vector<uint32_t> other = tokens;
   other[0] = 999;

@@ -11,8 +11,7 @@ namespace kvtier {
 
 using internal::Unary;
 
-absl::StatusOr<v1::OpenContextResponse> Client::OpenContext(
-    const v1::OpenContextRequest& request) {
+absl::StatusOr<v1::OpenContextResponse> Client::OpenContext(const v1::OpenContextRequest& request) {
   auto resp = Unary<v1::OpenContextResponse>(
       options_.call_timeout,
       [this](auto* c, auto& r, auto* p) { return kvtier_->OpenContext(c, r, p); }, request);
@@ -69,12 +68,12 @@ absl::StatusOr<v1::PutBlocksResponse> Client::PutBlocksStaged(uint64_t profile_i
   auto reserved = ReserveSlots(profile_id, static_cast<uint32_t>(blocks.size()));
   if (!reserved.ok()) return reserved.status();
   if (static_cast<size_t>(reserved->slots_size()) != blocks.size()) {
-    return absl::InternalError(absl::StrCat("ReserveSlots: ", reserved->slots_size(),
-                                            " slots for ", blocks.size(), " blocks"));
+    return absl::InternalError(absl::StrCat("ReserveSlots: ", reserved->slots_size(), " slots for ",
+                                            blocks.size(), " blocks"));
   }
   std::string error;
-  auto staging =
-      client::ShmStagingFile::Open(StagingSource(*reserved), reserved->staging_size_bytes(), &error);
+  auto staging = client::ShmStagingFile::Open(StagingSource(*reserved),
+                                              reserved->staging_size_bytes(), &error);
   if (staging == nullptr) return absl::FailedPreconditionError("staging file: " + error);
   std::vector<v1::PutBlocksRequest> requests;
   for (size_t i = 0; i < blocks.size(); ++i) {

@@ -59,8 +59,8 @@ class ClientCallsTest : public ::testing::Test {
     }
     std::vector<BlockData> blocks;
     for (int i = 0; i < n; ++i) {
-      blocks.push_back({ids[i], {reinterpret_cast<const uint8_t*>(payloads[i].data()),
-                                 payloads[i].size()}});
+      blocks.push_back(
+          {ids[i], {reinterpret_cast<const uint8_t*>(payloads[i].data()), payloads[i].size()}});
     }
     PutDataOptions options;
     options.message_blocks = 2;  // several messages
@@ -196,8 +196,8 @@ TEST_F(ClientCallsTest, AdminCalls) {
   ASSERT_TRUE(blocks.ok()) << blocks.status();
   EXPECT_EQ(blocks->blocks_size(), 3);
   int progress_messages = 0;
-  auto drained = client_->Drain(v1::DrainRequest(),
-                                [&](const v1::DrainProgress&) { ++progress_messages; });
+  auto drained =
+      client_->Drain(v1::DrainRequest(), [&](const v1::DrainProgress&) { ++progress_messages; });
   ASSERT_TRUE(drained.ok()) << drained.status();
   EXPECT_GE(progress_messages, 1);
   EXPECT_EQ(drained->blocks_done(), drained->blocks_total());

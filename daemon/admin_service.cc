@@ -61,13 +61,17 @@ void AdminService::AddTenantStats(v1::StatsResponse* resp) {
     ts->set_leases(u.leases);
     ts->set_contexts(runtime_->contexts()->OpenCount(t->name));
     const TenantQuotas& q = t->quotas;
-    const std::pair<const char*, uint64_t> quotas[] = {
-        {"device_bytes", q.device_bytes},   {"pinned_bytes", q.pinned_bytes},
-        {"staging_bytes", q.staging_bytes}, {"staging_slots", q.staging_slots},
-        {"contexts", q.contexts},           {"blocks_per_context", q.blocks_per_context},
-        {"host_bytes", q.host_bytes},       {"nvme_bytes", q.nvme_bytes},
-        {"retained_bytes", q.retained_bytes}, {"profiles", q.profiles},
-        {"leases", runtime_->LeaseLimitOf(*t)}};
+    const std::pair<const char*, uint64_t> quotas[] = {{"device_bytes", q.device_bytes},
+                                                       {"pinned_bytes", q.pinned_bytes},
+                                                       {"staging_bytes", q.staging_bytes},
+                                                       {"staging_slots", q.staging_slots},
+                                                       {"contexts", q.contexts},
+                                                       {"blocks_per_context", q.blocks_per_context},
+                                                       {"host_bytes", q.host_bytes},
+                                                       {"nvme_bytes", q.nvme_bytes},
+                                                       {"retained_bytes", q.retained_bytes},
+                                                       {"profiles", q.profiles},
+                                                       {"leases", runtime_->LeaseLimitOf(*t)}};
     for (const auto& [name, value] : quotas) {
       if (value != 0) (*ts->mutable_quotas())[name] = value;
     }
@@ -148,25 +152,26 @@ grpc::ServerUnaryReactor* AdminService::ListBlocks(grpc::CallbackServerContext* 
       }
     });
   }
-  if (!req->quarantined()) runtime_->store()->ForEachBlock(
-      req->profile_id(), [&](const BlockKey& key, const BlockLocation& loc) {
-        v1::Tier tier = ToProto(loc.tier);
-        if (req->tier() != v1::TIER_UNSPECIFIED && req->tier() != tier) return;
-        auto& c = counts[{key.profile_id, static_cast<int>(tier)}];
-        ++c.first;
-        c.second += loc.size_bytes;
-        if (static_cast<uint32_t>(resp->blocks_size()) < limit) {
-          v1::BlockInfo* info = resp->add_blocks();
-          info->set_profile_id(key.profile_id);
-          info->set_block_id(key.block_id);
-          info->set_tier(tier);
-          info->set_size_bytes(loc.size_bytes);
-          info->set_durable(loc.durable);
-          info->set_pinned(loc.pinned);
-          info->set_retained(loc.retained);
-          info->set_tenant(key.tenant);
-        }
-      });
+  if (!req->quarantined())
+    runtime_->store()->ForEachBlock(
+        req->profile_id(), [&](const BlockKey& key, const BlockLocation& loc) {
+          v1::Tier tier = ToProto(loc.tier);
+          if (req->tier() != v1::TIER_UNSPECIFIED && req->tier() != tier) return;
+          auto& c = counts[{key.profile_id, static_cast<int>(tier)}];
+          ++c.first;
+          c.second += loc.size_bytes;
+          if (static_cast<uint32_t>(resp->blocks_size()) < limit) {
+            v1::BlockInfo* info = resp->add_blocks();
+            info->set_profile_id(key.profile_id);
+            info->set_block_id(key.block_id);
+            info->set_tier(tier);
+            info->set_size_bytes(loc.size_bytes);
+            info->set_durable(loc.durable);
+            info->set_pinned(loc.pinned);
+            info->set_retained(loc.retained);
+            info->set_tenant(key.tenant);
+          }
+        });
   for (const auto& [k, v] : counts) {
     v1::TierProfileCount* c = resp->add_counts();
     c->set_profile_id(k.first);
@@ -186,9 +191,8 @@ grpc::ServerUnaryReactor* AdminService::ListContexts(grpc::CallbackServerContext
     return Refuse(ctx, caller.status());
   }
   std::vector<ContextInfo> contexts = runtime_->contexts()->List();
-  std::sort(contexts.begin(), contexts.end(), [](const ContextInfo& a, const ContextInfo& b) {
-    return a.context_id < b.context_id;
-  });
+  std::sort(contexts.begin(), contexts.end(),
+            [](const ContextInfo& a, const ContextInfo& b) { return a.context_id < b.context_id; });
   for (const ContextInfo& c : contexts) {
     v1::ContextInfo* info = resp->add_contexts();
     info->set_context_id(c.context_id);
@@ -280,9 +284,9 @@ grpc::ServerUnaryReactor* AdminService::Evict(grpc::CallbackServerContext* ctx,
   }
   const uint64_t limit = runtime_->config().limits.max_batch_blocks;
   if (req->block_ids_size() == 0 || static_cast<uint64_t>(req->block_ids_size()) > limit) {
-    return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat(
-                           "block_ids: ", req->block_ids_size(),
-                           " ids; between 1 and limits.max_batch_blocks = ", limit)));
+    return Refuse(ctx, absl::InvalidArgumentError(
+                           absl::StrCat("block_ids: ", req->block_ids_size(),
+                                        " ids; between 1 and limits.max_batch_blocks = ", limit)));
   }
   if (!v1::Tier_IsValid(req->tier()) || req->tier() == v1::TIER_REMOTE) {
     return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat(
@@ -290,18 +294,18 @@ grpc::ServerUnaryReactor* AdminService::Evict(grpc::CallbackServerContext* ctx,
   }
   const std::string tenant = req->tenant().empty() ? "default" : req->tenant();
   if (tenant.size() > kMaxTenantBytes) {
-    return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat(
-                           "tenant: ", ClientText(tenant), " is not a tenant name (at most ",
-                           kMaxTenantBytes, " bytes)")));
+    return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat("tenant: ", ClientText(tenant),
+                                                               " is not a tenant name (at most ",
+                                                               kMaxTenantBytes, " bytes)")));
   }
   if (auto profile = runtime_->store()->GetProfile(tenant, req->profile_id()); !profile.ok()) {
-    return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat(
-                           "profile_id: ", req->profile_id(), " is not a profile of tenant \"",
-                           ClientText(tenant), "\"")));
+    return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat("profile_id: ", req->profile_id(),
+                                                               " is not a profile of tenant \"",
+                                                               ClientText(tenant), "\"")));
   }
   const TierId tier = req->tier() == v1::TIER_DEVICE ? TierId::kDevice
                       : req->tier() == v1::TIER_HOST ? TierId::kHost
-                                                      : TierId::kNvme;
+                                                     : TierId::kNvme;
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   BlockingPool* pool = runtime_->blocking_pool();
   BlockStore* store = runtime_->store();
@@ -328,8 +332,8 @@ grpc::ServerWriteReactor<v1::VerifyProgress>* AdminService::Verify(grpc::Callbac
       [store, profile_id](const std::function<void(const v1::VerifyProgress&)>& post) {
         uint64_t corrupt = 0;
         v1::VerifyProgress pending;
-        absl::Status st = store->Verify(
-            profile_id, [&](uint64_t done, uint64_t total, const BlockKey* bad) {
+        absl::Status st =
+            store->Verify(profile_id, [&](uint64_t done, uint64_t total, const BlockKey* bad) {
               if (bad != nullptr) {
                 ++corrupt;
                 pending.add_corrupt_block_ids(bad->block_id);

@@ -75,23 +75,26 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>,
     BlockingPool* pool = runtime_->blocking_pool();
     const uint64_t cost = request_.Length();
     Ref();  // the queued step's
-    if (!pool->Submit(tenant_, [this] {
-          absl::Status st = Process();
-          slices_.clear();  // the message's memory goes back to gRPC
-          request_.Clear();
-          {
-            absl::MutexLock lock(&mu_);
-            processing_ = false;
-            if (!abort_.ok()) {
-              FinishLocked(abort_);
-            } else if (!st.ok()) {
-              FinishLocked(ToGrpcStatus(st));
-            } else {
-              StartRead(&request_);
-            }
-          }
-          Unref();
-        }, cost)) {
+    if (!pool->Submit(
+            tenant_,
+            [this] {
+              absl::Status st = Process();
+              slices_.clear();  // the message's memory goes back to gRPC
+              request_.Clear();
+              {
+                absl::MutexLock lock(&mu_);
+                processing_ = false;
+                if (!abort_.ok()) {
+                  FinishLocked(abort_);
+                } else if (!st.ok()) {
+                  FinishLocked(ToGrpcStatus(st));
+                } else {
+                  StartRead(&request_);
+                }
+              }
+              Unref();
+            },
+            cost)) {
       {
         absl::MutexLock lock(&mu_);
         processing_ = false;
@@ -134,9 +137,9 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>,
       // Checked before storing anything of this message: the response (one
       // result per block) stays bounded, and what was acknowledged is
       // exactly what the earlier messages stored.
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "blocks: more than ", kMaxPutResultsPerStream,
-          " blocks in one PutBlocks stream; open another stream"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("blocks: more than ", kMaxPutResultsPerStream,
+                       " blocks in one PutBlocks stream; open another stream"));
     }
     if (auto profile = ProfileOf(runtime_->store(), tenant_, request.profile_id); !profile.ok()) {
       return profile.status();
@@ -146,32 +149,33 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>,
     BlockStore* store = runtime_->store();
     outcomes_.clear();
     outcomes_.resize(request.blocks.size());
-    ParallelFor(runtime_->blocking_pool(), outcomes_.size(), PutParallelismOf(runtime_->config()),
-                [&](size_t i) {
-                  const wire::BlockPutView& put = request.blocks[i];
-                  BlockKey key{tenant_, request.profile_id, put.block_id};
-                  absl::StatusOr<PutOutcome>& outcome = outcomes_[i];
-                  switch (put.source) {
-                    case wire::BlockPutView::Source::kData:
-                      outcome = store->PutPieces(key, put.data,
-                                                 {.durable = request.durable,
-                                                  .expected_xxh3 = put.xxh3,
-                                                  .retain = request.retain});
-                      break;
-                    case wire::BlockPutView::Source::kSlot:
-                      outcome = store->PutFromStaging(
-                          key,
-                          StagingSlot{put.slot.slot_id, put.slot.offset_bytes, put.slot.size_bytes,
-                                      put.slot.generation},
-                          {.durable = request.durable,
-                           .expected_xxh3 = put.xxh3,
-                           .retain = request.retain});
-                      break;
-                    default:
-                      outcome = absl::InvalidArgumentError(
-                          absl::StrCat("blocks[", i, "]: set data or slot"));
-                  }
-                }, tenant_);
+    ParallelFor(
+        runtime_->blocking_pool(), outcomes_.size(), PutParallelismOf(runtime_->config()),
+        [&](size_t i) {
+          const wire::BlockPutView& put = request.blocks[i];
+          BlockKey key{tenant_, request.profile_id, put.block_id};
+          absl::StatusOr<PutOutcome>& outcome = outcomes_[i];
+          switch (put.source) {
+            case wire::BlockPutView::Source::kData:
+              outcome = store->PutPieces(key, put.data,
+                                         {.durable = request.durable,
+                                          .expected_xxh3 = put.xxh3,
+                                          .retain = request.retain});
+              break;
+            case wire::BlockPutView::Source::kSlot:
+              outcome = store->PutFromStaging(key,
+                                              StagingSlot{put.slot.slot_id, put.slot.offset_bytes,
+                                                          put.slot.size_bytes, put.slot.generation},
+                                              {.durable = request.durable,
+                                               .expected_xxh3 = put.xxh3,
+                                               .retain = request.retain});
+              break;
+            default:
+              outcome =
+                  absl::InvalidArgumentError(absl::StrCat("blocks[", i, "]: set data or slot"));
+          }
+        },
+        tenant_);
     for (size_t i = 0; i < request.blocks.size(); ++i) {
       const wire::BlockPutView& put = request.blocks[i];
       const absl::StatusOr<PutOutcome>& outcome = outcomes_[i];
@@ -184,9 +188,8 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>,
         result->set_existed(outcome->existed);
         result->set_retained(outcome->retained);
         if (!outcome->existed) {
-          const uint64_t bytes = put.source == wire::BlockPutView::Source::kData
-                                     ? put.data_size
-                                     : put.slot.size_bytes;
+          const uint64_t bytes =
+              put.source == wire::BlockPutView::Source::kData ? put.data_size : put.slot.size_bytes;
           response_.set_blocks_stored(response_.blocks_stored() + 1);
           response_.set_bytes_stored(response_.bytes_stored() + bytes);
           runtime_->metrics()->BlocksPut(1, bytes);
@@ -200,10 +203,10 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>,
   const std::string tenant_;
   grpc::ByteBuffer* const response_buffer_;  // serialised response_, at the end
   v1::PutBlocksResponse response_;
-  grpc::ByteBuffer request_;                 // the message being read or processed
-  std::vector<grpc::Slice> slices_;          // request_'s, while it is processed
-  std::vector<wire::Bytes> pieces_;          // over slices_
-  wire::PutBlocksView request_view_;         // parsed from pieces_
+  grpc::ByteBuffer request_;                          // the message being read or processed
+  std::vector<grpc::Slice> slices_;                   // request_'s, while it is processed
+  std::vector<wire::Bytes> pieces_;                   // over slices_
+  wire::PutBlocksView request_view_;                  // parsed from pieces_
   std::vector<absl::StatusOr<PutOutcome>> outcomes_;  // of request_view_'s blocks
 
   void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -222,8 +225,9 @@ class PutBlocksReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer>,
 
 }  // namespace
 
-grpc::ServerReadReactor<grpc::ByteBuffer>* NewPutBlocksReactor(
-    Runtime* runtime, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* NewPutBlocksReactor(Runtime* runtime,
+                                                               grpc::CallbackServerContext* ctx,
+                                                               grpc::ByteBuffer* response) {
   absl::StatusOr<TenantPtr> caller = CallerOf(runtime->tenants(), ctx);
   if (!caller.ok()) {
     return new FinishedReadReactor<grpc::ByteBuffer>(ToGrpcStatus(caller.status()));
@@ -232,6 +236,5 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* NewPutBlocksReactor(
   reactor->Start(CredentialsOf(ctx));
   return reactor;
 }
-
 
 }  // namespace kvtier::daemon

@@ -27,8 +27,9 @@ inline constexpr uint64_t kMaxPutResultsPerStream = 1 << 16;
 // a message that does not parse fails the call with INVALID_ARGUMENT
 // naming the message, field and byte. The response is a serialised
 // PutBlocksResponse.
-grpc::ServerReadReactor<grpc::ByteBuffer>* NewPutBlocksReactor(
-    Runtime* runtime, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response);
+grpc::ServerReadReactor<grpc::ByteBuffer>* NewPutBlocksReactor(Runtime* runtime,
+                                                               grpc::CallbackServerContext* ctx,
+                                                               grpc::ByteBuffer* response);
 
 // GetBlocks as a raw method (get_blocks_reactor.cc): the request is a
 // serialised GetBlocksRequest and every response message a serialised
@@ -36,8 +37,8 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* NewPutBlocksReactor(
 // copies in place (BlockStore::View) instead of being copied into a
 // message.
 grpc::ServerWriteReactor<grpc::ByteBuffer>* NewGetBlocksReactor(Runtime* runtime,
-                                                                 grpc::CallbackServerContext* ctx,
-                                                                 const grpc::ByteBuffer* request);
+                                                                grpc::CallbackServerContext* ctx,
+                                                                const grpc::ByteBuffer* request);
 
 }  // namespace kvtier::daemon
 

@@ -11,16 +11,17 @@
 
 namespace kvtier::daemon {
 
-BlockingPool::BlockingPool(const BlockingPoolOptions& options) : options_([&] {
-  BlockingPoolOptions o = options;
-  if (o.max_queued_per_tenant == 0 || o.max_queued_per_tenant > o.max_queued) {
-    o.max_queued_per_tenant = o.max_queued;
-  }
-  if (o.max_running_per_tenant == 0 || o.max_running_per_tenant > o.threads) {
-    o.max_running_per_tenant = o.threads;
-  }
-  return o;
-}()) {
+BlockingPool::BlockingPool(const BlockingPoolOptions& options)
+    : options_([&] {
+        BlockingPoolOptions o = options;
+        if (o.max_queued_per_tenant == 0 || o.max_queued_per_tenant > o.max_queued) {
+          o.max_queued_per_tenant = o.max_queued;
+        }
+        if (o.max_running_per_tenant == 0 || o.max_running_per_tenant > o.threads) {
+          o.max_running_per_tenant = o.threads;
+        }
+        return o;
+      }()) {
   threads_.reserve(options_.threads);
   for (size_t i = 0; i < options_.threads; ++i) {
     threads_.emplace_back([this, i] {
@@ -86,9 +87,9 @@ absl::Status BlockingPool::QueueFullStatus(const std::string& tenant) const {
   auto it = lanes_.find(tenant);
   if (it != lanes_.end() && it->second->items.size() >= options_.max_queued_per_tenant &&
       options_.max_queued_per_tenant < options_.max_queued) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "server.io_queue_limit_per_tenant: ", options_.max_queued_per_tenant,
-        " calls of this tenant already wait for block I/O; retry later"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("server.io_queue_limit_per_tenant: ", options_.max_queued_per_tenant,
+                     " calls of this tenant already wait for block I/O; retry later"));
   }
   return absl::ResourceExhaustedError(
       absl::StrCat("server.io_queue_limit: ", options_.max_queued,

@@ -43,8 +43,8 @@
 #include <deque>
 #include <memory>
 #include <string>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -66,9 +66,9 @@ struct BlockingPoolStats {
 
 struct BlockingPoolOptions {
   size_t threads = 4;
-  size_t max_queued = 4096;              // all tenants together
-  size_t max_queued_per_tenant = 0;      // 0: max_queued
-  size_t max_running_per_tenant = 0;     // 0: threads
+  size_t max_queued = 4096;           // all tenants together
+  size_t max_queued_per_tenant = 0;   // 0: max_queued
+  size_t max_running_per_tenant = 0;  // 0: threads
 };
 
 class BlockingPool {
@@ -117,7 +117,7 @@ class BlockingPool {
   struct Lane {
     std::deque<Item> items;
     uint64_t deficit = 0;
-    size_t running = 0;  // items of this lane on a thread now
+    size_t running = 0;   // items of this lane on a thread now
     bool active = false;  // in active_
   };
   // The next item by deficit round robin among lanes below their running
@@ -132,7 +132,7 @@ class BlockingPool {
   absl::flat_hash_map<std::string, std::unique_ptr<Lane>> lanes_ ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<std::string, Lane*>> active_ ABSL_GUARDED_BY(mu_);  // lanes with items
   std::deque<std::pair<std::string, Item>> helpers_ ABSL_GUARDED_BY(mu_);  // SubmitIfIdle
-  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;  // items in every lane
+  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;                                 // items in every lane
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t peak_queued_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t ran_ ABSL_GUARDED_BY(mu_) = 0;

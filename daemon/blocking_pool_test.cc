@@ -6,8 +6,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -116,8 +116,12 @@ TEST(BlockingPoolTest, TurnsAreSharedByBytes) {
     gate.WaitForNotification();
   }));
   gate_started.WaitForNotification();
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(pool.Submit("a", [&] { record('a'); }, 4 << 20));
-  for (int i = 0; i < 16; ++i) ASSERT_TRUE(pool.Submit("b", [&] { record('b'); }, 64 << 10));
+  for (int i = 0; i < 4; ++i)
+    ASSERT_TRUE(pool.Submit(
+        "a", [&] { record('a'); }, 4 << 20));
+  for (int i = 0; i < 16; ++i)
+    ASSERT_TRUE(pool.Submit(
+        "b", [&] { record('b'); }, 64 << 10));
   gate.Notify();
   done.WaitForNotification();
   absl::MutexLock lock(&mu);

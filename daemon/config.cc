@@ -60,48 +60,47 @@ struct Field {
   std::vector<std::string> choices = {};  // kEnum only
 };
 
-#define KV_STR(path, member)                                                      \
-  Field {                                                                         \
-    path, Kind::kString, [](Config& c, const Value& v) { c.member = v.text; },    \
-        [](const Config& c) { return c.member; }                                  \
+#define KV_STR(path, member)                                                   \
+  Field {                                                                      \
+    path, Kind::kString, [](Config& c, const Value& v) { c.member = v.text; }, \
+        [](const Config& c) { return c.member; }                               \
   }
-#define KV_ENUM(path, member, ...)                                                \
-  Field {                                                                         \
-    path, Kind::kEnum, [](Config& c, const Value& v) { c.member = v.text; },      \
-        [](const Config& c) { return c.member; }, { __VA_ARGS__ }                 \
+#define KV_ENUM(path, member, ...)                                           \
+  Field {                                                                    \
+    path, Kind::kEnum, [](Config& c, const Value& v) { c.member = v.text; }, \
+        [](const Config& c) { return c.member; }, {                          \
+      __VA_ARGS__                                                            \
+    }                                                                        \
   }
-#define KV_NUM(path, kind, member)                                                \
-  Field {                                                                         \
-    path, kind,                                                                   \
-        [](Config& c, const Value& v) {                                           \
-          c.member = static_cast<decltype(c.member)>(v.number);                   \
-        },                                                                        \
-        [](const Config& c) { return std::to_string(c.member); }                  \
+#define KV_NUM(path, kind, member)                                                               \
+  Field {                                                                                        \
+    path, kind,                                                                                  \
+        [](Config& c, const Value& v) { c.member = static_cast<decltype(c.member)>(v.number); }, \
+        [](const Config& c) { return std::to_string(c.member); }                                 \
   }
-#define KV_FLOAT(path, member)                                                    \
-  Field {                                                                         \
-    path, Kind::kFloat, [](Config& c, const Value& v) { c.member = v.real; },     \
-        [](const Config& c) { return absl::StrCat(c.member); }                    \
+#define KV_FLOAT(path, member)                                                \
+  Field {                                                                     \
+    path, Kind::kFloat, [](Config& c, const Value& v) { c.member = v.real; }, \
+        [](const Config& c) { return absl::StrCat(c.member); }                \
   }
-#define KV_BOOL(path, member)                                                     \
-  Field {                                                                         \
-    path, Kind::kBool, [](Config& c, const Value& v) { c.member = v.flag; },      \
-        [](const Config& c) { return std::string(c.member ? "true" : "false"); }  \
+#define KV_BOOL(path, member)                                                    \
+  Field {                                                                        \
+    path, Kind::kBool, [](Config& c, const Value& v) { c.member = v.flag; },     \
+        [](const Config& c) { return std::string(c.member ? "true" : "false"); } \
   }
 
 const std::vector<Field>& Fields() {
   static const auto* fields = new std::vector<Field>{
       KV_STR("server.data_dir", server.data_dir),
       KV_STR("server.socket_path", server.socket_path),
-      Field{"server.socket_mode", Kind::kMode,
-            [](Config& c, const Value& v) {
-              c.server.socket_mode = static_cast<uint32_t>(v.number);
-            },
-            [](const Config& c) {
-              std::ostringstream os;
-              os << "0" << std::oct << c.server.socket_mode;
-              return os.str();
-            }},
+      Field{
+          "server.socket_mode", Kind::kMode,
+          [](Config& c, const Value& v) { c.server.socket_mode = static_cast<uint32_t>(v.number); },
+          [](const Config& c) {
+            std::ostringstream os;
+            os << "0" << std::oct << c.server.socket_mode;
+            return os.str();
+          }},
       KV_STR("server.tcp_address", server.tcp_address),
       KV_STR("server.tls_cert_file", server.tls_cert_file),
       KV_STR("server.tls_key_file", server.tls_key_file),
@@ -112,8 +111,7 @@ const std::vector<Field>& Fields() {
       KV_NUM("server.max_streams_per_tenant", Kind::kUint, server.max_streams_per_tenant),
       KV_NUM("server.max_streams", Kind::kUint, server.max_streams),
       KV_NUM("server.stream_write_timeout_ms", Kind::kUint, server.stream_write_timeout_ms),
-      KV_NUM("server.max_queued_bytes_per_tenant", Kind::kSize,
-             server.max_queued_bytes_per_tenant),
+      KV_NUM("server.max_queued_bytes_per_tenant", Kind::kSize, server.max_queued_bytes_per_tenant),
       KV_NUM("server.max_queued_bytes", Kind::kSize, server.max_queued_bytes),
       KV_NUM("server.io_threads", Kind::kUint, server.io_threads),
       KV_NUM("server.io_queue_limit", Kind::kUint, server.io_queue_limit),
@@ -129,8 +127,7 @@ const std::vector<Field>& Fields() {
       KV_NUM("auth.tenant_arena_bytes", Kind::kSize, auth.tenant_arena_bytes),
       KV_NUM("auth.tenant_staging_bytes", Kind::kSize, auth.tenant_staging_bytes),
       KV_NUM("auth.tenant_max_leases", Kind::kUint, auth.tenant_max_leases),
-      KV_ENUM("log.level", log.level, "trace", "debug", "info", "warn", "error", "critical",
-              "off"),
+      KV_ENUM("log.level", log.level, "trace", "debug", "info", "warn", "error", "critical", "off"),
       KV_ENUM("log.format", log.format, "text", "json"),
       KV_ENUM("tiers.placement", placement.policy, "stability", "keydiff", "lru"),
       KV_FLOAT("tiers.keydiff.redundancy_weight", placement.redundancy_weight),
@@ -179,8 +176,8 @@ const std::vector<Field>& Fields() {
       KV_NUM("index.chunks_per_grid", Kind::kUint, index.chunks_per_grid),
       KV_BOOL("index.keep_summaries", index.keep_summaries),
       KV_BOOL("index.q8_page_rows", index.q8_page_rows),
-      KV_ENUM("select.default_scorer", select.default_scorer, "keykey", "keykey_weighted",
-              "quest", "arkvale", "keydiff", "recency", "random", "mass"),
+      KV_ENUM("select.default_scorer", select.default_scorer, "keykey", "keykey_weighted", "quest",
+              "arkvale", "keydiff", "recency", "random", "mass"),
       KV_ENUM("select.algorithm", select.algorithm, "descent", "gemm"),
       KV_FLOAT("select.grid_keep_fraction", select.grid_keep_fraction),
       KV_FLOAT("select.chunk_keep_fraction", select.chunk_keep_fraction),
@@ -364,8 +361,8 @@ absl::Status Invalid(const std::string& key, const std::string& why) {
 
 absl::Status InRange(const std::string& key, double v, double lo, double hi, bool lo_open) {
   if ((lo_open ? v > lo : v >= lo) && v <= hi) return absl::OkStatus();
-  return Invalid(key, absl::StrCat("is ", v, "; must be in ", lo_open ? "(" : "[", lo, ", ", hi,
-                                   "]"));
+  return Invalid(key,
+                 absl::StrCat("is ", v, "; must be in ", lo_open ? "(" : "[", lo, ", ", hi, "]"));
 }
 
 absl::Status ValidatePlacement(const Config& c) {
@@ -415,10 +412,9 @@ absl::Status ValidateSelect(const Config& c) {
       InRange("select.keykey_recency_weight", s.keykey_recency_weight, 0, 1, false));
   if ((s.default_scorer == "quest" || s.default_scorer == "arkvale") &&
       (!c.index.keep_summaries || !c.index.summary_bounds)) {
-    return Invalid("select.default_scorer",
-                   absl::StrCat("\"", s.default_scorer,
-                                "\" needs index.keep_summaries = true and "
-                                "index.summary_bounds = true"));
+    return Invalid("select.default_scorer", absl::StrCat("\"", s.default_scorer,
+                                                         "\" needs index.keep_summaries = true and "
+                                                         "index.summary_bounds = true"));
   }
   KVTIER_RETURN_IF_ERROR(
       InRange("select.grid_keep_fraction", s.grid_keep_fraction, 0, 1, /*lo_open=*/true));
@@ -525,8 +521,7 @@ absl::Status Validate(Config& c) {
                                 " bytes; a Unix socket path is at most 107 bytes"));
   }
   if (!c.auth.peer_socket_path.empty() && c.auth.tenants_file.empty()) {
-    return Invalid("auth.peer_socket_path",
-                   "needs auth.tenants_file (uids map to tenants there)");
+    return Invalid("auth.peer_socket_path", "needs auth.tenants_file (uids map to tenants there)");
   }
   if (c.auth.tenant_arena_bytes < 4096) {
     return Invalid("auth.tenant_arena_bytes", "must be >= 4KiB");
@@ -636,10 +631,16 @@ absl::StatusOr<uint64_t> ParseSize(const std::string& text) {
   uint64_t n = std::stoull(text.substr(0, i));
   std::string unit = text.substr(i);
   while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
-  static const std::pair<const char*, uint64_t> kUnits[] = {
-      {"", 1},          {"B", 1},           {"KiB", 1ull << 10}, {"MiB", 1ull << 20},
-      {"GiB", 1ull << 30}, {"TiB", 1ull << 40}, {"KB", 1000ull},    {"MB", 1000000ull},
-      {"GB", 1000000000ull}, {"TB", 1000000000000ull}};
+  static const std::pair<const char*, uint64_t> kUnits[] = {{"", 1},
+                                                            {"B", 1},
+                                                            {"KiB", 1ull << 10},
+                                                            {"MiB", 1ull << 20},
+                                                            {"GiB", 1ull << 30},
+                                                            {"TiB", 1ull << 40},
+                                                            {"KB", 1000ull},
+                                                            {"MB", 1000000ull},
+                                                            {"GB", 1000000000ull},
+                                                            {"TB", 1000000000000ull}};
   for (const auto& [name, mult] : kUnits) {
     if (unit == name) {
       if (n > UINT64_MAX / mult) return absl::InvalidArgumentError("size overflows 64 bits");

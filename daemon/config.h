@@ -23,22 +23,22 @@ struct Config {
     std::string data_dir;
     std::string socket_path;  // resolved: never empty after Load()
     uint32_t socket_mode = 0;
-    std::string tcp_address;  // empty = TCP off; requires tls_cert_file
+    std::string tcp_address;         // empty = TCP off; requires tls_cert_file
     std::string tls_cert_file;       // PEM chain of the TCP listener
     std::string tls_key_file;        // PEM private key of tls_cert_file
     std::string tls_client_ca_file;  // set: mTLS, client certs verified against it
     uint64_t max_message_bytes = 0;
     uint64_t shutdown_grace_ms = 0;
     uint64_t max_concurrent_streams = 0;
-    uint64_t max_streams_per_tenant = 0;  // open streaming calls of one tenant
-    uint64_t max_streams = 0;             // ... of the daemon
-    uint64_t stream_write_timeout_ms = 0;  // an unread write is cancelled after
+    uint64_t max_streams_per_tenant = 0;       // open streaming calls of one tenant
+    uint64_t max_streams = 0;                  // ... of the daemon
+    uint64_t stream_write_timeout_ms = 0;      // an unread write is cancelled after
     uint64_t max_queued_bytes_per_tenant = 0;  // unread GetBlocks bytes of one tenant
     uint64_t max_queued_bytes = 0;             // ... of the daemon
-    uint64_t io_threads = 0;      // 0: block I/O inline on gRPC threads
-    uint64_t io_queue_limit = 0;  // calls waiting for an I/O thread
-    uint64_t io_queue_limit_per_tenant = 0;  // 0: io_queue_limit / 4
-    uint64_t io_threads_per_tenant = 0;      // 0: io_threads - 1 with auth on
+    uint64_t io_threads = 0;                   // 0: block I/O inline on gRPC threads
+    uint64_t io_queue_limit = 0;               // calls waiting for an I/O thread
+    uint64_t io_queue_limit_per_tenant = 0;    // 0: io_queue_limit / 4
+    uint64_t io_threads_per_tenant = 0;        // 0: io_threads - 1 with auth on
     uint64_t put_parallelism = 0;  // threads storing one PutBlocks message; 0 = min(4, cores)
     bool defer_summaries = true;   // non-durable puts acknowledge before their summary
   } server;
@@ -49,8 +49,8 @@ struct Config {
   // auth.*: tenants (daemon/auth/tenants.h). tenants_file empty = off.
   struct Auth {
     std::string tenants_file;
-    std::string shm_dir;         // "" = a per-daemon directory in tiers.device.shm_dir
-    std::string fd_socket_path;  // resolved: never empty after Load()
+    std::string shm_dir;           // "" = a per-daemon directory in tiers.device.shm_dir
+    std::string fd_socket_path;    // resolved: never empty after Load()
     std::string peer_socket_path;  // "" = off; SO_PEERCRED uid -> tenant
     uint64_t tenant_arena_bytes = 0;
     uint64_t tenant_staging_bytes = 0;

@@ -179,16 +179,15 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
   EXPECT_DOUBLE_EQ(config->select.grid_keep_fraction, 0.5);
   EXPECT_EQ(config->select.window_steps, 64u);
   EXPECT_EQ(config->Flatten().at("select.theta"), "0.8");
-  config = LoadConfig("", {"select.theta=0.7", "tiers.keydiff.age_weight=1",
-                           "tiers.placement=lru", "select.default_scorer=keykey_weighted",
-                           "index.summary_weighted=true"});
+  config = LoadConfig("", {"select.theta=0.7", "tiers.keydiff.age_weight=1", "tiers.placement=lru",
+                           "select.default_scorer=keykey_weighted", "index.summary_weighted=true"});
   ASSERT_OK(config);
   EXPECT_DOUBLE_EQ(config->select.theta, 0.7);
   EXPECT_DOUBLE_EQ(config->placement.age_weight, 1.0);  // an integer is a number too
   EXPECT_EQ(config->placement.policy, "lru");
   for (const char* policy : {"stability", "keydiff", "lru"}) {
-    config = LoadConfig("", {std::string("tiers.placement=") + policy,
-                             "tiers.stability.unwanted_first=true"});
+    config = LoadConfig(
+        "", {std::string("tiers.placement=") + policy, "tiers.stability.unwanted_first=true"});
     ASSERT_TRUE(config.ok()) << policy << ": " << config.status();
     EXPECT_EQ(config->placement.policy, policy);
     EXPECT_TRUE(config->placement.unwanted_first);

@@ -90,8 +90,7 @@ Context::Context(uint64_t id, std::string tenant, ModelProfile profile, uint64_t
       tenant_(std::move(tenant)),
       profile_(std::move(profile)),
       ttl_ms_(ttl_ms),
-      num_retrieval_heads_(
-          static_cast<int32_t>(index->calibration().retrieval_heads.size())),
+      num_retrieval_heads_(static_cast<int32_t>(index->calibration().retrieval_heads.size())),
       index_(std::move(index)),
       block_ids_(std::move(block_ids)) {
   num_blocks_.store(static_cast<uint32_t>(block_ids_.size()), std::memory_order_relaxed);
@@ -185,9 +184,9 @@ absl::Status ContextManager::CheckBlocks(const std::string& tenant, size_t total
     if (it != tenants_.end()) limit = it->second.limits.blocks_per_context;
   }
   if (limit == 0 || total <= limit) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      field, ": the context would hold ", total, " blocks; quota blocks_per_context of tenant \"",
-      tenant, "\" is ", limit));
+  return absl::ResourceExhaustedError(absl::StrCat(field, ": the context would hold ", total,
+                                                   " blocks; quota blocks_per_context of tenant \"",
+                                                   tenant, "\" is ", limit));
 }
 
 ContextManager::~ContextManager() {
@@ -421,14 +420,14 @@ absl::StatusOr<uint32_t> ContextManager::Append(const std::string& tenant, uint6
     for (size_t j = 0; j < block_ids.size(); ++j) {
       const int64_t at = ctx->block_ids_.Find(block_ids[j]);
       if (at >= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "block_ids[", j, "]: already at position ", at,
-            " of the context (a block appears at most once in a context)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("block_ids[", j, "]: already at position ", at,
+                         " of the context (a block appears at most once in a context)"));
       }
       auto [it, fresh] = batch.try_emplace(block_ids[j], j);
       if (!fresh) {
-        return absl::InvalidArgumentError(absl::StrCat("block_ids[", j, "]: repeats block_ids[",
-                                                       it->second, "]"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("block_ids[", j, "]: repeats block_ids[", it->second, "]"));
       }
     }
   }
@@ -474,7 +473,8 @@ void ContextManager::CloseLocked(Context* ctx) {
   ctx->mu.AssertHeld();
   if (ctx->closed_) return;
   ctx->closed_ = true;
-  if (ctx->lease_id_ != 0) store_->Release(ctx->tenant(), ctx->lease_id_).IgnoreError();  // may have expired
+  if (ctx->lease_id_ != 0)
+    store_->Release(ctx->tenant(), ctx->lease_id_).IgnoreError();  // may have expired
   ctx->lease_id_ = 0;
   ctx->pinned_blocks_.store(0, std::memory_order_relaxed);
   ctx->index_.reset();

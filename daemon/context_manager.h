@@ -169,8 +169,8 @@ class Context {
   BlockIdList block_ids_ ABSL_GUARDED_BY(mu);
   uint64_t lease_id_ ABSL_GUARDED_BY(mu) = 0;
   bool stepped_ ABSL_GUARDED_BY(mu) = false;
-  std::vector<int64_t> prefetched_ ABSL_GUARDED_BY(mu);  // sorted
-  std::vector<int64_t> selected_ ABSL_GUARDED_BY(mu);    // sorted, the last Select's
+  std::vector<int64_t> prefetched_ ABSL_GUARDED_BY(mu);     // sorted
+  std::vector<int64_t> selected_ ABSL_GUARDED_BY(mu);       // sorted, the last Select's
   std::vector<int64_t> selected_next_ ABSL_GUARDED_BY(mu);  // scratch
 
   std::atomic<uint32_t> num_blocks_{0};

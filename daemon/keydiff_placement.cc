@@ -123,9 +123,8 @@ class KeyDiffPlacement final : public PlacementPolicy {
     const size_t sample = static_cast<size_t>(std::max(options_.sample_blocks, 1));
     const std::list<Entry*>& order = order_[TierIndex(tier)];
     // Copies past `older` (the newest ones) are never sampled.
-    const size_t protected_copies =
-        static_cast<size_t>(std::clamp(options_.newest_protected, 0.0f, 0.99f) *
-                            static_cast<float>(order.size()));
+    const size_t protected_copies = static_cast<size_t>(
+        std::clamp(options_.newest_protected, 0.0f, 0.99f) * static_cast<float>(order.size()));
     const size_t older = std::max<size_t>(order.size() - protected_copies, 1);
     candidates_.clear();
     size_t walked = 0;

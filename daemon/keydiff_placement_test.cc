@@ -191,7 +191,8 @@ TEST_F(KeyDiffPlacementTest, NewestCopiesAreNotSampled) {
     for (int i = 0; i < 4; ++i) Add("old-a" + std::to_string(i), {0, 1, 0, 0}, 10 + i);
     for (int i = 0; i < 2; ++i) Add("old-b" + std::to_string(i), {0, 0, 1, 0}, 20 + i);
     std::vector<Entry*> fresh;
-    for (int i = 0; i < 6; ++i) fresh.push_back(Add("fresh" + std::to_string(i), {1, 0, 0, 0}, 100 + i));
+    for (int i = 0; i < 6; ++i)
+      fresh.push_back(Add("fresh" + std::to_string(i), {1, 0, 0, 0}, 100 + i));
     return fresh;
   };
   Make(1.0f, 0.0f, 16, /*newest_protected=*/0.0f);

@@ -45,8 +45,8 @@ absl::Status KvTierService::CheckBatch(const char* field, int size) const {
   const uint64_t limit = runtime_->config().limits.max_batch_blocks;
   if (size == 0) return absl::InvalidArgumentError(absl::StrCat(field, ": empty"));
   if (static_cast<uint64_t>(size) > limit) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", size,
-                                                   " ids exceed limits.max_batch_blocks = ", limit));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", size, " ids exceed limits.max_batch_blocks = ", limit));
   }
   return absl::OkStatus();
 }
@@ -242,8 +242,8 @@ grpc::ServerUnaryReactor* KvTierService::OpenContext(grpc::CallbackServerContext
   for (const v1::Segment& segment : req->segments()) {
     segments.emplace_back(segment.block_ids().begin(), segment.block_ids().end());
   }
-  auto opened = runtime_->contexts()->Open(tenant, req->profile_id(), segments,
-                                           req->lease_ttl_ms());
+  auto opened =
+      runtime_->contexts()->Open(tenant, req->profile_id(), segments, req->lease_ttl_ms());
   if (!opened.ok()) return FinishUnary(ctx, opened.status());
   resp->set_context_id(opened->context_id);
   resp->set_num_blocks(opened->num_blocks);
@@ -297,8 +297,7 @@ grpc::ServerUnaryReactor* KvTierService::Release(grpc::CallbackServerContext* ct
       return FinishUnary(ctx, grpc::Status::OK);
     }
     default:
-      return FinishUnary(
-          ctx, absl::InvalidArgumentError("target: set context_id or lease_id"));
+      return FinishUnary(ctx, absl::InvalidArgumentError("target: set context_id or lease_id"));
   }
 }
 
@@ -341,8 +340,8 @@ grpc::ServerUnaryReactor* KvTierService::DropContextVersion(
     return FinishUnary(ctx, absl::InvalidArgumentError("context_key: empty"));
   }
   return FinishBlocking(ctx, (*caller)->name, [this, tenant = (*caller)->name, req, resp] {
-    auto deleted = runtime_->compactor()->Drop(tenant, req->profile_id(), req->context_key(),
-                                               req->version());
+    auto deleted =
+        runtime_->compactor()->Drop(tenant, req->profile_id(), req->context_key(), req->version());
     if (!deleted.ok()) return deleted.status();
     resp->set_blocks_deleted(*deleted);
     return absl::OkStatus();

@@ -35,9 +35,8 @@ class KvTierService final
   grpc::ServerReadReactor<grpc::ByteBuffer>* PutBlocks(grpc::CallbackServerContext* ctx,
                                                        grpc::ByteBuffer* resp) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* GetBlocks(grpc::CallbackServerContext* ctx,
-                                                       const grpc::ByteBuffer* req) override;
-  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx,
-                                   const v1::LookupRequest* req,
+                                                        const grpc::ByteBuffer* req) override;
+  grpc::ServerUnaryReactor* Lookup(grpc::CallbackServerContext* ctx, const v1::LookupRequest* req,
                                    v1::LookupResponse* resp) override;
   grpc::ServerUnaryReactor* DeleteBlocks(grpc::CallbackServerContext* ctx,
                                          const v1::DeleteBlocksRequest* req,
@@ -53,8 +52,7 @@ class KvTierService final
                                          v1::CloseContextResponse* resp) override;
   grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse>* Select(
       grpc::CallbackServerContext* ctx) override;
-  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
-                                    const v1::ReleaseRequest* req,
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx, const v1::ReleaseRequest* req,
                                     v1::ReleaseResponse* resp) override;
   grpc::ServerUnaryReactor* CompactContext(grpc::CallbackServerContext* ctx,
                                            const v1::CompactContextRequest* req,

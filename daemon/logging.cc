@@ -17,10 +17,18 @@ class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
     static const char kHex[] = "0123456789abcdef";
     for (char c : msg.payload) {
       switch (c) {
-        case '"': dest.append(std::string_view("\\\"")); break;
-        case '\\': dest.append(std::string_view("\\\\")); break;
-        case '\n': dest.append(std::string_view("\\n")); break;
-        case '\t': dest.append(std::string_view("\\t")); break;
+        case '"':
+          dest.append(std::string_view("\\\""));
+          break;
+        case '\\':
+          dest.append(std::string_view("\\\\"));
+          break;
+        case '\n':
+          dest.append(std::string_view("\\n"));
+          break;
+        case '\t':
+          dest.append(std::string_view("\\t"));
+          break;
         default:
           if (static_cast<unsigned char>(c) < 0x20) {
             char esc[6] = {'\\', 'u', '0', '0', kHex[(c >> 4) & 0xf], kHex[c & 0xf]};
@@ -39,8 +47,8 @@ class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
 }  // namespace
 
 void InitLogging(const std::string& level, const std::string& format) {
-  auto logger = std::make_shared<spdlog::logger>(
-      "kvtierd", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto logger = std::make_shared<spdlog::logger>("kvtierd",
+                                                 std::make_shared<spdlog::sinks::stderr_sink_mt>());
   if (format == "json") {
     auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
     formatter->add_flag<JsonEscapedMessage>('*').set_pattern(

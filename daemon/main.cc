@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "daemon/config.h"
 #include "daemon/logging.h"
@@ -103,7 +103,8 @@ int Run(int argc, char** argv) {
                        static_cast<long>(ping_every.count() % 1000000) * 1000};
       sig = sigtimedwait(&stop_signals, nullptr, &timeout);
       if (sig < 0) {
-        if (runtime->Responsive(std::chrono::duration_cast<std::chrono::milliseconds>(ping_every))) {
+        if (runtime->Responsive(
+                std::chrono::duration_cast<std::chrono::milliseconds>(ping_every))) {
           sd_notify(0, "WATCHDOG=1");
         } else {
           spdlog::warn("watchdog: the reaper has not completed a round in {} ms; not pinging",

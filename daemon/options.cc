@@ -16,7 +16,7 @@ namespace kvtier::daemon {
 SummarizerOptions SummarizerOptionsOf(const Config& config) {
   SummarizerOptions options;
   options.encoding = config.index.summary_encoding == "fp32" ? index::SummaryEncoding::kFp32
-                                                              : index::SummaryEncoding::kFp16;
+                                                             : index::SummaryEncoding::kFp16;
   options.bounds = config.index.summary_bounds;
   options.weighted = config.index.summary_weighted;
   options.per_layer = config.index.summary_per_layer;
@@ -41,17 +41,16 @@ index::SelectorOptions SelectorOptionsOf(const Config& config) {
   options.stability.theta = static_cast<float>(s.theta);
   options.stability.weight = static_cast<float>(s.stability_weight);
   options.stability.hold_threshold = static_cast<float>(s.hold_threshold);
-  options.mass_tree.min_pages = static_cast<int64_t>(
-      std::min<uint64_t>(s.mass_tree_min_blocks, uint64_t{1} << 40));
+  options.mass_tree.min_pages =
+      static_cast<int64_t>(std::min<uint64_t>(s.mass_tree_min_blocks, uint64_t{1} << 40));
   options.mass_tree.max_open_fraction = s.mass_tree_max_read_fraction;
   options.mass_tree.recent_pages = static_cast<int32_t>(s.mass_tree_recent_blocks);
   // One Selector per stream; the contexts of one request are spread over
   // at most num_threads threads: the stream's and those of the runtime's
   // one shared pool (Runtime::Create sets options.pool).
   options.num_threads = static_cast<int32_t>(
-      s.batch_threads != 0
-          ? s.batch_threads
-          : std::clamp<uint64_t>(std::thread::hardware_concurrency(), 1, 4));
+      s.batch_threads != 0 ? s.batch_threads
+                           : std::clamp<uint64_t>(std::thread::hardware_concurrency(), 1, 4));
   // Pooled key-key levels are scored on the GPU when the device tier is (or
   // may be) CUDA: each Selector makes its own scorer on device 0, the
   // daemon's arena device; without one the factory fails and the CPU scores.

@@ -66,8 +66,9 @@ bool Prefetcher::WaitFor(uint64_t ticket, absl::Duration timeout) {
     uint64_t ticket;
   } args{&done_batches_, ticket};
   absl::MutexLock lock(&mu_);
-  return mu_.AwaitWithTimeout(
-      absl::Condition(+[](Args* a) { return *a->done >= a->ticket; }, &args), timeout);
+  return mu_.AwaitWithTimeout(absl::Condition(
+                                  +[](Args* a) { return *a->done >= a->ticket; }, &args),
+                              timeout);
 }
 
 void Prefetcher::Loop(int lane) {

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "storage/store/block_store.h"
 
 namespace kvtier::daemon {
@@ -52,9 +52,9 @@ class Prefetcher {
   // Blocks until no key is queued or being prefetched.
   void WaitIdle();
 
-  uint64_t promoted() const;  // blocks brought into host memory so far
+  uint64_t promoted() const;            // blocks brought into host memory so far
   uint64_t promoted_to_device() const;  // blocks SubmitPromotion brought into the arena
-  uint64_t dropped() const;   // keys dropped because the queue was full
+  uint64_t dropped() const;             // keys dropped because the queue was full
 
  private:
   struct Batch {
@@ -73,7 +73,7 @@ class Prefetcher {
   const size_t max_pending_keys_;
   mutable absl::Mutex mu_;
   std::deque<Batch> queues_[2] ABSL_GUARDED_BY(mu_);  // by lane
-  size_t pending_keys_ ABSL_GUARDED_BY(mu_) = 0;  // queued or being prefetched
+  size_t pending_keys_ ABSL_GUARDED_BY(mu_) = 0;      // queued or being prefetched
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t promoted_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t promoted_to_device_ ABSL_GUARDED_BY(mu_) = 0;

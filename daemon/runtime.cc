@@ -67,8 +67,8 @@ absl::StatusOr<int> LockDataDir(const Config& config) {
   if (fd < 0) return ErrnoToStatus(errno, "key 'server.data_dir': open " + lock_path);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "key 'server.data_dir': another kvtierd is using ", config.server.data_dir));
+    return absl::FailedPreconditionError(
+        absl::StrCat("key 'server.data_dir': another kvtierd is using ", config.server.data_dir));
   }
   return fd;
 }
@@ -79,9 +79,10 @@ void WarnOpenFolders(const Config& config) {
   for (const std::string* dir : {&config.server.data_dir, &config.nvme.dir}) {
     struct stat st;
     if (!dir->empty() && ::stat(dir->c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
-      spdlog::warn("{} is accessible to its group or other users (mode {:o}): tier files and "
-                   "catalogs hold tenants' data; chmod 0700 it",
-                   *dir, st.st_mode & 0777);
+      spdlog::warn(
+          "{} is accessible to its group or other users (mode {:o}): tier files and "
+          "catalogs hold tenants' data; chmod 0700 it",
+          *dir, st.st_mode & 0777);
     }
   }
 }
@@ -93,10 +94,9 @@ BlockingPoolOptions BlockingPoolOptionsOf(const Config& config, bool per_tenant)
   BlockingPoolOptions pool;
   pool.threads = static_cast<size_t>(config.server.io_threads);
   pool.max_queued = static_cast<size_t>(config.server.io_queue_limit);
-  pool.max_queued_per_tenant =
-      config.server.io_queue_limit_per_tenant != 0
-          ? static_cast<size_t>(config.server.io_queue_limit_per_tenant)
-          : std::max<size_t>(1, pool.max_queued / 4);
+  pool.max_queued_per_tenant = config.server.io_queue_limit_per_tenant != 0
+                                   ? static_cast<size_t>(config.server.io_queue_limit_per_tenant)
+                                   : std::max<size_t>(1, pool.max_queued / 4);
   pool.max_running_per_tenant =
       config.server.io_threads_per_tenant != 0
           ? static_cast<size_t>(config.server.io_threads_per_tenant)
@@ -174,19 +174,20 @@ gpu::DeviceTierOptions ArenaOptionsOf(const Config& config) {
 // Makes a tenant's own arena (per-tenant mode), in `dir`.
 std::function<absl::StatusOr<std::unique_ptr<gpu::DeviceOps>>(const std::string&, uint64_t)>
 TenantArenaFactory(const gpu::DeviceTierOptions& arena_options, const std::string& dir) {
-  return [arena_options, dir](const std::string& tenant, uint64_t size_bytes)
-             -> absl::StatusOr<std::unique_ptr<gpu::DeviceOps>> {
-    gpu::DeviceTierOptions o = arena_options;
-    o.arena_bytes = size_bytes;
-    o.shm_path = absl::StrCat(dir, "/arena-", tenant);
-    std::unique_ptr<gpu::DeviceOps> ops;
-    gpu::GpuStatus st = gpu::NewDeviceOps(o, &ops, nullptr);
-    if (!st.ok()) {
-      return absl::Status(GpuToStatus(st).code(),
-                          absl::StrCat("the device arena of tenant \"", tenant, "\": ", st.message));
-    }
-    return ops;
-  };
+  return
+      [arena_options, dir](const std::string& tenant,
+                           uint64_t size_bytes) -> absl::StatusOr<std::unique_ptr<gpu::DeviceOps>> {
+        gpu::DeviceTierOptions o = arena_options;
+        o.arena_bytes = size_bytes;
+        o.shm_path = absl::StrCat(dir, "/arena-", tenant);
+        std::unique_ptr<gpu::DeviceOps> ops;
+        gpu::GpuStatus st = gpu::NewDeviceOps(o, &ops, nullptr);
+        if (!st.ok()) {
+          return absl::Status(GpuToStatus(st).code(), absl::StrCat("the device arena of tenant \"",
+                                                                   tenant, "\": ", st.message));
+        }
+        return ops;
+      };
 }
 
 }  // namespace
@@ -299,11 +300,11 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
   {
     // Staging files are reached only through this socket, in both modes;
     // per-tenant arenas too (a single-tenant arena is mapped by path).
-    absl::StatusOr<std::unique_ptr<FdServer>> fds = FdServer::Start(
-        config.auth.fd_socket_path, config.server.socket_mode,
-        [r = rt.get()](const std::string& token, SharedFile kind) {
-          return r->SharedFileOf(token, kind);
-        });
+    absl::StatusOr<std::unique_ptr<FdServer>> fds =
+        FdServer::Start(config.auth.fd_socket_path, config.server.socket_mode,
+                        [r = rt.get()](const std::string& token, SharedFile kind) {
+                          return r->SharedFileOf(token, kind);
+                        });
     if (!fds.ok()) {
       return absl::Status(fds.status().code(),
                           absl::StrCat("key 'auth.fd_socket_path': ", fds.status().message()));
@@ -388,7 +389,7 @@ Runtime::~Runtime() {
   store_.reset();
   device_ops_.reset();
   if (!tenant_shm_dir_.empty()) ::rmdir(tenant_shm_dir_.c_str());  // empty once the store closed
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+  if (lock_fd_ >= 0) ::close(lock_fd_);                            // releases the flock
 }
 
 void Runtime::ReaperLoop() {
@@ -420,9 +421,9 @@ bool Runtime::Responsive(std::chrono::milliseconds within) const {
 }
 
 uint64_t Runtime::uptime_s() const {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(
-                                   std::chrono::steady_clock::now() - started_)
-                                   .count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_)
+          .count());
 }
 
 }  // namespace kvtier::daemon

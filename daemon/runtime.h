@@ -18,22 +18,22 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/auth/fd_server.h"
+#include "daemon/auth/tenants.h"
+#include "daemon/blocking_pool.h"
 #include "daemon/compaction/compactor.h"
 #include "daemon/compaction/version_store.h"
-#include "daemon/auth/fd_server.h"
-#include "daemon/blocking_pool.h"
-#include "daemon/streams.h"
-#include "daemon/auth/tenants.h"
 #include "daemon/config.h"
 #include "daemon/context_manager.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/prefetcher.h"
+#include "daemon/streams.h"
 #include "daemon/summarizer.h"
 #include "gpu/device_ops.h"
 #include "gpu/device_probe.h"
 #include "index/scorer.h"
-#include "storage/remote/remote_store.h"
 #include "index/selector.h"
+#include "storage/remote/remote_store.h"
 #include "storage/store/block_store.h"
 
 namespace kvtier::daemon {
@@ -51,8 +51,7 @@ class Runtime {
   // arenas') are served on auth.fd_socket_path.
   // `env`: the block store's Env (nullptr: Env::Default()); it must
   // outlive the runtime.
-  static absl::StatusOr<std::unique_ptr<Runtime>> Create(const Config& config,
-                                                         Env* env = nullptr);
+  static absl::StatusOr<std::unique_ptr<Runtime>> Create(const Config& config, Env* env = nullptr);
   // Stops the reaper and the prefetcher, closes every context, closes the
   // store, removes shm files.
   ~Runtime();
@@ -117,8 +116,8 @@ class Runtime {
   std::string device_backend_;
   const std::chrono::steady_clock::time_point started_;
   std::unique_ptr<TenantRegistry> tenants_;
-  absl::Mutex reload_mu_;       // serialises ReloadTenants (guards no field)
-  std::string tenant_shm_dir_;  // per-tenant mode only
+  absl::Mutex reload_mu_;                       // serialises ReloadTenants (guards no field)
+  std::string tenant_shm_dir_;                  // per-tenant mode only
   std::unique_ptr<gpu::DeviceOps> device_ops_;  // single-tenant mode only
   std::unique_ptr<Summarizer> summarizer_;
   std::unique_ptr<BlockStore> store_;
@@ -137,7 +136,7 @@ class Runtime {
 
   absl::Mutex reaper_mu_;
   bool stopping_ ABSL_GUARDED_BY(reaper_mu_) = false;  // ends ReaperLoop
-  std::atomic<int64_t> reaper_round_ns_{0};  // steady clock, end of the last round
+  std::atomic<int64_t> reaper_round_ns_{0};            // steady clock, end of the last round
   std::thread reaper_;
 };
 

@@ -64,8 +64,8 @@ absl::Status CheckRows(const google::protobuf::RepeatedField<float>& v, int row_
     if (zero) {
       return absl::InvalidArgumentError(
           v.size() == row_len ? absl::StrCat(field, ": all zero")
-                              : absl::StrCat(field, ": row ", row, " (values ", row * row_len,
-                                             "..", (row + 1) * row_len - 1, ") is all zero"));
+                              : absl::StrCat(field, ": row ", row, " (values ", row * row_len, "..",
+                                             (row + 1) * row_len - 1, ") is all zero"));
     }
   }
   return absl::OkStatus();
@@ -86,9 +86,9 @@ absl::Status CheckAnchor(const google::protobuf::RepeatedField<float>& v,
                                  profile.layers, " layers x ", dim, ", per layer)")
                   : absl::StrCat(dim, " (pooled over layers and KV heads; per-layer anchors of ",
                                  layered, " need index.summary_per_layer = true)");
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", v.size(), " values",
-                     v.empty() ? " (required by this scorer)" : "", "; expected ", sizes));
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", v.size(), " values",
+                                                   v.empty() ? " (required by this scorer)" : "",
+                                                   "; expected ", sizes));
   }
   return CheckRows(v, dim, field);
 }
@@ -98,9 +98,9 @@ absl::Status CheckQuery(const google::protobuf::RepeatedField<float>& v, uint32_
                         bool required, const std::string& field) {
   if (v.empty() && !required) return absl::OkStatus();
   if (static_cast<uint32_t>(v.size()) != head_dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", v.size(), " values", v.empty() ? " (required by this scorer)" : "",
-                     "; expected the profile's head_dim, ", head_dim));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", v.size(), " values", v.empty() ? " (required by this scorer)" : "",
+        "; expected the profile's head_dim, ", head_dim));
   }
   return CheckRows(v, static_cast<int>(head_dim), field);
 }
@@ -112,9 +112,9 @@ absl::Status CheckHeadQueries(const google::protobuf::RepeatedField<float>& v,
   if (v.empty()) return absl::OkStatus();
   const int dim = static_cast<int>(profile.head_dim);
   if (heads == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": ", v.size(), " values, but profile ", profile.profile_id,
-        " has no calibration with retrieval heads (send none)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", v.size(), " values, but profile ", profile.profile_id,
+                     " has no calibration with retrieval heads (send none)"));
   }
   if (v.size() != heads * dim) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", v.size(), " values; expected ",
@@ -162,7 +162,7 @@ struct SelectHandler::Item {
   int64_t budget_blocks = 0;
   absl::Status status;
   index::SelectRequest request;
-  size_t result = 0;  // index into results_
+  size_t result = 0;           // index into results_
   std::vector<BlockKey> keys;  // the chosen blocks
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   uint64_t lease = 0;  // pins the chosen blocks (Pin)
@@ -243,8 +243,8 @@ absl::Status SelectHandler::Check(const v1::ContextSelect& entry, int i, Item* i
       !st.ok()) {
     return st;
   }
-  if (absl::Status st = CheckQuery(entry.query(), profile.head_dim, NeedsQuery(item->scorer),
-                                   Field(i, "query"));
+  if (absl::Status st =
+          CheckQuery(entry.query(), profile.head_dim, NeedsQuery(item->scorer), Field(i, "query"));
       !st.ok()) {
     return st;
   }
@@ -305,9 +305,8 @@ absl::Status SelectHandler::Prepare(const v1::ContextSelect& entry, int i, Item*
   const Config::Select& select = runtime_->config().select;
   r.stability = runtime_->uses_stability(item->scorer);
   r.centered = entry.has_centered() ? entry.centered() : select.keykey_centered;
-  r.recency_weight = entry.has_recency_weight()
-                         ? entry.recency_weight()
-                         : static_cast<float>(select.keykey_recency_weight);
+  r.recency_weight = entry.has_recency_weight() ? entry.recency_weight()
+                                                : static_cast<float>(select.keykey_recency_weight);
   r.budget_blocks = item->budget_blocks;
   r.step = *step;
   r.seed = ctx->id();

@@ -47,10 +47,9 @@
 //      it come back RESIDENCY_PENDING and are promoted by the prefetcher's
 //      thread (pinned for the copy, released at once), so a later step
 //      finds them RESIDENT. An entry with wait_ms > 0 is not limited: it
-//      asked to wait rather than get PENDING. Appends to the context and other Selects go on while it
-//      waits. A block that could not get an arena slot (every slot
-//      pinned) is PENDING too; ask again next step. A block deleted or
-//      quarantined since the context was opened comes back
+//      asked to wait rather than get PENDING. Appends to the context and other Selects go on while
+//      it waits. A block that could not get an arena slot (every slot pinned) is PENDING too; ask
+//      again next step. A block deleted or quarantined since the context was opened comes back
 //      RESIDENCY_UNSPECIFIED without a handle.
 //   4. Rising blocks the selector did not choose go to the prefetcher.
 //
@@ -81,7 +80,6 @@ namespace kvtier::daemon {
 
 // The longest ContextSelect.wait_ms accepted (INVALID_ARGUMENT above it).
 inline constexpr uint32_t kMaxSelectWaitMs = 10000;
-
 
 class SelectHandler {
  public:

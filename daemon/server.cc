@@ -93,8 +93,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsCredentials(
   if (!server.tls_client_ca_file.empty()) {
     KVTIER_ASSIGN_OR_RETURN(options.pem_root_certs,
                             ReadPem("server.tls_client_ca_file", server.tls_client_ca_file));
-    options.client_certificate_request =
-        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(options);
 }
@@ -164,10 +163,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config, Env*
     ::umask(old);
   }
   if (server->grpc_server_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on unix:", server->socket_path_,
-        config.server.tcp_address.empty() ? "" : " or " + config.server.tcp_address,
-        " (see the gRPC error above)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on unix:", server->socket_path_,
+                     config.server.tcp_address.empty() ? "" : " or " + config.server.tcp_address,
+                     " (see the gRPC error above)"));
   }
   if (!config.server.tcp_address.empty() && server->tcp_port_ == 0) {
     server->grpc_server_->Shutdown();
@@ -220,8 +219,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config, Env*
   server->grpc_server_->GetHealthCheckService()->SetServingStatus(true);
   spdlog::info("listening socket={} tcp={} device={} gpu=\"{}\"", server->socket_path_,
                config.server.tcp_address.empty() ? "off" : config.server.tcp_address,
-               server->runtime_->device_backend(),
-               server->runtime_->device_probe().description);
+               server->runtime_->device_backend(), server->runtime_->device_probe().description);
   if (server->runtime_->device_backend() == "shm-arena") {
     spdlog::info("the device tier uses the shared-memory arena (CPU)");
   }
@@ -234,8 +232,7 @@ void Server::Shutdown() {
   if (shut_down_ || grpc_server_ == nullptr) return;
   shut_down_ = true;
   grpc_server_->GetHealthCheckService()->SetServingStatus(false);
-  auto deadline =
-      std::chrono::system_clock::now() + std::chrono::milliseconds(shutdown_grace_ms_);
+  auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(shutdown_grace_ms_);
   if (peer_server_ != nullptr) peer_server_->Shutdown(deadline);
   grpc_server_->Shutdown(deadline);
   grpc_server_->Wait();

@@ -35,8 +35,7 @@ class Server {
   // `env` is the block store's Env (nullptr: Env::Default()); tests pass a
   // FaultInjectionEnv to make disk I/O fail or wait. It must outlive the
   // server.
-  static absl::StatusOr<std::unique_ptr<Server>> Start(const Config& config,
-                                                       Env* env = nullptr);
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const Config& config, Env* env = nullptr);
 
   ~Server();  // Shutdown() if not done yet.
 

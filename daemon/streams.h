@@ -65,11 +65,11 @@ struct StreamLimits {
 
 struct StreamStats {
   uint64_t open = 0;
-  uint64_t refused = 0;          // Open past a limit
-  uint64_t revoked = 0;          // aborted by CancelRevoked
-  uint64_t stalled = 0;          // aborted by AbortStalled
-  uint64_t queued_bytes = 0;     // held by unread messages now
-  uint64_t waiting = 0;          // streams waiting for queued bytes now
+  uint64_t refused = 0;       // Open past a limit
+  uint64_t revoked = 0;       // aborted by CancelRevoked
+  uint64_t stalled = 0;       // aborted by AbortStalled
+  uint64_t queued_bytes = 0;  // held by unread messages now
+  uint64_t waiting = 0;       // streams waiting for queued bytes now
 };
 
 class StreamTable {
@@ -113,7 +113,9 @@ class StreamTable {
    private:
     friend class StreamTable;
     Ticket(StreamTable* table, std::string tenant, CallCredentials credentials, Stream* stream)
-        : table_(table), tenant_(std::move(tenant)), credentials_(std::move(credentials)),
+        : table_(table),
+          tenant_(std::move(tenant)),
+          credentials_(std::move(credentials)),
           stream_(stream) {}
 
     StreamTable* const table_;

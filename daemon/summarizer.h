@@ -45,7 +45,7 @@ struct SummarizerOptions {
   // fp16 falls back to fp32 for a block whose summary overflows binary16.
   index::SummaryEncoding encoding = index::SummaryEncoding::kFp16;
   bool bounds = true;
-  bool weighted = true;    // weighted_mean (the keykey_weighted scorer)
+  bool weighted = true;  // weighted_mean (the keykey_weighted scorer)
   bool per_layer = true;
   bool layer_int8 = true;  // per-layer means as int8 with a scale per layer
   bool per_layer_bounds = false;

@@ -73,9 +73,9 @@ absl::StatusOr<TenantPtr> AdminCallerOf(const TenantRegistry& registry,
   absl::StatusOr<TenantPtr> caller = CallerOf(registry, ctx);
   if (!caller.ok()) return caller;
   if ((*caller)->role != Role::kAdmin) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("tenant \"", (*caller)->name, "\" has the data role; the Admin service "
-                     "needs role = \"admin\""));
+    return absl::PermissionDeniedError(absl::StrCat("tenant \"", (*caller)->name,
+                                                    "\" has the data role; the Admin service "
+                                                    "needs role = \"admin\""));
   }
   return caller;
 }

@@ -2,8 +2,8 @@
 // request field: its own "authorization: Bearer" metadata (calls of several
 // tenants may share one connection), else the uid of a connection to the
 // peer socket (SO_PEERCRED, mapped by the tenants' `uids`), else the
-// connection's verified client certificate. The TenantAuthProcessor (daemon/auth/auth_processor.h) has
-// already refused calls without either before any handler runs.
+// connection's verified client certificate. The TenantAuthProcessor (daemon/auth/auth_processor.h)
+// has already refused calls without either before any handler runs.
 //
 //   absl::StatusOr<TenantPtr> caller = CallerOf(*runtime->tenants(), ctx);
 //   if (!caller.ok()) return Finish(caller.status());   // UNAUTHENTICATED

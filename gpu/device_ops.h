@@ -148,8 +148,7 @@ struct HostBuffer {
 };
 
 // Wait() timeout that never expires.
-inline constexpr std::chrono::nanoseconds kWaitForever =
-    std::chrono::nanoseconds::max();
+inline constexpr std::chrono::nanoseconds kWaitForever = std::chrono::nanoseconds::max();
 
 // Limits shared by all implementations; larger requests fail with
 // kInvalidArgument before anything is copied.
@@ -205,10 +204,8 @@ class DeviceOps {
   // synchronous in the CUDA implementation.
   // Returns kUnavailable when the implementation's in-flight limit is
   // reached; nothing is queued in that case.
-  virtual GpuStatus SubmitToArena(std::span<const HostToArenaCopy> copies,
-                                  Fence* fence) = 0;
-  virtual GpuStatus SubmitToHost(std::span<const ArenaToHostCopy> copies,
-                                 Fence* fence) = 0;
+  virtual GpuStatus SubmitToArena(std::span<const HostToArenaCopy> copies, Fence* fence) = 0;
+  virtual GpuStatus SubmitToHost(std::span<const ArenaToHostCopy> copies, Fence* fence) = 0;
 
   // True when every copy of the batch has finished (successfully or not;
   // Wait reports which). Fence{0} and fences of finished batches are
@@ -243,8 +240,7 @@ class DeviceOps {
 
   // Reads arena bytes [offset, offset + size_bytes) into *out (resized),
   // for verification and admin tools. Not for the data path.
-  GpuStatus ReadArena(uint64_t offset, uint64_t size_bytes,
-                      std::vector<std::byte>* out) {
+  GpuStatus ReadArena(uint64_t offset, uint64_t size_bytes, std::vector<std::byte>* out) {
     if (size_bytes > kMaxHostAllocBytes) {
       return GpuStatus::Error(GpuStatus::kInvalidArgument,
                               "ReadArena: size_bytes above kMaxHostAllocBytes");

@@ -19,9 +19,8 @@ uintptr_t Address(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr); }
 GpuStatus HostRegions::CheckFree(uintptr_t start, uint64_t size_bytes) const {
   auto next = regions_.lower_bound(start);
   if (next != regions_.end() && next->first - start < size_bytes) {
-    return Invalid(next->second.kind == Kind::kAllocated
-                       ? "range overlaps a buffer from AllocHost"
-                       : "range overlaps a registered range");
+    return Invalid(next->second.kind == Kind::kAllocated ? "range overlaps a buffer from AllocHost"
+                                                         : "range overlaps a registered range");
   }
   if (next != regions_.begin()) {
     auto prev = std::prev(next);

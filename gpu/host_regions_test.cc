@@ -120,8 +120,8 @@ TEST(PlanCopyTest, MergesOnlyInsideOneRegion) {
   EXPECT_EQ(plan[2].region, 0u);
 
   // Memory outside every region is never merged, and empty copies vanish.
-  plan = Plan(regions,
-              {{At(0x50000), 0, 0x100}, {At(0x50100), 0x100, 0x100}, {nullptr, 0x300, 0}}, arena);
+  plan = Plan(regions, {{At(0x50000), 0, 0x100}, {At(0x50100), 0x100, 0x100}, {nullptr, 0x300, 0}},
+              arena);
   ASSERT_EQ(plan.size(), 2u);
   // Not contiguous in the arena: not merged even inside one region.
   plan = Plan(regions, {{At(0x10000), 0, 0x100}, {At(0x10100), 0x400, 0x100}}, arena);

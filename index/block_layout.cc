@@ -7,8 +7,8 @@ namespace {
 
 absl::Status CheckRange(const char* field, int64_t value, int64_t max) {
   if (value < 1 || value > max) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "layout.", field, " (", value, ") must be in [1, ", max, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout.", field, " (", value, ") must be in [1, ", max, "]"));
   }
   return absl::OkStatus();
 }
@@ -43,27 +43,24 @@ absl::Status ValidateLayout(const BlockLayout& layout) {
   if (s.ok()) s = CheckRange("num_kv_heads", layout.num_kv_heads, kMaxKvHeads);
   if (s.ok()) s = CheckRange("head_dim", layout.head_dim, kMaxHeadDim);
   if (s.ok()) {
-    s = CheckRange("block_size_tokens", layout.block_size_tokens,
-                   kMaxBlockSizeTokens);
+    s = CheckRange("block_size_tokens", layout.block_size_tokens, kMaxBlockSizeTokens);
   }
   if (!s.ok()) return s;
   if (DtypeSizeBytes(layout.dtype) == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layout.dtype (", static_cast<int>(layout.dtype),
-                     ") is not fp16, bf16 or fp32"));
+    return absl::InvalidArgumentError(absl::StrCat("layout.dtype (", static_cast<int>(layout.dtype),
+                                                   ") is not fp16, bf16 or fp32"));
   }
   // Each factor is bounded, so the product fits in 64 bits.
   if (PayloadSizeBytes(layout) > kMaxPayloadBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layout payload size (", PayloadSizeBytes(layout),
-                     " bytes) exceeds ", kMaxPayloadBytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layout payload size (", PayloadSizeBytes(layout), " bytes) exceeds ", kMaxPayloadBytes));
   }
   return absl::OkStatus();
 }
 
 int64_t KeyElementCount(const BlockLayout& layout) {
-  return int64_t{layout.num_layers} * layout.num_kv_heads *
-         layout.block_size_tokens * layout.head_dim;
+  return int64_t{layout.num_layers} * layout.num_kv_heads * layout.block_size_tokens *
+         layout.head_dim;
 }
 
 int64_t PayloadSizeBytes(const BlockLayout& layout) {

@@ -95,8 +95,7 @@ struct SelectionCalibration {
   int32_t confirm_steps = 1;
 
   bool calibrated() const { return num_q_heads > 0; }
-  friend bool operator==(const SelectionCalibration&,
-                         const SelectionCalibration&) = default;
+  friend bool operator==(const SelectionCalibration&, const SelectionCalibration&) = default;
 };
 
 // OK for an uncalibrated value (num_q_heads 0 and every list empty) or one
@@ -127,12 +126,10 @@ inline float PriorOf(const SelectionCalibration& c, bool with_queries, int64_t n
 
 // The KV heads whose keys a calibrated profile keeps per block, as
 // layer * num_kv_heads + kv_head, ascending and distinct.
-std::vector<int32_t> KeyHeadsOf(const SelectionCalibration& calibration,
-                                int32_t num_kv_heads);
+std::vector<int32_t> KeyHeadsOf(const SelectionCalibration& calibration, int32_t num_kv_heads);
 
 // For retrieval head i, the index of its KV head in KeyHeadsOf().
-std::vector<int32_t> KeyHeadSlots(const SelectionCalibration& calibration,
-                                  int32_t num_kv_heads);
+std::vector<int32_t> KeyHeadSlots(const SelectionCalibration& calibration, int32_t num_kv_heads);
 
 }  // namespace kvtier::index
 

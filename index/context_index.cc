@@ -4,23 +4,21 @@
 
 namespace kvtier::index {
 
-absl::StatusOr<std::unique_ptr<ContextIndex>> ContextIndex::Create(
-    const TreeOptions& options) {
+absl::StatusOr<std::unique_ptr<ContextIndex>> ContextIndex::Create(const TreeOptions& options) {
   ContextIndexOptions o;
   o.tree = options;
   return Create(o);
 }
 
-absl::StatusOr<std::unique_ptr<ContextIndex>> ContextIndex::Create(
-    const ContextIndexOptions& o) {
+absl::StatusOr<std::unique_ptr<ContextIndex>> ContextIndex::Create(const ContextIndexOptions& o) {
   auto tree = ContextTree::Create(o.tree);
   if (!tree.ok()) return tree.status();
   const bool shaped = o.keep_layer_means || o.calibration.calibrated();
-  if (shaped && (o.num_layers < 1 || o.num_layers > kMaxLayers ||
-                 o.num_kv_heads < 1 || o.num_kv_heads > kMaxKvHeads)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "options.num_layers (", o.num_layers, ") and num_kv_heads (",
-        o.num_kv_heads, ") must be set for per-layer means or a calibration"));
+  if (shaped && (o.num_layers < 1 || o.num_layers > kMaxLayers || o.num_kv_heads < 1 ||
+                 o.num_kv_heads > kMaxKvHeads)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.num_layers (", o.num_layers, ") and num_kv_heads (", o.num_kv_heads,
+                     ") must be set for per-layer means or a calibration"));
   }
   KeyTableOptions k;
   k.dim = o.tree.dim;
@@ -43,14 +41,12 @@ absl::StatusOr<std::unique_ptr<ContextIndex>> ContextIndex::Create(
   }
   std::unique_ptr<KeyTable> keys;
   if (k.enabled()) keys = std::make_unique<KeyTable>(k);
-  return std::unique_ptr<ContextIndex>(new ContextIndex(
-      std::move(*tree), std::move(keys), o.calibration, std::move(slots)));
+  return std::unique_ptr<ContextIndex>(
+      new ContextIndex(std::move(*tree), std::move(keys), o.calibration, std::move(slots)));
 }
 
-ContextIndex::ContextIndex(std::unique_ptr<ContextTree> tree,
-                           std::unique_ptr<KeyTable> keys,
-                           SelectionCalibration calibration,
-                           std::vector<int32_t> slots)
+ContextIndex::ContextIndex(std::unique_ptr<ContextTree> tree, std::unique_ptr<KeyTable> keys,
+                           SelectionCalibration calibration, std::vector<int32_t> slots)
     : tree_(std::move(tree)),
       keys_(std::move(keys)),
       calibration_(std::move(calibration)),
@@ -77,8 +73,7 @@ absl::Status ContextIndex::Append(const BlockSummary& page) {
 
 size_t ContextIndex::MemoryBytes() const {
   return sizeof(*this) + tree_->MemoryBytes() + stability_.MemoryBytes() +
-         (keys_ != nullptr ? keys_->MemoryBytes() : 0) +
-         key_slots_.capacity() * sizeof(int32_t);
+         (keys_ != nullptr ? keys_->MemoryBytes() : 0) + key_slots_.capacity() * sizeof(int32_t);
 }
 
 }  // namespace kvtier::index

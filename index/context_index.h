@@ -74,10 +74,8 @@ struct ContextIndexOptions {
 class ContextIndex {
  public:
   // InvalidArgument naming the field for a bad option or calibration.
-  static absl::StatusOr<std::unique_ptr<ContextIndex>> Create(
-      const TreeOptions& options);
-  static absl::StatusOr<std::unique_ptr<ContextIndex>> Create(
-      const ContextIndexOptions& options);
+  static absl::StatusOr<std::unique_ptr<ContextIndex>> Create(const TreeOptions& options);
+  static absl::StatusOr<std::unique_ptr<ContextIndex>> Create(const ContextIndexOptions& options);
 
   // Adds a segment / appends one page (see ContextTree; the key table's
   // requirements are checked first).

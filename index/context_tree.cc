@@ -11,22 +11,20 @@ namespace {
 
 absl::Status CheckOption(const char* field, int64_t v, int64_t max) {
   if (v < 1 || v > max) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "options.", field, " (", v, ") must be in [1, ", max, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.", field, " (", v, ") must be in [1, ", max, "]"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ContextTree>> ContextTree::Create(
-    const TreeOptions& o) {
+absl::StatusOr<std::unique_ptr<ContextTree>> ContextTree::Create(const TreeOptions& o) {
   absl::Status s = CheckOption("dim", o.dim, kMaxHeadDim);
   if (s.ok()) s = CheckOption("pages_per_chunk", o.pages_per_chunk, kMaxFanOut);
   if (s.ok()) s = CheckOption("chunks_per_grid", o.chunks_per_grid, kMaxFanOut);
   if (s.ok()) {
-    s = CheckOption("block_size_tokens", o.block_size_tokens,
-                    kMaxBlockSizeTokens);
+    s = CheckOption("block_size_tokens", o.block_size_tokens, kMaxBlockSizeTokens);
   }
   if (!s.ok()) return s;
   if (o.vector != TreeVector::kMean && o.vector != TreeVector::kWeightedMean) {
@@ -47,30 +45,26 @@ ContextTree::ContextTree(const TreeOptions& options)
   if (options_.q8_pages) q8_pages_ = std::make_unique<Q8Rows>(options_.dim);
 }
 
-absl::Status ContextTree::CheckRows(absl::Span<const float> vectors,
-                                    int64_t* n) const {
+absl::Status ContextTree::CheckRows(absl::Span<const float> vectors, int64_t* n) const {
   const size_t D = static_cast<size_t>(options_.dim);
   if (vectors.empty()) {
     return absl::InvalidArgumentError("segment is empty (no pages)");
   }
   if (vectors.size() % D != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("vectors has ", vectors.size(),
-                     " elements, not a multiple of dim ", D));
+        absl::StrCat("vectors has ", vectors.size(), " elements, not a multiple of dim ", D));
   }
   *n = static_cast<int64_t>(vectors.size() / D);
   if (num_pages_ + *n > kMaxPagesPerContext) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("context would hold ", num_pages_ + *n, " pages, limit ",
-                     kMaxPagesPerContext));
+    return absl::InvalidArgumentError(absl::StrCat("context would hold ", num_pages_ + *n,
+                                                   " pages, limit ", kMaxPagesPerContext));
   }
   return CheckFinite("vectors", vectors.data(), vectors.size());
 }
 
 absl::Status ContextTree::AddSegment(absl::Span<const float> vectors) {
   if (table_ != nullptr) {
-    return absl::FailedPreconditionError(
-        "keep_summaries trees take BlockSummary pages");
+    return absl::FailedPreconditionError("keep_summaries trees take BlockSummary pages");
   }
   int64_t n = 0;
   if (absl::Status s = CheckRows(vectors, &n); !s.ok()) return s;
@@ -80,11 +74,9 @@ absl::Status ContextTree::AddSegment(absl::Span<const float> vectors) {
 
 absl::Status ContextTree::Append(absl::Span<const float> vector) {
   if (table_ != nullptr) {
-    return absl::FailedPreconditionError(
-        "keep_summaries trees take BlockSummary pages");
+    return absl::FailedPreconditionError("keep_summaries trees take BlockSummary pages");
   }
-  if (absl::Status s = CheckVector("vector", vector, options_.dim, false);
-      !s.ok()) {
+  if (absl::Status s = CheckVector("vector", vector, options_.dim, false); !s.ok()) {
     return s;
   }
   int64_t n = 0;
@@ -104,19 +96,17 @@ absl::Status ContextTree::Append(const BlockSummary& summary) {
   return AddSummaries(absl::MakeConstSpan(&summary, 1), num_pages_ == 0);
 }
 
-absl::Status ContextTree::AddSummaries(absl::Span<const BlockSummary> pages,
-                                       bool new_segment) {
+absl::Status ContextTree::AddSummaries(absl::Span<const BlockSummary> pages, bool new_segment) {
   const size_t D = static_cast<size_t>(options_.dim);
   const bool weighted = options_.vector == TreeVector::kWeightedMean;
   std::vector<float> vectors;
   vectors.reserve(pages.size() * D);
   for (size_t i = 0; i < pages.size(); ++i) {
-    const std::vector<float>& v =
-        weighted ? pages[i].weighted_mean : pages[i].mean;
+    const std::vector<float>& v = weighted ? pages[i].weighted_mean : pages[i].mean;
     if (pages[i].dim != options_.dim || v.size() != D) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "summaries[", i, "].", weighted ? "weighted_mean" : "mean", " has ",
-          v.size(), " elements (dim ", pages[i].dim, "), expected dim ", D));
+      return absl::InvalidArgumentError(
+          absl::StrCat("summaries[", i, "].", weighted ? "weighted_mean" : "mean", " has ",
+                       v.size(), " elements (dim ", pages[i].dim, "), expected dim ", D));
     }
     vectors.insert(vectors.end(), v.begin(), v.end());
   }
@@ -130,9 +120,8 @@ absl::Status ContextTree::AddSummaries(absl::Span<const BlockSummary> pages,
       if (absl::Status s = probe.Add(p); !s.ok()) return s;
     }
     const SummaryView a = table_->view(), b = probe.view();
-    if (table_->size() > 0 &&
-        ((a.weighted_mean == nullptr) != (b.weighted_mean == nullptr) ||
-         (a.min == nullptr) != (b.min == nullptr))) {
+    if (table_->size() > 0 && ((a.weighted_mean == nullptr) != (b.weighted_mean == nullptr) ||
+                               (a.min == nullptr) != (b.min == nullptr))) {
       return absl::InvalidArgumentError(
           "summaries have a different set of optional arrays than the "
           "context's earlier pages");
@@ -145,8 +134,7 @@ absl::Status ContextTree::AddSummaries(absl::Span<const BlockSummary> pages,
   return absl::OkStatus();
 }
 
-void ContextTree::WriteRow(const float* v, std::vector<uint16_t>* rows,
-                           int64_t row) {
+void ContextTree::WriteRow(const float* v, std::vector<uint16_t>* rows, int64_t row) {
   const size_t D = static_cast<size_t>(options_.dim);
   const float norm = std::sqrt(simd::Dot(v, v, D));
   const float inv = norm > 0 ? 1.0f / norm : 0.0f;
@@ -176,13 +164,11 @@ void ContextTree::AddPages(const float* vectors, int64_t n, bool new_segment) {
     }
 
     const int64_t chunks = num_chunks();
-    const bool chunk_full =
-        chunks == 0 || chunk_count_.back() >= options_.pages_per_chunk;
+    const bool chunk_full = chunks == 0 || chunk_count_.back() >= options_.pages_per_chunk;
     if (open_new || chunk_full) {
       const int64_t grids = num_grids();
       const int64_t grid_chunks =
-          grids == 0 ? 0
-                     : grid_first_chunk_[grids] - grid_first_chunk_[grids - 1];
+          grids == 0 ? 0 : grid_first_chunk_[grids] - grid_first_chunk_[grids - 1];
       if (open_new || grids == 0 || grid_chunks >= options_.chunks_per_grid) {
         grid_first_chunk_.push_back(chunks + 1);
       } else {
@@ -213,8 +199,7 @@ void ContextTree::AddPages(const float* vectors, int64_t n, bool new_segment) {
 void ContextTree::RefreshChunk(int64_t c) {
   if (options_.level_score == TreeOptions::LevelScore::kMeanOfCosines) {
     const std::vector<float> mean = ChunkMean(c);
-    simd::FloatToHalfN(mean.data(), chunk_rows_.data() + c * options_.dim,
-                       options_.dim);
+    simd::FloatToHalfN(mean.data(), chunk_rows_.data() + c * options_.dim, options_.dim);
     return;
   }
   WriteRow(&chunk_sum_[c * options_.dim], &chunk_rows_, c);
@@ -223,8 +208,7 @@ void ContextTree::RefreshChunk(int64_t c) {
 void ContextTree::RefreshGrid(int64_t g) {
   const std::vector<float> mean = GridMean(g);
   if (options_.level_score == TreeOptions::LevelScore::kMeanOfCosines) {
-    simd::FloatToHalfN(mean.data(), grid_rows_.data() + g * options_.dim,
-                       options_.dim);
+    simd::FloatToHalfN(mean.data(), grid_rows_.data() + g * options_.dim, options_.dim);
     return;
   }
   WriteRow(mean.data(), &grid_rows_, g);
@@ -277,8 +261,7 @@ SummaryView ContextTree::summaries() const {
 size_t ContextTree::MemoryBytes() const {
   size_t bytes = sizeof(*this);
   bytes +=
-      (page_rows_.capacity() + chunk_rows_.capacity() + grid_rows_.capacity()) *
-      sizeof(uint16_t);
+      (page_rows_.capacity() + chunk_rows_.capacity() + grid_rows_.capacity()) * sizeof(uint16_t);
   bytes += chunk_sum_.capacity() * sizeof(float);
   bytes += chunk_count_.capacity() * sizeof(int32_t);
   bytes += (chunk_first_page_.capacity() + grid_first_chunk_.capacity() +

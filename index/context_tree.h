@@ -81,8 +81,7 @@ struct TreeOptions {
 class ContextTree {
  public:
   // InvalidArgument naming the field when an option is out of range.
-  static absl::StatusOr<std::unique_ptr<ContextTree>> Create(
-      const TreeOptions& options);
+  static absl::StatusOr<std::unique_ptr<ContextTree>> Create(const TreeOptions& options);
 
   // Adds a segment of pages. `vectors` is row-major [n][dim], n >= 1.
   // InvalidArgument: empty, wrong length, NaN/Inf, too many pages.
@@ -99,15 +98,9 @@ class ContextTree {
   const TreeOptions& options() const { return options_; }
   int32_t dim() const { return options_.dim; }
   int64_t num_pages() const { return num_pages_; }
-  int64_t num_chunks() const {
-    return static_cast<int64_t>(chunk_count_.size());
-  }
-  int64_t num_grids() const {
-    return static_cast<int64_t>(grid_first_chunk_.size()) - 1;
-  }
-  int64_t num_segments() const {
-    return static_cast<int64_t>(segment_first_page_.size());
-  }
+  int64_t num_chunks() const { return static_cast<int64_t>(chunk_count_.size()); }
+  int64_t num_grids() const { return static_cast<int64_t>(grid_first_chunk_.size()) - 1; }
+  int64_t num_segments() const { return static_cast<int64_t>(segment_first_page_.size()); }
 
   // Normalised fp16 rows of each level, row-major [count][dim].
   const uint16_t* page_rows() const { return page_rows_.data(); }
@@ -140,8 +133,7 @@ class ContextTree {
  private:
   explicit ContextTree(const TreeOptions& options);
   absl::Status CheckRows(absl::Span<const float> vectors, int64_t* n) const;
-  absl::Status AddSummaries(absl::Span<const BlockSummary> summaries,
-                            bool new_segment);
+  absl::Status AddSummaries(absl::Span<const BlockSummary> summaries, bool new_segment);
   // Adds pages without touching level rows; Refresh* rebuild them.
   void AddPages(const float* vectors, int64_t n, bool new_segment);
   void RefreshChunk(int64_t c);

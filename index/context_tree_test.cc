@@ -85,8 +85,7 @@ TEST(ContextTreeTest, LevelMeansAreMeansOfUnitChildren) {
   // Default rows are the means themselves, in fp16.
   for (int64_t c = 0; c < t.num_chunks(); ++c) {
     for (int d = 0; d < 8; ++d) {
-      EXPECT_NEAR(simd::HalfToFloat(t.chunk_rows()[c * 8 + d]),
-                  chunk_means[c][d], 1e-3);
+      EXPECT_NEAR(simd::HalfToFloat(t.chunk_rows()[c * 8 + d]), chunk_means[c][d], 1e-3);
     }
   }
   // kCosineOfMean rows are the normalised means.
@@ -99,8 +98,7 @@ TEST(ContextTreeTest, LevelMeansAreMeansOfUnitChildren) {
     const std::vector<float> m(chunk_means[c].begin(), chunk_means[c].end());
     const std::vector<double> u = Unit(m.data(), 8);
     for (int d = 0; d < 8; ++d) {
-      EXPECT_NEAR(simd::HalfToFloat((*cos_tree)->chunk_rows()[c * 8 + d]), u[d],
-                  1e-3);
+      EXPECT_NEAR(simd::HalfToFloat((*cos_tree)->chunk_rows()[c * 8 + d]), u[d], 1e-3);
     }
   }
   std::vector<double> ctx(8, 0.0);
@@ -121,23 +119,18 @@ TEST(ContextTreeTest, AppendEqualsRebuild) {
   ASSERT_TRUE((*built)->AddSegment(doc).ok());
   ASSERT_TRUE((*built)->AddSegment(run).ok());
   ASSERT_TRUE((*grown)->AddSegment(doc).ok());
-  ASSERT_TRUE(
-      (*grown)->AddSegment(absl::MakeConstSpan(run).subspan(0, 8)).ok());
+  ASSERT_TRUE((*grown)->AddSegment(absl::MakeConstSpan(run).subspan(0, 8)).ok());
   for (int64_t p = 1; p < 13; ++p) {
-    ASSERT_TRUE(
-        (*grown)->Append(absl::MakeConstSpan(run).subspan(p * 8, 8)).ok());
+    ASSERT_TRUE((*grown)->Append(absl::MakeConstSpan(run).subspan(p * 8, 8)).ok());
   }
   const ContextTree& a = **built;
   const ContextTree& b = **grown;
   ASSERT_EQ(a.num_pages(), b.num_pages());
   ASSERT_EQ(a.num_chunks(), b.num_chunks());
   ASSERT_EQ(a.num_grids(), b.num_grids());
-  EXPECT_EQ(0, std::memcmp(a.page_rows(), b.page_rows(),
-                           a.num_pages() * 8 * sizeof(uint16_t)));
-  EXPECT_EQ(0, std::memcmp(a.chunk_rows(), b.chunk_rows(),
-                           a.num_chunks() * 8 * sizeof(uint16_t)));
-  EXPECT_EQ(0, std::memcmp(a.grid_rows(), b.grid_rows(),
-                           a.num_grids() * 8 * sizeof(uint16_t)));
+  EXPECT_EQ(0, std::memcmp(a.page_rows(), b.page_rows(), a.num_pages() * 8 * sizeof(uint16_t)));
+  EXPECT_EQ(0, std::memcmp(a.chunk_rows(), b.chunk_rows(), a.num_chunks() * 8 * sizeof(uint16_t)));
+  EXPECT_EQ(0, std::memcmp(a.grid_rows(), b.grid_rows(), a.num_grids() * 8 * sizeof(uint16_t)));
   for (int64_t c = 0; c < a.num_chunks(); ++c) {
     EXPECT_EQ(a.ChunkMean(c), b.ChunkMean(c));
   }
@@ -182,29 +175,18 @@ TEST(ContextTreeTest, KeepsSummariesForFlatScorers) {
 TEST(ContextTreeTest, BadInputNamesTheField) {
   TreeOptions o = SmallOptions();
   o.pages_per_chunk = 0;
-  EXPECT_NE(
-      ContextTree::Create(o).status().message().find("options.pages_per_chunk"),
-      std::string::npos);
+  EXPECT_NE(ContextTree::Create(o).status().message().find("options.pages_per_chunk"),
+            std::string::npos);
   auto tree = ContextTree::Create(SmallOptions());
   ASSERT_TRUE(tree.ok());
-  EXPECT_NE((*tree)
-                ->AddSegment(std::vector<float>{})
-                .message()
-                .find("segment is empty"),
+  EXPECT_NE((*tree)->AddSegment(std::vector<float>{}).message().find("segment is empty"),
             std::string::npos);
-  EXPECT_NE((*tree)
-                ->AddSegment(std::vector<float>(12, 1.0f))
-                .message()
-                .find("multiple of dim"),
+  EXPECT_NE((*tree)->AddSegment(std::vector<float>(12, 1.0f)).message().find("multiple of dim"),
             std::string::npos);
   std::vector<float> v = RandomVectors(2, 8, 8);
   v[9] = INFINITY;
-  EXPECT_NE((*tree)->AddSegment(v).message().find("vectors[9]"),
-            std::string::npos);
-  EXPECT_NE((*tree)
-                ->Append(std::vector<float>(7, 1.0f))
-                .message()
-                .find("vector has 7"),
+  EXPECT_NE((*tree)->AddSegment(v).message().find("vectors[9]"), std::string::npos);
+  EXPECT_NE((*tree)->Append(std::vector<float>(7, 1.0f)).message().find("vector has 7"),
             std::string::npos);
   EXPECT_EQ((*tree)->num_pages(), 0);
 }

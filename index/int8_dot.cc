@@ -76,18 +76,17 @@ KVTIER_VNNI_S8 void DotVnni(const int8_t* rows, int64_t count, size_t stride, in
     for (int32_t d = 0; d < body; d += 64) {
       const __m512i qv = _mm512_loadu_si512(q + d);
       a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_loadu_si512(x + d), flip), qv);
-      a1 = _mm512_dpbusd_epi32(a1, _mm512_xor_si512(_mm512_loadu_si512(x + stride + d), flip),
+      a1 = _mm512_dpbusd_epi32(a1, _mm512_xor_si512(_mm512_loadu_si512(x + stride + d), flip), qv);
+      a2 = _mm512_dpbusd_epi32(a2, _mm512_xor_si512(_mm512_loadu_si512(x + 2 * stride + d), flip),
                                qv);
-      a2 = _mm512_dpbusd_epi32(
-          a2, _mm512_xor_si512(_mm512_loadu_si512(x + 2 * stride + d), flip), qv);
-      a3 = _mm512_dpbusd_epi32(
-          a3, _mm512_xor_si512(_mm512_loadu_si512(x + 3 * stride + d), flip), qv);
+      a3 = _mm512_dpbusd_epi32(a3, _mm512_xor_si512(_mm512_loadu_si512(x + 3 * stride + d), flip),
+                               qv);
     }
     if (tail != 0) {
       // Masked-off bytes load as 0 and become 128 after the flip; q is 0
       // there, so they add nothing.
-      a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, x + body), flip),
-                               qt);
+      a0 =
+          _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, x + body), flip), qt);
       a1 = _mm512_dpbusd_epi32(
           a1, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, x + stride + body), flip), qt);
       a2 = _mm512_dpbusd_epi32(
@@ -97,17 +96,15 @@ KVTIER_VNNI_S8 void DotVnni(const int8_t* rows, int64_t count, size_t stride, in
     }
     // The four horizontal sums at once: interleave, add, then fold the
     // four 128-bit lanes (cheaper than four reductions).
-    const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1),
-                                         _mm512_unpackhi_epi32(a0, a1));
-    const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3),
-                                         _mm512_unpackhi_epi32(a2, a3));
-    const __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23),
-                                       _mm512_unpackhi_epi64(s01, s23));
-    const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s),
-                                       _mm512_extracti64x4_epi64(s, 1));
+    const __m512i s01 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
+    const __m512i s23 =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
+    const __m512i s =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+    const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1));
     const __m128i q4 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + r),
-                     _mm_sub_epi32(q4, _mm_set1_epi32(bias)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + r), _mm_sub_epi32(q4, _mm_set1_epi32(bias)));
   }
   for (; r < count; ++r) {
     const int8_t* x = rows + static_cast<size_t>(r) * stride;
@@ -117,8 +114,8 @@ KVTIER_VNNI_S8 void DotVnni(const int8_t* rows, int64_t count, size_t stride, in
                                _mm512_loadu_si512(q + d));
     }
     if (tail != 0) {
-      a0 = _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, x + body), flip),
-                               qt);
+      a0 =
+          _mm512_dpbusd_epi32(a0, _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, x + body), flip), qt);
     }
     out[r] = _mm512_reduce_add_epi32(a0) - bias;
   }
@@ -178,11 +175,11 @@ bool SetInt8DotIsaForTest(absl::string_view isa) {
   static const Choice vnni = ChoiceOf("avx512vnni");
   static const Choice avx2 = ChoiceOf("avx2");
   static const Choice portable = ChoiceOf("portable");
-  const Choice* c = isa.empty()                 ? &detected
-                    : isa == "avx512vnni"       ? &vnni
-                    : isa == "avx2"             ? &avx2
-                    : isa == "portable"         ? &portable
-                                                : nullptr;
+  const Choice* c = isa.empty()           ? &detected
+                    : isa == "avx512vnni" ? &vnni
+                    : isa == "avx2"       ? &avx2
+                    : isa == "portable"   ? &portable
+                                          : nullptr;
   if (c == nullptr || (!isa.empty() && !Supported(isa))) return false;
   Active().store(c, std::memory_order_relaxed);
   return true;

@@ -9,17 +9,15 @@
 
 namespace kvtier::index {
 
-absl::Status LayerKeyKeyScores(const KeyTable& table,
-                               absl::Span<const float> anchor, bool centered,
+absl::Status LayerKeyKeyScores(const KeyTable& table, absl::Span<const float> anchor, bool centered,
                                KeyScorerScratch* s, absl::Span<float> out) {
   const int32_t L = table.options().num_layers;
   const size_t D = static_cast<size_t>(table.options().dim);
   const int64_t n = table.size();
-  if (L < 1 || anchor.size() != L * D ||
-      static_cast<int64_t>(out.size()) != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "per-layer key-key needs an anchor of ", L, " x ", D, " values (got ",
-        anchor.size(), ") and ", n, " outputs (got ", out.size(), ")"));
+  if (L < 1 || anchor.size() != L * D || static_cast<int64_t>(out.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat("per-layer key-key needs an anchor of ", L,
+                                                   " x ", D, " values (got ", anchor.size(),
+                                                   ") and ", n, " outputs (got ", out.size(), ")"));
   }
   s->unit.resize(L * D);
   s->centre.resize(L * D);
@@ -48,11 +46,9 @@ absl::Status LayerKeyKeyScores(const KeyTable& table,
   s->ru.resize(n);
   const size_t stride = static_cast<size_t>(L) * D;
   for (int32_t l = 0; l < L; ++l) {
-    simd::DotRowsInt8(table.LayerRow(0, l), n, stride, D, &s->unit[l * D],
-                      s->ra.data());
+    simd::DotRowsInt8(table.LayerRow(0, l), n, stride, D, &s->unit[l * D], s->ra.data());
     if (centered) {
-      simd::DotRowsInt8(table.LayerRow(0, l), n, stride, D, &s->centre[l * D],
-                        s->ru.data());
+      simd::DotRowsInt8(table.LayerRow(0, l), n, stride, D, &s->centre[l * D], s->ru.data());
     }
     for (int64_t b = 0; b < n; ++b) {
       const double scale = table.LayerScale(b, l);
@@ -84,12 +80,10 @@ int32_t ChainOf(absl::Span<const MassTarget> previous, int32_t head, int64_t pag
   return chain == INT32_MAX ? chain : chain + 1;
 }
 
-absl::Status MassScores(const KeyTable* table,
-                        const SelectionCalibration& c,
+absl::Status MassScores(const KeyTable* table, const SelectionCalibration& c,
                         absl::Span<const int32_t> slots, int32_t dim, int64_t n,
-                        absl::Span<const float> head_queries,
-                        KeyScorerScratch* s, absl::Span<float> out,
-                        const std::vector<MassTarget>* previous,
+                        absl::Span<const float> head_queries, KeyScorerScratch* s,
+                        absl::Span<float> out, const std::vector<MassTarget>* previous,
                         std::vector<MassTarget>* current) {
   if (static_cast<int64_t>(out.size()) != n || n < 1) {
     return absl::InvalidArgumentError(
@@ -106,11 +100,10 @@ absl::Status MassScores(const KeyTable* table,
   if (!with_queries) return absl::OkStatus();
   const size_t D = static_cast<size_t>(dim);
   const size_t R = c.retrieval_heads.size();
-  if (table == nullptr || table->size() != n || slots.size() != R ||
-      head_queries.size() != R * D) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "head_queries has ", head_queries.size(), " values; expected ", R,
-        " retrieval heads x ", D, " (and a context with their keys)"));
+  if (table == nullptr || table->size() != n || slots.size() != R || head_queries.size() != R * D) {
+    return absl::InvalidArgumentError(absl::StrCat("head_queries has ", head_queries.size(),
+                                                   " values; expected ", R, " retrieval heads x ",
+                                                   D, " (and a context with their keys)"));
   }
   const int32_t T = table->options().key_tokens;
   const double softmax_scale =
@@ -122,8 +115,7 @@ absl::Status MassScores(const KeyTable* table,
     float qmax = 0.0f;
     for (size_t d = 0; d < D; ++d) qmax = std::max(qmax, std::fabs(q[d]));
     if (!(qmax > 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("head_queries row ", i, " is all zero"));
+      return absl::InvalidArgumentError(absl::StrCat("head_queries row ", i, " is all zero"));
     }
     // Scaled to [-1, 1] so that the float dot cannot overflow; the scale
     // comes back in double.
@@ -155,8 +147,8 @@ absl::Status MassScores(const KeyTable* table,
         const float* l = &s->logits[b * T];
         float top_dot = l[0];
         for (int32_t t = 1; t < T; ++t) top_dot = std::max(top_dot, l[t]);
-        lse += std::log(static_cast<double>(simd::SumExpBelow(
-            l, T, static_cast<float>(std::min(f, 1e30)), top_dot)));
+        lse += std::log(static_cast<double>(
+            simd::SumExpBelow(l, T, static_cast<float>(std::min(f, 1e30)), top_dot)));
       }
       s->lse[b] = lse;
     }

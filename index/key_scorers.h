@@ -48,21 +48,20 @@ namespace kvtier::index {
 
 // Reused buffers of the scorers (grown, never shrunk).
 struct KeyScorerScratch {
-  std::vector<float> unit;     // [L][D] unit anchor rows
-  std::vector<float> centre;   // [L][D] unit mean directions
-  std::vector<double> lse;     // [N]
-  std::vector<double> top;     // [N] largest logit per block
-  std::vector<float> row;      // [D]
-  std::vector<float> logits;   // [N][T]
-  std::vector<float> ra, ru;   // [N] per-layer dots
-  std::vector<double> total;   // [N]
+  std::vector<float> unit;    // [L][D] unit anchor rows
+  std::vector<float> centre;  // [L][D] unit mean directions
+  std::vector<double> lse;    // [N]
+  std::vector<double> top;    // [N] largest logit per block
+  std::vector<float> row;     // [D]
+  std::vector<float> logits;  // [N][T]
+  std::vector<float> ra, ru;  // [N] per-layer dots
+  std::vector<double> total;  // [N]
 };
 
 // out[b] for b in [0, table.size()). Requires anchor.size() ==
 // table.options().num_layers * dim, finite, every layer row nonzero (the
 // caller validates: InvalidArgument naming "anchor" otherwise).
-absl::Status LayerKeyKeyScores(const KeyTable& table,
-                               absl::Span<const float> anchor, bool centered,
+absl::Status LayerKeyKeyScores(const KeyTable& table, absl::Span<const float> anchor, bool centered,
                                KeyScorerScratch* scratch, absl::Span<float> out);
 
 // A retrieval head's target at one step: a block holding at least
@@ -88,12 +87,10 @@ int32_t ChainOf(absl::Span<const MassTarget> previous, int32_t head, int64_t pag
 // unconfirmed_weight times its term (calibration.h); without, every target
 // counts whole. Every target of this step, with its chain, is appended to
 // *current when given.
-absl::Status MassScores(const KeyTable* table,
-                        const SelectionCalibration& calibration,
+absl::Status MassScores(const KeyTable* table, const SelectionCalibration& calibration,
                         absl::Span<const int32_t> slots, int32_t dim, int64_t n,
-                        absl::Span<const float> head_queries,
-                        KeyScorerScratch* scratch, absl::Span<float> out,
-                        const std::vector<MassTarget>* previous = nullptr,
+                        absl::Span<const float> head_queries, KeyScorerScratch* scratch,
+                        absl::Span<float> out, const std::vector<MassTarget>* previous = nullptr,
                         std::vector<MassTarget>* current = nullptr);
 
 }  // namespace kvtier::index

@@ -3,11 +3,11 @@
 // computations, calibration checks, and the Selector paths that use them.
 #include "index/key_scorers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -176,8 +176,7 @@ TEST(KeySummaryTest, CodecKeepsHeadKeysExactlyAndLayerMeansInInt8) {
   ASSERT_TRUE(blob.ok()) << blob.status();
   EXPECT_EQ(static_cast<uint8_t>((*blob)[4]), 2);  // version 2 sections
   // header + mean fp16 + per-layer int8 (scales + values) + head keys.
-  EXPECT_EQ(blob->size(), kSummaryHeaderBytes + kD * 2 + kL * (4 + kD) +
-                              8 + 2 * 8 + 2 * kT * kD);
+  EXPECT_EQ(blob->size(), kSummaryHeaderBytes + kD * 2 + kL * (4 + kD) + 8 + 2 * 8 + 2 * kT * kD);
   auto back = DecodeSummary(*blob);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->head_keys, s.head_keys);
@@ -186,7 +185,8 @@ TEST(KeySummaryTest, CodecKeepsHeadKeysExactlyAndLayerMeansInInt8) {
   ASSERT_EQ(back->layer_mean.size(), s.layer_mean.size());
   for (int32_t l = 0; l < kL; ++l) {
     float max_abs = 0;
-    for (int32_t d = 0; d < kD; ++d) max_abs = std::max(max_abs, std::fabs(s.layer_mean[l * kD + d]));
+    for (int32_t d = 0; d < kD; ++d)
+      max_abs = std::max(max_abs, std::fabs(s.layer_mean[l * kD + d]));
     for (int32_t d = 0; d < kD; ++d) {
       EXPECT_NEAR(back->layer_mean[l * kD + d], s.layer_mean[l * kD + d], max_abs / 254 + 1e-6f);
     }
@@ -222,7 +222,8 @@ TEST(KeyTableTest, RefusesSummariesWithoutWhatTheContextNeeds) {
   EXPECT_EQ(table.size(), 0);  // all or nothing
   pages[1] = Summarise(MakeBlockPayload(Layout(), 2, {}));
   pages[1].layer_mean.clear();
-  EXPECT_THAT(std::string(table.Add(pages).message()), HasSubstr("summaries[1] has 0 per-layer means"));
+  EXPECT_THAT(std::string(table.Add(pages).message()),
+              HasSubstr("summaries[1] has 0 per-layer means"));
   pages[1] = Summarise(MakeBlockPayload(Layout(), 2, {}));
   ASSERT_TRUE(table.Add(pages).ok());
   EXPECT_EQ(table.size(), 2);
@@ -231,7 +232,8 @@ TEST(KeyTableTest, RefusesSummariesWithoutWhatTheContextNeeds) {
 // Direct double-precision references over the dequantised table rows.
 double LayerCos(const KeyTable& t, int64_t b, int32_t l, const float* a, bool centered) {
   std::vector<double> r(kD), x(a, a + kD), u(kD, 0);
-  for (int32_t d = 0; d < kD; ++d) r[d] = static_cast<double>(t.LayerRow(b, l)[d]) * t.LayerScale(b, l);
+  for (int32_t d = 0; d < kD; ++d)
+    r[d] = static_cast<double>(t.LayerRow(b, l)[d]) * t.LayerScale(b, l);
   if (centered) {
     double n = 0;
     for (int32_t d = 0; d < kD; ++d) {
@@ -325,9 +327,9 @@ TEST_F(KeyScorerTest, MassIsThePriorPlusWeightedRetrievalSoftmax) {
   ASSERT_TRUE(MassScores(table_.get(), c, slots, kD, 6, {}, &scratch_, absl::MakeSpan(out)).ok());
   EXPECT_FLOAT_EQ(out[5], c.prior_all[0]);
   EXPECT_FLOAT_EQ(out[0], c.prior_all[2]);
-  ASSERT_TRUE(MassScores(nullptr, SelectionCalibration(), {}, kD, 6, {}, &scratch_,
-                         absl::MakeSpan(out))
-                  .ok());
+  ASSERT_TRUE(
+      MassScores(nullptr, SelectionCalibration(), {}, kD, 6, {}, &scratch_, absl::MakeSpan(out))
+          .ok());
   EXPECT_FLOAT_EQ(out[0], 1.0f / 6);
   EXPECT_FLOAT_EQ(out[5], 1.0f);
 }
@@ -336,9 +338,9 @@ TEST_F(KeyScorerTest, HugeFiniteInputsStayFinite) {
   const SelectionCalibration c = Calibration();
   std::vector<float> q(2 * kD, 3e38f);
   std::vector<float> out(6);
-  ASSERT_TRUE(MassScores(table_.get(), c, KeyHeadSlots(c, kH), kD, 6, q, &scratch_,
-                         absl::MakeSpan(out))
-                  .ok());
+  ASSERT_TRUE(
+      MassScores(table_.get(), c, KeyHeadSlots(c, kH), kD, 6, q, &scratch_, absl::MakeSpan(out))
+          .ok());
   for (float x : out) EXPECT_TRUE(std::isfinite(x));
   std::vector<float> a1 = anchor_, a2 = anchor_;
   for (float& x : a2) x *= 1e30f;
@@ -369,7 +371,8 @@ std::unique_ptr<ContextIndex> MassContext(int n, int target, const std::vector<f
       float m = 0;
       for (float x : query) m = std::max(m, std::fabs(x));
       for (int32_t d = 0; d < kD; ++d) {
-        s.head_keys[(1 * kT + 2) * kD + d] = static_cast<int8_t>(std::lround(127 * query[kD + d] / m));
+        s.head_keys[(1 * kT + 2) * kD + d] =
+            static_cast<int8_t>(std::lround(127 * query[kD + d] / m));
       }
       s.key_scales[1] = 1.0f;
     }

@@ -22,21 +22,19 @@ KeyTable::KeyTable(const KeyTableOptions& options)
 
 absl::Status KeyTable::Check(const BlockSummary& s, size_t i) const {
   const size_t L = static_cast<size_t>(options_.num_layers);
-  if (L > 0 && (s.num_layers != options_.num_layers ||
-                s.layer_mean.size() != L * dim_)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "summaries[", i, "] has ", s.layer_mean.size() / std::max<size_t>(dim_, 1),
-        " per-layer means, the context needs ", L,
-        " (index.summary_per_layer was off when it was put?)"));
+  if (L > 0 && (s.num_layers != options_.num_layers || s.layer_mean.size() != L * dim_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("summaries[", i, "] has ", s.layer_mean.size() / std::max<size_t>(dim_, 1),
+                     " per-layer means, the context needs ", L,
+                     " (index.summary_per_layer was off when it was put?)"));
   }
   if (!options_.key_heads.empty() &&
       (s.key_heads != options_.key_heads || s.key_tokens != options_.key_tokens ||
        s.head_keys.size() != options_.key_heads.size() * head_elems_ ||
        s.key_scales.size() != options_.key_heads.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "summaries[", i, "] holds keys of ", s.key_heads.size(),
-        " KV heads, the profile's calibration needs ",
-        options_.key_heads.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("summaries[", i, "] holds keys of ", s.key_heads.size(),
+                     " KV heads, the profile's calibration needs ", options_.key_heads.size()));
   }
   return absl::OkStatus();
 }
@@ -166,20 +164,19 @@ void KeyTable::AddHeadKeys(const BlockSummary& s) {
 size_t KeyTable::HeadKeyBytes() const {
   size_t bytes = 0;
   for (const HeadColumn& h : heads_) {
-    bytes += h.keys.capacity() + h.scales.capacity() * sizeof(float) + h.page_rows.capacity() +
-             h.page_mean_scales.capacity() * sizeof(float) + h.chunk_rows.capacity() +
-             h.chunk_scales.capacity() * sizeof(float) +
-             (h.open_sum.capacity() + h.open_max.capacity() + h.open_min.capacity()) *
-                 sizeof(float);
+    bytes +=
+        h.keys.capacity() + h.scales.capacity() * sizeof(float) + h.page_rows.capacity() +
+        h.page_mean_scales.capacity() * sizeof(float) + h.chunk_rows.capacity() +
+        h.chunk_scales.capacity() * sizeof(float) +
+        (h.open_sum.capacity() + h.open_max.capacity() + h.open_min.capacity()) * sizeof(float);
   }
   return bytes;
 }
 
 size_t KeyTable::MemoryBytes() const {
-  return sizeof(*this) + layer_rows_.capacity() +
-         layer_scales_.capacity() * sizeof(float) +
-         layer_norm2_.capacity() * sizeof(double) +
-         layer_sum_.capacity() * sizeof(double) + HeadKeyBytes();
+  return sizeof(*this) + layer_rows_.capacity() + layer_scales_.capacity() * sizeof(float) +
+         layer_norm2_.capacity() * sizeof(double) + layer_sum_.capacity() * sizeof(double) +
+         HeadKeyBytes();
 }
 
 }  // namespace kvtier::index

@@ -42,10 +42,10 @@ namespace kvtier::index {
 
 struct KeyTableOptions {
   int32_t dim = 0;
-  int32_t num_layers = 0;        // > 0: keep layer rows
+  int32_t num_layers = 0;          // > 0: keep layer rows
   std::vector<int32_t> key_heads;  // KV heads whose keys are kept (ascending)
-  int32_t key_tokens = 0;        // tokens per block (with key_heads)
-  int32_t pages_per_chunk = 16;  // pages per head-key chunk summary, >= 1
+  int32_t key_tokens = 0;          // tokens per block (with key_heads)
+  int32_t pages_per_chunk = 16;    // pages per head-key chunk summary, >= 1
   bool enabled() const { return num_layers > 0 || !key_heads.empty(); }
 };
 
@@ -63,9 +63,7 @@ class KeyTable {
   const KeyTableOptions& options() const { return options_; }
   int64_t size() const { return num_pages_; }
   bool has_layers() const { return options_.num_layers > 0; }
-  int32_t num_key_heads() const {
-    return static_cast<int32_t>(options_.key_heads.size());
-  }
+  int32_t num_key_heads() const { return static_cast<int32_t>(options_.key_heads.size()); }
 
   const int8_t* LayerRow(int64_t page, int32_t layer) const {
     return &layer_rows_[(page * options_.num_layers + layer) * dim_];
@@ -131,7 +129,7 @@ class KeyTable {
     // The last chunk's dequantised page means (sum) and bounds, in float,
     // so appending a page updates its summary without re-reading pages.
     std::vector<float> open_sum, open_max, open_min;  // [D]
-    float open_top_norm = -1.0f;  // norm of the open chunk's top key
+    float open_top_norm = -1.0f;                      // norm of the open chunk's top key
   };
   absl::Status Check(const BlockSummary& s, size_t i) const;
   void AddHeadKeys(const BlockSummary& s);

@@ -67,8 +67,8 @@ class HostRowBackend final : public RowBackend {
           static_cast<size_t>(seg.anchor + 1) * dim > anchors.size()) {
         return absl::InvalidArgumentError("Score: segment does not fit its table or anchors");
       }
-      simd::DotRowsHalf(table->rows(), static_cast<size_t>(seg.num_rows),
-                        static_cast<size_t>(dim), anchors.data() + seg.anchor * dim, out);
+      simd::DotRowsHalf(table->rows(), static_cast<size_t>(seg.num_rows), static_cast<size_t>(dim),
+                        anchors.data() + seg.anchor * dim, out);
       out += seg.num_rows;
     }
     return absl::OkStatus();

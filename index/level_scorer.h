@@ -87,8 +87,7 @@ class RowBackend {
   virtual std::string name() const = 0;
 
   // A table for capacity_rows rows of dim fp16 values; contents unset.
-  virtual absl::StatusOr<std::unique_ptr<Table>> NewTable(int32_t dim,
-                                                          int64_t capacity_rows) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Table>> NewTable(int32_t dim, int64_t capacity_rows) = 0;
   // Queues rows [first_row, first_row + count) of `table` from host fp16
   // rows [count][dim]; the caller's memory may change once this returns.
   // They land at the next Score.

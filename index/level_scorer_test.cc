@@ -199,7 +199,8 @@ TEST_F(LevelScorerTest, ContextSharedByTwoScorersStaysInSync) {
   auto b = NewMirroredLevelScorer(NewHostRowBackend());
   for (int step = 0; step < 20; ++step) {
     ExpectMatchesCpu(step % 2 == 0 ? a.get() : b.get(), {ctx.get()}, {anchor});
-    for (int i = 0; i < step % 4; ++i) ASSERT_TRUE(ctx->tree().Append(RandomRows(1, 16, &rng)).ok());
+    for (int i = 0; i < step % 4; ++i)
+      ASSERT_TRUE(ctx->tree().Append(RandomRows(1, 16, &rng)).ok());
   }
 }
 
@@ -252,8 +253,8 @@ TEST(SelectorLevelScorerTest, SelectsWhatTheCpuSelects) {
       results[k].resize(requests.size());
       ASSERT_TRUE(selectors[k]->SelectBatch(requests, absl::MakeSpan(results[k])).ok());
       for (int i = 0; i < kContexts; ++i) {
-        ASSERT_TRUE(sets[k][i]->tree().Append(absl::MakeConstSpan(appended).subspan(i * 64, 64))
-                        .ok());
+        ASSERT_TRUE(
+            sets[k][i]->tree().Append(absl::MakeConstSpan(appended).subspan(i * 64, 64)).ok());
       }
     }
     for (int i = 0; i < kContexts; ++i) {

@@ -47,9 +47,8 @@ class HeadDescent {
   // Runs the descent for one quantised query (s_->q, q_bound) with
   // logit scale c; appends (page, weight * share) for shares >= h.
   void Run(int32_t head, float c, float h, float weight, float successor, float unconfirmed,
-           int32_t confirm_steps,
-           const std::vector<MassTarget>* previous, std::vector<MassTarget>* current,
-           MassTreeStats* stats) {
+           int32_t confirm_steps, const std::vector<MassTarget>* previous,
+           std::vector<MassTarget>* current, MassTreeStats* stats) {
     c_ = c;
     successor_ = successor;
     confirm_steps_ = confirm_steps;
@@ -168,11 +167,11 @@ class HeadDescent {
     for (int64_t cc = 0; cc < C; ++cc) {
       const int64_t pages = std::min<int64_t>(P_, n_ - cc * P_);
       const double m = double{c_} * t_.ChunkMeanScale(cc, slot_) * s_->dots[cc];
-      const double best = double{c_} * t_.ChunkBoundScale(cc, slot_) *
-                          static_cast<double>(s_->dots2[cc]);
+      const double best =
+          double{c_} * t_.ChunkBoundScale(cc, slot_) * static_cast<double>(s_->dots2[cc]);
       const double top_logit = double{c_} * t_.ChunkTopScale(cc, slot_) * s_->dots3[cc];
-      s_->chunk_lb[cc] = static_cast<float>(
-          std::max(std::log(static_cast<double>(pages) * T_) + m, top_logit));
+      s_->chunk_lb[cc] =
+          static_cast<float>(std::max(std::log(static_cast<double>(pages) * T_) + m, top_logit));
       s_->chunk_pot[cc] = static_cast<float>(std::max(log_t_ + best, top_logit));
       top = std::max(top, double{s_->chunk_lb[cc]});
     }
@@ -206,8 +205,7 @@ class HeadDescent {
     for (int64_t i = 0; i < pages; ++i) {
       const int64_t b = p0 + i;
       const double m = double{c_} * t_.PageMeanScale(b, slot_) * s_->dots[i];
-      const double u =
-          double{c_} * t_.HeadScale(b, slot_) * static_cast<double>(s_->dots2[i]);
+      const double u = double{c_} * t_.HeadScale(b, slot_) * static_cast<double>(s_->dots2[i]);
       // Its largest-norm key's own logit: one term of the page's sum, so
       // a page holding one strong key screens at least that high.
       const double top_logit = double{c_} * t_.HeadScale(b, slot_) * s_->dots3[i];
@@ -300,12 +298,12 @@ absl::Status ValidateMassTreeOptions(const MassTreeOptions& o) {
                                                    ") >= 1"));
   }
   if (!(o.max_open_fraction > 0.0 && o.max_open_fraction <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mass_tree.max_open_fraction (", o.max_open_fraction, ") must be in (0, 1]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mass_tree.max_open_fraction (", o.max_open_fraction, ") must be in (0, 1]"));
   }
   if (!(o.stop_margin_nats >= 0.0f && o.stop_margin_nats <= 1e6f)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mass_tree.stop_margin_nats (", o.stop_margin_nats, ") must be in [0, 1e6]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mass_tree.stop_margin_nats (", o.stop_margin_nats, ") must be in [0, 1e6]"));
   }
   if (!(o.bound_mix >= 0.0f && o.bound_mix <= 1.0f)) {
     return absl::InvalidArgumentError(
@@ -317,8 +315,8 @@ absl::Status ValidateMassTreeOptions(const MassTreeOptions& o) {
 absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& c,
                            absl::Span<const int32_t> slots, int32_t dim,
                            absl::Span<const float> head_queries, const MassTreeOptions& options,
-                           MassTreeScratch* s, std::vector<MassBump>* bumps,
-                           MassTreeStats* stats, const std::vector<MassTarget>* previous,
+                           MassTreeScratch* s, std::vector<MassBump>* bumps, MassTreeStats* stats,
+                           const std::vector<MassTarget>* previous,
                            std::vector<MassTarget>* current) {
   const size_t R = c.retrieval_heads.size();
   const size_t D = static_cast<size_t>(dim);
@@ -327,8 +325,8 @@ absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& c,
       head_queries.size() != R * D || table.options().dim != dim || n < 1 ||
       table.num_key_heads() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the mass tree needs a calibrated context with head keys, head_min_mass > 0 and ", R,
-        " x ", dim, " head queries (got ", head_queries.size(), " values, ", n, " pages)"));
+        "the mass tree needs a calibrated context with head keys, head_min_mass > 0 and ", R, " x ",
+        dim, " head queries (got ", head_queries.size(), " values, ", n, " pages)"));
   }
   bumps->clear();
   s->bumps.clear();
@@ -353,7 +351,7 @@ absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& c,
              c.successor_weight, c.unconfirmed_weight, c.confirm_steps, previous, current, stats);
   }
   std::stable_sort(s->bumps.begin(), s->bumps.end(),
-            [](const MassBump& a, const MassBump& b) { return a.page < b.page; });
+                   [](const MassBump& a, const MassBump& b) { return a.page < b.page; });
   for (const MassBump& b : s->bumps) {
     if (!bumps->empty() && bumps->back().page == b.page) {
       bumps->back().mass += b.mass;

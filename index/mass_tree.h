@@ -70,11 +70,11 @@ struct MassTreeOptions {
   // Contexts of fewer pages are scored by the flat pass (the Selector's
   // choice; MassTreeBumps itself runs at any size).
   int64_t min_pages = 512;
-  int32_t recent_pages = 32;         // always opened: the last pages
-  int32_t min_open = 16;             // pages opened before stopping early
-  double max_open_fraction = 0.10;   // at most this share of pages opened
-  float stop_margin_nats = 3.0f;     // see step 4
-  float bound_mix = 0.25f;           // alpha of step 2, in [0, 1]
+  int32_t recent_pages = 32;        // always opened: the last pages
+  int32_t min_open = 16;            // pages opened before stopping early
+  double max_open_fraction = 0.10;  // at most this share of pages opened
+  float stop_margin_nats = 3.0f;    // see step 4
+  float bound_mix = 0.25f;          // alpha of step 2, in [0, 1]
 };
 
 // InvalidArgument naming the field when out of range.
@@ -107,13 +107,13 @@ struct MassTreeScratch {
   std::vector<int32_t> dots, dots2, dots3;
   std::vector<float> logits;
   std::vector<float> chunk_lb;
-  std::vector<float> chunk_pot;            // log T + the best page mean
-  std::vector<uint32_t> open_stamp;        // == stamp: opened
-  std::vector<uint32_t> chunk_stamp;       // == stamp: expanded
+  std::vector<float> chunk_pot;       // log T + the best page mean
+  std::vector<uint32_t> open_stamp;   // == stamp: opened
+  std::vector<uint32_t> chunk_stamp;  // == stamp: expanded
   uint32_t stamp = 0;
   std::vector<int64_t> expanded, opened;
-  std::vector<double> lse;                 // per opened page, same order
-  std::vector<MassBump> bumps;             // before merging
+  std::vector<double> lse;      // per opened page, same order
+  std::vector<MassBump> bumps;  // before merging
 };
 
 // Appends to *bumps (cleared first) the pages with a retrieval term, in
@@ -126,8 +126,7 @@ absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& ca
                            absl::Span<const int32_t> slots, int32_t dim,
                            absl::Span<const float> head_queries, const MassTreeOptions& options,
                            MassTreeScratch* scratch, std::vector<MassBump>* bumps,
-                           MassTreeStats* stats,
-                           const std::vector<MassTarget>* previous = nullptr,
+                           MassTreeStats* stats, const std::vector<MassTarget>* previous = nullptr,
                            std::vector<MassTarget>* current = nullptr);
 
 }  // namespace kvtier::index

@@ -132,8 +132,8 @@ TEST(MassTreeTest, FindsATargetFarBackAndReadsLittle) {
   ASSERT_TRUE(ctx->AddSegment(pages).ok());
   std::vector<float> est(kPages);
   KeyScorerScratch scratch;
-  ASSERT_TRUE(MassScores(ctx->keys(), ctx->calibration(), ctx->key_slots(), kD, kPages, q,
-                         &scratch, absl::MakeSpan(est))
+  ASSERT_TRUE(MassScores(ctx->keys(), ctx->calibration(), ctx->key_slots(), kD, kPages, q, &scratch,
+                         absl::MakeSpan(est))
                   .ok());
   const float prior = Calibration().prior.back();
   ASSERT_GT(est[kTarget] - prior, 0.9f * 0.4f) << "the flat pass gates the planted page";
@@ -322,10 +322,8 @@ TEST(MassTreeTest, BadCalibrationFieldsNameTheField) {
             std::string::npos);
   EXPECT_NE(message([](auto& c) { c.unconfirmed_weight = -1; }).find("unconfirmed_weight"),
             std::string::npos);
-  EXPECT_NE(message([](auto& c) { c.confirm_steps = 0; }).find("confirm_steps"),
-            std::string::npos);
-  EXPECT_NE(message([](auto& c) { c.sink_blocks = 5000; }).find("sink_blocks"),
-            std::string::npos);
+  EXPECT_NE(message([](auto& c) { c.confirm_steps = 0; }).find("confirm_steps"), std::string::npos);
+  EXPECT_NE(message([](auto& c) { c.sink_blocks = 5000; }).find("sink_blocks"), std::string::npos);
   EXPECT_NE(message([](auto& c) { c.sink_mass = 1; }).find("both or neither"), std::string::npos);
 }
 

@@ -11,9 +11,9 @@
 
 namespace kvtier::index {
 
-absl::StatusOr<std::vector<int32_t>> RankForDemotion(
-    const DemotionInput& in, const DemotionWeights& weights,
-    std::vector<float>* priority) {
+absl::StatusOr<std::vector<int32_t>> RankForDemotion(const DemotionInput& in,
+                                                     const DemotionWeights& weights,
+                                                     std::vector<float>* priority) {
   if (in.dim < 1 || in.dim > kMaxHeadDim) {
     return absl::InvalidArgumentError(
         absl::StrCat("dim (", in.dim, ") must be in [1, ", kMaxHeadDim, "]"));
@@ -28,26 +28,23 @@ absl::StatusOr<std::vector<int32_t>> RankForDemotion(
   }
   if (in.vectors.size() != n * D) {
     return absl::InvalidArgumentError(
-        absl::StrCat("vectors has ", in.vectors.size(), " elements, expected ",
-                     n, " x ", D));
+        absl::StrCat("vectors has ", in.vectors.size(), " elements, expected ", n, " x ", D));
   }
   if (!in.stability.empty() && in.stability.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "stability has ", in.stability.size(), " entries, expected ", n));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stability has ", in.stability.size(), " entries, expected ", n));
   }
   for (size_t i = 0; i < in.stability.size(); ++i) {
     if (!(in.stability[i] >= 0.0f && in.stability[i] <= 1.0f)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "stability[", i, "] (", in.stability[i], ") must be in [0, 1]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("stability[", i, "] (", in.stability[i], ") must be in [0, 1]"));
     }
   }
-  if (!std::isfinite(weights.redundancy_weight) ||
-      !std::isfinite(weights.age_weight) ||
+  if (!std::isfinite(weights.redundancy_weight) || !std::isfinite(weights.age_weight) ||
       !std::isfinite(weights.stability_weight)) {
     return absl::InvalidArgumentError("weights must be finite");
   }
-  if (absl::Status s = CheckFinite("vectors", in.vectors.data(), n * D);
-      !s.ok()) {
+  if (absl::Status s = CheckFinite("vectors", in.vectors.data(), n * D); !s.ok()) {
     return s;
   }
   std::vector<float> norms(n);
@@ -57,9 +54,7 @@ absl::StatusOr<std::vector<int32_t>> RankForDemotion(
   }
   std::vector<float> m(D, 0.0f);
   if (!in.context_mean.empty()) {
-    if (absl::Status s =
-            CheckVector("context_mean", in.context_mean, in.dim, false);
-        !s.ok()) {
+    if (absl::Status s = CheckVector("context_mean", in.context_mean, in.dim, false); !s.ok()) {
       return s;
     }
     m.assign(in.context_mean.begin(), in.context_mean.end());
@@ -85,13 +80,12 @@ absl::StatusOr<std::vector<int32_t>> RankForDemotion(
     }
     const float redundancy = 0.5f * (1.0f + std::clamp(cos, -1.0f, 1.0f));
     const float age =
-        span > 0 ? static_cast<float>((oldest + span -
-                                       static_cast<double>(in.last_access[b])) /
-                                      span)
-                 : 0.0f;
+        span > 0
+            ? static_cast<float>((oldest + span - static_cast<double>(in.last_access[b])) / span)
+            : 0.0f;
     const float stab = in.stability.empty() ? 0.0f : in.stability[b];
-    prio[b] = weights.redundancy_weight * redundancy +
-              weights.age_weight * age - weights.stability_weight * stab;
+    prio[b] = weights.redundancy_weight * redundancy + weights.age_weight * age -
+              weights.stability_weight * stab;
   }
   std::vector<int32_t> order(n);
   std::iota(order.begin(), order.end(), 0);

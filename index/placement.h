@@ -34,10 +34,9 @@ struct DemotionWeights {
 
 struct DemotionInput {
   int32_t dim = 0;
-  absl::Span<const float> vectors;  // [n][dim] v_b, row-major
-  absl::Span<const int64_t>
-      last_access;                    // [n], larger = more recent (any unit)
-  absl::Span<const float> stability;  // [n] in [0, 1], or empty (all 0)
+  absl::Span<const float> vectors;        // [n][dim] v_b, row-major
+  absl::Span<const int64_t> last_access;  // [n], larger = more recent (any unit)
+  absl::Span<const float> stability;      // [n] in [0, 1], or empty (all 0)
   // Mean of the context's normalised v_b [dim]; computed from `vectors`
   // when empty (pass it when `vectors` holds only some of the context).
   absl::Span<const float> context_mean;
@@ -47,9 +46,9 @@ struct DemotionInput {
 // fills *priority (when not null) with priority_b per input block.
 // InvalidArgument naming the field: no blocks, lengths that disagree with
 // dim and n, NaN/Inf, stability outside [0, 1], non-finite weights.
-absl::StatusOr<std::vector<int32_t>> RankForDemotion(
-    const DemotionInput& input, const DemotionWeights& weights,
-    std::vector<float>* priority);
+absl::StatusOr<std::vector<int32_t>> RankForDemotion(const DemotionInput& input,
+                                                     const DemotionWeights& weights,
+                                                     std::vector<float>* priority);
 
 }  // namespace kvtier::index
 

@@ -57,28 +57,24 @@ TEST(PlacementTest, StableBlocksAreProtected) {
 TEST(PlacementTest, BadInputNamesTheField) {
   DemotionInput in;
   in.dim = 2;
-  EXPECT_NE(
-      RankForDemotion(in, {}, nullptr).status().message().find("no blocks"),
-      std::string::npos);
+  EXPECT_NE(RankForDemotion(in, {}, nullptr).status().message().find("no blocks"),
+            std::string::npos);
   const std::vector<int64_t> access = {1, 2, 3, 4};
   in.last_access = access;
   in.vectors = absl::MakeConstSpan(kVectors).subspan(0, 6);
-  EXPECT_NE(
-      RankForDemotion(in, {}, nullptr).status().message().find("vectors has 6"),
-      std::string::npos);
+  EXPECT_NE(RankForDemotion(in, {}, nullptr).status().message().find("vectors has 6"),
+            std::string::npos);
   in.vectors = kVectors;
   const std::vector<float> stability = {0, 2, 0, 0};
   in.stability = stability;
-  EXPECT_NE(
-      RankForDemotion(in, {}, nullptr).status().message().find("stability[1]"),
-      std::string::npos);
+  EXPECT_NE(RankForDemotion(in, {}, nullptr).status().message().find("stability[1]"),
+            std::string::npos);
   in.stability = {};
   std::vector<float> nan_vectors = kVectors;
   nan_vectors[5] = std::nanf("");
   in.vectors = nan_vectors;
-  EXPECT_NE(
-      RankForDemotion(in, {}, nullptr).status().message().find("vectors[5]"),
-      std::string::npos);
+  EXPECT_NE(RankForDemotion(in, {}, nullptr).status().message().find("vectors[5]"),
+            std::string::npos);
 }
 
 }  // namespace

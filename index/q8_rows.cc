@@ -55,8 +55,7 @@ using Kernel = void (*)(const int8_t* rows, int64_t count, int32_t dim, const in
                         int32_t* acc);
 
 // acc[r] = sum_d q[d] * rows[r][d].
-void SumsScalar(const int8_t* rows, int64_t count, int32_t dim, const int16_t* q,
-                int32_t* acc) {
+void SumsScalar(const int8_t* rows, int64_t count, int32_t dim, const int16_t* q, int32_t* acc) {
   for (int64_t r = 0; r < count; ++r) {
     const int8_t* x = rows + r * dim;
     int32_t s = 0;
@@ -188,8 +187,7 @@ void Q8Rows::Reserve(int64_t rows) {
 }
 
 size_t Q8Rows::MemoryBytes() const {
-  return values_.capacity() + scale_.capacity() * sizeof(float) +
-         norms_.capacity() * sizeof(Norms);
+  return values_.capacity() + scale_.capacity() * sizeof(float) + norms_.capacity() * sizeof(Norms);
 }
 
 void Q8Query::Set(const float* q, int32_t dim) {

@@ -95,8 +95,8 @@ class Q8Query {
 
 // For r in [first, first + count): dot[r - first] and bound[r - first] as
 // above. rows.dim() must equal q.dim().
-void DotRowsQ8(const Q8Rows& rows, int64_t first, int64_t count, const Q8Query& q,
-               float* dot, float* bound);
+void DotRowsQ8(const Q8Rows& rows, int64_t first, int64_t count, const Q8Query& q, float* dot,
+               float* bound);
 
 // "avx512vnni", "avx2" or "scalar": the kernel DotRowsQ8 runs.
 absl::string_view Q8Isa();

@@ -23,10 +23,18 @@ std::vector<float> Random(std::mt19937_64& rng, int32_t n, int kind) {
   std::vector<float> v(n);
   for (int32_t d = 0; d < n; ++d) {
     switch (kind) {
-      case 0: v[d] = normal(rng); break;
-      case 1: v[d] = uniform(rng); break;
-      case 2: v[d] = d % 7 == 0 ? 40.0f * normal(rng) : 0.01f * normal(rng); break;  // outliers
-      default: v[d] = 1.0f + 0.001f * normal(rng); break;                         // shared direction
+      case 0:
+        v[d] = normal(rng);
+        break;
+      case 1:
+        v[d] = uniform(rng);
+        break;
+      case 2:
+        v[d] = d % 7 == 0 ? 40.0f * normal(rng) : 0.01f * normal(rng);
+        break;  // outliers
+      default:
+        v[d] = 1.0f + 0.001f * normal(rng);
+        break;  // shared direction
     }
   }
   double norm = 0;

@@ -28,13 +28,13 @@ float Saturate(double v) {
 
 absl::Status Need(const float* p, const char* field, ScorerKind kind) {
   if (p != nullptr) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      field, " is required by scorer ", ScorerName(kind), " but is null"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " is required by scorer ", ScorerName(kind), " but is null"));
 }
 
 // out[b] = (1 + cos(x, rows_b)) / 2 (sign = +1) or (1 - cos) / 2 (sign = -1).
-void CosineScores(const float* rows, int64_t n, size_t dim, const float* x,
-                  float sign, float* out) {
+void CosineScores(const float* rows, int64_t n, size_t dim, const float* x, float sign,
+                  float* out) {
   std::vector<float> ux(dim), ur(dim);
   const bool x_nonzero = UnitVector(x, dim, ux.data());
   for (int64_t b = 0; b < n; ++b) {
@@ -90,29 +90,26 @@ absl::StatusOr<ScorerKind> ParseScorerKind(absl::string_view name) {
       return static_cast<ScorerKind>(k);
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("scorer \"", name, "\" is not a known scorer"));
+  return absl::InvalidArgumentError(absl::StrCat("scorer \"", name, "\" is not a known scorer"));
 }
 
 bool ScoresInUnitInterval(ScorerKind kind) {
-  return kind != ScorerKind::kQuest && kind != ScorerKind::kArkVale &&
-         kind != ScorerKind::kMass;
+  return kind != ScorerKind::kQuest && kind != ScorerKind::kArkVale && kind != ScorerKind::kMass;
 }
 
-absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
-                         const ScoreInput& input, absl::Span<float> out) {
+absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view, const ScoreInput& input,
+                         absl::Span<float> out) {
   if (view.dim < 1 || view.dim > kMaxHeadDim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "view.dim (", view.dim, ") must be in [1, ", kMaxHeadDim, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("view.dim (", view.dim, ") must be in [1, ", kMaxHeadDim, "]"));
   }
   if (view.num_blocks < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "context is empty (view.num_blocks ", view.num_blocks, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("context is empty (view.num_blocks ", view.num_blocks, ")"));
   }
   if (static_cast<int64_t>(out.size()) != view.num_blocks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("out has ", out.size(),
-                     " elements, expected view.num_blocks ", view.num_blocks));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "out has ", out.size(), " elements, expected view.num_blocks ", view.num_blocks));
   }
   const size_t D = static_cast<size_t>(view.dim);
   const int64_t N = view.num_blocks;
@@ -121,13 +118,11 @@ absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
     case ScorerKind::kKeyKeyWeighted: {
       const bool weighted = kind == ScorerKind::kKeyKeyWeighted;
       const float* rows = weighted ? view.weighted_mean : view.mean;
-      if (absl::Status s =
-              Need(rows, weighted ? "view.weighted_mean" : "view.mean", kind);
+      if (absl::Status s = Need(rows, weighted ? "view.weighted_mean" : "view.mean", kind);
           !s.ok()) {
         return s;
       }
-      if (absl::Status s = CheckVector("anchor", input.anchor, view.dim, true);
-          !s.ok()) {
+      if (absl::Status s = CheckVector("anchor", input.anchor, view.dim, true); !s.ok()) {
         return s;
       }
       CosineScores(rows, N, D, input.anchor.data(), 1.0f, out.data());
@@ -136,8 +131,7 @@ absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
     case ScorerKind::kQuest: {
       if (absl::Status s = Need(view.min, "view.min", kind); !s.ok()) return s;
       if (absl::Status s = Need(view.max, "view.max", kind); !s.ok()) return s;
-      if (absl::Status s = CheckVector("query", input.query, view.dim, false);
-          !s.ok()) {
+      if (absl::Status s = CheckVector("query", input.query, view.dim, false); !s.ok()) {
         return s;
       }
       const float* q = input.query.data();
@@ -159,8 +153,7 @@ absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
       if (absl::Status s = Need(view.radius, "view.radius", kind); !s.ok()) {
         return s;
       }
-      if (absl::Status s = CheckVector("query", input.query, view.dim, false);
-          !s.ok()) {
+      if (absl::Status s = CheckVector("query", input.query, view.dim, false); !s.ok()) {
         return s;
       }
       const float* q = input.query.data();
@@ -190,8 +183,7 @@ absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
       }
       return absl::OkStatus();
     case ScorerKind::kRandom: {
-      const uint64_t base = SplitMix64(
-          input.seed ^ SplitMix64(static_cast<uint64_t>(input.step)));
+      const uint64_t base = SplitMix64(input.seed ^ SplitMix64(static_cast<uint64_t>(input.step)));
       for (int64_t b = 0; b < N; ++b) {
         const uint64_t r = SplitMix64(base + static_cast<uint64_t>(b));
         out[b] = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
@@ -209,28 +201,22 @@ absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
 
 const Scorer* GetScorer(ScorerKind kind) {
   static const KindScorer* const kScorers[] = {
-      new KindScorer(ScorerKind::kKeyKey),
-      new KindScorer(ScorerKind::kKeyKeyWeighted),
-      new KindScorer(ScorerKind::kQuest),
-      new KindScorer(ScorerKind::kArkVale),
-      new KindScorer(ScorerKind::kKeyDiff),
-      new KindScorer(ScorerKind::kRecency),
-      new KindScorer(ScorerKind::kRandom),
-      new KindScorer(ScorerKind::kMass),
+      new KindScorer(ScorerKind::kKeyKey),  new KindScorer(ScorerKind::kKeyKeyWeighted),
+      new KindScorer(ScorerKind::kQuest),   new KindScorer(ScorerKind::kArkVale),
+      new KindScorer(ScorerKind::kKeyDiff), new KindScorer(ScorerKind::kRecency),
+      new KindScorer(ScorerKind::kRandom),  new KindScorer(ScorerKind::kMass),
   };
   const size_t i = static_cast<size_t>(kind);
   return i < sizeof(kScorers) / sizeof(kScorers[0]) ? kScorers[i] : nullptr;
 }
 
-SummaryTable::SummaryTable(int32_t dim, int32_t layer)
-    : dim_(dim), layer_(layer) {}
+SummaryTable::SummaryTable(int32_t dim, int32_t layer) : dim_(dim), layer_(layer) {}
 
 absl::Status SummaryTable::Add(const BlockSummary& s) {
   const size_t D = static_cast<size_t>(dim_);
   if (s.dim != dim_) {
     return absl::InvalidArgumentError(
-        absl::StrCat("summary.dim (", s.dim,
-                     ") does not match the table's dim (", dim_, ")"));
+        absl::StrCat("summary.dim (", s.dim, ") does not match the table's dim (", dim_, ")"));
   }
   const float* mean = nullptr;
   const float* lo = nullptr;
@@ -249,9 +235,8 @@ absl::Status SummaryTable::Add(const BlockSummary& s) {
   } else {
     const size_t off = static_cast<size_t>(layer_) * D;
     if (layer_ >= s.num_layers || s.layer_mean.size() < off + D) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("summary.layer_mean has no layer ", layer_,
-                       " (num_layers ", s.num_layers, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("summary.layer_mean has no layer ", layer_,
+                                                     " (num_layers ", s.num_layers, ")"));
     }
     mean = s.layer_mean.data() + off;
     if (s.layer_min.size() >= off + D && s.layer_max.size() >= off + D) {
@@ -272,8 +257,7 @@ absl::Status SummaryTable::Add(const BlockSummary& s) {
   }
   mean_.insert(mean_.end(), mean, mean + D);
   if (weighted) {
-    weighted_mean_.insert(weighted_mean_.end(), s.weighted_mean.begin(),
-                          s.weighted_mean.end());
+    weighted_mean_.insert(weighted_mean_.end(), s.weighted_mean.begin(), s.weighted_mean.end());
   }
   if (bounds) {
     min_.insert(min_.end(), lo, lo + D);

@@ -84,8 +84,8 @@ struct ScoreInput {
 // InvalidArgument naming the field: empty view, missing array for the kind,
 // out of the wrong size, anchor/query of the wrong dimension, NaN/Inf or zero
 // norm.
-absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view,
-                         const ScoreInput& input, absl::Span<float> out);
+absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view, const ScoreInput& input,
+                         absl::Span<float> out);
 
 // The same, behind a polymorphic interface for callers that hold a scorer
 // chosen at configuration time.

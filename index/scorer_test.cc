@@ -23,9 +23,7 @@ TEST(ScorerTest, KeyKeyIsCosineMappedToUnitInterval) {
   ScoreInput in;
   in.anchor = anchor;
   std::vector<float> out(5);
-  ASSERT_TRUE(
-      ScoreBlocks(ScorerKind::kKeyKey, View2(mean, 5), in, absl::MakeSpan(out))
-          .ok());
+  ASSERT_TRUE(ScoreBlocks(ScorerKind::kKeyKey, View2(mean, 5), in, absl::MakeSpan(out)).ok());
   EXPECT_FLOAT_EQ(out[0], 1.0f);
   EXPECT_FLOAT_EQ(out[1], 0.5f);
   EXPECT_FLOAT_EQ(out[2], 0.0f);
@@ -42,13 +40,10 @@ TEST(ScorerTest, WeightedUsesWeightedMean) {
   ScoreInput in;
   in.anchor = anchor;
   std::vector<float> out(1);
-  ASSERT_TRUE(
-      ScoreBlocks(ScorerKind::kKeyKeyWeighted, v, in, absl::MakeSpan(out))
-          .ok());
+  ASSERT_TRUE(ScoreBlocks(ScorerKind::kKeyKeyWeighted, v, in, absl::MakeSpan(out)).ok());
   EXPECT_FLOAT_EQ(out[0], 1.0f);
   v.weighted_mean = nullptr;
-  absl::Status s =
-      ScoreBlocks(ScorerKind::kKeyKeyWeighted, v, in, absl::MakeSpan(out));
+  absl::Status s = ScoreBlocks(ScorerKind::kKeyKeyWeighted, v, in, absl::MakeSpan(out));
   EXPECT_NE(s.message().find("view.weighted_mean"), std::string::npos);
 }
 
@@ -79,17 +74,14 @@ TEST(ScorerTest, ArkValeSphereBound) {
   ScoreInput in;
   in.query = q;
   std::vector<float> out(1);
-  ASSERT_TRUE(
-      ScoreBlocks(ScorerKind::kArkVale, v, in, absl::MakeSpan(out)).ok());
+  ASSERT_TRUE(ScoreBlocks(ScorerKind::kArkVale, v, in, absl::MakeSpan(out)).ok());
   EXPECT_FLOAT_EQ(out[0], 3.0f + 5.0f * 2.0f);
 }
 
 TEST(ScorerTest, KeyDiffFavoursDistinctBlocks) {
   const std::vector<float> mean = {1, 0, 2, 0, 1, 0, 0, 1};
   std::vector<float> out(4);
-  ASSERT_TRUE(
-      ScoreBlocks(ScorerKind::kKeyDiff, View2(mean, 4), {}, absl::MakeSpan(out))
-          .ok());
+  ASSERT_TRUE(ScoreBlocks(ScorerKind::kKeyDiff, View2(mean, 4), {}, absl::MakeSpan(out)).ok());
   // m = (3, 1): cos to (1,0) = 3/sqrt(10), to (0,1) = 1/sqrt(10).
   EXPECT_NEAR(out[0], 0.5 * (1 - 3 / std::sqrt(10.0)), 1e-6);
   EXPECT_NEAR(out[3], 0.5 * (1 - 1 / std::sqrt(10.0)), 1e-6);
@@ -101,8 +93,7 @@ TEST(ScorerTest, RecencyAndRandom) {
   v.dim = 4;
   v.num_blocks = 4;
   std::vector<float> out(4);
-  ASSERT_TRUE(
-      ScoreBlocks(ScorerKind::kRecency, v, {}, absl::MakeSpan(out)).ok());
+  ASSERT_TRUE(ScoreBlocks(ScorerKind::kRecency, v, {}, absl::MakeSpan(out)).ok());
   EXPECT_EQ(out, (std::vector<float>{0.25f, 0.5f, 0.75f, 1.0f}));
   ScoreInput in;
   in.seed = 42;
@@ -135,17 +126,14 @@ TEST(ScorerTest, InterfaceAndNames) {
   ScoreInput in;
   in.anchor = anchor;
   std::vector<float> out(1);
-  ASSERT_TRUE(GetScorer(ScorerKind::kKeyKey)
-                  ->Score(View2(mean, 1), in, absl::MakeSpan(out))
-                  .ok());
+  ASSERT_TRUE(GetScorer(ScorerKind::kKeyKey)->Score(View2(mean, 1), in, absl::MakeSpan(out)).ok());
   EXPECT_FLOAT_EQ(out[0], 1.0f);
 }
 
 TEST(ScorerTest, BadInputNamesTheField) {
   const std::vector<float> mean = {1, 0};
   std::vector<float> out(1);
-  auto run = [&](ScorerKind kind, SummaryView v, const ScoreInput& in,
-                 absl::Span<float> o) {
+  auto run = [&](ScorerKind kind, SummaryView v, const ScoreInput& in, absl::Span<float> o) {
     return std::string(ScoreBlocks(kind, v, in, o).message());
   };
   ScoreInput in;
@@ -156,32 +144,26 @@ TEST(ScorerTest, BadInputNamesTheField) {
             std::string::npos);
   const std::vector<float> anan = {1, std::nanf("")};
   in.anchor = anan;
-  EXPECT_NE(run(ScorerKind::kKeyKey, View2(mean, 1), in, absl::MakeSpan(out))
-                .find("anchor[1]"),
+  EXPECT_NE(run(ScorerKind::kKeyKey, View2(mean, 1), in, absl::MakeSpan(out)).find("anchor[1]"),
             std::string::npos);
   const std::vector<float> zero = {0, 0};
   in.anchor = zero;
-  EXPECT_NE(run(ScorerKind::kKeyKey, View2(mean, 1), in, absl::MakeSpan(out))
-                .find("zero norm"),
+  EXPECT_NE(run(ScorerKind::kKeyKey, View2(mean, 1), in, absl::MakeSpan(out)).find("zero norm"),
             std::string::npos);
-  EXPECT_NE(
-      run(ScorerKind::kKeyKey, View2(mean, 0), in, {}).find("context is empty"),
-      std::string::npos);
-  EXPECT_NE(run(ScorerKind::kQuest, View2(mean, 1), in, absl::MakeSpan(out))
-                .find("view.min"),
+  EXPECT_NE(run(ScorerKind::kKeyKey, View2(mean, 0), in, {}).find("context is empty"),
+            std::string::npos);
+  EXPECT_NE(run(ScorerKind::kQuest, View2(mean, 1), in, absl::MakeSpan(out)).find("view.min"),
             std::string::npos);
   std::vector<float> out2(2);
-  EXPECT_NE(run(ScorerKind::kRecency, View2(mean, 1), in, absl::MakeSpan(out2))
-                .find("out has 2"),
+  EXPECT_NE(run(ScorerKind::kRecency, View2(mean, 1), in, absl::MakeSpan(out2)).find("out has 2"),
             std::string::npos);
   const std::vector<float> qinf = {INFINITY, 0};
   in.query = qinf;
   const std::vector<float> r = {1};
   SummaryView v = View2(mean, 1);
   v.radius = r.data();
-  EXPECT_NE(
-      run(ScorerKind::kArkVale, v, in, absl::MakeSpan(out)).find("query[0]"),
-      std::string::npos);
+  EXPECT_NE(run(ScorerKind::kArkVale, v, in, absl::MakeSpan(out)).find("query[0]"),
+            std::string::npos);
 }
 
 TEST(ScorerTest, SummaryTableBuildsViewsPerLayer) {

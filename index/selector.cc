@@ -30,32 +30,28 @@ absl::Status ValidateSelectorOptions(const SelectorOptions& o) {
   if (s.ok()) s = fraction("page_keep_fraction", o.page_keep_fraction);
   if (!s.ok()) return s;
   if (o.sink_blocks < 0 || o.local_blocks < 0 || o.max_prefetch_blocks < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "options.sink_blocks (", o.sink_blocks, "), local_blocks (",
-        o.local_blocks, ") and max_prefetch_blocks (", o.max_prefetch_blocks,
-        ") must be >= 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.sink_blocks (", o.sink_blocks, "), local_blocks (", o.local_blocks,
+                     ") and max_prefetch_blocks (", o.max_prefetch_blocks, ") must be >= 0"));
   }
-  if (o.algorithm != SelectAlgorithm::kDescent &&
-      o.algorithm != SelectAlgorithm::kGemm) {
+  if (o.algorithm != SelectAlgorithm::kDescent && o.algorithm != SelectAlgorithm::kGemm) {
     return absl::InvalidArgumentError("options.algorithm is unknown");
   }
   if (o.num_threads < 1 || o.num_threads > 256) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "options.num_threads (", o.num_threads, ") must be in [1, 256]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.num_threads (", o.num_threads, ") must be in [1, 256]"));
   }
   if (absl::Status m = ValidateMassTreeOptions(o.mass_tree); !m.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("options.", m.message()));
   }
   if (o.level_scorer_min_rows < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("options.level_scorer_min_rows (", o.level_scorer_min_rows,
-                     ") must be >= 0"));
+        absl::StrCat("options.level_scorer_min_rows (", o.level_scorer_min_rows, ") must be >= 0"));
   }
   return ValidateStabilityOptions(o.stability);
 }
 
-absl::StatusOr<std::unique_ptr<Selector>> Selector::Create(
-    const SelectorOptions& options) {
+absl::StatusOr<std::unique_ptr<Selector>> Selector::Create(const SelectorOptions& options) {
   if (absl::Status s = ValidateSelectorOptions(options); !s.ok()) return s;
   return std::unique_ptr<Selector>(new Selector(options));
 }
@@ -92,42 +88,35 @@ absl::Status Selector::Validate(const SelectRequest& r, int64_t* budget) const {
       const bool weighted = r.scorer == ScorerKind::kKeyKeyWeighted;
       const KeyTable* keys = r.context->keys();
       const bool per_layer_kept = keys != nullptr && keys->has_layers();
-      const int64_t layered =
-          per_layer_kept ? int64_t{keys->options().num_layers} * t.dim() : 0;
+      const int64_t layered = per_layer_kept ? int64_t{keys->options().num_layers} * t.dim() : 0;
       if (static_cast<int64_t>(r.anchor.size()) != t.dim() &&
           (layered == 0 || static_cast<int64_t>(r.anchor.size()) != layered)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "anchor has ", r.anchor.size(), " values; expected ", t.dim(),
             " (pooled over layers and KV heads)",
-            per_layer_kept
-                ? absl::StrCat(" or ", layered, " (",
-                               keys->options().num_layers, " layers x ",
-                               t.dim(), ", per layer)")
-                : " (per-layer anchors need per-layer summaries)"));
+            per_layer_kept ? absl::StrCat(" or ", layered, " (", keys->options().num_layers,
+                                          " layers x ", t.dim(), ", per layer)")
+                           : " (per-layer anchors need per-layer summaries)"));
       }
       if (static_cast<int64_t>(r.anchor.size()) == t.dim()) {
         if (weighted != (t.options().vector == TreeVector::kWeightedMean)) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "scorer ", ScorerName(r.scorer), " needs a tree built from ",
-              weighted ? "weighted_mean" : "mean"));
+          return absl::FailedPreconditionError(absl::StrCat("scorer ", ScorerName(r.scorer),
+                                                            " needs a tree built from ",
+                                                            weighted ? "weighted_mean" : "mean"));
         }
-        if (absl::Status s = CheckVector("anchor", r.anchor, t.dim(), true);
-            !s.ok()) {
+        if (absl::Status s = CheckVector("anchor", r.anchor, t.dim(), true); !s.ok()) {
           return s;
         }
       } else {
         if (weighted) {
-          return absl::InvalidArgumentError(
-              "scorer keykey_weighted takes a pooled anchor only");
+          return absl::InvalidArgumentError("scorer keykey_weighted takes a pooled anchor only");
         }
         if (keys->size() != t.num_pages()) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "the context's per-layer means cover ", keys->size(), " of ",
-              t.num_pages(), " pages (pages added around ContextIndex?)"));
+          return absl::FailedPreconditionError(
+              absl::StrCat("the context's per-layer means cover ", keys->size(), " of ",
+                           t.num_pages(), " pages (pages added around ContextIndex?)"));
         }
-        if (absl::Status s = CheckFinite("anchor", r.anchor.data(),
-                                         r.anchor.size());
-            !s.ok()) {
+        if (absl::Status s = CheckFinite("anchor", r.anchor.data(), r.anchor.size()); !s.ok()) {
           return s;
         }
         const int64_t D = t.dim();
@@ -142,8 +131,8 @@ absl::Status Selector::Validate(const SelectRequest& r, int64_t* budget) const {
           }
         }
         if (!(r.recency_weight >= 0.0f && r.recency_weight <= 1.0f)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "recency_weight (", r.recency_weight, ") must be in [0, 1]"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("recency_weight (", r.recency_weight, ") must be in [0, 1]"));
         }
       }
       break;
@@ -151,18 +140,17 @@ absl::Status Selector::Validate(const SelectRequest& r, int64_t* budget) const {
     case ScorerKind::kMass: {
       if (r.head_queries.empty()) break;
       const SelectionCalibration& c = r.context->calibration();
-      const int64_t want =
-          static_cast<int64_t>(c.retrieval_heads.size()) * t.dim();
+      const int64_t want = static_cast<int64_t>(c.retrieval_heads.size()) * t.dim();
       if (want == 0 || static_cast<int64_t>(r.head_queries.size()) != want) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "head_queries has ", r.head_queries.size(), " values; expected ",
-            want == 0 ? std::string("none (the profile's calibration names no "
-                                    "retrieval heads)")
-                      : absl::StrCat(want, " (", c.retrieval_heads.size(),
-                                     " retrieval heads x ", t.dim(), ")")));
+        return absl::InvalidArgumentError(
+            absl::StrCat("head_queries has ", r.head_queries.size(), " values; expected ",
+                         want == 0 ? std::string("none (the profile's calibration names no "
+                                                 "retrieval heads)")
+                                   : absl::StrCat(want, " (", c.retrieval_heads.size(),
+                                                  " retrieval heads x ", t.dim(), ")")));
       }
-      if (absl::Status s = CheckFinite("head_queries", r.head_queries.data(),
-                                       r.head_queries.size());
+      if (absl::Status s =
+              CheckFinite("head_queries", r.head_queries.data(), r.head_queries.size());
           !s.ok()) {
         return s;
       }
@@ -172,13 +160,11 @@ absl::Status Selector::Validate(const SelectRequest& r, int64_t* budget) const {
           zero &= r.head_queries[i * t.dim() + d] == 0.0f;
         }
         if (zero) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("head_queries row ", i, " is all zero"));
+          return absl::InvalidArgumentError(absl::StrCat("head_queries row ", i, " is all zero"));
         }
       }
       const KeyTable* keys = r.context->keys();
-      if (keys == nullptr || keys->num_key_heads() == 0 ||
-          keys->size() != t.num_pages()) {
+      if (keys == nullptr || keys->num_key_heads() == 0 || keys->size() != t.num_pages()) {
         return absl::FailedPreconditionError(
             "head_queries need a context built with its profile's calibration");
       }
@@ -186,15 +172,13 @@ absl::Status Selector::Validate(const SelectRequest& r, int64_t* budget) const {
     }
     case ScorerKind::kQuest:
     case ScorerKind::kArkVale: {
-      if (absl::Status s = CheckVector("query", r.query, t.dim(), true);
-          !s.ok()) {
+      if (absl::Status s = CheckVector("query", r.query, t.dim(), true); !s.ok()) {
         return s;
       }
       const SummaryView v = t.summaries();
       if (v.num_blocks != n || v.min == nullptr || v.radius == nullptr) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("scorer ", ScorerName(r.scorer),
-                         " needs a context with keep_summaries and bounds"));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "scorer ", ScorerName(r.scorer), " needs a context with keep_summaries and bounds"));
       }
       break;
     }
@@ -207,37 +191,33 @@ absl::Status Selector::Validate(const SelectRequest& r, int64_t* budget) const {
           absl::StrCat("scorer (", static_cast<int>(r.scorer), ") is unknown"));
   }
   if (r.budget_blocks < 0 || r.budget_tokens < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "budget_blocks (", r.budget_blocks, ") and budget_tokens (",
-        r.budget_tokens, ") must be >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat("budget_blocks (", r.budget_blocks,
+                                                   ") and budget_tokens (", r.budget_tokens,
+                                                   ") must be >= 0"));
   }
   if ((r.budget_blocks > 0) == (r.budget_tokens > 0)) {
-    return absl::InvalidArgumentError(
-        r.budget_blocks > 0
-            ? "set only one of budget_blocks and budget_tokens"
-            : "budget is 0: set budget_blocks or budget_tokens");
+    return absl::InvalidArgumentError(r.budget_blocks > 0
+                                          ? "set only one of budget_blocks and budget_tokens"
+                                          : "budget is 0: set budget_blocks or budget_tokens");
   }
   *budget = r.budget_blocks;
   if (r.budget_tokens > 0) {
     *budget = r.budget_tokens / t.options().block_size_tokens;
     if (*budget == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "budget_tokens (", r.budget_tokens, ") is below one block (",
-          t.options().block_size_tokens, " tokens)"));
+      return absl::InvalidArgumentError(absl::StrCat("budget_tokens (", r.budget_tokens,
+                                                     ") is below one block (",
+                                                     t.options().block_size_tokens, " tokens)"));
     }
   }
-  const int64_t forced = std::min<int64_t>(
-      n, int64_t{SinkBlocks(r)} + LocalBlocks(r));
+  const int64_t forced = std::min<int64_t>(n, int64_t{SinkBlocks(r)} + LocalBlocks(r));
   if (*budget < forced) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "budget (", *budget, " blocks) is below sink_blocks + local_blocks (",
-        forced, ")"));
+        "budget (", *budget, " blocks) is below sink_blocks + local_blocks (", forced, ")"));
   }
   const StabilityTracker& st = r.context->stability();
   if (st.begun() && r.step < st.step()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("step (", r.step, ") is before the context's last step (",
-                     st.step(), ")"));
+        absl::StrCat("step (", r.step, ") is before the context's last step (", st.step(), ")"));
   }
   return absl::OkStatus();
 }
@@ -271,13 +251,11 @@ void Selector::ScoreAllLevels(const SelectRequest& r, Scratch* s) {
   Normalise(r.anchor, &s->q);
   const size_t D = static_cast<size_t>(t.dim());
   simd::DotRowsHalf(t.grid_rows(), t.num_grids(), D, s->q.data(), s->all_grid);
-  simd::DotRowsHalf(t.chunk_rows(), t.num_chunks(), D, s->q.data(),
-                    s->all_chunk);
+  simd::DotRowsHalf(t.chunk_rows(), t.num_chunks(), D, s->q.data(), s->all_chunk);
   simd::DotRowsHalf(t.page_rows(), t.num_pages(), D, s->q.data(), s->all_page);
 }
 
-void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
-                   SelectResult* out) {
+void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s, SelectResult* out) {
   ContextIndex& ctx = *r.context;
   const ContextTree& t = ctx.tree();
   StabilityTracker& st = ctx.stability();
@@ -312,9 +290,8 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
     return;
   }
   if (s->affinity.size() < static_cast<size_t>(n)) s->affinity.resize(n);
-  if (options_.window_fast_path && r.scorer == ScorerKind::kMass &&
-      r.head_queries.empty() && !ctx.calibration().calibrated() &&
-      RunWindow(r, plan.sinks, plan.locals, plan.free, s, out)) {
+  if (options_.window_fast_path && r.scorer == ScorerKind::kMass && r.head_queries.empty() &&
+      !ctx.calibration().calibrated() && RunWindow(r, plan.sinks, plan.locals, plan.free, s, out)) {
     return;
   }
   if (r.scorer == ScorerKind::kMass &&
@@ -325,8 +302,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s,
   if (TreeKeyKey(r)) {
     // Int8 page rows for the descent (never with kGemm or a level scorer:
     // those scored every row already).
-    if (!gemm && options_.q8_pages && t.q8_pages() != nullptr &&
-        t.q8_pages()->size() == n) {
+    if (!gemm && options_.q8_pages && t.q8_pages() != nullptr && t.q8_pages()->size() == n) {
       plan.q8 = t.q8_pages();
     }
     ScoreTree(r, plan, gemm, s, out);
@@ -350,9 +326,8 @@ void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm,
   const Q8Rows* q8 = plan.q8;
   auto forced = [&](int64_t p) { return p < sinks || p >= local_first; };
   if (!gemm) Normalise(r.anchor, &s->q);
-  const int64_t target = std::min<int64_t>(
-      n,
-      sinks + locals + CeilFraction(1.0 / options_.page_keep_fraction, free));
+  const int64_t target =
+      std::min<int64_t>(n, sinks + locals + CeilFraction(1.0 / options_.page_keep_fraction, free));
   // Grids.
   const int64_t G = t.num_grids();
   const float* grid_dots = s->all_grid;
@@ -367,12 +342,10 @@ void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm,
     s->grids[g] = {grid_dots[g], static_cast<int32_t>(g)};
   }
   auto grid_pages = [&t](int32_t g) {
-    return t.ChunkFirstPage(t.GridFirstChunk(g + 1)) -
-           t.ChunkFirstPage(t.GridFirstChunk(g));
+    return t.ChunkFirstPage(t.GridFirstChunk(g + 1)) - t.ChunkFirstPage(t.GridFirstChunk(g));
   };
   const size_t kept_grids =
-      TopWithFloor(&s->grids, CeilFraction(options_.grid_keep_fraction, G),
-                   grid_pages, target);
+      TopWithFloor(&s->grids, CeilFraction(options_.grid_keep_fraction, G), grid_pages, target);
   // Chunks of kept grids.
   s->chunks.clear();
   for (size_t i = 0; i < kept_grids; ++i) {
@@ -381,8 +354,7 @@ void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm,
     const float* dots = gemm ? s->all_chunk + c0 : nullptr;
     if (!gemm) {
       s->dots.resize(std::max<size_t>(s->dots.size(), c1 - c0));
-      simd::DotRowsHalf(t.chunk_rows() + c0 * D, c1 - c0, D, s->q.data(),
-                        s->dots.data());
+      simd::DotRowsHalf(t.chunk_rows() + c0 * D, c1 - c0, D, s->q.data(), s->dots.data());
       dots = s->dots.data();
       out->rows_scored += c1 - c0;
     }
@@ -390,13 +362,10 @@ void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm,
       s->chunks.push_back({dots[c - c0], static_cast<int32_t>(c)});
     }
   }
-  auto chunk_pages = [&t](int32_t c) {
-    return t.ChunkFirstPage(c + 1) - t.ChunkFirstPage(c);
-  };
-  const size_t kept_chunks = TopWithFloor(
-      &s->chunks,
-      CeilFraction(options_.chunk_keep_fraction, s->chunks.size()),
-      chunk_pages, target);
+  auto chunk_pages = [&t](int32_t c) { return t.ChunkFirstPage(c + 1) - t.ChunkFirstPage(c); };
+  const size_t kept_chunks =
+      TopWithFloor(&s->chunks, CeilFraction(options_.chunk_keep_fraction, s->chunks.size()),
+                   chunk_pages, target);
   // Pages of kept chunks: exact fp16 dot products, or int8 ones with an
   // error bound (re-scored exactly where the bound leaves a decision
   // open: RefineQuantised).
@@ -426,8 +395,7 @@ void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm,
     const float* dots = gemm ? s->all_page + p0 : nullptr;
     if (!gemm) {
       s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
-      simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(),
-                        s->dots.data());
+      simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(), s->dots.data());
       dots = s->dots.data();
       out->rows_scored += p1 - p0;
     }
@@ -444,8 +412,7 @@ void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm,
     const float* dots = gemm ? s->all_page + p0 : nullptr;
     if (!gemm) {
       s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
-      simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(),
-                        s->dots.data());
+      simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(), s->dots.data());
       dots = s->dots.data();
       out->rows_scored += p1 - p0;
     }
@@ -475,8 +442,7 @@ void Selector::ScoreFlat(const SelectRequest& r, const RunPlan& plan, Scratch* s
   float* aff = s->affinity.data();
   if (IsKeyKey(r.scorer)) {
     // Per-layer anchor (Validate checked the shape).
-    LayerKeyKeyScores(*ctx.keys(), r.anchor, r.centered, &s->keys,
-                      absl::MakeSpan(aff, n))
+    LayerKeyKeyScores(*ctx.keys(), r.anchor, r.centered, &s->keys, absl::MakeSpan(aff, n))
         .IgnoreError();
     MinMaxNormalise(absl::MakeSpan(aff, n));
     const float w = r.recency_weight;
@@ -486,9 +452,8 @@ void Selector::ScoreFlat(const SelectRequest& r, const RunPlan& plan, Scratch* s
   } else if (r.scorer == ScorerKind::kMass) {
     MassMemory& memory = ctx.mass_memory();
     if (!r.head_queries.empty()) memory.Begin(r.step);
-    MassScores(ctx.keys(), ctx.calibration(), ctx.key_slots(), t.dim(), n,
-               r.head_queries, &s->keys, absl::MakeSpan(aff, n),
-               r.head_queries.empty() ? nullptr : &memory.previous,
+    MassScores(ctx.keys(), ctx.calibration(), ctx.key_slots(), t.dim(), n, r.head_queries, &s->keys,
+               absl::MakeSpan(aff, n), r.head_queries.empty() ? nullptr : &memory.previous,
                r.head_queries.empty() ? nullptr : &memory.current)
         .IgnoreError();  // validated
     CapRetrievalTerms(ctx.calibration(), !r.head_queries.empty(), sinks, local_first, free,
@@ -554,8 +519,7 @@ void Selector::RankWithStability(const SelectRequest& r, const RunPlan& plan, Sc
       ++out->rescored;
     }
     st.Observe(p, s->affinity[p] > so.theta);
-    s->pool.push_back(
-        {(1.0f - w) * s->affinity[p] + w * st.Stability(p, window), p});
+    s->pool.push_back({(1.0f - w) * s->affinity[p] + w * st.Stability(p, window), p});
   }
   s->held.clear();
   if (r.stability && so.hold_threshold <= 1.0f) {
@@ -582,8 +546,8 @@ void Selector::RankWithStability(const SelectRequest& r, const RunPlan& plan, Sc
 // always-chosen sinks and local window. Returns false, with nothing in
 // *out, when those pages cannot decide the budget exactly; the caller
 // then runs the flat pass (which observes every page again).
-bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
-                         int64_t free, Scratch* s, SelectResult* out) {
+bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals, int64_t free,
+                         Scratch* s, SelectResult* out) {
   StabilityTracker& st = r.context->stability();
   const StabilityOptions& so = options_.stability;
   const int64_t n = r.context->tree().num_pages();
@@ -593,9 +557,7 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
   const float fn = static_cast<float>(n);
   const float low = 1.0f / fn;
   const float range = fn / fn - low;
-  auto affinity = [&](int64_t p) {
-    return (static_cast<float>(p + 1) / fn - low) / range;
-  };
+  auto affinity = [&](int64_t p) { return (static_cast<float>(p + 1) / fn - low) / range; };
   // First page above theta (the affinity never decreases with p).
   int64_t lo = 0, hi = n;
   while (lo < hi) {
@@ -681,8 +643,7 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
     }
   }
   if (k < s->pool.size()) {
-    std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(),
-                     ByBetterRecent());
+    std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(), ByBetterRecent());
   }
   // A page at or below theta scores at most (1 - w) * affinity(above - 1)
   // + w; the k-th best must reach that (a tie goes to the pool's more
@@ -722,8 +683,7 @@ bool Selector::RefineQuantised(const SelectRequest& r, int64_t free, float w, Sc
   StabilityTracker& st = r.context->stability();
   const int32_t window = options_.stability.window_steps;
   std::vector<ScoredIndex>& pool = s->pool;
-  const size_t k = std::min<size_t>(static_cast<size_t>(std::max<int64_t>(free, 0)),
-                                    pool.size());
+  const size_t k = std::min<size_t>(static_cast<size_t>(std::max<int64_t>(free, 0)), pool.size());
   if (k == 0) return false;  // nothing chosen from the pool
   auto rescore = [&](ScoredIndex& e) {
     if (s->page_bound[e.index] == 0.0f) return;
@@ -753,9 +713,8 @@ bool Selector::RefineQuantised(const SelectRequest& r, int64_t free, float w, Sc
   return true;
 }
 
-void Selector::FinishRanking(const SelectRequest& r, int64_t sinks,
-                             int64_t local_first, int64_t n, int64_t free,
-                             bool partitioned, Scratch* s, SelectResult* out) {
+void Selector::FinishRanking(const SelectRequest& r, int64_t sinks, int64_t local_first, int64_t n,
+                             int64_t free, bool partitioned, Scratch* s, SelectResult* out) {
   StabilityTracker& st = r.context->stability();
   const int32_t window = options_.stability.window_steps;
   out->candidates = static_cast<int64_t>(s->pool.size());
@@ -784,43 +743,35 @@ void Selector::FinishRanking(const SelectRequest& r, int64_t sinks,
       s->rising.push_back({st.Stability(p, window), p});
     }
   }
-  auto more_stable = [](const std::pair<float, int64_t>& a,
-                        const std::pair<float, int64_t>& b) {
+  auto more_stable = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
-  const size_t keep =
-      std::min<size_t>(s->rising.size(), options_.max_prefetch_blocks);
+  const size_t keep = std::min<size_t>(s->rising.size(), options_.max_prefetch_blocks);
   if (keep < s->rising.size()) {
-    std::nth_element(s->rising.begin(), s->rising.begin() + keep,
-                     s->rising.end(), more_stable);
+    std::nth_element(s->rising.begin(), s->rising.begin() + keep, s->rising.end(), more_stable);
   }
   std::sort(s->rising.begin(), s->rising.begin() + keep, more_stable);
-  for (size_t i = 0; i < keep; ++i)
-    out->prefetch.push_back(s->rising[i].second);
+  for (size_t i = 0; i < keep; ++i) out->prefetch.push_back(s->rising[i].second);
 }
 
 // ---- entry points
 // -------------------------------------------------------------
 
-absl::Status Selector::Select(const SelectRequest& request,
-                              SelectResult* result) {
-  return SelectBatch(absl::MakeConstSpan(&request, 1),
-                     absl::MakeSpan(result, 1));
+absl::Status Selector::Select(const SelectRequest& request, SelectResult* result) {
+  return SelectBatch(absl::MakeConstSpan(&request, 1), absl::MakeSpan(result, 1));
 }
 
 absl::Status Selector::SelectBatch(absl::Span<const SelectRequest> requests,
                                    absl::Span<SelectResult> results) {
   if (results.size() != requests.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("results has ", results.size(), " entries, requests ",
-                     requests.size()));
+        absl::StrCat("results has ", results.size(), " entries, requests ", requests.size()));
   }
   std::vector<int64_t>& budgets = batch_budgets_;
   budgets.resize(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     if (absl::Status s = Validate(requests[i], &budgets[i]); !s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("requests[", i, "]: ", s.message()));
+      return absl::Status(s.code(), absl::StrCat("requests[", i, "]: ", s.message()));
     }
   }
   if (requests.size() > 1) {
@@ -853,9 +804,7 @@ absl::Status Selector::SelectBatch(absl::Span<const SelectRequest> requests,
     for (size_t i = 0; i < requests.size(); ++i) {
       const ContextTree& t = requests[i].context->tree();
       const bool key_key = TreeKeyKey(requests[i]);
-      offsets[i + 1] =
-          offsets[i] +
-          (key_key ? t.num_grids() + t.num_chunks() + t.num_pages() : 0);
+      offsets[i + 1] = offsets[i] + (key_key ? t.num_grids() + t.num_chunks() + t.num_pages() : 0);
     }
     gemm_scores_.resize(offsets.back());
     bool scored = false;
@@ -878,29 +827,29 @@ absl::Status Selector::SelectBatch(absl::Span<const SelectRequest> requests,
     }
     if (!scored) {
       pool_->ParallelFor(static_cast<int64_t>(requests.size()), options_.num_threads,
-                            [&](int32_t w, int64_t i) {
-                              if (offsets[i + 1] == offsets[i]) return;
-                              const ContextTree& t = requests[i].context->tree();
-                              Scratch* s = scratch_[w].get();
-                              s->all_grid = gemm_scores_.data() + offsets[i];
-                              s->all_chunk = s->all_grid + t.num_grids();
-                              s->all_page = s->all_chunk + t.num_chunks();
-                              ScoreAllLevels(requests[i], s);
-                            });
+                         [&](int32_t w, int64_t i) {
+                           if (offsets[i + 1] == offsets[i]) return;
+                           const ContextTree& t = requests[i].context->tree();
+                           Scratch* s = scratch_[w].get();
+                           s->all_grid = gemm_scores_.data() + offsets[i];
+                           s->all_chunk = s->all_grid + t.num_grids();
+                           s->all_page = s->all_chunk + t.num_chunks();
+                           ScoreAllLevels(requests[i], s);
+                         });
     }
   }
   pool_->ParallelFor(static_cast<int64_t>(requests.size()), options_.num_threads,
-                        [&](int32_t w, int64_t i) {
-                          Scratch* s = scratch_[w].get();
-                          s->all_grid = s->all_chunk = s->all_page = nullptr;
-                          if (gemm) {
-                            const ContextTree& t = requests[i].context->tree();
-                            s->all_grid = gemm_scores_.data() + offsets[i];
-                            s->all_chunk = s->all_grid + t.num_grids();
-                            s->all_page = s->all_chunk + t.num_chunks();
-                          }
-                          Run(requests[i], budgets[i], s, &results[i]);
-                        });
+                     [&](int32_t w, int64_t i) {
+                       Scratch* s = scratch_[w].get();
+                       s->all_grid = s->all_chunk = s->all_page = nullptr;
+                       if (gemm) {
+                         const ContextTree& t = requests[i].context->tree();
+                         s->all_grid = gemm_scores_.data() + offsets[i];
+                         s->all_chunk = s->all_grid + t.num_grids();
+                         s->all_page = s->all_chunk + t.num_chunks();
+                       }
+                       Run(requests[i], budgets[i], s, &results[i]);
+                     });
   return absl::OkStatus();
 }
 

@@ -171,7 +171,7 @@ struct SelectRequest {
 };
 
 struct SelectResult {
-  std::vector<int64_t> blocks;    // chosen page indices, ascending
+  std::vector<int64_t> blocks;  // chosen page indices, ascending
   // Per chosen page: the affinity it was ranked by this step, in [0, 1]
   // (0 when not scored this step: held, or the whole context fit).
   std::vector<float> scores;
@@ -186,13 +186,12 @@ struct SelectResult {
   int64_t mass_pages_opened = 0;
   int64_t mass_pages_screened = 0;
   int64_t mass_chunks_screened = 0;
-  bool mass_sparse = false;       // the sparse path ranked this request
+  bool mass_sparse = false;  // the sparse path ranked this request
 };
 
 class Selector {
  public:
-  static absl::StatusOr<std::unique_ptr<Selector>> Create(
-      const SelectorOptions& options);
+  static absl::StatusOr<std::unique_ptr<Selector>> Create(const SelectorOptions& options);
   ~Selector();
 
   const SelectorOptions& options() const { return options_; }
@@ -226,10 +225,9 @@ class Selector {
   explicit Selector(const SelectorOptions& options);
   absl::Status Validate(const SelectRequest& r, int64_t* budget) const;
   void ScoreAllLevels(const SelectRequest& r, Scratch* s);
-  void Run(const SelectRequest& r, int64_t budget, Scratch* s,
-           SelectResult* out);
-  bool RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals,
-                 int64_t free, Scratch* s, SelectResult* out);
+  void Run(const SelectRequest& r, int64_t budget, Scratch* s, SelectResult* out);
+  bool RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals, int64_t free, Scratch* s,
+                 SelectResult* out);
   // Run's steps: the shape of the request's budget, the scores (the
   // key-key tree descent, or every page by its scorer), then stability and
   // the ranking.
@@ -258,9 +256,8 @@ class Selector {
   void RescorePage(const ContextTree& t, int32_t p, Scratch* s);
   bool RefineQuantised(const SelectRequest& r, int64_t free, float w, Scratch* s,
                        SelectResult* out);
-  void FinishRanking(const SelectRequest& r, int64_t sinks, int64_t local_first,
-                     int64_t n, int64_t free, bool partitioned, Scratch* s,
-                     SelectResult* out);
+  void FinishRanking(const SelectRequest& r, int64_t sinks, int64_t local_first, int64_t n,
+                     int64_t free, bool partitioned, Scratch* s, SelectResult* out);
 
   const SelectorOptions options_;
   std::vector<std::unique_ptr<Scratch>> scratch_;  // one per thread

@@ -40,9 +40,7 @@ struct ByBetter {
   bool operator()(const ScoredIndex& a, const ScoredIndex& b) const { return Better(a, b); }
 };
 struct ByBetterRecent {
-  bool operator()(const ScoredIndex& a, const ScoredIndex& b) const {
-    return BetterRecent(a, b);
-  }
+  bool operator()(const ScoredIndex& a, const ScoredIndex& b) const { return BetterRecent(a, b); }
 };
 
 // Moves the best `k` items of *v to its front; then, while the weight of the
@@ -50,7 +48,7 @@ struct ByBetterRecent {
 // number kept (>= 1 when v is not empty).
 template <typename WeightFn>
 inline size_t TopWithFloor(std::vector<ScoredIndex>* v, size_t k, WeightFn weight,
-                    int64_t target_weight) {
+                           int64_t target_weight) {
   const size_t n = v->size();
   if (n == 0) return 0;
   k = std::clamp<size_t>(k, 1, n);
@@ -60,8 +58,8 @@ inline size_t TopWithFloor(std::vector<ScoredIndex>* v, size_t k, WeightFn weigh
   for (size_t i = 0; i < k; ++i) w += weight((*v)[i].index);
   while (w < target_weight && k < n) {
     const double per_item = std::max(1.0, static_cast<double>(w) / k);
-    size_t extra = static_cast<size_t>(
-        std::ceil(static_cast<double>(target_weight - w) / per_item));
+    size_t extra =
+        static_cast<size_t>(std::ceil(static_cast<double>(target_weight - w) / per_item));
     extra = std::clamp<size_t>(extra, 1, n - k);
     if (k + extra < n) {
       std::nth_element(first + k, first + k + extra, v->end(), ByBetter());
@@ -78,22 +76,18 @@ inline bool IsKeyKey(ScorerKind k) {
 
 // A key-key request scored through the tree (pooled anchor).
 inline bool TreeKeyKey(const SelectRequest& r) {
-  return IsKeyKey(r.scorer) &&
-         static_cast<int64_t>(r.anchor.size()) == r.context->tree().dim();
+  return IsKeyKey(r.scorer) && static_cast<int64_t>(r.anchor.size()) == r.context->tree().dim();
 }
 
 // Float rounding allowance of an affinity or pool score computed from an
 // approximate dot product (RefineQuantised).
 constexpr float kAffinitySlack = 0x1p-20f;
 
-inline float Affinity(float dot) {
-  return std::clamp(0.5f * (1.0f + dot), 0.0f, 1.0f);
-}
+inline float Affinity(float dot) { return std::clamp(0.5f * (1.0f + dot), 0.0f, 1.0f); }
 
 inline int64_t CeilFraction(double fraction, int64_t n) {
   return static_cast<int64_t>(std::ceil(fraction * static_cast<double>(n)));
 }
-
 
 // The calibration's retrieval_share (calibration.h): keeps the retrieval
 // terms of at most floor(retrieval_share * free) pages of [sinks,

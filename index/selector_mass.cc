@@ -227,8 +227,8 @@ bool Selector::RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t loca
   }
   // Dot products: T per opened page, 3 per screened summary.
   const int64_t tokens = with_queries ? ctx.keys()->options().key_tokens : 0;
-  out->rows_scored = out->mass_pages_opened * tokens +
-                     3 * (out->mass_pages_screened + out->mass_chunks_screened);
+  out->rows_scored =
+      out->mass_pages_opened * tokens + 3 * (out->mass_pages_screened + out->mass_chunks_screened);
   out->mass_sparse = true;
   FinishRanking(r, sinks, local_first, n, free, /*partitioned=*/false, s, out);
   return true;

@@ -17,8 +17,7 @@ using ::kvtier::testutil::MakeSyntheticContext;
 using ::kvtier::testutil::SyntheticContext;
 using ::kvtier::testutil::SyntheticContextOptions;
 
-std::unique_ptr<ContextIndex> MakeContext(const std::vector<float>& vectors, int32_t dim,
-                                          bool q8) {
+std::unique_ptr<ContextIndex> MakeContext(const std::vector<float>& vectors, int32_t dim, bool q8) {
   TreeOptions o;
   o.dim = dim;
   o.q8_pages = q8;
@@ -70,9 +69,14 @@ TEST(SelectorQ8Test, EqualsFp16ScoringStepForStep) {
       r.step = step;
       r.stability = step % 7 != 0;
       switch (step % 10) {
-        case 0: r.budget_blocks = 5; break;        // sinks + locals only
-        case 1: r.budget_blocks = n / 2; break;    // more than the candidates
-        default: r.budget_blocks = 5 + n / 100 + step % 13;
+        case 0:
+          r.budget_blocks = 5;
+          break;  // sinks + locals only
+        case 1:
+          r.budget_blocks = n / 2;
+          break;  // more than the candidates
+        default:
+          r.budget_blocks = 5 + n / 100 + step % 13;
       }
       SelectResult a, b;
       r.context = q8_ctx.get();
@@ -119,9 +123,9 @@ TEST(SelectorQ8Test, OptionOffScoresInFp16) {
   EXPECT_GT(b.rescored, 0);
   EXPECT_LT(b.rescored, b.candidates);
   EXPECT_EQ(a.blocks, b.blocks);
-  EXPECT_GE(ctx->tree().MemoryBytes(),
-            MakeContext(syn.vectors, syn.dim, /*q8=*/false)->tree().MemoryBytes() +
-                2048u * (128 + 16));
+  EXPECT_GE(
+      ctx->tree().MemoryBytes(),
+      MakeContext(syn.vectors, syn.dim, /*q8=*/false)->tree().MemoryBytes() + 2048u * (128 + 16));
 }
 
 }  // namespace

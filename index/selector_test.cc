@@ -18,8 +18,7 @@ using ::kvtier::testutil::MakeSyntheticContext;
 using ::kvtier::testutil::SyntheticContext;
 using ::kvtier::testutil::SyntheticContextOptions;
 
-std::unique_ptr<ContextIndex> MakeContext(const std::vector<float>& vectors,
-                                          int32_t dim,
+std::unique_ptr<ContextIndex> MakeContext(const std::vector<float>& vectors, int32_t dim,
                                           int32_t pages_per_chunk = 16,
                                           int32_t chunks_per_grid = 16) {
   TreeOptions o;
@@ -108,9 +107,8 @@ TEST(SelectorTest, SinksAndLocalWindowAlwaysChosen) {
     EXPECT_TRUE(Contains(out.blocks, p));
   }
   // A budget covering the context returns every page.
-  auto small = MakeContext(
-      std::vector<float>(syn.vectors.begin(), syn.vectors.begin() + 6 * 128),
-      128);
+  auto small =
+      MakeContext(std::vector<float>(syn.vectors.begin(), syn.vectors.begin() + 6 * 128), 128);
   r.context = small.get();
   r.budget_blocks = 100;
   ASSERT_TRUE(selector->Select(r, &out).ok());
@@ -130,8 +128,7 @@ std::vector<float> MaskedLayout() {
 
 TEST(SelectorTest, ChildOfDroppedParentIsNeverChosen) {
   const std::vector<float> anchor = {0, 0, 1, 0};
-  for (SelectAlgorithm alg :
-       {SelectAlgorithm::kDescent, SelectAlgorithm::kGemm}) {
+  for (SelectAlgorithm alg : {SelectAlgorithm::kDescent, SelectAlgorithm::kGemm}) {
     auto ctx = MakeContext(MaskedLayout(), 4, 2, 2);
     SelectorOptions o;
     o.sink_blocks = 0;
@@ -160,8 +157,7 @@ TEST(SelectorTest, ChildOfDroppedParentIsNeverChosen) {
 TEST(SelectorTest, OneStepSpikeDoesNotEvictStableBlock) {
   // Page 0 is relevant (affinity ~0.9) for 20 steps; at step 21 page 1
   // spikes above it while page 0 stays relevant.
-  const std::vector<float> vectors = {1, 0, 0, 0, 0, 1, 0, 0,
-                                      0, 0, 1, 0, 0, 0, 0, 1};
+  const std::vector<float> vectors = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
   const std::vector<float> steady = {1, 0, 0.2f, 0};
   const std::vector<float> spike = {0.5f, 1.0f, 0, 0};
   for (float weight : {0.3f, 0.0f}) {
@@ -350,8 +346,7 @@ TEST(SelectorTest, FlatScorers) {
   auto bare = MakeContext(std::vector<float>(16, 1.0f), 2);
   r.context = bare.get();
   r.scorer = ScorerKind::kQuest;
-  EXPECT_EQ(selector->Select(r, &out).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(selector->Select(r, &out).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(SelectorTest, InvalidInputNamesTheField) {
@@ -359,9 +354,7 @@ TEST(SelectorTest, InvalidInputNamesTheField) {
   auto ctx = MakeContext(syn.vectors, syn.dim);
   auto selector = MakeSelector({});
   SelectResult out;
-  auto message = [&](SelectRequest r) {
-    return std::string(selector->Select(r, &out).message());
-  };
+  auto message = [&](SelectRequest r) { return std::string(selector->Select(r, &out).message()); };
   SelectRequest good;
   good.context = ctx.get();
   good.anchor = syn.anchor;
@@ -375,8 +368,7 @@ TEST(SelectorTest, InvalidInputNamesTheField) {
   const std::vector<float> short_anchor(64, 1.0f);
   r = good;
   r.anchor = short_anchor;
-  EXPECT_NE(message(r).find("anchor has 64 values; expected 128 (pooled"),
-            std::string::npos);
+  EXPECT_NE(message(r).find("anchor has 64 values; expected 128 (pooled"), std::string::npos);
   std::vector<float> nan_anchor = syn.anchor;
   nan_anchor[7] = std::nanf("");
   r.anchor = nan_anchor;
@@ -402,34 +394,28 @@ TEST(SelectorTest, InvalidInputNamesTheField) {
   EXPECT_NE(message(r).find("context is empty"), std::string::npos);
   r = good;
   r.scorer = ScorerKind::kKeyKeyWeighted;
-  EXPECT_EQ(selector->Select(r, &out).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(selector->Select(r, &out).code(), absl::StatusCode::kFailedPrecondition);
 
   std::vector<SelectRequest> twice = {good, good};
   std::vector<SelectResult> outs(2);
   twice[0].step = twice[1].step = 6;
-  EXPECT_NE(selector->SelectBatch(twice, absl::MakeSpan(outs))
-                .message()
-                .find("same context twice"),
+  EXPECT_NE(selector->SelectBatch(twice, absl::MakeSpan(outs)).message().find("same context twice"),
             std::string::npos);
   twice[1].anchor = short_anchor;
-  EXPECT_NE(selector->SelectBatch(twice, absl::MakeSpan(outs))
-                .message()
-                .find("requests[1]: anchor"),
-            std::string::npos);
+  EXPECT_NE(
+      selector->SelectBatch(twice, absl::MakeSpan(outs)).message().find("requests[1]: anchor"),
+      std::string::npos);
   // A failed batch leaves the context's history as it was.
   EXPECT_EQ(ctx->stability().step(), 5);
 
   SelectorOptions bad;
   bad.grid_keep_fraction = 0;
-  EXPECT_NE(Selector::Create(bad).status().message().find(
-                "options.grid_keep_fraction"),
+  EXPECT_NE(Selector::Create(bad).status().message().find("options.grid_keep_fraction"),
             std::string::npos);
   bad = SelectorOptions();
   bad.stability.window_steps = 0;
-  EXPECT_NE(
-      Selector::Create(bad).status().message().find("stability.window_steps"),
-      std::string::npos);
+  EXPECT_NE(Selector::Create(bad).status().message().find("stability.window_steps"),
+            std::string::npos);
 }
 
 // The uncalibrated mass scorer's window path gives exactly the flat pass's
@@ -442,10 +428,8 @@ TEST(SelectorTest, InvalidInputNamesTheField) {
 // how many steps another scorer runs (observing pages one by one), as does
 // the flat pass the window path hands a budget it cannot decide over to.
 void ExpectWindowPathEqualsTheFlatPass(int32_t window_steps, int64_t other_every,
-                                       int64_t big_budget_every, int64_t gap_every,
-                                       int64_t steps,
-                                       int64_t* window_path_steps,
-                                       int64_t* sparse_steps) {
+                                       int64_t big_budget_every, int64_t gap_every, int64_t steps,
+                                       int64_t* window_path_steps, int64_t* sparse_steps) {
   constexpr int32_t kDim = 16;
   std::mt19937 rng(7 + window_steps);
   std::normal_distribution<float> normal;
@@ -485,9 +469,15 @@ void ExpectWindowPathEqualsTheFlatPass(int32_t window_steps, int64_t other_every
     r.scorer = ScorerKind::kMass;
     if (step % other_every == 0) {
       switch ((step / other_every) % 3) {
-        case 0: r.scorer = ScorerKind::kKeyKey; r.anchor = anchor; break;
-        case 1: r.scorer = ScorerKind::kRecency; break;
-        default: r.scorer = ScorerKind::kKeyDiff;
+        case 0:
+          r.scorer = ScorerKind::kKeyKey;
+          r.anchor = anchor;
+          break;
+        case 1:
+          r.scorer = ScorerKind::kRecency;
+          break;
+        default:
+          r.scorer = ScorerKind::kKeyDiff;
       }
     }
     // Mostly small budgets; every big_budget_every-th step more than the

@@ -84,8 +84,8 @@ struct CompactOptions {
 
 // One (layer, KV head) of a context, fp32, row-major.
 struct HeadKv {
-  int32_t num_tokens = 0;  // T >= 1
-  int32_t head_dim = 0;    // D >= 1
+  int32_t num_tokens = 0;          // T >= 1
+  int32_t head_dim = 0;            // D >= 1
   absl::Span<const float> keys;    // [T][D]
   absl::Span<const float> values;  // [T][D]
   // Optional observation-window queries of the query heads that read this

@@ -59,15 +59,14 @@ float DotRowHalfScalar(const uint16_t* row, size_t dim, const float* q) {
   return sum;
 }
 
-void DotRowsHalfScalar(const uint16_t* rows, size_t nrows, size_t dim,
-                       const float* q, float* out) {
+void DotRowsHalfScalar(const uint16_t* rows, size_t nrows, size_t dim, const float* q, float* out) {
   for (size_t r = 0; r < nrows; ++r) {
     out[r] = DotRowHalfScalar(rows + r * dim, dim, q);
   }
 }
 
-void DotRowsInt8Scalar(const int8_t* rows, size_t nrows, size_t stride,
-                       size_t dim, const float* q, float* out) {
+void DotRowsInt8Scalar(const int8_t* rows, size_t nrows, size_t stride, size_t dim, const float* q,
+                       float* out) {
   for (size_t r = 0; r < nrows; ++r) {
     const int8_t* row = rows + r * stride;
     float acc[4] = {0, 0, 0, 0};
@@ -110,8 +109,7 @@ float DotScalar(const float* a, const float* b, size_t n) {
   for (; i + 8 <= n; i += 8) {
     for (size_t j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
   }
-  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
-              ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   for (; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
@@ -144,8 +142,8 @@ KVTIER_AVX2 void BfloatToFloatAvx2(const void* src, float* dst, size_t n) {
 KVTIER_AVX2 void FloatToHalfAvx2(const float* src, uint16_t* dst, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m128i h =
+        _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
   }
   for (; i < n; ++i) dst[i] = FloatToHalf(src[i]);
@@ -166,14 +164,14 @@ KVTIER_AVX2 inline __m256 LoadHalf8(const uint16_t* p) {
 
 // Tail (dim % 8) is added after the vector sum, in index order, for every
 // row alike.
-KVTIER_AVX2 inline float TailHalf(const uint16_t* row, size_t from, size_t dim,
-                                  const float* q, float sum) {
+KVTIER_AVX2 inline float TailHalf(const uint16_t* row, size_t from, size_t dim, const float* q,
+                                  float sum) {
   for (size_t d = from; d < dim; ++d) sum += HalfToFloat(row[d]) * q[d];
   return sum;
 }
 
-KVTIER_AVX2 void DotRowsHalfAvx2(const uint16_t* rows, size_t nrows, size_t dim,
-                                 const float* q, float* out) {
+KVTIER_AVX2 void DotRowsHalfAvx2(const uint16_t* rows, size_t nrows, size_t dim, const float* q,
+                                 float* out) {
   const size_t body = dim & ~size_t{7};
   size_t r = 0;
   for (; r + 4 <= nrows; r += 4) {
@@ -210,9 +208,8 @@ KVTIER_AVX2 inline __m256 LoadInt8x8(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
 }
 
-KVTIER_AVX2 void DotRowsInt8Avx2(const int8_t* rows, size_t nrows,
-                                 size_t stride, size_t dim, const float* q,
-                                 float* out) {
+KVTIER_AVX2 void DotRowsInt8Avx2(const int8_t* rows, size_t nrows, size_t stride, size_t dim,
+                                 const float* q, float* out) {
   const size_t body = dim & ~size_t{7};
   for (size_t r = 0; r < nrows; ++r) {
     const int8_t* row = rows + r * stride;
@@ -220,8 +217,7 @@ KVTIER_AVX2 void DotRowsInt8Avx2(const int8_t* rows, size_t nrows,
     size_t d = 0;
     for (; d + 16 <= body; d += 16) {
       a0 = _mm256_fmadd_ps(LoadInt8x8(row + d), _mm256_loadu_ps(q + d), a0);
-      a1 = _mm256_fmadd_ps(LoadInt8x8(row + d + 8), _mm256_loadu_ps(q + d + 8),
-                           a1);
+      a1 = _mm256_fmadd_ps(LoadInt8x8(row + d + 8), _mm256_loadu_ps(q + d + 8), a1);
     }
     for (; d < body; d += 8) {
       a0 = _mm256_fmadd_ps(LoadInt8x8(row + d), _mm256_loadu_ps(q + d), a0);
@@ -232,18 +228,15 @@ KVTIER_AVX2 void DotRowsInt8Avx2(const int8_t* rows, size_t nrows,
   }
 }
 
-KVTIER_AVX2 float SumExpBelowAvx2(const float* x, size_t n, float scale,
-                                  float shift) {
+KVTIER_AVX2 float SumExpBelowAvx2(const float* x, size_t n, float scale, float shift) {
   const __m256 vs = _mm256_set1_ps(scale), vh = _mm256_set1_ps(shift);
   const __m256 lo = _mm256_set1_ps(-87.0f);
   __m256 acc = _mm256_setzero_ps();
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m256 y = _mm256_max_ps(
-        _mm256_mul_ps(vs, _mm256_sub_ps(_mm256_loadu_ps(x + i), vh)), lo);
-    const __m256 k = _mm256_round_ps(
-        _mm256_mul_ps(y, _mm256_set1_ps(1.44269504088896341f)),
-        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 y = _mm256_max_ps(_mm256_mul_ps(vs, _mm256_sub_ps(_mm256_loadu_ps(x + i), vh)), lo);
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(y, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), y);
     r = _mm256_fmadd_ps(k, _mm256_set1_ps(2.12194440e-4f), r);
     __m256 p = _mm256_set1_ps(1.9875691500e-4f);
@@ -253,8 +246,8 @@ KVTIER_AVX2 float SumExpBelowAvx2(const float* x, size_t n, float scale,
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
     p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    const __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
     acc = _mm256_add_ps(acc, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
   }
   float sum = HorizontalSum256(acc);
@@ -274,12 +267,10 @@ KVTIER_AVX2 float DotAvx2(const float* a, const float* b, size_t n) {
 }
 
 // ---- AVX-512 (F, BW, VL) ---------------------------------------------------
-#define KVTIER_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define KVTIER_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
 KVTIER_AVX512 inline __m512 LoadHalf16(const uint16_t* p) {
-  return _mm512_cvtph_ps(
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
 KVTIER_AVX512 inline __m512 LoadHalf16Masked(const uint16_t* p, __mmask16 m) {
@@ -296,8 +287,8 @@ KVTIER_AVX512 void HalfToFloatAvx512(const void* src, float* dst, size_t n) {
   }
 }
 
-KVTIER_AVX512 void DotRowsHalfAvx512(const uint16_t* rows, size_t nrows,
-                                     size_t dim, const float* q, float* out) {
+KVTIER_AVX512 void DotRowsHalfAvx512(const uint16_t* rows, size_t nrows, size_t dim, const float* q,
+                                     float* out) {
   const size_t body = dim & ~size_t{15};
   const size_t tail = dim - body;
   const __mmask16 m = static_cast<__mmask16>((1u << tail) - 1);
@@ -344,12 +335,10 @@ struct Kernels {
   void (*half_to_float)(const void*, float*, size_t) = HalfToFloatScalar;
   void (*bfloat_to_float)(const void*, float*, size_t) = BfloatToFloatScalar;
   void (*float_to_half)(const float*, uint16_t*, size_t) = FloatToHalfScalar;
-  void (*dot_rows_half)(const uint16_t*, size_t, size_t, const float*,
-                        float*) = DotRowsHalfScalar;
+  void (*dot_rows_half)(const uint16_t*, size_t, size_t, const float*, float*) = DotRowsHalfScalar;
   void (*dot_rows_int8)(const int8_t*, size_t, size_t, size_t, const float*,
                         float*) = DotRowsInt8Scalar;
-  float (*sum_exp_below)(const float*, size_t, float, float) =
-      SumExpBelowScalar;
+  float (*sum_exp_below)(const float*, size_t, float, float) = SumExpBelowScalar;
   float (*dot)(const float*, const float*, size_t) = DotScalar;
   absl::string_view isa = "scalar";
 };
@@ -368,8 +357,7 @@ Kernels Detect() {
   Kernels k;
 #ifdef KVTIER_X86
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") &&
-                    __builtin_cpu_supports("fma") && CpuHasF16c();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && CpuHasF16c();
   if (avx2) {
     k.half_to_float = HalfToFloatAvx2;
     k.bfloat_to_float = BfloatToFloatAvx2;
@@ -379,8 +367,7 @@ Kernels Detect() {
     k.sum_exp_below = SumExpBelowAvx2;
     k.dot = DotAvx2;
     k.isa = "avx2";
-    if (__builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw") &&
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl")) {
       k.half_to_float = HalfToFloatAvx512;
       k.dot_rows_half = DotRowsHalfAvx512;
@@ -432,13 +419,9 @@ uint16_t FloatToHalf(float value) {
   return sign | static_cast<uint16_t>(h);
 }
 
-float BfloatToFloat(uint16_t bits) {
-  return BitsFloat(static_cast<uint32_t>(bits) << 16);
-}
+float BfloatToFloat(uint16_t bits) { return BitsFloat(static_cast<uint32_t>(bits) << 16); }
 
-void HalfToFloatN(const void* src, float* dst, size_t n) {
-  Active().half_to_float(src, dst, n);
-}
+void HalfToFloatN(const void* src, float* dst, size_t n) { Active().half_to_float(src, dst, n); }
 
 void BfloatToFloatN(const void* src, float* dst, size_t n) {
   Active().bfloat_to_float(src, dst, n);
@@ -448,13 +431,12 @@ void FloatToHalfN(const float* src, uint16_t* dst, size_t n) {
   Active().float_to_half(src, dst, n);
 }
 
-void DotRowsHalf(const uint16_t* rows, size_t nrows, size_t dim, const float* q,
-                 float* out) {
+void DotRowsHalf(const uint16_t* rows, size_t nrows, size_t dim, const float* q, float* out) {
   Active().dot_rows_half(rows, nrows, dim, q, out);
 }
 
-void DotRowsInt8(const int8_t* rows, size_t nrows, size_t stride, size_t dim,
-                 const float* q, float* out) {
+void DotRowsInt8(const int8_t* rows, size_t nrows, size_t stride, size_t dim, const float* q,
+                 float* out) {
   Active().dot_rows_int8(rows, nrows, stride, dim, q, out);
 }
 
@@ -462,9 +444,7 @@ float SumExpBelow(const float* x, size_t n, float scale, float shift) {
   return Active().sum_exp_below(x, n, scale, shift);
 }
 
-float Dot(const float* a, const float* b, size_t n) {
-  return Active().dot(a, b, n);
-}
+float Dot(const float* a, const float* b, size_t n) { return Active().dot(a, b, n); }
 
 absl::string_view ActiveIsa() { return Active().isa; }
 

@@ -34,13 +34,12 @@ void BfloatToFloatN(const void* src, float* dst, size_t n);
 void FloatToHalfN(const float* src, uint16_t* dst, size_t n);
 
 // out[r] = sum_d HalfToFloat(rows[r * dim + d]) * q[d] for r in [0, nrows).
-void DotRowsHalf(const uint16_t* rows, size_t nrows, size_t dim, const float* q,
-                 float* out);
+void DotRowsHalf(const uint16_t* rows, size_t nrows, size_t dim, const float* q, float* out);
 
 // out[r] = sum_d rows[r * stride + d] * q[d] for r in [0, nrows), int8 rows
 // (stride >= dim elements between rows), accumulated in float.
-void DotRowsInt8(const int8_t* rows, size_t nrows, size_t stride, size_t dim,
-                 const float* q, float* out);
+void DotRowsInt8(const int8_t* rows, size_t nrows, size_t stride, size_t dim, const float* q,
+                 float* out);
 
 // sum_i exp(scale * (x[i] - shift)) for scale >= 0 and x[i] <= shift (every
 // exponent <= 0; exponents below -87 count 0). A vectorised exp with a
@@ -60,8 +59,8 @@ float Dot(const float* a, const float* b, size_t n);
 void AccumulateRows(const float* rows, size_t nrows, size_t dim, float* sum, float* min,
                     float* max);
 // acc[d] += (rows[r * dim + d] - center[d])^2 for r in order.
-void AccumulateSquaredDeviations(const float* rows, size_t nrows, size_t dim,
-                                 const float* center, float* acc);
+void AccumulateSquaredDeviations(const float* rows, size_t nrows, size_t dim, const float* center,
+                                 float* acc);
 // max(0, max_r ||row_r - center||^2), each row's sum taken over eight
 // interleaved partial sums reduced as ((0+1)+(2+3))+((4+5)+(6+7)).
 float MaxSquaredDistance(const float* rows, size_t nrows, size_t dim, const float* center);
@@ -72,8 +71,7 @@ void AccumulateRowsPortable(const float* rows, size_t nrows, size_t dim, float* 
                             float* max);
 void AccumulateSquaredDeviationsPortable(const float* rows, size_t nrows, size_t dim,
                                          const float* center, float* acc);
-float MaxSquaredDistancePortable(const float* rows, size_t nrows, size_t dim,
-                                 const float* center);
+float MaxSquaredDistancePortable(const float* rows, size_t nrows, size_t dim, const float* center);
 }  // namespace internal
 
 // "avx512", "avx2" or "scalar": the path this process uses.

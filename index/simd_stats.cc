@@ -57,8 +57,7 @@ float SquaredDistanceScalar(const float* k, const float* center, size_t dim) {
   return s;
 }
 
-float MaxSquaredDistanceScalar(const float* rows, size_t nrows, size_t dim,
-                               const float* center) {
+float MaxSquaredDistanceScalar(const float* rows, size_t nrows, size_t dim, const float* center) {
   float best = 0;
   for (size_t r = 0; r < nrows; ++r) {
     best = std::max(best, SquaredDistanceScalar(rows + r * dim, center, dim));
@@ -161,8 +160,8 @@ KVTIER_AVX2 float MaxSquaredDistanceAvx2(const float* rows, size_t nrows, size_t
     // The portable path's tree: ((0+1)+(2+3)) + ((4+5)+(6+7)).
     alignas(32) float lane[8];
     _mm256_store_ps(lane, acc);
-    float s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
-              ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    float s =
+        ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
     for (size_t d = body; d < dim; ++d) {
       const float dev = k[d] - center[d];
       s += dev * dev;
@@ -174,12 +173,12 @@ KVTIER_AVX2 float MaxSquaredDistanceAvx2(const float* rows, size_t nrows, size_t
 #endif  // KVTIER_X86
 
 struct StatsKernels {
-  void (*accumulate_rows)(const float*, size_t, size_t, float*, float*, float*) =
-      AccumulateRowsScalar;
-  void (*accumulate_squared_deviations)(const float*, size_t, size_t, const float*, float*) =
-      AccumulateSquaredDeviationsScalar;
-  float (*max_squared_distance)(const float*, size_t, size_t, const float*) =
-      MaxSquaredDistanceScalar;
+  void (*accumulate_rows)(const float*, size_t, size_t, float*, float*,
+                          float*) = AccumulateRowsScalar;
+  void (*accumulate_squared_deviations)(const float*, size_t, size_t, const float*,
+                                        float*) = AccumulateSquaredDeviationsScalar;
+  float (*max_squared_distance)(const float*, size_t, size_t,
+                                const float*) = MaxSquaredDistanceScalar;
 };
 
 StatsKernels Detect() {
@@ -207,8 +206,8 @@ void AccumulateRows(const float* rows, size_t nrows, size_t dim, float* sum, flo
   Active().accumulate_rows(rows, nrows, dim, sum, min, max);
 }
 
-void AccumulateSquaredDeviations(const float* rows, size_t nrows, size_t dim,
-                                 const float* center, float* acc) {
+void AccumulateSquaredDeviations(const float* rows, size_t nrows, size_t dim, const float* center,
+                                 float* acc) {
   Active().accumulate_squared_deviations(rows, nrows, dim, center, acc);
 }
 
@@ -228,8 +227,7 @@ void AccumulateSquaredDeviationsPortable(const float* rows, size_t nrows, size_t
   AccumulateSquaredDeviationsScalar(rows, nrows, dim, center, acc);
 }
 
-float MaxSquaredDistancePortable(const float* rows, size_t nrows, size_t dim,
-                                 const float* center) {
+float MaxSquaredDistancePortable(const float* rows, size_t nrows, size_t dim, const float* center) {
   return MaxSquaredDistanceScalar(rows, nrows, dim, center);
 }
 

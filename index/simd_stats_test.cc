@@ -40,8 +40,7 @@ TEST(SimdStatsTest, AccumulateRowsEqualsPortableAndDirect) {
                          hi = Random(dim, seed++, 3);
       std::vector<float> sum2 = sum, lo2 = lo, hi2 = hi, only_sum = sum;
       AccumulateRows(keys.data(), rows, dim, sum.data(), lo.data(), hi.data());
-      internal::AccumulateRowsPortable(keys.data(), rows, dim, sum2.data(), lo2.data(),
-                                       hi2.data());
+      internal::AccumulateRowsPortable(keys.data(), rows, dim, sum2.data(), lo2.data(), hi2.data());
       EXPECT_TRUE(SameBits(sum, sum2));
       EXPECT_TRUE(SameBits(lo, lo2));
       EXPECT_TRUE(SameBits(hi, hi2));

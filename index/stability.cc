@@ -10,9 +10,8 @@ namespace kvtier::index {
 
 absl::Status ValidateStabilityOptions(const StabilityOptions& o) {
   if (o.window_steps < 1 || o.window_steps > kMaxStabilityWindow) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("stability.window_steps (", o.window_steps,
-                     ") must be in [1, ", kMaxStabilityWindow, "]"));
+    return absl::InvalidArgumentError(absl::StrCat("stability.window_steps (", o.window_steps,
+                                                   ") must be in [1, ", kMaxStabilityWindow, "]"));
   }
   if (!std::isfinite(o.theta)) {
     return absl::InvalidArgumentError("stability.theta is not finite");
@@ -22,8 +21,8 @@ absl::Status ValidateStabilityOptions(const StabilityOptions& o) {
         absl::StrCat("stability.weight (", o.weight, ") must be in [0, 1]"));
   }
   if (!(o.hold_threshold > 0.0f) || !std::isfinite(o.hold_threshold)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "stability.hold_threshold (", o.hold_threshold, ") must be > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stability.hold_threshold (", o.hold_threshold, ") must be > 0"));
   }
   return absl::OkStatus();
 }
@@ -46,8 +45,8 @@ void StabilityTracker::Resize(int64_t num_pages) {
 
 absl::Status StabilityTracker::BeginStep(int64_t step) {
   if (call_ != 0 && step < step_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step (", step, ") is before the context's last step (", step_, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("step (", step, ") is before the context's last step (", step_, ")"));
   }
   if (call_ == 0) {
     for (Slot& s : slots_) s.last_step = step;
@@ -159,8 +158,7 @@ float StabilityTracker::Stability(int64_t page, int32_t window) const {
   const Slot& s = NeedsFold(raw, page) ? (folded = Effective(page)) : raw;
   const int32_t span = Span(s, std::clamp(window, 1, kMaxStabilityWindow));
   if (span == 0) return 0.0f;
-  return static_cast<float>(std::popcount(Aged(s) & WindowMask(span))) /
-         static_cast<float>(span);
+  return static_cast<float>(std::popcount(Aged(s) & WindowMask(span))) / static_cast<float>(span);
 }
 
 bool StabilityTracker::RisingBits(uint64_t aged, int32_t span) {
@@ -214,9 +212,8 @@ void StabilityTracker::CollectHeld(float min_stability, int32_t window,
 }
 
 size_t StabilityTracker::MemoryBytes() const {
-  return sizeof(*this) + slots_.capacity() * sizeof(Slot) +
-         chosen_.capacity() * sizeof(int64_t) + log_.capacity() * sizeof(RangeEntry) +
-         recent_.capacity() * sizeof(int64_t);
+  return sizeof(*this) + slots_.capacity() * sizeof(Slot) + chosen_.capacity() * sizeof(int64_t) +
+         log_.capacity() * sizeof(RangeEntry) + recent_.capacity() * sizeof(int64_t);
 }
 
 }  // namespace kvtier::index

@@ -100,9 +100,7 @@ class StabilityTracker {
   // Every page below observed_below() has been observed at least once
   // (callers that observe a whole range of pages raise it; 0 by default).
   int64_t observed_below() const { return observed_below_; }
-  void RaiseObservedBelow(int64_t page) {
-    observed_below_ = std::max(observed_below_, page);
-  }
+  void RaiseObservedBelow(int64_t page) { observed_below_ = std::max(observed_below_, page); }
   // Records the pages chosen at this step (replacing the previous list).
   void SetChosen(const std::vector<int64_t>& pages) { chosen_ = pages; }
 
@@ -135,8 +133,7 @@ class StabilityTracker {
   // Appends to *out every page of the last SetChosen list that was not
   // observed this step and whose stability over `window` is
   // >= min_stability.
-  void CollectHeld(float min_stability, int32_t window,
-                   std::vector<int64_t>* out) const;
+  void CollectHeld(float min_stability, int32_t window, std::vector<int64_t>* out) const;
   size_t MemoryBytes() const;
 
   // Tests only: sets the call counter (to reach its wrap-around).

@@ -172,12 +172,10 @@ TEST(StabilityTest, OptionsAreValidated) {
   StabilityOptions o;
   EXPECT_TRUE(ValidateStabilityOptions(o).ok());
   o.window_steps = 65;
-  EXPECT_NE(ValidateStabilityOptions(o).message().find("window_steps"),
-            std::string::npos);
+  EXPECT_NE(ValidateStabilityOptions(o).message().find("window_steps"), std::string::npos);
   o = StabilityOptions();
   o.weight = 1.5f;
-  EXPECT_NE(ValidateStabilityOptions(o).message().find("stability.weight"),
-            std::string::npos);
+  EXPECT_NE(ValidateStabilityOptions(o).message().find("stability.weight"), std::string::npos);
 }
 
 }  // namespace

@@ -27,21 +27,18 @@ void ToFloat(Dtype dtype, const char* src, float* dst, size_t n) {
 }
 
 absl::Status CheckWeights(const BlockLayout& layout, const HeadWeights& w) {
-  if (w.num_layers != layout.num_layers ||
-      w.num_kv_heads != layout.num_kv_heads ||
-      w.weights.size() !=
-          static_cast<size_t>(layout.num_layers) * layout.num_kv_heads) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "head_weights shape (", w.num_layers, " layers x ", w.num_kv_heads,
-        " heads, ", w.weights.size(), " weights) does not match the layout (",
-        layout.num_layers, " x ", layout.num_kv_heads, ")"));
+  if (w.num_layers != layout.num_layers || w.num_kv_heads != layout.num_kv_heads ||
+      w.weights.size() != static_cast<size_t>(layout.num_layers) * layout.num_kv_heads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_weights shape (", w.num_layers, " layers x ", w.num_kv_heads, " heads, ",
+                     w.weights.size(), " weights) does not match the layout (", layout.num_layers,
+                     " x ", layout.num_kv_heads, ")"));
   }
   double total = 0;
   for (size_t i = 0; i < w.weights.size(); ++i) {
     if (!std::isfinite(w.weights[i]) || w.weights[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("head_weights.weights[", i, "] (", w.weights[i],
-                       ") must be finite and >= 0"));
+      return absl::InvalidArgumentError(absl::StrCat("head_weights.weights[", i, "] (",
+                                                     w.weights[i], ") must be finite and >= 0"));
     }
     total += w.weights[i];
   }
@@ -51,14 +48,13 @@ absl::Status CheckWeights(const BlockLayout& layout, const HeadWeights& w) {
   return absl::OkStatus();
 }
 
-absl::Status CheckKeyHeads(const BlockLayout& layout,
-                           const std::vector<int32_t>& heads) {
+absl::Status CheckKeyHeads(const BlockLayout& layout, const std::vector<int32_t>& heads) {
   const int64_t total = int64_t{layout.num_layers} * layout.num_kv_heads;
   for (size_t i = 0; i < heads.size(); ++i) {
     if (heads[i] < 0 || heads[i] >= total || (i > 0 && heads[i] <= heads[i - 1])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "options.key_heads[", i, "] (", heads[i],
-          ") must be ascending, distinct and in [0, ", total, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("options.key_heads[", i, "] (", heads[i],
+                                                     ") must be ascending, distinct and in [0, ",
+                                                     total, ")"));
     }
   }
   return absl::OkStatus();
@@ -89,13 +85,12 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
                                                  HeadStats* head_stats) {
   if (absl::Status s = ValidateLayout(layout); !s.ok()) return s;
   if (static_cast<int64_t>(payload.size()) != PayloadSizeBytes(layout)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "payload size (", payload.size(), " bytes) does not match the layout (",
-        PayloadSizeBytes(layout), " bytes)"));
+    return absl::InvalidArgumentError(absl::StrCat("payload size (", payload.size(),
+                                                   " bytes) does not match the layout (",
+                                                   PayloadSizeBytes(layout), " bytes)"));
   }
   if (options.per_layer_bounds && !options.per_layer) {
-    return absl::InvalidArgumentError(
-        "options.per_layer_bounds requires options.per_layer");
+    return absl::InvalidArgumentError("options.per_layer_bounds requires options.per_layer");
   }
   if (options.head_weights != nullptr) {
     if (absl::Status s = CheckWeights(layout, *options.head_weights); !s.ok()) {
@@ -131,10 +126,8 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
     out.layer_mean.assign(static_cast<size_t>(L) * D, 0.0f);
   }
   if (options.per_layer_bounds) {
-    out.layer_min.assign(static_cast<size_t>(L) * D,
-                         std::numeric_limits<float>::infinity());
-    out.layer_max.assign(static_cast<size_t>(L) * D,
-                         -std::numeric_limits<float>::infinity());
+    out.layer_min.assign(static_cast<size_t>(L) * D, std::numeric_limits<float>::infinity());
+    out.layer_max.assign(static_cast<size_t>(L) * D, -std::numeric_limits<float>::infinity());
   }
 
   if (!options.key_heads.empty()) {
@@ -148,11 +141,8 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
   std::vector<double> block_sum(D, 0.0), layer_sum(D), weighted_sum(D, 0.0);
   double weight_total = 0;
   auto head_keys = [&](int32_t l, int32_t h) {
-    const size_t first =
-        ((static_cast<size_t>(l) * 2) * H + static_cast<size_t>(h)) *
-        head_elems;
-    ToFloat(layout.dtype, payload.data() + first * elem_bytes, keys.data(),
-            head_elems);
+    const size_t first = ((static_cast<size_t>(l) * 2) * H + static_cast<size_t>(h)) * head_elems;
+    ToFloat(layout.dtype, payload.data() + first * elem_bytes, keys.data(), head_elems);
   };
 
   for (int32_t l = 0; l < L; ++l) {
@@ -173,22 +163,18 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
       // NaN and Inf propagate into the sum (min/max would hide NaN).
       for (size_t d = 0; d < D; ++d) {
         if (!std::isfinite(head_sum[d])) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("payload keys of layer ", l, " head ", h,
-                           " are not finite (dim ", d, ")"));
+          return absl::InvalidArgumentError(absl::StrCat("payload keys of layer ", l, " head ", h,
+                                                         " are not finite (dim ", d, ")"));
         }
       }
       const size_t lh = static_cast<size_t>(l) * H + h;
-      const auto slot = std::lower_bound(options.key_heads.begin(),
-                                         options.key_heads.end(),
+      const auto slot = std::lower_bound(options.key_heads.begin(), options.key_heads.end(),
                                          static_cast<int32_t>(lh));
       if (slot != options.key_heads.end() && *slot == static_cast<int32_t>(lh)) {
         const size_t j = static_cast<size_t>(slot - options.key_heads.begin());
-        out.key_scales[j] =
-            QuantizeInt8(keys.data(), head_elems, &out.head_keys[j * head_elems]);
+        out.key_scales[j] = QuantizeInt8(keys.data(), head_elems, &out.head_keys[j * head_elems]);
       }
-      const double w =
-          options.head_weights ? options.head_weights->weights[lh] : 0.0;
+      const double w = options.head_weights ? options.head_weights->weights[lh] : 0.0;
       weight_total += w;
       for (size_t d = 0; d < D; ++d) {
         block_sum[d] += head_sum[d];
@@ -206,8 +192,8 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
           head_meanf[d] = static_cast<float>(hmean[d]);
           dev_sq[d] = 0.0f;
         }
-        simd::AccumulateSquaredDeviations(keys.data(), static_cast<size_t>(T), D,
-                                          head_meanf.data(), dev_sq.data());
+        simd::AccumulateSquaredDeviations(keys.data(), static_cast<size_t>(T), D, head_meanf.data(),
+                                          dev_sq.data());
         double m2 = 0;
         for (size_t d = 0; d < D; ++d) m2 += dev_sq[d];
         head_stats->m2[lh] = m2;
@@ -239,8 +225,8 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
     for (int32_t l = 0; l < L; ++l) {
       for (int32_t h = 0; h < H; ++h) {
         head_keys(l, h);
-        r2 = std::max(r2, simd::MaxSquaredDistance(keys.data(), static_cast<size_t>(T), D,
-                                                    out.mean.data()));
+        r2 = std::max(
+            r2, simd::MaxSquaredDistance(keys.data(), static_cast<size_t>(T), D, out.mean.data()));
       }
     }
     out.radius = std::sqrt(r2);
@@ -248,11 +234,9 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
   return out;
 }
 
-HeadVarianceTracker::HeadVarianceTracker(int32_t num_layers,
-                                         int32_t num_kv_heads,
+HeadVarianceTracker::HeadVarianceTracker(int32_t num_layers, int32_t num_kv_heads,
                                          int32_t head_dim) {
-  const size_t heads =
-      static_cast<size_t>(std::max(num_layers, 0)) * std::max(num_kv_heads, 0);
+  const size_t heads = static_cast<size_t>(std::max(num_layers, 0)) * std::max(num_kv_heads, 0);
   stats_.num_layers = num_layers;
   stats_.num_kv_heads = num_kv_heads;
   stats_.head_dim = head_dim;
@@ -264,20 +248,17 @@ HeadVarianceTracker::HeadVarianceTracker(int32_t num_layers,
 absl::Status HeadVarianceTracker::Merge(const HeadStats& in) {
   const size_t heads = stats_.count.size();
   const size_t D = static_cast<size_t>(stats_.head_dim);
-  if (in.num_layers != stats_.num_layers ||
-      in.num_kv_heads != stats_.num_kv_heads ||
-      in.head_dim != stats_.head_dim || in.count.size() != heads ||
-      in.mean.size() != heads * D || in.m2.size() != heads) {
+  if (in.num_layers != stats_.num_layers || in.num_kv_heads != stats_.num_kv_heads ||
+      in.head_dim != stats_.head_dim || in.count.size() != heads || in.mean.size() != heads * D ||
+      in.m2.size() != heads) {
     return absl::InvalidArgumentError(
-        absl::StrCat("head_stats shape (", in.num_layers, " layers x ",
-                     in.num_kv_heads, " heads x ", in.head_dim,
-                     " dims) does not match the tracker (", stats_.num_layers,
-                     " x ", stats_.num_kv_heads, " x ", stats_.head_dim, ")"));
+        absl::StrCat("head_stats shape (", in.num_layers, " layers x ", in.num_kv_heads,
+                     " heads x ", in.head_dim, " dims) does not match the tracker (",
+                     stats_.num_layers, " x ", stats_.num_kv_heads, " x ", stats_.head_dim, ")"));
   }
   for (size_t i = 0; i < heads; ++i) {
     if (in.count[i] < 0 || !std::isfinite(in.m2[i]) || in.m2[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("head_stats entry ", i, " is invalid"));
+      return absl::InvalidArgumentError(absl::StrCat("head_stats entry ", i, " is invalid"));
     }
   }
   for (size_t i = 0; i < heads; ++i) {
@@ -302,8 +283,7 @@ absl::Status HeadVarianceTracker::Merge(const HeadStats& in) {
 double HeadVarianceTracker::Variance(int32_t layer, int32_t head) const {
   const size_t i = static_cast<size_t>(layer) * stats_.num_kv_heads + head;
   if (i >= stats_.count.size() || stats_.count[i] == 0) return 0.0;
-  return stats_.m2[i] /
-         (static_cast<double>(stats_.count[i]) * stats_.head_dim);
+  return stats_.m2[i] / (static_cast<double>(stats_.count[i]) * stats_.head_dim);
 }
 
 int64_t HeadVarianceTracker::Count(int32_t layer, int32_t head) const {
@@ -336,22 +316,20 @@ HeadWeights HeadVarianceTracker::ComputeWeights() {
   return w;
 }
 
-absl::StatusOr<std::vector<float>> WeightedAnchor(
-    const std::vector<float>& per_head_anchor, int32_t head_dim,
-    const HeadWeights& weights) {
-  const size_t heads = static_cast<size_t>(weights.num_layers) *
-                       static_cast<size_t>(weights.num_kv_heads);
+absl::StatusOr<std::vector<float>> WeightedAnchor(const std::vector<float>& per_head_anchor,
+                                                  int32_t head_dim, const HeadWeights& weights) {
+  const size_t heads =
+      static_cast<size_t>(weights.num_layers) * static_cast<size_t>(weights.num_kv_heads);
   if (head_dim < 1 || weights.weights.size() != heads || heads == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("weights shape (", weights.num_layers, " x ",
-                     weights.num_kv_heads, ", ", weights.weights.size(),
-                     " weights) or head_dim (", head_dim, ") is invalid"));
+        absl::StrCat("weights shape (", weights.num_layers, " x ", weights.num_kv_heads, ", ",
+                     weights.weights.size(), " weights) or head_dim (", head_dim, ") is invalid"));
   }
   const size_t D = static_cast<size_t>(head_dim);
   if (per_head_anchor.size() != heads * D) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "per_head_anchor has ", per_head_anchor.size(), " elements, expected ",
-        heads * D, " (layers x kv_heads x head_dim)"));
+    return absl::InvalidArgumentError(absl::StrCat("per_head_anchor has ", per_head_anchor.size(),
+                                                   " elements, expected ", heads * D,
+                                                   " (layers x kv_heads x head_dim)"));
   }
   std::vector<double> acc(D, 0.0);
   double total = 0;

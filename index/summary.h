@@ -106,8 +106,7 @@ absl::StatusOr<BlockSummary> ComputeBlockSummary(const BlockLayout& layout,
 // Running per-head variance of one profile.
 class HeadVarianceTracker {
  public:
-  HeadVarianceTracker(int32_t num_layers, int32_t num_kv_heads,
-                      int32_t head_dim);
+  HeadVarianceTracker(int32_t num_layers, int32_t num_kv_heads, int32_t head_dim);
 
   // Adds statistics from ComputeBlockSummary (or another tracker's
   // stats()). InvalidArgument when the shape differs.
@@ -132,9 +131,8 @@ class HeadVarianceTracker {
 // Reduces a per-(layer, head) anchor [L*H][D] to one head-weighted anchor [D]
 // with the same formula as weighted_mean, so that it can be compared with
 // weighted_mean. InvalidArgument on shape mismatch or non-finite input.
-absl::StatusOr<std::vector<float>> WeightedAnchor(
-    const std::vector<float>& per_head_anchor, int32_t head_dim,
-    const HeadWeights& weights);
+absl::StatusOr<std::vector<float>> WeightedAnchor(const std::vector<float>& per_head_anchor,
+                                                  int32_t head_dim, const HeadWeights& weights);
 
 }  // namespace kvtier::index
 

@@ -18,9 +18,8 @@ constexpr uint16_t kFlagLayerMean = 1u << 2;
 constexpr uint16_t kFlagLayerBounds = 1u << 3;
 constexpr uint16_t kFlagLayerInt8 = 1u << 4;
 constexpr uint16_t kFlagHeadKeys = 1u << 5;
-constexpr uint16_t kKnownFlags = kFlagWeighted | kFlagBounds | kFlagLayerMean |
-                                 kFlagLayerBounds | kFlagLayerInt8 |
-                                 kFlagHeadKeys;
+constexpr uint16_t kKnownFlags = kFlagWeighted | kFlagBounds | kFlagLayerMean | kFlagLayerBounds |
+                                 kFlagLayerInt8 | kFlagHeadKeys;
 // Largest head-keys section accepted (bounds a decode of hostile input).
 constexpr uint64_t kMaxHeadKeyBytes = uint64_t{64} << 20;
 
@@ -34,8 +33,7 @@ uint32_t Fnv1a(uint32_t h, const char* p, size_t n) {
 
 uint32_t Checksum(absl::string_view blob) {
   uint32_t h = Fnv1a(2166136261u, blob.data(), 20);
-  return Fnv1a(h, blob.data() + kSummaryHeaderBytes,
-               blob.size() - kSummaryHeaderBytes);
+  return Fnv1a(h, blob.data() + kSummaryHeaderBytes, blob.size() - kSummaryHeaderBytes);
 }
 
 template <typename T>
@@ -52,25 +50,23 @@ T GetLe(const char* p) {
   return v;
 }
 
-absl::Status PutSection(std::string* out, const char* name,
-                        const std::vector<float>& v, size_t expected,
-                        SummaryEncoding enc) {
+absl::Status PutSection(std::string* out, const char* name, const std::vector<float>& v,
+                        size_t expected, SummaryEncoding enc) {
   if (v.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "summary.", name, " has ", v.size(), " elements, expected ", expected));
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary.", name, " has ", v.size(), " elements, expected ", expected));
   }
   for (size_t i = 0; i < v.size(); ++i) {
     if (!std::isfinite(v[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("summary.", name, "[", i, "] is not finite"));
+      return absl::InvalidArgumentError(absl::StrCat("summary.", name, "[", i, "] is not finite"));
     }
     if (enc == SummaryEncoding::kFp32) {
       PutLe<float>(out, v[i]);
     } else {
       const uint16_t h = simd::FloatToHalf(v[i]);
       if ((h & 0x7c00u) == 0x7c00u) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "summary.", name, "[", i, "] (", v[i], ") overflows fp16"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("summary.", name, "[", i, "] (", v[i], ") overflows fp16"));
       }
       PutLe<uint16_t>(out, h);
     }
@@ -78,8 +74,8 @@ absl::Status PutSection(std::string* out, const char* name,
   return absl::OkStatus();
 }
 
-absl::Status GetSection(const char** p, const char* name, size_t n,
-                        SummaryEncoding enc, std::vector<float>* v) {
+absl::Status GetSection(const char** p, const char* name, size_t n, SummaryEncoding enc,
+                        std::vector<float>* v) {
   v->resize(n);
   for (size_t i = 0; i < n; ++i) {
     float f;
@@ -103,14 +99,12 @@ absl::Status PutLayerInt8(std::string* out, const BlockSummary& s) {
   const size_t D = static_cast<size_t>(s.dim);
   const size_t L = static_cast<size_t>(s.num_layers);
   if (s.layer_mean.size() != L * D) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("summary.layer_mean has ", s.layer_mean.size(),
-                     " elements, expected ", L * D));
+    return absl::InvalidArgumentError(absl::StrCat("summary.layer_mean has ", s.layer_mean.size(),
+                                                   " elements, expected ", L * D));
   }
   for (size_t i = 0; i < s.layer_mean.size(); ++i) {
     if (!std::isfinite(s.layer_mean[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("summary.layer_mean[", i, "] is not finite"));
+      return absl::InvalidArgumentError(absl::StrCat("summary.layer_mean[", i, "] is not finite"));
     }
   }
   std::vector<int8_t> q(L * D);
@@ -124,17 +118,16 @@ absl::Status PutLayerInt8(std::string* out, const BlockSummary& s) {
 absl::Status PutHeadKeys(std::string* out, const BlockSummary& s) {
   const size_t R = s.key_heads.size();
   const size_t per_head = static_cast<size_t>(s.key_tokens) * s.dim;
-  if (s.key_tokens < 1 || s.key_tokens > kMaxBlockSizeTokens ||
-      s.key_scales.size() != R || s.head_keys.size() != R * per_head) {
+  if (s.key_tokens < 1 || s.key_tokens > kMaxBlockSizeTokens || s.key_scales.size() != R ||
+      s.head_keys.size() != R * per_head) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "summary.head_keys has ", s.head_keys.size(), " values and ",
-        s.key_scales.size(), " scales for ", R, " heads of ", s.key_tokens,
-        " tokens x ", s.dim, " dims"));
+        "summary.head_keys has ", s.head_keys.size(), " values and ", s.key_scales.size(),
+        " scales for ", R, " heads of ", s.key_tokens, " tokens x ", s.dim, " dims"));
   }
   for (size_t j = 0; j < R; ++j) {
     if (s.key_heads[j] < 0 || (j > 0 && s.key_heads[j] <= s.key_heads[j - 1])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "summary.key_heads[", j, "] must be >= 0, ascending and distinct"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("summary.key_heads[", j, "] must be >= 0, ascending and distinct"));
     }
     if (!std::isfinite(s.key_scales[j]) || s.key_scales[j] < 0) {
       return absl::InvalidArgumentError(
@@ -145,15 +138,13 @@ absl::Status PutHeadKeys(std::string* out, const BlockSummary& s) {
   PutLe<uint32_t>(out, static_cast<uint32_t>(s.key_tokens));
   for (int32_t h : s.key_heads) PutLe<uint32_t>(out, static_cast<uint32_t>(h));
   for (float f : s.key_scales) PutLe<float>(out, f);
-  out->append(reinterpret_cast<const char*>(s.head_keys.data()),
-              s.head_keys.size());
+  out->append(reinterpret_cast<const char*>(s.head_keys.data()), s.head_keys.size());
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
-                                          SummaryEncoding encoding) {
+absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s, SummaryEncoding encoding) {
   SummaryCodecOptions options;
   options.encoding = encoding;
   return EncodeSummary(s, options);
@@ -162,13 +153,12 @@ absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
 absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
                                           const SummaryCodecOptions& options) {
   const SummaryEncoding encoding = options.encoding;
-  if (encoding != SummaryEncoding::kFp32 &&
-      encoding != SummaryEncoding::kFp16) {
+  if (encoding != SummaryEncoding::kFp32 && encoding != SummaryEncoding::kFp16) {
     return absl::InvalidArgumentError("encoding is not fp32 or fp16");
   }
   if (s.dim < 1 || s.dim > kMaxHeadDim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "summary.dim (", s.dim, ") must be in [1, ", kMaxHeadDim, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary.dim (", s.dim, ") must be in [1, ", kMaxHeadDim, "]"));
   }
   uint16_t flags = 0;
   if (!s.weighted_mean.empty()) flags |= kFlagWeighted;
@@ -179,13 +169,12 @@ absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
   if (!s.key_heads.empty()) flags |= kFlagHeadKeys;
   const bool layered = (flags & (kFlagLayerMean | kFlagLayerBounds)) != 0;
   if (layered && (s.num_layers < 1 || s.num_layers > kMaxLayers)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("summary.num_layers (", s.num_layers, ") must be in [1, ",
-                     kMaxLayers, "] when per-layer sections are present"));
+    return absl::InvalidArgumentError(absl::StrCat("summary.num_layers (", s.num_layers,
+                                                   ") must be in [1, ", kMaxLayers,
+                                                   "] when per-layer sections are present"));
   }
   if ((flags & kFlagLayerBounds) && !(flags & kFlagLayerMean)) {
-    return absl::InvalidArgumentError(
-        "summary.layer_min/layer_max require summary.layer_mean");
+    return absl::InvalidArgumentError("summary.layer_min/layer_max require summary.layer_mean");
   }
   if (!std::isfinite(s.radius) || s.radius < 0) {
     return absl::InvalidArgumentError("summary.radius must be finite and >= 0");
@@ -195,9 +184,8 @@ absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
   std::string out;
   out.append(kMagic, 4);
   // Version 1 readers can read blobs without the version-2 sections.
-  PutLe<uint8_t>(&out, (flags & (kFlagLayerInt8 | kFlagHeadKeys)) != 0
-                           ? kSummaryFormatVersion
-                           : uint8_t{1});
+  PutLe<uint8_t>(
+      &out, (flags & (kFlagLayerInt8 | kFlagHeadKeys)) != 0 ? kSummaryFormatVersion : uint8_t{1});
   PutLe<uint8_t>(&out, static_cast<uint8_t>(encoding));
   PutLe<uint16_t>(&out, flags);
   PutLe<uint16_t>(&out, static_cast<uint16_t>(s.dim));
@@ -214,9 +202,8 @@ absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
     if (st.ok()) st = PutSection(&out, "max", s.max, D, encoding);
   }
   if (st.ok() && (flags & kFlagLayerMean)) {
-    st = (flags & kFlagLayerInt8)
-             ? PutLayerInt8(&out, s)
-             : PutSection(&out, "layer_mean", s.layer_mean, LD, encoding);
+    st = (flags & kFlagLayerInt8) ? PutLayerInt8(&out, s)
+                                  : PutSection(&out, "layer_mean", s.layer_mean, LD, encoding);
   }
   if (st.ok() && (flags & kFlagLayerBounds)) {
     st = PutSection(&out, "layer_min", s.layer_min, LD, encoding);
@@ -231,9 +218,9 @@ absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
 
 absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
   if (b.size() < kSummaryHeaderBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("summary blob is truncated (", b.size(),
-                     " bytes, header needs ", kSummaryHeaderBytes, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("summary blob is truncated (", b.size(),
+                                                   " bytes, header needs ", kSummaryHeaderBytes,
+                                                   ")"));
   }
   if (std::memcmp(b.data(), kMagic, 4) != 0) {
     return absl::InvalidArgumentError("summary blob: bad magic");
@@ -258,21 +245,18 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
   const uint16_t dim = GetLe<uint16_t>(b.data() + 8);
   const uint16_t layers = GetLe<uint16_t>(b.data() + 10);
   if (dim < 1 || dim > kMaxHeadDim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("summary blob: dim (", dim, ") out of range"));
+    return absl::InvalidArgumentError(absl::StrCat("summary blob: dim (", dim, ") out of range"));
   }
   const bool layered = (flags & (kFlagLayerMean | kFlagLayerBounds)) != 0;
   if ((flags & kFlagLayerBounds) && !(flags & kFlagLayerMean)) {
-    return absl::InvalidArgumentError(
-        "summary blob: layer bounds without layer_mean");
+    return absl::InvalidArgumentError("summary blob: layer bounds without layer_mean");
   }
   if ((flags & kFlagLayerInt8) && !(flags & kFlagLayerMean)) {
-    return absl::InvalidArgumentError(
-        "summary blob: int8 layer flag without layer_mean");
+    return absl::InvalidArgumentError("summary blob: int8 layer flag without layer_mean");
   }
   if (layered ? (layers < 1 || layers > kMaxLayers) : layers != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "summary blob: num_layers (", layers, ") inconsistent with flags"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary blob: num_layers (", layers, ") inconsistent with flags"));
   }
   const size_t D = dim;
   const size_t LD = static_cast<size_t>(layers) * D;
@@ -289,24 +273,21 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
   size_t heads = 0, tokens = 0;
   if (flags & kFlagHeadKeys) {
     if (b.size() < expected + 8) {
-      return absl::InvalidArgumentError(
-          "summary blob: head-keys section is truncated");
+      return absl::InvalidArgumentError("summary blob: head-keys section is truncated");
     }
     heads = GetLe<uint32_t>(b.data() + expected);
     tokens = GetLe<uint32_t>(b.data() + expected + 4);
-    if (heads < 1 || heads > kMaxLayers * static_cast<size_t>(kMaxKvHeads) ||
-        tokens < 1 || tokens > static_cast<size_t>(kMaxBlockSizeTokens) ||
+    if (heads < 1 || heads > kMaxLayers * static_cast<size_t>(kMaxKvHeads) || tokens < 1 ||
+        tokens > static_cast<size_t>(kMaxBlockSizeTokens) ||
         uint64_t{heads} * tokens * D > kMaxHeadKeyBytes) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "summary blob: head keys of ", heads, " heads x ", tokens,
-          " tokens are out of range"));
+          "summary blob: head keys of ", heads, " heads x ", tokens, " tokens are out of range"));
     }
     expected += 8 + heads * 8 + heads * tokens * D;
   }
   if (b.size() != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("summary blob length (", b.size(),
-                     ") does not match its header (", expected, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("summary blob length (", b.size(),
+                                                   ") does not match its header (", expected, ")"));
   }
   if (GetLe<uint32_t>(b.data() + 20) != Checksum(b)) {
     return absl::DataLossError("summary blob: checksum mismatch");
@@ -337,12 +318,11 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
         // int8 x scale must stay finite (|q| <= 127).
         if (!std::isfinite(scale) || scale < 0 ||
             scale > std::numeric_limits<float>::max() / 128.0f) {
-          st = absl::InvalidArgumentError(absl::StrCat(
-              "summary blob: layer_mean scale of layer ", l, " is invalid"));
+          st = absl::InvalidArgumentError(
+              absl::StrCat("summary blob: layer_mean scale of layer ", l, " is invalid"));
         }
         for (size_t d = 0; d < D; ++d) {
-          s.layer_mean[l * D + d] =
-              static_cast<float>(static_cast<int8_t>(q[l * D + d])) * scale;
+          s.layer_mean[l * D + d] = static_cast<float>(static_cast<int8_t>(q[l * D + d])) * scale;
         }
       }
       p = q + LD;
@@ -363,8 +343,7 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
       const uint32_t h = GetLe<uint32_t>(p + j * 4);
       if (h > static_cast<uint32_t>(INT32_MAX) ||
           (j > 0 && static_cast<int32_t>(h) <= s.key_heads[j - 1])) {
-        return absl::InvalidArgumentError(
-            "summary blob: key heads are not ascending and distinct");
+        return absl::InvalidArgumentError("summary blob: key heads are not ascending and distinct");
       }
       s.key_heads[j] = static_cast<int32_t>(h);
     }
@@ -373,8 +352,7 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
       s.key_scales[j] = GetLe<float>(p + j * 4);
       if (!std::isfinite(s.key_scales[j]) || s.key_scales[j] < 0 ||
           s.key_scales[j] > std::numeric_limits<float>::max() / 128.0f) {
-        return absl::InvalidArgumentError(
-            "summary blob: a head-key scale is invalid");
+        return absl::InvalidArgumentError("summary blob: a head-key scale is invalid");
       }
     }
     p += heads * 4;

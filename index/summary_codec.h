@@ -56,8 +56,7 @@ struct SummaryCodecOptions {
 // binary16.
 absl::StatusOr<std::string> EncodeSummary(const BlockSummary& summary,
                                           const SummaryCodecOptions& options);
-absl::StatusOr<std::string> EncodeSummary(const BlockSummary& summary,
-                                          SummaryEncoding encoding);
+absl::StatusOr<std::string> EncodeSummary(const BlockSummary& summary, SummaryEncoding encoding);
 
 // Decodes a blob written by EncodeSummary. Truncated, oversized or corrupt
 // input (bad magic, version, flags, lengths, checksum, non-finite values) is

@@ -15,8 +15,8 @@ namespace {
 using ::kvtier::testutil::MakeBlockPayload;
 using ::kvtier::testutil::SyntheticPayload;
 
-BlockLayout Layout(Dtype dtype, int32_t layers = 3, int32_t heads = 2,
-                   int32_t dim = 40, int32_t tokens = 5) {
+BlockLayout Layout(Dtype dtype, int32_t layers = 3, int32_t heads = 2, int32_t dim = 40,
+                   int32_t tokens = 5) {
   BlockLayout l;
   l.num_layers = layers;
   l.num_kv_heads = heads;
@@ -27,11 +27,9 @@ BlockLayout Layout(Dtype dtype, int32_t layers = 3, int32_t heads = 2,
 }
 
 // Keys of (l, h, t) in the payload's key array.
-const float* Key(const SyntheticPayload& p, const BlockLayout& l, int32_t layer,
-                 int32_t head, int32_t t) {
-  return &p.keys[((static_cast<size_t>(layer) * l.num_kv_heads + head) *
-                      l.block_size_tokens +
-                  t) *
+const float* Key(const SyntheticPayload& p, const BlockLayout& l, int32_t layer, int32_t head,
+                 int32_t t) {
+  return &p.keys[((static_cast<size_t>(layer) * l.num_kv_heads + head) * l.block_size_tokens + t) *
                  l.head_dim];
 }
 
@@ -89,8 +87,7 @@ TEST_P(SummaryDtypeTest, EqualsScalarReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDtypes, SummaryDtypeTest,
-                         ::testing::Values(Dtype::kFp16, Dtype::kBf16,
-                                           Dtype::kFp32));
+                         ::testing::Values(Dtype::kFp16, Dtype::kBf16, Dtype::kFp32));
 
 TEST(SummaryTest, HeadVarianceWeightsFavourHighVarianceHeads) {
   const BlockLayout layout = Layout(Dtype::kFp32, 2, 2, 16, 32);
@@ -112,8 +109,7 @@ TEST(SummaryTest, HeadVarianceWeightsFavourHighVarianceHeads) {
   EXPECT_GT(w.weights[2], w.weights[0]);
   EXPECT_GT(w.weights[2], w.weights[3]);
   EXPECT_LT(w.weights[1], w.weights[0]);
-  EXPECT_NEAR((w.weights[0] + w.weights[1] + w.weights[2] + w.weights[3]) / 4,
-              1.0, 1e-5);
+  EXPECT_NEAR((w.weights[0] + w.weights[1] + w.weights[2] + w.weights[3]) / 4, 1.0, 1e-5);
   EXPECT_EQ(tracker.ComputeWeights().version, 2u);
 }
 
@@ -178,8 +174,7 @@ TEST(SummaryTest, BadInputNamesTheField) {
   BlockLayout bad = layout;
   bad.num_kv_heads = 0;
   s = ComputeBlockSummary(bad, p.bytes, {}, nullptr);
-  EXPECT_NE(s.status().message().find("layout.num_kv_heads"),
-            std::string::npos);
+  EXPECT_NE(s.status().message().find("layout.num_kv_heads"), std::string::npos);
 
   std::string nan_payload = p.bytes;
   const float nan = std::nanf("");
@@ -254,10 +249,7 @@ TEST(SummaryCodecTest, RoundTripFp16IsClose) {
     EXPECT_NEAR(back->max[d], s.max[d], 2e-3 * (1 + std::fabs(s.max[d])));
   }
   s.max[0] = 1e6f;  // beyond fp16
-  EXPECT_NE(EncodeSummary(s, SummaryEncoding::kFp16)
-                .status()
-                .message()
-                .find("summary.max[0]"),
+  EXPECT_NE(EncodeSummary(s, SummaryEncoding::kFp16).status().message().find("summary.max[0]"),
             std::string::npos);
 }
 
@@ -276,29 +268,21 @@ TEST(SummaryCodecTest, CorruptInputIsRejected) {
   EXPECT_FALSE(DecodeSummary(*blob + "x").ok());
   std::string bad = *blob;
   bad[4] = 9;
-  EXPECT_NE(DecodeSummary(bad).status().message().find("version"),
-            std::string::npos);
+  EXPECT_NE(DecodeSummary(bad).status().message().find("version"), std::string::npos);
   bad = *blob;
   bad[20] ^= 1;
   EXPECT_EQ(DecodeSummary(bad).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(DecodeSummary("").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeSummary("").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SummaryCodecTest, EncodeRejectsInconsistentSummary) {
   BlockSummary s = FullSummary();
   s.mean.pop_back();
-  EXPECT_NE(EncodeSummary(s, SummaryEncoding::kFp32)
-                .status()
-                .message()
-                .find("summary.mean"),
+  EXPECT_NE(EncodeSummary(s, SummaryEncoding::kFp32).status().message().find("summary.mean"),
             std::string::npos);
   s = FullSummary();
   s.min[3] = std::nanf("");
-  EXPECT_NE(EncodeSummary(s, SummaryEncoding::kFp32)
-                .status()
-                .message()
-                .find("summary.min[3]"),
+  EXPECT_NE(EncodeSummary(s, SummaryEncoding::kFp32).status().message().find("summary.min[3]"),
             std::string::npos);
 }
 

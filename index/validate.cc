@@ -16,11 +16,11 @@ absl::Status CheckFinite(const char* field, const float* v, size_t n) {
   return absl::OkStatus();
 }
 
-absl::Status CheckVector(const char* field, absl::Span<const float> v,
-                         int64_t dim, bool require_nonzero) {
+absl::Status CheckVector(const char* field, absl::Span<const float> v, int64_t dim,
+                         bool require_nonzero) {
   if (static_cast<int64_t>(v.size()) != dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " has ", v.size(), " elements, expected dim ", dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " has ", v.size(), " elements, expected dim ", dim));
   }
   if (absl::Status s = CheckFinite(field, v.data(), v.size()); !s.ok()) {
     return s;

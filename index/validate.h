@@ -15,8 +15,8 @@ namespace kvtier::index {
 
 // `v` must hold exactly `dim` finite values; with require_nonzero, a nonzero
 // L2 norm too.
-absl::Status CheckVector(const char* field, absl::Span<const float> v,
-                         int64_t dim, bool require_nonzero);
+absl::Status CheckVector(const char* field, absl::Span<const float> v, int64_t dim,
+                         bool require_nonzero);
 
 // `n` values at `v`, all finite.
 absl::Status CheckFinite(const char* field, const float* v, size_t n);

@@ -45,7 +45,8 @@ void WorkerPool::ParallelFor(int64_t count, int32_t max_slots, const Fn& fn) {
   // wait for the helpers still running items of it.
   absl::MutexLock lock(&mu_);
   Unlink(&job);
-  mu_.Await(absl::Condition(+[](Job* j) { return j->helpers == 0; }, &job));
+  mu_.Await(absl::Condition(
+      +[](Job* j) { return j->helpers == 0; }, &job));
 }
 
 void WorkerPool::Unlink(Job* job) {
@@ -66,9 +67,8 @@ void WorkerPool::Loop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(
-          +[](WorkerPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-            return p->stop_ || p->first_ != nullptr;
-          },
+          +[](WorkerPool* p)
+               ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->stop_ || p->first_ != nullptr; },
           this));
       if (stop_) return;
       job = first_;

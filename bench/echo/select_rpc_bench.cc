@@ -434,9 +434,10 @@ int main(int argc, char** argv) {
       args.only.empty() || std::find(args.only.begin(), args.only.end(), "1x64") != args.only.end();
   if (batch_scenario) {
     cold = MeasureColdStep(f, args.contexts, args.budget);
-    std::printf("cold step (%d contexts, first Select): %.2f ms, %d resident, %d pending; "
-                "deferred promotions done %.2f ms later\n",
-                args.contexts, cold.select_ms, cold.resident, cold.pending, cold.deferred_ms);
+    std::printf(
+        "cold step (%d contexts, first Select): %.2f ms, %d resident, %d pending; "
+        "deferred promotions done %.2f ms later\n",
+        args.contexts, cold.select_ms, cold.resident, cold.pending, cold.deferred_ms);
   }
   for (const Scenario& s : scenarios) {
     if (!args.only.empty() &&
@@ -646,17 +647,18 @@ int main(int argc, char** argv) {
   absl::StrAppend(&md,
                   "\n| engine view: share of a 10 ms decode step (8B-class model, batch "
                   "64, H200) | us | share |\n| --- | ---: | ---: |\n");
-  absl::StrAppend(&md, absl::StrFormat("| Handle, %d contexts, one thread (p50) | %.0f | %.0f%% |\n",
-                                       args.contexts, hb.p50, 100.0 * hb.p50 / kEngineStepUs));
-  absl::StrAppend(&md, absl::StrFormat("| of which per context | %.1f | %.2f%% |\n",
-                                       hb.p50 / args.contexts,
-                                       100.0 * hb.p50 / args.contexts / kEngineStepUs));
+  absl::StrAppend(&md,
+                  absl::StrFormat("| Handle, %d contexts, one thread (p50) | %.0f | %.0f%% |\n",
+                                  args.contexts, hb.p50, 100.0 * hb.p50 / kEngineStepUs));
+  absl::StrAppend(
+      &md, absl::StrFormat("| of which per context | %.1f | %.2f%% |\n", hb.p50 / args.contexts,
+                           100.0 * hb.p50 / args.contexts / kEngineStepUs));
   for (const Row& r : rows) {
     if (r.scenario.find("x 64 contexts") == std::string::npos) continue;
-    absl::StrAppend(&md, absl::StrFormat("| %s over gRPC, select.batch_threads as set (p50) | "
-                                         "%.0f | %.0f%% |\n",
-                                         r.scenario, r.select.p50,
-                                         100.0 * r.select.p50 / kEngineStepUs));
+    absl::StrAppend(
+        &md, absl::StrFormat("| %s over gRPC, select.batch_threads as set (p50) | "
+                             "%.0f | %.0f%% |\n",
+                             r.scenario, r.select.p50, 100.0 * r.select.p50 / kEngineStepUs));
   }
   if (batch_scenario) {
     absl::StrAppend(

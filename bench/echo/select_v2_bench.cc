@@ -27,9 +27,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -155,8 +155,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (args.shape == "small") {
     kLayers = 4, kKvHeads = 2, kQHeads = 4, kDim = 64;
-    kShapeName = "the shared models' shape (4 layers, 2 KV heads, 4 query heads, head_dim 64, "
-                 "16 tokens, bf16)";
+    kShapeName =
+        "the shared models' shape (4 layers, 2 KV heads, 4 query heads, head_dim 64, "
+        "16 tokens, bf16)";
   } else if (args.shape == "7b") {
     kShapeName = "a 7B-class profile (28 layers, 4 KV heads, head_dim 128, 16 tokens, bf16)";
   } else {
@@ -176,8 +177,8 @@ int main(int argc, char** argv) {
       "", {"server.data_dir=" + dir, "log.level=warn", "index.summary_per_layer=true",
            absl::StrCat("tiers.device.capacity_bytes=", arena),
            absl::StrCat("tiers.host.capacity_bytes=", arena), "tiers.host.staging_bytes=1MiB",
-           "tiers.nvme.file_count=1", "tiers.nvme.file_size_bytes=64MiB",
-           "tiers.nvme.io_threads=1", "leases.default_ttl_ms=600000"});
+           "tiers.nvme.file_count=1", "tiers.nvme.file_size_bytes=64MiB", "tiers.nvme.io_threads=1",
+           "leases.default_ttl_ms=600000"});
   if (!config.ok()) Die("config", config.status());
   auto server = daemon::Server::Start(*config);
   if (!server.ok()) Die("start", server.status());
@@ -285,8 +286,8 @@ int main(int argc, char** argv) {
         AnchorBuilder b(profile);
         b.AddTokens(previous_block, kTokens - 4, 4).IgnoreError();
         b.AddTokens(last_block, 0, 4).IgnoreError();
-        auto a = b.Finish(kind.anchor_floats == kDim ? AnchorLayout::kPooled
-                                                     : AnchorLayout::kPerLayer);
+        auto a =
+            b.Finish(kind.anchor_floats == kDim ? AnchorLayout::kPooled : AnchorLayout::kPerLayer);
         if (!a.ok()) Die("anchor", a.status());
       } else if (kind.head_queries) {
         auto q = GatherHeadQueries(queries, kLayers, kQHeads, kDim, profile.calibration());
@@ -296,16 +297,18 @@ int main(int argc, char** argv) {
     }
     res.client_us = Percentile(client_us, 0.5);
     results.push_back(res);
-    std::printf("%-32s %6zu B  p50 %8.1f us  p99 %8.1f us  daemon %8.1f us (selector %8.1f)"
-                "  client %6.1f us\n",
-                res.name.c_str(), res.request_bytes, res.p50, res.p99, res.handler_us,
-                res.select_us, res.client_us);
+    std::printf(
+        "%-32s %6zu B  p50 %8.1f us  p99 %8.1f us  daemon %8.1f us (selector %8.1f)"
+        "  client %6.1f us\n",
+        res.name.c_str(), res.request_bytes, res.p50, res.p99, res.handler_us, res.select_us,
+        res.client_us);
   }
 
   std::string md = absl::StrFormat(
       "# Select v2 cost (kvtier_select_v2_bench)\n\nOne context of %d blocks of %s with %d "
       "calibrated retrieval heads, budget %u blocks, one stream, one context per request, every "
-      "block resident; ISA %s; puts of the %d blocks took %.1f s. p50/p99: gRPC round trip; daemon: SelectHandler "
+      "block resident; ISA %s; puts of the %d blocks took %.1f s. p50/p99: gRPC round trip; "
+      "daemon: SelectHandler "
       "per request without gRPC (p50), of which selector; client: computing the anchor from the "
       "last 8 tokens' keys (client/anchor.h) or gathering the head queries (p50).\n\n"
       "| request | bytes | p50 us | p99 us | vs pooled (p50) | daemon us | selector us | client "

@@ -50,8 +50,7 @@ struct BenchConfig {
 };
 
 double Seconds(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // User + system CPU seconds of this process so far.
@@ -62,8 +61,8 @@ double CpuSeconds() {
   return sec(usage.ru_utime) + sec(usage.ru_stime);
 }
 
-void Report(const char* op, const BenchConfig& c, uint64_t bytes,
-            double seconds, double cpu_seconds, const NvmeTierStats& s) {
+void Report(const char* op, const BenchConfig& c, uint64_t bytes, double seconds,
+            double cpu_seconds, const NvmeTierStats& s) {
   const double gib = static_cast<double>(bytes) / (1 << 30);
   std::printf(
       "RESULT kvtier op=%s bs=%llu qd=%u bytes=%llu seconds=%.3f gibps=%.3f "
@@ -71,15 +70,13 @@ void Report(const char* op, const BenchConfig& c, uint64_t bytes,
       "buffers=%s direct_io=%d registered=%d zero_copy=%llu staged=%llu "
       "fixed=%llu submits=%llu requeued=%llu\n",
       op, static_cast<unsigned long long>(c.block_bytes), c.queue_depth,
-      static_cast<unsigned long long>(bytes), seconds, gib / seconds,
-      cpu_seconds / gib, c.buffers.c_str(),
-      s.direct_io ? 1 : 0, s.registered_buffers ? 1 : 0,
+      static_cast<unsigned long long>(bytes), seconds, gib / seconds, cpu_seconds / gib,
+      c.buffers.c_str(), s.direct_io ? 1 : 0, s.registered_buffers ? 1 : 0,
       static_cast<unsigned long long>(s.zero_copy_ops),
       static_cast<unsigned long long>(s.staged_ops),
       static_cast<unsigned long long>(s.queue.fixed_buffer_ops),
       static_cast<unsigned long long>(s.queue.submit_calls),
-      static_cast<unsigned long long>(s.queue.requeued_short +
-                                      s.queue.requeued_again));
+      static_cast<unsigned long long>(s.queue.requeued_short + s.queue.requeued_again));
   std::fflush(stdout);
 }
 
@@ -141,8 +138,7 @@ int Run(const BenchConfig& c) {
   options.max_block_bytes = c.block_bytes;
   // Enough staging for every ring to be full on the staging path.
   options.staging_bytes = std::max<uint64_t>(
-      uint64_t{64} << 20,
-      2 * RoundUpToDirectIo(c.block_bytes) * c.queue_depth * c.io_threads);
+      uint64_t{64} << 20, 2 * RoundUpToDirectIo(c.block_bytes) * c.queue_depth * c.io_threads);
   options.registered_regions = {sources->span(), targets->span()};
 
   // A fresh file each run, as fio lays out a fresh one.
@@ -159,57 +155,50 @@ int Run(const BenchConfig& c) {
   std::atomic<uint64_t> errors{0};
   double cpu_start = CpuSeconds();
   auto write_start = std::chrono::steady_clock::now();
-  RunClients(c.clients, blocks, batch,
-             [&](uint32_t, uint64_t first, uint64_t count) {
-               std::vector<absl::Span<const uint8_t>> spans;
-               for (uint64_t b = first; b < first + count; ++b) {
-                 spans.push_back(payloads[b % kSourceBlocks]);
-               }
-               auto results = tier.WriteBatch(spans);
-               for (uint64_t i = 0; i < count; ++i) {
-                 if (!results[i].ok()) {
-                   if (errors.fetch_add(1) == 0) {
-                     std::fprintf(stderr, "write: %s\n",
-                                  results[i].status().ToString().c_str());
-                   }
-                   continue;
-                 }
-                 locations[first + i] = *results[i];
-               }
-             });
+  RunClients(c.clients, blocks, batch, [&](uint32_t, uint64_t first, uint64_t count) {
+    std::vector<absl::Span<const uint8_t>> spans;
+    for (uint64_t b = first; b < first + count; ++b) {
+      spans.push_back(payloads[b % kSourceBlocks]);
+    }
+    auto results = tier.WriteBatch(spans);
+    for (uint64_t i = 0; i < count; ++i) {
+      if (!results[i].ok()) {
+        if (errors.fetch_add(1) == 0) {
+          std::fprintf(stderr, "write: %s\n", results[i].status().ToString().c_str());
+        }
+        continue;
+      }
+      locations[first + i] = *results[i];
+    }
+  });
   absl::Status synced = tier.Sync();
   const double write_seconds = Seconds(write_start);
   const double write_cpu_seconds = CpuSeconds() - cpu_start;
   if (!synced.ok() || errors.load() != 0) {
-    std::fprintf(stderr, "write phase failed: %s, %llu errors\n",
-                 synced.ToString().c_str(),
+    std::fprintf(stderr, "write phase failed: %s, %llu errors\n", synced.ToString().c_str(),
                  static_cast<unsigned long long>(errors.load()));
     return 1;
   }
   const uint64_t bytes = blocks * c.block_bytes;
-  if (c.mode != "read") Report("write", c, bytes, write_seconds, write_cpu_seconds,
-                              tier.stats());
+  if (c.mode != "read") Report("write", c, bytes, write_seconds, write_cpu_seconds, tier.stats());
   if (c.mode == "write") return 0;
 
   const NvmeTierStats before = tier.stats();
   cpu_start = CpuSeconds();
   auto read_start = std::chrono::steady_clock::now();
-  RunClients(c.clients, blocks, batch,
-             [&](uint32_t client, uint64_t first, uint64_t count) {
-               std::vector<NvmeReadRequest> reads;
-               for (uint64_t i = 0; i < count; ++i) {
-                 uint8_t* out = targets->data() +
-                                (uint64_t{client} * batch + i) * slot_bytes + skew;
-                 reads.push_back({locations[first + i],
-                                  checksums[(first + i) % kSourceBlocks],
-                                  absl::MakeSpan(out, c.block_bytes)});
-               }
-               for (const absl::Status& s : tier.ReadBatch(reads)) {
-                 if (!s.ok() && errors.fetch_add(1) == 0) {
-                   std::fprintf(stderr, "read: %s\n", s.ToString().c_str());
-                 }
-               }
-             });
+  RunClients(c.clients, blocks, batch, [&](uint32_t client, uint64_t first, uint64_t count) {
+    std::vector<NvmeReadRequest> reads;
+    for (uint64_t i = 0; i < count; ++i) {
+      uint8_t* out = targets->data() + (uint64_t{client} * batch + i) * slot_bytes + skew;
+      reads.push_back({locations[first + i], checksums[(first + i) % kSourceBlocks],
+                       absl::MakeSpan(out, c.block_bytes)});
+    }
+    for (const absl::Status& s : tier.ReadBatch(reads)) {
+      if (!s.ok() && errors.fetch_add(1) == 0) {
+        std::fprintf(stderr, "read: %s\n", s.ToString().c_str());
+      }
+    }
+  });
   const double read_seconds = Seconds(read_start);
   const double read_cpu_seconds = CpuSeconds() - cpu_start;
   if (errors.load() != 0) return 1;
@@ -244,8 +233,9 @@ int main(int argc, char** argv) {
   app.add_option("--odirect", c.odirect, "Use O_DIRECT");
   CLI11_PARSE(app, argc, argv);
   if (c.block_bytes == 0 || c.total_bytes < c.block_bytes || c.clients == 0) {
-    std::fprintf(stderr, "need block-size > 0, total-bytes >= block-size, "
-                         "clients > 0\n");
+    std::fprintf(stderr,
+                 "need block-size > 0, total-bytes >= block-size, "
+                 "clients > 0\n");
     return 2;
   }
   return kvtier::Run(c);

@@ -103,7 +103,8 @@ absl::StatusOr<std::unique_ptr<KvtierPaths>> KvtierPaths::Start(const KvtierOpti
     return absl::FailedPreconditionError("the device arena is not a shared-memory file");
   }
   std::string err;
-  k->arena_ = client::ShmArenaView::Open(k->client_->ArenaSource(*arena), arena->size_bytes(), &err);
+  k->arena_ =
+      client::ShmArenaView::Open(k->client_->ArenaSource(*arena), arena->size_bytes(), &err);
   if (k->arena_ == nullptr) return absl::InternalError(err);
   k->arena_id_ = arena->arena_id();
   return k;

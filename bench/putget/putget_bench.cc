@@ -183,8 +183,8 @@ absl::Status RunBlockSize(const Args& args, uint64_t block_bytes, uint64_t total
          [&](uint32_t) -> absl::Status {
            for (uint64_t i = 0; i < n; ++i) {
              auto* dst = reinterpret_cast<uint8_t*>(ws.dst(i));
-             sink += CopyWithChecksum(
-                 {reinterpret_cast<const uint8_t*>(ws.src(i)), block_bytes}, dst);
+             sink +=
+                 CopyWithChecksum({reinterpret_cast<const uint8_t*>(ws.src(i)), block_bytes}, dst);
              auto summary = summarizer.Summarize(*storage_profile, {dst, block_bytes});
              if (!summary.ok()) return summary.status();
              sink += summary->size();
@@ -365,11 +365,12 @@ std::string Report(const Args& args, const std::vector<uint64_t>& sizes, uint64_
           RatioCell(m("kvtier_grpc_direct", "get"), m("kvtier_grpc_bytes", "get"), 0), " |\n");
     }
   }
-  absl::StrAppend(&md,
-                  "\nWork kvtierd does on every put besides copying (one thread, in-process, "
-                  "same blocks):\n\n| block | memcpy GB/s | XXH3-64 GB/s | copy + XXH3 fused GB/s | "
-                  "key summary GB/s | all of a staged put's byte work GB/s (ratio to memcpy) | "
-                  "summary bytes kept in RAM per block |\n|---|---|---|---|---|---|---|\n");
+  absl::StrAppend(
+      &md,
+      "\nWork kvtierd does on every put besides copying (one thread, in-process, "
+      "same blocks):\n\n| block | memcpy GB/s | XXH3-64 GB/s | copy + XXH3 fused GB/s | "
+      "key summary GB/s | all of a staged put's byte work GB/s (ratio to memcpy) | "
+      "summary bytes kept in RAM per block |\n|---|---|---|---|---|---|---|\n");
   for (uint64_t s : sizes) {
     auto it = results.summary_bytes.find(s);
     absl::StrAppend(
@@ -378,9 +379,10 @@ std::string Report(const Args& args, const std::vector<uint64_t>& sizes, uint64_
         Cell(results.Median(s, "server_copy_xxh3", "compute")), " | ",
         Cell(results.Median(s, "server_summarize", "compute")), " | ",
         Cell(results.Median(s, "server_put_floor", "compute")), " (",
-        RatioCell(results.Find(s, "server_put_floor", "compute"),
-                  results.Find(s, "memcpy", "copy"), 0), ") | ",
-        it == results.summary_bytes.end() ? std::string("n/a") : absl::StrCat(it->second), " |\n");
+        RatioCell(results.Find(s, "server_put_floor", "compute"), results.Find(s, "memcpy", "copy"),
+                  0),
+        ") | ", it == results.summary_bytes.end() ? std::string("n/a") : absl::StrCat(it->second),
+        " |\n");
   }
   absl::StrAppend(
       &md,
@@ -552,8 +554,10 @@ int main(int argc, char** argv) {
   app.add_option("--set", args.daemon_settings,
                  "daemon setting over its embedded defaults, KEY=VALUE (repeatable), e.g. "
                  "server.put_parallelism=1");
-  app.add_option("--methods", args.methods,
-                 "only these: memcpy,server_work,kvtier_grpc_bytes,kvtier_grpc_direct,kvtier_shm,redis_tcp,redis_unix")
+  app.add_option(
+         "--methods", args.methods,
+         "only these: "
+         "memcpy,server_work,kvtier_grpc_bytes,kvtier_grpc_direct,kvtier_shm,redis_tcp,redis_unix")
       ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   kvtier::daemon::InitLogging("warn", "text");

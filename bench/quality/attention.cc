@@ -63,8 +63,7 @@ void ComputeStepAttention(const KvDump& d, int64_t t, int32_t block_size,
         for (int64_t j = j0; j < j1; ++j) {
           const double p = logits[j] * inv;
           m += p;
-          if (options.probs)
-            out->probs[static_cast<size_t>(lh) * n + j] = static_cast<float>(p);
+          if (options.probs) out->probs[static_cast<size_t>(lh) * n + j] = static_cast<float>(p);
           if (options.outputs) {
             const float* v = v0 + j * D;
             for (int32_t i = 0; i < D; ++i) acc[i] += p * v[i];

@@ -32,10 +32,8 @@ class InProcessBackend final : public SelectionBackend {
     o.num_kv_heads = config_.layout.num_kv_heads;
     o.keep_layer_means = config_.summary_per_layer;
     o.calibration = config_.calibration;
-    key_heads_ =
-        index::KeyHeadsOf(config_.calibration, config_.layout.num_kv_heads);
-    absl::StatusOr<std::unique_ptr<index::ContextIndex>> ctx =
-        index::ContextIndex::Create(o);
+    key_heads_ = index::KeyHeadsOf(config_.calibration, config_.layout.num_kv_heads);
+    absl::StatusOr<std::unique_ptr<index::ContextIndex>> ctx = index::ContextIndex::Create(o);
     if (!ctx.ok()) return ctx.status();
     context_ = std::move(*ctx);
     return absl::OkStatus();
@@ -49,13 +47,11 @@ class InProcessBackend final : public SelectionBackend {
       return absl::InvalidArgumentError("Open needs at least one block");
     }
     const index::BlockLayout& layout = config_.layout;
-    index::HeadVarianceTracker tracker(layout.num_layers, layout.num_kv_heads,
-                                       layout.head_dim);
+    index::HeadVarianceTracker tracker(layout.num_layers, layout.num_kv_heads, layout.head_dim);
     index::SummaryOptions plain;
     for (const std::string& p : payloads) {
       index::HeadStats stats;
-      absl::StatusOr<index::BlockSummary> s =
-          index::ComputeBlockSummary(layout, p, plain, &stats);
+      absl::StatusOr<index::BlockSummary> s = index::ComputeBlockSummary(layout, p, plain, &stats);
       if (!s.ok()) return s.status();
       if (absl::Status m = tracker.Merge(stats); !m.ok()) return m;
     }
@@ -78,8 +74,7 @@ class InProcessBackend final : public SelectionBackend {
   int64_t num_blocks() const override { return context_->tree().num_pages(); }
   const index::HeadWeights& head_weights() const override { return weights_; }
 
-  absl::Status Select(const BackendSelect& r,
-                      std::vector<int64_t>* blocks) override {
+  absl::Status Select(const BackendSelect& r, std::vector<int64_t>* blocks) override {
     index::SelectRequest req;
     req.context = context_.get();
     req.anchor = r.anchor;
@@ -141,17 +136,14 @@ namespace {
 std::atomic<DaemonBackendFactory> g_daemon_factory{nullptr};
 }  // namespace
 
-void SetDaemonBackendFactory(DaemonBackendFactory factory) {
-  g_daemon_factory.store(factory);
-}
+void SetDaemonBackendFactory(DaemonBackendFactory factory) { g_daemon_factory.store(factory); }
 
-absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeDaemonBackend(
-    const BackendConfig& config, const std::string& endpoint) {
+absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeDaemonBackend(const BackendConfig& config,
+                                                                    const std::string& endpoint) {
   const DaemonBackendFactory factory = g_daemon_factory.load();
   if (factory == nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat("end-to-end mode (", endpoint,
-                     "): this binary was built without the daemon backend"));
+    return absl::UnimplementedError(absl::StrCat(
+        "end-to-end mode (", endpoint, "): this binary was built without the daemon backend"));
   }
   return factory(config, endpoint);
 }

@@ -79,23 +79,20 @@ class SelectionBackend {
   // Weights used for weighted_mean (version 0 before Open).
   virtual const index::HeadWeights& head_weights() const = 0;
   // Chosen block positions, ascending.
-  virtual absl::Status Select(const BackendSelect& request,
-                              std::vector<int64_t>* blocks) = 0;
+  virtual absl::Status Select(const BackendSelect& request, std::vector<int64_t>* blocks) = 0;
 };
 
-absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeInProcessBackend(
-    const BackendConfig& config);
+absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeInProcessBackend(const BackendConfig& config);
 
 // A backend served by kvtierd (the end-to-end mode). The implementation
 // lives in daemon_backend.h, linked only into the binaries that install it
 // with SetDaemonBackendFactory, so that the rest of the harness does not
 // depend on the daemon. Unimplemented when no factory was installed.
-using DaemonBackendFactory =
-    absl::StatusOr<std::unique_ptr<SelectionBackend>> (*)(
-        const BackendConfig& config, const std::string& endpoint);
-void SetDaemonBackendFactory(DaemonBackendFactory factory);
-absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeDaemonBackend(
+using DaemonBackendFactory = absl::StatusOr<std::unique_ptr<SelectionBackend>> (*)(
     const BackendConfig& config, const std::string& endpoint);
+void SetDaemonBackendFactory(DaemonBackendFactory factory);
+absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeDaemonBackend(const BackendConfig& config,
+                                                                    const std::string& endpoint);
 
 }  // namespace kvtier::quality
 

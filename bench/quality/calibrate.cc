@@ -20,12 +20,11 @@ struct HeadPriors {
   int32_t heads = 0;
   std::vector<std::vector<double>> prior;  // [head][distance]
   std::vector<double> weight;              // [head]
-  double sink_share = 0;  // of the heads' attention on stored blocks, on the sinks
-  std::vector<double> sink;  // [head]: mean mass on the sink blocks per step
+  double sink_share = 0;                   // of the heads' attention on stored blocks, on the sinks
+  std::vector<double> sink;                // [head]: mean mass on the sink blocks per step
 };
 
-HeadPriors MeasurePriors(const KvDump& dump, const ReplayData& data,
-                         const CalibrateOptions& o) {
+HeadPriors MeasurePriors(const KvDump& dump, const ReplayData& data, const CalibrateOptions& o) {
   const int32_t bs = o.replay.block_size;
   const int32_t H = dump.num_layers * dump.num_q_heads;
   const int64_t P = data.prompt_tokens;
@@ -110,16 +109,14 @@ void MakeNonIncreasing(std::vector<double>* v) {
 }
 
 index::SelectionCalibration Build(const KvDump& dump, const HeadPriors& p,
-                                  const std::vector<int32_t>& heads,
-                                  float head_min_mass) {
+                                  const std::vector<int32_t>& heads, float head_min_mass) {
   index::SelectionCalibration c;
   c.head_min_mass = head_min_mass;
   c.num_q_heads = dump.num_q_heads;
   const size_t K = p.prior.empty() ? 1 : p.prior[0].size();
   std::vector<double> prior(K, 0), all(K, 0);
   for (int32_t h = 0; h < p.heads; ++h) {
-    const bool retrieval =
-        std::find(heads.begin(), heads.end(), h) != heads.end();
+    const bool retrieval = std::find(heads.begin(), heads.end(), h) != heads.end();
     for (size_t d = 0; d < K; ++d) {
       all[d] += p.prior[h][d];
       if (!retrieval) prior[d] += p.prior[h][d];
@@ -139,8 +136,7 @@ index::SelectionCalibration Build(const KvDump& dump, const HeadPriors& p,
   c.sink_mass_all = static_cast<float>(sink_all);
   for (int32_t h : heads) {
     c.retrieval_heads.push_back({h / dump.num_q_heads, h % dump.num_q_heads});
-    c.head_weights.push_back(
-        static_cast<float>(std::clamp(p.weight[h], 1e-3, 1.0)));
+    c.head_weights.push_back(static_cast<float>(std::clamp(p.weight[h], 1e-3, 1.0)));
   }
   return c;
 }
@@ -151,17 +147,16 @@ std::string HeadName(const KvDump& dump, int32_t h) {
 
 }  // namespace
 
-absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump,
-                                            const CalibrateOptions& o) {
+absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump, const CalibrateOptions& o) {
   if (!(o.head_min_mass >= 0 && o.head_min_mass < 1)) {
     return absl::InvalidArgumentError("calibrate: head_min_mass must be in [0, 1)");
   }
   if (!(o.budget > 0 && o.budget <= 1) || o.max_heads < 0 ||
-      o.max_heads > index::kMaxRetrievalHeads || !(o.min_gain >= 0) ||
-      o.sink_blocks < 0 || o.local_blocks < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "calibrate: budget must be in (0, 1], max_heads in [0, ",
-        index::kMaxRetrievalHeads, "], min_gain >= 0, sink/local blocks >= 0"));
+      o.max_heads > index::kMaxRetrievalHeads || !(o.min_gain >= 0) || o.sink_blocks < 0 ||
+      o.local_blocks < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibrate: budget must be in (0, 1], max_heads in [0, ",
+                     index::kMaxRetrievalHeads, "], min_gain >= 0, sink/local blocks >= 0"));
   }
   absl::StatusOr<ReplayData> data = BuildReplayData(dump, o.replay);
   if (!data.ok()) return data.status();
@@ -208,9 +203,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump,
     double round_best = -1;
     int32_t round_head = -1;
     for (size_t i = 0; i < candidates.size(); ++i) {
-      const double share = r->runs.at(rc.runs[i].Key())
-                               ->metrics.Summarise(data->block_bytes)
-                               .share;
+      const double share = r->runs.at(rc.runs[i].Key())->metrics.Summarise(data->block_bytes).share;
       if (share > round_best) {
         round_best = share;
         round_head = candidates[i];
@@ -227,8 +220,8 @@ absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump,
     if (round_best - best_share < o.min_gain) {
       if (o.progress) {
         o.progress(absl::StrFormat("best next head %s adds %.4f < %.4f: stop",
-                                   HeadName(dump, round_head),
-                                   round_best - best_share, o.min_gain));
+                                   HeadName(dump, round_head), round_best - best_share,
+                                   o.min_gain));
       }
       break;
     }
@@ -236,8 +229,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump,
     best_share = round_best;
     result.share_after.push_back(round_best);
     if (o.progress) {
-      o.progress(absl::StrFormat("+ %s: share %.4f", HeadName(dump, round_head),
-                                 round_best));
+      o.progress(absl::StrFormat("+ %s: share %.4f", HeadName(dump, round_head), round_best));
     }
   }
   result.calibration = Build(dump, priors, chosen, o.head_min_mass);
@@ -264,8 +256,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump,
     o.progress(absl::StrFormat("sink: %.4f of the attention on stored blocks -> sink_blocks %d%s",
                                priors.sink_share, c.sink_blocks,
                                c.sink_mass >= 0
-                                   ? absl::StrFormat(", competing with sink_mass %.4f",
-                                                     c.sink_mass)
+                                   ? absl::StrFormat(", competing with sink_mass %.4f", c.sink_mass)
                                    : std::string()));
   }
   return result;
@@ -282,37 +273,26 @@ std::string CalibrationToJson(const CalibrationResult& r) {
   };
   std::string heads = "[";
   for (size_t i = 0; i < c.retrieval_heads.size(); ++i) {
-    absl::StrAppend(&heads, i ? ", " : "", "{\"layer\": ",
-                    c.retrieval_heads[i].layer, ", \"q_head\": ",
-                    c.retrieval_heads[i].q_head, "}");
+    absl::StrAppend(&heads, i ? ", " : "", "{\"layer\": ", c.retrieval_heads[i].layer,
+                    ", \"q_head\": ", c.retrieval_heads[i].q_head, "}");
   }
   heads += "]";
-  return absl::StrCat("{\n  \"model\": \"", r.model, "\",\n  \"source\": \"",
-                      r.source, "\",\n  \"num_q_heads\": ", c.num_q_heads,
-                      ",\n  \"retrieval_heads\": ", heads,
-                      ",\n  \"head_weights\": ", floats(c.head_weights),
-                      ",\n  \"softmax_scale\": ",
-                      absl::StrFormat("%.9g", c.softmax_scale),
-                      ",\n  \"head_min_mass\": ",
-                      absl::StrFormat("%.9g", c.head_min_mass),
-                      c.sink_blocks >= 0 ? absl::StrCat(",\n  \"sink_blocks\": ", c.sink_blocks)
-                                         : std::string(),
-                      c.local_blocks >= 0
-                          ? absl::StrCat(",\n  \"local_blocks\": ", c.local_blocks)
-                          : std::string(),
-                      c.sink_mass >= 0
-                          ? absl::StrFormat(",\n  \"sink_mass\": %.9g,\n  \"sink_mass_all\": %.9g",
-                                            c.sink_mass, c.sink_mass_all)
-                          : std::string(),
-                      ",\n  \"retrieval_share\": ",
-                      absl::StrFormat("%.9g", c.retrieval_share),
-                      ",\n  \"successor_weight\": ",
-                      absl::StrFormat("%.9g", c.successor_weight),
-                      ",\n  \"unconfirmed_weight\": ",
-                      absl::StrFormat("%.9g", c.unconfirmed_weight),
-                      ",\n  \"confirm_steps\": ", c.confirm_steps,
-                      ",\n  \"prior\": ", floats(c.prior),
-                      ",\n  \"prior_all\": ", floats(c.prior_all), "\n}\n");
+  return absl::StrCat(
+      "{\n  \"model\": \"", r.model, "\",\n  \"source\": \"", r.source,
+      "\",\n  \"num_q_heads\": ", c.num_q_heads, ",\n  \"retrieval_heads\": ", heads,
+      ",\n  \"head_weights\": ", floats(c.head_weights),
+      ",\n  \"softmax_scale\": ", absl::StrFormat("%.9g", c.softmax_scale),
+      ",\n  \"head_min_mass\": ", absl::StrFormat("%.9g", c.head_min_mass),
+      c.sink_blocks >= 0 ? absl::StrCat(",\n  \"sink_blocks\": ", c.sink_blocks) : std::string(),
+      c.local_blocks >= 0 ? absl::StrCat(",\n  \"local_blocks\": ", c.local_blocks) : std::string(),
+      c.sink_mass >= 0 ? absl::StrFormat(",\n  \"sink_mass\": %.9g,\n  \"sink_mass_all\": %.9g",
+                                         c.sink_mass, c.sink_mass_all)
+                       : std::string(),
+      ",\n  \"retrieval_share\": ", absl::StrFormat("%.9g", c.retrieval_share),
+      ",\n  \"successor_weight\": ", absl::StrFormat("%.9g", c.successor_weight),
+      ",\n  \"unconfirmed_weight\": ", absl::StrFormat("%.9g", c.unconfirmed_weight),
+      ",\n  \"confirm_steps\": ", c.confirm_steps, ",\n  \"prior\": ", floats(c.prior),
+      ",\n  \"prior_all\": ", floats(c.prior_all), "\n}\n");
 }
 
 absl::StatusOr<CalibrationResult> CalibrationFromJson(absl::string_view text) {
@@ -354,18 +334,16 @@ absl::StatusOr<CalibrationResult> CalibrationFromJson(absl::string_view text) {
   for (const JsonValue& h : heads->array) {
     const JsonValue* l = h.Find("layer");
     const JsonValue* qh = h.Find("q_head");
-    if (l == nullptr || qh == nullptr || !l->is_integer || !qh->is_integer ||
-        l->integer < 0 || qh->integer < 0 || l->integer > 65535 ||
-        qh->integer > 65535) {
+    if (l == nullptr || qh == nullptr || !l->is_integer || !qh->is_integer || l->integer < 0 ||
+        qh->integer < 0 || l->integer > 65535 || qh->integer > 65535) {
       return bad("retrieval_heads");
     }
-    c.retrieval_heads.push_back({static_cast<int32_t>(l->integer),
-                                 static_cast<int32_t>(qh->integer)});
+    c.retrieval_heads.push_back(
+        {static_cast<int32_t>(l->integer), static_cast<int32_t>(qh->integer)});
   }
   if (!num_list("prior", &c.prior)) return bad("prior");
   if (!num_list("prior_all", &c.prior_all)) return bad("prior_all");
-  if (v->Find("head_weights") != nullptr &&
-      !num_list("head_weights", &c.head_weights)) {
+  if (v->Find("head_weights") != nullptr && !num_list("head_weights", &c.head_weights)) {
     return bad("head_weights");
   }
   if (const JsonValue* s = v->Find("softmax_scale"); s != nullptr) {
@@ -376,19 +354,19 @@ absl::StatusOr<CalibrationResult> CalibrationFromJson(absl::string_view text) {
     if (s->type != JsonValue::Type::kNumber) return bad("head_min_mass");
     c.head_min_mass = static_cast<float>(s->number);
   }
-  for (auto [key, out] : {std::pair{"sink_blocks", &c.sink_blocks},
-                          std::pair{"local_blocks", &c.local_blocks},
-                          std::pair{"confirm_steps", &c.confirm_steps}}) {
+  for (auto [key, out] :
+       {std::pair{"sink_blocks", &c.sink_blocks}, std::pair{"local_blocks", &c.local_blocks},
+        std::pair{"confirm_steps", &c.confirm_steps}}) {
     if (const JsonValue* s = v->Find(key); s != nullptr) {
       if (!s->is_integer || s->integer < 0 || s->integer > index::kMaxForcedBlocks) return bad(key);
       *out = static_cast<int32_t>(s->integer);
     }
   }
-  for (auto [key, out] : {std::pair{"retrieval_share", &c.retrieval_share},
-                          std::pair{"successor_weight", &c.successor_weight},
-                          std::pair{"unconfirmed_weight", &c.unconfirmed_weight},
-                          std::pair{"sink_mass", &c.sink_mass},
-                          std::pair{"sink_mass_all", &c.sink_mass_all}}) {
+  for (auto [key, out] :
+       {std::pair{"retrieval_share", &c.retrieval_share},
+        std::pair{"successor_weight", &c.successor_weight},
+        std::pair{"unconfirmed_weight", &c.unconfirmed_weight},
+        std::pair{"sink_mass", &c.sink_mass}, std::pair{"sink_mass_all", &c.sink_mass_all}}) {
     if (const JsonValue* s = v->Find(key); s != nullptr) {
       if (s->type != JsonValue::Type::kNumber) return bad(key);
       *out = static_cast<float>(s->number);
@@ -397,12 +375,11 @@ absl::StatusOr<CalibrationResult> CalibrationFromJson(absl::string_view text) {
   return r;
 }
 
-absl::StatusOr<std::map<std::string, index::SelectionCalibration>>
-LoadCalibrations(const std::string& dir) {
+absl::StatusOr<std::map<std::string, index::SelectionCalibration>> LoadCalibrations(
+    const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
-    return absl::NotFoundError(
-        absl::StrCat("calibration folder ", dir, " does not exist"));
+    return absl::NotFoundError(absl::StrCat("calibration folder ", dir, " does not exist"));
   }
   std::vector<std::string> files;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
@@ -416,8 +393,7 @@ LoadCalibrations(const std::string& dir) {
     text << in.rdbuf();
     absl::StatusOr<CalibrationResult> r = CalibrationFromJson(text.str());
     if (!r.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(f, ": ", r.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat(f, ": ", r.status().message()));
     }
     if (!out.emplace(r->model, r->calibration).second) {
       return absl::InvalidArgumentError(

@@ -77,8 +77,7 @@ struct CalibrationResult {
 };
 
 // InvalidArgument for options out of range or a dump too short to replay.
-absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump,
-                                            const CalibrateOptions& options);
+absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump, const CalibrateOptions& options);
 
 // JSON form (the fields of v1::SelectionCalibration, plus "model" and
 // "source"):
@@ -92,8 +91,8 @@ absl::StatusOr<CalibrationResult> CalibrationFromJson(absl::string_view text);
 
 // Every *.json calibration in `dir`, by model. InvalidArgument naming the
 // file for a bad one or two files of one model; NotFound for a missing dir.
-absl::StatusOr<std::map<std::string, index::SelectionCalibration>>
-LoadCalibrations(const std::string& dir);
+absl::StatusOr<std::map<std::string, index::SelectionCalibration>> LoadCalibrations(
+    const std::string& dir);
 
 }  // namespace kvtier::quality
 

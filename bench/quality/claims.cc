@@ -14,8 +14,7 @@ std::vector<double> Ranks(absl::Span<const double> v) {
   const size_t n = v.size();
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&v](size_t a, size_t b) { return v[a] < v[b]; });
+  std::sort(order.begin(), order.end(), [&v](size_t a, size_t b) { return v[a] < v[b]; });
   std::vector<double> rank(n);
   for (size_t i = 0; i < n;) {
     size_t j = i;
@@ -33,9 +32,7 @@ std::vector<char> TopMask(const std::vector<double>& v, size_t k) {
   std::iota(idx.begin(), idx.end(), 0);
   k = std::min(k, idx.size());
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&v](size_t a, size_t b) {
-                      return v[a] > v[b] || (v[a] == v[b] && a < b);
-                    });
+                    [&v](size_t a, size_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
   std::vector<char> mask(v.size(), 0);
   for (size_t i = 0; i < k; ++i) mask[idx[i]] = 1;
   return mask;
@@ -66,8 +63,7 @@ double Spearman(absl::Span<const double> x, absl::Span<const double> y) {
   return sxy / std::sqrt(sxx * syy);
 }
 
-ClaimsAccumulator::ClaimsAccumulator(int32_t num_layers,
-                                     std::vector<double> fractions)
+ClaimsAccumulator::ClaimsAccumulator(int32_t num_layers, std::vector<double> fractions)
     : num_layers_(num_layers),
       fractions_(std::move(fractions)),
       overlap_head_(num_layers * fractions_.size(), 0.0),
@@ -94,8 +90,7 @@ void ClaimsAccumulator::AddStep(const ReplayData& data, const StepAttention& a,
         const float* p = a.Probs(l * d.num_q_heads + h);
         for (int64_t j = 0; j < n; ++j) attn[j] += p[j];
       }
-      const float* anchor =
-          &in.anchor_head[(static_cast<size_t>(l) * d.num_kv_heads + kvh) * D];
+      const float* anchor = &in.anchor_head[(static_cast<size_t>(l) * d.num_kv_heads + kvh) * D];
       std::fill(mean.begin(), mean.end(), 0.0);
       for (int64_t j = 0; j < n; ++j) {
         const float* k = d.K(l, kvh, j);
@@ -111,8 +106,8 @@ void ClaimsAccumulator::AddStep(const ReplayData& data, const StepAttention& a,
         distinct[j] = -Cos(d.K(l, kvh, j), meanf.data(), D);
       }
       for (size_t f = 0; f < F; ++f) {
-        const size_t k = static_cast<size_t>(std::max<double>(
-            1.0, std::ceil(fractions_[f] * static_cast<double>(n))));
+        const size_t k = static_cast<size_t>(
+            std::max<double>(1.0, std::ceil(fractions_[f] * static_cast<double>(n))));
         const std::vector<char> ta = TopMask(attn, k);
         const std::vector<char> th = TopMask(kk, k);
         const std::vector<char> tp = TopMask(kk_pooled, k);
@@ -155,8 +150,7 @@ void ClaimsAccumulator::AddStep(const ReplayData& data, const StepAttention& a,
 absl::Status ClaimsAccumulator::Merge(const ClaimsAccumulator& o) {
   if (o.num_layers_ != num_layers_ || o.fractions_ != fractions_) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot merge claims of ", o.num_layers_, " layers into ",
-                     num_layers_));
+        absl::StrCat("cannot merge claims of ", o.num_layers_, " layers into ", num_layers_));
   }
   for (size_t i = 0; i < overlap_head_.size(); ++i) {
     overlap_head_[i] += o.overlap_head_[i];

@@ -37,8 +37,7 @@ class ClaimsAccumulator {
   ClaimsAccumulator(int32_t num_layers, std::vector<double> fractions);
 
   // One step; `a` must hold token probabilities (AttentionOptions::probs).
-  void AddStep(const ReplayData& data, const StepAttention& a,
-               const StepInput& in);
+  void AddStep(const ReplayData& data, const StepAttention& a, const StepInput& in);
   absl::Status Merge(const ClaimsAccumulator& other);
 
   struct LayerRow {

@@ -89,26 +89,20 @@ std::vector<std::string> Housekeeping(const std::string& data_dir) {
 }
 
 // The daemon settings that make its Selector equal to config's.
-std::vector<std::string> Overrides(const BackendConfig& c,
-                                   const std::string& data_dir) {
+std::vector<std::string> Overrides(const BackendConfig& c, const std::string& data_dir) {
   std::vector<std::string> out = Housekeeping(data_dir);
   if (c.shipped_defaults) return out;
   const index::SelectorOptions& s = c.selector;
   const bool weighted = c.scorer == index::ScorerKind::kKeyKeyWeighted;
   std::vector<std::string> more = {
       absl::StrCat("index.summary_encoding=",
-                   c.codec.encoding == index::SummaryEncoding::kFp32 ? "fp32"
-                                                                     : "fp16"),
+                   c.codec.encoding == index::SummaryEncoding::kFp32 ? "fp32" : "fp16"),
       absl::StrCat("index.summary_bounds=", c.summary_bounds ? "true" : "false"),
       absl::StrCat("index.summary_weighted=", weighted ? "true" : "false"),
-      absl::StrCat("index.summary_per_layer=",
-                   c.summary_per_layer ? "true" : "false"),
-      absl::StrCat("index.summary_layer_encoding=",
-                   c.codec.layer_int8 ? "int8" : "float"),
-      absl::StrCat("index.keep_summaries=",
-                   c.tree.keep_summaries ? "true" : "false"),
-      absl::StrCat("select.stability_scorers=",
-                   c.stability ? index::ScorerName(c.scorer) : ""),
+      absl::StrCat("index.summary_per_layer=", c.summary_per_layer ? "true" : "false"),
+      absl::StrCat("index.summary_layer_encoding=", c.codec.layer_int8 ? "int8" : "float"),
+      absl::StrCat("index.keep_summaries=", c.tree.keep_summaries ? "true" : "false"),
+      absl::StrCat("select.stability_scorers=", c.stability ? index::ScorerName(c.scorer) : ""),
       absl::StrCat("select.keykey_centered=", c.centered ? "true" : "false"),
       absl::StrCat("select.keykey_recency_weight=", c.recency_weight),
       // Contexts are built for the default scorer (plain or weighted tree).
@@ -147,8 +141,7 @@ std::mutex& ServersMutex() {
   return *mu;
 }
 std::map<std::string, std::unique_ptr<SharedServer>>& Servers() {
-  static auto* servers =
-      new std::map<std::string, std::unique_ptr<SharedServer>>;
+  static auto* servers = new std::map<std::string, std::unique_ptr<SharedServer>>;
   return *servers;
 }
 
@@ -160,20 +153,17 @@ absl::StatusOr<std::string> InProcessSocket(const BackendConfig& c) {
   auto it = Servers().find(key);
   if (it != Servers().end()) return it->second->server->socket_path();
   auto shared = std::make_unique<SharedServer>();
-  shared->dir = absl::StrCat(std::filesystem::temp_directory_path().string(),
-                             "/kvtier-eval-", ::getpid(), "-", counter++);
+  shared->dir = absl::StrCat(std::filesystem::temp_directory_path().string(), "/kvtier-eval-",
+                             ::getpid(), "-", counter++);
   std::filesystem::remove_all(shared->dir);
   std::error_code ec;
   std::filesystem::create_directories(shared->dir, ec);
   if (ec) {
-    return absl::InternalError(
-        absl::StrCat("cannot create ", shared->dir, ": ", ec.message()));
+    return absl::InternalError(absl::StrCat("cannot create ", shared->dir, ": ", ec.message()));
   }
-  absl::StatusOr<daemon::Config> config =
-      daemon::LoadConfig("", Overrides(c, shared->dir));
+  absl::StatusOr<daemon::Config> config = daemon::LoadConfig("", Overrides(c, shared->dir));
   if (!config.ok()) return config.status();
-  absl::StatusOr<std::unique_ptr<daemon::Server>> server =
-      daemon::Server::Start(*config);
+  absl::StatusOr<std::unique_ptr<daemon::Server>> server = daemon::Server::Start(*config);
   if (!server.ok()) return server.status();
   shared->server = std::move(*server);
   const std::string socket = shared->server->socket_path();
@@ -220,8 +210,8 @@ class DaemonBackend final : public SelectionBackend {
     if (config_.calibration.calibrated()) {
       *p.mutable_calibration() = ToProto(config_.calibration);
       // One profile per calibration (a calibration is part of the profile).
-      p.set_revision(absl::StrCat(
-          "1-", std::hash<std::string>()(p.calibration().SerializeAsString())));
+      p.set_revision(
+          absl::StrCat("1-", std::hash<std::string>()(p.calibration().SerializeAsString())));
     }
     absl::StatusOr<v1::RegisterProfileResponse> r = client_->RegisterProfile(p);
     if (!r.ok()) return r.status();
@@ -267,8 +257,7 @@ class DaemonBackend final : public SelectionBackend {
   int64_t num_blocks() const override { return num_blocks_; }
   const index::HeadWeights& head_weights() const override { return weights_; }
 
-  absl::Status Select(const BackendSelect& r,
-                      std::vector<int64_t>* blocks) override {
+  absl::Status Select(const BackendSelect& r, std::vector<int64_t>* blocks) override {
     if (stream_ == nullptr) {
       stream_ctx_ = std::make_unique<grpc::ClientContext>();
       stream_ = client_->kvtier_stub()->Select(stream_ctx_.get());
@@ -284,25 +273,22 @@ class DaemonBackend final : public SelectionBackend {
     }
     for (float x : r.head_queries) e->add_head_queries(x);
     // A shipped-defaults daemon is asked as an engine would: its default.
-    e->set_scorer(config_.shipped_defaults ? v1::SCORER_UNSPECIFIED
-                                           : ToProto(config_.scorer));
+    e->set_scorer(config_.shipped_defaults ? v1::SCORER_UNSPECIFIED : ToProto(config_.scorer));
     e->set_max_blocks(static_cast<uint32_t>(r.budget_blocks));
     e->set_step(static_cast<uint64_t>(r.step));
     v1::SelectResponse resp;
     if (!stream_->Write(req) || !stream_->Read(&resp)) {
       grpc::Status st = stream_->Finish();
       stream_.reset();
-      return st.ok() ? absl::UnavailableError("Select stream closed")
-                     : FromGrpcStatus(st);
+      return st.ok() ? absl::UnavailableError("Select stream closed") : FromGrpcStatus(st);
     }
     if (resp.contexts_size() != 1) {
       return absl::InternalError("Select answered no context");
     }
     const v1::ContextSelection& sel = resp.contexts(0);
     if (sel.status().code() != 0) {
-      return absl::Status(
-          static_cast<absl::StatusCode>(sel.status().code()),
-          absl::StrCat("kvtierd Select: ", sel.status().message()));
+      return absl::Status(static_cast<absl::StatusCode>(sel.status().code()),
+                          absl::StrCat("kvtierd Select: ", sel.status().message()));
     }
     blocks->clear();
     for (const v1::SelectedBlock& b : sel.blocks()) {
@@ -317,14 +303,12 @@ class DaemonBackend final : public SelectionBackend {
   static std::string BlockId(absl::string_view payload) {
     char buf[40];
     std::snprintf(buf, sizeof(buf), "q%016zx-%zu",
-                  std::hash<std::string_view>()(
-                      std::string_view(payload.data(), payload.size())),
+                  std::hash<std::string_view>()(std::string_view(payload.data(), payload.size())),
                   payload.size());
     return buf;
   }
 
-  absl::Status Put(absl::Span<const std::string> payloads,
-                   const std::vector<std::string>& ids) {
+  absl::Status Put(absl::Span<const std::string> payloads, const std::vector<std::string>& ids) {
     std::vector<v1::PutBlocksRequest> reqs(1);
     for (size_t i = 0; i < payloads.size(); ++i) {
       if (reqs.back().blocks_size() == 32) reqs.emplace_back();
@@ -339,9 +323,8 @@ class DaemonBackend final : public SelectionBackend {
       // ALREADY_EXISTS: other bytes under this id (a hash collision).
       const int code = res.status().code();
       if (code != 0) {
-        return absl::Status(
-            static_cast<absl::StatusCode>(code),
-            absl::StrCat("kvtierd PutBlocks: ", res.status().message()));
+        return absl::Status(static_cast<absl::StatusCode>(code),
+                            absl::StrCat("kvtierd PutBlocks: ", res.status().message()));
       }
     }
     return absl::OkStatus();
@@ -355,9 +338,8 @@ class DaemonBackend final : public SelectionBackend {
     weights_.version = static_cast<uint32_t>(p->head_weights_version());
     weights_.weights.assign(p->head_weights().begin(), p->head_weights().end());
     if (weights_.weights.empty()) {
-      weights_.weights.assign(
-          static_cast<size_t>(weights_.num_layers) * weights_.num_kv_heads,
-          1.0f);
+      weights_.weights.assign(static_cast<size_t>(weights_.num_layers) * weights_.num_kv_heads,
+                              1.0f);
     }
     return absl::OkStatus();
   }
@@ -370,9 +352,7 @@ class DaemonBackend final : public SelectionBackend {
   uint64_t request_id_ = 0;
   index::HeadWeights weights_;
   std::unique_ptr<grpc::ClientContext> stream_ctx_;
-  std::unique_ptr<
-      grpc::ClientReaderWriter<v1::SelectRequest, v1::SelectResponse>>
-      stream_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SelectRequest, v1::SelectResponse>> stream_;
 };
 
 }  // namespace
@@ -386,19 +366,16 @@ absl::StatusOr<BackendConfig> ShippedDefaults(const index::BlockLayout& layout) 
   c.layout = layout;
   c.selector = daemon::SelectorOptionsOf(*config);
   c.scorer = *scorer;
-  const daemon::ContextManagerOptions contexts =
-      daemon::ContextManagerOptionsOf(*config);
+  const daemon::ContextManagerOptions contexts = daemon::ContextManagerOptionsOf(*config);
   c.tree.pages_per_chunk = contexts.pages_per_chunk;
   c.tree.chunks_per_grid = contexts.chunks_per_grid;
   c.tree.keep_summaries = contexts.keep_summaries;
-  const daemon::SummarizerOptions summaries =
-      daemon::SummarizerOptionsOf(*config);
+  const daemon::SummarizerOptions summaries = daemon::SummarizerOptionsOf(*config);
   c.summary_bounds = summaries.bounds;
   c.summary_per_layer = summaries.per_layer && contexts.keep_layer_means;
   c.codec.encoding = summaries.encoding;
   c.codec.layer_int8 = summaries.layer_int8;
-  c.stability = (daemon::StabilityScorersOf(*config) >>
-                 static_cast<uint32_t>(*scorer)) & 1u;
+  c.stability = (daemon::StabilityScorersOf(*config) >> static_cast<uint32_t>(*scorer)) & 1u;
   c.centered = config->select.keykey_centered;
   c.recency_weight = static_cast<float>(config->select.keykey_recency_weight);
   c.shipped_defaults = true;
@@ -415,18 +392,16 @@ void StopInProcessDaemons() {
   Servers().clear();
 }
 
-absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeKvtierdBackend(
-    const BackendConfig& config, const std::string& endpoint) {
-  if (config.tree.level_score !=
-      index::TreeOptions::LevelScore::kMeanOfCosines) {
+absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeKvtierdBackend(const BackendConfig& config,
+                                                                     const std::string& endpoint) {
+  if (config.tree.level_score != index::TreeOptions::LevelScore::kMeanOfCosines) {
     return absl::InvalidArgumentError(
         "end-to-end mode: kvtierd scores tree levels as mean_of_cosines; run "
         "with --level-score mean_of_cosines");
   }
   auto b = std::make_unique<DaemonBackend>(config);
   if (absl::Status s = b->Connect(endpoint); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("end-to-end mode (", endpoint,
-                                               "): ", s.message()));
+    return absl::Status(s.code(), absl::StrCat("end-to-end mode (", endpoint, "): ", s.message()));
   }
   return std::unique_ptr<SelectionBackend>(std::move(b));
 }

@@ -25,8 +25,8 @@ namespace kvtier::quality {
 
 // Errors: the daemon's (configuration, connection, RPC) with the endpoint
 // named; InvalidArgument for a configuration kvtierd cannot take.
-absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeKvtierdBackend(
-    const BackendConfig& config, const std::string& endpoint);
+absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeKvtierdBackend(const BackendConfig& config,
+                                                                     const std::string& endpoint);
 
 // The BackendConfig of kvtierd's embedded defaults (deploy/kvtierd.toml)
 // for `layout`, from the same option builders the daemon uses

@@ -30,9 +30,8 @@ TEST_F(EndToEndTest, DaemonSelectionsEqualInProcessOnes) {
   mo.local_blocks = 1;
   // Random draws its seed in the daemon and head weights are estimated over
   // the profile's history there: both are compared in docs, not here.
-  c.runs = StandardRuns(
-      {"keykey", "quest", "arkvale", "keydiff", "streamingllm", "h2o"},
-      {1.0 / 8, 1.0 / 4}, mo, /*stab_variant=*/true);
+  c.runs = StandardRuns({"keykey", "quest", "arkvale", "keydiff", "streamingllm", "h2o"},
+                        {1.0 / 8, 1.0 / 4}, mo, /*stab_variant=*/true);
   absl::StatusOr<ReplayResult> r = RunReplay(*d, c);
   ASSERT_TRUE(r.ok()) << r.status();
   int64_t compared = 0;
@@ -71,8 +70,8 @@ TEST_F(EndToEndTest, PerLayerMassAndShippedDefaultsEqualInProcess) {
   mo.endpoint = "inprocess";
   mo.local_blocks = 1;
   mo.calibration = cal;
-  c.runs = StandardRuns({"keykey_perlayer", "mass", "mass_prior", "default"},
-                        {1.0 / 8}, mo, /*stab_variant=*/true, {false, true});
+  c.runs = StandardRuns({"keykey_perlayer", "mass", "mass_prior", "default"}, {1.0 / 8}, mo,
+                        /*stab_variant=*/true, {false, true});
   absl::StatusOr<ReplayResult> r = RunReplay(*d, c);
   ASSERT_TRUE(r.ok()) << r.status();
   int64_t compared = 0;
@@ -98,9 +97,7 @@ TEST_F(EndToEndTest, UnreachableDaemonIsAnError) {
   c.runs = {RunSpec{"keykey", "raw", 0.25, mo}};
   absl::Status s = RunReplay(*d, c).status();
   EXPECT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("/nonexistent/kvtierd.sock"),
-            absl::string_view::npos)
-      << s;
+  EXPECT_NE(s.message().find("/nonexistent/kvtierd.sock"), absl::string_view::npos) << s;
 }
 
 }  // namespace

@@ -58,13 +58,11 @@ struct Flags {
   float theta = 0.8f;
   float weight = 0.5f;
   float hold = 0.5f;
-  std::string sweep_methods =
-      "keykey,keykey_flat,keykey_layer_centered+recency:0.5";
+  std::string sweep_methods = "keykey,keykey_flat,keykey_layer_centered+recency:0.5";
   std::string sweep_windows = "1,4,8,16,20,32,64";
   std::string sweep_weights = "0.1,0.3,0.5";
   std::string sweep_thetas = "0.5,0.7,0.8,0.9";
-  std::string forced_methods =
-      "streamingllm,keykey,keykey_layer_centered+recency:0.5";
+  std::string forced_methods = "streamingllm,keykey,keykey_layer_centered+recency:0.5";
   std::string forced_settings = "1:0,1:1,1:2,1:4,0:0,2:0";
   int64_t step_stride = 1;
   int64_t max_steps = 0;
@@ -134,29 +132,25 @@ absl::StatusOr<double> ParseFraction(absl::string_view s) {
 }
 
 template <typename T>
-absl::StatusOr<std::vector<T>> ParseList(const std::string& s,
-                                         const char* flag) {
+absl::StatusOr<std::vector<T>> ParseList(const std::string& s, const char* flag) {
   std::vector<T> out;
   for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
     if constexpr (std::is_same_v<T, double>) {
       absl::StatusOr<double> f = ParseFraction(p);
       if (!f.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(flag, ": ", f.status().message()));
+        return absl::InvalidArgumentError(absl::StrCat(flag, ": ", f.status().message()));
       }
       out.push_back(*f);
     } else if constexpr (std::is_same_v<T, float>) {
       float v;
       if (!absl::SimpleAtof(p, &v)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(flag, ": \"", p, "\" is not a number"));
+        return absl::InvalidArgumentError(absl::StrCat(flag, ": \"", p, "\" is not a number"));
       }
       out.push_back(v);
     } else if constexpr (std::is_same_v<T, int32_t>) {
       int32_t v;
       if (!absl::SimpleAtoi(p, &v)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(flag, ": \"", p, "\" is not an integer"));
+        return absl::InvalidArgumentError(absl::StrCat(flag, ": \"", p, "\" is not an integer"));
       }
       out.push_back(v);
     } else {
@@ -166,8 +160,7 @@ absl::StatusOr<std::vector<T>> ParseList(const std::string& s,
   return out;
 }
 
-absl::StatusOr<std::vector<std::string>> DumpPaths(
-    const std::vector<std::string>& data) {
+absl::StatusOr<std::vector<std::string>> DumpPaths(const std::vector<std::string>& data) {
   std::vector<std::string> out;
   for (const std::string& p : data) {
     std::error_code ec;
@@ -180,8 +173,7 @@ absl::StatusOr<std::vector<std::string>> DumpPaths(
       }
       std::sort(files.begin(), files.end());
       if (files.empty()) {
-        return absl::NotFoundError(
-            absl::StrCat("--data ", p, ": no *.safetensors files"));
+        return absl::NotFoundError(absl::StrCat("--data ", p, ": no *.safetensors files"));
       }
       out.insert(out.end(), files.begin(), files.end());
     } else if (std::filesystem::exists(p, ec)) {
@@ -216,14 +208,13 @@ absl::Status RunCalibrate(const Flags& f) {
   std::filesystem::create_directories(f.calibration_out);
   for (const std::string& path : f.calibrate) {
     KVTIER_ASSIGN_OR_RETURN(KvDump d, LoadKvDump(path));
-    std::printf("calibrating on %s (budget %s, %s)\n", d.name.c_str(),
-                f.calibrate_budget.c_str(), co.ahead ? "one step ahead" : "at step t");
+    std::printf("calibrating on %s (budget %s, %s)\n", d.name.c_str(), f.calibrate_budget.c_str(),
+                co.ahead ? "one step ahead" : "at step t");
     KVTIER_ASSIGN_OR_RETURN(CalibrationResult r, Calibrate(d, co));
     const std::string out = absl::StrCat(f.calibration_out, "/", r.model, ".json");
     if (absl::Status s = WriteFile(out, CalibrationToJson(r)); !s.ok()) return s;
-    std::printf("wrote %s: %zu retrieval heads, prior of %zu blocks\n",
-                out.c_str(), r.calibration.retrieval_heads.size(),
-                r.calibration.prior.size());
+    std::printf("wrote %s: %zu retrieval heads, prior of %zu blocks\n", out.c_str(),
+                r.calibration.retrieval_heads.size(), r.calibration.prior.size());
   }
   return absl::OkStatus();
 }
@@ -287,13 +278,11 @@ absl::Status RunCompaction(const Flags& f, const std::string& command) {
 absl::Status Run(const Flags& f, const std::string& command) {
   if (!f.calibrate.empty()) return RunCalibrate(f);
   if (f.compaction) return RunCompaction(f, command);
-  KVTIER_ASSIGN_OR_RETURN(std::vector<double> budgets,
-                          ParseList<double>(f.budgets, "--budgets"));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<double> budgets, ParseList<double>(f.budgets, "--budgets"));
   KVTIER_ASSIGN_OR_RETURN(double detail, ParseFraction(f.detail_budget));
   std::sort(budgets.begin(), budgets.end());
   if (std::find(budgets.begin(), budgets.end(), detail) == budgets.end()) {
-    return absl::InvalidArgumentError(
-        "--detail-budget must be one of --budgets");
+    return absl::InvalidArgumentError("--detail-budget must be one of --budgets");
   }
 
   MethodOptions mo;
@@ -313,8 +302,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
   } else if (f.level_score == "cosine_of_mean") {
     mo.level_score = index::TreeOptions::LevelScore::kCosineOfMean;
   } else {
-    return absl::InvalidArgumentError(
-        "--level-score must be mean_of_cosines or cosine_of_mean");
+    return absl::InvalidArgumentError("--level-score must be mean_of_cosines or cosine_of_mean");
   }
   mo.endpoint = f.endpoint;
 
@@ -324,12 +312,10 @@ absl::Status Run(const Flags& f, const std::string& command) {
     methods.push_back("oracle_head");
     for (const char* m : kDefaultMixes) methods.push_back(m);
   } else {
-    KVTIER_ASSIGN_OR_RETURN(methods,
-                            ParseList<std::string>(f.methods, "--methods"));
+    KVTIER_ASSIGN_OR_RETURN(methods, ParseList<std::string>(f.methods, "--methods"));
   }
-  KVTIER_ASSIGN_OR_RETURN(
-      std::vector<std::string> extra,
-      ParseList<std::string>(f.extra_methods, "--extra-methods"));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> extra,
+                          ParseList<std::string>(f.extra_methods, "--extra-methods"));
   methods.insert(methods.end(), extra.begin(), extra.end());
   for (const std::string& m : methods) {
     if (m == "oracle_head") continue;
@@ -358,9 +344,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
 
   // The daemon's key-key scorers at the settings docs/QUALITY.md
   // recommends for the index as it is.
-  KVTIER_ASSIGN_OR_RETURN(
-      std::vector<std::string> tuned,
-      ParseList<std::string>(f.tuned_methods, "--tuned-methods"));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> tuned,
+                          ParseList<std::string>(f.tuned_methods, "--tuned-methods"));
   for (const std::string& m : tuned) {
     if (!IsDaemonMethod(m)) {
       return absl::InvalidArgumentError(
@@ -373,12 +358,10 @@ absl::Status Run(const Flags& f, const std::string& command) {
   }
 
   // Stability sweep at the detail budget.
-  KVTIER_ASSIGN_OR_RETURN(
-      std::vector<std::string> sweep_methods,
-      ParseList<std::string>(f.sweep_methods, "--sweep-methods"));
-  KVTIER_ASSIGN_OR_RETURN(
-      std::vector<int32_t> windows,
-      ParseList<int32_t>(f.sweep_windows, "--sweep-windows"));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> sweep_methods,
+                          ParseList<std::string>(f.sweep_methods, "--sweep-methods"));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<int32_t> windows,
+                          ParseList<int32_t>(f.sweep_windows, "--sweep-windows"));
   KVTIER_ASSIGN_OR_RETURN(std::vector<float> weights,
                           ParseList<float>(f.sweep_weights, "--sweep-weights"));
   KVTIER_ASSIGN_OR_RETURN(std::vector<float> thetas,
@@ -389,16 +372,14 @@ absl::Status Run(const Flags& f, const std::string& command) {
     for (StabilityMode mode : {StabilityMode::kIndex, StabilityMode::kRank}) {
       if (mode == StabilityMode::kRank && IsDaemonMethod(m)) continue;
       // The rank rule has no threshold: one theta.
-      const size_t num_thetas =
-          mode == StabilityMode::kRank ? 1 : thetas.size();
+      const size_t num_thetas = mode == StabilityMode::kRank ? 1 : thetas.size();
       for (size_t ti = 0; ti < num_thetas; ++ti) {
         for (float w : weights) {
           for (int32_t win : windows) {
             RunSpec r{m,
                       mode == StabilityMode::kRank
                           ? absl::StrCat("sweep:rank,W=", win, ",w=", w)
-                          : absl::StrCat("sweep:index,W=", win, ",w=", w,
-                                         ",theta=", thetas[ti]),
+                          : absl::StrCat("sweep:index,W=", win, ",w=", w, ",theta=", thetas[ti]),
                       detail, mo, primary_ahead};
             r.options.stability = mode;
             r.options.stability_options.window_steps = win;
@@ -411,25 +392,22 @@ absl::Status Run(const Flags& f, const std::string& command) {
     }
   }
   // Sink / local sweep at every budget.
-  KVTIER_ASSIGN_OR_RETURN(
-      std::vector<std::string> forced_methods,
-      ParseList<std::string>(f.forced_methods, "--forced-methods"));
-  KVTIER_ASSIGN_OR_RETURN(
-      std::vector<std::string> forced_settings,
-      ParseList<std::string>(f.forced_settings, "--forced-settings"));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> forced_methods,
+                          ParseList<std::string>(f.forced_methods, "--forced-methods"));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> forced_settings,
+                          ParseList<std::string>(f.forced_settings, "--forced-settings"));
   for (const std::string& m : forced_methods) {
     if (absl::Status s = CheckMethodName(m); !s.ok()) return s;
     for (const std::string& setting : forced_settings) {
       int32_t sink = 0, local = 0;
       std::vector<std::string> sl = absl::StrSplit(setting, ':');
-      if (sl.size() != 2 || !absl::SimpleAtoi(sl[0], &sink) ||
-          !absl::SimpleAtoi(sl[1], &local) || sink < 0 || local < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--forced-settings: \"", setting, "\" is not sink:local"));
+      if (sl.size() != 2 || !absl::SimpleAtoi(sl[0], &sink) || !absl::SimpleAtoi(sl[1], &local) ||
+          sink < 0 || local < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--forced-settings: \"", setting, "\" is not sink:local"));
       }
       for (double b : budgets) {
-        RunSpec r{m, absl::StrCat("forced:sink=", sink, ",local=", local), b,
-                  mo, primary_ahead};
+        RunSpec r{m, absl::StrCat("forced:sink=", sink, ",local=", local), b, mo, primary_ahead};
         r.options.stability = StabilityMode::kOff;
         r.options.sink_blocks = sink;
         r.options.local_blocks = local;
@@ -453,8 +431,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
       std::filesystem::create_directories(f.write_synthetic);
       for (const KvDump& d : synthetic) {
         KVTIER_ASSIGN_OR_RETURN(std::string bytes, SerializeKvDump(d));
-        const std::string path =
-            absl::StrCat(f.write_synthetic, "/", d.name, ".safetensors");
+        const std::string path = absl::StrCat(f.write_synthetic, "/", d.name, ".safetensors");
         if (absl::Status s = WriteFile(path, bytes); !s.ok()) return s;
         std::printf("wrote %s\n", path.c_str());
       }
@@ -472,9 +449,8 @@ absl::Status Run(const Flags& f, const std::string& command) {
   std::mutex print_mu;
   auto worker = [&] {
     for (size_t i = next++; i < num_dumps; i = next++) {
-      absl::StatusOr<KvDump> d = f.synthetic > 0
-                                     ? absl::StatusOr<KvDump>(synthetic[i])
-                                     : LoadKvDump(paths[i]);
+      absl::StatusOr<KvDump> d =
+          f.synthetic > 0 ? absl::StatusOr<KvDump>(synthetic[i]) : LoadKvDump(paths[i]);
       if (d.ok() && f.max_tokens > 0 && f.max_tokens < d->seq_len) {
         d = TruncateDump(*d, f.max_tokens);
       }
@@ -486,8 +462,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
       std::lock_guard<std::mutex> lock(print_mu);
       if (results[i].ok()) {
         std::printf("%-28s %4lld steps %6.1f s\n", d->name.c_str(),
-                    static_cast<long long>(results[i]->steps),
-                    results[i]->seconds);
+                    static_cast<long long>(results[i]->steps), results[i]->seconds);
       }
       std::fflush(stdout);
     }
@@ -521,12 +496,9 @@ absl::Status Run(const Flags& f, const std::string& command) {
       " tokens; anchor = mean key of the "
       "last ",
       f.replay.anchor_tokens, " tokens; decode steps over the last ",
-      absl::StrFormat("%.0f", 100 * (1 - f.replay.prompt_fraction)),
-      "% of each dump",
-      f.step_stride > 1 ? absl::StrCat(" (every ", f.step_stride, "th step)")
-                        : std::string(),
-      f.max_steps > 0 ? absl::StrCat(", at most ", f.max_steps, " per dump")
-                      : std::string(),
+      absl::StrFormat("%.0f", 100 * (1 - f.replay.prompt_fraction)), "% of each dump",
+      f.step_stride > 1 ? absl::StrCat(" (every ", f.step_stride, "th step)") : std::string(),
+      f.max_steps > 0 ? absl::StrCat(", at most ", f.max_steps, " per dump") : std::string(),
       "; sink_blocks ", f.sink_blocks, ", local_blocks ", f.local_blocks,
       " (+ the partial block); budgets count every kept block; stab = "
       "window ",
@@ -545,28 +517,20 @@ absl::Status Run(const Flags& f, const std::string& command) {
 int main(int argc, char** argv) {
   kvtier::quality::Flags f;
   CLI::App app{"kvtier-eval: block-selection quality on saved Q/K/V"};
-  app.add_option("--data", f.data, "safetensors dumps or folders of them")
-      ->capture_default_str();
-  app.add_option("--synthetic", f.synthetic,
-                 "replay N synthetic dumps instead of --data");
-  app.add_option("--write-synthetic", f.write_synthetic,
-                 "also write the synthetic dumps here");
+  app.add_option("--data", f.data, "safetensors dumps or folders of them")->capture_default_str();
+  app.add_option("--synthetic", f.synthetic, "replay N synthetic dumps instead of --data");
+  app.add_option("--write-synthetic", f.write_synthetic, "also write the synthetic dumps here");
   app.add_option("--out", f.out, "output folder")->capture_default_str();
   app.add_option("--block-size", f.replay.block_size)->capture_default_str();
-  app.add_option("--anchor-tokens", f.replay.anchor_tokens)
-      ->capture_default_str();
-  app.add_option("--prompt-fraction", f.replay.prompt_fraction)
-      ->capture_default_str();
-  app.add_option("--snapkv-window", f.replay.snapkv_window)
-      ->capture_default_str();
+  app.add_option("--anchor-tokens", f.replay.anchor_tokens)->capture_default_str();
+  app.add_option("--prompt-fraction", f.replay.prompt_fraction)->capture_default_str();
+  app.add_option("--snapkv-window", f.replay.snapkv_window)->capture_default_str();
   app.add_option("--sink-blocks", f.sink_blocks)->capture_default_str();
-  app.add_option("--local-blocks", f.local_blocks,
-                 "complete local blocks besides the partial one")
+  app.add_option("--local-blocks", f.local_blocks, "complete local blocks besides the partial one")
       ->capture_default_str();
   app.add_option("--budgets", f.budgets)->capture_default_str();
   app.add_option("--detail-budget", f.detail_budget)->capture_default_str();
-  app.add_option("--methods", f.methods,
-                 "comma list, or 'default' (every method + mixes)")
+  app.add_option("--methods", f.methods, "comma list, or 'default' (every method + mixes)")
       ->capture_default_str();
   app.add_option("--extra-methods", f.extra_methods, "appended to --methods");
   app.add_flag("--no-stab-variant", f.no_stab_variant);
@@ -577,32 +541,24 @@ int main(int argc, char** argv) {
   app.add_option("--sweep-methods", f.sweep_methods)->capture_default_str();
   app.add_option("--sweep-windows", f.sweep_windows)->capture_default_str();
   app.add_option("--sweep-weights", f.sweep_weights)->capture_default_str();
-  app.add_option("--sweep-thetas", f.sweep_thetas, "index rule only")
-      ->capture_default_str();
+  app.add_option("--sweep-thetas", f.sweep_thetas, "index rule only")->capture_default_str();
   app.add_option("--forced-methods", f.forced_methods)->capture_default_str();
-  app.add_option("--forced-settings", f.forced_settings, "sink:local,...")
-      ->capture_default_str();
+  app.add_option("--forced-settings", f.forced_settings, "sink:local,...")->capture_default_str();
   app.add_option("--step-stride", f.step_stride)->capture_default_str();
-  app.add_option("--max-steps", f.max_steps, "per dump; 0 = all")
-      ->capture_default_str();
-  app.add_option("--max-tokens", f.max_tokens,
-                 "cut every dump to its first N tokens; 0 = all");
+  app.add_option("--max-steps", f.max_steps, "per dump; 0 = all")->capture_default_str();
+  app.add_option("--max-tokens", f.max_tokens, "cut every dump to its first N tokens; 0 = all");
   app.add_flag("--no-claims", f.no_claims);
   app.add_option("--claims-stride", f.claims_stride)->capture_default_str();
   app.add_option("--pages-per-chunk", f.pages_per_chunk)->capture_default_str();
   app.add_option("--chunks-per-grid", f.chunks_per_grid)->capture_default_str();
-  app.add_option("--page-keep-fraction", f.page_keep_fraction)
-      ->capture_default_str();
-  app.add_option("--chunk-keep-fraction", f.chunk_keep_fraction)
-      ->capture_default_str();
-  app.add_option("--grid-keep-fraction", f.grid_keep_fraction)
-      ->capture_default_str();
+  app.add_option("--page-keep-fraction", f.page_keep_fraction)->capture_default_str();
+  app.add_option("--chunk-keep-fraction", f.chunk_keep_fraction)->capture_default_str();
+  app.add_option("--grid-keep-fraction", f.grid_keep_fraction)->capture_default_str();
   app.add_option("--level-score", f.level_score)->capture_default_str();
   app.add_option("--tuned-methods", f.tuned_methods,
                  "daemon scorers also run at the recommended settings")
       ->capture_default_str();
-  app.add_option("--jobs", f.jobs, "dumps replayed in parallel")
-      ->capture_default_str();
+  app.add_option("--jobs", f.jobs, "dumps replayed in parallel")->capture_default_str();
   app.add_option("--endpoint", f.endpoint,
                  "kvtierd address, or 'inprocess': compare the daemon's "
                  "selections with the in-process ones (end-to-end)");
@@ -619,10 +575,8 @@ int main(int argc, char** argv) {
                  "replaying; writes <model>.json to --calibration-out");
   app.add_option("--calibration-out", f.calibration_out)->capture_default_str();
   app.add_option("--calibrate-budget", f.calibrate_budget)->capture_default_str();
-  app.add_option("--calibrate-max-heads", f.calibrate_max_heads)
-      ->capture_default_str();
-  app.add_option("--calibrate-min-gain", f.calibrate_min_gain)
-      ->capture_default_str();
+  app.add_option("--calibrate-max-heads", f.calibrate_max_heads)->capture_default_str();
+  app.add_option("--calibrate-min-gain", f.calibrate_min_gain)->capture_default_str();
   app.add_option("--calibrate-head-min-mass", f.calibrate_head_min_mass,
                  "the calibration's head_min_mass (chosen on next-byte loss "
                  "in the decode loop, docs/QUALITY.md)")

@@ -70,8 +70,7 @@ class Parser {
       out->type = JsonValue::Type::kNull;
       return absl::OkStatus();
     }
-    return Error(
-        absl::StrCat("unexpected character '", text_.substr(pos_, 1), "'"));
+    return Error(absl::StrCat("unexpected character '", text_.substr(pos_, 1), "'"));
   }
 
   absl::Status ParseObject(int depth, JsonValue* out) {
@@ -306,8 +305,6 @@ const JsonValue* JsonValue::Find(absl::string_view key) const {
   return nullptr;
 }
 
-absl::StatusOr<JsonValue> ParseJson(absl::string_view text) {
-  return Parser(text).ParseDocument();
-}
+absl::StatusOr<JsonValue> ParseJson(absl::string_view text) { return Parser(text).ParseDocument(); }
 
 }  // namespace kvtier::quality

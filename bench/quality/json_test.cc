@@ -32,9 +32,8 @@ TEST(JsonTest, ParsesObjectsArraysAndScalars) {
 }
 
 TEST(JsonTest, RejectsMalformedInputWithPosition) {
-  for (const char* bad :
-       {"", "{", "{\"a\":}", "{\"a\" 1}", "[1,]", "{\"a\":1}x", "\"abc", "01",
-        "{\"a\":tru}", "\"\\q\"", "\"\\ud800\"", "{1:2}"}) {
+  for (const char* bad : {"", "{", "{\"a\":}", "{\"a\" 1}", "[1,]", "{\"a\":1}x", "\"abc", "01",
+                          "{\"a\":tru}", "\"\\q\"", "\"\\ud800\"", "{1:2}"}) {
     absl::StatusOr<JsonValue> v = ParseJson(bad);
     ASSERT_FALSE(v.ok()) << bad;
     EXPECT_THAT(v.status().message(), HasSubstr("JSON header parse error"));

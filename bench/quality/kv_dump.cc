@@ -12,28 +12,24 @@ namespace kvtier::quality {
 namespace {
 
 // Checks metadata field `key` (when present) against the tensor shape.
-absl::Status CheckMeta(const SafetensorsFile& f, const char* key,
-                       int64_t actual) {
+absl::Status CheckMeta(const SafetensorsFile& f, const char* key, int64_t actual) {
   auto it = f.metadata().find(key);
   if (it == f.metadata().end()) return absl::OkStatus();
   int64_t v = 0;
   if (!absl::SimpleAtoi(it->second, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat(f.label(), ": metadata \"",
-                                                   key, "\" (\"", it->second,
-                                                   "\") is not an integer"));
+    return absl::InvalidArgumentError(absl::StrCat(f.label(), ": metadata \"", key, "\" (\"",
+                                                   it->second, "\") is not an integer"));
   }
   if (v != actual) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(f.label(), ": shape mismatch: metadata \"", key, "\" is ",
-                     v, " but the tensors give ", actual));
+    return absl::InvalidArgumentError(absl::StrCat(f.label(), ": shape mismatch: metadata \"", key,
+                                                   "\" is ", v, " but the tensors give ", actual));
   }
   return absl::OkStatus();
 }
 
 std::string HalfBytes(const std::vector<float>& v) {
   std::string out(v.size() * 2, '\0');
-  index::simd::FloatToHalfN(v.data(), reinterpret_cast<uint16_t*>(out.data()),
-                            v.size());
+  index::simd::FloatToHalfN(v.data(), reinterpret_cast<uint16_t*>(out.data()), v.size());
   return out;
 }
 
@@ -43,8 +39,7 @@ std::string DumpName(const std::string& path) {
   size_t slash = path.find_last_of('/');
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   const std::string ext = ".safetensors";
-  if (base.size() > ext.size() &&
-      base.compare(base.size() - ext.size(), ext.size(), ext) == 0) {
+  if (base.size() > ext.size() && base.compare(base.size() - ext.size(), ext.size(), ext) == 0) {
     base.resize(base.size() - ext.size());
   }
   return base;
@@ -59,20 +54,18 @@ std::string DumpKind(const std::string& name) {
   return name.substr(0, dash);
 }
 
-absl::StatusOr<KvDump> KvDumpFromSafetensors(const SafetensorsFile& f,
-                                             const std::string& name) {
+absl::StatusOr<KvDump> KvDumpFromSafetensors(const SafetensorsFile& f, const std::string& name) {
   const TensorInfo* q = f.Find("q");
   const TensorInfo* k = f.Find("k");
   const TensorInfo* v = f.Find("v");
   for (const auto& [t, n] : {std::pair{q, "q"}, {k, "k"}, {v, "v"}}) {
     if (t == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(f.label(), ": tensor \"", n, "\" is missing"));
+      return absl::InvalidArgumentError(absl::StrCat(f.label(), ": tensor \"", n, "\" is missing"));
     }
     if (t->shape.size() != 4) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          f.label(), ": tensor \"", n, "\": shape mismatch: rank ",
-          t->shape.size(), ", expected 4 ([layers, heads, T, head_dim])"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(f.label(), ": tensor \"", n, "\": shape mismatch: rank ", t->shape.size(),
+                       ", expected 4 ([layers, heads, T, head_dim])"));
     }
   }
   KvDump d;
@@ -84,9 +77,8 @@ absl::StatusOr<KvDump> KvDumpFromSafetensors(const SafetensorsFile& f,
   d.seq_len = q->shape[2];
   d.head_dim = static_cast<int32_t>(q->shape[3]);
   d.num_kv_heads = static_cast<int32_t>(k->shape[1]);
-  if (d.num_layers < 1 || d.num_q_heads < 1 || d.num_kv_heads < 1 ||
-      d.head_dim < 1 || d.seq_len < 1 || d.seq_len > kMaxDumpTokens ||
-      d.head_dim > 4096) {
+  if (d.num_layers < 1 || d.num_q_heads < 1 || d.num_kv_heads < 1 || d.head_dim < 1 ||
+      d.seq_len < 1 || d.seq_len > kMaxDumpTokens || d.head_dim > 4096) {
     return absl::InvalidArgumentError(
         absl::StrCat(f.label(),
                      ": tensor \"q\": shape mismatch: every dimension must be "
@@ -98,8 +90,7 @@ absl::StatusOr<KvDump> KvDumpFromSafetensors(const SafetensorsFile& f,
         absl::StrCat(f.label(), ": shape mismatch: q_heads (", d.num_q_heads,
                      ") is not a multiple of kv_heads (", d.num_kv_heads, ")"));
   }
-  const std::vector<int64_t> kv_shape = {d.num_layers, d.num_kv_heads,
-                                         d.seq_len, d.head_dim};
+  const std::vector<int64_t> kv_shape = {d.num_layers, d.num_kv_heads, d.seq_len, d.head_dim};
   auto q_or = f.ReadFloat("q", {});
   if (!q_or.ok()) return q_or.status();
   auto k_or = f.ReadFloat("k", kv_shape);
@@ -114,12 +105,11 @@ absl::StatusOr<KvDump> KvDumpFromSafetensors(const SafetensorsFile& f,
     if (!tok.ok()) return tok.status();
     d.tokens = std::move(*tok);
   }
-  for (const auto& [key, actual] :
-       {std::pair<const char*, int64_t>{"layers", d.num_layers},
-        {"q_heads", d.num_q_heads},
-        {"kv_heads", d.num_kv_heads},
-        {"head_dim", d.head_dim},
-        {"seq_len", d.seq_len}}) {
+  for (const auto& [key, actual] : {std::pair<const char*, int64_t>{"layers", d.num_layers},
+                                    {"q_heads", d.num_q_heads},
+                                    {"kv_heads", d.num_kv_heads},
+                                    {"head_dim", d.head_dim},
+                                    {"seq_len", d.seq_len}}) {
     if (absl::Status s = CheckMeta(f, key, actual); !s.ok()) return s;
   }
   for (const std::vector<float>* t : {&d.q, &d.k, &d.v}) {
@@ -146,15 +136,12 @@ absl::StatusOr<KvDump> TruncateDump(const KvDump& d, int64_t tokens) {
   }
   KvDump out = d;
   out.seq_len = tokens;
-  auto cut = [&](const std::vector<float>& src, int32_t heads,
-                 std::vector<float>* dst) {
+  auto cut = [&](const std::vector<float>& src, int32_t heads, std::vector<float>* dst) {
     dst->clear();
     for (int32_t l = 0; l < d.num_layers; ++l) {
       for (int32_t h = 0; h < heads; ++h) {
-        const size_t first =
-            (static_cast<size_t>(l) * heads + h) * d.seq_len * d.head_dim;
-        dst->insert(dst->end(), src.begin() + first,
-                    src.begin() + first + tokens * d.head_dim);
+        const size_t first = (static_cast<size_t>(l) * heads + h) * d.seq_len * d.head_dim;
+        dst->insert(dst->end(), src.begin() + first, src.begin() + first + tokens * d.head_dim);
       }
     }
   };
@@ -199,17 +186,15 @@ absl::StatusOr<KvDump> MakeSyntheticDump(const SyntheticDumpOptions& o) {
   constexpr int32_t kPosPairs = 4;
   const int32_t D = o.head_dim;
   if (o.num_layers < 1 || o.num_q_heads < 1 || o.num_kv_heads < 1 ||
-      o.num_q_heads % o.num_kv_heads != 0 || D < 2 * kPosPairs + 8 ||
-      D % 2 != 0 || o.seq_len < 16 || o.seq_len > kMaxDumpTokens ||
-      o.topic_run_tokens < 1) {
+      o.num_q_heads % o.num_kv_heads != 0 || D < 2 * kPosPairs + 8 || D % 2 != 0 ||
+      o.seq_len < 16 || o.seq_len > kMaxDumpTokens || o.topic_run_tokens < 1) {
     return absl::InvalidArgumentError(
         "synthetic options: need layers, heads >= 1, q_heads a multiple of "
         "kv_heads, even head_dim >= 16, 16 <= seq_len <= 2^20, "
         "topic_run_tokens >= 1");
   }
   KvDump d;
-  d.name =
-      absl::StrCat("synthetic-", o.recall ? "recall" : "window", "-", o.seed);
+  d.name = absl::StrCat("synthetic-", o.recall ? "recall" : "window", "-", o.seed);
   d.kind = DumpKind(d.name);
   d.num_layers = o.num_layers;
   d.num_q_heads = o.num_q_heads;
@@ -245,8 +230,7 @@ absl::StatusOr<KvDump> MakeSyntheticDump(const SyntheticDumpOptions& o) {
     return &topics[(p / o.topic_run_tokens) * topic_dims];
   };
   auto pos_angle = [](int64_t pos, int32_t f) {
-    return 6.283185307f * static_cast<float>(pos) /
-           static_cast<float>(8 << (2 * f));
+    return 6.283185307f * static_cast<float>(pos) / static_cast<float>(8 << (2 * f));
   };
   d.tokens.resize(T);
   for (int64_t t = 0; t < T; ++t) d.tokens[t] = static_cast<int32_t>(t % 256);
@@ -256,10 +240,8 @@ absl::StatusOr<KvDump> MakeSyntheticDump(const SyntheticDumpOptions& o) {
   for (int32_t l = 0; l < o.num_layers; ++l) {
     for (int32_t h = 0; h < o.num_kv_heads; ++h) {
       for (int64_t t = 0; t < T; ++t) {
-        float* k =
-            &d.k[((static_cast<size_t>(l) * o.num_kv_heads + h) * T + t) * D];
-        float* v =
-            &d.v[((static_cast<size_t>(l) * o.num_kv_heads + h) * T + t) * D];
+        float* k = &d.k[((static_cast<size_t>(l) * o.num_kv_heads + h) * T + t) * D];
+        float* v = &d.v[((static_cast<size_t>(l) * o.num_kv_heads + h) * T + t) * D];
         for (int32_t f = 0; f < kPosPairs; ++f) {
           k[2 * f] = 2.0f * std::cos(pos_angle(t, f));
           k[2 * f + 1] = 2.0f * std::sin(pos_angle(t, f));
@@ -278,8 +260,7 @@ absl::StatusOr<KvDump> MakeSyntheticDump(const SyntheticDumpOptions& o) {
       const float pos_gain = local ? 2.5f : 0.8f;
       const float topic_gain = local ? 1.0f : 4.0f;
       for (int64_t t = 0; t < T; ++t) {
-        float* q =
-            &d.q[((static_cast<size_t>(l) * o.num_q_heads + h) * T + t) * D];
+        float* q = &d.q[((static_cast<size_t>(l) * o.num_q_heads + h) * T + t) * D];
         for (int32_t f = 0; f < kPosPairs; ++f) {
           q[2 * f] = pos_gain * std::cos(pos_angle(t, f));
           q[2 * f + 1] = pos_gain * std::sin(pos_angle(t, f));

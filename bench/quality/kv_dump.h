@@ -29,8 +29,7 @@ inline constexpr int64_t kMaxDumpTokens = int64_t{1} << 20;
 
 struct KvDump {
   std::string name;  // file stem, e.g. "rk-persuasion-recall-00"
-  std::string
-      kind;  // name without a trailing "-NN", e.g. "rk-persuasion-recall"
+  std::string kind;  // name without a trailing "-NN", e.g. "rk-persuasion-recall"
   int32_t num_layers = 0;
   int32_t num_q_heads = 0;
   int32_t num_kv_heads = 0;
@@ -44,16 +43,13 @@ struct KvDump {
 
   int32_t group_size() const { return num_q_heads / num_kv_heads; }
   const float* Q(int32_t l, int32_t h, int64_t t) const {
-    return &q[((static_cast<size_t>(l) * num_q_heads + h) * seq_len + t) *
-              head_dim];
+    return &q[((static_cast<size_t>(l) * num_q_heads + h) * seq_len + t) * head_dim];
   }
   const float* K(int32_t l, int32_t h, int64_t t) const {
-    return &k[((static_cast<size_t>(l) * num_kv_heads + h) * seq_len + t) *
-              head_dim];
+    return &k[((static_cast<size_t>(l) * num_kv_heads + h) * seq_len + t) * head_dim];
   }
   const float* V(int32_t l, int32_t h, int64_t t) const {
-    return &v[((static_cast<size_t>(l) * num_kv_heads + h) * seq_len + t) *
-              head_dim];
+    return &v[((static_cast<size_t>(l) * num_kv_heads + h) * seq_len + t) * head_dim];
   }
 };
 
@@ -64,8 +60,7 @@ std::string DumpKind(const std::string& name);
 
 // Validates and converts a parsed file. InvalidArgument naming the tensor
 // or metadata field that disagrees.
-absl::StatusOr<KvDump> KvDumpFromSafetensors(const SafetensorsFile& file,
-                                             const std::string& name);
+absl::StatusOr<KvDump> KvDumpFromSafetensors(const SafetensorsFile& file, const std::string& name);
 absl::StatusOr<KvDump> LoadKvDump(const std::string& path);
 
 // Keeps the first `tokens` positions (all layers and heads).

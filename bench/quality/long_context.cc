@@ -23,8 +23,8 @@ absl::StatusOr<LongContext> LongContext::Build(const std::vector<const KvDump*>&
   std::vector<const KvDump*> fillers;
   for (const KvDump* d : dumps) {
     if (d->seq_len < 1024) {
-      return absl::InvalidArgumentError(absl::StrCat("long context: dump ", d->name, " has ",
-                                                     d->seq_len, " tokens, needs 1024"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("long context: dump ", d->name, " has ", d->seq_len, " tokens, needs 1024"));
     }
     if (c.recall_ == nullptr && absl::StrContains(d->name, "-recall-")) {
       c.recall_ = d;

@@ -37,7 +37,7 @@
 namespace kvtier::quality {
 
 struct LongContextOptions {
-  int64_t tokens = 131072;  // >= 2048, a multiple of 16
+  int64_t tokens = 131072;   // >= 2048, a multiple of 16
   int32_t query_steps = 16;  // in [1, 16]: queries 16 tokens apart
   bool pair_heads = false;
   int64_t far_position = -1;  // -1: tokens / 7 rounded down to 256

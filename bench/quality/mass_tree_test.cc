@@ -200,7 +200,8 @@ TEST_F(MassTreeTest, SharedDumpsKeepTheFlatPassesExpectedMass) {
         if (n < 3) continue;
         std::vector<float> q(copy_.retrieval_heads.size() * D);
         for (size_t i = 0; i < copy_.retrieval_heads.size(); ++i) {
-          const float* src = d.Q(copy_.retrieval_heads[i].layer, copy_.retrieval_heads[i].q_head, t);
+          const float* src =
+              d.Q(copy_.retrieval_heads[i].layer, copy_.retrieval_heads[i].q_head, t);
           std::copy(src, src + D, &q[i * D]);
         }
         const int64_t budget = std::max<int64_t>(2, static_cast<int64_t>(n * fraction));
@@ -222,14 +223,14 @@ TEST_F(MassTreeTest, SharedDumpsKeepTheFlatPassesExpectedMass) {
         EXPECT_EQ(got.blocks, flat_blocks) << d.name << " step " << t;
       }
     }
-    std::printf("mass tree on the %zu shared copy-model dumps at 1/%.0f, sparse path forced: "
-                "expected mass %.5f of the flat pass's, identical blocks %lld/%lld steps, "
-                "pages read %.3f, retrieval targets chosen %lld (flat %lld) of %lld\n",
-                dumps_.size(), 1 / fraction, forced.Ratio(),
-                static_cast<long long>(forced.identical), static_cast<long long>(forced.steps),
-                forced.Visited(), static_cast<long long>(forced.targets_chosen),
-                static_cast<long long>(forced.targets_chosen_flat),
-                static_cast<long long>(forced.targets));
+    std::printf(
+        "mass tree on the %zu shared copy-model dumps at 1/%.0f, sparse path forced: "
+        "expected mass %.5f of the flat pass's, identical blocks %lld/%lld steps, "
+        "pages read %.3f, retrieval targets chosen %lld (flat %lld) of %lld\n",
+        dumps_.size(), 1 / fraction, forced.Ratio(), static_cast<long long>(forced.identical),
+        static_cast<long long>(forced.steps), forced.Visited(),
+        static_cast<long long>(forced.targets_chosen),
+        static_cast<long long>(forced.targets_chosen_flat), static_cast<long long>(forced.targets));
     EXPECT_GE(forced.Ratio(), 0.995) << "budget 1/" << 1 / fraction;
   }
 }
@@ -237,8 +238,8 @@ TEST_F(MassTreeTest, SharedDumpsKeepTheFlatPassesExpectedMass) {
 // Long contexts from the dumps' keys (long_context.h), the copy passage far
 // back: the last 256 tokens decoded, Select every 16 tokens (as each block
 // completes), budget 1/32 of the pages.
-void RunLong(const std::vector<KvDump>& dumps, const index::SelectionCalibration& c,
-             int64_t tokens, float passage_key_scale, bool share_context, Tally* tally) {
+void RunLong(const std::vector<KvDump>& dumps, const index::SelectionCalibration& c, int64_t tokens,
+             float passage_key_scale, bool share_context, Tally* tally) {
   std::vector<const KvDump*> ptrs;
   for (const KvDump& d : dumps) ptrs.push_back(&d);
   LongContextOptions lo;
@@ -287,14 +288,14 @@ TEST_F(MassTreeTest, LongContextsKeepTheFlatPassesExpectedMass) {
     Tally tally;
     RunLong(dumps_, copy_, k.tokens, k.passage_key_scale, /*share_context=*/k.tokens > 131072,
             &tally);
-    std::printf("mass tree, long context of %lld tokens (passage keys x%.0f) at 1/32: expected "
-                "mass %.5f of the flat pass's, identical blocks %lld/%lld steps, pages read "
-                "%.4f, retrieval targets chosen %lld (flat %lld) of %lld\n",
-                static_cast<long long>(k.tokens), k.passage_key_scale, tally.Ratio(),
-                static_cast<long long>(tally.identical), static_cast<long long>(tally.steps),
-                tally.Visited(), static_cast<long long>(tally.targets_chosen),
-                static_cast<long long>(tally.targets_chosen_flat),
-                static_cast<long long>(tally.targets));
+    std::printf(
+        "mass tree, long context of %lld tokens (passage keys x%.0f) at 1/32: expected "
+        "mass %.5f of the flat pass's, identical blocks %lld/%lld steps, pages read "
+        "%.4f, retrieval targets chosen %lld (flat %lld) of %lld\n",
+        static_cast<long long>(k.tokens), k.passage_key_scale, tally.Ratio(),
+        static_cast<long long>(tally.identical), static_cast<long long>(tally.steps),
+        tally.Visited(), static_cast<long long>(tally.targets_chosen),
+        static_cast<long long>(tally.targets_chosen_flat), static_cast<long long>(tally.targets));
     EXPECT_GE(tally.Ratio(), 0.995) << k.tokens << " tokens";
     EXPECT_LE(tally.Visited(), k.max_visited) << k.tokens << " tokens";
   }

@@ -95,14 +95,13 @@ absl::StatusOr<bool> ParseMix(const std::string& name, Mix* mix) {
   mix->b = name.substr(plus + 1, colon - plus - 1);
   if (!absl::SimpleAtof(name.substr(colon + 1), &mix->weight) ||
       !(mix->weight >= 0 && mix->weight <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "method \"", name, "\": mix weight must be a number in [0, 1]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("method \"", name, "\": mix weight must be a number in [0, 1]"));
   }
   for (const std::string& part : {mix->a, mix->b}) {
     if (!IsScoreName(part)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("method \"", name, "\": \"", part,
-                       "\" is not a harness scorer that can be mixed"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "method \"", name, "\": \"", part, "\" is not a harness scorer that can be mixed"));
     }
   }
   return true;
@@ -116,8 +115,7 @@ void MinMax(std::vector<float>* v) {
 }
 
 // out[b] += softmax_b(raw[b] * scale).
-void AddSoftmax(const std::vector<float>& raw, float scale,
-                std::vector<float>* out) {
+void AddSoftmax(const std::vector<float>& raw, float scale, std::vector<float>* out) {
   const float mx = *std::max_element(raw.begin(), raw.end());
   double total = 0;
   std::vector<double> e(raw.size());
@@ -132,19 +130,17 @@ void AddSoftmax(const std::vector<float>& raw, float scale,
 
 // cos scores of `anchor` against the view's mean rows, optionally after
 // subtracting the mean of those rows from both.
-absl::Status KeyKey(const index::SummaryView& view, const float* anchor,
-                    bool centered, std::vector<float>* out) {
+absl::Status KeyKey(const index::SummaryView& view, const float* anchor, bool centered,
+                    std::vector<float>* out) {
   const int32_t D = view.dim;
   const int64_t n = view.num_blocks;
   out->assign(n, 0.5f);
   if (!centered) {
     index::ScoreInput in;
     in.anchor = absl::MakeConstSpan(anchor, D);
-    return index::ScoreBlocks(ScorerKind::kKeyKey, view, in,
-                              absl::MakeSpan(*out));
+    return index::ScoreBlocks(ScorerKind::kKeyKey, view, in, absl::MakeSpan(*out));
   }
-  std::vector<float> c(D, 0.0f), rows(view.mean, view.mean + n * D),
-      a(anchor, anchor + D);
+  std::vector<float> c(D, 0.0f), rows(view.mean, view.mean + n * D), a(anchor, anchor + D);
   for (int64_t b = 0; b < n; ++b) {
     for (int32_t i = 0; i < D; ++i) c[i] += rows[b * D + i] / n;
   }
@@ -179,8 +175,7 @@ absl::Status PerQueryHead(const ReplayData& data, const StepInput& in, Fn one,
   for (int32_t l = 0; l < d.num_layers; ++l) {
     for (int32_t h = 0; h < d.num_q_heads; ++h) {
       const int32_t lkv = l * d.num_kv_heads + h / d.group_size();
-      if (absl::Status s = one(data.HeadView(lkv, n), d.Q(l, h, in.t), &raw);
-          !s.ok()) {
+      if (absl::Status s = one(data.HeadView(lkv, n), d.Q(l, h, in.t), &raw); !s.ok()) {
         return s;
       }
       AddSoftmax(raw, scale, out);
@@ -189,8 +184,8 @@ absl::Status PerQueryHead(const ReplayData& data, const StepInput& in, Fn one,
   return absl::OkStatus();
 }
 
-absl::Status IndexBound(ScorerKind kind, const index::SummaryView& view,
-                        const float* q, std::vector<float>* raw) {
+absl::Status IndexBound(ScorerKind kind, const index::SummaryView& view, const float* q,
+                        std::vector<float>* raw) {
   index::ScoreInput si;
   si.query = absl::MakeConstSpan(q, view.dim);
   return index::ScoreBlocks(kind, view, si, absl::MakeSpan(*raw));
@@ -198,23 +193,20 @@ absl::Status IndexBound(ScorerKind kind, const index::SummaryView& view,
 
 // Mean over (layer, KV head) or layers of key-key scores.
 enum class Grain { kLayer, kHead, kHeadNoRope };
-absl::Status KeyKeyMean(const ReplayData& data, const StepInput& in,
-                        Grain grain, bool centered, std::vector<float>* out) {
+absl::Status KeyKeyMean(const ReplayData& data, const StepInput& in, Grain grain, bool centered,
+                        std::vector<float>* out) {
   const KvDump& d = *data.dump;
   const int64_t n = in.num_complete;
-  const int32_t rows =
-      grain == Grain::kLayer ? d.num_layers : d.num_layers * d.num_kv_heads;
+  const int32_t rows = grain == Grain::kLayer ? d.num_layers : d.num_layers * d.num_kv_heads;
   out->assign(n, 0.0f);
   std::vector<float> one;
   for (int32_t r = 0; r < rows; ++r) {
-    const index::SummaryView v = grain == Grain::kLayer ? data.LayerView(r, n)
-                                 : grain == Grain::kHead
-                                     ? data.HeadView(r, n)
-                                     : data.HeadNoRopeView(r, n);
-    const float* anchor =
-        grain == Grain::kLayer  ? &in.anchor_layer[r * d.head_dim]
-        : grain == Grain::kHead ? &in.anchor_head[r * d.head_dim]
-                                : &in.anchor_head_norope[r * d.head_dim];
+    const index::SummaryView v = grain == Grain::kLayer  ? data.LayerView(r, n)
+                                 : grain == Grain::kHead ? data.HeadView(r, n)
+                                                         : data.HeadNoRopeView(r, n);
+    const float* anchor = grain == Grain::kLayer  ? &in.anchor_layer[r * d.head_dim]
+                          : grain == Grain::kHead ? &in.anchor_head[r * d.head_dim]
+                                                  : &in.anchor_head_norope[r * d.head_dim];
     if (absl::Status s = KeyKey(v, anchor, centered, &one); !s.ok()) return s;
     for (int64_t b = 0; b < n; ++b) (*out)[b] += one[b] / rows;
   }
@@ -223,9 +215,8 @@ absl::Status KeyKeyMean(const ReplayData& data, const StepInput& in,
 
 class IndexMethod final : public Method {
  public:
-  IndexMethod(const ReplayData& data, std::unique_ptr<SelectionBackend> b,
-              ScorerKind kind, Sends sends,
-              index::SelectionCalibration calibration, uint64_t seed)
+  IndexMethod(const ReplayData& data, std::unique_ptr<SelectionBackend> b, ScorerKind kind,
+              Sends sends, index::SelectionCalibration calibration, uint64_t seed)
       : data_(data),
         backend_(std::move(b)),
         kind_(kind),
@@ -233,27 +224,24 @@ class IndexMethod final : public Method {
         calibration_(std::move(calibration)),
         seed_(seed) {}
 
-  absl::Status Select(const StepInput& in,
-                      std::vector<int64_t>* blocks) override {
+  absl::Status Select(const StepInput& in, std::vector<int64_t>* blocks) override {
     if (backend_->num_blocks() == 0) {
-      if (absl::Status s = backend_->Open(
-              absl::MakeConstSpan(data_.payloads.data(), in.num_complete));
+      if (absl::Status s =
+              backend_->Open(absl::MakeConstSpan(data_.payloads.data(), in.num_complete));
           !s.ok()) {
         return s;
       }
     }
     while (backend_->num_blocks() < in.num_complete) {
-      if (absl::Status s =
-              backend_->Append(data_.payloads[backend_->num_blocks()]);
-          !s.ok()) {
+      if (absl::Status s = backend_->Append(data_.payloads[backend_->num_blocks()]); !s.ok()) {
         return s;
       }
     }
     BackendSelect r;
     std::vector<float> weighted;
     if (kind_ == ScorerKind::kKeyKeyWeighted) {
-      absl::StatusOr<std::vector<float>> w = index::WeightedAnchor(
-          in.anchor_head, data_.dump->head_dim, backend_->head_weights());
+      absl::StatusOr<std::vector<float>> w =
+          index::WeightedAnchor(in.anchor_head, data_.dump->head_dim, backend_->head_weights());
       if (!w.ok()) return w.status();
       weighted = std::move(*w);
       r.anchor = weighted;
@@ -292,8 +280,7 @@ class IndexMethod final : public Method {
 
 class OracleMethod final : public Method {
  public:
-  absl::Status Select(const StepInput& in,
-                      std::vector<int64_t>* blocks) override {
+  absl::Status Select(const StepInput& in, std::vector<int64_t>* blocks) override {
     if (in.attention == nullptr) {
       return absl::FailedPreconditionError("oracle needs the step's attention");
     }
@@ -308,12 +295,11 @@ class OracleMethod final : public Method {
 
 class ScoreMethod final : public Method {
  public:
-  ScoreMethod(const ReplayData& data, std::string name,
-              const index::SelectorOptions& options, StabilityMode mode)
+  ScoreMethod(const ReplayData& data, std::string name, const index::SelectorOptions& options,
+              StabilityMode mode)
       : data_(data), name_(std::move(name)), options_(options), mode_(mode) {}
 
-  absl::Status Select(const StepInput& in,
-                      std::vector<int64_t>* blocks) override {
+  absl::Status Select(const StepInput& in, std::vector<int64_t>* blocks) override {
     Mix mix;
     absl::StatusOr<bool> is_mix = ParseMix(name_, &mix);
     if (!is_mix.ok()) return is_mix.status();
@@ -333,8 +319,7 @@ class ScoreMethod final : public Method {
     }
     const int64_t budget = in.budget - (in.has_partial ? 1 : 0);
     if (mode_ == StabilityMode::kRank) {
-      FlatSelectRank(options_, aff_, budget, in.step, &tracker_, &first_seen_,
-                     blocks);
+      FlatSelectRank(options_, aff_, budget, in.step, &tracker_, &first_seen_, blocks);
     } else {
       FlatSelect(options_, aff_, budget, in.step, &tracker_, blocks);
     }
@@ -345,8 +330,8 @@ class ScoreMethod final : public Method {
  private:
   const ReplayData& data_;
   // HarnessScores through the step's cache.
-  absl::Status Scores(const std::string& name, const StepInput& in,
-                      std::vector<float>* out, bool* unit) {
+  absl::Status Scores(const std::string& name, const StepInput& in, std::vector<float>* out,
+                      bool* unit) {
     ScoreCache* cache = in.cache;
     if (cache != nullptr) {
       if (cache->t != in.t) {
@@ -369,9 +354,8 @@ class ScoreMethod final : public Method {
       ScoreCache::Entry& e = cache->entries[name];
       e.scores = *out;
       e.unit = *unit;
-      e.compute_us = std::chrono::duration<double, std::micro>(
-                         std::chrono::steady_clock::now() - t0)
-                         .count();
+      e.compute_us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     }
     return absl::OkStatus();
   }
@@ -404,18 +388,15 @@ index::SelectorOptions SelectorOptionsFor(const MethodOptions& o) {
 const std::vector<std::string>& MethodNames() {
   static const auto* v = [] {
     auto* out = new std::vector<std::string>{
-        "streamingllm", "random", "quest", "arkvale", "keydiff", "keykey",
-        "keykey_weighted", "keykey_perlayer", "mass", "mass_prior", "mass_ungated",
-        "default"};
+        "streamingllm",    "random",          "quest", "arkvale",    "keydiff",      "keykey",
+        "keykey_weighted", "keykey_perlayer", "mass",  "mass_prior", "mass_ungated", "default"};
     for (const std::string& h : HarnessNames()) out->push_back(h);
     return out;
   }();
   return *v;
 }
 
-bool IsDaemonMethod(const std::string& name) {
-  return DaemonScorers().count(name) > 0;
-}
+bool IsDaemonMethod(const std::string& name) { return DaemonScorers().count(name) > 0; }
 
 bool UsesMassScorer(const std::string& name) {
   auto it = DaemonScorers().find(name);
@@ -429,14 +410,12 @@ absl::Status CheckMethodName(const std::string& name) {
   if (*is_mix) return absl::OkStatus();
   const auto& all = MethodNames();
   if (std::find(all.begin(), all.end(), name) == all.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("method \"", name, "\" is not known"));
+    return absl::InvalidArgumentError(absl::StrCat("method \"", name, "\" is not known"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name,
-                                                   const ReplayData& data,
+absl::StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name, const ReplayData& data,
                                                    const MethodOptions& o) {
   if (absl::Status s = CheckMethodName(name); !s.ok()) return s;
   const index::SelectorOptions so = SelectorOptionsFor(o);
@@ -444,8 +423,7 @@ absl::StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name,
   if (name == "oracle") return std::unique_ptr<Method>(new OracleMethod());
   auto it = DaemonScorers().find(name);
   if (it == DaemonScorers().end()) {
-    return std::unique_ptr<Method>(
-        new ScoreMethod(data, name, so, o.stability));
+    return std::unique_ptr<Method>(new ScoreMethod(data, name, so, o.stability));
   }
   if (o.stability == StabilityMode::kRank) {
     return absl::InvalidArgumentError(
@@ -481,21 +459,19 @@ absl::StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name,
   config.calibration = o.calibration ? *o.calibration : data.calibration;
   if (name == "mass_ungated") config.calibration.head_min_mass = 0.0f;
   absl::StatusOr<std::unique_ptr<SelectionBackend>> backend =
-      o.endpoint.empty() ? MakeInProcessBackend(config)
-                         : MakeDaemonBackend(config, o.endpoint);
+      o.endpoint.empty() ? MakeInProcessBackend(config) : MakeDaemonBackend(config, o.endpoint);
   if (!backend.ok()) return backend.status();
-  return std::unique_ptr<Method>(new IndexMethod(
-      data, std::move(*backend), config.scorer,
-      SendsOf(name, config.scorer), config.calibration, o.seed));
+  return std::unique_ptr<Method>(new IndexMethod(data, std::move(*backend), config.scorer,
+                                                 SendsOf(name, config.scorer), config.calibration,
+                                                 o.seed));
 }
 
 void SetShippedDefaultsFactory(ShippedDefaultsFactory factory) {
   g_shipped_defaults.store(factory);
 }
 
-absl::Status HarnessScores(const std::string& name, const ReplayData& data,
-                           const StepInput& in, std::vector<float>* out,
-                           bool* unit) {
+absl::Status HarnessScores(const std::string& name, const ReplayData& data, const StepInput& in,
+                           std::vector<float>* out, bool* unit) {
   const int64_t n = in.num_complete;
   const int32_t D = data.dump->head_dim;
   *unit = false;
@@ -510,8 +486,7 @@ absl::Status HarnessScores(const std::string& name, const ReplayData& data,
   if (name == "h2o" || name == "snapkv") {
     const std::vector<double>* src = name == "h2o" ? in.accumulated : in.snapkv;
     if (src == nullptr || static_cast<int64_t>(src->size()) < n) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(name, " needs its accumulated attention"));
+      return absl::FailedPreconditionError(absl::StrCat(name, " needs its accumulated attention"));
     }
     // As published, half of the free budget goes to the most recent blocks
     // (H2O's recent window; SnapKV keeps the tokens after its observation
@@ -526,27 +501,25 @@ absl::Status HarnessScores(const std::string& name, const ReplayData& data,
     const int64_t locals = in.forced.locals - (in.has_partial ? 1 : 0);
     const int64_t free = in.budget - in.forced.count();
     int64_t recent = (free + 1) / 2;
-    for (int64_t b = n - locals - 1; b >= in.forced.sinks && recent > 0;
-         --b, --recent) {
+    for (int64_t b = n - locals - 1; b >= in.forced.sinks && recent > 0; --b, --recent) {
       (*out)[b] = 0.5f + 0.5f * static_cast<float>(b + 1) / n;
     }
     *unit = true;
     return absl::OkStatus();
   }
   if (name == "quest_head" || name == "arkvale_head") {
-    const ScorerKind kind =
-        name == "quest_head" ? ScorerKind::kQuest : ScorerKind::kArkVale;
+    const ScorerKind kind = name == "quest_head" ? ScorerKind::kQuest : ScorerKind::kArkVale;
     return PerQueryHead(
         data, in,
-        [kind](const index::SummaryView& v, const float* q,
-               std::vector<float>* raw) { return IndexBound(kind, v, q, raw); },
+        [kind](const index::SummaryView& v, const float* q, std::vector<float>* raw) {
+          return IndexBound(kind, v, q, raw);
+        },
         out);
   }
   if (name == "meankey_head") {
     return PerQueryHead(
         data, in,
-        [D](const index::SummaryView& v, const float* q,
-            std::vector<float>* raw) {
+        [D](const index::SummaryView& v, const float* q, std::vector<float>* raw) {
           for (int64_t b = 0; b < v.num_blocks; ++b) {
             (*raw)[b] = index::simd::Dot(q, v.mean + b * D, D);
           }
@@ -570,11 +543,9 @@ absl::Status HarnessScores(const std::string& name, const ReplayData& data,
   if (name == "keydiff_flat") {
     out->resize(n);
     *unit = true;
-    return index::ScoreBlocks(ScorerKind::kKeyDiff, data.PooledView(n), {},
-                              absl::MakeSpan(*out));
+    return index::ScoreBlocks(ScorerKind::kKeyDiff, data.PooledView(n), {}, absl::MakeSpan(*out));
   }
-  const bool centered =
-      name.size() > 9 && name.compare(name.size() - 9, 9, "_centered") == 0;
+  const bool centered = name.size() > 9 && name.compare(name.size() - 9, 9, "_centered") == 0;
   const std::string base = centered ? name.substr(0, name.size() - 9) : name;
   *unit = true;
   if (base == "keykey_flat") {
@@ -589,13 +560,11 @@ absl::Status HarnessScores(const std::string& name, const ReplayData& data,
   if (base == "keykey_head_norope") {
     return KeyKeyMean(data, in, Grain::kHeadNoRope, centered, out);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("\"", name, "\" is not a harness scorer"));
+  return absl::InvalidArgumentError(absl::StrCat("\"", name, "\" is not a harness scorer"));
 }
 
-void FlatSelect(const index::SelectorOptions& o,
-                absl::Span<const float> affinity, int64_t budget, int64_t step,
-                index::StabilityTracker* st, std::vector<int64_t>* blocks) {
+void FlatSelect(const index::SelectorOptions& o, absl::Span<const float> affinity, int64_t budget,
+                int64_t step, index::StabilityTracker* st, std::vector<int64_t>* blocks) {
   const int64_t n = static_cast<int64_t>(affinity.size());
   const index::StabilityOptions& so = o.stability;
   const int64_t sinks = std::min<int64_t>(o.sink_blocks, n);
@@ -622,8 +591,7 @@ void FlatSelect(const index::SelectorOptions& o,
   for (int64_t p = 0; p < n; ++p) {
     st->Observe(p, affinity[p] > so.theta);
     if (p < sinks || p >= local_first) continue;
-    pool.push_back(
-        {(1.0f - w) * affinity[p] + w * st->Stability(p, so.window_steps), p});
+    pool.push_back({(1.0f - w) * affinity[p] + w * st->Stability(p, so.window_steps), p});
   }
   std::vector<int64_t> held;
   if (so.hold_threshold <= 1.0f) {
@@ -633,8 +601,7 @@ void FlatSelect(const index::SelectorOptions& o,
     if (p < sinks || p >= local_first) continue;
     pool.push_back({w * st->Stability(p, so.window_steps), p});
   }
-  const size_t k =
-      static_cast<size_t>(std::clamp<int64_t>(free, 0, pool.size()));
+  const size_t k = static_cast<size_t>(std::clamp<int64_t>(free, 0, pool.size()));
   if (k < pool.size()) {
     std::nth_element(pool.begin(), pool.begin() + k, pool.end(), better);
   }
@@ -645,11 +612,9 @@ void FlatSelect(const index::SelectorOptions& o,
   st->SetChosen(*blocks);
 }
 
-void FlatSelectRank(const index::SelectorOptions& o,
-                    absl::Span<const float> affinity, int64_t budget,
-                    int64_t step, index::StabilityTracker* st,
-                    std::vector<int64_t>* first_seen,
-                    std::vector<int64_t>* blocks) {
+void FlatSelectRank(const index::SelectorOptions& o, absl::Span<const float> affinity,
+                    int64_t budget, int64_t step, index::StabilityTracker* st,
+                    std::vector<int64_t>* first_seen, std::vector<int64_t>* blocks) {
   const int64_t n = static_cast<int64_t>(affinity.size());
   const index::StabilityOptions& so = o.stability;
   const int64_t sinks = std::min<int64_t>(o.sink_blocks, n);
@@ -677,16 +642,14 @@ void FlatSelectRank(const index::SelectorOptions& o,
   for (int64_t p = sinks; p < local_first; ++p) {
     ranked.push_back({affinity[p], p});
   }
-  const size_t k =
-      static_cast<size_t>(std::clamp<int64_t>(free, 0, ranked.size()));
+  const size_t k = static_cast<size_t>(std::clamp<int64_t>(free, 0, ranked.size()));
   std::sort(ranked.begin(), ranked.end(), better);
   const float cut = k > 0 ? ranked[k - 1].score : 2.0f;
   for (int64_t p = 0; p < n; ++p) st->Observe(p, affinity[p] >= cut);
   const int32_t W = so.window_steps;
   const float w = so.weight;
   for (Item& item : ranked) {
-    const int64_t age =
-        std::min<int64_t>(W, step - (*first_seen)[item.index] + 1);
+    const int64_t age = std::min<int64_t>(W, step - (*first_seen)[item.index] + 1);
     const float stab = st->Stability(item.index, W) * static_cast<float>(W) /
                        static_cast<float>(std::max<int64_t>(age, 1));
     item.score = (1.0f - w) * affinity[item.index] + w * std::min(stab, 1.0f);
@@ -700,8 +663,8 @@ void FlatSelectRank(const index::SelectorOptions& o,
 }
 
 int64_t StepBudget(double fraction, int64_t num_blocks, int64_t forced) {
-  const int64_t b = static_cast<int64_t>(
-      std::ceil(fraction * static_cast<double>(num_blocks) - 1e-9));
+  const int64_t b =
+      static_cast<int64_t>(std::ceil(fraction * static_cast<double>(num_blocks) - 1e-9));
   return std::min(num_blocks, std::max(b, forced + 1));
 }
 

@@ -70,8 +70,7 @@ namespace kvtier::quality {
 class Method {
  public:
   virtual ~Method() = default;
-  virtual absl::Status Select(const StepInput& in,
-                              std::vector<int64_t>* blocks) = 0;
+  virtual absl::Status Select(const StepInput& in, std::vector<int64_t>* blocks) = 0;
 };
 
 // How the final ranking uses the stability windows.
@@ -91,8 +90,7 @@ struct MethodOptions {
   index::StabilityOptions stability_options;
   int32_t pages_per_chunk = 16;
   int32_t chunks_per_grid = 16;
-  index::TreeOptions::LevelScore level_score =
-      index::TreeOptions::LevelScore::kMeanOfCosines;
+  index::TreeOptions::LevelScore level_score = index::TreeOptions::LevelScore::kMeanOfCosines;
   double page_keep_fraction = 0.1;
   double chunk_keep_fraction = 0.2;
   double grid_keep_fraction = 0.5;
@@ -111,8 +109,7 @@ struct MethodOptions {
 
 // The BackendConfig of kvtierd's embedded defaults for `layout` (linked in
 // with the daemon; see daemon_backend.h).
-using ShippedDefaultsFactory =
-    absl::StatusOr<BackendConfig> (*)(const index::BlockLayout& layout);
+using ShippedDefaultsFactory = absl::StatusOr<BackendConfig> (*)(const index::BlockLayout& layout);
 void SetShippedDefaultsFactory(ShippedDefaultsFactory factory);
 
 // The Selector options `o` implies.
@@ -128,15 +125,13 @@ bool UsesMassScorer(const std::string& name);
 // InvalidArgument naming the unknown part of `name` (mixes included).
 absl::Status CheckMethodName(const std::string& name);
 
-absl::StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name,
-                                                   const ReplayData& data,
+absl::StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name, const ReplayData& data,
                                                    const MethodOptions& o);
 
 // Raw scores of harness scorer `name` over the first in.num_complete blocks.
 // *unit is set when the scores already lie in [0, 1].
-absl::Status HarnessScores(const std::string& name, const ReplayData& data,
-                           const StepInput& in, std::vector<float>* scores,
-                           bool* unit);
+absl::Status HarnessScores(const std::string& name, const ReplayData& data, const StepInput& in,
+                           std::vector<float>* scores, bool* unit);
 
 // The Selector's flat ranking (index/selector.h) over `affinity` (one value
 // in [0, 1] per page): sinks and the last local pages are kept, every page
@@ -144,17 +139,15 @@ absl::Status HarnessScores(const std::string& name, const ReplayData& data,
 // best (1 - w) * affinity + w * stability, ties to the lower page; pages
 // held by stability compete too. Updates *tracker. budget >= pages keeps
 // every page.
-void FlatSelect(const index::SelectorOptions& options,
-                absl::Span<const float> affinity, int64_t budget, int64_t step,
-                index::StabilityTracker* tracker, std::vector<int64_t>* blocks);
+void FlatSelect(const index::SelectorOptions& options, absl::Span<const float> affinity,
+                int64_t budget, int64_t step, index::StabilityTracker* tracker,
+                std::vector<int64_t>* blocks);
 
 // FlatSelect with StabilityMode::kRank. first_seen[p] is the step page p
 // appeared at (grown and filled here).
-void FlatSelectRank(const index::SelectorOptions& options,
-                    absl::Span<const float> affinity, int64_t budget,
-                    int64_t step, index::StabilityTracker* tracker,
-                    std::vector<int64_t>* first_seen,
-                    std::vector<int64_t>* blocks);
+void FlatSelectRank(const index::SelectorOptions& options, absl::Span<const float> affinity,
+                    int64_t budget, int64_t step, index::StabilityTracker* tracker,
+                    std::vector<int64_t>* first_seen, std::vector<int64_t>* blocks);
 
 // Budget of a step: ceil(fraction * num_blocks), at least one block more
 // than the forced ones, at most num_blocks.

@@ -8,8 +8,7 @@
 
 namespace kvtier::quality {
 
-ForcedBlocks ForcedBlocks::Make(int64_t num_blocks, int64_t sink_blocks,
-                                int64_t local_blocks) {
+ForcedBlocks ForcedBlocks::Make(int64_t num_blocks, int64_t sink_blocks, int64_t local_blocks) {
   ForcedBlocks f;
   f.num_blocks = num_blocks;
   f.sinks = std::clamp<int64_t>(sink_blocks, 0, num_blocks);
@@ -17,8 +16,8 @@ ForcedBlocks ForcedBlocks::Make(int64_t num_blocks, int64_t sink_blocks,
   return f;
 }
 
-std::vector<int64_t> TopBlocks(absl::Span<const double> score,
-                               const ForcedBlocks& forced, int64_t budget) {
+std::vector<int64_t> TopBlocks(absl::Span<const double> score, const ForcedBlocks& forced,
+                               int64_t budget) {
   const int64_t n = forced.num_blocks;
   std::vector<int64_t> out;
   if (budget >= n) {
@@ -34,8 +33,8 @@ std::vector<int64_t> TopBlocks(absl::Span<const double> score,
       free.push_back(b);
     }
   }
-  const size_t k = static_cast<size_t>(std::clamp<int64_t>(
-      budget - forced.count(), 0, static_cast<int64_t>(free.size())));
+  const size_t k = static_cast<size_t>(
+      std::clamp<int64_t>(budget - forced.count(), 0, static_cast<int64_t>(free.size())));
   auto better = [&score](int64_t a, int64_t b) {
     return score[a] > score[b] || (score[a] == score[b] && a < b);
   };
@@ -51,8 +50,7 @@ double SetMass(const float* mass, absl::Span<const int64_t> blocks) {
   return m;
 }
 
-double FreeMass(const float* mass, absl::Span<const int64_t> blocks,
-                const ForcedBlocks& forced) {
+double FreeMass(const float* mass, absl::Span<const int64_t> blocks, const ForcedBlocks& forced) {
   double m = 0;
   for (int64_t b : blocks) {
     if (!forced.Contains(b)) m += mass[b];
@@ -60,8 +58,7 @@ double FreeMass(const float* mass, absl::Span<const int64_t> blocks,
   return m;
 }
 
-double RelativeL2Error(const StepAttention& a, int32_t lh,
-                       absl::Span<const int64_t> blocks) {
+double RelativeL2Error(const StepAttention& a, int32_t lh, absl::Span<const int64_t> blocks) {
   const int32_t D = a.head_dim;
   const double m = SetMass(a.Mass(lh), blocks);
   if (m <= 0) return 1.0;
@@ -102,10 +99,9 @@ MetricAccumulator::MetricAccumulator(int32_t num_heads, int32_t group_size)
       mass_of_(num_heads, 0.0),
       l2_(num_heads, 0.0) {}
 
-void MetricAccumulator::AddHead(const StepAttention& a, int32_t lh,
-                                const ForcedBlocks& forced,
-                                absl::Span<const int64_t> chosen,
-                                absl::Span<const int64_t> oracle, double* err) {
+void MetricAccumulator::AddHead(const StepAttention& a, int32_t lh, const ForcedBlocks& forced,
+                                absl::Span<const int64_t> chosen, absl::Span<const int64_t> oracle,
+                                double* err) {
   const float* m = a.Mass(lh);
   mass_s_[lh] += SetMass(m, chosen);
   mass_sf_[lh] += FreeMass(m, chosen, forced);
@@ -115,10 +111,8 @@ void MetricAccumulator::AddHead(const StepAttention& a, int32_t lh,
   l2_[lh] += *err;
 }
 
-void MetricAccumulator::AddStep(const StepAttention& a,
-                                const ForcedBlocks& forced,
-                                absl::Span<const int64_t> chosen,
-                                absl::Span<const int64_t> oracle,
+void MetricAccumulator::AddStep(const StepAttention& a, const ForcedBlocks& forced,
+                                absl::Span<const int64_t> chosen, absl::Span<const int64_t> oracle,
                                 int64_t new_blocks, double latency_us) {
   double group_worst = 0;
   for (int32_t lh = 0; lh < num_heads_; ++lh) {
@@ -149,10 +143,9 @@ void MetricAccumulator::AddStep(const StepAttention& a,
   ++steps_;
 }
 
-void MetricAccumulator::AddPerHeadStep(
-    const StepAttention& a, const ForcedBlocks& forced,
-    const std::vector<std::vector<int64_t>>& per_head,
-    absl::Span<const int64_t> oracle) {
+void MetricAccumulator::AddPerHeadStep(const StepAttention& a, const ForcedBlocks& forced,
+                                       const std::vector<std::vector<int64_t>>& per_head,
+                                       absl::Span<const int64_t> oracle) {
   double group_worst = 0;
   double budget = 0;
   for (int32_t lh = 0; lh < num_heads_; ++lh) {
@@ -171,10 +164,9 @@ void MetricAccumulator::AddPerHeadStep(
 
 absl::Status MetricAccumulator::Merge(const MetricAccumulator& o) {
   if (o.num_heads_ != num_heads_ || o.group_size_ != group_size_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot merge metrics of ", o.num_heads_, " heads (group ",
-                     o.group_size_, ") into ", num_heads_, " heads (group ",
-                     group_size_, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("cannot merge metrics of ", o.num_heads_,
+                                                   " heads (group ", o.group_size_, ") into ",
+                                                   num_heads_, " heads (group ", group_size_, ")"));
   }
   for (int32_t lh = 0; lh < num_heads_; ++lh) {
     mass_s_[lh] += o.mass_s_[lh];
@@ -198,9 +190,7 @@ MetricSummary MetricAccumulator::Summarise(int64_t block_bytes) const {
   s.steps = steps_;
   if (steps_ == 0) return s;
   const double steps = static_cast<double>(steps_);
-  auto sum = [](const std::vector<double>& v) {
-    return std::accumulate(v.begin(), v.end(), 0.0);
-  };
+  auto sum = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); };
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 1.0; };
   const double heads = static_cast<double>(num_heads_);
   s.budget_blocks = budget_sum_ / steps;
@@ -209,14 +199,12 @@ MetricSummary MetricAccumulator::Summarise(int64_t block_bytes) const {
   s.oracle_ratio = ratio(sum(mass_s_), sum(mass_o_));
   s.share = ratio(sum(mass_sf_), sum(mass_of_));
   s.rel_l2 = sum(l2_) / (steps * heads);
-  s.recall_worst = s.recall_free_worst = s.oracle_ratio_worst = s.share_worst =
-      1e300;
+  s.recall_worst = s.recall_free_worst = s.oracle_ratio_worst = s.share_worst = 1e300;
   s.rel_l2_worst = 0;
   for (int32_t lh = 0; lh < num_heads_; ++lh) {
     s.recall_worst = std::min(s.recall_worst, mass_s_[lh] / steps);
     s.recall_free_worst = std::min(s.recall_free_worst, mass_sf_[lh] / steps);
-    s.oracle_ratio_worst =
-        std::min(s.oracle_ratio_worst, ratio(mass_s_[lh], mass_o_[lh]));
+    s.oracle_ratio_worst = std::min(s.oracle_ratio_worst, ratio(mass_s_[lh], mass_o_[lh]));
     s.share_worst = std::min(s.share_worst, ratio(mass_sf_[lh], mass_of_[lh]));
     s.rel_l2_worst = std::max(s.rel_l2_worst, l2_[lh] / steps);
   }

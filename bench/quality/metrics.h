@@ -41,25 +41,20 @@ struct ForcedBlocks {
   int64_t num_blocks = 0;
   int64_t sinks = 0;
   int64_t locals = 0;
-  static ForcedBlocks Make(int64_t num_blocks, int64_t sink_blocks,
-                           int64_t local_blocks);
-  bool Contains(int64_t b) const {
-    return b < sinks || b >= num_blocks - locals;
-  }
+  static ForcedBlocks Make(int64_t num_blocks, int64_t sink_blocks, int64_t local_blocks);
+  bool Contains(int64_t b) const { return b < sinks || b >= num_blocks - locals; }
   int64_t count() const { return sinks + locals; }
 };
 
 // F plus the best (budget - |F|) other blocks by `score` (ties to the lower
 // index), ascending. budget >= num_blocks gives every block.
-std::vector<int64_t> TopBlocks(absl::Span<const double> score,
-                               const ForcedBlocks& forced, int64_t budget);
+std::vector<int64_t> TopBlocks(absl::Span<const double> score, const ForcedBlocks& forced,
+                               int64_t budget);
 
 double SetMass(const float* mass, absl::Span<const int64_t> blocks);
-double FreeMass(const float* mass, absl::Span<const int64_t> blocks,
-                const ForcedBlocks& forced);
+double FreeMass(const float* mass, absl::Span<const int64_t> blocks, const ForcedBlocks& forced);
 // |o_S - o| / |o| for head lh (requires outputs); 1 when m(S) is 0.
-double RelativeL2Error(const StepAttention& a, int32_t lh,
-                       absl::Span<const int64_t> blocks);
+double RelativeL2Error(const StepAttention& a, int32_t lh, absl::Span<const int64_t> blocks);
 // Blocks of `cur` below prev_num_blocks that are not in `prev` (both
 // ascending).
 int64_t NewBlocks(absl::Span<const int64_t> prev, absl::Span<const int64_t> cur,
@@ -86,10 +81,8 @@ class MetricAccumulator {
 
   // One step of a shared selection. `oracle` is the oracle of the same
   // budget. Requires a with outputs.
-  void AddStep(const StepAttention& a, const ForcedBlocks& forced,
-               absl::Span<const int64_t> chosen,
-               absl::Span<const int64_t> oracle, int64_t new_blocks,
-               double latency_us);
+  void AddStep(const StepAttention& a, const ForcedBlocks& forced, absl::Span<const int64_t> chosen,
+               absl::Span<const int64_t> oracle, int64_t new_blocks, double latency_us);
   // One step where head lh chose per_head[lh] (a reference that a shared
   // store cannot realise); churn and overlap are not recorded.
   void AddPerHeadStep(const StepAttention& a, const ForcedBlocks& forced,
@@ -103,8 +96,7 @@ class MetricAccumulator {
 
  private:
   void AddHead(const StepAttention& a, int32_t lh, const ForcedBlocks& forced,
-               absl::Span<const int64_t> chosen,
-               absl::Span<const int64_t> oracle, double* err);
+               absl::Span<const int64_t> chosen, absl::Span<const int64_t> oracle, double* err);
 
   int32_t num_heads_;
   int32_t group_size_;

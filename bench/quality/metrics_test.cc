@@ -156,19 +156,14 @@ TEST(MetricsTest, ForcedBlocksTopBlocksAndNewBlocks) {
 }
 
 TEST(ClaimsTest, SpearmanOfMonotoneAndTiedData) {
-  EXPECT_NEAR(Spearman(std::vector<double>{1, 2, 3, 4},
-                       std::vector<double>{10, 20, 30, 400}),
-              1.0, 1e-12);
-  EXPECT_NEAR(Spearman(std::vector<double>{1, 2, 3, 4},
-                       std::vector<double>{4, 3, 2, 1}),
-              -1.0, 1e-12);
-  EXPECT_EQ(
-      Spearman(std::vector<double>{1, 1, 1}, std::vector<double>{1, 2, 3}),
-      0.0);
+  EXPECT_NEAR(Spearman(std::vector<double>{1, 2, 3, 4}, std::vector<double>{10, 20, 30, 400}), 1.0,
+              1e-12);
+  EXPECT_NEAR(Spearman(std::vector<double>{1, 2, 3, 4}, std::vector<double>{4, 3, 2, 1}), -1.0,
+              1e-12);
+  EXPECT_EQ(Spearman(std::vector<double>{1, 1, 1}, std::vector<double>{1, 2, 3}), 0.0);
   // Ties take average ranks: x ranks (0.5, 0.5, 2), y ranks (0, 1, 2).
-  EXPECT_NEAR(
-      Spearman(std::vector<double>{1, 1, 2}, std::vector<double>{1, 2, 3}),
-      std::sqrt(3.0) / 2.0, 1e-12);
+  EXPECT_NEAR(Spearman(std::vector<double>{1, 1, 2}, std::vector<double>{1, 2, 3}),
+              std::sqrt(3.0) / 2.0, 1e-12);
 }
 
 }  // namespace

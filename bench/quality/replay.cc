@@ -27,35 +27,29 @@ struct RunState {
 absl::Status CheckSelection(const RunSpec& spec, const StepInput& in,
                             const std::vector<int64_t>& blocks) {
   auto bad = [&](absl::string_view what) {
-    return absl::InternalError(
-        absl::StrCat("method ", spec.method, " (", spec.variant, ", budget ",
-                     spec.budget, ") at step ", in.t, ": ", what));
+    return absl::InternalError(absl::StrCat("method ", spec.method, " (", spec.variant, ", budget ",
+                                            spec.budget, ") at step ", in.t, ": ", what));
   };
   if (static_cast<int64_t>(blocks.size()) > in.budget) {
-    return bad(
-        absl::StrCat("chose ", blocks.size(), " blocks, budget ", in.budget));
+    return bad(absl::StrCat("chose ", blocks.size(), " blocks, budget ", in.budget));
   }
   for (size_t i = 0; i < blocks.size(); ++i) {
-    if (blocks[i] < 0 || blocks[i] >= in.num_blocks ||
-        (i > 0 && blocks[i] <= blocks[i - 1])) {
+    if (blocks[i] < 0 || blocks[i] >= in.num_blocks || (i > 0 && blocks[i] <= blocks[i - 1])) {
       return bad("selection is not ascending within the visible blocks");
     }
   }
   for (int64_t b = 0; b < in.num_blocks; ++b) {
-    if (in.forced.Contains(b) &&
-        !std::binary_search(blocks.begin(), blocks.end(), b)) {
+    if (in.forced.Contains(b) && !std::binary_search(blocks.begin(), blocks.end(), b)) {
       return bad(absl::StrCat("forced block ", b, " is missing"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckCalibration(const index::SelectionCalibration& c,
-                              const ReplayData& data) {
+absl::Status CheckCalibration(const index::SelectionCalibration& c, const ReplayData& data) {
   if (c.calibrated() && c.num_q_heads != data.dump->num_q_heads) {
     return absl::InvalidArgumentError(
-        absl::StrCat("num_q_heads ", c.num_q_heads, " but the dump has ",
-                     data.dump->num_q_heads));
+        absl::StrCat("num_q_heads ", c.num_q_heads, " but the dump has ", data.dump->num_q_heads));
   }
   return index::ValidateCalibration(c, data.layout);
 }
@@ -64,8 +58,7 @@ absl::Status CheckCalibration(const index::SelectionCalibration& c,
 // for a request whose set it will use at step t: the daemon's blocks are
 // the complete ones at tp; the budget leaves out what the engine keeps
 // itself at t (blocks completed since, its partial block).
-void AheadRequest(const ReplayData& data, const StepInput& at, int64_t bs,
-                  StepInput* req) {
+void AheadRequest(const ReplayData& data, const StepInput& at, int64_t bs, StepInput* req) {
   const int64_t tp = at.t - 1;
   const int64_t complete = (tp + 1) / bs;
   ComputeAnchors(data, tp, req);
@@ -74,8 +67,7 @@ void AheadRequest(const ReplayData& data, const StepInput& at, int64_t bs,
   req->num_blocks = complete;
   req->num_complete = complete;
   req->has_partial = false;
-  req->budget = at.budget - (at.num_complete - complete) -
-                (at.has_partial ? 1 : 0);
+  req->budget = at.budget - (at.num_complete - complete) - (at.has_partial ? 1 : 0);
   req->accumulated = at.accumulated;
   req->snapkv = at.snapkv;
   req->cache = nullptr;  // scores of step t - 1, not t
@@ -94,9 +86,9 @@ int DistanceBucket(int64_t b, int64_t own) {
 }  // namespace
 
 const char* DistanceBucketName(int bucket) {
-  static const char* kNames[kDistanceBuckets] = {
-      "sink (block 0)", "own block", "1 back",    "2 back",
-      "3 back",         "4-7 back",  "8-15 back", "16+ back"};
+  static const char* kNames[kDistanceBuckets] = {"sink (block 0)", "own block", "1 back",
+                                                 "2 back",         "3 back",    "4-7 back",
+                                                 "8-15 back",      "16+ back"};
   return bucket >= 0 && bucket < kDistanceBuckets ? kNames[bucket] : "?";
 }
 
@@ -105,41 +97,35 @@ std::string RunSpec::Key() const {
 }
 
 std::vector<RunSpec> StandardRuns(const std::vector<std::string>& methods,
-                                  const std::vector<double>& budgets,
-                                  const MethodOptions& options,
-                                  bool stab_variant,
-                                  const std::vector<bool>& timings) {
+                                  const std::vector<double>& budgets, const MethodOptions& options,
+                                  bool stab_variant, const std::vector<bool>& timings) {
   std::vector<RunSpec> runs;
   for (bool ahead : timings) {
-  for (const std::string& m : methods) {
-    for (double f : budgets) {
-      RunSpec r{m, "raw", f, options, ahead};
-      r.options.stability = StabilityMode::kOff;
-      runs.push_back(r);
-      if (stab_variant && m != "oracle" && m != "oracle_head" &&
-          m != "default") {
-        r.variant = "stab";
-        r.options.stability = StabilityMode::kIndex;
+    for (const std::string& m : methods) {
+      for (double f : budgets) {
+        RunSpec r{m, "raw", f, options, ahead};
+        r.options.stability = StabilityMode::kOff;
         runs.push_back(r);
-        if (!IsDaemonMethod(m)) {
-          r.variant = "stabrank";
-          r.options.stability = StabilityMode::kRank;
+        if (stab_variant && m != "oracle" && m != "oracle_head" && m != "default") {
+          r.variant = "stab";
+          r.options.stability = StabilityMode::kIndex;
           runs.push_back(r);
+          if (!IsDaemonMethod(m)) {
+            r.variant = "stabrank";
+            r.options.stability = StabilityMode::kRank;
+            runs.push_back(r);
+          }
         }
       }
     }
   }
-  }
   return runs;
 }
 
-absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
-                                       const ReplayConfig& config) {
+absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump, const ReplayConfig& config) {
   const Clock::time_point start = Clock::now();
-  if (config.step_stride < 1 || config.max_steps < 0 ||
-      config.claims_stride < 1) {
-    return absl::InvalidArgumentError(
-        "step_stride and claims_stride must be >= 1, max_steps >= 0");
+  if (config.step_stride < 1 || config.max_steps < 0 || config.claims_stride < 1) {
+    return absl::InvalidArgumentError("step_stride and claims_stride must be >= 1, max_steps >= 0");
   }
   absl::StatusOr<ReplayData> data_or = BuildReplayData(dump, config.replay);
   if (!data_or.ok()) return data_or.status();
@@ -148,9 +134,8 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
     auto c = config.calibrations.find(model->second);
     if (c != config.calibrations.end()) {
       if (absl::Status s = CheckCalibration(c->second, *data_or); !s.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            dump.name, ": calibration of model ", model->second, ": ",
-            s.message()));
+        return absl::InvalidArgumentError(
+            absl::StrCat(dump.name, ": calibration of model ", model->second, ": ", s.message()));
       }
       data_or->calibration = c->second;
     }
@@ -165,8 +150,7 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
   out.block_bytes = data.block_bytes;
   out.dumps = 1;
   if (config.claims) {
-    out.claims = std::make_unique<ClaimsAccumulator>(dump.num_layers,
-                                                     config.claim_fractions);
+    out.claims = std::make_unique<ClaimsAccumulator>(dump.num_layers, config.claim_fractions);
   }
   std::vector<RunState> states;
   for (const RunSpec& spec : config.runs) {
@@ -175,13 +159,12 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
           absl::StrCat("run ", spec.Key(), ": budget must be in (0, 1]"));
     }
     if (spec.options.local_blocks < 0 || spec.options.sink_blocks < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "run ", spec.Key(), ": sink_blocks and local_blocks must be >= 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("run ", spec.Key(), ": sink_blocks and local_blocks must be >= 0"));
     }
     const std::string key = spec.Key();
     if (out.runs.count(key) > 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("run ", key, " is listed twice"));
+      return absl::InvalidArgumentError(absl::StrCat("run ", key, " is listed twice"));
     }
     auto result = std::make_unique<RunResult>(
         RunResult{spec, MetricAccumulator(out.num_heads, out.group_size)});
@@ -199,13 +182,11 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
     if (spec.method != "oracle_head") {
       MethodOptions local = spec.options;
       local.endpoint.clear();
-      absl::StatusOr<std::unique_ptr<Method>> m =
-          MakeMethod(spec.method, data, local);
+      absl::StatusOr<std::unique_ptr<Method>> m = MakeMethod(spec.method, data, local);
       if (!m.ok()) return m.status();
       st.method = std::move(*m);
       if (!spec.options.endpoint.empty() && IsDaemonMethod(spec.method)) {
-        absl::StatusOr<std::unique_ptr<Method>> twin =
-            MakeMethod(spec.method, data, spec.options);
+        absl::StatusOr<std::unique_ptr<Method>> twin = MakeMethod(spec.method, data, spec.options);
         if (!twin.ok()) return twin.status();
         st.twin = std::move(*twin);
       }
@@ -232,8 +213,7 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
   for (int64_t t = 0; t < T; ++t) {
     const bool step = t >= P && (t - P) % config.step_stride == 0;
     if (t >= P && config.max_steps > 0 && evaluated >= config.max_steps) break;
-    const bool claims_step =
-        step && out.claims != nullptr && evaluated % config.claims_stride == 0;
+    const bool claims_step = step && out.claims != nullptr && evaluated % config.claims_stride == 0;
     AttentionOptions ao;
     ao.outputs = step;
     ao.probs = claims_step;
@@ -255,8 +235,7 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
         in.forced = ForcedBlocks::Make(in.num_blocks, st.sink_blocks,
                                        st.local_blocks + (in.has_partial ? 1 : 0));
         in.budget = StepBudget(spec.budget, in.num_blocks, in.forced.count());
-        const std::vector<int64_t> oracle =
-            TopBlocks(total, in.forced, in.budget);
+        const std::vector<int64_t> oracle = TopBlocks(total, in.forced, in.budget);
         if (st.method == nullptr) {  // oracle_head
           for (int32_t lh = 0; lh < out.num_heads; ++lh) {
             const float* m = att.Mass(lh);
@@ -276,14 +255,11 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
         ask->charged_us = 0;
         const Clock::time_point t0 = Clock::now();
         if (absl::Status s = st.method->Select(*ask, &blocks); !s.ok()) {
-          return absl::Status(
-              s.code(),
-              absl::StrCat(dump.name, ": ", spec.Key(), ": ", s.message()));
+          return absl::Status(s.code(),
+                              absl::StrCat(dump.name, ": ", spec.Key(), ": ", s.message()));
         }
         const double us =
-            std::chrono::duration<double, std::micro>(Clock::now() - t0)
-                .count() +
-            ask->charged_us;
+            std::chrono::duration<double, std::micro>(Clock::now() - t0).count() + ask->charged_us;
         if (absl::Status s = CheckSelection(spec, *ask, blocks); !s.ok()) {
           return s;
         }
@@ -303,8 +279,7 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
             return s;
           }
         }
-        const int64_t churn =
-            st.has_prev ? NewBlocks(st.prev, blocks, st.prev_num_blocks) : 0;
+        const int64_t churn = st.has_prev ? NewBlocks(st.prev, blocks, st.prev_num_blocks) : 0;
         st.result->metrics.AddStep(att, in.forced, blocks, oracle, churn, us);
         st.prev = blocks;
         st.prev_num_blocks = in.num_blocks;
@@ -312,16 +287,14 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
       }
       if (claims_step) out.claims->AddStep(data, att, in);
       for (int64_t b = 0; b < att.num_blocks; ++b) {
-        out.distance_mass[DistanceBucket(b, att.num_blocks - 1)] +=
-            total[b] / out.num_heads;
+        out.distance_mass[DistanceBucket(b, att.num_blocks - 1)] += total[b] / out.num_heads;
       }
       ++evaluated;
     }
     for (int64_t b = 0; b < att.num_blocks; ++b) accumulated[b] += total[b];
     if (ahead_runs) std::swap(att, prev_att);  // att is recomputed next step
     if (t < P && t >= P - config.replay.snapkv_window) {
-      for (int64_t b = 0; b < std::min<int64_t>(prompt_blocks, att.num_blocks);
-           ++b) {
+      for (int64_t b = 0; b < std::min<int64_t>(prompt_blocks, att.num_blocks); ++b) {
         snapkv[b] += total[b];
       }
     }
@@ -348,12 +321,11 @@ absl::Status MergeReplay(const ReplayResult& from, ReplayResult* into) {
     into->seconds = from.seconds;
     return absl::OkStatus();
   }
-  if (from.num_heads != into->num_heads ||
-      from.block_bytes != into->block_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot merge a replay of ", from.num_heads, " heads and ",
-        from.block_bytes, "-byte blocks into one of ", into->num_heads,
-        " heads and ", into->block_bytes, "-byte blocks"));
+  if (from.num_heads != into->num_heads || from.block_bytes != into->block_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot merge a replay of ", from.num_heads, " heads and ", from.block_bytes,
+                     "-byte blocks into one of ", into->num_heads, " heads and ", into->block_bytes,
+                     "-byte blocks"));
   }
   for (const auto& [key, r] : from.runs) {
     auto it = into->runs.find(key);

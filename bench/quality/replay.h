@@ -23,8 +23,8 @@
 //          block that completed since, and its partial block), and used at
 //          step t together with those: how docs/API.md tells engines to
 //          call Select, off the critical path.
-// Metrics always judge the set used at t against attention at t. Steps: t = prompt_tokens + i * step_stride, at most
-// max_steps of them; attention itself is computed at every position (H2O
+// Metrics always judge the set used at t against attention at t. Steps: t = prompt_tokens + i *
+// step_stride, at most max_steps of them; attention itself is computed at every position (H2O
 // accumulates over all of them).
 //
 // End-to-end mode (methods.endpoint set): every daemon-scorer run is also
@@ -56,7 +56,7 @@ struct RunSpec {
   std::string variant;  // "raw", "stab", "stabrank", "sweep:...", "forced:..."
   double budget = 0;    // fraction of the visible blocks
   MethodOptions options;
-  bool ahead = false;   // one step ahead (see above); else at step t
+  bool ahead = false;       // one step ahead (see above); else at step t
   std::string Key() const;  // "method|variant|budget" (+ "|ahead")
 };
 
@@ -105,14 +105,11 @@ struct ReplayResult {
 // method is an oracle or "default") "stab", plus "stabrank" for harness
 // scorers.
 std::vector<RunSpec> StandardRuns(const std::vector<std::string>& methods,
-                                  const std::vector<double>& budgets,
-                                  const MethodOptions& options,
-                                  bool stab_variant,
-                                  const std::vector<bool>& timings = {false});
+                                  const std::vector<double>& budgets, const MethodOptions& options,
+                                  bool stab_variant, const std::vector<bool>& timings = {false});
 
 // InvalidArgument naming the bad method or option; errors of the methods.
-absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump,
-                                       const ReplayConfig& config);
+absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump, const ReplayConfig& config);
 
 // Adds `from` into `into` (empty `into` takes from's shape).
 absl::Status MergeReplay(const ReplayResult& from, ReplayResult* into);

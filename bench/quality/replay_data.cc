@@ -11,9 +11,8 @@
 namespace kvtier::quality {
 namespace {
 
-index::SummaryView MakeView(int32_t dim, int64_t n, const float* mean,
-                            const float* min, const float* max,
-                            const float* radius) {
+index::SummaryView MakeView(int32_t dim, int64_t n, const float* mean, const float* min,
+                            const float* max, const float* radius) {
   index::SummaryView v;
   v.dim = dim;
   v.num_blocks = n;
@@ -29,16 +28,14 @@ std::string BlockPayload(const KvDump& d, int32_t bs, int64_t b) {
   const int32_t D = d.head_dim;
   std::vector<float> row(static_cast<size_t>(bs) * D);
   std::string out;
-  out.reserve(static_cast<size_t>(d.num_layers) * 2 * d.num_kv_heads * bs * D *
-              2);
+  out.reserve(static_cast<size_t>(d.num_layers) * 2 * d.num_kv_heads * bs * D * 2);
   std::vector<uint16_t> half(row.size());
   for (int32_t l = 0; l < d.num_layers; ++l) {
     for (int kv = 0; kv < 2; ++kv) {
       for (int32_t h = 0; h < d.num_kv_heads; ++h) {
         const float* src = kv == 0 ? d.K(l, h, b * bs) : d.V(l, h, b * bs);
         index::simd::FloatToHalfN(src, half.data(), half.size());
-        out.append(reinterpret_cast<const char*>(half.data()),
-                   half.size() * sizeof(uint16_t));
+        out.append(reinterpret_cast<const char*>(half.data()), half.size() * sizeof(uint16_t));
       }
     }
   }
@@ -48,35 +45,32 @@ std::string BlockPayload(const KvDump& d, int32_t bs, int64_t b) {
 }  // namespace
 
 index::SummaryView ReplayData::PooledView(int64_t n) const {
-  return MakeView(dump->head_dim, n, pooled_mean.data(), pooled_min.data(),
-                  pooled_max.data(), pooled_radius.data());
+  return MakeView(dump->head_dim, n, pooled_mean.data(), pooled_min.data(), pooled_max.data(),
+                  pooled_radius.data());
 }
 
 index::SummaryView ReplayData::LayerView(int32_t l, int64_t n) const {
   const size_t off = static_cast<size_t>(l) * num_complete * dump->head_dim;
-  return MakeView(dump->head_dim, n, layer_mean.data() + off,
-                  layer_min.data() + off, layer_max.data() + off, nullptr);
+  return MakeView(dump->head_dim, n, layer_mean.data() + off, layer_min.data() + off,
+                  layer_max.data() + off, nullptr);
 }
 
 index::SummaryView ReplayData::HeadView(int32_t lkv, int64_t n) const {
   const size_t off = static_cast<size_t>(lkv) * num_complete * dump->head_dim;
-  return MakeView(dump->head_dim, n, head_mean.data() + off,
-                  head_min.data() + off, head_max.data() + off,
+  return MakeView(dump->head_dim, n, head_mean.data() + off, head_min.data() + off,
+                  head_max.data() + off,
                   head_radius.data() + static_cast<size_t>(lkv) * num_complete);
 }
 
 index::SummaryView ReplayData::HeadNoRopeView(int32_t lkv, int64_t n) const {
   const size_t off = static_cast<size_t>(lkv) * num_complete * dump->head_dim;
-  return MakeView(dump->head_dim, n, head_mean_norope.data() + off, nullptr,
-                  nullptr, nullptr);
+  return MakeView(dump->head_dim, n, head_mean_norope.data() + off, nullptr, nullptr, nullptr);
 }
 
-absl::StatusOr<ReplayData> BuildReplayData(const KvDump& d,
-                                           const ReplayOptions& o) {
+absl::StatusOr<ReplayData> BuildReplayData(const KvDump& d, const ReplayOptions& o) {
   if (o.block_size < 1 || o.block_size > index::kMaxBlockSizeTokens) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("block_size (", o.block_size, ") must be in [1, ",
-                     index::kMaxBlockSizeTokens, "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block_size (", o.block_size, ") must be in [1, ", index::kMaxBlockSizeTokens, "]"));
   }
   if (o.anchor_tokens < 1) {
     return absl::InvalidArgumentError("anchor_tokens must be >= 1");
@@ -102,16 +96,14 @@ absl::StatusOr<ReplayData> BuildReplayData(const KvDump& d,
   if ((r.prompt_tokens + 1) / o.block_size < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat(d.name, ": the prompt (", r.prompt_tokens,
-                     " tokens) holds fewer than 2 complete blocks of ",
-                     o.block_size, " tokens"));
+                     " tokens) holds fewer than 2 complete blocks of ", o.block_size, " tokens"));
   }
   const int32_t D = d.head_dim;
   const int32_t L = d.num_layers;
   const int32_t H = d.num_kv_heads;
   const int64_t n = r.num_complete;
   if (auto it = d.metadata.find("rope_theta"); it != d.metadata.end()) {
-    if (!absl::SimpleAtod(it->second, &r.rope_theta) || !(r.rope_theta > 0) ||
-        D % 2 != 0) {
+    if (!absl::SimpleAtod(it->second, &r.rope_theta) || !(r.rope_theta > 0) || D % 2 != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(d.name, ": metadata rope_theta (\"", it->second,
                        "\") must be a positive number with an even head_dim"));
@@ -164,9 +156,8 @@ absl::StatusOr<ReplayData> BuildReplayData(const KvDump& d,
     absl::StatusOr<index::BlockSummary> s =
         index::ComputeBlockSummary(r.layout, r.payloads.back(), so, &stats);
     if (!s.ok()) {
-      return absl::Status(
-          s.status().code(),
-          absl::StrCat(d.name, ": block ", b, ": ", s.status().message()));
+      return absl::Status(s.status().code(),
+                          absl::StrCat(d.name, ": block ", b, ": ", s.status().message()));
     }
     r.pooled_mean.insert(r.pooled_mean.end(), s->mean.begin(), s->mean.end());
     r.pooled_min.insert(r.pooled_min.end(), s->min.begin(), s->min.end());
@@ -210,8 +201,7 @@ void ComputeAnchors(const ReplayData& data, int64_t t, StepInput* in) {
   const int32_t D = d.head_dim;
   const int32_t L = d.num_layers;
   const int32_t H = d.num_kv_heads;
-  const int64_t first =
-      std::max<int64_t>(0, t - data.options.anchor_tokens + 1);
+  const int64_t first = std::max<int64_t>(0, t - data.options.anchor_tokens + 1);
   const float inv_tokens = 1.0f / static_cast<float>(t - first + 1);
   in->anchor_head.assign(static_cast<size_t>(L) * H * D, 0.0f);
   in->anchor_head_norope.assign(static_cast<size_t>(L) * H * D, 0.0f);

@@ -64,9 +64,9 @@ struct ReplayData {
   std::vector<float> layer_mean, layer_min, layer_max;  // [L][n][D]
   std::vector<float> head_mean, head_min, head_max;     // [L*Hkv][n][D]
   std::vector<float> head_radius;                       // [L*Hkv][n]
-  double rope_theta = 0;                // 0: keys are used as stored
-  std::vector<float> keys_norope;       // [L*Hkv][T][D]
-  std::vector<float> head_mean_norope;  // [L*Hkv][n][D]
+  double rope_theta = 0;                                // 0: keys are used as stored
+  std::vector<float> keys_norope;                       // [L*Hkv][T][D]
+  std::vector<float> head_mean_norope;                  // [L*Hkv][n][D]
   // The selection calibration of the dump's model (uncalibrated when the
   // replay has none for it); the profile the daemon methods register.
   index::SelectionCalibration calibration;
@@ -82,8 +82,7 @@ struct ReplayData {
 // anchor_tokens >= 1, prompt_fraction in (0, 1), snapkv_window >= 1) or a
 // dump with fewer than 2 complete blocks before the first step, a
 // rope_theta that is not a positive number or an odd head_dim with it.
-absl::StatusOr<ReplayData> BuildReplayData(const KvDump& dump,
-                                           const ReplayOptions& options);
+absl::StatusOr<ReplayData> BuildReplayData(const KvDump& dump, const ReplayOptions& options);
 
 // Scores of harness scorers already computed at this step (every budget
 // and variant of a method scores the same blocks), with the time their
@@ -106,9 +105,9 @@ struct StepInput {
   int64_t num_blocks = 0;    // visible, including a partial last block
   int64_t num_complete = 0;  // held by the store
   bool has_partial = false;
-  int64_t budget = 0;         // blocks, including forced and partial
-  ForcedBlocks forced;        // over num_blocks (partial included in locals)
-  std::vector<float> anchor;  // [D]
+  int64_t budget = 0;                                // blocks, including forced and partial
+  ForcedBlocks forced;                               // over num_blocks (partial included in locals)
+  std::vector<float> anchor;                         // [D]
   std::vector<float> anchor_layer;                   // [L][D]
   std::vector<float> anchor_head;                    // [L*Hkv][D]
   std::vector<float> anchor_head_norope;             // [L*Hkv][D]
@@ -117,7 +116,7 @@ struct StepInput {
   const std::vector<double>* accumulated = nullptr;  // H2O, [>= num_blocks]
   const std::vector<double>* snapkv = nullptr;       // [num_complete total]
   ScoreCache* cache = nullptr;                       // optional
-  mutable double charged_us = 0;  // cached compute time used by the call
+  mutable double charged_us = 0;                     // cached compute time used by the call
 };
 
 // Fills the anchors and query of step t.

@@ -87,8 +87,7 @@ TEST(ReplayTest, OracleBoundsEveryMethodAndEveryMethodRuns) {
     const MetricSummary oracle = Get(*r, RunSpec{"oracle", "raw", b, mo});
     EXPECT_NEAR(oracle.share, 1.0, 1e-9);
     EXPECT_NEAR(oracle.overlap, 1.0, 1e-9);
-    const MetricSummary per_head =
-        Get(*r, RunSpec{"oracle_head", "raw", b, mo});
+    const MetricSummary per_head = Get(*r, RunSpec{"oracle_head", "raw", b, mo});
     EXPECT_GE(per_head.recall, oracle.recall - 1e-9);
     for (const auto& [key, run] : r->runs) {
       if (run->spec.budget != b) continue;
@@ -101,8 +100,7 @@ TEST(ReplayTest, OracleBoundsEveryMethodAndEveryMethodRuns) {
     }
   }
   // Recency wins on a local synthetic sequence; random does not.
-  const MetricSummary recent =
-      Get(*r, RunSpec{"streamingllm", "raw", 1.0 / 8, mo});
+  const MetricSummary recent = Get(*r, RunSpec{"streamingllm", "raw", 1.0 / 8, mo});
   const MetricSummary random = Get(*r, RunSpec{"random", "raw", 1.0 / 8, mo});
   EXPECT_GT(recent.share, random.share);
   ASSERT_NE(r->claims, nullptr);
@@ -118,8 +116,7 @@ TEST(ReplayTest, OracleBoundsEveryMethodAndEveryMethodRuns) {
   EXPECT_THAT(md, HasSubstr("Best kvtier scorer"));
   EXPECT_THAT(md, HasSubstr("Where attention goes"));
   const std::string csv = ResultsCsv({&*r});
-  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'),
-            static_cast<long>(c.runs.size()) + 1);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), static_cast<long>(c.runs.size()) + 1);
 }
 
 // FlatSelect (the harness's copy of the Selector's flat ranking) must pick
@@ -135,19 +132,16 @@ TEST(ReplayTest, FlatSelectMatchesTheSelector) {
   mo.stability_options.window_steps = 4;
   mo.stability_options.theta = 0.6f;
   const index::SelectorOptions so = SelectorOptionsFor(mo);
-  absl::StatusOr<std::unique_ptr<index::Selector>> sel =
-      index::Selector::Create(so);
+  absl::StatusOr<std::unique_ptr<index::Selector>> sel = index::Selector::Create(so);
   ASSERT_TRUE(sel.ok());
   index::TreeOptions to;
   to.dim = d.head_dim;
   to.block_size_tokens = 16;
   to.keep_summaries = true;
-  absl::StatusOr<std::unique_ptr<index::ContextIndex>> ctx =
-      index::ContextIndex::Create(to);
+  absl::StatusOr<std::unique_ptr<index::ContextIndex>> ctx = index::ContextIndex::Create(to);
   ASSERT_TRUE(ctx.ok());
   const int64_t n = data->num_complete;
-  ASSERT_TRUE(
-      (*ctx)->tree().AddSegment(absl::MakeConstSpan(data->summaries)).ok());
+  ASSERT_TRUE((*ctx)->tree().AddSegment(absl::MakeConstSpan(data->summaries)).ok());
   index::StabilityTracker tracker;
   std::vector<int64_t> flat;
   index::SelectResult result;
@@ -158,9 +152,9 @@ TEST(ReplayTest, FlatSelectMatchesTheSelector) {
     ComputeAnchors(*data, 128 + step, &in);
     index::ScoreInput si;
     si.query = in.query;
-    ASSERT_TRUE(index::ScoreBlocks(index::ScorerKind::kQuest,
-                                   data->PooledView(n), si, absl::MakeSpan(aff))
-                    .ok());
+    ASSERT_TRUE(
+        index::ScoreBlocks(index::ScorerKind::kQuest, data->PooledView(n), si, absl::MakeSpan(aff))
+            .ok());
     const auto [lo, hi] = std::minmax_element(aff.begin(), aff.end());
     const float low = *lo, range = *hi - *lo;
     for (float& x : aff) x = range > 0 ? (x - low) / range : 0.5f;
@@ -201,8 +195,7 @@ TEST(ReplayTest, RankStabilityKeepsTheBudgetAndForcedBlocks) {
   first_seen.clear();
   mo.stability_options.weight = 0.0f;
   std::vector<float> aff = {0.1f, 0.2f, 0.8f, 0.85f, 0.1f, 0.9f};
-  FlatSelectRank(SelectorOptionsFor(mo), aff, 3, 0, &tracker, &first_seen,
-                 &blocks);
+  FlatSelectRank(SelectorOptionsFor(mo), aff, 3, 0, &tracker, &first_seen, &blocks);
   EXPECT_EQ(blocks, (std::vector<int64_t>{0, 3, 5}));
 }
 
@@ -212,13 +205,10 @@ TEST(ReplayTest, RejectsBadRunsAndReportsTheDaemonSeam) {
   c.claims = false;
   MethodOptions mo;
   c.runs = {RunSpec{"no_such_scorer", "raw", 0.25, mo}};
-  EXPECT_THAT(RunReplay(d, c).status().message(),
-              HasSubstr("\"no_such_scorer\" is not known"));
+  EXPECT_THAT(RunReplay(d, c).status().message(), HasSubstr("\"no_such_scorer\" is not known"));
   c.runs = {RunSpec{"keykey", "raw", 1.5, mo}};
-  EXPECT_THAT(RunReplay(d, c).status().message(),
-              HasSubstr("budget must be in (0, 1]"));
-  c.runs = {RunSpec{"keykey", "raw", 0.25, mo},
-            RunSpec{"keykey", "raw", 0.25, mo}};
+  EXPECT_THAT(RunReplay(d, c).status().message(), HasSubstr("budget must be in (0, 1]"));
+  c.runs = {RunSpec{"keykey", "raw", 0.25, mo}, RunSpec{"keykey", "raw", 0.25, mo}};
   EXPECT_THAT(RunReplay(d, c).status().message(), HasSubstr("listed twice"));
   mo.stability = StabilityMode::kRank;
   c.runs = {RunSpec{"keykey", "x", 0.25, mo}};
@@ -235,8 +225,7 @@ TEST(ReplayTest, RejectsBadRunsAndReportsTheDaemonSeam) {
 
 // A prefix of one real dump through every default method (CI-sized).
 TEST(ReplayTest, RealDumpPrefix) {
-  const std::string path =
-      std::string(KVTIER_REALKV_DIR) + "/rk-persuasion-recall-00.safetensors";
+  const std::string path = std::string(KVTIER_REALKV_DIR) + "/rk-persuasion-recall-00.safetensors";
   if (!std::filesystem::exists(path)) {
     GTEST_SKIP() << path << " is absent";
   }
@@ -295,8 +284,7 @@ TEST(ReplayTest, RealDumpPrefix) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->steps, 48);
   const MetricSummary oracle = Get(*r, RunSpec{"oracle", "raw", 1.0 / 8, mo});
-  const MetricSummary recent =
-      Get(*r, RunSpec{"streamingllm", "raw", 1.0 / 8, mo});
+  const MetricSummary recent = Get(*r, RunSpec{"streamingllm", "raw", 1.0 / 8, mo});
   const MetricSummary random = Get(*r, RunSpec{"random", "raw", 1.0 / 8, mo});
   EXPECT_NEAR(oracle.share, 1.0, 1e-9);
   EXPECT_GT(oracle.recall, 0.5);

@@ -15,16 +15,15 @@ namespace kvtier::quality {
 namespace {
 
 bool StartsWith(const std::string& s, absl::string_view prefix) {
-  return s.size() >= prefix.size() &&
-         s.compare(0, prefix.size(), std::string(prefix)) == 0;
+  return s.size() >= prefix.size() && s.compare(0, prefix.size(), std::string(prefix)) == 0;
 }
 
 std::string MethodKind(const std::string& m) {
   if (m == "oracle" || m == "oracle_head") return "reference";
   if (StartsWith(m, "mass") || m == "default") return "kvtier (calibrated)";
   if (IsKvtierMethod(m)) return "kvtier (keys)";
-  if (m == "quest" || m == "arkvale" || m == "quest_head" ||
-      m == "arkvale_head" || m == "meankey_head") {
+  if (m == "quest" || m == "arkvale" || m == "quest_head" || m == "arkvale_head" ||
+      m == "meankey_head") {
     return "baseline (query)";
   }
   if (m == "h2o" || m == "snapkv") return "baseline (attention)";
@@ -35,8 +34,8 @@ constexpr absl::string_view kTunedSuffix = " (tuned)";
 
 // A table row is a method ("raw" runs) or "<method> (tuned)" (its "tuned"
 // run, which has no stab/stabrank twins).
-const RunResult* Find(const ReplayResult& g, const std::string& row,
-                      const std::string& variant, double budget, bool ahead) {
+const RunResult* Find(const ReplayResult& g, const std::string& row, const std::string& variant,
+                      double budget, bool ahead) {
   RunSpec s;
   s.method = row;
   s.variant = variant;
@@ -76,27 +75,22 @@ std::vector<std::string> RawMethods(const ReplayResult& g, bool ahead) {
   return out;
 }
 
-void AppendHeadline(const ReplayResult& g, const ReportOptions& o, bool ahead,
-                    std::string* md) {
+void AppendHeadline(const ReplayResult& g, const ReportOptions& o, bool ahead, std::string* md) {
   std::vector<std::string> methods = RawMethods(g, ahead);
-  auto share_at = [&](const std::string& m, const std::string& variant,
-                      double b) {
+  auto share_at = [&](const std::string& m, const std::string& variant, double b) {
     const RunResult* r = Find(g, m, variant, b, ahead);
     return r == nullptr ? -1.0 : Sum(g, *r).share;
   };
-  std::stable_sort(methods.begin(), methods.end(),
-                   [&](const std::string& a, const std::string& b) {
-                     return share_at(a, "raw", o.detail_budget) >
-                            share_at(b, "raw", o.detail_budget);
-                   });
+  std::stable_sort(methods.begin(), methods.end(), [&](const std::string& a, const std::string& b) {
+    return share_at(a, "raw", o.detail_budget) > share_at(b, "raw", o.detail_budget);
+  });
   absl::StrAppend(md,
                   "\n#### Headline: share of the oracle's mass beyond the "
                   "always-kept blocks\n\n");
   absl::StrAppend(md,
                   "Raw ranking (no stability filter); worst = the worst "
                   "(layer, head) at ",
-                  BudgetLabel(o.detail_budget),
-                  "; stab / stabrank = the same at ",
+                  BudgetLabel(o.detail_budget), "; stab / stabrank = the same at ",
                   BudgetLabel(o.detail_budget),
                   " through the index's stability filter / the rank-based "
                   "one.\n\n| method | kind |");
@@ -138,8 +132,8 @@ void AppendHeadline(const ReplayResult& g, const ReportOptions& o, bool ahead,
     }
     if (best_k.empty() || best_b.empty()) continue;
     const double diff = sk - sb;
-    absl::StrAppend(md, "- ", BudgetLabel(b), ": ", best_k, " ", F3(sk), " vs ",
-                    best_b, " ", F3(sb), absl::StrFormat(" (%+.3f: ", diff),
+    absl::StrAppend(md, "- ", BudgetLabel(b), ": ", best_k, " ", F3(sk), " vs ", best_b, " ",
+                    F3(sb), absl::StrFormat(" (%+.3f: ", diff),
                     std::fabs(diff) < 0.005 ? "a tie within 0.005"
                     : diff > 0              ? "kvtier leads"
                                             : "no kvtier scorer beats it",
@@ -147,29 +141,26 @@ void AppendHeadline(const ReplayResult& g, const ReportOptions& o, bool ahead,
   }
 }
 
-void AppendDetail(const ReplayResult& g, const ReportOptions& o, bool ahead,
-                  std::string* md) {
-  absl::StrAppend(
-      md, "\n#### All metrics at budget ", BudgetLabel(o.detail_budget),
-      "\n\nrecall = attention mass of the chosen blocks; free = without "
-      "sink/local blocks; /oracle = recall over the oracle's; overlap = "
-      "share of the oracle's free blocks chosen; rel-L2 = relative L2 error "
-      "of the attention output (mean, worst (layer, head), mean of the "
-      "worst query head per GQA group); churn = blocks loaded per step "
-      "(raw / stab / stabrank); KiB = bytes loaded per step (raw); us = "
-      "selection latency (raw).\n\n"
-      "| method | blocks | recall | worst | free | /oracle | overlap | "
-      "rel-L2 | worst | GQA worst | churn | KiB | us |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+void AppendDetail(const ReplayResult& g, const ReportOptions& o, bool ahead, std::string* md) {
+  absl::StrAppend(md, "\n#### All metrics at budget ", BudgetLabel(o.detail_budget),
+                  "\n\nrecall = attention mass of the chosen blocks; free = without "
+                  "sink/local blocks; /oracle = recall over the oracle's; overlap = "
+                  "share of the oracle's free blocks chosen; rel-L2 = relative L2 error "
+                  "of the attention output (mean, worst (layer, head), mean of the "
+                  "worst query head per GQA group); churn = blocks loaded per step "
+                  "(raw / stab / stabrank); KiB = bytes loaded per step (raw); us = "
+                  "selection latency (raw).\n\n"
+                  "| method | blocks | recall | worst | free | /oracle | overlap | "
+                  "rel-L2 | worst | GQA worst | churn | KiB | us |\n"
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   std::vector<std::string> methods = RawMethods(g, ahead);
   auto share_of = [&](const std::string& m) {
     const RunResult* r = Find(g, m, "raw", o.detail_budget, ahead);
     return r == nullptr ? -1.0 : Sum(g, *r).share;
   };
-  std::stable_sort(methods.begin(), methods.end(),
-                   [&](const std::string& a, const std::string& b) {
-                     return share_of(a) > share_of(b);
-                   });
+  std::stable_sort(methods.begin(), methods.end(), [&](const std::string& a, const std::string& b) {
+    return share_of(a) > share_of(b);
+  });
   for (const std::string& m : methods) {
     const RunResult* r = Find(g, m, "raw", o.detail_budget, ahead);
     if (r == nullptr) continue;
@@ -178,19 +169,16 @@ void AppendDetail(const ReplayResult& g, const ReportOptions& o, bool ahead,
     for (const char* v : {"stab", "stabrank"}) {
       const RunResult* st = Find(g, m, v, o.detail_budget, ahead);
       absl::StrAppend(&churn, " / ",
-                      st ? absl::StrFormat("%.2f", Sum(g, *st).churn_blocks)
-                         : std::string("-"));
+                      st ? absl::StrFormat("%.2f", Sum(g, *st).churn_blocks) : std::string("-"));
     }
     const bool per_head = m == "oracle_head";
     absl::StrAppend(
-        md, "| ", m, " | ", absl::StrFormat("%.1f", s.budget_blocks), " | ",
-        F3(s.recall), " | ", F3(s.recall_worst), " | ", F3(s.recall_free),
-        " | ", F3(s.oracle_ratio), " | ", per_head ? "-" : F3(s.overlap), " | ",
-        F3(s.rel_l2), " | ", F3(s.rel_l2_worst), " | ", F3(s.rel_l2_gqa_worst),
-        " | ", per_head ? std::string("-") : churn, " | ",
-        per_head ? std::string("-")
-                 : absl::StrFormat("%.1f", s.bytes_per_step / 1024.0),
-        " | ", per_head ? "-" : absl::StrFormat("%.1f", s.latency_us), " |\n");
+        md, "| ", m, " | ", absl::StrFormat("%.1f", s.budget_blocks), " | ", F3(s.recall), " | ",
+        F3(s.recall_worst), " | ", F3(s.recall_free), " | ", F3(s.oracle_ratio), " | ",
+        per_head ? "-" : F3(s.overlap), " | ", F3(s.rel_l2), " | ", F3(s.rel_l2_worst), " | ",
+        F3(s.rel_l2_gqa_worst), " | ", per_head ? std::string("-") : churn, " | ",
+        per_head ? std::string("-") : absl::StrFormat("%.1f", s.bytes_per_step / 1024.0), " | ",
+        per_head ? "-" : absl::StrFormat("%.1f", s.latency_us), " |\n");
   }
 }
 
@@ -200,16 +188,14 @@ void AppendSweeps(const ReplayResult& g, bool ahead, std::string* md) {
     if (r->spec.ahead != ahead) continue;
     const MetricSummary s = Sum(g, *r);
     if (StartsWith(r->spec.variant, "sweep:")) {
-      absl::StrAppend(
-          &sweep, "| ", r->spec.method, " | ", r->spec.variant.substr(6), " | ",
-          BudgetLabel(r->spec.budget), " | ", F3(s.share), " | ", F3(s.recall),
-          " | ", absl::StrFormat("%.2f", s.churn_blocks), " |\n");
+      absl::StrAppend(&sweep, "| ", r->spec.method, " | ", r->spec.variant.substr(6), " | ",
+                      BudgetLabel(r->spec.budget), " | ", F3(s.share), " | ", F3(s.recall), " | ",
+                      absl::StrFormat("%.2f", s.churn_blocks), " |\n");
     } else if (StartsWith(r->spec.variant, "forced:")) {
-      absl::StrAppend(
-          &forced, "| ", r->spec.method, " | ", r->spec.variant.substr(7),
-          " | ", BudgetLabel(r->spec.budget), " | ",
-          absl::StrFormat("%.1f", s.budget_blocks), " | ", F3(s.recall), " | ",
-          F3(s.recall_worst), " | ", F3(s.rel_l2), " | ", F3(s.share), " |\n");
+      absl::StrAppend(&forced, "| ", r->spec.method, " | ", r->spec.variant.substr(7), " | ",
+                      BudgetLabel(r->spec.budget), " | ", absl::StrFormat("%.1f", s.budget_blocks),
+                      " | ", F3(s.recall), " | ", F3(s.recall_worst), " | ", F3(s.rel_l2), " | ",
+                      F3(s.share), " |\n");
     }
   }
   if (!sweep.empty()) {
@@ -271,12 +257,10 @@ void AppendClaims(const ReplayResult& g, std::string* md) {
   for (const auto& row : g.claims->Rows()) {
     absl::StrAppend(md, "| ", row.layer, " |");
     for (size_t f = 0; f < fr.size(); ++f) {
-      absl::StrAppend(md, " ", F3(row.overlap_head[f]), " / ",
-                      F3(row.overlap_pooled[f]), " (", F3(row.chance[f]),
-                      ") |");
+      absl::StrAppend(md, " ", F3(row.overlap_head[f]), " / ", F3(row.overlap_pooled[f]), " (",
+                      F3(row.chance[f]), ") |");
     }
-    absl::StrAppend(md, " ", F3(row.keydiff_rho), " | ",
-                    F3(row.keydiff_rho_no_sink), " | ",
+    absl::StrAppend(md, " ", F3(row.keydiff_rho), " | ", F3(row.keydiff_rho_no_sink), " | ",
                     F3(row.keydiff_rho_block), " |\n");
   }
 }
@@ -293,10 +277,8 @@ std::string BudgetLabel(double f) {
 
 bool IsKvtierMethod(const std::string& m) {
   if (StartsWith(m, "keykey") || StartsWith(m, "mass") || m == "default") return true;
-  return m.find("+") != std::string::npos &&
-         m.find("keykey") != std::string::npos &&
-         m.find("h2o") == std::string::npos &&
-         m.find("snapkv") == std::string::npos;
+  return m.find("+") != std::string::npos && m.find("keykey") != std::string::npos &&
+         m.find("h2o") == std::string::npos && m.find("snapkv") == std::string::npos;
 }
 
 std::string ResultsCsv(const std::vector<const ReplayResult*>& groups) {
@@ -311,16 +293,14 @@ std::string ResultsCsv(const std::vector<const ReplayResult*>& groups) {
       const MetricSummary s = Sum(*g, *r);
       absl::StrAppend(
           &csv, g->group, ",", r->spec.method, ",\"", r->spec.variant, "\",",
-          absl::StrFormat("%.6g", r->spec.budget), ",",
-          r->spec.ahead ? "ahead" : "at", ",", g->dumps, ",", s.steps,
-          ",",
+          absl::StrFormat("%.6g", r->spec.budget), ",", r->spec.ahead ? "ahead" : "at", ",",
+          g->dumps, ",", s.steps, ",",
           absl::StrFormat("%.4f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,"
                           "%.5f,%.5f,%.5f,%.5f,%.4f,%.1f,%.3f",
-                          s.budget_blocks, s.share, s.share_worst, s.recall,
-                          s.recall_worst, s.recall_free, s.recall_free_worst,
-                          s.oracle_ratio, s.oracle_ratio_worst, s.overlap,
-                          s.rel_l2, s.rel_l2_worst, s.rel_l2_gqa_worst,
-                          s.churn_blocks, s.bytes_per_step, s.latency_us),
+                          s.budget_blocks, s.share, s.share_worst, s.recall, s.recall_worst,
+                          s.recall_free, s.recall_free_worst, s.oracle_ratio, s.oracle_ratio_worst,
+                          s.overlap, s.rel_l2, s.rel_l2_worst, s.rel_l2_gqa_worst, s.churn_blocks,
+                          s.bytes_per_step, s.latency_us),
           ",", r->e2e_steps, ",", r->e2e_mismatches, "\n");
     }
   }
@@ -338,9 +318,8 @@ std::string ClaimsCsv(const std::vector<const ReplayResult*>& groups) {
       for (size_t f = 0; f < fr.size(); ++f) {
         absl::StrAppend(
             &csv, g->group, ",", row.layer, ",",
-            absl::StrFormat("%.6g,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f", fr[f],
-                            row.overlap_head[f], row.overlap_pooled[f],
-                            row.chance[f], row.keydiff_rho,
+            absl::StrFormat("%.6g,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f", fr[f], row.overlap_head[f],
+                            row.overlap_pooled[f], row.chance[f], row.keydiff_rho,
                             row.keydiff_rho_no_sink, row.keydiff_rho_block),
             ",", row.samples, "\n");
       }
@@ -352,13 +331,11 @@ std::string ClaimsCsv(const std::vector<const ReplayResult*>& groups) {
 std::string QualityMarkdown(const std::vector<const ReplayResult*>& groups,
                             const ReportOptions& o) {
   std::string md = "# kvtier-eval results\n\n";
-  if (!o.command.empty())
-    absl::StrAppend(&md, "Command: `", o.command, "`\n\n");
+  if (!o.command.empty()) absl::StrAppend(&md, "Command: `", o.command, "`\n\n");
   if (!o.notes.empty()) absl::StrAppend(&md, o.notes, "\n");
   for (const ReplayResult* g : groups) {
-    absl::StrAppend(&md, "\n## ", g->group, " (", g->dumps, " dumps, ",
-                    g->steps, " steps, ", absl::StrFormat("%.1f", g->seconds),
-                    " s)\n");
+    absl::StrAppend(&md, "\n## ", g->group, " (", g->dumps, " dumps, ", g->steps, " steps, ",
+                    absl::StrFormat("%.1f", g->seconds), " s)\n");
     AppendDistance(*g, &md);
     for (bool ahead : {true, false}) {
       bool any = false;
@@ -379,23 +356,19 @@ std::string QualityMarkdown(const std::vector<const ReplayResult*>& groups,
       e2e_bad += r->e2e_mismatches;
     }
     if (e2e_steps > 0) {
-      absl::StrAppend(&md, "\nEnd-to-end: ", e2e_steps,
-                      " daemon selections compared, ", e2e_bad,
+      absl::StrAppend(&md, "\nEnd-to-end: ", e2e_steps, " daemon selections compared, ", e2e_bad,
                       " differed from the in-process ones.\n");
     }
   }
   return md;
 }
 
-absl::Status WriteReport(const std::string& out_dir,
-                         const std::vector<const ReplayResult*>& groups,
+absl::Status WriteReport(const std::string& out_dir, const std::vector<const ReplayResult*>& groups,
                          const ReportOptions& o) {
-  if (absl::Status s = WriteFile(out_dir + "/results.csv", ResultsCsv(groups));
-      !s.ok()) {
+  if (absl::Status s = WriteFile(out_dir + "/results.csv", ResultsCsv(groups)); !s.ok()) {
     return s;
   }
-  if (absl::Status s = WriteFile(out_dir + "/claims.csv", ClaimsCsv(groups));
-      !s.ok()) {
+  if (absl::Status s = WriteFile(out_dir + "/claims.csv", ClaimsCsv(groups)); !s.ok()) {
     return s;
   }
   return WriteFile(out_dir + "/quality.md", QualityMarkdown(groups, o));

@@ -39,8 +39,7 @@ std::string QualityMarkdown(const std::vector<const ReplayResult*>& groups,
                             const ReportOptions& options);
 
 // Writes the three files into out_dir (which must exist).
-absl::Status WriteReport(const std::string& out_dir,
-                         const std::vector<const ReplayResult*>& groups,
+absl::Status WriteReport(const std::string& out_dir, const std::vector<const ReplayResult*>& groups,
                          const ReportOptions& options);
 
 }  // namespace kvtier::quality

@@ -21,12 +21,10 @@ struct DtypeEntry {
 };
 
 constexpr DtypeEntry kDtypes[] = {
-    {TensorDtype::kF16, "F16", 2},   {TensorDtype::kBF16, "BF16", 2},
-    {TensorDtype::kF32, "F32", 4},   {TensorDtype::kF64, "F64", 8},
-    {TensorDtype::kI8, "I8", 1},     {TensorDtype::kI16, "I16", 2},
-    {TensorDtype::kI32, "I32", 4},   {TensorDtype::kI64, "I64", 8},
-    {TensorDtype::kU8, "U8", 1},     {TensorDtype::kU16, "U16", 2},
-    {TensorDtype::kU32, "U32", 4},   {TensorDtype::kU64, "U64", 8},
+    {TensorDtype::kF16, "F16", 2},   {TensorDtype::kBF16, "BF16", 2}, {TensorDtype::kF32, "F32", 4},
+    {TensorDtype::kF64, "F64", 8},   {TensorDtype::kI8, "I8", 1},     {TensorDtype::kI16, "I16", 2},
+    {TensorDtype::kI32, "I32", 4},   {TensorDtype::kI64, "I64", 8},   {TensorDtype::kU8, "U8", 1},
+    {TensorDtype::kU16, "U16", 2},   {TensorDtype::kU32, "U32", 4},   {TensorDtype::kU64, "U64", 8},
     {TensorDtype::kBool, "BOOL", 1},
 };
 
@@ -74,12 +72,10 @@ void AppendJsonString(absl::string_view s, std::string* out) {
 }
 
 // Parses one tensor entry of the header.
-absl::Status ParseTensor(const std::string& label, const std::string& name,
-                         const JsonValue& v, uint64_t data_size,
-                         TensorInfo* out) {
+absl::Status ParseTensor(const std::string& label, const std::string& name, const JsonValue& v,
+                         uint64_t data_size, TensorInfo* out) {
   auto err = [&](absl::string_view what) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(label, ": tensor \"", name, "\": ", what));
+    return absl::InvalidArgumentError(absl::StrCat(label, ": tensor \"", name, "\": ", what));
   };
   if (v.type != JsonValue::Type::kObject) return err("entry is not an object");
   const JsonValue* dtype = v.Find("dtype");
@@ -96,8 +92,8 @@ absl::Status ParseTensor(const std::string& label, const std::string& name,
     return err("\"shape\" is missing or not an array");
   }
   if (shape->array.size() > static_cast<size_t>(kMaxRank)) {
-    return err(absl::StrCat("shape has rank ", shape->array.size(),
-                            ", above the limit ", kMaxRank));
+    return err(
+        absl::StrCat("shape has rank ", shape->array.size(), ", above the limit ", kMaxRank));
   }
   out->name = name;
   out->dtype = entry->dtype;
@@ -108,10 +104,8 @@ absl::Status ParseTensor(const std::string& label, const std::string& name,
       return err("shape holds a value that is not a non-negative integer");
     }
     out->shape.push_back(d.integer);
-    if (d.integer != 0 &&
-        elements > kMaxFileBytes / static_cast<uint64_t>(d.integer)) {
-      return err(
-          absl::StrCat("shape ", ShapeString(out->shape), " is too large"));
+    if (d.integer != 0 && elements > kMaxFileBytes / static_cast<uint64_t>(d.integer)) {
+      return err(absl::StrCat("shape ", ShapeString(out->shape), " is too large"));
     }
     elements *= static_cast<uint64_t>(d.integer);
   }
@@ -121,22 +115,19 @@ absl::Status ParseTensor(const std::string& label, const std::string& name,
   }
   for (const JsonValue& o : offsets->array) {
     if (o.type != JsonValue::Type::kNumber || !o.is_integer || o.integer < 0) {
-      return err(
-          "data_offsets holds a value that is not a non-negative integer");
+      return err("data_offsets holds a value that is not a non-negative integer");
     }
   }
   out->begin = static_cast<uint64_t>(offsets->array[0].integer);
   out->end = static_cast<uint64_t>(offsets->array[1].integer);
   if (out->begin > out->end || out->end > data_size) {
     return err(absl::StrCat("data_offsets [", out->begin, ", ", out->end,
-                            "] out of range (data section is ", data_size,
-                            " bytes)"));
+                            "] out of range (data section is ", data_size, " bytes)"));
   }
   const uint64_t want = elements * static_cast<uint64_t>(entry->size_bytes);
   if (out->end - out->begin != want) {
-    return err(absl::StrCat("shape mismatch: shape ", ShapeString(out->shape),
-                            " of ", entry->name, " needs ", want,
-                            " bytes but data_offsets span ",
+    return err(absl::StrCat("shape mismatch: shape ", ShapeString(out->shape), " of ", entry->name,
+                            " needs ", want, " bytes but data_offsets span ",
                             out->end - out->begin));
   }
   return absl::OkStatus();
@@ -164,8 +155,7 @@ int64_t TensorInfo::num_elements() const {
   return n;
 }
 
-absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(
-    std::string bytes, absl::string_view label) {
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::string bytes, absl::string_view label) {
   SafetensorsFile f;
   f.label_ = std::string(label);
   const std::string& l = f.label_;
@@ -179,37 +169,33 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(
     n = (n << 8) | static_cast<unsigned char>(bytes[i]);
   }
   if (n > kMaxHeaderBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(l, ": bad header length: ", n,
-                     " bytes exceeds the limit of ", kMaxHeaderBytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        l, ": bad header length: ", n, " bytes exceeds the limit of ", kMaxHeaderBytes));
   }
   if (n > bytes.size() - 8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(l, ": bad header length: ", n, " bytes but only ",
-                     bytes.size() - 8, " follow the prefix (truncated file?)"));
+    return absl::InvalidArgumentError(absl::StrCat(l, ": bad header length: ", n,
+                                                   " bytes but only ", bytes.size() - 8,
+                                                   " follow the prefix (truncated file?)"));
   }
-  absl::StatusOr<JsonValue> header =
-      ParseJson(absl::string_view(bytes).substr(8, n));
+  absl::StatusOr<JsonValue> header = ParseJson(absl::string_view(bytes).substr(8, n));
   if (!header.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(l, ": ", header.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(l, ": ", header.status().message()));
   }
   if (header->type != JsonValue::Type::kObject) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        l, ": JSON header parse error: the header is not an object"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(l, ": JSON header parse error: the header is not an object"));
   }
   f.data_start_ = 8 + n;
   const uint64_t data_size = bytes.size() - f.data_start_;
   for (const auto& [name, value] : header->object) {
     if (name == "__metadata__") {
       if (value.type != JsonValue::Type::kObject) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(l, ": __metadata__ is not an object"));
+        return absl::InvalidArgumentError(absl::StrCat(l, ": __metadata__ is not an object"));
       }
       for (const auto& [k, v] : value.object) {
         if (v.type != JsonValue::Type::kString) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              l, ": __metadata__ value of \"", k, "\" is not a string"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(l, ": __metadata__ value of \"", k, "\" is not a string"));
         }
         f.metadata_[k] = v.string;
       }
@@ -226,8 +212,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                             &std::fclose);
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (file == nullptr) return ErrnoToStatus(errno, "open " + path);
   if (std::fseek(file.get(), 0, SEEK_END) != 0) {
     return ErrnoToStatus(errno, "seek " + path);
@@ -235,13 +220,12 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Read(const std::string& path) {
   const long size = std::ftell(file.get());
   if (size < 0) return ErrnoToStatus(errno, "size of " + path);
   if (static_cast<uint64_t>(size) > kMaxFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": file is ", size, " bytes, above the limit ", kMaxFileBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": file is ", size, " bytes, above the limit ", kMaxFileBytes));
   }
   std::rewind(file.get());
   std::string bytes(static_cast<size_t>(size), '\0');
-  if (size > 0 &&
-      std::fread(bytes.data(), 1, bytes.size(), file.get()) != bytes.size()) {
+  if (size > 0 && std::fread(bytes.data(), 1, bytes.size(), file.get()) != bytes.size()) {
     if (std::ferror(file.get())) return ErrnoToStatus(EIO, "read " + path);
     return absl::DataLossError(absl::StrCat(path, ": short read"));
   }
@@ -256,8 +240,7 @@ const TensorInfo* SafetensorsFile::Find(absl::string_view name) const {
 }
 
 absl::string_view SafetensorsFile::Data(const TensorInfo& t) const {
-  return absl::string_view(bytes_).substr(data_start_ + t.begin,
-                                          t.end - t.begin);
+  return absl::string_view(bytes_).substr(data_start_ + t.begin, t.end - t.begin);
 }
 
 absl::Status SafetensorsFile::Check(absl::string_view name, TensorDtype want,
@@ -265,22 +248,18 @@ absl::Status SafetensorsFile::Check(absl::string_view name, TensorDtype want,
                                     const TensorInfo** out) const {
   const TensorInfo* t = Find(name);
   if (t == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(label_, ": tensor \"", name, "\" is missing"));
+    return absl::InvalidArgumentError(absl::StrCat(label_, ": tensor \"", name, "\" is missing"));
   }
-  if (t->dtype != want &&
-      !(want == TensorDtype::kF32 &&
-        (t->dtype == TensorDtype::kF16 || t->dtype == TensorDtype::kBF16))) {
+  if (t->dtype != want && !(want == TensorDtype::kF32 &&
+                            (t->dtype == TensorDtype::kF16 || t->dtype == TensorDtype::kBF16))) {
     return absl::InvalidArgumentError(absl::StrCat(
-        label_, ": tensor \"", name,
-        "\": dtype unsupported here: ", TensorDtypeName(t->dtype), " (want ",
-        want == TensorDtype::kF32 ? "F16, BF16 or F32" : TensorDtypeName(want),
-        ")"));
+        label_, ": tensor \"", name, "\": dtype unsupported here: ", TensorDtypeName(t->dtype),
+        " (want ", want == TensorDtype::kF32 ? "F16, BF16 or F32" : TensorDtypeName(want), ")"));
   }
   if (!shape.empty() && t->shape != shape) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(label_, ": tensor \"", name, "\": shape mismatch: ",
-                     ShapeString(t->shape), ", expected ", ShapeString(shape)));
+    return absl::InvalidArgumentError(absl::StrCat(label_, ": tensor \"", name,
+                                                   "\": shape mismatch: ", ShapeString(t->shape),
+                                                   ", expected ", ShapeString(shape)));
   }
   *out = t;
   return absl::OkStatus();
@@ -320,27 +299,25 @@ absl::StatusOr<std::vector<int32_t>> SafetensorsFile::ReadInt32(
 }
 
 absl::StatusOr<std::string> SerializeSafetensors(
-    const std::vector<TensorToWrite>& tensors,
-    const std::map<std::string, std::string>& metadata) {
+    const std::vector<TensorToWrite>& tensors, const std::map<std::string, std::string>& metadata) {
   std::string header = "{";
   uint64_t offset = 0;
   bool first = true;
   for (const TensorToWrite& t : tensors) {
     uint64_t elements = 1;
     for (int64_t d : t.shape) elements *= static_cast<uint64_t>(d);
-    const uint64_t want =
-        elements * static_cast<uint64_t>(TensorDtypeSizeBytes(t.dtype));
+    const uint64_t want = elements * static_cast<uint64_t>(TensorDtypeSizeBytes(t.dtype));
     if (t.data.size() != want) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor \"", t.name, "\": ", t.data.size(), " bytes of data, shape ",
-          ShapeString(t.shape), " needs ", want));
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name, "\": ", t.data.size(),
+                                                     " bytes of data, shape ", ShapeString(t.shape),
+                                                     " needs ", want));
     }
     if (!first) header += ",";
     first = false;
     AppendJsonString(t.name, &header);
     absl::StrAppend(&header, ":{\"dtype\":\"", TensorDtypeName(t.dtype),
-                    "\",\"shape\":", ShapeString(t.shape),
-                    ",\"data_offsets\":[", offset, ",", offset + want, "]}");
+                    "\",\"shape\":", ShapeString(t.shape), ",\"data_offsets\":[", offset, ",",
+                    offset + want, "]}");
     offset += want;
   }
   if (!metadata.empty()) {
@@ -368,11 +345,9 @@ absl::StatusOr<std::string> SerializeSafetensors(
 }
 
 absl::Status WriteFile(const std::string& path, absl::string_view bytes) {
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"),
-                                             &std::fclose);
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (file == nullptr) return ErrnoToStatus(errno, "open " + path);
-  if (!bytes.empty() &&
-      std::fwrite(bytes.data(), 1, bytes.size(), file.get()) != bytes.size()) {
+  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), file.get()) != bytes.size()) {
     return ErrnoToStatus(errno != 0 ? errno : EIO, "write " + path);
   }
   if (std::fclose(file.release()) != 0) {

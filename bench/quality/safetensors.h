@@ -73,15 +73,12 @@ class SafetensorsFile {
  public:
   // Parses a whole file held in `bytes` (kept by the object). `label`
   // names the file in error messages.
-  static absl::StatusOr<SafetensorsFile> Parse(std::string bytes,
-                                               absl::string_view label);
+  static absl::StatusOr<SafetensorsFile> Parse(std::string bytes, absl::string_view label);
   // Reads and parses `path`.
   static absl::StatusOr<SafetensorsFile> Read(const std::string& path);
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
-  const std::map<std::string, std::string>& metadata() const {
-    return metadata_;
-  }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // nullptr when absent.
   const TensorInfo* Find(absl::string_view name) const;
   // The raw bytes of a tensor of this file.
@@ -89,18 +86,17 @@ class SafetensorsFile {
 
   // Tensor `name` converted to float (F16, BF16, F32). InvalidArgument when
   // absent, of another dtype, or when `shape` is not empty and differs.
-  absl::StatusOr<std::vector<float>> ReadFloat(
-      absl::string_view name, const std::vector<int64_t>& shape) const;
+  absl::StatusOr<std::vector<float>> ReadFloat(absl::string_view name,
+                                               const std::vector<int64_t>& shape) const;
   // Tensor `name` as int32 (I32 only).
-  absl::StatusOr<std::vector<int32_t>> ReadInt32(
-      absl::string_view name, const std::vector<int64_t>& shape) const;
+  absl::StatusOr<std::vector<int32_t>> ReadInt32(absl::string_view name,
+                                                 const std::vector<int64_t>& shape) const;
 
   const std::string& label() const { return label_; }
 
  private:
   SafetensorsFile() = default;
-  absl::Status Check(absl::string_view name, TensorDtype want,
-                     const std::vector<int64_t>& shape,
+  absl::Status Check(absl::string_view name, TensorDtype want, const std::vector<int64_t>& shape,
                      const TensorInfo** out) const;
 
   std::string label_;
@@ -121,8 +117,7 @@ struct TensorToWrite {
 // Serialises tensors (in the given order) and metadata to the format above.
 // InvalidArgument when a tensor's data size disagrees with its shape.
 absl::StatusOr<std::string> SerializeSafetensors(
-    const std::vector<TensorToWrite>& tensors,
-    const std::map<std::string, std::string>& metadata);
+    const std::vector<TensorToWrite>& tensors, const std::map<std::string, std::string>& metadata);
 
 // Writes `bytes` to `path` (truncating). Errors from the file system.
 absl::Status WriteFile(const std::string& path, absl::string_view bytes);

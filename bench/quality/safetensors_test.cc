@@ -17,8 +17,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string Bytes(const std::vector<float>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()),
-                     v.size() * sizeof(float));
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
 }
 
 // A file with an 8-byte prefix, `header` and `data` as given.
@@ -30,20 +29,18 @@ std::string RawFile(const std::string& header, const std::string& data) {
 }
 
 std::string TempPath(const char* name) {
-  return std::string(::testing::TempDir()) + "/" + name + "-" +
-         std::to_string(::getpid()) + ".safetensors";
+  return std::string(::testing::TempDir()) + "/" + name + "-" + std::to_string(::getpid()) +
+         ".safetensors";
 }
 
 TEST(SafetensorsTest, RoundTripsTensorsAndMetadata) {
   std::vector<TensorToWrite> t;
   t.push_back({"a", TensorDtype::kF32, {2, 3}, Bytes({1, 2, 3, 4, 5, 6})});
   std::string half(4, '\0');
-  const uint16_t h[2] = {index::simd::FloatToHalf(0.5f),
-                         index::simd::FloatToHalf(-2.0f)};
+  const uint16_t h[2] = {index::simd::FloatToHalf(0.5f), index::simd::FloatToHalf(-2.0f)};
   std::memcpy(half.data(), h, 4);
   t.push_back({"b", TensorDtype::kF16, {2}, half});
-  absl::StatusOr<std::string> bytes =
-      SerializeSafetensors(t, {{"k", "v \"quoted\""}});
+  absl::StatusOr<std::string> bytes = SerializeSafetensors(t, {{"k", "v \"quoted\""}});
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Parse(*bytes, "mem");
   ASSERT_TRUE(f.ok()) << f.status();
@@ -55,12 +52,9 @@ TEST(SafetensorsTest, RoundTripsTensorsAndMetadata) {
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(*b, (std::vector<float>{0.5f, -2.0f}));
   // Wrong expected shape and missing tensors are named.
-  EXPECT_THAT(f->ReadFloat("a", {3, 2}).status().message(),
-              HasSubstr("shape mismatch"));
-  EXPECT_THAT(f->ReadFloat("zzz", {}).status().message(),
-              HasSubstr("\"zzz\" is missing"));
-  EXPECT_THAT(f->ReadInt32("a", {}).status().message(),
-              HasSubstr("dtype unsupported"));
+  EXPECT_THAT(f->ReadFloat("a", {3, 2}).status().message(), HasSubstr("shape mismatch"));
+  EXPECT_THAT(f->ReadFloat("zzz", {}).status().message(), HasSubstr("\"zzz\" is missing"));
+  EXPECT_THAT(f->ReadInt32("a", {}).status().message(), HasSubstr("dtype unsupported"));
 }
 
 TEST(SafetensorsTest, RejectsBadHeaderLength) {
@@ -73,47 +67,36 @@ TEST(SafetensorsTest, RejectsBadHeaderLength) {
   EXPECT_THAT(s.message(), HasSubstr("bad header length"));
   std::string huge = RawFile("{}", "");
   huge[7] = 1;  // 2^56 bytes
-  EXPECT_THAT(SafetensorsFile::Parse(huge, "f").status().message(),
-              HasSubstr("exceeds the limit"));
+  EXPECT_THAT(SafetensorsFile::Parse(huge, "f").status().message(), HasSubstr("exceeds the limit"));
 }
 
 TEST(SafetensorsTest, RejectsJsonErrors) {
-  EXPECT_THAT(
-      SafetensorsFile::Parse(RawFile("{\"a\":", ""), "f").status().message(),
-      HasSubstr("JSON header parse error"));
-  EXPECT_THAT(
-      SafetensorsFile::Parse(RawFile("[1]", ""), "f").status().message(),
-      HasSubstr("not an object"));
+  EXPECT_THAT(SafetensorsFile::Parse(RawFile("{\"a\":", ""), "f").status().message(),
+              HasSubstr("JSON header parse error"));
+  EXPECT_THAT(SafetensorsFile::Parse(RawFile("[1]", ""), "f").status().message(),
+              HasSubstr("not an object"));
 }
 
 TEST(SafetensorsTest, RejectsUnsupportedDtype) {
-  const std::string h =
-      R"({"x":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})";
+  const std::string h = R"({"x":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})";
   absl::Status s = SafetensorsFile::Parse(RawFile(h, "a"), "f").status();
   EXPECT_THAT(s.message(), HasSubstr("tensor \"x\""));
   EXPECT_THAT(s.message(), HasSubstr("dtype unsupported"));
 }
 
 TEST(SafetensorsTest, RejectsOffsetsOutOfRange) {
-  const std::string h =
-      R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
-  absl::Status s =
-      SafetensorsFile::Parse(RawFile(h, std::string(12, '\0')), "f").status();
+  const std::string h = R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
+  absl::Status s = SafetensorsFile::Parse(RawFile(h, std::string(12, '\0')), "f").status();
   EXPECT_THAT(s.message(), HasSubstr("data_offsets [0, 16] out of range"));
-  const std::string reversed =
-      R"({"x":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})";
+  const std::string reversed = R"({"x":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})";
   EXPECT_THAT(
-      SafetensorsFile::Parse(RawFile(reversed, std::string(8, '\0')), "f")
-          .status()
-          .message(),
+      SafetensorsFile::Parse(RawFile(reversed, std::string(8, '\0')), "f").status().message(),
       HasSubstr("out of range"));
 }
 
 TEST(SafetensorsTest, RejectsShapeMismatch) {
-  const std::string h =
-      R"({"x":{"dtype":"F16","shape":[2,3],"data_offsets":[0,8]}})";
-  absl::Status s =
-      SafetensorsFile::Parse(RawFile(h, std::string(8, '\0')), "f").status();
+  const std::string h = R"({"x":{"dtype":"F16","shape":[2,3],"data_offsets":[0,8]}})";
+  absl::Status s = SafetensorsFile::Parse(RawFile(h, std::string(8, '\0')), "f").status();
   EXPECT_THAT(s.message(), HasSubstr("shape mismatch"));
   EXPECT_THAT(s.message(), HasSubstr("needs 12 bytes"));
 }
@@ -141,8 +124,7 @@ TEST(SafetensorsTest, RejectsTruncatedDumpFile) {
   EXPECT_THAT(s.message(), HasSubstr("out of range"));
   // Cut inside the header.
   ASSERT_TRUE(WriteFile(path, bytes->substr(0, 40)).ok());
-  EXPECT_THAT(LoadKvDump(path).status().message(),
-              HasSubstr("bad header length"));
+  EXPECT_THAT(LoadKvDump(path).status().message(), HasSubstr("bad header length"));
   ::unlink(path.c_str());
   EXPECT_EQ(LoadKvDump(path).status().code(), absl::StatusCode::kNotFound);
 }

@@ -104,11 +104,11 @@ struct Daemon {
 
 Daemon StartDaemon(const std::string& dir, const std::string& seeds, const Args& a) {
   std::filesystem::remove_all(dir);
-  std::vector<std::string> o = {"server.data_dir=" + dir, "log.level=error",
-                                "server.shutdown_grace_ms=200",
-                                "tiers.device.capacity_bytes=1GiB",
-                                "tiers.host.capacity_bytes=2GiB",
-                                "tiers.nvme.file_count=1", "tiers.nvme.file_size_bytes=1GiB"};
+  std::vector<std::string> o = {
+      "server.data_dir=" + dir,         "log.level=error",
+      "server.shutdown_grace_ms=200",   "tiers.device.capacity_bytes=1GiB",
+      "tiers.host.capacity_bytes=2GiB", "tiers.nvme.file_count=1",
+      "tiers.nvme.file_size_bytes=1GiB"};
   if (!seeds.empty()) o.push_back("tiers.remote.redis_cluster=" + seeds);
   auto config = daemon::LoadConfig("", o);
   if (!config.ok()) Die("config", config.status());
@@ -144,7 +144,8 @@ void WaitPublished(Daemon& d, uint64_t n) {
     auto stats = d.client->Stats();
     if (!stats.ok()) Die("stats", stats.status());
     if (stats->remote().published() + stats->remote().publish_failed() +
-            stats->remote().publish_dropped() >= n) {
+            stats->remote().publish_dropped() >=
+        n) {
       if (stats->remote().published() < n) {
         Die("publish", absl::InternalError(absl::StrCat(stats->remote().published(), " of ", n,
                                                         " blocks published")));
@@ -218,8 +219,10 @@ Throughput MeasureGets(const Args& a, const std::string& seeds, const std::strin
     std::vector<std::string> sinks(a.threads);
     double s = Parallel(a.threads, keys.size(), 1, [&](uint32_t t, size_t i) {
       auto got = (*cluster)->Get(keys[i], [&](std::string_view v) { sinks[t].assign(v); });
-      if (!got.ok()) note(absl::StrCat("raw GET ", keys[i], ": ", got.status().ToString()));
-      else if (!*got) note(absl::StrCat("raw GET ", keys[i], ": no such key"));
+      if (!got.ok())
+        note(absl::StrCat("raw GET ", keys[i], ": ", got.status().ToString()));
+      else if (!*got)
+        note(absl::StrCat("raw GET ", keys[i], ": no such key"));
     });
     out.raw.push_back(total_gb / s);
     // bytes / handles from a fresh daemon each
@@ -235,52 +238,54 @@ Throughput MeasureGets(const Args& a, const std::string& seeds, const std::strin
       WaitPublished(writer, ids.size() + warm_ids.size() + round_warm.size());
       warm_ids.insert(warm_ids.end(), round_warm.begin(), round_warm.end());
       for (int pass = 0; pass < 2; ++pass) {
-      const std::vector<std::string>& read = pass == 0 ? round_warm : ids;
-      s = Parallel(a.threads, read.size(), a.batch, [&](uint32_t, size_t i) {
-        v1::GetBlocksRequest get;
-        get.set_profile_id(reader.profile_id);
-        for (size_t j = i; j < std::min(read.size(), i + a.batch); ++j) get.add_block_ids(read[j]);
-        get.set_mode(mode == 0 ? v1::RETURN_MODE_BYTES : v1::RETURN_MODE_HANDLES);
-        uint64_t lease = 0;
-        auto r = reader.client->GetBlocks(get, &lease);
-        if (!r.ok()) {
-          note(absl::StrCat("GetBlocks mode ", mode, ": ", r.status().ToString()));
-          return;
-        }
-        for (const auto& b : *r) {
-          // A fresh reader holds nothing: every block comes from the cluster.
-          // Bytes report TIER_REMOTE; a handle points at the device copy
-          // made from it.
-          const v1::Tier want = mode == 0 ? v1::TIER_REMOTE : v1::TIER_DEVICE;
-          if (b.status().code() != 0 || b.tier() != want) {
-            note(absl::StrCat("GetBlocks mode ", mode, ": code ", b.status().code(), " ",
-                              b.status().message(), ", tier ", v1::Tier_Name(b.tier())));
+        const std::vector<std::string>& read = pass == 0 ? round_warm : ids;
+        s = Parallel(a.threads, read.size(), a.batch, [&](uint32_t, size_t i) {
+          v1::GetBlocksRequest get;
+          get.set_profile_id(reader.profile_id);
+          for (size_t j = i; j < std::min(read.size(), i + a.batch); ++j)
+            get.add_block_ids(read[j]);
+          get.set_mode(mode == 0 ? v1::RETURN_MODE_BYTES : v1::RETURN_MODE_HANDLES);
+          uint64_t lease = 0;
+          auto r = reader.client->GetBlocks(get, &lease);
+          if (!r.ok()) {
+            note(absl::StrCat("GetBlocks mode ", mode, ": ", r.status().ToString()));
+            return;
           }
-        }
-        if (lease != 0) {
-          v1::ReleaseRequest rel;
-          rel.set_lease_id(lease);
-          reader.client->Release(rel).IgnoreError();
-        }
-      });
-      if (pass == 0) {
-        (mode == 0 ? out.bytes_cold : out.handles_cold).push_back(total_gb / s);
-        for (size_t i = 0; i < round_warm.size(); i += a.batch) {
-          v1::DeleteBlocksRequest del;
-          del.set_profile_id(reader.profile_id);
-          for (size_t j = i; j < std::min(round_warm.size(), i + a.batch); ++j) {
-            del.add_block_ids(round_warm[j]);
+          for (const auto& b : *r) {
+            // A fresh reader holds nothing: every block comes from the cluster.
+            // Bytes report TIER_REMOTE; a handle points at the device copy
+            // made from it.
+            const v1::Tier want = mode == 0 ? v1::TIER_REMOTE : v1::TIER_DEVICE;
+            if (b.status().code() != 0 || b.tier() != want) {
+              note(absl::StrCat("GetBlocks mode ", mode, ": code ", b.status().code(), " ",
+                                b.status().message(), ", tier ", v1::Tier_Name(b.tier())));
+            }
           }
-          auto d = reader.client->DeleteBlocks(del);
-          if (!d.ok()) note(absl::StrCat("DeleteBlocks: ", d.status().ToString()));
+          if (lease != 0) {
+            v1::ReleaseRequest rel;
+            rel.set_lease_id(lease);
+            reader.client->Release(rel).IgnoreError();
+          }
+        });
+        if (pass == 0) {
+          (mode == 0 ? out.bytes_cold : out.handles_cold).push_back(total_gb / s);
+          for (size_t i = 0; i < round_warm.size(); i += a.batch) {
+            v1::DeleteBlocksRequest del;
+            del.set_profile_id(reader.profile_id);
+            for (size_t j = i; j < std::min(round_warm.size(), i + a.batch); ++j) {
+              del.add_block_ids(round_warm[j]);
+            }
+            auto d = reader.client->DeleteBlocks(del);
+            if (!d.ok()) note(absl::StrCat("DeleteBlocks: ", d.status().ToString()));
+          }
+        } else {
+          (mode == 0 ? out.bytes : out.handles).push_back(total_gb / s);
         }
-      } else {
-        (mode == 0 ? out.bytes : out.handles).push_back(total_gb / s);
-      }
       }
     }
     if (errors != 0) {
-      Die("gets", absl::InternalError(absl::StrCat(errors.load(), " reads failed; first: ", first_error)));
+      Die("gets",
+          absl::InternalError(absl::StrCat(errors.load(), " reads failed; first: ", first_error)));
     }
   }
   return out;
@@ -298,7 +303,8 @@ HitRate SharedPrefix(const Args& a, const std::string& seeds, const std::string&
     const uint32_t prefix = r % a.prefixes;
     const int which = static_cast<int>((r / a.prefixes) % 2);
     std::vector<std::string> chain;
-    for (uint32_t i = 0; i < a.prefix_blocks; ++i) chain.push_back(absl::StrCat("p", prefix, "-", i));
+    for (uint32_t i = 0; i < a.prefix_blocks; ++i)
+      chain.push_back(absl::StrCat("p", prefix, "-", i));
     for (uint32_t i = 0; i < a.unique_blocks; ++i) chain.push_back(absl::StrCat("r", r, "-", i));
     v1::LookupRequest lookup;
     lookup.set_profile_id(d[which].profile_id);

@@ -56,8 +56,8 @@ struct Row {
   int64_t tokens = 0;
   int batch = 0;
   Stats latency;
-  double visited = 1.0;      // share of retrieval-key pages read
-  double mass = 1.0;         // expected mass vs the flat pass
+  double visited = 1.0;  // share of retrieval-key pages read
+  double mass = 1.0;     // expected mass vs the flat pass
   double bytes_per_token = 0;
 };
 
@@ -141,8 +141,8 @@ class LongBench {
       for (const LongContext& lc : lcs) q[s].push_back(lc.HeadQueries(s % lc.query_steps(), c));
     }
     auto pool = std::make_shared<index::WorkerPool>(o_.threads - 1);
-    auto sparse = *index::Selector::Create(Shipped(index::MassTreeOptions().min_pages,
-                                                   o_.threads, pool));
+    auto sparse =
+        *index::Selector::Create(Shipped(index::MassTreeOptions().min_pages, o_.threads, pool));
     auto flat = *index::Selector::Create(Shipped(int64_t{1} << 40, o_.threads, pool));
 
     auto batch = [&](int s, index::ScorerKind kind, std::vector<index::SelectRequest>* reqs) {
@@ -216,8 +216,8 @@ class LongBench {
             const auto& fb = flat_blocks[s][b];
             const bool in_flat = std::binary_search(fb.begin(), fb.end(), p);
             targets += in_flat;
-            const bool kept = in_flat && std::binary_search(res[b].blocks.begin(),
-                                                          res[b].blocks.end(), p);
+            const bool kept =
+                in_flat && std::binary_search(res[b].blocks.begin(), res[b].blocks.end(), p);
             targets_kept += kept;
           }
         }
@@ -259,17 +259,19 @@ class LongBench {
       r.mass = mass;
       r.bytes_per_token = bytes;
       rows->push_back(r);
-      std::printf("  %-6s %8lld tok x%-3d %-24s p50 %10.1f us  p99 %10.1f us  read %.4f  "
-                  "mass %.5f  index %.0f B/token (%.2f%% of 7B KV)\n",
-                  r.shape.c_str(), static_cast<long long>(r.tokens), r.batch, method.c_str(),
-                  r.latency.p50_us, r.latency.p99_us, r.visited, r.mass, r.bytes_per_token,
-                  100.0 * r.bytes_per_token / kKvBytesPerToken);
+      std::printf(
+          "  %-6s %8lld tok x%-3d %-24s p50 %10.1f us  p99 %10.1f us  read %.4f  "
+          "mass %.5f  index %.0f B/token (%.2f%% of 7B KV)\n",
+          r.shape.c_str(), static_cast<long long>(r.tokens), r.batch, method.c_str(),
+          r.latency.p50_us, r.latency.p99_us, r.visited, r.mass, r.bytes_per_token,
+          100.0 * r.bytes_per_token / kKvBytesPerToken);
       std::fflush(stdout);
     };
-    std::printf("  pages screened per head and step: %.4f of the pages; retrieval targets the flat "
-                "pass chose: %lld, also chosen by the sparse path: %lld\n",
-                static_cast<double>(screened) / (static_cast<double>(n) * R * k.batch * queries),
-                static_cast<long long>(targets), static_cast<long long>(targets_kept));
+    std::printf(
+        "  pages screened per head and step: %.4f of the pages; retrieval targets the flat "
+        "pass chose: %lld, also chosen by the sparse path: %lld\n",
+        static_cast<double>(screened) / (static_cast<double>(n) * R * k.batch * queries),
+        static_cast<long long>(targets), static_cast<long long>(targets_kept));
     add("mass sparse (shipped)", sparse_us,
         static_cast<double>(opened) / (static_cast<double>(n) * R * k.batch * queries),
         mass_flat > 0 ? mass_sparse / mass_flat : 1.0);
@@ -314,7 +316,7 @@ bool RunLongScenario(const LongScenarioOptions& o, const std::string& out_dir) {
   }
   const index::SelectionCalibration copy = cals->at("austen-copy");
   std::vector<Shape> shapes = {{"7b", true, PairedCalibration(copy)}, {"small", false, copy}};
-  std::vector<Case> cases = {{16384, 1},  {131072, 1}, {1 << 20, 1},
+  std::vector<Case> cases = {{16384, 1},  {131072, 1},  {1 << 20, 1},
                              {16384, 16}, {131072, 16}, {32768, 64}};
   if (o.quick) cases = {{16384, 1}, {131072, 1}, {32768, 64}};
   std::printf("long: isa %s, %d threads\n", std::string(index::Int8DotIsa()).c_str(), o.threads);
@@ -332,11 +334,13 @@ bool RunLongScenario(const LongScenarioOptions& o, const std::string& out_dir) {
     std::perror(out_dir.c_str());
     return false;
   }
-  std::fprintf(f, "shape,tokens,batch,method,p50_us,p99_us,pages_read,expected_mass_vs_flat,"
-                  "index_bytes_per_token\n");
-  std::fprintf(md, "| shape | tokens x batch | method | p50 us | p99 us | vs flat p50 | pages read "
-                   "| expected mass vs flat | index B/token (share of 7B KV) |\n"
-                   "|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+  std::fprintf(f,
+               "shape,tokens,batch,method,p50_us,p99_us,pages_read,expected_mass_vs_flat,"
+               "index_bytes_per_token\n");
+  std::fprintf(md,
+               "| shape | tokens x batch | method | p50 us | p99 us | vs flat p50 | pages read "
+               "| expected mass vs flat | index B/token (share of 7B KV) |\n"
+               "|---|---|---|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
     double flat_p50 = 0;
     for (const Row& x : rows) {
@@ -348,13 +352,14 @@ bool RunLongScenario(const LongScenarioOptions& o, const std::string& out_dir) {
     std::fprintf(f, "%s,%lld,%d,%s,%.1f,%.1f,%.5f,%.5f,%.1f\n", r.shape.c_str(),
                  static_cast<long long>(r.tokens), r.batch, r.method.c_str(), r.latency.p50_us,
                  r.latency.p99_us, r.visited, r.mass, r.bytes_per_token);
-    std::fprintf(md, "| %s | %lldK x %d | %s | %.0f | %.0f | %.2fx | %s | %s | %.0f (%.2f%%) |\n",
-                 r.shape.c_str(), static_cast<long long>(r.tokens / 1024), r.batch,
-                 r.method.c_str(), r.latency.p50_us, r.latency.p99_us,
-                 r.latency.p50_us > 0 ? flat_p50 / r.latency.p50_us : 0.0,
-                 r.method == "pooled key-key tree" ? "-" : absl::StrFormat("%.4f", r.visited).c_str(),
-                 r.method.rfind("mass", 0) == 0 ? absl::StrFormat("%.5f", r.mass).c_str() : "-",
-                 r.bytes_per_token, 100.0 * r.bytes_per_token / kKvBytesPerToken);
+    std::fprintf(
+        md, "| %s | %lldK x %d | %s | %.0f | %.0f | %.2fx | %s | %s | %.0f (%.2f%%) |\n",
+        r.shape.c_str(), static_cast<long long>(r.tokens / 1024), r.batch, r.method.c_str(),
+        r.latency.p50_us, r.latency.p99_us,
+        r.latency.p50_us > 0 ? flat_p50 / r.latency.p50_us : 0.0,
+        r.method == "pooled key-key tree" ? "-" : absl::StrFormat("%.4f", r.visited).c_str(),
+        r.method.rfind("mass", 0) == 0 ? absl::StrFormat("%.5f", r.mass).c_str() : "-",
+        r.bytes_per_token, 100.0 * r.bytes_per_token / kKvBytesPerToken);
   }
   std::fclose(f);
   std::fclose(md);

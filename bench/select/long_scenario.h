@@ -24,9 +24,9 @@
 namespace kvtier::bench {
 
 struct LongScenarioOptions {
-  std::string dumps_dir;         // the shared realkv dumps
-  std::string calibration_dir;   // bench/quality/calibration
-  bool quick = false;            // 16K and 128K only, fewer queries
+  std::string dumps_dir;        // the shared realkv dumps
+  std::string calibration_dir;  // bench/quality/calibration
+  bool quick = false;           // 16K and 128K only, fewer queries
   int threads = 2;
 };
 

@@ -40,13 +40,13 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "bench/select/long_scenario.h"
 #include "faiss/IndexFlat.h"
 #include "faiss/IndexHNSW.h"
 #include "index/selector.h"
 #include "index/simd.h"
 #include "index/summary.h"
 #include "index/summary_codec.h"
-#include "bench/select/long_scenario.h"
 #include "tests/testutil/synthetic.h"
 
 namespace {
@@ -65,7 +65,7 @@ using kvtier::testutil::SyntheticContextOptions;
 constexpr int32_t kDim = 128;
 bool g_hnsw_all = false;
 std::string g_scenario = "all";
-std::string g_config;  // --config: only this kConfigs entry (empty: all)
+std::string g_config;       // --config: only this kConfigs entry (empty: all)
 int64_t g_only_blocks = 0;  // --blocks: only this single-context size
 using Clock = std::chrono::steady_clock;
 
@@ -94,8 +94,7 @@ Stats Summarise(std::vector<double> us, double recall_sum, double rows_sum) {
 double Recall(std::vector<int64_t> got, const std::vector<int64_t>& want) {
   std::sort(got.begin(), got.end());
   std::vector<int64_t> both;
-  std::set_intersection(got.begin(), got.end(), want.begin(), want.end(),
-                        std::back_inserter(both));
+  std::set_intersection(got.begin(), got.end(), want.begin(), want.end(), std::back_inserter(both));
   return want.empty() ? 1.0 : static_cast<double>(both.size()) / want.size();
 }
 
@@ -123,8 +122,7 @@ SyntheticContext MakeData(int64_t n, uint64_t seed) {
 
 // Query anchors: topic directions of the context (via fresh contexts with the
 // same seed and another anchor_topic) plus noise.
-std::vector<std::vector<float>> MakeAnchors(int64_t n, uint64_t seed,
-                                            int queries) {
+std::vector<std::vector<float>> MakeAnchors(int64_t n, uint64_t seed, int queries) {
   std::vector<std::vector<float>> anchors;
   std::mt19937_64 rng(seed * 7919);
   std::normal_distribution<float> noise(0.0f, 0.3f / std::sqrt(kDim));
@@ -149,21 +147,15 @@ std::vector<std::vector<float>> MakeAnchors(int64_t n, uint64_t seed,
 class ExactScan {
  public:
   explicit ExactScan(const std::vector<float>& unit)
-      : unit_(unit),
-        n_(static_cast<int64_t>(unit.size()) / kDim),
-        scores_(n_),
-        idx_(n_) {}
-  void Search(const std::vector<float>& q, int64_t k,
-              std::vector<int64_t>* out) {
+      : unit_(unit), n_(static_cast<int64_t>(unit.size()) / kDim), scores_(n_), idx_(n_) {}
+  void Search(const std::vector<float>& q, int64_t k, std::vector<int64_t>* out) {
     for (int64_t b = 0; b < n_; ++b) {
       scores_[b] = kvtier::index::simd::Dot(q.data(), &unit_[b * kDim], kDim);
     }
     std::iota(idx_.begin(), idx_.end(), 0);
-    std::nth_element(idx_.begin(), idx_.begin() + k, idx_.end(),
-                     [this](int32_t a, int32_t b) {
-                       return scores_[a] > scores_[b] ||
-                              (scores_[a] == scores_[b] && a < b);
-                     });
+    std::nth_element(idx_.begin(), idx_.begin() + k, idx_.end(), [this](int32_t a, int32_t b) {
+      return scores_[a] > scores_[b] || (scores_[a] == scores_[b] && a < b);
+    });
     out->assign(idx_.begin(), idx_.begin() + k);
   }
 
@@ -201,10 +193,9 @@ void Print(const Row& r) {
       "%-7s %-16s %-22s N=%-7lld ctx=%-3d K=%-5lld thr=%d  "
       "median %9.1f us  mean %9.1f us  recall %.3f  rows %9.0f  "
       "x%.1f vs flat\n",
-      r.scenario.c_str(), r.method.c_str(), r.config.c_str(),
-      static_cast<long long>(r.blocks), r.contexts, static_cast<long long>(r.k),
-      r.threads, r.s.median_us, r.s.mean_us, r.s.recall, r.s.rows,
-      r.s.median_us > 0 ? r.flat_us / r.s.median_us : 0.0);
+      r.scenario.c_str(), r.method.c_str(), r.config.c_str(), static_cast<long long>(r.blocks),
+      r.contexts, static_cast<long long>(r.k), r.threads, r.s.median_us, r.s.mean_us, r.s.recall,
+      r.s.rows, r.s.median_us > 0 ? r.flat_us / r.s.median_us : 0.0);
   std::fflush(stdout);
 }
 
@@ -221,8 +212,8 @@ std::unique_ptr<ContextIndex> OpenContext(const std::vector<float>& vectors, boo
 
 // q8: the descent scores pages on int8 rows (re-scoring exactly what the
 // error bound leaves open; same results); false: fp16 rows throughout.
-std::unique_ptr<Selector> MakeSelector(const Config& c, SelectAlgorithm alg,
-                                       int threads, bool q8 = true) {
+std::unique_ptr<Selector> MakeSelector(const Config& c, SelectAlgorithm alg, int threads,
+                                       bool q8 = true) {
   SelectorOptions o;
   o.q8_pages = q8;
   o.grid_keep_fraction = c.grid;
@@ -260,11 +251,7 @@ void SingleContext(int64_t n, int queries, std::vector<Row>* rows) {
     truth[q].assign(labels.begin(), labels.end());
     std::sort(truth[q].begin(), truth[q].end());
   }
-  Row fr{"single", "faiss_flat_ip",
-         "exact",  n,
-         1,        k,
-         1,        Summarise(us, queries, n * queries),
-         0};
+  Row fr{"single", "faiss_flat_ip", "exact", n, 1, k, 1, Summarise(us, queries, n * queries), 0};
   fr.flat_us = fr.s.median_us;
   const double flat_us = fr.s.median_us;
   rows->push_back(fr);
@@ -282,10 +269,7 @@ void SingleContext(int64_t n, int queries, std::vector<Row>* rows) {
       us.push_back(Micros(t0, Clock::now()));
       rec += Recall(got, truth[q]);
     }
-    Row r{"single", "exact_scan_fp32",
-          "simd",   n,
-          1,        k,
-          1,        Summarise(us, rec, n * queries),
+    Row r{"single", "exact_scan_fp32", "simd", n, 1, k, 1, Summarise(us, rec, n * queries),
           flat_us};
     rows->push_back(r);
     Print(r);
@@ -310,8 +294,7 @@ void SingleContext(int64_t n, int queries, std::vector<Row>* rows) {
         const auto t0 = Clock::now();
         hnsw.search(1, qa.data(), k, dist.data(), labels.data());
         us.push_back(Micros(t0, Clock::now()));
-        rec += Recall(std::vector<int64_t>(labels.begin(), labels.end()),
-                      truth[q]);
+        rec += Recall(std::vector<int64_t>(labels.begin(), labels.end()), truth[q]);
       }
       Row r{"single",
             "faiss_hnsw32",
@@ -330,8 +313,7 @@ void SingleContext(int64_t n, int queries, std::vector<Row>* rows) {
 
   // kvtier. The descent runs on fp16 rows and on int8 rows (the default)
   // alternately, query by query, so both see the same machine state.
-  for (SelectAlgorithm alg :
-       {SelectAlgorithm::kDescent, SelectAlgorithm::kGemm}) {
+  for (SelectAlgorithm alg : {SelectAlgorithm::kDescent, SelectAlgorithm::kGemm}) {
     for (const Config& c : kConfigs) {
       if (!g_config.empty() && g_config != c.name) continue;
       const bool descent = alg == SelectAlgorithm::kDescent;
@@ -373,15 +355,12 @@ void SingleContext(int64_t n, int queries, std::vector<Row>* rows) {
                     rescored / queries, candidates / queries);
       }
       for (int v = 0; v < variants; ++v) {
-        Row r{"single",
-              !descent ? "kvtier_gemm" : v == 1 ? "kvtier_descent" : "kvtier_descent_fp16",
-              c.name,
-              n,
-              1,
-              k,
-              1,
-              Summarise(times[v], rec[v], scored[v]),
-              flat_us};
+        Row r{
+            "single", !descent ? "kvtier_gemm" : v == 1 ? "kvtier_descent" : "kvtier_descent_fp16",
+            c.name,   n,
+            1,        k,
+            1,        Summarise(times[v], rec[v], scored[v]),
+            flat_us};
         rows->push_back(r);
         Print(r);
       }
@@ -401,8 +380,8 @@ void Batch(int contexts, int64_t n, int queries, std::vector<Row>* rows) {
     anchors.push_back(MakeAnchors(n, 5000 + c, queries));
   }
   // Reference: 64 FlatIP searches per step.
-  std::vector<std::vector<std::vector<int64_t>>> truth(
-      queries, std::vector<std::vector<int64_t>>(contexts));
+  std::vector<std::vector<std::vector<int64_t>>> truth(queries,
+                                                       std::vector<std::vector<int64_t>>(contexts));
   std::vector<float> dist(k);
   std::vector<faiss::Index::idx_t> labels(k);
   std::vector<double> us;
@@ -429,16 +408,14 @@ void Batch(int contexts, int64_t n, int queries, std::vector<Row>* rows) {
   {
     std::vector<std::vector<float>> units;
     std::vector<std::unique_ptr<ExactScan>> scans;
-    for (const SyntheticContext& d : data)
-      units.push_back(Normalised(d.vectors));
+    for (const SyntheticContext& d : data) units.push_back(Normalised(d.vectors));
     for (const auto& u : units) scans.push_back(std::make_unique<ExactScan>(u));
     std::vector<std::vector<int64_t>> got(contexts);
     us.clear();
     double rec = 0;
     for (int q = 0; q < queries; ++q) {
       std::vector<std::vector<float>> qs;
-      for (int c = 0; c < contexts; ++c)
-        qs.push_back(Normalised(anchors[c][q]));
+      for (int c = 0; c < contexts; ++c) qs.push_back(Normalised(anchors[c][q]));
       const auto t0 = Clock::now();
       for (int c = 0; c < contexts; ++c) scans[c]->Search(qs[c], k, &got[c]);
       us.push_back(Micros(t0, Clock::now()));
@@ -457,56 +434,54 @@ void Batch(int contexts, int64_t n, int queries, std::vector<Row>* rows) {
 
   std::vector<std::unique_ptr<ContextIndex>> ctx;
   for (const SyntheticContext& d : data) ctx.push_back(OpenContext(d.vectors, /*q8=*/true));
-  for (SelectAlgorithm alg :
-       {SelectAlgorithm::kDescent, SelectAlgorithm::kGemm}) {
+  for (SelectAlgorithm alg : {SelectAlgorithm::kDescent, SelectAlgorithm::kGemm}) {
     for (int threads : {1, 2}) {
       for (const Config& cfg : kConfigs) {
-       if (!g_config.empty() && g_config != cfg.name) continue;
-       for (bool q8 : {false, true}) {
-        if (threads == 2 && &cfg != &kConfigs[1]) continue;
-        if (alg == SelectAlgorithm::kGemm && !q8) continue;
-        auto selector = MakeSelector(cfg, alg, threads, q8);
-        std::vector<SelectRequest> reqs(contexts);
-        std::vector<SelectResult> outs(contexts);
-        double rec = 0, scored = 0;
-        static int64_t step = 0;
-        for (int rep = 0; rep < 2; ++rep) {
-          us.clear();
-          rec = scored = 0;
-          for (int q = 0; q < queries; ++q) {
-            ++step;
-            for (int c = 0; c < contexts; ++c) {
-              reqs[c].context = ctx[c].get();
-              reqs[c].anchor = anchors[c][q];
-              reqs[c].budget_blocks = k;
-              reqs[c].step = step;
-            }
-            const auto t0 = Clock::now();
-            if (!selector->SelectBatch(reqs, absl::MakeSpan(outs)).ok()) {
-              std::abort();
-            }
-            us.push_back(Micros(t0, Clock::now()));
-            for (int c = 0; c < contexts; ++c) {
-              rec += Recall(outs[c].blocks, truth[q][c]) / contexts;
-              scored += outs[c].rows_scored;
+        if (!g_config.empty() && g_config != cfg.name) continue;
+        for (bool q8 : {false, true}) {
+          if (threads == 2 && &cfg != &kConfigs[1]) continue;
+          if (alg == SelectAlgorithm::kGemm && !q8) continue;
+          auto selector = MakeSelector(cfg, alg, threads, q8);
+          std::vector<SelectRequest> reqs(contexts);
+          std::vector<SelectResult> outs(contexts);
+          double rec = 0, scored = 0;
+          static int64_t step = 0;
+          for (int rep = 0; rep < 2; ++rep) {
+            us.clear();
+            rec = scored = 0;
+            for (int q = 0; q < queries; ++q) {
+              ++step;
+              for (int c = 0; c < contexts; ++c) {
+                reqs[c].context = ctx[c].get();
+                reqs[c].anchor = anchors[c][q];
+                reqs[c].budget_blocks = k;
+                reqs[c].step = step;
+              }
+              const auto t0 = Clock::now();
+              if (!selector->SelectBatch(reqs, absl::MakeSpan(outs)).ok()) {
+                std::abort();
+              }
+              us.push_back(Micros(t0, Clock::now()));
+              for (int c = 0; c < contexts; ++c) {
+                rec += Recall(outs[c].blocks, truth[q][c]) / contexts;
+                scored += outs[c].rows_scored;
+              }
             }
           }
+          Row r{"batch",
+                alg == SelectAlgorithm::kGemm ? "kvtier_gemm"
+                : q8                          ? "kvtier_descent"
+                                              : "kvtier_descent_fp16",
+                cfg.name,
+                n,
+                contexts,
+                k,
+                threads,
+                Summarise(us, rec, scored),
+                flat_us};
+          rows->push_back(r);
+          Print(r);
         }
-        Row r{
-            "batch",
-            alg == SelectAlgorithm::kGemm ? "kvtier_gemm"
-            : q8                          ? "kvtier_descent"
-                                          : "kvtier_descent_fp16",
-            cfg.name,
-            n,
-            contexts,
-            k,
-            threads,
-            Summarise(us, rec, scored),
-            flat_us};
-        rows->push_back(r);
-        Print(r);
-       }
       }
     }
   }
@@ -556,8 +531,7 @@ void Window(int64_t n, int steps, FILE* md) {
     median_us[fast] = us[1 + (us.size() - 1) / 2];
   }
   std::printf("window n=%lld: flat pass %.1f us/step, window path %.1f us/step (%.1fx)\n",
-              static_cast<long long>(n), median_us[0], median_us[1],
-              median_us[0] / median_us[1]);
+              static_cast<long long>(n), median_us[0], median_us[1], median_us[0] / median_us[1]);
   std::fprintf(md, "| %lld | %lld | %.1f | %.1f | %.1fx |\n", static_cast<long long>(n),
                static_cast<long long>(n / 8), median_us[0], median_us[1],
                median_us[0] / median_us[1]);
@@ -570,14 +544,11 @@ void Memory(FILE* out) {
   ctx->stability().Resize(n);
   const size_t ctx_bytes = ctx->MemoryBytes();
   std::fprintf(out, "open_context_8k_blocks_bytes,%zu\n", ctx_bytes);
-  std::fprintf(out, "open_context_bytes_per_block,%.1f\n",
-               static_cast<double>(ctx_bytes) / n);
-  std::printf(
-      "memory: open context of %lld blocks = %zu bytes (%.1f B/block)\n",
-      static_cast<long long>(n), ctx_bytes, static_cast<double>(ctx_bytes) / n);
+  std::fprintf(out, "open_context_bytes_per_block,%.1f\n", static_cast<double>(ctx_bytes) / n);
+  std::printf("memory: open context of %lld blocks = %zu bytes (%.1f B/block)\n",
+              static_cast<long long>(n), ctx_bytes, static_cast<double>(ctx_bytes) / n);
   // Summary blobs for a Qwen2.5-7B-like profile (28 layers, 4 KV heads).
-  kvtier::index::BlockLayout layout{28, 4, kDim, 16,
-                                    kvtier::index::Dtype::kBf16};
+  kvtier::index::BlockLayout layout{28, 4, kDim, 16, kvtier::index::Dtype::kBf16};
   const auto payload = kvtier::testutil::MakeBlockPayload(layout, 1, {});
   kvtier::index::HeadVarianceTracker tracker(28, 4, kDim);
   const kvtier::index::HeadWeights w = tracker.ComputeWeights();
@@ -592,19 +563,15 @@ void Memory(FILE* out) {
     so.bounds = v.bounds;
     so.per_layer = v.per_layer;
     so.head_weights = v.weighted ? &w : nullptr;
-    auto s =
-        kvtier::index::ComputeBlockSummary(layout, payload.bytes, so, nullptr);
+    auto s = kvtier::index::ComputeBlockSummary(layout, payload.bytes, so, nullptr);
     if (!s.ok()) std::abort();
-    for (auto enc : {kvtier::index::SummaryEncoding::kFp32,
-                     kvtier::index::SummaryEncoding::kFp16}) {
+    for (auto enc :
+         {kvtier::index::SummaryEncoding::kFp32, kvtier::index::SummaryEncoding::kFp16}) {
       auto blob = kvtier::index::EncodeSummary(*s, enc);
       if (!blob.ok()) std::abort();
-      const char* e =
-          enc == kvtier::index::SummaryEncoding::kFp32 ? "fp32" : "fp16";
-      std::fprintf(out, "summary_blob_%s_%s_bytes,%zu\n", v.name, e,
-                   blob->size());
-      std::printf("memory: summary blob %-22s %s = %zu bytes/block\n", v.name,
-                  e, blob->size());
+      const char* e = enc == kvtier::index::SummaryEncoding::kFp32 ? "fp32" : "fp16";
+      std::fprintf(out, "summary_blob_%s_%s_bytes,%zu\n", v.name, e, blob->size());
+      std::printf("memory: summary blob %-22s %s = %zu bytes/block\n", v.name, e, blob->size());
     }
   }
   // Summary computation cost for that profile (one 1.75 MiB bf16 block).
@@ -612,8 +579,7 @@ void Memory(FILE* out) {
   const auto t0 = Clock::now();
   constexpr int kReps = 50;
   for (int i = 0; i < kReps; ++i) {
-    auto s =
-        kvtier::index::ComputeBlockSummary(layout, payload.bytes, so, nullptr);
+    auto s = kvtier::index::ComputeBlockSummary(layout, payload.bytes, so, nullptr);
     if (!s.ok()) std::abort();
   }
   const double us = Micros(t0, Clock::now()) / kReps;
@@ -661,8 +627,7 @@ int main(int argc, char** argv) {
   }
   omp_set_num_threads(1);
   std::printf("kvtier_select_bench: isa=%s dim=%d queries=%d\n",
-              std::string(kvtier::index::simd::ActiveIsa()).c_str(), kDim,
-              queries);
+              std::string(kvtier::index::simd::ActiveIsa()).c_str(), kDim, queries);
   std::vector<Row> rows;
   std::vector<int64_t> sizes = {8192, 65536, 262144};
   if (quick) sizes = {8192, 65536};
@@ -688,8 +653,9 @@ int main(int argc, char** argv) {
       std::perror(md_path.c_str());
       return 1;
     }
-    std::fprintf(md, "| blocks | budget | flat pass us/step | window path us/step | speed-up |\n"
-                     "|---|---|---|---|---|\n");
+    std::fprintf(md,
+                 "| blocks | budget | flat pass us/step | window path us/step | speed-up |\n"
+                 "|---|---|---|---|---|\n");
     for (int64_t n : sizes) Window(n, quick ? 100 : 300, md);
     std::fclose(md);
   }
@@ -705,12 +671,10 @@ int main(int argc, char** argv) {
                "latency_us_median,latency_us_mean,recall_at_k,rows_scored,"
                "speedup_vs_flat_ip\n");
   for (const Row& r : rows) {
-    std::fprintf(f, "%s,%s,%s,%lld,%d,%lld,%d,%.2f,%.2f,%.4f,%.0f,%.2f\n",
-                 r.scenario.c_str(), r.method.c_str(), r.config.c_str(),
-                 static_cast<long long>(r.blocks), r.contexts,
-                 static_cast<long long>(r.k), r.threads, r.s.median_us,
-                 r.s.mean_us, r.s.recall, r.s.rows,
-                 r.s.median_us > 0 ? r.flat_us / r.s.median_us : 0.0);
+    std::fprintf(f, "%s,%s,%s,%lld,%d,%lld,%d,%.2f,%.2f,%.4f,%.0f,%.2f\n", r.scenario.c_str(),
+                 r.method.c_str(), r.config.c_str(), static_cast<long long>(r.blocks), r.contexts,
+                 static_cast<long long>(r.k), r.threads, r.s.median_us, r.s.mean_us, r.s.recall,
+                 r.s.rows, r.s.median_us > 0 ? r.flat_us / r.s.median_us : 0.0);
   }
   std::fclose(f);
   const std::string mem = out_dir + "/select_memory.csv";

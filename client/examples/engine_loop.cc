@@ -107,8 +107,8 @@ int main(int argc, char** argv) {
   for (int b = 0; b < kPromptBlocks; ++b) {
     prompt->add_block_ids("block-" + std::to_string(b));
     const std::string& bytes = blocks[prompt->block_ids(b)] = ComputeBlock(1000 + b);
-    staged.push_back({prompt->block_ids(b),
-                      {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, 0});
+    staged.push_back(
+        {prompt->block_ids(b), {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, 0});
   }
   auto put = kv.PutBlocksStaged(profile_id, staged);
   if (!put.ok()) return Fail("PutBlocksStaged", put.status());
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
     if (step + 1 < kDecodeSteps) {
       if (auto sent = stream->Send({ask(latest)}); !sent.ok()) return Fail("Select", sent.status());
     }
-    tokens_in_block += kTokensPerStep;  // the model's forward pass
+    tokens_in_block += kTokensPerStep;                   // the model's forward pass
     if (tokens_in_block == static_cast<int>(kTokens)) {  // a block completed
       auto id = PutBlock(kv, profile_id, next_block++, &blocks);
       if (!id.ok()) return Fail("put block", id.status());
@@ -174,7 +174,8 @@ int main(int argc, char** argv) {
   if (absl::Status st = stream->Close(); !st.ok()) return Fail("Select stream", st);
   kvtier::v1::ReleaseRequest release;
   release.set_context_id(context_id);
-  if (auto released = kv.Release(release); !released.ok()) return Fail("Release", released.status());
+  if (auto released = kv.Release(release); !released.ok())
+    return Fail("Release", released.status());
   if (absl::Status st = kv.CloseContext(context_id); !st.ok()) return Fail("CloseContext", st);
   std::printf("engine_loop: %d steps, %d blocks in the context, %d block reads verified\n",
               kDecodeSteps, next_block, verified);

@@ -18,10 +18,10 @@ struct GlobalOptions {
 };
 
 struct LsOptions {
-  uint64_t profile_id = 0;  // 0 = all
-  uint32_t limit = 0;       // blocks to list individually; 0 = counts only
-  bool quarantined = false; // list quarantined blocks instead (every one)
-  std::string tier;         // "" = all; device, host or nvme
+  uint64_t profile_id = 0;   // 0 = all
+  uint32_t limit = 0;        // blocks to list individually; 0 = counts only
+  bool quarantined = false;  // list quarantined blocks instead (every one)
+  std::string tier;          // "" = all; device, host or nvme
 };
 
 // Blocks per (profile, tier), optionally the first `limit` blocks.
@@ -30,8 +30,8 @@ int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std
 // Re-reads and checksums every copy of every block, with a progress bar on
 // err, then lists every quarantined block (found now or earlier). Exit
 // status 4 when any block is quarantined.
-int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id,
-              bool is_terminal, std::ostream& out, std::ostream& err);
+int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id, bool is_terminal,
+              std::ostream& out, std::ostream& err);
 // Demotes every block to NVMe (tier "" / "host" / "nvme"), or empties
 // only the device tier (tier "device"), with a progress bar on err.
 int RunDrain(Client& client, const GlobalOptions& options, const std::string& tier,
@@ -39,11 +39,10 @@ int RunDrain(Client& client, const GlobalOptions& options, const std::string& ti
 
 // Registered model profiles: id, name, revision, shape, block size, blocks
 // and bytes stored, the tenant that registered it first.
-int RunProfiles(Client& client, const GlobalOptions& options, std::ostream& out,
-                std::ostream& err);
+int RunProfiles(Client& client, const GlobalOptions& options, std::ostream& out, std::ostream& err);
 
 struct EvictOptions {
-  std::string tenant;                      // "" = default
+  std::string tenant;  // "" = default
   uint64_t profile_id = 0;
   std::string tier;                        // device | host | nvme ("" = nvme)
   std::vector<std::string> block_ids_hex;  // as `ls` prints them
@@ -77,8 +76,7 @@ int RunDropVersion(Client& client, const GlobalOptions& options, uint64_t profil
 
 // Open contexts, busiest first (most pinned blocks, then most recently
 // stepped); context ids in hex in the table.
-int RunContexts(Client& client, const GlobalOptions& options, std::ostream& out,
-                std::ostream& err);
+int RunContexts(Client& client, const GlobalOptions& options, std::ostream& out, std::ostream& err);
 
 struct TopOptions {
   uint32_t interval_ms = 2000;  // between refreshes
@@ -92,8 +90,7 @@ int RunTop(Client& client, const GlobalOptions& options, const TopOptions& top, 
            std::ostream& out, std::ostream& err);
 
 // Prints version, uptime, each tier (capacity, use) and the configuration.
-int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out,
-              std::ostream& err);
+int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out, std::ostream& err);
 
 // `tenants`: edit the tenants file (auth.tenants_file) offline; the daemon
 // applies it on SIGHUP. Tokens are printed once on out and stored only as
@@ -102,7 +99,7 @@ struct TenantAddOptions {
   std::string name;
   std::string file;
   std::string role = "data";
-  std::vector<std::string> quotas;      // "key=value"
+  std::vector<std::string> quotas;  // "key=value"
   std::vector<std::string> cert_names;
   std::vector<uint32_t> uids;  // local users (auth.peer_socket_path)
 };

@@ -61,9 +61,8 @@ void PrintVersionRow(const v1::ContextVersion& v, std::ostream& out) {
                   key.c_str(), v.version(), v.tokens(), v.block_ids_size(),
                   v.dropped() ? "dropped" : "stored");
   } else {
-    std::snprintf(line, sizeof(line),
-                  "%-32s %3u  rho %.3f  %8u slots  %6d blocks  %s/%s/%s\n", key.c_str(),
-                  v.version(), v.retention(), v.tokens(), v.block_ids_size(),
+    std::snprintf(line, sizeof(line), "%-32s %3u  rho %.3f  %8u slots  %6d blocks  %s/%s/%s\n",
+                  key.c_str(), v.version(), v.retention(), v.tokens(), v.block_ids_size(),
                   ImportanceLabel(v.importance()), MergeLabel(v.merge()), BiasLabel(v.bias()));
   }
   out << line;

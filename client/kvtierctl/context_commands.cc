@@ -17,7 +17,8 @@ namespace {
 void SortByLoad(v1::ListContextsResponse* resp) {
   std::sort(resp->mutable_contexts()->begin(), resp->mutable_contexts()->end(),
             [](const v1::ContextInfo& a, const v1::ContextInfo& b) {
-              if (a.pinned_blocks() != b.pinned_blocks()) return a.pinned_blocks() > b.pinned_blocks();
+              if (a.pinned_blocks() != b.pinned_blocks())
+                return a.pinned_blocks() > b.pinned_blocks();
               if (a.idle_ms() != b.idle_ms()) return a.idle_ms() < b.idle_ms();
               return a.context_id() < b.context_id();
             });

@@ -108,15 +108,16 @@ int main(int argc, char** argv) {
       "Example:\n"
       "  kvtierctl profiles --json");
   kvtier::ctl::EvictOptions evict_options;
-  CLI::App* evict = app.add_subcommand(
-      "evict", "Give up blocks' copies in one tier as the cache would");
+  CLI::App* evict =
+      app.add_subcommand("evict", "Give up blocks' copies in one tier as the cache would");
   evict->add_option("ids", evict_options.block_ids_hex, "Block ids in hex (as `ls` prints them)")
       ->required();
   evict->add_option("--profile", evict_options.profile_id, "Profile id")->required();
   evict->add_option("--tenant", evict_options.tenant, "Whose blocks (default: default)");
-  evict->add_option("--tier", evict_options.tier,
-                    "device: drop device copies; host: drop host copies (last copies go to "
-                    "NVMe first); nvme (default): the blocks leave this daemon")
+  evict
+      ->add_option("--tier", evict_options.tier,
+                   "device: drop device copies; host: drop host copies (last copies go to "
+                   "NVMe first); nvme (default): the blocks leave this daemon")
       ->check(CLI::IsMember({"device", "host", "nvme"}));
   evict->add_flag("--json", options.json, "Machine-readable JSON output");
   evict->footer(
@@ -129,12 +130,14 @@ int main(int argc, char** argv) {
   kvtier::ctl::CompactOptions compact_options;
   CLI::App* compact = app.add_subcommand(
       "compact", "SelKV-compact a context: keep a fraction of its tokens, merge the rest");
-  compact->add_option("ids", compact_options.block_ids_hex,
-                      "The context's block ids in hex, in token order")
+  compact
+      ->add_option("ids", compact_options.block_ids_hex,
+                   "The context's block ids in hex, in token order")
       ->required();
   compact->add_option("--profile", compact_options.profile_id, "Profile id")->required();
-  compact->add_option("--retention", compact_options.retention,
-                      "Fraction of tokens kept per layer and KV head, in (0, 1]")
+  compact
+      ->add_option("--retention", compact_options.retention,
+                   "Fraction of tokens kept per layer and KV head, in (0, 1]")
       ->required();
   compact->add_option("--importance", compact_options.importance, "keydiff (default) or snapkv")
       ->check(CLI::IsMember({"keydiff", "snapkv"}));
@@ -190,12 +193,13 @@ int main(int argc, char** argv) {
                    "leases staging_slots contexts "
                    "blocks_per_context profiles (counts)")
       ->allow_extra_args(false);
-  add_cmd->add_option("--cert-name", add.cert_names,
-                      "mTLS client-certificate common name, repeatable")
+  add_cmd
+      ->add_option("--cert-name", add.cert_names, "mTLS client-certificate common name, repeatable")
       ->allow_extra_args(false);
-  add_cmd->add_option("--uid", add.uids,
-                      "local user id served without a token on auth.peer_socket_path, "
-                      "repeatable")
+  add_cmd
+      ->add_option("--uid", add.uids,
+                   "local user id served without a token on auth.peer_socket_path, "
+                   "repeatable")
       ->allow_extra_args(false);
   add_cmd->add_flag("--json", options.json, "Print the token as JSON");
   std::string list_file;
@@ -205,8 +209,9 @@ int main(int argc, char** argv) {
   std::string rotate_name, rotate_file;
   bool revoke_others = false;
   CLI::App* rotate_cmd = tenants->add_subcommand(
-      "rotate", "Give a tenant a new token (printed once); rewrites the file in kvtierctl's "
-                "layout, without comments");
+      "rotate",
+      "Give a tenant a new token (printed once); rewrites the file in kvtierctl's "
+      "layout, without comments");
   rotate_cmd->add_option("name", rotate_name, "Tenant name")->required();
   rotate_cmd->add_option("--file", rotate_file, "The tenants file")->required();
   rotate_cmd->add_flag("--revoke-others", revoke_others, "Drop the tenant's other tokens");

@@ -1,8 +1,8 @@
 // kvtierctl profiles and evict.
-#include <cstdio>
-#include <ostream>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
+#include <ostream>
 #include <string>
 
 #include "absl/strings/escaping.h"
@@ -78,10 +78,9 @@ int RunProfiles(Client& client, const GlobalOptions& options, std::ostream& out,
   out << line;
   for (const v1::ProfileInfo& p : resp.profiles()) {
     const v1::ModelProfile& m = p.profile();
-    const std::string shape = std::to_string(m.num_layers()) + "/" +
-                              std::to_string(m.num_kv_heads()) + "/" +
-                              std::to_string(m.head_dim()) + "/" +
-                              std::to_string(m.block_size_tokens());
+    const std::string shape =
+        std::to_string(m.num_layers()) + "/" + std::to_string(m.num_kv_heads()) + "/" +
+        std::to_string(m.head_dim()) + "/" + std::to_string(m.block_size_tokens());
     std::snprintf(line, sizeof(line), "%4llu %-24s %-10s %-22s %5s %10s %10llu %10s  %-8s %s\n",
                   static_cast<unsigned long long>(p.profile_id()), m.name().c_str(),
                   m.revision().c_str(), shape.c_str(), DtypeLabel(m.dtype()),

@@ -1,6 +1,6 @@
 #include <cstdio>
-#include <ostream>
 #include <map>
+#include <ostream>
 #include <string>
 
 #include "absl/strings/str_join.h"
@@ -31,13 +31,12 @@ void PrintTenants(const v1::StatsResponse& stats, std::ostream& out) {
                 "ROLE", "ARENA", "PINNED", "HOST", "NVME", "SLOTS", "LEASES", "CTXS");
   out << line;
   for (const v1::TenantStats& t : stats.tenants()) {
-    std::snprintf(line, sizeof(line), "%-20s %-5s %10s %10s %10s %10s %6llu %6llu %6llu\n",
-                  t.name().c_str(), t.role().c_str(), HumanBytes(t.arena_bytes()).c_str(),
-                  HumanBytes(t.pinned_bytes()).c_str(), HumanBytes(t.host_bytes()).c_str(),
-                  HumanBytes(t.nvme_bytes()).c_str(),
-                  static_cast<unsigned long long>(t.staging_slots()),
-                  static_cast<unsigned long long>(t.leases()),
-                  static_cast<unsigned long long>(t.contexts()));
+    std::snprintf(
+        line, sizeof(line), "%-20s %-5s %10s %10s %10s %10s %6llu %6llu %6llu\n", t.name().c_str(),
+        t.role().c_str(), HumanBytes(t.arena_bytes()).c_str(), HumanBytes(t.pinned_bytes()).c_str(),
+        HumanBytes(t.host_bytes()).c_str(), HumanBytes(t.nvme_bytes()).c_str(),
+        static_cast<unsigned long long>(t.staging_slots()),
+        static_cast<unsigned long long>(t.leases()), static_cast<unsigned long long>(t.contexts()));
     out << line;
   }
   for (const v1::TenantStats& t : stats.tenants()) {
@@ -54,20 +53,19 @@ void PrintTenants(const v1::StatsResponse& stats, std::ostream& out) {
 
 }  // namespace
 
-int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out,
-              std::ostream& err) {
+int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out, std::ostream& err) {
   auto stats = client.Stats();
   if (!stats.ok()) return ReportError(stats.status(), client, err);
   if (options.json) return PrintJson(*stats, out, err);
-  out << "kvtierd " << stats->version() << ", up " << HumanDuration(stats->uptime_s())
-      << ", at " << client.target() << "\n\n";
+  out << "kvtierd " << stats->version() << ", up " << HumanDuration(stats->uptime_s()) << ", at "
+      << client.target() << "\n\n";
   char line[256];
   std::snprintf(line, sizeof(line), "%-7s %-18s %12s %12s %12s %10s  %s\n", "TIER", "BACKEND",
                 "CAPACITY", "USED", "PINNED", "BLOCKS", "LOCATION");
   out << line;
   for (const v1::TierStats& t : stats->tiers()) {
-    std::snprintf(line, sizeof(line), "%-7s %-18s %12s %12s %12s %10llu  %s\n",
-                  TierLabel(t.tier()), t.backend().c_str(), HumanBytes(t.capacity_bytes()).c_str(),
+    std::snprintf(line, sizeof(line), "%-7s %-18s %12s %12s %12s %10llu  %s\n", TierLabel(t.tier()),
+                  t.backend().c_str(), HumanBytes(t.capacity_bytes()).c_str(),
                   HumanBytes(t.used_bytes()).c_str(), HumanBytes(t.pinned_bytes()).c_str(),
                   static_cast<unsigned long long>(t.blocks()), t.location().c_str());
     out << line;
@@ -78,18 +76,17 @@ int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out,
       << ", active leases " << stats->active_leases() << ", staging slots "
       << stats->staging_slots() << ", quarantined blocks " << stats->quarantined_blocks() << "\n"
       << "evicted blocks " << stats->evicted_blocks() << " (" << HumanBytes(releasing)
-      << " on NVMe until their removal is synced), retained "
-      << HumanBytes(stats->retained_bytes()) << ", checksum failures device/host/nvme "
-      << stats->checksum_failures_device() << "/" << stats->checksum_failures_host() << "/"
-      << stats->checksum_failures_nvme() << "\n";
+      << " on NVMe until their removal is synced), retained " << HumanBytes(stats->retained_bytes())
+      << ", checksum failures device/host/nvme " << stats->checksum_failures_device() << "/"
+      << stats->checksum_failures_host() << "/" << stats->checksum_failures_nvme() << "\n";
   if (stats->has_remote()) {
     const v1::RemoteTierStats& r = stats->remote();
-    out << "remote tier: " << r.masters_size() << " masters ("
-        << absl::StrJoin(r.masters(), ", ") << "); lookups hit/miss/unavailable/corrupt "
-        << r.hits() << "/" << r.misses() << "/" << r.unavailable() << "/" << r.corrupt()
-        << ", read " << HumanBytes(r.bytes_read()) << "; published " << r.published() << " ("
-        << HumanBytes(r.bytes_written()) << "), queued " << r.publish_queued() << ", dropped "
-        << r.publish_dropped() << ", failed " << r.publish_failed() << "\n";
+    out << "remote tier: " << r.masters_size() << " masters (" << absl::StrJoin(r.masters(), ", ")
+        << "); lookups hit/miss/unavailable/corrupt " << r.hits() << "/" << r.misses() << "/"
+        << r.unavailable() << "/" << r.corrupt() << ", read " << HumanBytes(r.bytes_read())
+        << "; published " << r.published() << " (" << HumanBytes(r.bytes_written()) << "), queued "
+        << r.publish_queued() << ", dropped " << r.publish_dropped() << ", failed "
+        << r.publish_failed() << "\n";
   }
   PrintTenants(*stats, out);
   out << "\nconfiguration:\n";

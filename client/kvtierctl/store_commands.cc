@@ -70,8 +70,8 @@ int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std
   if (resp.counts_size() == 0) out << "(no blocks)\n";
   if (resp.blocks_size() > 0) {
     out << "\n";
-    std::snprintf(line, sizeof(line), "%-66s %-10s %-7s %10s %-8s %-7s %s\n", "BLOCK_ID",
-                  "PROFILE", "TIER", "SIZE", "DURABLE", "PINNED", "RETAINED");
+    std::snprintf(line, sizeof(line), "%-66s %-10s %-7s %10s %-8s %-7s %s\n", "BLOCK_ID", "PROFILE",
+                  "TIER", "SIZE", "DURABLE", "PINNED", "RETAINED");
     out << line;
     for (const v1::BlockInfo& b : resp.blocks()) {
       std::snprintf(line, sizeof(line), "%-66s %-10llu %-7s %10s %-8s %-7s %s\n",
@@ -85,8 +85,8 @@ int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std
   return 0;
 }
 
-int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id,
-              bool is_terminal, std::ostream& out, std::ostream& err) {
+int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id, bool is_terminal,
+              std::ostream& out, std::ostream& err) {
   v1::VerifyRequest req;
   req.set_profile_id(profile_id);
   ProgressBar bar(err, is_terminal, "blocks");
@@ -112,8 +112,7 @@ int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id,
     return json_rc != 0 ? json_rc : rc;
   }
   out << "verified " << last.blocks_checked() << " blocks (every copy): " << corrupt
-      << " corrupt found by this run; " << last.quarantined_size()
-      << " quarantined in all\n";
+      << " corrupt found by this run; " << last.quarantined_size() << " quarantined in all\n";
   if (last.quarantined_size() > 0) PrintQuarantined(last.quarantined(), out);
   return rc;
 }
@@ -136,8 +135,7 @@ int RunDrain(Client& client, const GlobalOptions& options, const std::string& ti
   const v1::DrainProgress& last = *drained;
   if (options.json) return PrintJson(last, out, err);
   out << "drained " << last.blocks_done()
-      << (req.tier() == v1::TIER_DEVICE ? " blocks out of the device tier\n"
-                                        : " blocks to nvme\n");
+      << (req.tier() == v1::TIER_DEVICE ? " blocks out of the device tier\n" : " blocks to nvme\n");
   return 0;
 }
 

@@ -29,7 +29,6 @@ int Usage(const std::string& message, std::ostream& err) {
   return 2;
 }
 
-
 // Prints a new token: the token alone on out (or JSON), the warnings on err.
 void PrintToken(const std::string& name, const std::string& token, const std::string& file,
                 const GlobalOptions& options, std::ostream& out, std::ostream& err) {
@@ -193,9 +192,9 @@ int RunTenantsList(const std::string& file, const GlobalOptions& options, std::o
       }
       out << (i ? ",\n " : "\n ") << "{\"name\": " << QuoteString(t.name)
           << ", \"role\": " << QuoteString(t.role) << ", \"tokens\": " << t.token_sha256.size()
-          << ", \"cert_names\": [" << absl::StrJoin(certs, ", ")
-          << "], \"uids\": [" << absl::StrJoin(t.uids, ", ") << "], \"quotas\": {"
-          << absl::StrJoin(quotas, ", ") << "}}";
+          << ", \"cert_names\": [" << absl::StrJoin(certs, ", ") << "], \"uids\": ["
+          << absl::StrJoin(t.uids, ", ") << "], \"quotas\": {" << absl::StrJoin(quotas, ", ")
+          << "}}";
     }
     out << (tenants->empty() ? "]\n" : "\n]\n");
     return 0;

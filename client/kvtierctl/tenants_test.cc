@@ -15,9 +15,9 @@
 #include "client/kvtierctl/commands.h"
 #include "client/kvtierctl/credentials.h"
 #include "client/kvtierctl/tenants_file.h"
-#include "proto/auth/token.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/auth/token.h"
 
 namespace kvtier::ctl {
 namespace {

@@ -13,9 +13,8 @@
 
 namespace kvtier::client {
 
-bool ShmMapping::MapFile(const std::string& path, bool writable,
-                         uint64_t expected_size_bytes, std::byte** data,
-                         uint64_t* size_bytes, std::string* error) {
+bool ShmMapping::MapFile(const std::string& path, bool writable, uint64_t expected_size_bytes,
+                         std::byte** data, uint64_t* size_bytes, std::string* error) {
   const int fd = open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
   if (fd < 0) {
     *error = "open " + path + ": " + std::strerror(errno);
@@ -24,9 +23,8 @@ bool ShmMapping::MapFile(const std::string& path, bool writable,
   return MapFd(fd, path, writable, expected_size_bytes, data, size_bytes, error);
 }
 
-bool ShmMapping::MapFd(int fd, const std::string& name, bool writable,
-                       uint64_t expected_size_bytes, std::byte** data,
-                       uint64_t* size_bytes, std::string* error) {
+bool ShmMapping::MapFd(int fd, const std::string& name, bool writable, uint64_t expected_size_bytes,
+                       std::byte** data, uint64_t* size_bytes, std::string* error) {
   auto fail = [&](const char* what, int err) {
     close(fd);
     *error = std::string(what) + " " + name + ": " + std::strerror(err);
@@ -68,8 +66,8 @@ bool ShmMapping::MapFd(int fd, const std::string& name, bool writable,
 }
 
 bool ShmMapping::MapSource(const SharedFileSource& source, bool writable,
-                           uint64_t expected_size_bytes, std::byte** data,
-                           uint64_t* size_bytes, std::string* name, std::string* error) {
+                           uint64_t expected_size_bytes, std::byte** data, uint64_t* size_bytes,
+                           std::string* name, std::string* error) {
   if (!source.path.empty()) {
     *name = source.path;
     return MapFile(source.path, writable, expected_size_bytes, data, size_bytes, error);
@@ -92,15 +90,13 @@ bool ShmMapping::MapSource(const SharedFileSource& source, bool writable,
              " bytes, expected " + std::to_string(expected_size_bytes);
     return false;
   }
-  return MapFd(fetched.Release(), *name, writable, fetched.size_bytes(), data, size_bytes,
-               error);
+  return MapFd(fetched.Release(), *name, writable, fetched.size_bytes(), data, size_bytes, error);
 }
 
 ShmMapping::~ShmMapping() { munmap(data_, static_cast<size_t>(size_bytes_)); }
 
 std::unique_ptr<ShmArenaView> ShmArenaView::Open(const std::string& path,
-                                                 uint64_t expected_size_bytes,
-                                                 std::string* error) {
+                                                 uint64_t expected_size_bytes, std::string* error) {
   std::byte* data = nullptr;
   uint64_t size_bytes = 0;
   if (!MapFile(path, /*writable=*/false, expected_size_bytes, &data, &size_bytes, error)) {
@@ -121,8 +117,7 @@ std::unique_ptr<ShmArenaView> ShmArenaView::OpenFd(int fd, std::string name,
 }
 
 std::unique_ptr<ShmArenaView> ShmArenaView::Open(const SharedFileSource& source,
-                                                 uint64_t expected_size_bytes,
-                                                 std::string* error) {
+                                                 uint64_t expected_size_bytes, std::string* error) {
   std::byte* data = nullptr;
   uint64_t size_bytes = 0;
   std::string name;

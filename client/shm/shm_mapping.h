@@ -71,19 +71,17 @@ class ShmMapping {
   // Maps path; writable selects O_RDWR + PROT_WRITE. expected_size_bytes
   // 0 accepts any non-empty file. On failure returns false and stores a
   // message naming the path and the cause in *error.
-  static bool MapFile(const std::string& path, bool writable,
-                      uint64_t expected_size_bytes, std::byte** data,
-                      uint64_t* size_bytes, std::string* error);
+  static bool MapFile(const std::string& path, bool writable, uint64_t expected_size_bytes,
+                      std::byte** data, uint64_t* size_bytes, std::string* error);
   // As MapFile, for an open descriptor; always closes fd. `name` stands
   // for the file in messages.
-  static bool MapFd(int fd, const std::string& name, bool writable,
-                    uint64_t expected_size_bytes, std::byte** data,
-                    uint64_t* size_bytes, std::string* error);
+  static bool MapFd(int fd, const std::string& name, bool writable, uint64_t expected_size_bytes,
+                    std::byte** data, uint64_t* size_bytes, std::string* error);
   // source.path through MapFile, else FetchSharedFd + MapFd; *name
   // receives what path() will report.
-  static bool MapSource(const SharedFileSource& source, bool writable,
-                        uint64_t expected_size_bytes, std::byte** data,
-                        uint64_t* size_bytes, std::string* name, std::string* error);
+  static bool MapSource(const SharedFileSource& source, bool writable, uint64_t expected_size_bytes,
+                        std::byte** data, uint64_t* size_bytes, std::string* name,
+                        std::string* error);
   ShmMapping(std::string path, std::byte* data, uint64_t size_bytes)
       : path_(std::move(path)), data_(data), size_bytes_(size_bytes) {}
 
@@ -96,21 +94,18 @@ class ShmArenaView : public ShmMapping {
  public:
   // Maps the arena file (ArenaInfo::shm_path) read-only. Pass the arena's
   // size_bytes as expected_size_bytes to detect a wrong or replaced file.
-  static std::unique_ptr<ShmArenaView> Open(const std::string& path,
-                                            uint64_t expected_size_bytes,
+  static std::unique_ptr<ShmArenaView> Open(const std::string& path, uint64_t expected_size_bytes,
                                             std::string* error);
   // Maps an open descriptor of the arena (from FetchSharedFd; read-only is
   // enough). Takes ownership: fd is closed before this returns, on success
   // and on failure (the mapping keeps the file alive). `name` is path().
   static std::unique_ptr<ShmArenaView> OpenFd(int fd, std::string name,
-                                              uint64_t expected_size_bytes,
-                                              std::string* error);
+                                              uint64_t expected_size_bytes, std::string* error);
   // By path or through the fd socket, as the source says. On failure
   // returns nullptr and *error names the file or socket and the cause (for
   // a refused fetch: the daemon's status code name and message).
   static std::unique_ptr<ShmArenaView> Open(const SharedFileSource& source,
-                                            uint64_t expected_size_bytes,
-                                            std::string* error);
+                                            uint64_t expected_size_bytes, std::string* error);
 
   // The bytes of a block slot, or an empty span when the range is empty or
   // not inside the arena.
@@ -126,14 +121,12 @@ class ShmStagingFile : public ShmMapping {
   // FetchSharedFd); it must carry F_SEAL_SHRINK and F_SEAL_GROW. Takes
   // ownership: fd is closed before this returns. Never resizes the file.
   static std::unique_ptr<ShmStagingFile> OpenFd(int fd, std::string name,
-                                                uint64_t expected_size_bytes,
-                                                std::string* error);
+                                                uint64_t expected_size_bytes, std::string* error);
   // By path or through the fd socket, as the source says (see
   // ShmArenaView::Open). Pass ReserveSlotsResponse.staging_size_bytes, or
   // 0 when the daemon sent none (authentication off).
   static std::unique_ptr<ShmStagingFile> Open(const SharedFileSource& source,
-                                              uint64_t expected_size_bytes,
-                                              std::string* error);
+                                              uint64_t expected_size_bytes, std::string* error);
 
   // Writable bytes of a reserved slot, or an empty span when the range is
   // empty or not inside the file.
@@ -142,8 +135,8 @@ class ShmStagingFile : public ShmMapping {
   // Copies data into the slot [offset, offset + slot_size_bytes). Returns
   // false (and writes nothing) with *error set when the slot is not inside
   // the file or data does not fit the slot exactly.
-  bool Write(uint64_t offset, uint64_t slot_size_bytes,
-             std::span<const std::byte> data, std::string* error) const;
+  bool Write(uint64_t offset, uint64_t slot_size_bytes, std::span<const std::byte> data,
+             std::string* error) const;
 
  private:
   using ShmMapping::ShmMapping;

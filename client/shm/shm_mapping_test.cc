@@ -104,8 +104,8 @@ std::unique_ptr<gpu::ShmFile> SealedFile() {
 
 std::unique_ptr<ShmStagingFile> MapStaging(const gpu::ShmFile& file, uint64_t expected_bytes,
                                            std::string* error) {
-  return ShmStagingFile::OpenFd(file.OpenDescriptor(/*writable=*/true), "staging",
-                                expected_bytes, error);
+  return ShmStagingFile::OpenFd(file.OpenDescriptor(/*writable=*/true), "staging", expected_bytes,
+                                error);
 }
 
 TEST(ShmStagingFileTest, ClientWritesLandInTheDaemonsMapping) {

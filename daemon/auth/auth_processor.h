@@ -27,7 +27,6 @@
 
 namespace kvtier::daemon {
 
-
 class TenantAuthProcessor final : public grpc::AuthMetadataProcessor {
  public:
   // registry is not owned and outlives the processor.

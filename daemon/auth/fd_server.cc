@@ -54,11 +54,11 @@ void SendError(int fd, const absl::Status& st) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(const std::string& path, uint32_t mode,
-                                                           Resolver resolver) {
+                                                          Resolver resolver) {
   sockaddr_un addr;
   if (!FillAddress(path, &addr)) {
-    return absl::InvalidArgumentError(absl::StrCat("fd socket path: ", path,
-                                                   " is empty or longer than 107 bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("fd socket path: ", path, " is empty or longer than 107 bytes"));
   }
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) {
@@ -96,7 +96,9 @@ absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(const std::string& pat
 }
 
 FdServer::FdServer(std::string path, int listen_fd, int wake_fd, Resolver resolver)
-    : path_(std::move(path)), listen_fd_(listen_fd), wake_fd_(wake_fd),
+    : path_(std::move(path)),
+      listen_fd_(listen_fd),
+      wake_fd_(wake_fd),
       resolver_(std::move(resolver)) {}
 
 FdServer::~FdServer() {
@@ -180,7 +182,8 @@ bool FdServer::ReadRequest(Pending* c) {
 }
 
 void FdServer::Serve(int fd, const std::string& line) {
-  std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(' ', 1));  if (parts.size() != 2 || (parts[0] != "arena" && parts[0] != "staging")) {
+  std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(' ', 1));
+  if (parts.size() != 2 || (parts[0] != "arena" && parts[0] != "staging")) {
     SendError(fd, absl::InvalidArgumentError("request must be '<arena|staging> <token>'"));
     return;
   }

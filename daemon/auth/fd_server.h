@@ -18,8 +18,8 @@
 //
 // <token> is the same bearer token the gRPC calls carry ("-" when
 // authentication is off; the socket then serves the one tenant's staging
-// file to whoever can connect, as the gRPC socket serves its calls). The daemon closes the connection after its reply;
-// a client that sends nothing within 2 s is dropped.
+// file to whoever can connect, as the gRPC socket serves its calls). The daemon closes the
+// connection after its reply; a client that sends nothing within 2 s is dropped.
 //
 // The client side is client/shm/fd_fetch.h.
 //

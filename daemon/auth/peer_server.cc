@@ -59,8 +59,8 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(PeerServerOptions 
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (options.path.empty() || options.path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "auth.peer_socket_path: ", options.path, " is empty or longer than 107 bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("auth.peer_socket_path: ", options.path,
+                                                   " is empty or longer than 107 bytes"));
   }
   std::memcpy(addr.sun_path, options.path.data(), options.path.size());
   struct stat st;

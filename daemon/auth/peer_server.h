@@ -38,7 +38,7 @@
 namespace kvtier::daemon {
 
 struct PeerServerOptions {
-  std::string path;                        // the socket file (mode 0666)
+  std::string path;                         // the socket file (mode 0666)
   const TenantRegistry* tenants = nullptr;  // must outlive the server
   // The services of one per-uid server (fresh instances: a service is
   // registered with one server only) and the builder settings they share
@@ -46,7 +46,8 @@ struct PeerServerOptions {
   std::function<std::vector<std::unique_ptr<grpc::Service>>()> make_services;
   std::function<void(grpc::ServerBuilder&)> configure;
   // Interceptors besides the peer-uid one (e.g. metrics); may be empty.
-  std::function<std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>()>
+  std::function<
+      std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>()>
       make_interceptors;
 };
 

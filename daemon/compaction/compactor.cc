@@ -49,14 +49,12 @@ absl::StatusOr<Method> MethodOf(const v1::CompactContextRequest& r, bool have_qu
   Method m;
   const float rho = r.retention();
   if (!std::isfinite(rho) || rho <= 0.0f || rho > 1.0f) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("retention: ", rho, " is outside (0, 1]"));
+    return absl::InvalidArgumentError(absl::StrCat("retention: ", rho, " is outside (0, 1]"));
   }
   m.options.rho = rho;
   switch (r.importance()) {
     case v1::COMPACT_IMPORTANCE_UNSPECIFIED:
-      m.importance =
-          have_queries ? v1::COMPACT_IMPORTANCE_SNAPKV : v1::COMPACT_IMPORTANCE_KEYDIFF;
+      m.importance = have_queries ? v1::COMPACT_IMPORTANCE_SNAPKV : v1::COMPACT_IMPORTANCE_KEYDIFF;
       break;
     case v1::COMPACT_IMPORTANCE_KEYDIFF:
     case v1::COMPACT_IMPORTANCE_SNAPKV:
@@ -194,8 +192,8 @@ absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
   const std::string key = ContextKey(ctx.block_ids);
   // Identity of this compaction: method and observation queries.
   std::string identity = key;
-  absl::StrAppend(&identity, "|", method.options.rho, "|", static_cast<int>(method.importance),
-                  "|", static_cast<int>(method.merge), "|", static_cast<int>(method.bias), "|",
+  absl::StrAppend(&identity, "|", method.options.rho, "|", static_cast<int>(method.importance), "|",
+                  static_cast<int>(method.merge), "|", static_cast<int>(method.bias), "|",
                   have_queries ? XXH3_64bits(request.observation_queries().data(),
                                              sizeof(float) * request.observation_queries_size())
                                : 0);
@@ -219,12 +217,12 @@ absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
   std::vector<std::string> payloads(ctx.block_ids.size());
   for (size_t b = 0; b < ctx.block_ids.size(); ++b) {
     TierId from = TierId::kHost;
-    absl::Status st = store_->Get(BlockKey{tenant, profile_id, ctx.block_ids[b]}, &payloads[b],
-                                  &from);
+    absl::Status st =
+        store_->Get(BlockKey{tenant, profile_id, ctx.block_ids[b]}, &payloads[b], &from);
     if (absl::IsNotFound(st)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "context_id: block ", Hex(ctx.block_ids[b]), " (position ", b,
-          ") of the context is no longer stored"));
+      return absl::FailedPreconditionError(absl::StrCat("context_id: block ", Hex(ctx.block_ids[b]),
+                                                        " (position ", b,
+                                                        ") of the context is no longer stored"));
     }
     KVTIER_RETURN_IF_ERROR(st);
   }
@@ -259,16 +257,16 @@ absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
       head.keys = keys;
       head.values = values;
       if (have_queries) {
-        head.queries = absl::MakeConstSpan(request.observation_queries().data() +
-                                               (int64_t{l} * shape.kv_heads + h) * rows *
-                                                   shape.head_dim,
-                                           static_cast<size_t>(rows * shape.head_dim));
+        head.queries =
+            absl::MakeConstSpan(request.observation_queries().data() +
+                                    (int64_t{l} * shape.kv_heads + h) * rows * shape.head_dim,
+                                static_cast<size_t>(rows * shape.head_dim));
       }
       auto compacted = index::CompactHead(head, method.options);
       if (!compacted.ok()) {
-        return absl::Status(compacted.status().code(),
-                            absl::StrCat("layer ", l, ", kv head ", h, ": ",
-                                         compacted.status().message()));
+        return absl::Status(
+            compacted.status().code(),
+            absl::StrCat("layer ", l, ", kv head ", h, ": ", compacted.status().message()));
       }
       ScatterHead(shape, l, h, compacted->keys.data(), compacted->values.data(), kept, &out);
       for (int32_t s = 0; s < kept; ++s) {
@@ -303,9 +301,8 @@ absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
       for (const std::string& done : version.block_ids()) {
         store_->Delete(BlockKey{tenant, profile_id, done}).IgnoreError();
       }
-      return absl::Status(put.status().code(),
-                          absl::StrCat("storing compacted block ", b, ": ",
-                                       put.status().message()));
+      return absl::Status(put.status().code(), absl::StrCat("storing compacted block ", b, ": ",
+                                                            put.status().message()));
     }
     version.add_block_ids(id);
     records.push_back(VersionStore::SlotRecord{id, std::move(slots[static_cast<size_t>(b)])});
@@ -351,8 +348,7 @@ absl::StatusOr<std::vector<v1::ContextVersion>> Compactor::List(const std::strin
                           versions_->Versions(tenant, profile_id, context_key));
   if (versions.empty()) {
     return absl::NotFoundError(absl::StrCat("context_key: ", Hex(context_key),
-                                            " has no compacted versions in profile ",
-                                            profile_id));
+                                            " has no compacted versions in profile ", profile_id));
   }
   return versions;
 }
@@ -371,8 +367,8 @@ absl::StatusOr<uint32_t> Compactor::Drop(const std::string& tenant, uint64_t pro
     if (v.version() > 0 && !v.dropped()) ++compacted;
   }
   if (target == nullptr) {
-    return absl::NotFoundError(absl::StrCat("version: context ", Hex(context_key),
-                                            " has no version ", version));
+    return absl::NotFoundError(
+        absl::StrCat("version: context ", Hex(context_key), " has no version ", version));
   }
   if (target->dropped()) return 0u;  // already dropped: nothing to do
   if (version == 0 && compacted == 0) {
@@ -388,9 +384,9 @@ absl::StatusOr<uint32_t> Compactor::Drop(const std::string& tenant, uint64_t pro
     absl::Status st = store_->Delete(BlockKey{tenant, profile_id, id});
     if (absl::IsNotFound(st)) continue;
     if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("block ", Hex(id), " of version ", version,
-                                                  ": ", st.message(), " (", deleted,
-                                                  " blocks deleted before it)"));
+      return absl::Status(
+          st.code(), absl::StrCat("block ", Hex(id), " of version ", version, ": ", st.message(),
+                                  " (", deleted, " blocks deleted before it)"));
     }
     ++deleted;
   }
@@ -408,8 +404,7 @@ absl::StatusOr<uint32_t> Compactor::Drop(const std::string& tenant, uint64_t pro
   return deleted;
 }
 
-void Compactor::Annotate(const std::string& tenant, uint64_t profile_id,
-                         v1::BlockResult* result) {
+void Compactor::Annotate(const std::string& tenant, uint64_t profile_id, v1::BlockResult* result) {
   // Slots answers NOT_FOUND from memory for blocks that were never compacted.
   auto slots = versions_->Slots(tenant, profile_id, result->block_id());
   if (slots.ok()) *result->mutable_compacted() = std::move(*slots);

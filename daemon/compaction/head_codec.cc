@@ -78,13 +78,14 @@ int64_t HeadShape::block_bytes() const {
   return int64_t{layers} * 2 * kv_heads * block_tokens * head_dim * ElementBytes(dtype);
 }
 
-void GatherHead(const HeadShape& shape, absl::Span<const absl::string_view> payloads,
-                int32_t layer, int32_t head, float* keys, float* values) {
+void GatherHead(const HeadShape& shape, absl::Span<const absl::string_view> payloads, int32_t layer,
+                int32_t head, float* keys, float* values) {
   const int eb = ElementBytes(shape.dtype);
   const int64_t per_block = int64_t{shape.block_tokens} * shape.head_dim;
   for (size_t b = 0; b < payloads.size(); ++b) {
     const char* data = payloads[b].data();
-    Decode(shape.dtype, data + RowBase(shape, layer, 0, head) * eb, keys + b * per_block, per_block);
+    Decode(shape.dtype, data + RowBase(shape, layer, 0, head) * eb, keys + b * per_block,
+           per_block);
     Decode(shape.dtype, data + RowBase(shape, layer, 1, head) * eb, values + b * per_block,
            per_block);
   }

@@ -34,8 +34,8 @@ struct HeadShape {
 // Copies the keys and values of (layer, head) of every payload, in order,
 // into keys and values: [payloads.size() * block_tokens][head_dim] each.
 // Every payload must be exactly shape.block_bytes() long.
-void GatherHead(const HeadShape& shape, absl::Span<const absl::string_view> payloads,
-                int32_t layer, int32_t head, float* keys, float* values);
+void GatherHead(const HeadShape& shape, absl::Span<const absl::string_view> payloads, int32_t layer,
+                int32_t head, float* keys, float* values);
 
 // Writes rows [0, rows) of keys and values ([rows][head_dim]) as the
 // tokens of (layer, head), filling block 0's tokens first. payloads must

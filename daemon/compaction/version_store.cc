@@ -95,11 +95,10 @@ bool ParseLegacyKey(absl::string_view key, LegacyScope* out) {
 }
 
 // Adds one record of the old store to batch; DATA_LOSS naming the key.
-absl::Status AddLegacyRecord(absl::string_view key, absl::string_view value,
-                             CatalogBatch* batch) {
+absl::Status AddLegacyRecord(absl::string_view key, absl::string_view value, CatalogBatch* batch) {
   auto loss = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat("compaction versions: record ", ClientHex(key, 64),
-                                            ": ", why));
+    return absl::DataLossError(
+        absl::StrCat("compaction versions: record ", ClientHex(key, 64), ": ", why));
   };
   LegacyScope scope;
   if (key.empty() || (key[0] != 'v' && key[0] != 's') || !ParseLegacyKey(key, &scope)) {
@@ -212,8 +211,9 @@ absl::Status VersionStore::Put(const std::string& tenant, uint64_t profile_id,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::ContextVersion>> VersionStore::Scan(
-    const std::string& tenant, uint64_t profile_id, const std::string& context_key) {
+absl::StatusOr<std::vector<v1::ContextVersion>> VersionStore::Scan(const std::string& tenant,
+                                                                   uint64_t profile_id,
+                                                                   const std::string& context_key) {
   KVTIER_ASSIGN_OR_RETURN(std::vector<ContextVersionRecord> records,
                           catalog_->ContextVersions(tenant, profile_id, context_key));
   std::vector<v1::ContextVersion> out;
@@ -229,8 +229,8 @@ absl::StatusOr<std::vector<v1::ContextVersion>> VersionStore::Versions(
   return Scan(tenant, profile_id, context_key);
 }
 
-absl::StatusOr<std::vector<v1::ContextVersion>> VersionStore::AllVersions(
-    const std::string& tenant, uint64_t profile_id) {
+absl::StatusOr<std::vector<v1::ContextVersion>> VersionStore::AllVersions(const std::string& tenant,
+                                                                          uint64_t profile_id) {
   return Scan(tenant, profile_id, "");
 }
 

@@ -131,8 +131,7 @@ TEST_F(VersionStoreTest, OlderSeparateStoreIsMovedIntoTheCatalogAndRemoved) {
   EXPECT_EQ((*all)[0].SerializeAsString(), v0.SerializeAsString());
   EXPECT_EQ((*all)[1].SerializeAsString(), v1.SerializeAsString());
   EXPECT_TRUE((*store)->IsCompacted("tenant-a", 7, "c0"));
-  EXPECT_EQ((*store)->Slots("tenant-a", 7, "c0")->SerializeAsString(),
-            Slots().SerializeAsString());
+  EXPECT_EQ((*store)->Slots("tenant-a", 7, "c0")->SerializeAsString(), Slots().SerializeAsString());
   // The records are the catalog's now: they survive without the old store.
   store->reset();
   OpenCatalog();

@@ -39,7 +39,8 @@ std::string MethodLabel(const char* path) {
 class RpcInterceptor final : public grpc::experimental::Interceptor {
  public:
   RpcInterceptor(grpc::experimental::ServerRpcInfo* info, DaemonMetrics* metrics)
-      : metrics_(metrics), method_(MethodLabel(info->method())),
+      : metrics_(metrics),
+        method_(MethodLabel(info->method())),
         start_(std::chrono::steady_clock::now()) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -59,8 +60,7 @@ class RpcInterceptor final : public grpc::experimental::Interceptor {
   const std::chrono::steady_clock::time_point start_;
 };
 
-class RpcInterceptorFactory final
-    : public grpc::experimental::ServerInterceptorFactoryInterface {
+class RpcInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   explicit RpcInterceptorFactory(DaemonMetrics* metrics) : metrics_(metrics) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
@@ -73,12 +73,23 @@ class RpcInterceptorFactory final
 };
 
 const char* CodeName(int code) {
-  static const char* const kNames[] = {
-      "OK",          "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",   "ALREADY_EXISTS", "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",    "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
 }
 
@@ -91,16 +102,14 @@ void CollectRemote(const remote::RemoteStore& store, Writer& w) {
                            {"unavailable", r.unavailable},
                            {"recent_miss", r.miss_cache_hits},
                            {"corrupt", r.corrupt}}) {
-    w.Counter("kvtier_remote_lookups_total", lookups, {{"result", result}},
-              static_cast<double>(n));
+    w.Counter("kvtier_remote_lookups_total", lookups, {{"result", result}}, static_cast<double>(n));
   }
   const char* publish = "Blocks offered to the remote tier after a put, by outcome";
   for (auto [result, n] : {std::pair<const char*, uint64_t>{"published", r.published},
                            {"dropped", r.publish_dropped},
                            {"failed", r.publish_failed},
                            {"skipped", r.publish_skipped}}) {
-    w.Counter("kvtier_remote_publish_total", publish, {{"result", result}},
-              static_cast<double>(n));
+    w.Counter("kvtier_remote_publish_total", publish, {{"result", result}}, static_cast<double>(n));
   }
   w.Gauge("kvtier_remote_publish_queued", "Blocks waiting to be published", {},
           static_cast<double>(r.publish_queued));
@@ -144,8 +153,7 @@ void CollectTenants(Runtime* rt, Writer& w) {
             static_cast<double>(u.host_bytes));
     w.Gauge("kvtier_tenant_nvme_bytes", "NVMe bytes a tenant's blocks hold", tenant,
             static_cast<double>(u.nvme_bytes));
-    w.Gauge("kvtier_tenant_leases", "Leases a tenant holds", tenant,
-            static_cast<double>(u.leases));
+    w.Gauge("kvtier_tenant_leases", "Leases a tenant holds", tenant, static_cast<double>(u.leases));
     w.Gauge("kvtier_tenant_contexts", "Contexts a tenant has open", tenant,
             static_cast<double>(rt->contexts()->OpenCount(t->name)));
   }
@@ -163,8 +171,7 @@ void CollectRuntime(Runtime* rt, Writer& w) {
             static_cast<double>(t.used_bytes));
     w.Gauge("kvtier_tier_pinned_bytes", "Bytes pinned by leases in each tier", tier,
             static_cast<double>(t.pinned_bytes));
-    w.Gauge("kvtier_tier_blocks", "Block copies in each tier", tier,
-            static_cast<double>(t.blocks));
+    w.Gauge("kvtier_tier_blocks", "Block copies in each tier", tier, static_cast<double>(t.blocks));
     const int i = static_cast<int>(t.tier);
     w.Counter("kvtier_reads_total",
               "Block reads (Get, handles for Select and GetBlocks) by the fastest tier that "
@@ -182,8 +189,8 @@ void CollectRuntime(Runtime* rt, Writer& w) {
   w.Gauge("kvtier_blocks", "Blocks stored", {}, static_cast<double>(s.blocks));
   w.Counter("kvtier_read_misses_total", "Block reads of blocks not stored (or quarantined)", {},
             static_cast<double>(s.read_misses));
-  w.Counter("kvtier_demotions_total", "Last copies moved from host memory to NVMe to make room",
-            {}, static_cast<double>(s.demotions));
+  w.Counter("kvtier_demotions_total", "Last copies moved from host memory to NVMe to make room", {},
+            static_cast<double>(s.demotions));
   w.Gauge("kvtier_quarantined_blocks", "Blocks quarantined after a checksum mismatch", {},
           static_cast<double>(s.quarantined_blocks));
   w.Counter("kvtier_evicted_blocks_total", "Blocks given up by the cache (not deletes)", {},
@@ -194,18 +201,17 @@ void CollectRuntime(Runtime* rt, Writer& w) {
           static_cast<double>(s.active_leases));
   w.Gauge("kvtier_staging_slots_reserved", "Staging slots reserved by clients", {},
           static_cast<double>(s.staging_slots));
-  w.Gauge("kvtier_contexts_open", "Open contexts", {},
-          static_cast<double>(rt->contexts()->size()));
-  w.Counter("kvtier_prefetched_blocks_total", "Blocks the prefetcher brought into host memory",
-            {}, static_cast<double>(rt->prefetcher()->promoted()));
+  w.Gauge("kvtier_contexts_open", "Open contexts", {}, static_cast<double>(rt->contexts()->size()));
+  w.Counter("kvtier_prefetched_blocks_total", "Blocks the prefetcher brought into host memory", {},
+            static_cast<double>(rt->prefetcher()->promoted()));
   w.Counter("kvtier_deferred_promotions_done_total",
             "Blocks the prefetcher brought into the device arena for Selects that deferred them",
             {}, static_cast<double>(rt->prefetcher()->promoted_to_device()));
   w.Counter("kvtier_summaries_deferred_total",
             "Puts acknowledged before their key summary (server.defer_summaries)", {},
             static_cast<double>(s.summaries_deferred));
-  w.Gauge("kvtier_summaries_pending", "Stored blocks whose key summary is still being computed",
-          {}, static_cast<double>(s.summaries_pending));
+  w.Gauge("kvtier_summaries_pending", "Stored blocks whose key summary is still being computed", {},
+          static_cast<double>(s.summaries_pending));
   w.Gauge("kvtier_get_in_flight_bytes",
           "Host-tier bytes GetBlocks responses hold in place while they are sent", {},
           static_cast<double>(s.view_bytes));
@@ -213,8 +219,8 @@ void CollectRuntime(Runtime* rt, Writer& w) {
             "Blocks GetBlocks sent from a private copy because tiers.host."
             "max_in_flight_get_bytes was reached",
             {}, static_cast<double>(s.views_copied_over_cap));
-  w.Counter("kvtier_prefetch_dropped_total", "Prefetch keys dropped because the queue was full",
-            {}, static_cast<double>(rt->prefetcher()->dropped()));
+  w.Counter("kvtier_prefetch_dropped_total", "Prefetch keys dropped because the queue was full", {},
+            static_cast<double>(rt->prefetcher()->dropped()));
   w.Counter("kvtier_blocks_without_summary_total",
             "Blocks stored without a key summary (keys not finite)", {},
             static_cast<double>(rt->summarizer()->blocks_without_summary()));
@@ -234,8 +240,8 @@ void CollectRuntime(Runtime* rt, Writer& w) {
             {{"reason", "revoked"}}, static_cast<double>(streams.revoked));
   w.Counter("kvtier_streams_cancelled_total", "Streams the daemon ended, by reason",
             {{"reason", "stalled"}}, static_cast<double>(streams.stalled));
-  w.Gauge("kvtier_stream_queued_bytes", "Bytes of GetBlocks messages written but not yet read",
-          {}, static_cast<double>(streams.queued_bytes));
+  w.Gauge("kvtier_stream_queued_bytes", "Bytes of GetBlocks messages written but not yet read", {},
+          static_cast<double>(streams.queued_bytes));
   w.Gauge("kvtier_uptime_seconds", "Seconds since the daemon started", {},
           static_cast<double>(rt->uptime_s()));
   w.Gauge("kvtier_build_info", "Always 1; the version as a label", {{"version", kVersion}}, 1);
@@ -255,31 +261,36 @@ DaemonMetrics::DaemonMetrics(Runtime* runtime) {
       "build (response blocks), pin (residency and leases)",
       {"phase"}, metrics::LatencyBuckets());
   for (int i = 0; i < 4; ++i) phase_[i] = phases->With({kPhases[i]});
-  select_contexts_ = registry_.AddCounter("kvtier_select_contexts_total",
-                                          "Contexts selected (entries of Select requests)", {})
+  select_contexts_ = registry_
+                         .AddCounter("kvtier_select_contexts_total",
+                                     "Contexts selected (entries of Select requests)", {})
                          ->With({});
-  select_blocks_ = registry_.AddCounter("kvtier_select_blocks_total",
-                                        "Blocks Select returned (all contexts)", {})
-                       ->With({});
+  select_blocks_ =
+      registry_
+          .AddCounter("kvtier_select_blocks_total", "Blocks Select returned (all contexts)", {})
+          ->With({});
   select_new_blocks_ =
-      registry_.AddCounter("kvtier_select_new_blocks_total",
-                           "Blocks Select returned that the context's previous Select did not "
-                           "(stability churn)",
-                           {})
+      registry_
+          .AddCounter("kvtier_select_new_blocks_total",
+                      "Blocks Select returned that the context's previous Select did not "
+                      "(stability churn)",
+                      {})
           ->With({});
   select_deferred_ =
-      registry_.AddCounter("kvtier_select_promotions_deferred_total",
-                           "Chosen blocks in host memory that a Select answered PENDING because "
-                           "its inline promotion budget (select.inline_promotion_bytes) was spent; "
-                           "promoted to the arena off the response path",
-                           {})
+      registry_
+          .AddCounter("kvtier_select_promotions_deferred_total",
+                      "Chosen blocks in host memory that a Select answered PENDING because "
+                      "its inline promotion budget (select.inline_promotion_bytes) was spent; "
+                      "promoted to the arena off the response path",
+                      {})
           ->With({});
-  put_bytes_ = registry_.AddCounter("kvtier_put_bytes_total", "Bytes of blocks newly stored", {})
-                   ->With({});
-  put_blocks_ = registry_.AddCounter("kvtier_put_blocks_total", "Blocks newly stored", {})
-                    ->With({});
-  get_bytes_ = registry_.AddCounter("kvtier_get_bytes_total",
-                                    "Payload bytes returned by GetBlocks (bytes mode)", {})
+  put_bytes_ =
+      registry_.AddCounter("kvtier_put_bytes_total", "Bytes of blocks newly stored", {})->With({});
+  put_blocks_ =
+      registry_.AddCounter("kvtier_put_blocks_total", "Blocks newly stored", {})->With({});
+  get_bytes_ = registry_
+                   .AddCounter("kvtier_get_bytes_total",
+                               "Payload bytes returned by GetBlocks (bytes mode)", {})
                    ->With({});
   registry_.AddCollector([runtime](Writer& w) { CollectRuntime(runtime, w); });
 }

@@ -57,8 +57,7 @@ class DaemonMetrics {
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> InterceptorFactory();
 
   void RpcFinished(absl::string_view method, int code, double seconds);
-  void SelectPhases(double check_s, double select_s, double build_s, double pin_s,
-                    int contexts);
+  void SelectPhases(double check_s, double select_s, double build_s, double pin_s, int contexts);
   // Blocks a Select request returned, and how many of them the context's
   // previous Select did not (churn = rate(new) / rate(selected)).
   void SelectChurn(uint64_t selected, uint64_t fresh);

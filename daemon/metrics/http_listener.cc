@@ -43,10 +43,9 @@ bool WriteAll(int fd, absl::string_view data) {
 
 void Respond(int fd, int code, absl::string_view reason, absl::string_view content_type,
              absl::string_view body) {
-  const std::string head = absl::StrCat("HTTP/1.1 ", code, " ", reason,
-                                        "\r\nContent-Type: ", content_type,
-                                        "\r\nContent-Length: ", body.size(),
-                                        "\r\nConnection: close\r\n\r\n");
+  const std::string head =
+      absl::StrCat("HTTP/1.1 ", code, " ", reason, "\r\nContent-Type: ", content_type,
+                   "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n");
   if (WriteAll(fd, head)) WriteAll(fd, body);
 }
 

@@ -53,8 +53,8 @@ Labels Zip(const std::vector<std::string>& names, const std::vector<std::string>
 
 void AppendHeader(const std::string& name, const std::string& help, const char* type,
                   std::string* out) {
-  absl::StrAppend(out, "# HELP ", name, " ", Escape(help, /*quotes=*/false), "\n# TYPE ", name,
-                  " ", type, "\n");
+  absl::StrAppend(out, "# HELP ", name, " ", Escape(help, /*quotes=*/false), "\n# TYPE ", name, " ",
+                  type, "\n");
 }
 
 }  // namespace
@@ -98,8 +98,8 @@ Histogram::Histogram(const std::vector<double>* bounds)
 }
 
 void Histogram::Observe(double v) {
-  const size_t i = static_cast<size_t>(
-      std::lower_bound(bounds_->begin(), bounds_->end(), v) - bounds_->begin());
+  const size_t i =
+      static_cast<size_t>(std::lower_bound(bounds_->begin(), bounds_->end(), v) - bounds_->begin());
   buckets_[i].fetch_add(1, std::memory_order_relaxed);
   sum_.Add(v);
 }

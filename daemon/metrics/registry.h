@@ -82,9 +82,8 @@ class Family {
   friend class Registry;
   template <typename... Args>
   explicit Family(std::vector<std::string> label_names, Args... args)
-      : label_names_(std::move(label_names)), make_([args...] {
-          return std::make_unique<Child>(args...);
-        }) {}
+      : label_names_(std::move(label_names)),
+        make_([args...] { return std::make_unique<Child>(args...); }) {}
   const std::vector<std::string> label_names_;
   const std::function<std::unique_ptr<Child>()> make_;
   mutable absl::Mutex mu_;
@@ -106,8 +105,8 @@ class Writer {
     std::string type, help;
     std::vector<std::pair<Labels, double>> samples;
   };
-  void Add(const std::string& name, const char* type, const std::string& help,
-           const Labels& labels, double v);
+  void Add(const std::string& name, const char* type, const std::string& help, const Labels& labels,
+           double v);
   std::map<std::string, Series> series_;
 };
 

@@ -73,8 +73,7 @@ ShmDeviceOps::~ShmDeviceOps() {
   }
 }
 
-GpuStatus ShmDeviceOps::SubmitToArena(std::span<const HostToArenaCopy> copies,
-                                      Fence* fence) {
+GpuStatus ShmDeviceOps::SubmitToArena(std::span<const HostToArenaCopy> copies, Fence* fence) {
   if (GpuStatus status = CheckCopyBatchSize(copies.size()); !status.ok()) return status;
   std::vector<Move> moves;
   moves.reserve(copies.size());
@@ -82,14 +81,12 @@ GpuStatus ShmDeviceOps::SubmitToArena(std::span<const HostToArenaCopy> copies,
     const HostToArenaCopy& c = copies[i];
     GpuStatus status = CheckCopyRange(i, c.dst_offset, c.size_bytes, c.src, info_.size_bytes);
     if (!status.ok()) return status;
-    moves.push_back({file_->data() + c.dst_offset, c.src,
-                     static_cast<size_t>(c.size_bytes)});
+    moves.push_back({file_->data() + c.dst_offset, c.src, static_cast<size_t>(c.size_bytes)});
   }
   return Run(CopyDirection::kToArena, std::move(moves), fence);
 }
 
-GpuStatus ShmDeviceOps::SubmitToHost(std::span<const ArenaToHostCopy> copies,
-                                     Fence* fence) {
+GpuStatus ShmDeviceOps::SubmitToHost(std::span<const ArenaToHostCopy> copies, Fence* fence) {
   if (GpuStatus status = CheckCopyBatchSize(copies.size()); !status.ok()) return status;
   std::vector<Move> moves;
   moves.reserve(copies.size());
@@ -97,8 +94,7 @@ GpuStatus ShmDeviceOps::SubmitToHost(std::span<const ArenaToHostCopy> copies,
     const ArenaToHostCopy& c = copies[i];
     GpuStatus status = CheckCopyRange(i, c.src_offset, c.size_bytes, c.dst, info_.size_bytes);
     if (!status.ok()) return status;
-    moves.push_back({c.dst, file_->data() + c.src_offset,
-                     static_cast<size_t>(c.size_bytes)});
+    moves.push_back({c.dst, file_->data() + c.src_offset, static_cast<size_t>(c.size_bytes)});
   }
   return Run(CopyDirection::kToHost, std::move(moves), fence);
 }
@@ -121,10 +117,9 @@ GpuStatus ShmDeviceOps::Run(CopyDirection direction, std::vector<Move> moves, Fe
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (incomplete_.size() >= max_inflight_batches_) {
-      return GpuStatus::Error(GpuStatus::kUnavailable,
-                              "max_inflight_batches (" +
-                                  std::to_string(max_inflight_batches_) +
-                                  ") copies already queued");
+      return GpuStatus::Error(GpuStatus::kUnavailable, "max_inflight_batches (" +
+                                                           std::to_string(max_inflight_batches_) +
+                                                           ") copies already queued");
     }
     *fence = Fence{++issued_};
     incomplete_.insert(issued_);
@@ -181,9 +176,9 @@ GpuStatus ShmDeviceOps::Wait(Fence fence, std::chrono::nanoseconds timeout) {
 
 GpuStatus ShmDeviceOps::AllocHost(uint64_t size_bytes, HostBuffer* out) {
   if (size_bytes == 0 || size_bytes > kMaxHostAllocBytes) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "AllocHost size_bytes must be in 1..kMaxHostAllocBytes, got " +
-                                std::to_string(size_bytes));
+    return GpuStatus::Error(
+        GpuStatus::kInvalidArgument,
+        "AllocHost size_bytes must be in 1..kMaxHostAllocBytes, got " + std::to_string(size_bytes));
   }
   const uint64_t mapped_bytes = PageRound(size_bytes);
   void* ptr = mmap(nullptr, static_cast<size_t>(mapped_bytes), PROT_READ | PROT_WRITE,
@@ -250,8 +245,7 @@ void ShmDeviceOps::PauseDirectionForTesting(CopyDirection direction, bool paused
 }
 
 GpuStatus NewShmDeviceOps(const std::string& path, uint64_t size_bytes,
-                          const ShmDeviceOpsOptions& options,
-                          std::unique_ptr<DeviceOps>* out) {
+                          const ShmDeviceOpsOptions& options, std::unique_ptr<DeviceOps>* out) {
   std::unique_ptr<ShmDeviceOps> ops;
   GpuStatus status = ShmDeviceOps::Create(path, size_bytes, options, &ops);
   if (status.ok()) *out = std::move(ops);

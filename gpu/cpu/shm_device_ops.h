@@ -59,18 +59,15 @@ class ShmDeviceOps final : public DeviceOps {
   // exactly size_bytes bytes of zeros and maps it. *out is set only on
   // success.
   static GpuStatus Create(const std::string& path, uint64_t size_bytes,
-                          const ShmDeviceOpsOptions& options,
-                          std::unique_ptr<ShmDeviceOps>* out);
+                          const ShmDeviceOpsOptions& options, std::unique_ptr<ShmDeviceOps>* out);
 
   // Finishes every queued copy, then unmaps (and by default removes) the
   // arena file and releases AllocHost buffers still outstanding.
   ~ShmDeviceOps() override;
 
   const ArenaInfo& arena() const override { return info_; }
-  GpuStatus SubmitToArena(std::span<const HostToArenaCopy> copies,
-                          Fence* fence) override;
-  GpuStatus SubmitToHost(std::span<const ArenaToHostCopy> copies,
-                         Fence* fence) override;
+  GpuStatus SubmitToArena(std::span<const HostToArenaCopy> copies, Fence* fence) override;
+  GpuStatus SubmitToHost(std::span<const ArenaToHostCopy> copies, Fence* fence) override;
   bool IsComplete(Fence fence) override;
   GpuStatus Wait(Fence fence, std::chrono::nanoseconds timeout) override;
   GpuStatus AllocHost(uint64_t size_bytes, HostBuffer* out) override;
@@ -98,8 +95,7 @@ class ShmDeviceOps final : public DeviceOps {
     std::vector<Move> moves;
   };
 
-  ShmDeviceOps(std::unique_ptr<ShmFile> file, ArenaInfo info,
-               const ShmDeviceOpsOptions& options);
+  ShmDeviceOps(std::unique_ptr<ShmFile> file, ArenaInfo info, const ShmDeviceOpsOptions& options);
 
   GpuStatus Run(CopyDirection direction, std::vector<Move> moves, Fence* fence);
   // Worker for queue q (0: both directions, or to-arena with out_of_order;
@@ -117,21 +113,20 @@ class ShmDeviceOps final : public DeviceOps {
   // Fences are issued 1, 2, ...; fence f is complete iff f <= issued_ and f
   // is not in incomplete_ (the queued and running batches).
   std::mutex mu_;
-  std::condition_variable cv_;  // any change of the fields below
-  uint64_t issued_ = 0;               // guarded by mu_
-  std::set<uint64_t> incomplete_;     // guarded by mu_
-  std::deque<Batch> queues_[2];       // guarded by mu_
-  bool paused_[2] = {false, false};   // per CopyDirection; guarded by mu_
-  bool stopping_ = false;             // guarded by mu_
-  HostRegions regions_;               // guarded by mu_
+  std::condition_variable cv_;              // any change of the fields below
+  uint64_t issued_ = 0;                     // guarded by mu_
+  std::set<uint64_t> incomplete_;           // guarded by mu_
+  std::deque<Batch> queues_[2];             // guarded by mu_
+  bool paused_[2] = {false, false};         // per CopyDirection; guarded by mu_
+  bool stopping_ = false;                   // guarded by mu_
+  HostRegions regions_;                     // guarded by mu_
   std::map<void*, uint64_t> mapped_bytes_;  // AllocHost ptr -> mmap size; mu_
-  std::vector<std::thread> workers_;  // 1 (or 2 with out_of_order) iff async
+  std::vector<std::thread> workers_;        // 1 (or 2 with out_of_order) iff async
 };
 
 // Same as ShmDeviceOps::Create, returning the interface.
 GpuStatus NewShmDeviceOps(const std::string& path, uint64_t size_bytes,
-                          const ShmDeviceOpsOptions& options,
-                          std::unique_ptr<DeviceOps>* out);
+                          const ShmDeviceOpsOptions& options, std::unique_ptr<DeviceOps>* out);
 
 }  // namespace kvtier::gpu
 

@@ -68,15 +68,13 @@ TEST(ShmDeviceOpsTest, BatchedCopiesRoundTrip) {
   const auto a = Pattern(4096, 1);
   const auto b = Pattern(100, 2);
   const auto c = Pattern(1, 3);
-  const HostToArenaCopy in[] = {{a.data(), 0, a.size()},
-                                {b.data(), 8192, b.size()},
-                                {c.data(), kArenaBytes - 1, 1}};
+  const HostToArenaCopy in[] = {
+      {a.data(), 0, a.size()}, {b.data(), 8192, b.size()}, {c.data(), kArenaBytes - 1, 1}};
   ASSERT_TRUE(ops->CopyToArena(in).ok());
 
   std::vector<uint8_t> ra(a.size()), rb(b.size()), rc(1);
-  const ArenaToHostCopy out[] = {{0, ra.data(), ra.size()},
-                                 {8192, rb.data(), rb.size()},
-                                 {kArenaBytes - 1, rc.data(), 1}};
+  const ArenaToHostCopy out[] = {
+      {0, ra.data(), ra.size()}, {8192, rb.data(), rb.size()}, {kArenaBytes - 1, rc.data(), 1}};
   ASSERT_TRUE(ops->CopyToHost(out).ok());
   EXPECT_EQ(ra, a);
   EXPECT_EQ(rb, b);
@@ -233,8 +231,7 @@ TEST(ShmDeviceOpsTest, ConcurrentAsyncCopiesToDisjointSlots) {
         const auto data = Pattern(kSlot, static_cast<uint8_t>(slot));
         Fence fence;
         const HostToArenaCopy in{data.data(), slot * kSlot, kSlot};
-        if (!ops->SubmitToArena({&in, 1}, &fence).ok() ||
-            !ops->Wait(fence, kWaitForever).ok()) {
+        if (!ops->SubmitToArena({&in, 1}, &fence).ok() || !ops->Wait(fence, kWaitForever).ok()) {
           failures++;
           continue;
         }

@@ -46,8 +46,7 @@ namespace {
 // Gives the file its size. fallocate makes tmpfs reserve the pages now, so
 // running out of memory is reported here; filesystems without fallocate
 // fall back to a sparse ftruncate.
-GpuStatus SizeFile(int fd, const std::string& path, uint64_t size_bytes,
-                   bool preallocate) {
+GpuStatus SizeFile(int fd, const std::string& path, uint64_t size_bytes, bool preallocate) {
   if (preallocate) {
     int err;
     do {
@@ -67,16 +66,14 @@ GpuStatus SizeFile(int fd, const std::string& path, uint64_t size_bytes,
 }  // namespace
 
 GpuStatus ShmFile::Create(const std::string& path, uint64_t size_bytes,
-                          const ShmFileOptions& options,
-                          std::unique_ptr<ShmFile>* out) {
+                          const ShmFileOptions& options, std::unique_ptr<ShmFile>* out) {
   if (path.empty()) {
     return GpuStatus::Error(GpuStatus::kInvalidArgument, "shm file path is empty");
   }
   if (size_bytes == 0 || size_bytes > kMaxShmFileBytes) {
-    return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                            "shm file size_bytes must be in 1.." +
-                                std::to_string(kMaxShmFileBytes) + ", got " +
-                                std::to_string(size_bytes));
+    return GpuStatus::Error(GpuStatus::kInvalidArgument, "shm file size_bytes must be in 1.." +
+                                                             std::to_string(kMaxShmFileBytes) +
+                                                             ", got " + std::to_string(size_bytes));
   }
   int fd = -1;
   if (options.sealed) {
@@ -111,20 +108,19 @@ GpuStatus ShmFile::Create(const std::string& path, uint64_t size_bytes,
     }
     const int seals = fcntl(fd, F_GET_SEALS);
     if (seals < 0 || (seals & kShmFileSeals) != kShmFileSeals) {
-      return fail(GpuStatus::Error(GpuStatus::kInternal,
-                                   "shm file " + path + " did not keep its seals"));
+      return fail(
+          GpuStatus::Error(GpuStatus::kInternal, "shm file " + path + " did not keep its seals"));
     }
   }
   struct stat st;
   if (fstat(fd, &st) != 0) return fail(ErrnoToGpuStatus(errno, "fstat " + path));
   if (static_cast<uint64_t>(st.st_size) != size_bytes) {
-    return fail(GpuStatus::Error(
-        GpuStatus::kInternal, "shm file " + path + " has " +
-                                  std::to_string(st.st_size) + " bytes, wanted " +
-                                  std::to_string(size_bytes)));
+    return fail(GpuStatus::Error(GpuStatus::kInternal,
+                                 "shm file " + path + " has " + std::to_string(st.st_size) +
+                                     " bytes, wanted " + std::to_string(size_bytes)));
   }
-  void* data = mmap(nullptr, static_cast<size_t>(size_bytes),
-                    PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* data =
+      mmap(nullptr, static_cast<size_t>(size_bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) return fail(ErrnoToGpuStatus(errno, "mmap " + path));
   out->reset(new ShmFile(path, fd, static_cast<std::byte*>(data), size_bytes,
                          options.unlink_on_close && !options.sealed, options.sealed));

@@ -39,23 +39,23 @@ inline constexpr uint64_t kMaxShmFileBytes = uint64_t{1} << 40;  // 1 TiB
 GpuStatus ErrnoToGpuStatus(int err, const std::string& context);
 
 struct ShmFileOptions {
-  uint32_t file_mode = 0600;      // permission bits of the new file
-  bool replace_existing = true;   // unlink a file left at path (e.g. by a
-                                  // crashed daemon) instead of failing
-  bool unlink_on_close = true;    // remove the file when ShmFile dies;
-                                  // existing mappings stay valid
-  bool preallocate = true;        // reserve the memory now (fallocate) so a
-                                  // full tmpfs fails here and not as SIGBUS
-                                  // on a later write
-  bool sealed = false;            // a sealed memfd (see above): `path` is
-                                  // only its name (for /proc and messages);
-                                  // file_mode, replace_existing and
-                                  // unlink_on_close do not apply
+  uint32_t file_mode = 0600;     // permission bits of the new file
+  bool replace_existing = true;  // unlink a file left at path (e.g. by a
+                                 // crashed daemon) instead of failing
+  bool unlink_on_close = true;   // remove the file when ShmFile dies;
+                                 // existing mappings stay valid
+  bool preallocate = true;       // reserve the memory now (fallocate) so a
+                                 // full tmpfs fails here and not as SIGBUS
+                                 // on a later write
+  bool sealed = false;           // a sealed memfd (see above): `path` is
+                                 // only its name (for /proc and messages);
+                                 // file_mode, replace_existing and
+                                 // unlink_on_close do not apply
 };
 
 // The seals every sealed ShmFile carries.
-inline constexpr int kShmFileSeals = 0x0001 /*F_SEAL_SEAL*/ | 0x0002 /*F_SEAL_SHRINK*/ |
-                                     0x0004 /*F_SEAL_GROW*/;
+inline constexpr int kShmFileSeals =
+    0x0001 /*F_SEAL_SEAL*/ | 0x0002 /*F_SEAL_SHRINK*/ | 0x0004 /*F_SEAL_GROW*/;
 
 class ShmFile {
  public:
@@ -64,8 +64,7 @@ class ShmFile {
   // maps it read-write, shared. On failure *out is untouched and no file is
   // left behind.
   static GpuStatus Create(const std::string& path, uint64_t size_bytes,
-                          const ShmFileOptions& options,
-                          std::unique_ptr<ShmFile>* out);
+                          const ShmFileOptions& options, std::unique_ptr<ShmFile>* out);
 
   ShmFile(const ShmFile&) = delete;
   ShmFile& operator=(const ShmFile&) = delete;
@@ -83,8 +82,8 @@ class ShmFile {
   int OpenDescriptor(bool writable) const;
 
  private:
-  ShmFile(std::string path, int fd, std::byte* data, uint64_t size_bytes,
-          bool unlink_on_close, bool sealed);
+  ShmFile(std::string path, int fd, std::byte* data, uint64_t size_bytes, bool unlink_on_close,
+          bool sealed);
 
   const std::string path_;
   const int fd_;

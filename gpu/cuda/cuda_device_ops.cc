@@ -160,8 +160,8 @@ void CudaDeviceOps::Impl::ReleaseEvent(cudaEvent_t event) {
 }
 
 template <typename Copy, typename Addresses>
-std::vector<PlannedCopy> CudaDeviceOps::Impl::Plan(std::span<const Copy> copies,
-                                                   bool host_is_src, Addresses addresses) {
+std::vector<PlannedCopy> CudaDeviceOps::Impl::Plan(std::span<const Copy> copies, bool host_is_src,
+                                                   Addresses addresses) {
   std::vector<PlannedCopy> plan;
   plan.reserve(copies.size());
   std::lock_guard<std::mutex> lock(mu);
@@ -204,8 +204,8 @@ cudaError_t CudaDeviceOps::Impl::Enqueue(CopyDirection direction,
   return EnqueueCopies(plan, direction, device, streams[static_cast<int>(direction)], &batch_api);
 }
 
-GpuStatus CudaDeviceOps::Impl::Submit(CopyDirection direction,
-                                      const std::vector<PlannedCopy>& plan, Fence* fence) {
+GpuStatus CudaDeviceOps::Impl::Submit(CopyDirection direction, const std::vector<PlannedCopy>& plan,
+                                      Fence* fence) {
   if (plan.empty()) {
     *fence = Fence{0};
     return GpuStatus::Ok();

@@ -212,8 +212,8 @@ GpuStatus CudaRowScorer::Score(const float* anchors, int32_t num_anchors, int32_
   const size_t score_bytes = static_cast<size_t>(total) * sizeof(float);
   const size_t anchor_offset = AlignUp(m.staging_used);
   const size_t segment_offset = AlignUp(anchor_offset + anchor_bytes);
-  cudaError_t err = GrowPinned(&m.staging, &m.staging_capacity, segment_offset + segment_bytes,
-                               m.staging_used);
+  cudaError_t err =
+      GrowPinned(&m.staging, &m.staging_capacity, segment_offset + segment_bytes, m.staging_used);
   if (err == cudaSuccess) err = GrowDevice(&m.d_anchors, &m.d_anchors_capacity, anchor_bytes);
   if (err == cudaSuccess) err = GrowDevice(&m.d_segments, &m.d_segments_capacity, segment_bytes);
   if (err == cudaSuccess) err = GrowDevice(&m.d_scores, &m.d_scores_capacity, score_bytes);

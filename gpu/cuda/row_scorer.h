@@ -90,8 +90,7 @@ class CudaRowScorer {
   // rows [count][table->dim()]; they reach the device at the next Score.
   // kInvalidArgument when the range exceeds the table or the table belongs
   // to another device.
-  GpuStatus QueueWrite(CudaRowTable* table, int64_t first_row, const uint16_t* rows,
-                       int64_t count);
+  GpuStatus QueueWrite(CudaRowTable* table, int64_t first_row, const uint16_t* rows, int64_t count);
 
   // Runs the queued writes, then scores: for segment s, row i
   //   out[sum of earlier segments' num_rows + i] = anchors[anchor_s] . row_i

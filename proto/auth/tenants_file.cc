@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <iterator>
-#include <optional>
 #include <map>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -238,8 +238,7 @@ absl::Status ValidateTenants(const std::vector<TenantEntry>& tenants, const std:
     }
     if (t.role != "data" && t.role != "admin") return Bad(path, i, "role must be data or admin");
     if (t.token_sha256.empty() && t.cert_names.empty() && t.uids.empty()) {
-      return Bad(path, i,
-                 "needs token_sha256, cert_names or uids (else it cannot authenticate)");
+      return Bad(path, i, "needs token_sha256, cert_names or uids (else it cannot authenticate)");
     }
     if (auto [it, fresh] = names.emplace(t.name, i); !fresh) {
       return Bad(path, i, absl::StrCat("tenant \"", t.name, "\" is listed twice"));

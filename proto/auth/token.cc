@@ -20,8 +20,8 @@ std::string NewToken() {
   unsigned char bytes[32];
   if (RAND_bytes(bytes, sizeof(bytes)) != 1) return std::string();
   std::string out;
-  absl::WebSafeBase64Escape(
-      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)), &out);
+  absl::WebSafeBase64Escape(absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)),
+                            &out);
   return out;
 }
 

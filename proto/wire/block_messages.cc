@@ -50,11 +50,20 @@ bool ParseSlot(PieceReader& r, const std::string& name, SlotRefFields* slot) {
   return Nested(r, [&](uint32_t field, WireType type) {
     uint64_t* target = nullptr;
     switch (field) {
-      case 1: target = &slot->slot_id; break;
-      case 2: target = &slot->offset_bytes; break;
-      case 3: target = &slot->size_bytes; break;
-      case 4: target = &slot->generation; break;
-      default: return r.SkipValue(type);
+      case 1:
+        target = &slot->slot_id;
+        break;
+      case 2:
+        target = &slot->offset_bytes;
+        break;
+      case 3:
+        target = &slot->size_bytes;
+        break;
+      case 4:
+        target = &slot->generation;
+        break;
+      default:
+        return r.SkipValue(type);
     }
     return ExpectType(r, type, kVarint, name) && r.ReadVarint(target);
   });
@@ -65,8 +74,7 @@ bool ParseBlockPut(PieceReader& r, const std::string& name, BlockPutView* b) {
     uint64_t length = 0;
     switch (field) {
       case kBlockId:
-        return ExpectType(r, type, kLengthDelimited, name + ".block_id") &&
-               r.ReadLength(&length) &&
+        return ExpectType(r, type, kLengthDelimited, name + ".block_id") && r.ReadLength(&length) &&
                r.ReadString(length, kMaxCopiedFieldBytes, "block_id", &b->block_id);
       case kBlockData:
         if (!ExpectType(r, type, kLengthDelimited, name + ".data") || !r.ReadLength(&length)) {
@@ -117,8 +125,8 @@ absl::Status ParsePutBlocks(absl::Span<const Bytes> pieces, uint64_t max_blocks,
         const std::string name = absl::StrCat("blocks[", out->blocks.size(), "]");
         if (!ExpectType(r, type, kLengthDelimited, name)) return false;
         if (out->blocks.size() >= max_blocks) {
-          return r.Fail(absl::StrCat("blocks: more than ", limit_name, " = ", max_blocks,
-                                     " in one message"));
+          return r.Fail(
+              absl::StrCat("blocks: more than ", limit_name, " = ", max_blocks, " in one message"));
         }
         return ParseBlockPut(r, name, &out->blocks.emplace_back());
       }
@@ -127,8 +135,7 @@ absl::Status ParsePutBlocks(absl::Span<const Bytes> pieces, uint64_t max_blocks,
     }
   });
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("not a PutBlocksRequest: ", r.error().message()));
+  return absl::InvalidArgumentError(absl::StrCat("not a PutBlocksRequest: ", r.error().message()));
 }
 
 std::string PutBlocksHead(uint64_t profile_id, bool durable, bool retain) {
@@ -166,8 +173,7 @@ absl::Status ParseGetBlocksResponse(absl::Span<const Bytes> pieces, GetBlocksVie
       uint64_t length = 0, v = 0;
       switch (f) {
         case kResultBlockId:
-          return ExpectType(r, t, kLengthDelimited, name + ".block_id") &&
-                 r.ReadLength(&length) &&
+          return ExpectType(r, t, kLengthDelimited, name + ".block_id") && r.ReadLength(&length) &&
                  r.ReadString(length, kMaxCopiedFieldBytes, "block_id", &b.block_id);
         case kResultStatus:
           if (!ExpectType(r, t, kLengthDelimited, name + ".status")) return false;
@@ -208,8 +214,7 @@ absl::Status ParseGetBlocksResponse(absl::Span<const Bytes> pieces, GetBlocksVie
     });
   });
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("not a GetBlocksResponse: ", r.error().message()));
+  return absl::InvalidArgumentError(absl::StrCat("not a GetBlocksResponse: ", r.error().message()));
 }
 
 }  // namespace kvtier::wire

@@ -148,7 +148,7 @@ TEST(WireTest, PutBlocksFollowsLastValueOneofAndMergeRules) {
 TEST(WireTest, UnknownFieldsAreSkipped) {
   std::string msg;
   AppendVarintField(1, 42, &msg);
-  AppendVarintField(99, 7, &msg);              // varint
+  AppendVarintField(99, 7, &msg);  // varint
   AppendKey(100, kFixed64, &msg);
   msg.append(8, 'x');
   AppendKey(101, kFixed32, &msg);
@@ -278,8 +278,7 @@ TEST(WireTest, GetBlocksResponseParsesAsLibprotobufAtEveryCut) {
   ASSERT_TRUE(ParseGetBlocksResponse(Cut(bytes, {}), &two).ok());
   EXPECT_EQ(two.results.size(), 6u);
   GetBlocksView cut_short;
-  absl::Status st =
-      ParseGetBlocksResponse(Cut(bytes.substr(0, bytes.size() - 1), {}), &cut_short);
+  absl::Status st = ParseGetBlocksResponse(Cut(bytes.substr(0, bytes.size() - 1), {}), &cut_short);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("not a GetBlocksResponse"), std::string::npos) << st.message();
 }

@@ -44,8 +44,8 @@ absl::Status ValidateOptions(const CatalogOptions& o) {
   KVTIER_RETURN_IF_ERROR(CheckOption("block_cache_bytes", o.block_cache_bytes, kMiB, 64 * kGiB));
   KVTIER_RETURN_IF_ERROR(CheckOption("memtable_bytes", o.memtable_bytes, kMiB, 4 * kGiB));
   KVTIER_RETURN_IF_ERROR(CheckOption("max_memtables", o.max_memtables, 2, 8));
-  KVTIER_RETURN_IF_ERROR(CheckOption("memtable_total_bytes", o.memtable_total_bytes,
-                                     o.memtable_bytes, 64 * kGiB));
+  KVTIER_RETURN_IF_ERROR(
+      CheckOption("memtable_total_bytes", o.memtable_total_bytes, o.memtable_bytes, 64 * kGiB));
   KVTIER_RETURN_IF_ERROR(CheckOption("max_wal_bytes", o.max_wal_bytes, kMiB, 64 * kGiB));
   KVTIER_RETURN_IF_ERROR(CheckOption("max_open_files", o.max_open_files, 64, 65536));
   KVTIER_RETURN_IF_ERROR(CheckOption("background_jobs", o.background_jobs, 1, 16));
@@ -66,8 +66,7 @@ rocksdb::Options MakeDbOptions(const CatalogOptions& o) {
   db.max_open_files = static_cast<int>(o.max_open_files);
   db.max_background_jobs = static_cast<int>(o.background_jobs);
   db.max_total_wal_size = o.max_wal_bytes;
-  db.write_buffer_manager =
-      std::make_shared<rocksdb::WriteBufferManager>(o.memtable_total_bytes);
+  db.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(o.memtable_total_bytes);
   db.max_log_file_size = o.info_log_file_bytes;
   db.keep_log_file_num = o.info_log_files_kept;
   db.max_manifest_file_size = 64 << 20;
@@ -116,8 +115,7 @@ struct Catalog::Handles {
 
 // ---- CatalogBatch -----------------------------------------------------------
 
-absl::Status CatalogBatch::Add(Family family, bool is_delete, std::string key,
-                               std::string value) {
+absl::Status CatalogBatch::Add(Family family, bool is_delete, std::string key, std::string value) {
   const size_t bytes = key.size() + value.size();
   if (ops_.size() >= kMaxBatchOps || bytes > kMaxBatchBytes - bytes_) {
     return absl::InvalidArgumentError(absl::StrCat("catalog batch is full (", kMaxBatchOps,
@@ -131,8 +129,8 @@ absl::Status CatalogBatch::Add(Family family, bool is_delete, std::string key,
 absl::Status CatalogBatch::PutBlock(const BlockKey& key, const BlockRecord& record) {
   KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
   KVTIER_RETURN_IF_ERROR(ValidateBlockRecord(record));
-  KVTIER_RETURN_IF_ERROR(Add(Family::kBlocks, false, fmt::EncodeBlockKey(key),
-                             fmt::EncodeBlockRecord(record)));
+  KVTIER_RETURN_IF_ERROR(
+      Add(Family::kBlocks, false, fmt::EncodeBlockKey(key), fmt::EncodeBlockRecord(record)));
   if (record.durable) sync_ = true;
   return absl::OkStatus();
 }
@@ -158,11 +156,11 @@ absl::Status CatalogBatch::PutContextVersion(absl::string_view tenant, uint64_t 
                                              const ContextVersionRecord& record) {
   KVTIER_RETURN_IF_ERROR(ValidateBlockKey(BlockKey{std::string(tenant), profile_id, "v"}));
   KVTIER_RETURN_IF_ERROR(ValidateContextVersionRecord(record));
-  KVTIER_RETURN_IF_ERROR(Add(Family::kVersions, false,
-                             fmt::EncodeContextVersionKey(fmt::ContextVersionKey{
-                                 std::string(tenant), profile_id, record.context_key,
-                                 record.version}),
-                             fmt::EncodeContextVersionRecord(record)));
+  KVTIER_RETURN_IF_ERROR(
+      Add(Family::kVersions, false,
+          fmt::EncodeContextVersionKey(fmt::ContextVersionKey{std::string(tenant), profile_id,
+                                                              record.context_key, record.version}),
+          fmt::EncodeContextVersionRecord(record)));
   sync_ = true;
   return absl::OkStatus();
 }
@@ -205,10 +203,9 @@ absl::Status Catalog::OpenDb(const std::string& dir, const CatalogOptions& optio
 
   auto handles = std::make_unique<Handles>();
   rocksdb::DB* raw_db = nullptr;
-  KVTIER_RETURN_IF_ERROR(
-      RocksToStatus(rocksdb::DB::Open(rocksdb::DBOptions(db_options), dir, descriptors,
-                                      &handles->all, &raw_db),
-                    absl::StrCat("open catalog ", dir)));
+  KVTIER_RETURN_IF_ERROR(RocksToStatus(
+      rocksdb::DB::Open(rocksdb::DBOptions(db_options), dir, descriptors, &handles->all, &raw_db),
+      absl::StrCat("open catalog ", dir)));
   db->reset(raw_db);
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == rocksdb::kDefaultColumnFamilyName) handles->meta = handles->all[i];
@@ -263,8 +260,8 @@ absl::Status Catalog::CheckFormatVersion() {
   KVTIER_ASSIGN_OR_RETURN(uint32_t version, fmt::DecodeU32(*stored, "format version"));
   if (version == 1) return MigrateFromFormat1();
   if (version != fmt::kCatalogFormatVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "catalog format version ", version, " is not ", fmt::kCatalogFormatVersion));
+    return absl::FailedPreconditionError(
+        absl::StrCat("catalog format version ", version, " is not ", fmt::kCatalogFormatVersion));
   }
   return absl::OkStatus();
 }
@@ -316,8 +313,8 @@ absl::Status Catalog::Write(const CatalogBatch& batch) {
               op.family == CatalogBatch::Family::kBlocks     ? handles.blocks
               : op.family == CatalogBatch::Family::kVersions ? handles.versions
                                                              : handles.contexts;
-          rocksdb::Status s = op.is_delete ? wb->Delete(family, op.key)
-                                           : wb->Put(family, op.key, op.value);
+          rocksdb::Status s =
+              op.is_delete ? wb->Delete(family, op.key) : wb->Put(family, op.key, op.value);
           KVTIER_RETURN_IF_ERROR(RocksToStatus(s, "build catalog batch"));
         }
         return absl::OkStatus();
@@ -398,8 +395,7 @@ uint64_t Catalog::recoveries_succeeded() const {
   return recoveries_succeeded_;
 }
 
-absl::StatusOr<CatalogScanStats> Catalog::Scan(const std::string& lower,
-                                               const std::string& upper,
+absl::StatusOr<CatalogScanStats> Catalog::Scan(const std::string& lower, const std::string& upper,
                                                const BlockVisitor& visitor) const {
   rocksdb::ReadOptions read_options;
   read_options.fill_cache = false;  // a full scan must not evict the hot set
@@ -435,8 +431,8 @@ absl::StatusOr<CatalogScanStats> Catalog::ForEachBlockOf(absl::string_view tenan
                                                          uint64_t profile_id,
                                                          const BlockVisitor& visitor) const {
   if (tenant.size() > kMaxTenantBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("tenant has more than ", kMaxTenantBytes,
-                                                   " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant has more than ", kMaxTenantBytes, " bytes"));
   }
   const std::string prefix = fmt::BlockKeyPrefix(tenant, profile_id);
   return Scan(prefix, fmt::PrefixSuccessor(prefix), visitor);
@@ -562,20 +558,20 @@ absl::StatusOr<ModelProfile> Catalog::FindProfile(absl::string_view tenant, absl
 absl::StatusOr<std::vector<ModelProfile>> Catalog::ListProfiles() const {
   std::vector<ModelProfile> profiles;
   absl::Status decoded;
-  KVTIER_RETURN_IF_ERROR(ForEachEntry(
-      &Handles::profiles, std::string(1, fmt::kProfileKeyTag),
-      [&](absl::string_view key, absl::string_view value) {
-        if (!decoded.ok()) return;
-        absl::StatusOr<ModelProfile> p = fmt::DecodeProfileRecord(value);
-        if (p.ok() && fmt::EncodeProfileKey(p->owner, p->profile_id) != key) {
-          p = absl::DataLossError("corrupt catalog profile: key and record disagree");
-        }
-        if (!p.ok()) {
-          decoded = p.status();
-          return;
-        }
-        profiles.push_back(*std::move(p));
-      }));
+  KVTIER_RETURN_IF_ERROR(
+      ForEachEntry(&Handles::profiles, std::string(1, fmt::kProfileKeyTag),
+                   [&](absl::string_view key, absl::string_view value) {
+                     if (!decoded.ok()) return;
+                     absl::StatusOr<ModelProfile> p = fmt::DecodeProfileRecord(value);
+                     if (p.ok() && fmt::EncodeProfileKey(p->owner, p->profile_id) != key) {
+                       p = absl::DataLossError("corrupt catalog profile: key and record disagree");
+                     }
+                     if (!p.ok()) {
+                       decoded = p.status();
+                       return;
+                     }
+                     profiles.push_back(*std::move(p));
+                   }));
   KVTIER_RETURN_IF_ERROR(decoded);
   return profiles;
 }
@@ -608,13 +604,13 @@ namespace {
 std::string DescribeVersionKey(absl::string_view key) {
   absl::StatusOr<fmt::ContextVersionKey> k = fmt::DecodeContextVersionKey(key);
   if (!k.ok()) return absl::StrCat("key ", ClientHex(key));
-  return absl::StrCat("tenant ", ClientText(k->tenant), " profile ", k->profile_id,
-                      " context_key ", ClientHex(k->context_key), " version ", k->version);
+  return absl::StrCat("tenant ", ClientText(k->tenant), " profile ", k->profile_id, " context_key ",
+                      ClientHex(k->context_key), " version ", k->version);
 }
 
 std::string DescribeBlock(const BlockKey& key) {
-  return absl::StrCat("tenant ", ClientText(key.tenant), " profile ", key.profile_id,
-                      " block ", ClientHex(key.block_id));
+  return absl::StrCat("tenant ", ClientText(key.tenant), " profile ", key.profile_id, " block ",
+                      ClientHex(key.block_id));
 }
 
 }  // namespace
@@ -626,13 +622,13 @@ absl::StatusOr<std::vector<ContextVersionRecord>> Catalog::ContextVersions(
                                  : fmt::ContextVersionPrefix(tenant, profile_id, context_key);
   std::vector<ContextVersionRecord> out;
   absl::Status bad;
-  KVTIER_RETURN_IF_ERROR(ForEachEntry(
-      &Handles::versions, prefix, [&](absl::string_view key, absl::string_view value) {
+  KVTIER_RETURN_IF_ERROR(
+      ForEachEntry(&Handles::versions, prefix, [&](absl::string_view key, absl::string_view value) {
         if (!bad.ok()) return;
         absl::StatusOr<ContextVersionRecord> v = fmt::DecodeContextVersionRecord(value);
         if (!v.ok()) {
-          bad = absl::DataLossError(absl::StrCat(v.status().message(), " (",
-                                                 DescribeVersionKey(key), ")"));
+          bad = absl::DataLossError(
+              absl::StrCat(v.status().message(), " (", DescribeVersionKey(key), ")"));
           return;
         }
         out.push_back(std::move(*v));
@@ -643,9 +639,9 @@ absl::StatusOr<std::vector<ContextVersionRecord>> Catalog::ContextVersions(
 
 absl::StatusOr<CompactedSlotsRecord> Catalog::GetCompactedSlots(const BlockKey& key) const {
   KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
-  KVTIER_ASSIGN_OR_RETURN(std::string value, GetRaw(&Handles::versions,
-                                                    fmt::EncodeCompactedSlotsKey(key),
-                                                    "compacted slots"));
+  KVTIER_ASSIGN_OR_RETURN(
+      std::string value,
+      GetRaw(&Handles::versions, fmt::EncodeCompactedSlotsKey(key), "compacted slots"));
   absl::StatusOr<CompactedSlotsRecord> slots = fmt::DecodeCompactedSlotsRecord(value);
   if (!slots.ok()) {
     return absl::DataLossError(
@@ -654,21 +650,20 @@ absl::StatusOr<CompactedSlotsRecord> Catalog::GetCompactedSlots(const BlockKey& 
   return slots;
 }
 
-absl::Status Catalog::ForEachCompactedBlock(
-    const std::function<void(const BlockKey&)>& fn) const {
+absl::Status Catalog::ForEachCompactedBlock(const std::function<void(const BlockKey&)>& fn) const {
   absl::Status bad;
-  KVTIER_RETURN_IF_ERROR(ForEachEntry(
-      &Handles::versions, std::string(1, fmt::kCompactedSlotsKeyTag),
-      [&](absl::string_view key, absl::string_view) {
-        if (!bad.ok()) return;
-        absl::StatusOr<BlockKey> k = fmt::DecodeCompactedSlotsKey(key);
-        if (!k.ok()) {
-          bad = absl::DataLossError(
-              absl::StrCat(k.status().message(), " (key ", ClientHex(key), ")"));
-          return;
-        }
-        fn(*k);
-      }));
+  KVTIER_RETURN_IF_ERROR(
+      ForEachEntry(&Handles::versions, std::string(1, fmt::kCompactedSlotsKeyTag),
+                   [&](absl::string_view key, absl::string_view) {
+                     if (!bad.ok()) return;
+                     absl::StatusOr<BlockKey> k = fmt::DecodeCompactedSlotsKey(key);
+                     if (!k.ok()) {
+                       bad = absl::DataLossError(
+                           absl::StrCat(k.status().message(), " (key ", ClientHex(key), ")"));
+                       return;
+                     }
+                     fn(*k);
+                   }));
   return bad;
 }
 
@@ -695,12 +690,10 @@ absl::StatusOr<CatalogMemoryUsage> Catalog::MemoryUsage() const {
     }
   }
   // One cache shared by every family: read it once.
-  if (db_->GetIntProperty(handles_->blocks, rocksdb::DB::Properties::kBlockCacheUsage,
-                          &value)) {
+  if (db_->GetIntProperty(handles_->blocks, rocksdb::DB::Properties::kBlockCacheUsage, &value)) {
     usage.block_cache_bytes = value;
   }
-  if (db_->GetIntProperty(handles_->blocks, rocksdb::DB::Properties::kEstimateNumKeys,
-                          &value)) {
+  if (db_->GetIntProperty(handles_->blocks, rocksdb::DB::Properties::kEstimateNumKeys, &value)) {
     usage.estimated_blocks = value;
   }
   return usage;
@@ -723,17 +716,17 @@ absl::Status Catalog::MigrateFromFormat1() {
   std::vector<ModelProfile> legacy;
   std::vector<std::string> legacy_keys;
   absl::Status decoded;
-  KVTIER_RETURN_IF_ERROR(ForEachEntry(
-      &Handles::profiles, std::string(1, fmt::kLegacyProfileIdKeyTag),
-      [&](absl::string_view key, absl::string_view value) {
-        legacy_keys.emplace_back(key);
-        absl::StatusOr<ModelProfile> p = fmt::DecodeProfileRecord(value);
-        if (!p.ok()) {
-          decoded.Update(p.status());
-          return;
-        }
-        legacy.push_back(*std::move(p));
-      }));
+  KVTIER_RETURN_IF_ERROR(
+      ForEachEntry(&Handles::profiles, std::string(1, fmt::kLegacyProfileIdKeyTag),
+                   [&](absl::string_view key, absl::string_view value) {
+                     legacy_keys.emplace_back(key);
+                     absl::StatusOr<ModelProfile> p = fmt::DecodeProfileRecord(value);
+                     if (!p.ok()) {
+                       decoded.Update(p.status());
+                       return;
+                     }
+                     legacy.push_back(*std::move(p));
+                   }));
   if (!decoded.ok()) {
     return absl::Status(decoded.code(),
                         absl::StrCat("migrating the catalog to format 2: ", decoded.message()));

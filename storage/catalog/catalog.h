@@ -142,7 +142,7 @@ struct CatalogMemoryUsage {
   uint64_t memtable_bytes = 0;
   uint64_t block_cache_bytes = 0;  // in use, incl. index and filter blocks
   uint64_t table_readers_bytes = 0;
-  uint64_t estimated_blocks = 0;   // RocksDB's key estimate for "blocks"
+  uint64_t estimated_blocks = 0;  // RocksDB's key estimate for "blocks"
 };
 
 class Catalog {
@@ -182,8 +182,7 @@ class Catalog {
   // verify). Does not fill the block cache.
   absl::StatusOr<CatalogScanStats> ForEachBlock(const BlockVisitor& visitor) const;
   // The blocks of one (tenant, profile_id).
-  absl::StatusOr<CatalogScanStats> ForEachBlockOf(absl::string_view tenant,
-                                                  uint64_t profile_id,
+  absl::StatusOr<CatalogScanStats> ForEachBlockOf(absl::string_view tenant, uint64_t profile_id,
                                                   const BlockVisitor& visitor) const;
 
   // ---- Profiles ---------------------------------------------------------

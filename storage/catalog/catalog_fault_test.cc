@@ -214,9 +214,8 @@ TEST_F(CatalogFaultTest, ReadErrorsSurfaceAsErrors) {
   faults_.SetReadErrorOneIn(1);
   absl::StatusOr<BlockRecord> got = catalog_->GetBlock(Key(3));
   ExpectInjected(got.status(), absl::StatusCode::kInternal);
-  auto scan = catalog_->ForEachBlock([](const BlockKey&, const absl::StatusOr<BlockRecord>&) {
-    return true;
-  });
+  auto scan = catalog_->ForEachBlock(
+      [](const BlockKey&, const absl::StatusOr<BlockRecord>&) { return true; });
   EXPECT_EQ(scan.status().code(), absl::StatusCode::kInternal) << scan.status();
   catalog_.reset();
   EXPECT_FALSE(Open().ok()) << "opening reads the MANIFEST";

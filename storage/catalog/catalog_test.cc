@@ -57,8 +57,8 @@ class CatalogTest : public ::testing::Test {
     }
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir_.string(), families, &handles, &db)
-                    .ok());
+    ASSERT_TRUE(
+        rocksdb::DB::Open(rocksdb::DBOptions(), dir_.string(), families, &handles, &db).ok());
     size_t index = 0;
     while (families[index].name != family) ++index;
     ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[index], key, value).ok());
@@ -169,10 +169,12 @@ TEST_F(CatalogTest, SameBlockIdUnderOtherTenantsAndProfilesIsDistinct) {
   EXPECT_TRUE(catalog_->GetBlock({"alice", 1, "same"}).ok());
 
   uint64_t all = 0;
-  ASSERT_TRUE(catalog_->ForEachBlock([&](const BlockKey&, const auto&) {
-    ++all;
-    return true;
-  }).ok());
+  ASSERT_TRUE(catalog_
+                  ->ForEachBlock([&](const BlockKey&, const auto&) {
+                    ++all;
+                    return true;
+                  })
+                  .ok());
   EXPECT_EQ(all, 4u);
 
   uint64_t first_only = 0;
@@ -446,9 +448,10 @@ TEST_F(CatalogTest, ContextVersionsRoundTripAndSurviveRestart) {
   EXPECT_TRUE(catalog_->ContextVersions("t", 2, "")->empty());
   EXPECT_EQ(*catalog_->GetCompactedSlots({"t", 1, "c0"}), slots);
   std::vector<std::string> compacted;
-  ASSERT_TRUE(catalog_->ForEachCompactedBlock([&](const BlockKey& k) {
-    compacted.push_back(k.tenant + "/" + k.block_id);
-  }).ok());
+  ASSERT_TRUE(catalog_
+                  ->ForEachCompactedBlock(
+                      [&](const BlockKey& k) { compacted.push_back(k.tenant + "/" + k.block_id); })
+                  .ok());
   EXPECT_EQ(compacted, std::vector<std::string>{"t/c0"});
 
   CatalogBatch drop;
@@ -463,11 +466,13 @@ TEST_F(CatalogTest, ContextVersionsRoundTripAndSurviveRestart) {
 }
 
 TEST_F(CatalogTest, CorruptVersionRecordIsDataLossNamingTheKey) {
-  ASSERT_TRUE(catalog_->Write([] {
-    CatalogBatch b;
-    EXPECT_TRUE(b.PutContextVersion("t", 1, Version("good", 1)).ok());
-    return b;
-  }()).ok());
+  ASSERT_TRUE(catalog_
+                  ->Write([] {
+                    CatalogBatch b;
+                    EXPECT_TRUE(b.PutContextVersion("t", 1, Version("good", 1)).ok());
+                    return b;
+                  }())
+                  .ok());
   std::string damaged = catalog_format::EncodeContextVersionRecord(Version("ctx", 3));
   damaged[6] ^= 0x01;
   PutRaw("versions", catalog_format::EncodeContextVersionKey({"t", 1, "ctx", 3}), damaged);

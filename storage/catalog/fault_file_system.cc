@@ -25,8 +25,7 @@ IOStatus Injected(Fault fault, const char* op, const std::string& path) {
 }
 
 IOStatus Refused(const char* call) {
-  return IOStatus::NotSupported(
-      absl::StrCat(call, " is not simulated by FaultFileSystem"));
+  return IOStatus::NotSupported(absl::StrCat(call, " is not simulated by FaultFileSystem"));
 }
 
 }  // namespace
@@ -122,8 +121,8 @@ class FaultFileSystem::RandomAccessFile final : public rocksdb::FSRandomAccessFi
                    std::unique_ptr<rocksdb::FSRandomAccessFile> base)
       : FSRandomAccessFileOwnerWrapper(std::move(base)), faults_(faults), path_(std::move(path)) {}
 
-  IOStatus Read(uint64_t offset, size_t n, const IOOptions& options, Slice* result,
-                char* scratch, IODebugContext* dbg) const override {
+  IOStatus Read(uint64_t offset, size_t n, const IOOptions& options, Slice* result, char* scratch,
+                IODebugContext* dbg) const override {
     if (Fault f = faults_->ChooseFileFault(FileOp::kRead); f != Fault::kNone) {
       *result = Slice();
       return Injected(f, "read", path_);
@@ -143,14 +142,14 @@ class FaultFileSystem::RandomAccessFile final : public rocksdb::FSRandomAccessFi
     return s;
   }
   IOStatus ReadAsync(rocksdb::FSReadRequest& req, const IOOptions& options,
-                     std::function<void(const rocksdb::FSReadRequest&, void*)> cb,
-                     void* cb_arg, void** io_handle, rocksdb::IOHandleDeleter* del_fn,
+                     std::function<void(const rocksdb::FSReadRequest&, void*)> cb, void* cb_arg,
+                     void** io_handle, rocksdb::IOHandleDeleter* del_fn,
                      IODebugContext* dbg) override {
     if (Fault f = faults_->ChooseFileFault(FileOp::kRead); f != Fault::kNone) {
       return Injected(f, "read", path_);
     }
-    return FSRandomAccessFileOwnerWrapper::ReadAsync(req, options, std::move(cb), cb_arg,
-                                                     io_handle, del_fn, dbg);
+    return FSRandomAccessFileOwnerWrapper::ReadAsync(req, options, std::move(cb), cb_arg, io_handle,
+                                                     del_fn, dbg);
   }
 
  private:
@@ -189,8 +188,7 @@ class FaultFileSystem::SequentialFile final : public rocksdb::FSSequentialFileOw
 // A successful directory sync makes the names of the files in it durable.
 class FaultFileSystem::Directory final : public rocksdb::FSDirectoryWrapper {
  public:
-  Directory(FaultInjectionEnv* faults, std::string path,
-            std::unique_ptr<rocksdb::FSDirectory> base)
+  Directory(FaultInjectionEnv* faults, std::string path, std::unique_ptr<rocksdb::FSDirectory> base)
       : FSDirectoryWrapper(std::move(base)), faults_(faults), path_(std::move(path)) {}
 
   IOStatus Fsync(const IOOptions& options, IODebugContext* dbg) override {
@@ -234,9 +232,10 @@ IOStatus FaultFileSystem::NewSequentialFile(const std::string& fname,
   return s;
 }
 
-IOStatus FaultFileSystem::NewRandomAccessFile(
-    const std::string& fname, const rocksdb::FileOptions& options,
-    std::unique_ptr<rocksdb::FSRandomAccessFile>* result, IODebugContext* dbg) {
+IOStatus FaultFileSystem::NewRandomAccessFile(const std::string& fname,
+                                              const rocksdb::FileOptions& options,
+                                              std::unique_ptr<rocksdb::FSRandomAccessFile>* result,
+                                              IODebugContext* dbg) {
   std::unique_ptr<rocksdb::FSRandomAccessFile> base;
   IOStatus s = target()->NewRandomAccessFile(fname, options, &base, dbg);
   if (s.ok()) result->reset(new RandomAccessFile(faults_, fname, std::move(base)));
@@ -316,8 +315,8 @@ IOStatus FaultFileSystem::DeleteFile(const std::string& fname, const IOOptions& 
   return s;
 }
 
-IOStatus FaultFileSystem::Truncate(const std::string& fname, size_t size,
-                                   const IOOptions& options, IODebugContext* dbg) {
+IOStatus FaultFileSystem::Truncate(const std::string& fname, size_t size, const IOOptions& options,
+                                   IODebugContext* dbg) {
   IOStatus s = target()->Truncate(fname, size, options, dbg);
   if (s.ok()) faults_->TrackFileTruncated(fname, size);
   return s;

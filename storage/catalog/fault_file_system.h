@@ -51,24 +51,21 @@ class FaultFileSystem final : public rocksdb::FileSystemWrapper,
                               private FaultInjectionEnv::FileRestorer {
  public:
   // faults is not owned. target: the file system that does the I/O.
-  explicit FaultFileSystem(
-      FaultInjectionEnv* faults,
-      std::shared_ptr<rocksdb::FileSystem> target = rocksdb::FileSystem::Default());
+  explicit FaultFileSystem(FaultInjectionEnv* faults, std::shared_ptr<rocksdb::FileSystem> target =
+                                                          rocksdb::FileSystem::Default());
   ~FaultFileSystem() override;
 
   static const char* kClassName() { return "KvtierFaultFileSystem"; }
   const char* Name() const override { return kClassName(); }
 
-  rocksdb::IOStatus NewSequentialFile(const std::string& fname,
-                                      const rocksdb::FileOptions& options,
+  rocksdb::IOStatus NewSequentialFile(const std::string& fname, const rocksdb::FileOptions& options,
                                       std::unique_ptr<rocksdb::FSSequentialFile>* result,
                                       rocksdb::IODebugContext* dbg) override;
   rocksdb::IOStatus NewRandomAccessFile(const std::string& fname,
                                         const rocksdb::FileOptions& options,
                                         std::unique_ptr<rocksdb::FSRandomAccessFile>* result,
                                         rocksdb::IODebugContext* dbg) override;
-  rocksdb::IOStatus NewWritableFile(const std::string& fname,
-                                    const rocksdb::FileOptions& options,
+  rocksdb::IOStatus NewWritableFile(const std::string& fname, const rocksdb::FileOptions& options,
                                     std::unique_ptr<rocksdb::FSWritableFile>* result,
                                     rocksdb::IODebugContext* dbg) override;
   rocksdb::IOStatus ReopenWritableFile(const std::string& fname,
@@ -79,8 +76,7 @@ class FaultFileSystem final : public rocksdb::FileSystemWrapper,
                                       const rocksdb::FileOptions& options,
                                       std::unique_ptr<rocksdb::FSWritableFile>* result,
                                       rocksdb::IODebugContext* dbg) override;
-  rocksdb::IOStatus NewRandomRWFile(const std::string& fname,
-                                    const rocksdb::FileOptions& options,
+  rocksdb::IOStatus NewRandomRWFile(const std::string& fname, const rocksdb::FileOptions& options,
                                     std::unique_ptr<rocksdb::FSRandomRWFile>* result,
                                     rocksdb::IODebugContext* dbg) override;
   rocksdb::IOStatus NewDirectory(const std::string& name, const rocksdb::IOOptions& options,

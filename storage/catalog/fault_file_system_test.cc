@@ -73,16 +73,16 @@ TEST_F(FaultFileSystemTest, RenamesFollowTheirDirectory) {
   WriteSynced("CURRENT", "MANIFEST-000001\n", /*dir_sync=*/true);
   // Replacing an existing name keeps the new contents (CURRENT's protocol).
   WriteSynced("000002.dbtmp", "MANIFEST-000002\n", /*dir_sync=*/false);
-  ASSERT_TRUE(fs_->RenameFile(dir_.File("000002.dbtmp"), dir_.File("CURRENT"), IOOptions(),
-                              nullptr).ok());
+  ASSERT_TRUE(
+      fs_->RenameFile(dir_.File("000002.dbtmp"), dir_.File("CURRENT"), IOOptions(), nullptr).ok());
   // A new name needs a directory sync: one renamed file gets it, one not.
   WriteSynced("a.tmp", "kept", /*dir_sync=*/false);
-  ASSERT_TRUE(fs_->RenameFile(dir_.File("a.tmp"), dir_.File("OPTIONS-1"), IOOptions(), nullptr)
-                  .ok());
+  ASSERT_TRUE(
+      fs_->RenameFile(dir_.File("a.tmp"), dir_.File("OPTIONS-1"), IOOptions(), nullptr).ok());
   ASSERT_TRUE(SyncDir().ok());
   WriteSynced("b.tmp", "lost", /*dir_sync=*/true);
-  ASSERT_TRUE(fs_->RenameFile(dir_.File("b.tmp"), dir_.File("OPTIONS-2"), IOOptions(), nullptr)
-                  .ok());
+  ASSERT_TRUE(
+      fs_->RenameFile(dir_.File("b.tmp"), dir_.File("OPTIONS-2"), IOOptions(), nullptr).ok());
 
   ASSERT_TRUE(env_.DropUnsyncedData().ok());
   EXPECT_EQ(Contents(dir_.File("CURRENT")), "MANIFEST-000002\n");
@@ -123,8 +123,8 @@ TEST_F(FaultFileSystemTest, KnobsFailAppendsSyncsReadsAndCreation) {
   env_.SetNoSpace(true);
   EXPECT_TRUE(file->Append("x", IOOptions(), nullptr).IsNoSpace());
   std::unique_ptr<rocksdb::FSWritableFile> other;
-  EXPECT_TRUE(fs_->NewWritableFile(dir_.File("new.sst"), FileOptions(), &other, nullptr)
-                  .IsNoSpace());
+  EXPECT_TRUE(
+      fs_->NewWritableFile(dir_.File("new.sst"), FileOptions(), &other, nullptr).IsNoSpace());
   EXPECT_FALSE(Exists(dir_.File("new.sst")));
   env_.SetNoSpace(false);
 
@@ -144,8 +144,7 @@ TEST_F(FaultFileSystemTest, KnobsFailAppendsSyncsReadsAndCreation) {
   Slice result;
   EXPECT_TRUE(reader->Read(0, 4, IOOptions(), &result, scratch, nullptr).IsIOError());
   std::unique_ptr<rocksdb::FSSequentialFile> sequential;
-  ASSERT_TRUE(fs_->NewSequentialFile(dir_.File("f.log"), FileOptions(), &sequential, nullptr)
-                  .ok());
+  ASSERT_TRUE(fs_->NewSequentialFile(dir_.File("f.log"), FileOptions(), &sequential, nullptr).ok());
   EXPECT_TRUE(sequential->Read(4, IOOptions(), &result, scratch, nullptr).IsIOError());
   env_.SetReadErrorOneIn(0);
   ASSERT_TRUE(reader->Read(0, 4, IOOptions(), &result, scratch, nullptr).ok());
@@ -173,8 +172,7 @@ TEST_F(FaultFileSystemTest, SyncKnobFailsBlockFileSyncsToo) {
 TEST_F(FaultFileSystemTest, CallsOutsideTheSimulationAreRefused) {
   std::unique_ptr<rocksdb::FSRandomRWFile> rw;
   EXPECT_TRUE(fs_->NewRandomRWFile(dir_.File("rw"), FileOptions(), &rw, nullptr).IsNotSupported());
-  EXPECT_TRUE(fs_->LinkFile(dir_.File("a"), dir_.File("b"), IOOptions(), nullptr)
-                  .IsNotSupported());
+  EXPECT_TRUE(fs_->LinkFile(dir_.File("a"), dir_.File("b"), IOOptions(), nullptr).IsNotSupported());
 }
 
 }  // namespace

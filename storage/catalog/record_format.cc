@@ -414,9 +414,9 @@ absl::StatusOr<ContextVersionKey> DecodeContextVersionKey(absl::string_view byte
   ContextVersionKey key;
   uint8_t tag = 0;
   uint64_t version = 0;
-  if (!r.GetU8(&tag) || tag != kContextVersionKeyTag || !GetScope(&r, &key.tenant,
-                                                                   &key.profile_id) ||
-      !r.GetShortBytes(&key.context_key) || key.context_key.empty() || r.remaining() != 4) {
+  if (!r.GetU8(&tag) || tag != kContextVersionKeyTag ||
+      !GetScope(&r, &key.tenant, &key.profile_id) || !r.GetShortBytes(&key.context_key) ||
+      key.context_key.empty() || r.remaining() != 4) {
     return Loss("context version key", absl::StrCat(bytes.size(), " bytes"));
   }
   for (int i = 0; i < 4; ++i) {
@@ -455,8 +455,8 @@ absl::StatusOr<ContextVersionRecord> DecodeContextVersionRecord(absl::string_vie
   uint32_t retention = 0, count = 0;
   uint8_t flags = 0;
   if (!r.GetU32(&v.version) || !r.GetShortBytes(&v.context_key) || !r.GetU32(&v.tokens) ||
-      !r.GetU32(&retention) || !r.GetU8(&v.importance) || !r.GetU8(&v.merge) ||
-      !r.GetU8(&v.bias) || !r.GetU64(&v.created_unix_ms) || !r.GetU8(&flags)) {
+      !r.GetU32(&retention) || !r.GetU8(&v.importance) || !r.GetU8(&v.merge) || !r.GetU8(&v.bias) ||
+      !r.GetU64(&v.created_unix_ms) || !r.GetU8(&flags)) {
     return Loss(kWhat, "truncated");
   }
   if (flags > 1) return Loss(kWhat, absl::StrCat("unknown flags ", static_cast<int>(flags)));

@@ -8,24 +8,23 @@ namespace {
 
 absl::Status CheckTenant(const std::string& tenant) {
   if (tenant.size() > kMaxTenantBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("tenant has ", tenant.size(),
-                                                   " bytes; at most ", kMaxTenantBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant has ", tenant.size(), " bytes; at most ", kMaxTenantBytes));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckBlockId(const std::string& block_id, absl::string_view field) {
   if (block_id.empty() || block_id.size() > kMaxBlockIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " must have 1..", kMaxBlockIdBytes,
-                                                   " bytes, has ", block_id.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " must have 1..", kMaxBlockIdBytes, " bytes, has ", block_id.size()));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckRange(absl::string_view field, uint64_t value, uint64_t max) {
   if (value == 0 || value > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " must be in 1..", max, ", got ", value));
+    return absl::InvalidArgumentError(absl::StrCat(field, " must be in 1..", max, ", got ", value));
   }
   return absl::OkStatus();
 }
@@ -41,8 +40,8 @@ absl::Status ValidateBlockKey(const BlockKey& key) {
 absl::Status ValidateBlockRecord(const BlockRecord& record) {
   KVTIER_RETURN_IF_ERROR(CheckRange("size_bytes", record.size_bytes, kMaxBlockBytes));
   if (record.summary.size() > kMaxSummaryBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "summary has ", record.summary.size(), " bytes; at most ", kMaxSummaryBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary has ", record.summary.size(), " bytes; at most ", kMaxSummaryBytes));
   }
   if (record.durable && !record.nvme.has_value()) {
     return absl::InvalidArgumentError("durable block record without an nvme location");
@@ -70,14 +69,12 @@ uint32_t DtypeBytes(KvDtype dtype) {
 
 absl::Status ValidateProfile(const ModelProfile& profile) {
   if (profile.name.empty() || profile.name.size() > kMaxProfileNameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("profile name must have 1..",
-                                                   kMaxProfileNameBytes, " bytes, has ",
-                                                   profile.name.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile name must have 1..", kMaxProfileNameBytes, " bytes, has ", profile.name.size()));
   }
   if (profile.revision.size() > kMaxProfileRevisionBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("profile revision has ",
-                                                   profile.revision.size(), " bytes; at most ",
-                                                   kMaxProfileRevisionBytes));
+    return absl::InvalidArgumentError(absl::StrCat("profile revision has ", profile.revision.size(),
+                                                   " bytes; at most ", kMaxProfileRevisionBytes));
   }
   KVTIER_RETURN_IF_ERROR(CheckRange("layers", profile.layers, kMaxLayers));
   KVTIER_RETURN_IF_ERROR(CheckRange("kv_heads", profile.kv_heads, kMaxKvHeads));
@@ -104,8 +101,8 @@ absl::Status ValidateProfile(const ModelProfile& profile) {
   // With the limits above the product is below 2^48: no overflow.
   const uint64_t block_bytes = BlockSizeBytes(profile);
   if (block_bytes > kMaxBlockBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("block size ", block_bytes,
-                                                   " bytes exceeds ", kMaxBlockBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("block size ", block_bytes, " bytes exceeds ", kMaxBlockBytes));
   }
   return absl::OkStatus();
 }
@@ -126,9 +123,8 @@ absl::Status ValidateContextKey(const ContextKey& key) {
   KVTIER_RETURN_IF_ERROR(CheckTenant(key.tenant));
   if (key.profile_id == 0) return absl::InvalidArgumentError("profile_id must not be 0");
   if (key.context_id.empty() || key.context_id.size() > kMaxContextIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("context_id must have 1..",
-                                                   kMaxContextIdBytes, " bytes, has ",
-                                                   key.context_id.size()));
+    return absl::InvalidArgumentError(absl::StrCat("context_id must have 1..", kMaxContextIdBytes,
+                                                   " bytes, has ", key.context_id.size()));
   }
   return absl::OkStatus();
 }
@@ -154,13 +150,12 @@ absl::Status ValidateContextRecord(const ContextRecord& record) {
 
 absl::Status ValidateContextVersionRecord(const ContextVersionRecord& record) {
   if (record.context_key.empty() || record.context_key.size() > kMaxContextKeyBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("context version context_key must be 1..", kMaxContextKeyBytes,
-                     " bytes, got ", record.context_key.size()));
+    return absl::InvalidArgumentError(absl::StrCat("context version context_key must be 1..",
+                                                   kMaxContextKeyBytes, " bytes, got ",
+                                                   record.context_key.size()));
   }
   if (record.block_ids.size() > kMaxContextBlocks) {
-    return absl::InvalidArgumentError(absl::StrCat("context version has ",
-                                                   record.block_ids.size(),
+    return absl::InvalidArgumentError(absl::StrCat("context version has ", record.block_ids.size(),
                                                    " block_ids; at most ", kMaxContextBlocks));
   }
   for (const std::string& id : record.block_ids) {
@@ -170,10 +165,10 @@ absl::Status ValidateContextVersionRecord(const ContextVersionRecord& record) {
 }
 
 absl::Status ValidateCompactedSlotsRecord(const CompactedSlotsRecord& record) {
-  for (const auto& [name, size] : {std::pair<const char*, size_t>{"positions",
-                                                                   record.positions.size()},
-                                   {"logit_bias", record.logit_bias.size()},
-                                   {"merged", record.merged.size()}}) {
+  for (const auto& [name, size] :
+       {std::pair<const char*, size_t>{"positions", record.positions.size()},
+        {"logit_bias", record.logit_bias.size()},
+        {"merged", record.merged.size()}}) {
     if (size > kMaxCompactedSlots) {
       return absl::InvalidArgumentError(absl::StrCat("compacted slots ", name, " has ", size,
                                                      " entries; at most ", kMaxCompactedSlots));

@@ -148,8 +148,8 @@ inline constexpr size_t kMaxContextKeyBytes = 64;      // context_key, 1..64
 inline constexpr size_t kMaxCompactedSlots = 1 << 20;  // entries per slot array
 
 struct ContextVersionRecord {
-  uint32_t version = 0;     // 0 = the original blocks, n = compacted
-  std::string context_key;  // 1..kMaxContextKeyBytes
+  uint32_t version = 0;                // 0 = the original blocks, n = compacted
+  std::string context_key;             // 1..kMaxContextKeyBytes
   std::vector<std::string> block_ids;  // 0..kMaxContextBlocks, in slot order
   uint32_t tokens = 0;
   float retention = 0;

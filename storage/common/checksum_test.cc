@@ -34,9 +34,8 @@ TEST(ChecksumTest, CopyWithChecksumCopiesAndHashesAtEverySize) {
   std::mt19937_64 rng(2);
   std::vector<uint8_t> src((2 << 20) + 64);
   for (uint8_t& b : src) b = static_cast<uint8_t>(rng());
-  for (size_t size : {size_t{0}, size_t{1}, size_t{240}, size_t{32 << 10},
-                      size_t{(32 << 10) + 1}, size_t{(64 << 10) - 7}, size_t{256 << 10},
-                      size_t{(2 << 20) + 5}}) {
+  for (size_t size : {size_t{0}, size_t{1}, size_t{240}, size_t{32 << 10}, size_t{(32 << 10) + 1},
+                      size_t{(64 << 10) - 7}, size_t{256 << 10}, size_t{(2 << 20) + 5}}) {
     for (size_t offset : {size_t{0}, size_t{3}}) {
       const uint8_t* p = src.data() + offset;
       std::vector<uint8_t> dst(size + 1, 0xA5);
@@ -63,8 +62,7 @@ TEST(ChecksumTest, GatherWithChecksumEqualsOneCopyOfTheConcatenation) {
       pieces.emplace_back(src.data() + at[i], at[i + 1] - at[i]);
     }
     std::vector<uint8_t> dst(src.size() + 1, 0xA5);
-    EXPECT_EQ(GatherWithChecksum(pieces, dst.data()), XXH3_64bits(src.data(), src.size()))
-        << cuts;
+    EXPECT_EQ(GatherWithChecksum(pieces, dst.data()), XXH3_64bits(src.data(), src.size())) << cuts;
     EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << cuts;
     EXPECT_EQ(dst[src.size()], 0xA5);
   }

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <string>
 
-
 namespace kvtier {
 
 absl::Status ErrnoToStatus(int err, std::string_view context) {

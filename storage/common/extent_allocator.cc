@@ -6,8 +6,7 @@
 namespace kvtier {
 
 ExtentAllocator::ExtentAllocator(uint64_t capacity_bytes, uint64_t alignment_bytes)
-    : alignment_bytes_(alignment_bytes),
-      capacity_bytes_(capacity_bytes & ~(alignment_bytes - 1)) {
+    : alignment_bytes_(alignment_bytes), capacity_bytes_(capacity_bytes & ~(alignment_bytes - 1)) {
   assert(alignment_bytes != 0 && (alignment_bytes & (alignment_bytes - 1)) == 0);
   if (capacity_bytes_ > 0) InsertFree(0, capacity_bytes_);
 }

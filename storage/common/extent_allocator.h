@@ -57,7 +57,7 @@ class ExtentAllocator {
   const uint64_t alignment_bytes_;
   const uint64_t capacity_bytes_;
   uint64_t used_bytes_ = 0;
-  std::map<uint64_t, uint64_t> free_by_offset_;            // offset -> length
+  std::map<uint64_t, uint64_t> free_by_offset_;             // offset -> length
   std::set<std::pair<uint64_t, uint64_t>> free_by_length_;  // (length, offset)
 };
 

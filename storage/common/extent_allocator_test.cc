@@ -41,9 +41,9 @@ TEST(ExtentAllocatorTest, CoalescesNeighbours) {
 TEST(ExtentAllocatorTest, ReserveRebuildsState) {
   ExtentAllocator a(8 * 512, 512);
   EXPECT_TRUE(a.Reserve(1024, 512));
-  EXPECT_FALSE(a.Reserve(1024, 512));  // already used
-  EXPECT_FALSE(a.Reserve(100, 512));   // unaligned
-  EXPECT_FALSE(a.Reserve(3584, 1024)); // past the end
+  EXPECT_FALSE(a.Reserve(1024, 512));   // already used
+  EXPECT_FALSE(a.Reserve(100, 512));    // unaligned
+  EXPECT_FALSE(a.Reserve(3584, 1024));  // past the end
   EXPECT_EQ(a.used_bytes(), 512u);
   auto off = a.Allocate(512);
   ASSERT_TRUE(off.has_value());

@@ -17,11 +17,9 @@ absl::StatusOr<AlignedBuffer> AlignedBuffer::Allocate(uint64_t size_bytes) {
   const uint64_t rounded = RoundUpToDirectIo(size_bytes);
   // mmap gives page-aligned, zeroed memory that is never shared with the
   // malloc heap, which suits memory pinned by io_uring registration.
-  void* data = mmap(nullptr, rounded, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* data = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (data == MAP_FAILED) {
-    return ErrnoToStatus(errno,
-                         absl::StrCat("mmap of ", rounded, " aligned bytes"));
+    return ErrnoToStatus(errno, absl::StrCat("mmap of ", rounded, " aligned bytes"));
   }
   return AlignedBuffer(static_cast<uint8_t*>(data), rounded);
 }
@@ -47,22 +45,18 @@ absl::StatusOr<std::unique_ptr<AlignedBufferPool>> AlignedBufferPool::Create(
     uint64_t capacity_bytes) {
   absl::StatusOr<AlignedBuffer> buffer = AlignedBuffer::Allocate(capacity_bytes);
   if (!buffer.ok()) return buffer.status();
-  return std::unique_ptr<AlignedBufferPool>(
-      new AlignedBufferPool(std::move(buffer).value()));
+  return std::unique_ptr<AlignedBufferPool>(new AlignedBufferPool(std::move(buffer).value()));
 }
 
 AlignedBufferPool::AlignedBufferPool(AlignedBuffer buffer)
-    : buffer_(std::move(buffer)),
-      allocator_(buffer_.size(), kDirectIoAlignmentBytes) {}
+    : buffer_(std::move(buffer)), allocator_(buffer_.size(), kDirectIoAlignmentBytes) {}
 
-std::optional<absl::Span<uint8_t>> AlignedBufferPool::TryAcquire(
-    uint64_t size_bytes) {
+std::optional<absl::Span<uint8_t>> AlignedBufferPool::TryAcquire(uint64_t size_bytes) {
   if (size_bytes == 0 || size_bytes > buffer_.size()) return std::nullopt;
   absl::MutexLock lock(&mu_);
   std::optional<uint64_t> offset = allocator_.Allocate(size_bytes);
   if (!offset.has_value()) return std::nullopt;
-  return absl::Span<uint8_t>(buffer_.data() + *offset,
-                             RoundUpToDirectIo(size_bytes));
+  return absl::Span<uint8_t>(buffer_.data() + *offset, RoundUpToDirectIo(size_bytes));
 }
 
 absl::Span<uint8_t> AlignedBufferPool::Acquire(uint64_t size_bytes) {
@@ -83,15 +77,13 @@ absl::Span<uint8_t> AlignedBufferPool::Acquire(uint64_t size_bytes) {
 void AlignedBufferPool::Release(absl::Span<uint8_t> slice) {
   if (slice.empty()) return;
   absl::MutexLock lock(&mu_);
-  allocator_.Free(static_cast<uint64_t>(slice.data() - buffer_.data()),
-                  slice.size());
+  allocator_.Free(static_cast<uint64_t>(slice.data() - buffer_.data()), slice.size());
 }
 
 bool AlignedBufferPool::Contains(const void* data, uint64_t size_bytes) const {
   const auto* begin = static_cast<const uint8_t*>(data);
   return begin >= buffer_.data() && size_bytes <= buffer_.size() &&
-         begin - buffer_.data() <=
-             static_cast<ptrdiff_t>(buffer_.size() - size_bytes);
+         begin - buffer_.data() <= static_cast<ptrdiff_t>(buffer_.size() - size_bytes);
 }
 
 uint64_t AlignedBufferPool::used_bytes() const {

@@ -23,8 +23,7 @@ namespace kvtier {
 
 // Rounds up to a multiple of kDirectIoAlignmentBytes.
 inline uint64_t RoundUpToDirectIo(uint64_t size_bytes) {
-  return (size_bytes + kDirectIoAlignmentBytes - 1) &
-         ~(kDirectIoAlignmentBytes - 1);
+  return (size_bytes + kDirectIoAlignmentBytes - 1) & ~(kDirectIoAlignmentBytes - 1);
 }
 
 // True when address and size both satisfy O_DIRECT alignment.
@@ -53,8 +52,7 @@ class AlignedBuffer {
   absl::Span<uint8_t> span() const { return {data_, size_bytes_}; }
 
  private:
-  AlignedBuffer(uint8_t* data, uint64_t size_bytes)
-      : data_(data), size_bytes_(size_bytes) {}
+  AlignedBuffer(uint8_t* data, uint64_t size_bytes) : data_(data), size_bytes_(size_bytes) {}
 
   uint8_t* data_ = nullptr;
   uint64_t size_bytes_ = 0;
@@ -67,8 +65,7 @@ class AlignedBuffer {
 class AlignedBufferPool {
  public:
   // capacity_bytes is rounded up to 4 KiB.
-  static absl::StatusOr<std::unique_ptr<AlignedBufferPool>> Create(
-      uint64_t capacity_bytes);
+  static absl::StatusOr<std::unique_ptr<AlignedBufferPool>> Create(uint64_t capacity_bytes);
 
   AlignedBufferPool(const AlignedBufferPool&) = delete;
   AlignedBufferPool& operator=(const AlignedBufferPool&) = delete;

@@ -26,8 +26,7 @@ TEST(AlignedBufferTest, AllocatesAlignedZeroedRoundedMemory) {
 }
 
 TEST(AlignedBufferTest, ZeroSizeIsInvalid) {
-  EXPECT_EQ(AlignedBuffer::Allocate(0).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(AlignedBuffer::Allocate(0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(AlignedBufferPoolTest, AcquireReleaseAndContains) {

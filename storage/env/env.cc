@@ -25,12 +25,10 @@ const char* OpName(IoOp op) {
 absl::Status IoErrorToStatus(int err, const IoRequest& request) {
   const std::string& path =
       request.file != nullptr ? request.file->path() : std::string("<no file>");
-  std::string context =
-      request.op == IoOp::kSync
-          ? absl::StrCat(OpName(request.op), " ", path)
-          : absl::StrCat(OpName(request.op), " ", path,
-                         " offset=", request.offset,
-                         " length=", request.length);
+  std::string context = request.op == IoOp::kSync
+                            ? absl::StrCat(OpName(request.op), " ", path)
+                            : absl::StrCat(OpName(request.op), " ", path,
+                                           " offset=", request.offset, " length=", request.length);
   return ErrnoToStatus(err, context);
 }
 

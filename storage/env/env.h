@@ -70,8 +70,7 @@ class BlockFile {
   // IoQueue). Both transfer exactly buffer.size() bytes or fail; reading
   // past the end is OUT_OF_RANGE. Thread-safe.
   virtual absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> buffer) = 0;
-  virtual absl::Status WriteAt(uint64_t offset,
-                               absl::Span<const uint8_t> data) = 0;
+  virtual absl::Status WriteAt(uint64_t offset, absl::Span<const uint8_t> data) = 0;
   // fdatasync. Data written before the call is durable once it returns OK.
   virtual absl::Status Sync() = 0;
 };
@@ -144,8 +143,7 @@ class IoQueue {
   // region use it. May be called once, before the first Enqueue. On failure
   // (e.g. RLIMIT_MEMLOCK) nothing is registered and requests use ordinary
   // buffers; the caller decides whether that is acceptable.
-  virtual absl::Status RegisterBuffers(
-      absl::Span<const absl::Span<uint8_t>> regions) = 0;
+  virtual absl::Status RegisterBuffers(absl::Span<const absl::Span<uint8_t>> regions) = 0;
   virtual bool has_registered_buffers() const = 0;
 
   // Adds a request. Precondition: in_flight() < depth(). Invalid requests
@@ -189,12 +187,10 @@ class Env {
   virtual absl::Status DeleteDir(const std::string& path) = 0;
   // Names (not paths) of the entries of a directory, sorted, without "."
   // and "..".
-  virtual absl::StatusOr<std::vector<std::string>> ListDir(
-      const std::string& path) = 0;
+  virtual absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) = 0;
   virtual absl::Status DeleteFile(const std::string& path) = 0;
   // Atomically replaces `to` if it exists (rename(2)).
-  virtual absl::Status RenameFile(const std::string& from,
-                                  const std::string& to) = 0;
+  virtual absl::Status RenameFile(const std::string& from, const std::string& to) = 0;
   // true / false, or an error other than "does not exist" (e.g. EACCES).
   virtual absl::StatusOr<bool> FileExists(const std::string& path) = 0;
   virtual absl::StatusOr<uint64_t> GetFileSize(const std::string& path) = 0;
@@ -213,8 +209,7 @@ class Env {
   // Creates an I/O queue for block files opened by this Env. Fails with
   // FAILED_PRECONDITION when the kernel refuses (no io_uring, seccomp,
   // kernel.io_uring_disabled); there is no silent fallback.
-  virtual absl::StatusOr<std::unique_ptr<IoQueue>> NewIoQueue(
-      const IoQueueOptions& options) = 0;
+  virtual absl::StatusOr<std::unique_ptr<IoQueue>> NewIoQueue(const IoQueueOptions& options) = 0;
 
   // Monotonic clock (never goes back), microseconds since an arbitrary
   // epoch. Use for durations and deadlines.
@@ -235,18 +230,12 @@ class EnvWrapper : public Env {
   absl::Status CreateDir(const std::string& path, bool recursive) override {
     return target_->CreateDir(path, recursive);
   }
-  absl::Status DeleteDir(const std::string& path) override {
-    return target_->DeleteDir(path);
-  }
-  absl::StatusOr<std::vector<std::string>> ListDir(
-      const std::string& path) override {
+  absl::Status DeleteDir(const std::string& path) override { return target_->DeleteDir(path); }
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override {
     return target_->ListDir(path);
   }
-  absl::Status DeleteFile(const std::string& path) override {
-    return target_->DeleteFile(path);
-  }
-  absl::Status RenameFile(const std::string& from,
-                          const std::string& to) override {
+  absl::Status DeleteFile(const std::string& path) override { return target_->DeleteFile(path); }
+  absl::Status RenameFile(const std::string& from, const std::string& to) override {
     return target_->RenameFile(from, to);
   }
   absl::StatusOr<bool> FileExists(const std::string& path) override {
@@ -255,22 +244,17 @@ class EnvWrapper : public Env {
   absl::StatusOr<uint64_t> GetFileSize(const std::string& path) override {
     return target_->GetFileSize(path);
   }
-  absl::Status SyncDir(const std::string& path) override {
-    return target_->SyncDir(path);
-  }
+  absl::Status SyncDir(const std::string& path) override { return target_->SyncDir(path); }
   absl::StatusOr<std::unique_ptr<BlockFile>> OpenBlockFile(
       const std::string& path, const BlockFileOptions& options) override {
     return target_->OpenBlockFile(path, options);
   }
-  absl::StatusOr<std::unique_ptr<IoQueue>> NewIoQueue(
-      const IoQueueOptions& options) override {
+  absl::StatusOr<std::unique_ptr<IoQueue>> NewIoQueue(const IoQueueOptions& options) override {
     return target_->NewIoQueue(options);
   }
   uint64_t NowMicros() override { return target_->NowMicros(); }
   uint64_t WallMicros() override { return target_->WallMicros(); }
-  void SleepForMicros(uint64_t micros) override {
-    target_->SleepForMicros(micros);
-  }
+  void SleepForMicros(uint64_t micros) override { target_->SleepForMicros(micros); }
 
  private:
   Env* const target_;

@@ -34,15 +34,13 @@ class FaultInjectionEnv::FaultBlockFile final : public BlockFile {
     return base_->ReadAt(offset, buffer);
   }
 
-  absl::Status WriteAt(uint64_t offset,
-                       absl::Span<const uint8_t> data) override {
+  absl::Status WriteAt(uint64_t offset, absl::Span<const uint8_t> data) override {
     const Fault fault = env_->ChooseFault(IoOp::kWrite);
     if (fault != Fault::kNone) {
       return ErrnoToStatus(fault == Fault::kNoSpace ? ENOSPC : EIO,
                            absl::StrCat("pwrite ", path(), " offset=", offset));
     }
-    KVTIER_ASSIGN_OR_RETURN(uint64_t id,
-                            env_->SaveOldBytes(*base_, offset, data.size()));
+    KVTIER_ASSIGN_OR_RETURN(uint64_t id, env_->SaveOldBytes(*base_, offset, data.size()));
     absl::Status status = base_->WriteAt(offset, data);
     env_->MarkWriteCompleted(path(), id, status.ok());
     return status;
@@ -74,13 +72,10 @@ class FaultInjectionEnv::FaultIoQueue final : public IoQueue {
   uint32_t in_flight() const override {
     return base_->in_flight() + static_cast<uint32_t>(failed_.size());
   }
-  absl::Status RegisterBuffers(
-      absl::Span<const absl::Span<uint8_t>> regions) override {
+  absl::Status RegisterBuffers(absl::Span<const absl::Span<uint8_t>> regions) override {
     return base_->RegisterBuffers(regions);
   }
-  bool has_registered_buffers() const override {
-    return base_->has_registered_buffers();
-  }
+  bool has_registered_buffers() const override { return base_->has_registered_buffers(); }
   void Wake() override { base_->Wake(); }
   IoQueueStats stats() const override { return base_->stats(); }
 
@@ -130,8 +125,7 @@ class FaultInjectionEnv::FaultIoQueue final : public IoQueue {
       pending_.erase(it);
       request->file = pending.file;
       if (request->op == IoOp::kWrite) {
-        env_->MarkWriteCompleted(pending.file->path(), pending.number,
-                                 request->status.ok());
+        env_->MarkWriteCompleted(pending.file->path(), pending.number, request->status.ok());
       } else if (request->op == IoOp::kSync && request->status.ok()) {
         env_->ForgetSynced(pending.file->path(), pending.number);
       }
@@ -165,8 +159,7 @@ constexpr uint64_t kSlowIoSeedSalt = 0x9e3779b97f4a7c15ull;
 FaultInjectionEnv::FaultInjectionEnv(Env* target, uint64_t seed)
     : EnvWrapper(target), rng_(seed), slow_rng_(seed ^ kSlowIoSeedSalt) {}
 
-absl::Status FaultInjectionEnv::CreateDir(const std::string& path,
-                                          bool recursive) {
+absl::Status FaultInjectionEnv::CreateDir(const std::string& path, bool recursive) {
   bool no_space;
   {
     absl::MutexLock lock(&mu_);
@@ -194,20 +187,17 @@ absl::StatusOr<std::unique_ptr<BlockFile>> FaultInjectionEnv::OpenBlockFile(
       KVTIER_ASSIGN_OR_RETURN(size_bytes, target()->GetFileSize(path));
     }
     if ((!exists && options.create_if_missing) || (exists && size_bytes == 0)) {
-      return ErrnoToStatus(
-          ENOSPC, absl::StrCat("fallocate ", options.size_bytes, " bytes for ",
-                               path));
+      return ErrnoToStatus(ENOSPC,
+                           absl::StrCat("fallocate ", options.size_bytes, " bytes for ", path));
     }
   }
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockFile> base,
-                          target()->OpenBlockFile(path, options));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockFile> base, target()->OpenBlockFile(path, options));
   return std::unique_ptr<BlockFile>(new FaultBlockFile(this, std::move(base)));
 }
 
 absl::StatusOr<std::unique_ptr<IoQueue>> FaultInjectionEnv::NewIoQueue(
     const IoQueueOptions& options) {
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> base,
-                          target()->NewIoQueue(options));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> base, target()->NewIoQueue(options));
   return std::unique_ptr<IoQueue>(new FaultIoQueue(this, std::move(base)));
 }
 
@@ -289,11 +279,9 @@ FaultInjectionEnv::Fault FaultInjectionEnv::ChooseLocked(FileOp op) {
   return Fault::kNone;
 }
 
-absl::StatusOr<uint64_t> FaultInjectionEnv::SaveOldBytes(BlockFile& file,
-                                                         uint64_t offset,
+absl::StatusOr<uint64_t> FaultInjectionEnv::SaveOldBytes(BlockFile& file, uint64_t offset,
                                                          uint64_t length) {
-  if (length == 0 || offset > file.size_bytes() ||
-      length > file.size_bytes() - offset) {
+  if (length == 0 || offset > file.size_bytes() || length > file.size_bytes() - offset) {
     return 0;  // The real write fails its own validation.
   }
   UndoRecord record;
@@ -301,8 +289,7 @@ absl::StatusOr<uint64_t> FaultInjectionEnv::SaveOldBytes(BlockFile& file,
   record.old_bytes.resize(length);
   if (file.direct_io()) {
     KVTIER_ASSIGN_OR_RETURN(AlignedBuffer bounce, AlignedBuffer::Allocate(length));
-    KVTIER_RETURN_IF_ERROR(
-        file.ReadAt(offset, bounce.span().subspan(0, length)));
+    KVTIER_RETURN_IF_ERROR(file.ReadAt(offset, bounce.span().subspan(0, length)));
     std::memcpy(record.old_bytes.data(), bounce.data(), length);
   } else {
     KVTIER_RETURN_IF_ERROR(file.ReadAt(offset, absl::MakeSpan(record.old_bytes)));
@@ -314,8 +301,7 @@ absl::StatusOr<uint64_t> FaultInjectionEnv::SaveOldBytes(BlockFile& file,
   return id;
 }
 
-void FaultInjectionEnv::MarkWriteCompleted(const std::string& path,
-                                           uint64_t id, bool ok) {
+void FaultInjectionEnv::MarkWriteCompleted(const std::string& path, uint64_t id, bool ok) {
   if (id == 0) return;
   absl::MutexLock lock(&mu_);
   auto it = files_.find(path);
@@ -332,8 +318,7 @@ uint64_t FaultInjectionEnv::NextSeq() {
   return ++seq_;
 }
 
-void FaultInjectionEnv::ForgetSynced(const std::string& path,
-                                     uint64_t sync_seq) {
+void FaultInjectionEnv::ForgetSynced(const std::string& path, uint64_t sync_seq) {
   absl::MutexLock lock(&mu_);
   auto it = files_.find(path);
   if (it == files_.end()) return;
@@ -367,8 +352,7 @@ absl::Status FaultInjectionEnv::RestoreBlockFiles() {
                             target()->OpenBlockFile(path, options));
     // Newest first, so overlapping writes unwind to the oldest contents.
     for (auto it = state.undo.rbegin(); it != state.undo.rend(); ++it) {
-      KVTIER_RETURN_IF_ERROR(
-          file->WriteAt(it->offset, absl::MakeConstSpan(it->old_bytes)));
+      KVTIER_RETURN_IF_ERROR(file->WriteAt(it->offset, absl::MakeConstSpan(it->old_bytes)));
     }
     KVTIER_RETURN_IF_ERROR(file->Sync());
   }
@@ -495,8 +479,7 @@ uint64_t FaultInjectionEnv::WallMicros() {
   {
     absl::MutexLock lock(&mu_);
     if (manual_now_micros_.has_value()) {
-      return manual_wall_base_micros_ +
-             (*manual_now_micros_ - manual_start_micros_);
+      return manual_wall_base_micros_ + (*manual_now_micros_ - manual_start_micros_);
     }
   }
   return target()->WallMicros();
@@ -529,21 +512,18 @@ std::string ParentDir(const std::string& normal_path) {
 
 }  // namespace
 
-void FaultInjectionEnv::TrackFileCreated(FileRestorer* owner,
-                                         const std::string& path,
+void FaultInjectionEnv::TrackFileCreated(FileRestorer* owner, const std::string& path,
                                          bool existed) {
   const std::string key = NormalPath(path);
   absl::MutexLock lock(&mu_);
   auto it = tracked_.find(key);
   // A name created since the last directory sync stays undurable when the
   // file is recreated; a name that existed untracked was durable.
-  const bool name_durable =
-      it != tracked_.end() ? it->second.name_durable : existed;
+  const bool name_durable = it != tracked_.end() ? it->second.name_durable : existed;
   tracked_[key] = TrackedFile{owner, 0, name_durable};
 }
 
-void FaultInjectionEnv::TrackFileOpened(FileRestorer* owner,
-                                        const std::string& path,
+void FaultInjectionEnv::TrackFileOpened(FileRestorer* owner, const std::string& path,
                                         uint64_t size_bytes) {
   const std::string key = NormalPath(path);
   absl::MutexLock lock(&mu_);
@@ -551,15 +531,13 @@ void FaultInjectionEnv::TrackFileOpened(FileRestorer* owner,
   tracked_[key] = TrackedFile{owner, size_bytes, true};
 }
 
-void FaultInjectionEnv::TrackFileSynced(const std::string& path,
-                                        uint64_t synced_bytes) {
+void FaultInjectionEnv::TrackFileSynced(const std::string& path, uint64_t synced_bytes) {
   absl::MutexLock lock(&mu_);
   auto it = tracked_.find(NormalPath(path));
   if (it != tracked_.end()) it->second.synced_bytes = synced_bytes;
 }
 
-void FaultInjectionEnv::TrackFileTruncated(const std::string& path,
-                                           uint64_t size_bytes) {
+void FaultInjectionEnv::TrackFileTruncated(const std::string& path, uint64_t size_bytes) {
   absl::MutexLock lock(&mu_);
   auto it = tracked_.find(NormalPath(path));
   if (it != tracked_.end()) {
@@ -567,15 +545,13 @@ void FaultInjectionEnv::TrackFileTruncated(const std::string& path,
   }
 }
 
-void FaultInjectionEnv::TrackFileRenamed(const std::string& from,
-                                         const std::string& to,
+void FaultInjectionEnv::TrackFileRenamed(const std::string& from, const std::string& to,
                                          bool to_existed) {
   const std::string from_key = NormalPath(from);
   const std::string to_key = NormalPath(to);
   absl::MutexLock lock(&mu_);
   auto old_to = tracked_.find(to_key);
-  const bool to_name_durable =
-      old_to != tracked_.end() ? old_to->second.name_durable : to_existed;
+  const bool to_name_durable = old_to != tracked_.end() ? old_to->second.name_durable : to_existed;
   auto source = tracked_.find(from_key);
   if (source == tracked_.end()) {
     // Untracked contents (synced) under the new name.
@@ -603,8 +579,7 @@ void FaultInjectionEnv::TrackDirSynced(const std::string& dir) {
 
 void FaultInjectionEnv::UntrackFiles(FileRestorer* owner) {
   absl::MutexLock lock(&mu_);
-  std::erase_if(tracked_,
-                [owner](const auto& entry) { return entry.second.owner == owner; });
+  std::erase_if(tracked_, [owner](const auto& entry) { return entry.second.owner == owner; });
 }
 
 uint64_t FaultInjectionEnv::tracked_file_count() const {

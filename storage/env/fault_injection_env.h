@@ -82,8 +82,7 @@ class FaultInjectionEnv final : public EnvWrapper {
   absl::Status CreateDir(const std::string& path, bool recursive) override;
   absl::StatusOr<std::unique_ptr<BlockFile>> OpenBlockFile(
       const std::string& path, const BlockFileOptions& options) override;
-  absl::StatusOr<std::unique_ptr<IoQueue>> NewIoQueue(
-      const IoQueueOptions& options) override;
+  absl::StatusOr<std::unique_ptr<IoQueue>> NewIoQueue(const IoQueueOptions& options) override;
   uint64_t NowMicros() override;
   uint64_t WallMicros() override;
   void SleepForMicros(uint64_t micros) override;
@@ -148,8 +147,7 @@ class FaultInjectionEnv final : public EnvWrapper {
   class FileRestorer {
    public:
     // Shrinks `path` to size_bytes when it is longer.
-    virtual absl::Status TruncateFile(const std::string& path,
-                                      uint64_t size_bytes) = 0;
+    virtual absl::Status TruncateFile(const std::string& path, uint64_t size_bytes) = 0;
     virtual absl::Status RemoveFile(const std::string& path) = 0;
 
    protected:
@@ -163,19 +161,16 @@ class FaultInjectionEnv final : public EnvWrapper {
   // `path` was created empty or emptied by opening it for writing;
   // `existed`: its name was there before (its directory entry is durable
   // unless it was itself created since the last directory sync).
-  void TrackFileCreated(FileRestorer* owner, const std::string& path,
-                        bool existed);
+  void TrackFileCreated(FileRestorer* owner, const std::string& path, bool existed);
   // An existing file of size_bytes was opened for appending. A file not
   // tracked yet starts synced at that size.
-  void TrackFileOpened(FileRestorer* owner, const std::string& path,
-                       uint64_t size_bytes);
+  void TrackFileOpened(FileRestorer* owner, const std::string& path, uint64_t size_bytes);
   // A sync of `path` succeeded; its first synced_bytes bytes are durable.
   void TrackFileSynced(const std::string& path, uint64_t synced_bytes);
   // `path` was truncated to size_bytes.
   void TrackFileTruncated(const std::string& path, uint64_t size_bytes);
   // `from` was renamed to `to`; `to_existed`: `to` was there before.
-  void TrackFileRenamed(const std::string& from, const std::string& to,
-                        bool to_existed);
+  void TrackFileRenamed(const std::string& from, const std::string& to, bool to_existed);
   void TrackFileDeleted(const std::string& path);
   // A sync of directory `dir` succeeded: the names of its files are durable.
   void TrackDirSynced(const std::string& dir);
@@ -221,8 +216,7 @@ class FaultInjectionEnv final : public EnvWrapper {
 
   // Saves the bytes a write to `file` at [offset, offset + length) will
   // overwrite; returns the record id (0 when nothing needs saving).
-  absl::StatusOr<uint64_t> SaveOldBytes(BlockFile& file, uint64_t offset,
-                                        uint64_t length);
+  absl::StatusOr<uint64_t> SaveOldBytes(BlockFile& file, uint64_t offset, uint64_t length);
   void MarkWriteCompleted(const std::string& path, uint64_t id, bool ok);
   // Sequence number to pass to ForgetSynced once the sync succeeded.
   uint64_t NextSeq();

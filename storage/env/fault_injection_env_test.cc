@@ -129,8 +129,7 @@ TEST_F(FaultInjectionEnvTest, OneInNErrorsFailWithoutTransferringBytes) {
 
 TEST_F(FaultInjectionEnvTest, NoSpaceFailsWritesAndCreation) {
   env_.SetNoSpace(true);
-  EXPECT_EQ(Run(IoOp::kWrite, 0, 4096).code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Run(IoOp::kWrite, 0, 4096).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(Run(IoOp::kRead, 0, 4096).ok());
   EXPECT_EQ(env_.no_space_fault_count(), 1u);
   EXPECT_EQ(env_.injected_error_count(), 0u) << "ENOSPC is not a one-in-N error";
@@ -143,8 +142,7 @@ TEST_F(FaultInjectionEnvTest, NoSpaceFailsWritesAndCreation) {
   EXPECT_FALSE(*env_.FileExists(dir_.File("new.dat")));
   EXPECT_TRUE(env_.OpenBlockFile(dir_.File("f.dat"), options).ok())
       << "an existing preallocated file needs no space";
-  EXPECT_EQ(env_.CreateDir(dir_.File("sub"), false).code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(env_.CreateDir(dir_.File("sub"), false).code(), absl::StatusCode::kResourceExhausted);
 
   env_.SetNoSpace(false);
   EXPECT_TRUE(Run(IoOp::kWrite, 0, 4096).ok());

@@ -32,8 +32,7 @@ absl::Status PathError(const std::string& op, const std::string& path) {
 uint64_t ClockMicros(clockid_t clock) {
   timespec ts;
   clock_gettime(clock, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000u +
-         static_cast<uint64_t>(ts.tv_nsec) / 1000u;
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000u + static_cast<uint64_t>(ts.tv_nsec) / 1000u;
 }
 
 // Closes fd on scope exit unless released.
@@ -60,8 +59,7 @@ absl::Status PosixEnv::CreateDir(const std::string& path, bool recursive) {
   if (path.empty()) return absl::InvalidArgumentError("CreateDir: empty path");
   if (recursive) {
     // Create every proper prefix ending before a '/'.
-    for (size_t pos = path.find('/', 1); pos != std::string::npos;
-         pos = path.find('/', pos + 1)) {
+    for (size_t pos = path.find('/', 1); pos != std::string::npos; pos = path.find('/', pos + 1)) {
       const std::string prefix = path.substr(0, pos);
       if (mkdir(prefix.c_str(), kDirMode) != 0 && errno != EEXIST) {
         return PathError("mkdir", prefix);
@@ -85,8 +83,7 @@ absl::Status PosixEnv::DeleteDir(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> PosixEnv::ListDir(
-    const std::string& path) {
+absl::StatusOr<std::vector<std::string>> PosixEnv::ListDir(const std::string& path) {
   DIR* dir = opendir(path.c_str());
   if (dir == nullptr) return PathError("opendir", path);
   std::vector<std::string> names;
@@ -107,8 +104,7 @@ absl::Status PosixEnv::DeleteFile(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status PosixEnv::RenameFile(const std::string& from,
-                                  const std::string& to) {
+absl::Status PosixEnv::RenameFile(const std::string& from, const std::string& to) {
   if (rename(from.c_str(), to.c_str()) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("rename ", from, " to ", to));
   }
@@ -142,9 +138,9 @@ absl::StatusOr<std::unique_ptr<BlockFile>> PosixEnv::OpenBlockFile(
         absl::StrCat("BlockFileOptions.size_bytes must be > 0 for ", path));
   }
   if (options.direct_io && options.size_bytes % kDirectIoAlignmentBytes != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "BlockFileOptions.size_bytes ", options.size_bytes, " for ", path,
-        " must be a multiple of ", kDirectIoAlignmentBytes, " with direct_io"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("BlockFileOptions.size_bytes ", options.size_bytes, " for ", path,
+                     " must be a multiple of ", kDirectIoAlignmentBytes, " with direct_io"));
   }
   int flags = O_RDWR | O_CLOEXEC;
   if (options.direct_io) flags |= O_DIRECT;
@@ -156,9 +152,10 @@ absl::StatusOr<std::unique_ptr<BlockFile>> PosixEnv::OpenBlockFile(
   }
   if (fd < 0) {
     if (errno == EINVAL && options.direct_io) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "open ", path, " with O_DIRECT: the file system does not support "
-          "direct I/O; open with direct_io = false for buffered I/O"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("open ", path,
+                       " with O_DIRECT: the file system does not support "
+                       "direct I/O; open with direct_io = false for buffered I/O"));
     }
     return PathError("open block file", path);
   }
@@ -178,8 +175,7 @@ absl::StatusOr<std::unique_ptr<BlockFile>> PosixEnv::OpenBlockFile(
       const int err = errno;
       if (err != EOPNOTSUPP) {
         return fail(ErrnoToStatus(
-            err, absl::StrCat("fallocate ", options.size_bytes, " bytes for ",
-                              path)));
+            err, absl::StrCat("fallocate ", options.size_bytes, " bytes for ", path)));
       }
       // The file system cannot reserve blocks: extend sparsely; writes may
       // then hit ENOSPC later, which surfaces as RESOURCE_EXHAUSTED.
@@ -190,17 +186,15 @@ absl::StatusOr<std::unique_ptr<BlockFile>> PosixEnv::OpenBlockFile(
     }
     if (fdatasync(fd) != 0) return fail(PathError("fdatasync", path));
   } else if (current_bytes != options.size_bytes) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "block file ", path, " has ", current_bytes,
-        " bytes, expected size_bytes=", options.size_bytes));
+    return absl::FailedPreconditionError(
+        absl::StrCat("block file ", path, " has ", current_bytes,
+                     " bytes, expected size_bytes=", options.size_bytes));
   }
-  return std::unique_ptr<BlockFile>(new PosixBlockFile(
-      path, closer.release(), options.size_bytes, options.direct_io,
-      preallocated));
+  return std::unique_ptr<BlockFile>(new PosixBlockFile(path, closer.release(), options.size_bytes,
+                                                       options.direct_io, preallocated));
 }
 
-absl::StatusOr<std::unique_ptr<IoQueue>> PosixEnv::NewIoQueue(
-    const IoQueueOptions& options) {
+absl::StatusOr<std::unique_ptr<IoQueue>> PosixEnv::NewIoQueue(const IoQueueOptions& options) {
   absl::StatusOr<std::unique_ptr<UringQueue>> queue = UringQueue::Create(options);
   if (!queue.ok()) return queue.status();
   return std::unique_ptr<IoQueue>(std::move(queue).value());
@@ -214,8 +208,8 @@ void PosixEnv::SleepForMicros(uint64_t micros) {
   std::this_thread::sleep_for(std::chrono::microseconds(micros));
 }
 
-PosixBlockFile::PosixBlockFile(std::string path, int fd, uint64_t size_bytes,
-                               bool direct_io, bool preallocated)
+PosixBlockFile::PosixBlockFile(std::string path, int fd, uint64_t size_bytes, bool direct_io,
+                               bool preallocated)
     : path_(std::move(path)),
       fd_(fd),
       size_bytes_(size_bytes),
@@ -224,36 +218,31 @@ PosixBlockFile::PosixBlockFile(std::string path, int fd, uint64_t size_bytes,
 
 PosixBlockFile::~PosixBlockFile() { close(fd_); }
 
-absl::Status PosixBlockFile::CheckRange(uint64_t offset, const void* data,
-                                        uint64_t length) const {
+absl::Status PosixBlockFile::CheckRange(uint64_t offset, const void* data, uint64_t length) const {
   if (offset > size_bytes_ || length > size_bytes_ - offset) {
-    return absl::OutOfRangeError(
-        absl::StrCat(path_, ": offset=", offset, " length=", length,
-                     " beyond the end (", size_bytes_, " bytes)"));
+    return absl::OutOfRangeError(absl::StrCat(path_, ": offset=", offset, " length=", length,
+                                              " beyond the end (", size_bytes_, " bytes)"));
   }
   if (direct_io_ &&
-      (offset % kDirectIoAlignmentBytes != 0 ||
-       length % kDirectIoAlignmentBytes != 0 ||
+      (offset % kDirectIoAlignmentBytes != 0 || length % kDirectIoAlignmentBytes != 0 ||
        reinterpret_cast<uintptr_t>(data) % kDirectIoAlignmentBytes != 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path_, ": O_DIRECT offset=", offset, " length=", length,
-        " and buffer address must be multiples of ", kDirectIoAlignmentBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": O_DIRECT offset=", offset, " length=", length,
+                     " and buffer address must be multiples of ", kDirectIoAlignmentBytes));
   }
   return absl::OkStatus();
 }
 
-absl::Status PosixBlockFile::ReadAt(uint64_t offset,
-                                    absl::Span<uint8_t> buffer) {
+absl::Status PosixBlockFile::ReadAt(uint64_t offset, absl::Span<uint8_t> buffer) {
   absl::Status range = CheckRange(offset, buffer.data(), buffer.size());
   if (!range.ok()) return range;
   uint64_t done = 0;
   while (done < buffer.size()) {
-    const ssize_t n = pread(fd_, buffer.data() + done, buffer.size() - done,
-                            static_cast<off_t>(offset + done));
+    const ssize_t n =
+        pread(fd_, buffer.data() + done, buffer.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, absl::StrCat("pread ", path_, " offset=",
-                                               offset + done));
+      return ErrnoToStatus(errno, absl::StrCat("pread ", path_, " offset=", offset + done));
     }
     if (n == 0) {
       return absl::OutOfRangeError(
@@ -264,22 +253,20 @@ absl::Status PosixBlockFile::ReadAt(uint64_t offset,
   return absl::OkStatus();
 }
 
-absl::Status PosixBlockFile::WriteAt(uint64_t offset,
-                                     absl::Span<const uint8_t> data) {
+absl::Status PosixBlockFile::WriteAt(uint64_t offset, absl::Span<const uint8_t> data) {
   absl::Status range = CheckRange(offset, data.data(), data.size());
   if (!range.ok()) return range;
   uint64_t done = 0;
   while (done < data.size()) {
-    const ssize_t n = pwrite(fd_, data.data() + done, data.size() - done,
-                             static_cast<off_t>(offset + done));
+    const ssize_t n =
+        pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, absl::StrCat("pwrite ", path_, " offset=",
-                                               offset + done));
+      return ErrnoToStatus(errno, absl::StrCat("pwrite ", path_, " offset=", offset + done));
     }
     if (n == 0) {
-      return ErrnoToStatus(EIO, absl::StrCat("pwrite ", path_, " offset=",
-                                             offset + done, " wrote nothing"));
+      return ErrnoToStatus(
+          EIO, absl::StrCat("pwrite ", path_, " offset=", offset + done, " wrote nothing"));
     }
     done += static_cast<uint64_t>(n);
   }

@@ -22,19 +22,16 @@ class PosixEnv final : public Env {
 
   absl::Status CreateDir(const std::string& path, bool recursive) override;
   absl::Status DeleteDir(const std::string& path) override;
-  absl::StatusOr<std::vector<std::string>> ListDir(
-      const std::string& path) override;
+  absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) override;
   absl::Status DeleteFile(const std::string& path) override;
-  absl::Status RenameFile(const std::string& from,
-                          const std::string& to) override;
+  absl::Status RenameFile(const std::string& from, const std::string& to) override;
   absl::StatusOr<bool> FileExists(const std::string& path) override;
   absl::StatusOr<uint64_t> GetFileSize(const std::string& path) override;
   absl::Status SyncDir(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<BlockFile>> OpenBlockFile(
       const std::string& path, const BlockFileOptions& options) override;
   // An io_uring queue (UringQueue); only accepts files from a PosixEnv.
-  absl::StatusOr<std::unique_ptr<IoQueue>> NewIoQueue(
-      const IoQueueOptions& options) override;
+  absl::StatusOr<std::unique_ptr<IoQueue>> NewIoQueue(const IoQueueOptions& options) override;
   uint64_t NowMicros() override;
   uint64_t WallMicros() override;
   void SleepForMicros(uint64_t micros) override;
@@ -45,8 +42,7 @@ class PosixEnv final : public Env {
 class PosixBlockFile final : public BlockFile {
  public:
   // Takes ownership of fd.
-  PosixBlockFile(std::string path, int fd, uint64_t size_bytes,
-                 bool direct_io, bool preallocated);
+  PosixBlockFile(std::string path, int fd, uint64_t size_bytes, bool direct_io, bool preallocated);
   ~PosixBlockFile() override;
 
   const std::string& path() const override { return path_; }
@@ -54,15 +50,13 @@ class PosixBlockFile final : public BlockFile {
   bool direct_io() const override { return direct_io_; }
   bool preallocated() const override { return preallocated_; }
   absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> buffer) override;
-  absl::Status WriteAt(uint64_t offset,
-                       absl::Span<const uint8_t> data) override;
+  absl::Status WriteAt(uint64_t offset, absl::Span<const uint8_t> data) override;
   absl::Status Sync() override;
 
   int fd() const { return fd_; }
 
  private:
-  absl::Status CheckRange(uint64_t offset, const void* data,
-                          uint64_t length) const;
+  absl::Status CheckRange(uint64_t offset, const void* data, uint64_t length) const;
 
   const std::string path_;
   const int fd_;

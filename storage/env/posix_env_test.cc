@@ -31,15 +31,12 @@ class PosixEnvTest : public ::testing::Test {
   const bool direct_io_ = DirectIoSupported(env_, dir_.path());
 };
 
-TEST_F(PosixEnvTest, DefaultIsASingleton) {
-  EXPECT_EQ(Env::Default(), Env::Default());
-}
+TEST_F(PosixEnvTest, DefaultIsASingleton) { EXPECT_EQ(Env::Default(), Env::Default()); }
 
 TEST_F(PosixEnvTest, DirectoryAndFileOperations) {
   const std::string nested = dir_.File("a/b/c");
   ASSERT_TRUE(env_->CreateDir(nested, /*recursive=*/true).ok());
-  ASSERT_TRUE(env_->CreateDir(nested, /*recursive=*/false).ok())
-      << "existing directory is OK";
+  ASSERT_TRUE(env_->CreateDir(nested, /*recursive=*/false).ok()) << "existing directory is OK";
   EXPECT_FALSE(env_->CreateDir(dir_.File("x/y"), /*recursive=*/false).ok());
 
   auto file = env_->OpenBlockFile(nested + "/f1", FileOptions(8192));
@@ -48,8 +45,7 @@ TEST_F(PosixEnvTest, DirectoryAndFileOperations) {
   EXPECT_EQ(*env_->FileExists(nested + "/f1"), true);
   EXPECT_EQ(*env_->FileExists(nested + "/nope"), false);
   EXPECT_EQ(*env_->GetFileSize(nested + "/f1"), 8192u);
-  EXPECT_EQ(env_->GetFileSize(nested + "/nope").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(env_->GetFileSize(nested + "/nope").status().code(), absl::StatusCode::kNotFound);
 
   ASSERT_TRUE(env_->RenameFile(nested + "/f1", nested + "/f2").ok());
   auto names = env_->ListDir(nested);
@@ -72,8 +68,7 @@ TEST_F(PosixEnvTest, BlockFileIsPreallocatedAndSizeIsChecked) {
   const std::string path = dir_.File("block.dat");
   BlockFileOptions missing = FileOptions(1 << 20);
   missing.create_if_missing = false;
-  EXPECT_EQ(env_->OpenBlockFile(path, missing).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(env_->OpenBlockFile(path, missing).status().code(), absl::StatusCode::kNotFound);
 
   auto file = env_->OpenBlockFile(path, FileOptions(1 << 20));
   ASSERT_TRUE(file.ok()) << file.status();
@@ -101,11 +96,9 @@ TEST_F(PosixEnvTest, SynchronousReadWriteAtChecksRangeAndAlignment) {
   ASSERT_TRUE((*file)->ReadAt(4096, back->span()).ok());
   EXPECT_EQ(std::memcmp(buffer->data(), back->data(), 8192), 0);
 
-  EXPECT_EQ((*file)->ReadAt(12288, back->span()).code(),
-            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ((*file)->ReadAt(12288, back->span()).code(), absl::StatusCode::kOutOfRange);
   if (direct_io_) {
-    EXPECT_EQ((*file)->WriteAt(100, buffer->span()).code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ((*file)->WriteAt(100, buffer->span()).code(), absl::StatusCode::kInvalidArgument);
   }
 }
 
@@ -157,8 +150,7 @@ TEST_F(UringQueueTest, BatchedWriteSyncReadRoundTripWithMoreRequestsThanDepth) {
 
   std::vector<IoRequest> reads;
   for (int i = 0; i < kBlocks; ++i) {
-    reads.push_back(
-        Request(IoOp::kRead, uint64_t(i) * 8192, *(*pool)->TryAcquire(8192)));
+    reads.push_back(Request(IoOp::kRead, uint64_t(i) * 8192, *(*pool)->TryAcquire(8192)));
   }
   ASSERT_TRUE(RunIoRequests(*queue_, absl::MakeSpan(reads)).ok());
   for (int i = 0; i < kBlocks; ++i) {
@@ -207,8 +199,7 @@ TEST_F(UringQueueTest, ShortReadIsResubmittedThenEndOfFileReported) {
   IoRequest read = Request(IoOp::kRead, 32 * 1024, buffer->span());
   absl::Status status = RunIoRequests(*queue_, absl::MakeSpan(&read, 1));
   EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange) << status;
-  EXPECT_NE(status.message().find("after 16384 bytes"), absl::string_view::npos)
-      << status;
+  EXPECT_NE(status.message().find("after 16384 bytes"), absl::string_view::npos) << status;
   EXPECT_EQ(queue_->stats().requeued_short, 1u);
 }
 
@@ -226,8 +217,7 @@ TEST_F(PosixEnvTest, ClocksAdvance) {
   const uint64_t b = env_->NowMicros();
   EXPECT_LE(a, b);
   const uint64_t wall_seconds = env_->WallMicros() / 1000000;
-  EXPECT_NEAR(static_cast<double>(wall_seconds),
-              static_cast<double>(std::time(nullptr)), 2.0);
+  EXPECT_NEAR(static_cast<double>(wall_seconds), static_cast<double>(std::time(nullptr)), 2.0);
 }
 
 }  // namespace

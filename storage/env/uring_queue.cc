@@ -30,11 +30,10 @@ char wake_tag;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<UringQueue>> UringQueue::Create(
-    const IoQueueOptions& options) {
+absl::StatusOr<std::unique_ptr<UringQueue>> UringQueue::Create(const IoQueueOptions& options) {
   if (options.depth == 0 || options.depth > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "IoQueueOptions.depth must be in [1, 4096], got ", options.depth));
+    return absl::InvalidArgumentError(
+        absl::StrCat("IoQueueOptions.depth must be in [1, 4096], got ", options.depth));
   }
   const int event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (event_fd < 0) return ErrnoToStatus(errno, "eventfd for io_uring wakeup");
@@ -54,10 +53,10 @@ absl::StatusOr<std::unique_ptr<UringQueue>> UringQueue::Create(
   if (ret < 0) {
     const int err = -ret;
     if (err == ENOSYS || err == EPERM || err == EACCES) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "io_uring_queue_init failed: ", std::strerror(err),
-          " (kernel without io_uring, blocked by seccomp, or "
-          "kernel.io_uring_disabled set); the NVMe tier needs io_uring"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("io_uring_queue_init failed: ", std::strerror(err),
+                       " (kernel without io_uring, blocked by seccomp, or "
+                       "kernel.io_uring_disabled set); the NVMe tier needs io_uring"));
     }
     return ErrnoToStatus(err, "io_uring_queue_init");
   }
@@ -65,16 +64,14 @@ absl::StatusOr<std::unique_ptr<UringQueue>> UringQueue::Create(
   return queue;
 }
 
-UringQueue::UringQueue(uint32_t depth, int event_fd)
-    : depth_(depth), event_fd_(event_fd) {}
+UringQueue::UringQueue(uint32_t depth, int event_fd) : depth_(depth), event_fd_(event_fd) {}
 
 UringQueue::~UringQueue() {
   if (ring_ready_) io_uring_queue_exit(&ring_);
   close(event_fd_);
 }
 
-absl::Status UringQueue::RegisterBuffers(
-    absl::Span<const absl::Span<uint8_t>> regions) {
+absl::Status UringQueue::RegisterBuffers(absl::Span<const absl::Span<uint8_t>> regions) {
   if (!regions_.empty()) {
     return absl::FailedPreconditionError("io_uring buffers already registered");
   }
@@ -83,8 +80,7 @@ absl::Status UringQueue::RegisterBuffers(
   uint64_t total_bytes = 0;
   for (absl::Span<uint8_t> region : regions) {
     for (uint64_t done = 0; done < region.size();) {
-      const uint64_t length =
-          std::min<uint64_t>(region.size() - done, kMaxRegisteredChunkBytes);
+      const uint64_t length = std::min<uint64_t>(region.size() - done, kMaxRegisteredChunkBytes);
       iovecs.push_back(iovec{region.data() + done, length});
       chunks.push_back(Region{region.data() + done, length});
       done += length;
@@ -92,13 +88,12 @@ absl::Status UringQueue::RegisterBuffers(
     }
   }
   if (iovecs.empty()) return absl::OkStatus();
-  const int ret = io_uring_register_buffers(&ring_, iovecs.data(),
-                                            static_cast<unsigned>(iovecs.size()));
+  const int ret =
+      io_uring_register_buffers(&ring_, iovecs.data(), static_cast<unsigned>(iovecs.size()));
   if (ret < 0) {
-    return ErrnoToStatus(
-        -ret, absl::StrCat("io_uring_register_buffers of ", total_bytes,
-                           " bytes (pinned memory counts against "
-                           "RLIMIT_MEMLOCK)"));
+    return ErrnoToStatus(-ret, absl::StrCat("io_uring_register_buffers of ", total_bytes,
+                                            " bytes (pinned memory counts against "
+                                            "RLIMIT_MEMLOCK)"));
   }
   regions_ = std::move(chunks);
   return absl::OkStatus();
@@ -120,36 +115,31 @@ absl::Status UringQueue::Validate(const IoRequest& request) const {
     return absl::InvalidArgumentError("IoRequest.file is null");
   }
   if (dynamic_cast<const PosixBlockFile*>(request.file) == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "IoRequest.file ", request.file->path(), " was not opened by PosixEnv"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("IoRequest.file ", request.file->path(), " was not opened by PosixEnv"));
   }
   if (request.op == IoOp::kSync) return absl::OkStatus();
   const BlockFile& file = *request.file;
   if (request.buffer == nullptr || request.length == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "IoRequest on ", file.path(), " needs a buffer and length > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("IoRequest on ", file.path(), " needs a buffer and length > 0"));
   }
   if (request.length > kMaxIoRequestBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("IoRequest.length ", request.length, " on ", file.path(),
-                     " exceeds ", kMaxIoRequestBytes));
+    return absl::InvalidArgumentError(absl::StrCat("IoRequest.length ", request.length, " on ",
+                                                   file.path(), " exceeds ", kMaxIoRequestBytes));
   }
-  if (request.offset > file.size_bytes() ||
-      request.length > file.size_bytes() - request.offset) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "IoRequest offset=", request.offset, " length=", request.length,
-        " beyond the end of ", file.path(), " (", file.size_bytes(), " bytes)"));
+  if (request.offset > file.size_bytes() || request.length > file.size_bytes() - request.offset) {
+    return absl::OutOfRangeError(absl::StrCat("IoRequest offset=", request.offset,
+                                              " length=", request.length, " beyond the end of ",
+                                              file.path(), " (", file.size_bytes(), " bytes)"));
   }
   if (file.direct_io() &&
       (request.offset % kDirectIoAlignmentBytes != 0 ||
        request.length % kDirectIoAlignmentBytes != 0 ||
-       reinterpret_cast<uintptr_t>(request.buffer) % kDirectIoAlignmentBytes !=
-           0)) {
+       reinterpret_cast<uintptr_t>(request.buffer) % kDirectIoAlignmentBytes != 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "O_DIRECT request on ", file.path(), " offset=", request.offset,
-        " length=", request.length,
-        ": offset, length and buffer address must be multiples of ",
-        kDirectIoAlignmentBytes));
+        "O_DIRECT request on ", file.path(), " offset=", request.offset, " length=", request.length,
+        ": offset, length and buffer address must be multiples of ", kDirectIoAlignmentBytes));
   }
   return absl::OkStatus();
 }
@@ -224,8 +214,7 @@ void UringQueue::Wake() {
   (void)ignored;
 }
 
-void UringQueue::Complete(io_uring_cqe* cqe,
-                          std::vector<IoRequest*>* completed) {
+void UringQueue::Complete(io_uring_cqe* cqe, std::vector<IoRequest*>* completed) {
   auto* request = static_cast<IoRequest*>(io_uring_cqe_get_data(cqe));
   const int res = cqe->res;
   if (res == -EAGAIN || res == -EINTR) {
@@ -242,9 +231,8 @@ void UringQueue::Complete(io_uring_cqe* cqe,
     if (request->transferred_bytes < request->length) {
       if (res == 0 && request->op == IoOp::kRead) {
         request->status = absl::OutOfRangeError(absl::StrCat(
-            "read ", request->file->path(), " offset=", request->offset,
-            " length=", request->length, ": end of file after ",
-            request->transferred_bytes, " bytes"));
+            "read ", request->file->path(), " offset=", request->offset, " length=",
+            request->length, ": end of file after ", request->transferred_bytes, " bytes"));
       } else if (++request->attempts < kMaxAttempts) {
         requeued_short_.fetch_add(1, std::memory_order_relaxed);
         Prepare(request);
@@ -274,11 +262,9 @@ absl::Status UringQueue::Poll(bool wait, std::vector<IoRequest*>* completed) {
   const bool must_wait = wait && completed->size() == before;
   for (;;) {
     if (!wake_armed_) ArmWakePoll();
-    const int ret = must_wait ? io_uring_submit_and_wait(&ring_, 1)
-                              : io_uring_submit(&ring_);
+    const int ret = must_wait ? io_uring_submit_and_wait(&ring_, 1) : io_uring_submit(&ring_);
     submit_calls_.fetch_add(1, std::memory_order_relaxed);
-    if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY &&
-        ret != -ETIME) {
+    if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME) {
       return ErrnoToStatus(-ret, "io_uring_enter");
     }
     bool woken = false;

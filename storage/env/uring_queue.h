@@ -35,14 +35,12 @@ class UringQueue final : public IoQueue {
  public:
   // FAILED_PRECONDITION when io_uring cannot be set up (kernel, seccomp,
   // kernel.io_uring_disabled); the message names the cause.
-  static absl::StatusOr<std::unique_ptr<UringQueue>> Create(
-      const IoQueueOptions& options);
+  static absl::StatusOr<std::unique_ptr<UringQueue>> Create(const IoQueueOptions& options);
   ~UringQueue() override;
 
   uint32_t depth() const override { return depth_; }
   uint32_t in_flight() const override { return in_flight_; }
-  absl::Status RegisterBuffers(
-      absl::Span<const absl::Span<uint8_t>> regions) override;
+  absl::Status RegisterBuffers(absl::Span<const absl::Span<uint8_t>> regions) override;
   bool has_registered_buffers() const override { return !regions_.empty(); }
   void Enqueue(IoRequest* request) override;
   absl::Status Poll(bool wait, std::vector<IoRequest*>* completed) override;

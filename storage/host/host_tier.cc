@@ -31,16 +31,16 @@ absl::StatusOr<std::unique_ptr<HostTier>> HostTier::Open(const HostTierOptions& 
                      align, "), got ", options.capacity_bytes));
   }
   if (options.capacity_bytes > gpu::kMaxShmFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("host tier capacity_bytes above ",
-                                                   gpu::kMaxShmFileBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("host tier capacity_bytes above ", gpu::kMaxShmFileBytes));
   }
   std::unique_ptr<gpu::ShmFile> file;
-  absl::Status created = GpuToStatus(
-      gpu::ShmFile::Create(options.path, options.capacity_bytes, options.file, &file));
+  absl::Status created =
+      GpuToStatus(gpu::ShmFile::Create(options.path, options.capacity_bytes, options.file, &file));
   if (!created.ok()) return created;
   if (options.device_ops != nullptr) {
-    absl::Status pinned = GpuToStatus(
-        options.device_ops->RegisterHost(file->data(), file->size_bytes()));
+    absl::Status pinned =
+        GpuToStatus(options.device_ops->RegisterHost(file->data(), file->size_bytes()));
     if (!pinned.ok()) return pinned;
   }
   return std::unique_ptr<HostTier>(
@@ -73,10 +73,9 @@ absl::StatusOr<HostSlot> HostTier::Allocate(uint64_t size_bytes) {
   }
   std::optional<uint64_t> offset = allocator_.Allocate(size_bytes);
   if (!offset.has_value()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("host tier full: need ", allocator_.RoundUp(size_bytes),
-                     " bytes, largest free extent ", allocator_.largest_free_bytes(), " of ",
-                     allocator_.free_bytes(), " free"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "host tier full: need ", allocator_.RoundUp(size_bytes), " bytes, largest free extent ",
+        allocator_.largest_free_bytes(), " of ", allocator_.free_bytes(), " free"));
   }
   const HostSlot slot{*offset, size_bytes, next_generation_++};
   slots_.emplace(slot.offset, SlotState{slot.size_bytes, slot.generation});
@@ -93,9 +92,9 @@ bool HostTier::IsLiveLocked(const HostSlot& slot) const {
 absl::Status HostTier::Free(const HostSlot& slot) {
   absl::MutexLock lock(&mu_);
   if (!IsLiveLocked(slot)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("host slot (offset ", slot.offset, ", size ", slot.size_bytes,
-                     ", generation ", slot.generation, ") is not live"));
+    return absl::FailedPreconditionError(absl::StrCat("host slot (offset ", slot.offset, ", size ",
+                                                      slot.size_bytes, ", generation ",
+                                                      slot.generation, ") is not live"));
   }
   slots_.erase(slot.offset);
   allocator_.Free(slot.offset, slot.size_bytes);
@@ -110,9 +109,9 @@ bool HostTier::IsLive(const HostSlot& slot) const {
 absl::StatusOr<std::span<std::byte>> HostTier::Data(const HostSlot& slot) const {
   absl::ReaderMutexLock lock(&mu_);
   if (!IsLiveLocked(slot)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("host slot (offset ", slot.offset, ", size ", slot.size_bytes,
-                     ", generation ", slot.generation, ") is not live"));
+    return absl::FailedPreconditionError(absl::StrCat("host slot (offset ", slot.offset, ", size ",
+                                                      slot.size_bytes, ", generation ",
+                                                      slot.generation, ") is not live"));
   }
   return std::span<std::byte>(file_->data() + slot.offset, static_cast<size_t>(slot.size_bytes));
 }

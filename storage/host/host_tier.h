@@ -114,8 +114,8 @@ class HostTier {
     uint64_t generation;
   };
 
-  HostTier(std::unique_ptr<gpu::ShmFile> file, gpu::DeviceOps* pinned_by,
-           uint64_t alignment_bytes, uint64_t first_generation);
+  HostTier(std::unique_ptr<gpu::ShmFile> file, gpu::DeviceOps* pinned_by, uint64_t alignment_bytes,
+           uint64_t first_generation);
   bool IsLiveLocked(const HostSlot& slot) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.

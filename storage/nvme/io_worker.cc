@@ -49,8 +49,7 @@ void IoWorker::Run() {
         fresh.push_back(inbox_.front());
         inbox_.pop_front();
       }
-      if (stopping_ && inbox_.empty() && fresh.empty() &&
-          queue_->in_flight() == 0) {
+      if (stopping_ && inbox_.empty() && fresh.empty() && queue_->in_flight() == 0) {
         return;
       }
       // With an empty inbox the next Poll may sleep until a new Submit; with

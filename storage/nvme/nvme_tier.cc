@@ -20,8 +20,7 @@ constexpr uint32_t kMaxIoThreads = 64;
 constexpr char kFilePrefix[] = "nvme-";
 
 absl::Status InvalidOption(const std::string& field, const std::string& why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("NvmeTierOptions.", field, " ", why));
+  return absl::InvalidArgumentError(absl::StrCat("NvmeTierOptions.", field, " ", why));
 }
 
 }  // namespace
@@ -29,8 +28,7 @@ absl::Status InvalidOption(const std::string& field, const std::string& why) {
 uint64_t NvmeChecksum(absl::Span<const uint8_t> data) { return BlockChecksum(data); }
 
 std::string NvmeLocation::ToString() const {
-  return absl::StrCat(NvmeTier::FileName(file_index), "@", offset_bytes, "+",
-                      length_bytes);
+  return absl::StrCat(NvmeTier::FileName(file_index), "@", offset_bytes, "+", length_bytes);
 }
 
 struct NvmeTier::File {
@@ -76,16 +74,14 @@ std::string NvmeTier::FileName(uint32_t file_index) {
   return absl::StrFormat("%s%03u.dat", kFilePrefix, file_index);
 }
 
-absl::StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(
-    const NvmeTierOptions& options) {
+absl::StatusOr<std::unique_ptr<NvmeTier>> NvmeTier::Open(const NvmeTierOptions& options) {
   Env* env = options.env != nullptr ? options.env : Env::Default();
   std::unique_ptr<NvmeTier> tier(new NvmeTier(options, env));
   KVTIER_RETURN_IF_ERROR(tier->Init());
   return tier;
 }
 
-NvmeTier::NvmeTier(const NvmeTierOptions& options, Env* env)
-    : options_(options), env_(env) {}
+NvmeTier::NvmeTier(const NvmeTierOptions& options, Env* env) : options_(options), env_(env) {}
 
 NvmeTier::~NvmeTier() {
   // Workers drain their rings before the files they point at close.
@@ -96,39 +92,32 @@ absl::Status NvmeTier::Init() {
   const NvmeTierOptions& o = options_;
   if (o.directory.empty()) return InvalidOption("directory", "is empty");
   if (o.num_files == 0 || o.num_files > kMaxFiles) {
-    return InvalidOption("num_files", absl::StrCat("must be in [1, ", kMaxFiles,
-                                                   "], got ", o.num_files));
+    return InvalidOption("num_files",
+                         absl::StrCat("must be in [1, ", kMaxFiles, "], got ", o.num_files));
   }
   if (o.alignment_bytes != kDirectIoAlignmentBytes) {
-    return InvalidOption("alignment_bytes",
-                         absl::StrCat("must be ", kDirectIoAlignmentBytes,
-                                      ", got ", o.alignment_bytes));
+    return InvalidOption("alignment_bytes", absl::StrCat("must be ", kDirectIoAlignmentBytes,
+                                                         ", got ", o.alignment_bytes));
   }
   if (o.file_size_bytes == 0 || o.file_size_bytes % o.alignment_bytes != 0) {
     return InvalidOption("file_size_bytes",
-                         absl::StrCat("must be a positive multiple of ",
-                                      o.alignment_bytes, ", got ",
-                                      o.file_size_bytes));
+                         absl::StrCat("must be a positive multiple of ", o.alignment_bytes,
+                                      ", got ", o.file_size_bytes));
   }
   if (o.queue_depth == 0 || o.queue_depth > kMaxQueueDepth) {
     return InvalidOption("queue_depth",
-                         absl::StrCat("must be in [1, ", kMaxQueueDepth,
-                                      "], got ", o.queue_depth));
+                         absl::StrCat("must be in [1, ", kMaxQueueDepth, "], got ", o.queue_depth));
   }
   if (o.io_threads == 0 || o.io_threads > kMaxIoThreads) {
     return InvalidOption("io_threads",
-                         absl::StrCat("must be in [1, ", kMaxIoThreads,
-                                      "], got ", o.io_threads));
+                         absl::StrCat("must be in [1, ", kMaxIoThreads, "], got ", o.io_threads));
   }
   if (o.staging_bytes == 0) return InvalidOption("staging_bytes", "must be > 0");
-  if (o.max_block_bytes == 0 ||
-      RoundUpToDirectIo(o.max_block_bytes) > o.staging_bytes ||
-      o.max_block_bytes > o.file_size_bytes ||
-      o.max_block_bytes > kMaxIoRequestBytes) {
-    return InvalidOption(
-        "max_block_bytes",
-        absl::StrCat("must be in [1, min(staging_bytes, file_size_bytes, ",
-                     kMaxIoRequestBytes, ")], got ", o.max_block_bytes));
+  if (o.max_block_bytes == 0 || RoundUpToDirectIo(o.max_block_bytes) > o.staging_bytes ||
+      o.max_block_bytes > o.file_size_bytes || o.max_block_bytes > kMaxIoRequestBytes) {
+    return InvalidOption("max_block_bytes",
+                         absl::StrCat("must be in [1, min(staging_bytes, file_size_bytes, ",
+                                      kMaxIoRequestBytes, ")], got ", o.max_block_bytes));
   }
 
   KVTIER_RETURN_IF_ERROR(env_->CreateDir(o.directory, /*recursive=*/true));
@@ -138,15 +127,12 @@ absl::Status NvmeTier::Init() {
   file_options.direct_io = o.use_odirect;
   for (uint32_t i = 0; i < o.num_files; ++i) {
     const std::string path = absl::StrCat(o.directory, "/", FileName(i));
-    absl::StatusOr<std::unique_ptr<BlockFile>> file =
-        env_->OpenBlockFile(path, file_options);
+    absl::StatusOr<std::unique_ptr<BlockFile>> file = env_->OpenBlockFile(path, file_options);
     if (!file.ok()) {
-      if (o.use_odirect &&
-          file.status().code() == absl::StatusCode::kFailedPrecondition &&
+      if (o.use_odirect && file.status().code() == absl::StatusCode::kFailedPrecondition &&
           absl::StrContains(file.status().message(), "O_DIRECT")) {
         return absl::FailedPreconditionError(
-            absl::StrCat(file.status().message(),
-                         " (NvmeTierOptions.use_odirect = false)"));
+            absl::StrCat(file.status().message(), " (NvmeTierOptions.use_odirect = false)"));
       }
       return file.status();
     }
@@ -165,8 +151,7 @@ absl::Status NvmeTier::Init() {
 
   KVTIER_ASSIGN_OR_RETURN(staging_, AlignedBufferPool::Create(o.staging_bytes));
   std::vector<absl::Span<uint8_t>> regions = {staging_->region()};
-  regions.insert(regions.end(), o.registered_regions.begin(),
-                 o.registered_regions.end());
+  regions.insert(regions.end(), o.registered_regions.begin(), o.registered_regions.end());
   registered_buffers_ = true;
   for (uint32_t t = 0; t < o.io_threads; ++t) {
     KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<IoQueue> queue,
@@ -181,25 +166,21 @@ absl::Status NvmeTier::Init() {
 
 absl::Status NvmeTier::CheckLocation(const NvmeLocation& location) const {
   if (location.file_index >= files_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("NvmeLocation.file_index ", location.file_index,
-                     " >= num_files ", files_.size()));
+    return absl::InvalidArgumentError(absl::StrCat("NvmeLocation.file_index ", location.file_index,
+                                                   " >= num_files ", files_.size()));
   }
-  if (location.length_bytes == 0 ||
-      location.length_bytes > options_.max_block_bytes) {
+  if (location.length_bytes == 0 || location.length_bytes > options_.max_block_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("NvmeLocation.length_bytes ", location.length_bytes,
-                     " not in [1, max_block_bytes ", options_.max_block_bytes,
-                     "]"));
+                     " not in [1, max_block_bytes ", options_.max_block_bytes, "]"));
   }
   if (location.offset_bytes % options_.alignment_bytes != 0 ||
       location.offset_bytes > options_.file_size_bytes ||
-      RoundUpToDirectIo(location.length_bytes) >
-          options_.file_size_bytes - location.offset_bytes) {
+      RoundUpToDirectIo(location.length_bytes) > options_.file_size_bytes - location.offset_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("NvmeLocation.offset_bytes ", location.offset_bytes,
-                     " misaligned or beyond file_size_bytes ",
-                     options_.file_size_bytes, " for ", location.ToString()));
+                     " misaligned or beyond file_size_bytes ", options_.file_size_bytes, " for ",
+                     location.ToString()));
   }
   return absl::OkStatus();
 }
@@ -219,10 +200,9 @@ absl::StatusOr<NvmeLocation> NvmeTier::Allocate(uint64_t length_bytes) {
   uint64_t used_bytes = 0;
   for (const ExtentAllocator& space : space_) used_bytes += space.used_bytes();
   absl::Status full = absl::ResourceExhaustedError(absl::StrCat(
-      "nvme tier full: capacity_bytes=",
-      uint64_t{num_files} * options_.file_size_bytes,
-      " used_bytes=", used_bytes, ", no free extent of ",
-      RoundUpToDirectIo(length_bytes), " bytes"));
+      "nvme tier full: capacity_bytes=", uint64_t{num_files} * options_.file_size_bytes,
+      " used_bytes=", used_bytes, ", no free extent of ", RoundUpToDirectIo(length_bytes),
+      " bytes"));
   full.SetPayload(kTierFullPayload, absl::Cord("1"));
   return full;
 }
@@ -235,8 +215,7 @@ bool NvmeTier::IsTierFull(const absl::Status& status) {
 void NvmeTier::Release(const NvmeLocation& location) {
   absl::MutexLock lock(&mu_);
   blocks_[location.file_index].erase(location.offset_bytes);
-  space_[location.file_index].Free(location.offset_bytes,
-                                   location.length_bytes);
+  space_[location.file_index].Free(location.offset_bytes, location.length_bytes);
 }
 
 void NvmeTier::Dispatch(absl::Span<IoRequest* const> requests) {
@@ -251,15 +230,13 @@ void NvmeTier::Dispatch(absl::Span<IoRequest* const> requests) {
   const size_t per_worker = (requests.size() + num_workers - 1) / num_workers;
   for (size_t w = 0, begin = 0; begin < requests.size(); ++w) {
     const size_t count = std::min(per_worker, requests.size() - begin);
-    workers_[(first + w) % num_workers]->Submit(
-        requests.subspan(begin, count));
+    workers_[(first + w) % num_workers]->Submit(requests.subspan(begin, count));
     begin += count;
   }
 }
 
 template <typename Stage, typename Done>
-void NvmeTier::RunBatch(Batch& batch, const std::vector<bool>& active,
-                        Stage stage, Done done) {
+void NvmeTier::RunBatch(Batch& batch, const std::vector<bool>& active, Stage stage, Done done) {
   std::vector<IoRequest*> ready;
   std::vector<size_t> finished;
   size_t next = 0;
@@ -270,8 +247,7 @@ void NvmeTier::RunBatch(Batch& batch, const std::vector<bool>& active,
       if (!active[next]) continue;
       IoRequest& request = batch.request(next);
       if (request.op != IoOp::kSync && request.buffer == nullptr) {
-        std::optional<absl::Span<uint8_t>> slice =
-            staging_->TryAcquire(request.length);
+        std::optional<absl::Span<uint8_t>> slice = staging_->TryAcquire(request.length);
         if (!slice.has_value()) {
           // Finish our own requests first; block only when holding nothing,
           // so waiting for staging cannot deadlock.
@@ -312,18 +288,16 @@ absl::StatusOr<NvmeLocation> NvmeTier::Write(absl::Span<const uint8_t> data) {
 std::vector<absl::StatusOr<NvmeLocation>> NvmeTier::WriteBatch(
     absl::Span<const absl::Span<const uint8_t>> blocks) {
   const size_t n = blocks.size();
-  std::vector<absl::StatusOr<NvmeLocation>> results(
-      n, absl::UnknownError("not written"));
+  std::vector<absl::StatusOr<NvmeLocation>> results(n, absl::UnknownError("not written"));
   std::vector<NvmeLocation> locations(n);
   std::vector<bool> active(n, false);
   Batch batch(n);
   for (size_t i = 0; i < n; ++i) {
     const absl::Span<const uint8_t> data = blocks[i];
     if (data.empty() || data.size() > options_.max_block_bytes) {
-      results[i] = absl::InvalidArgumentError(
-          absl::StrCat("nvme write of ", data.size(),
-                       " bytes: size must be in [1, max_block_bytes ",
-                       options_.max_block_bytes, "]"));
+      results[i] = absl::InvalidArgumentError(absl::StrCat(
+          "nvme write of ", data.size(), " bytes: size must be in [1, max_block_bytes ",
+          options_.max_block_bytes, "]"));
       continue;
     }
     absl::StatusOr<NvmeLocation> location = Allocate(data.size());
@@ -338,17 +312,15 @@ std::vector<absl::StatusOr<NvmeLocation>> NvmeTier::WriteBatch(
     request.file = files_[location->file_index]->file.get();
     request.offset = location->offset_bytes;
     request.length = RoundUpToDirectIo(data.size());
-    request.buffer = IsDirectIoAligned(data.data(), data.size())
-                         ? const_cast<uint8_t*>(data.data())
-                         : nullptr;
+    request.buffer =
+        IsDirectIoAligned(data.data(), data.size()) ? const_cast<uint8_t*>(data.data()) : nullptr;
   }
   RunBatch(
       batch, active,
       [&](size_t i, absl::Span<uint8_t> staging) {
         const absl::Span<const uint8_t> data = blocks[i];
         std::memcpy(staging.data(), data.data(), data.size());
-        std::memset(staging.data() + data.size(), 0,
-                    staging.size() - data.size());
+        std::memset(staging.data() + data.size(), 0, staging.size() - data.size());
       },
       [&](size_t i, const IoRequest& request, absl::Span<uint8_t>) {
         if (!request.status.ok()) {
@@ -357,24 +329,21 @@ std::vector<absl::StatusOr<NvmeLocation>> NvmeTier::WriteBatch(
           results[i] = request.status;
           return;
         }
-        files_[locations[i].file_index]->dirty.store(
-            true, std::memory_order_release);
+        files_[locations[i].file_index]->dirty.store(true, std::memory_order_release);
         writes_.fetch_add(1, std::memory_order_relaxed);
-        write_bytes_.fetch_add(locations[i].length_bytes,
-                               std::memory_order_relaxed);
+        write_bytes_.fetch_add(locations[i].length_bytes, std::memory_order_relaxed);
         results[i] = locations[i];
       });
   return results;
 }
 
-absl::Status NvmeTier::Read(const NvmeLocation& location,
-                            uint64_t expected_xxh3, absl::Span<uint8_t> out) {
+absl::Status NvmeTier::Read(const NvmeLocation& location, uint64_t expected_xxh3,
+                            absl::Span<uint8_t> out) {
   const NvmeReadRequest request{location, expected_xxh3, out};
   return std::move(ReadBatch(absl::MakeConstSpan(&request, 1))[0]);
 }
 
-std::vector<absl::Status> NvmeTier::ReadBatch(
-    absl::Span<const NvmeReadRequest> requests) {
+std::vector<absl::Status> NvmeTier::ReadBatch(absl::Span<const NvmeReadRequest> requests) {
   const size_t n = requests.size();
   std::vector<absl::Status> results(n);
   std::vector<bool> active(n, false);
@@ -383,9 +352,9 @@ std::vector<absl::Status> NvmeTier::ReadBatch(
     const NvmeReadRequest& read = requests[i];
     absl::Status valid = CheckLocation(read.location);
     if (valid.ok() && read.out.size() != read.location.length_bytes) {
-      valid = absl::InvalidArgumentError(absl::StrCat(
-          "NvmeReadRequest.out has ", read.out.size(), " bytes, location ",
-          read.location.ToString(), " has ", read.location.length_bytes));
+      valid = absl::InvalidArgumentError(absl::StrCat("NvmeReadRequest.out has ", read.out.size(),
+                                                      " bytes, location ", read.location.ToString(),
+                                                      " has ", read.location.length_bytes));
     }
     if (!valid.ok()) {
       results[i] = std::move(valid);
@@ -398,9 +367,8 @@ std::vector<absl::Status> NvmeTier::ReadBatch(
     request.file = files_[read.location.file_index]->file.get();
     request.offset = read.location.offset_bytes;
     request.length = RoundUpToDirectIo(read.location.length_bytes);
-    request.buffer = IsDirectIoAligned(read.out.data(), read.out.size())
-                         ? read.out.data()
-                         : nullptr;
+    request.buffer =
+        IsDirectIoAligned(read.out.data(), read.out.size()) ? read.out.data() : nullptr;
   }
   RunBatch(
       batch, active, [](size_t, absl::Span<uint8_t>) {},
@@ -418,11 +386,10 @@ std::vector<absl::Status> NvmeTier::ReadBatch(
           const uint64_t actual = NvmeChecksum(read.out);
           if (actual != read.expected_xxh3) {
             checksum_failures_.fetch_add(1, std::memory_order_relaxed);
-            status = absl::DataLossError(absl::StrCat(
-                "nvme block ", read.location.ToString(), " in ",
-                request.file->path(), ": checksum mismatch (expected xxh3 ",
-                absl::Hex(read.expected_xxh3), ", read ", absl::Hex(actual),
-                ")"));
+            status = absl::DataLossError(
+                absl::StrCat("nvme block ", read.location.ToString(), " in ", request.file->path(),
+                             ": checksum mismatch (expected xxh3 ", absl::Hex(read.expected_xxh3),
+                             ", read ", absl::Hex(actual), ")"));
           }
         }
         if (!status.ok()) {
@@ -467,10 +434,10 @@ absl::Status NvmeTier::Sync() {
     for (size_t f = 0; f < files_.size(); ++f) {
       if (active[f]) files_[f]->dirty.store(true, std::memory_order_release);
     }
-    last_sync_error_ = absl::Status(first_error.code(),
-                                    absl::StrCat("nvme Sync failed; blocks written since the "
-                                                 "last successful Sync are not durable: ",
-                                                 first_error.message()));
+    last_sync_error_ =
+        absl::Status(first_error.code(), absl::StrCat("nvme Sync failed; blocks written since the "
+                                                      "last successful Sync are not durable: ",
+                                                      first_error.message()));
     return last_sync_error_;
   }
   return absl::OkStatus();
@@ -487,30 +454,26 @@ absl::Status NvmeTier::Free(const NvmeLocation& location) {
   auto& blocks = blocks_[location.file_index];
   auto it = blocks.find(location.offset_bytes);
   if (it == blocks.end() || it->second != location.length_bytes) {
-    return absl::NotFoundError(
-        absl::StrCat("no nvme block allocated at ", location.ToString()));
+    return absl::NotFoundError(absl::StrCat("no nvme block allocated at ", location.ToString()));
   }
   blocks.erase(it);
-  space_[location.file_index].Free(location.offset_bytes,
-                                   location.length_bytes);
+  space_[location.file_index].Free(location.offset_bytes, location.length_bytes);
   return absl::OkStatus();
 }
 
 absl::Status NvmeTier::Reserve(const NvmeLocation& location) {
   KVTIER_RETURN_IF_ERROR(CheckLocation(location));
   absl::MutexLock lock(&mu_);
-  if (!space_[location.file_index].Reserve(location.offset_bytes,
-                                           location.length_bytes)) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "nvme block ", location.ToString(), " overlaps an allocated block"));
+  if (!space_[location.file_index].Reserve(location.offset_bytes, location.length_bytes)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("nvme block ", location.ToString(), " overlaps an allocated block"));
   }
   blocks_[location.file_index][location.offset_bytes] = location.length_bytes;
   return absl::OkStatus();
 }
 
 absl::StatusOr<NvmeOrphanReport> NvmeTier::RemoveOrphanFiles() {
-  KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> names,
-                          env_->ListDir(options_.directory));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->ListDir(options_.directory));
   NvmeOrphanReport report;
   for (const std::string& name : names) {
     bool ours = false;
@@ -522,8 +485,7 @@ absl::StatusOr<NvmeOrphanReport> NvmeTier::RemoveOrphanFiles() {
       report.foreign.push_back(name);
       continue;
     }
-    KVTIER_RETURN_IF_ERROR(
-        env_->DeleteFile(absl::StrCat(options_.directory, "/", name)));
+    KVTIER_RETURN_IF_ERROR(env_->DeleteFile(absl::StrCat(options_.directory, "/", name)));
     report.removed.push_back(name);
   }
   if (!report.removed.empty()) {

@@ -130,8 +130,7 @@ class NvmeTier {
  public:
   // Validates options, creates the directory and the preallocated files (or
   // opens existing ones of the right size), and starts the I/O threads.
-  static absl::StatusOr<std::unique_ptr<NvmeTier>> Open(
-      const NvmeTierOptions& options);
+  static absl::StatusOr<std::unique_ptr<NvmeTier>> Open(const NvmeTierOptions& options);
   // Waits for in-flight I/O; does not Sync.
   ~NvmeTier();
 
@@ -148,10 +147,8 @@ class NvmeTier {
 
   // Reads a block into out (out.size() == location.length_bytes) and checks
   // its XXH3-64.
-  absl::Status Read(const NvmeLocation& location, uint64_t expected_xxh3,
-                    absl::Span<uint8_t> out);
-  std::vector<absl::Status> ReadBatch(
-      absl::Span<const NvmeReadRequest> requests);
+  absl::Status Read(const NvmeLocation& location, uint64_t expected_xxh3, absl::Span<uint8_t> out);
+  std::vector<absl::Status> ReadBatch(absl::Span<const NvmeReadRequest> requests);
 
   // fdatasync of every file written since the last successful Sync. A
   // failed Sync counts in sync_failures() and leaves its files to be synced
@@ -210,8 +207,7 @@ class NvmeTier {
   // finishes. Keeps as many in flight as staging allows, and never waits for
   // staging while holding any.
   template <typename Stage, typename Done>
-  void RunBatch(Batch& batch, const std::vector<bool>& active, Stage stage,
-                Done done);
+  void RunBatch(Batch& batch, const std::vector<bool>& active, Stage stage, Done done);
 
   // Constant after Open.
   const NvmeTierOptions options_;
@@ -225,8 +221,7 @@ class NvmeTier {
   // Per file: best-fit free space, and offset -> payload length of every
   // allocated block.
   std::deque<ExtentAllocator> space_ ABSL_GUARDED_BY(mu_);
-  std::vector<absl::flat_hash_map<uint64_t, uint64_t>> blocks_
-      ABSL_GUARDED_BY(mu_);
+  std::vector<absl::flat_hash_map<uint64_t, uint64_t>> blocks_ ABSL_GUARDED_BY(mu_);
   uint32_t next_file_ ABSL_GUARDED_BY(mu_) = 0;
 
   mutable absl::Mutex sync_mu_;

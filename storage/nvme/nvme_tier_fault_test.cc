@@ -40,9 +40,7 @@ TEST_F(NvmeTierFaultTest, PowerLossDropsOnlyUnsyncedBlocks) {
   ASSERT_TRUE(unsynced_at.ok());
   // Before the crash both read back.
   std::vector<uint8_t> out(unsynced.size());
-  ASSERT_TRUE(
-      tier_->Read(*unsynced_at, NvmeChecksum(unsynced), absl::MakeSpan(out))
-          .ok());
+  ASSERT_TRUE(tier_->Read(*unsynced_at, NvmeChecksum(unsynced), absl::MakeSpan(out)).ok());
 
   // Crash: close, lose what was not synced, restart from the catalog.
   tier_.reset();
@@ -52,11 +50,9 @@ TEST_F(NvmeTierFaultTest, PowerLossDropsOnlyUnsyncedBlocks) {
   ASSERT_TRUE(tier_->Reserve(*unsynced_at).ok());
 
   std::vector<uint8_t> back(synced.size());
-  EXPECT_TRUE(
-      tier_->Read(*synced_at, NvmeChecksum(synced), absl::MakeSpan(back)).ok());
+  EXPECT_TRUE(tier_->Read(*synced_at, NvmeChecksum(synced), absl::MakeSpan(back)).ok());
   EXPECT_EQ(back, synced);
-  absl::Status lost =
-      tier_->Read(*unsynced_at, NvmeChecksum(unsynced), absl::MakeSpan(out));
+  absl::Status lost = tier_->Read(*unsynced_at, NvmeChecksum(unsynced), absl::MakeSpan(out));
   EXPECT_EQ(lost.code(), absl::StatusCode::kDataLoss) << lost;
   EXPECT_EQ(out, std::vector<uint8_t>(out.size(), 0));
 }
@@ -76,9 +72,7 @@ TEST_F(NvmeTierFaultTest, SyncedBlocksSurvivePowerLoss) {
     ASSERT_TRUE(locations[i].ok());
     ASSERT_TRUE(tier_->Reserve(*locations[i]).ok());
     std::vector<uint8_t> out(payloads[i].size());
-    ASSERT_TRUE(tier_->Read(*locations[i], NvmeChecksum(payloads[i]),
-                            absl::MakeSpan(out))
-                    .ok());
+    ASSERT_TRUE(tier_->Read(*locations[i], NvmeChecksum(payloads[i]), absl::MakeSpan(out)).ok());
     EXPECT_EQ(out, payloads[i]);
   }
 }
@@ -95,14 +89,12 @@ TEST_F(NvmeTierFaultTest, InjectedIoErrorsSurfaceAndNeverReturnWrongBytes) {
     if (location.ok()) continue;
     ++write_failures;
     EXPECT_EQ(location.status().code(), absl::StatusCode::kInternal);
-    EXPECT_NE(location.status().message().find("nvme-00"),
-              absl::string_view::npos)
+    EXPECT_NE(location.status().message().find("nvme-00"), absl::string_view::npos)
         << location.status();
   }
   EXPECT_GT(write_failures, 0);
   EXPECT_LT(write_failures, 40);
-  EXPECT_EQ(tier_->stats().blocks, 40u - write_failures)
-      << "failed writes leave no allocation";
+  EXPECT_EQ(tier_->stats().blocks, 40u - write_failures) << "failed writes leave no allocation";
 
   env_.SetWriteErrorOneIn(0);
   env_.SetReadErrorOneIn(3);
@@ -111,8 +103,8 @@ TEST_F(NvmeTierFaultTest, InjectedIoErrorsSurfaceAndNeverReturnWrongBytes) {
     for (size_t i = 0; i < payloads.size(); ++i) {
       if (!locations[i].ok()) continue;
       std::vector<uint8_t> out(payloads[i].size(), 0xee);
-      absl::Status status = tier_->Read(
-          *locations[i], NvmeChecksum(payloads[i]), absl::MakeSpan(out));
+      absl::Status status =
+          tier_->Read(*locations[i], NvmeChecksum(payloads[i]), absl::MakeSpan(out));
       if (status.ok()) {
         ASSERT_EQ(out, payloads[i]);
       } else {
@@ -123,21 +115,18 @@ TEST_F(NvmeTierFaultTest, InjectedIoErrorsSurfaceAndNeverReturnWrongBytes) {
     }
   }
   EXPECT_GT(read_failures, 0);
-  EXPECT_EQ(env_.injected_error_count(),
-            static_cast<uint64_t>(write_failures + read_failures));
+  EXPECT_EQ(env_.injected_error_count(), static_cast<uint64_t>(write_failures + read_failures));
 }
 
 TEST_F(NvmeTierFaultTest, NoSpaceIsResourceExhausted) {
   env_.SetNoSpace(true);
   auto location = tier_->Write(RandomBytes(8192, 1));
-  EXPECT_EQ(location.status().code(), absl::StatusCode::kResourceExhausted)
-      << location.status();
+  EXPECT_EQ(location.status().code(), absl::StatusCode::kResourceExhausted) << location.status();
   EXPECT_EQ(tier_->stats().used_bytes, 0u);
 
   NvmeTierOptions elsewhere = options_;
   elsewhere.directory = dir_.path() + "/other";
-  EXPECT_EQ(NvmeTier::Open(elsewhere).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(NvmeTier::Open(elsewhere).status().code(), absl::StatusCode::kResourceExhausted);
 
   env_.SetNoSpace(false);
   EXPECT_TRUE(tier_->Write(RandomBytes(8192, 1)).ok());

@@ -30,11 +30,9 @@ class NvmeTierTest : public ::testing::Test {
 
   // Writes `data` and reads it back through an unaligned and an aligned
   // buffer.
-  void ExpectReadsBack(const NvmeLocation& location,
-                       const std::vector<uint8_t>& data) {
+  void ExpectReadsBack(const NvmeLocation& location, const std::vector<uint8_t>& data) {
     std::vector<uint8_t> out(data.size());
-    ASSERT_TRUE(tier_->Read(location, NvmeChecksum(data), absl::MakeSpan(out))
-                    .ok())
+    ASSERT_TRUE(tier_->Read(location, NvmeChecksum(data), absl::MakeSpan(out)).ok())
         << location.ToString();
     ASSERT_EQ(out, data) << location.ToString();
   }
@@ -53,9 +51,8 @@ TEST(NvmeChecksumTest, IsPlainXxh3) {
 }
 
 TEST_F(NvmeTierTest, RoundTripsManySizesThroughStagingAndInPlace) {
-  const std::vector<uint64_t> sizes = {4096,   1,          5000,   65536,
-                                       100001, 256 * 1024, 1 << 20,
-                                       (1 << 20) + 123, 2 << 20};
+  const std::vector<uint64_t> sizes = {
+      4096, 1, 5000, 65536, 100001, 256 * 1024, 1 << 20, (1 << 20) + 123, 2 << 20};
   std::vector<std::vector<uint8_t>> payloads;
   std::vector<absl::Span<const uint8_t>> spans;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -84,8 +81,7 @@ TEST_F(NvmeTierTest, RoundTripsManySizesThroughStagingAndInPlace) {
   // Aligned reads of the aligned writes (in place both ways).
   for (size_t i = payloads.size(), a = 0; i < spans.size(); ++i, ++a) {
     auto out = AlignedBuffer::Allocate(spans[i].size());
-    ASSERT_TRUE(tier_->Read(*locations[i], NvmeChecksum(spans[i]), out->span())
-                    .ok());
+    ASSERT_TRUE(tier_->Read(*locations[i], NvmeChecksum(spans[i]), out->span()).ok());
     EXPECT_EQ(std::memcmp(out->data(), aligned[a].data(), spans[i].size()), 0);
   }
   ASSERT_TRUE(tier_->Sync().ok());
@@ -126,8 +122,7 @@ TEST_F(NvmeTierTest, ConcurrentBatchesFromSeveralThreads) {
           continue;
         }
         outs[i].resize(payloads[i].size());
-        reads.push_back({*locations[i], NvmeChecksum(payloads[i]),
-                         absl::MakeSpan(outs[i])});
+        reads.push_back({*locations[i], NvmeChecksum(payloads[i]), absl::MakeSpan(outs[i])});
       }
       for (const absl::Status& s : tier_->ReadBatch(reads)) {
         if (!s.ok()) ++failures[t];
@@ -150,8 +145,7 @@ TEST_F(NvmeTierTest, CapacityIsAHardLimit) {
     auto location = tier_->Write(block);
     if (!location.ok()) {
       EXPECT_EQ(location.status().code(), absl::StatusCode::kResourceExhausted);
-      EXPECT_NE(location.status().message().find(
-                    absl::StrCat("capacity_bytes=", capacity)),
+      EXPECT_NE(location.status().message().find(absl::StrCat("capacity_bytes=", capacity)),
                 absl::string_view::npos)
           << location.status();
       break;
@@ -173,8 +167,7 @@ TEST_F(NvmeTierTest, FreedSpaceIsReused) {
   EXPECT_EQ(used, 12288u);
   ASSERT_TRUE(tier_->Free(*first).ok());
   EXPECT_EQ(tier_->stats().used_bytes, 0u);
-  EXPECT_EQ(tier_->Free(*first).code(), absl::StatusCode::kNotFound)
-      << "double free is refused";
+  EXPECT_EQ(tier_->Free(*first).code(), absl::StatusCode::kNotFound) << "double free is refused";
 
   // Fill both files to one block each so the freed range is the fit.
   auto second = tier_->Write(b);
@@ -182,8 +175,8 @@ TEST_F(NvmeTierTest, FreedSpaceIsReused) {
   auto third = tier_->Write(b);
   ASSERT_TRUE(third.ok());
   EXPECT_TRUE(*second == *first || *third == *first)
-      << "freed extent reused: " << first->ToString() << " vs "
-      << second->ToString() << ", " << third->ToString();
+      << "freed extent reused: " << first->ToString() << " vs " << second->ToString() << ", "
+      << third->ToString();
   ExpectReadsBack(*second, b);
   ExpectReadsBack(*third, b);
 }
@@ -206,8 +199,7 @@ TEST_F(NvmeTierTest, RestartWithReserveKeepsDataReadable) {
     ASSERT_TRUE(tier_->Reserve(location).ok()) << location.ToString();
   }
   EXPECT_EQ(tier_->stats().used_bytes, used);
-  EXPECT_EQ(tier_->Reserve(locations[3]).code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(tier_->Reserve(locations[3]).code(), absl::StatusCode::kAlreadyExists);
   for (size_t i = 0; i < locations.size(); ++i) {
     ExpectReadsBack(locations[i], payloads[i]);
   }
@@ -217,10 +209,8 @@ TEST_F(NvmeTierTest, RestartWithReserveKeepsDataReadable) {
   for (const NvmeLocation& location : locations) {
     if (location.file_index != fresh->file_index) continue;
     const bool disjoint =
-        fresh->offset_bytes >= location.offset_bytes +
-                                   RoundUpToDirectIo(location.length_bytes) ||
-        location.offset_bytes >=
-            fresh->offset_bytes + RoundUpToDirectIo(fresh->length_bytes);
+        fresh->offset_bytes >= location.offset_bytes + RoundUpToDirectIo(location.length_bytes) ||
+        location.offset_bytes >= fresh->offset_bytes + RoundUpToDirectIo(fresh->length_bytes);
     EXPECT_TRUE(disjoint) << fresh->ToString() << " " << location.ToString();
   }
 }
@@ -236,8 +226,7 @@ TEST_F(NvmeTierTest, FlippedByteOnDiskIsDataLoss) {
   raw.size_bytes = options_.file_size_bytes;
   raw.create_if_missing = false;
   raw.direct_io = false;
-  auto file = Env::Default()->OpenBlockFile(
-      tier_->FilePaths()[location->file_index], raw);
+  auto file = Env::Default()->OpenBlockFile(tier_->FilePaths()[location->file_index], raw);
   ASSERT_TRUE(file.ok());
   uint8_t byte = 0;
   const uint64_t at = location->offset_bytes + 12345;
@@ -247,11 +236,9 @@ TEST_F(NvmeTierTest, FlippedByteOnDiskIsDataLoss) {
   ASSERT_TRUE((*file)->Sync().ok());
 
   std::vector<uint8_t> out(data.size(), 0xee);
-  absl::Status status =
-      tier_->Read(*location, NvmeChecksum(data), absl::MakeSpan(out));
+  absl::Status status = tier_->Read(*location, NvmeChecksum(data), absl::MakeSpan(out));
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
-  EXPECT_NE(status.message().find(location->ToString()), absl::string_view::npos)
-      << status;
+  EXPECT_NE(status.message().find(location->ToString()), absl::string_view::npos) << status;
   EXPECT_EQ(out, std::vector<uint8_t>(data.size(), 0)) << "no bytes handed back";
   EXPECT_EQ(tier_->stats().checksum_failures, 1u);
 }
@@ -259,8 +246,7 @@ TEST_F(NvmeTierTest, FlippedByteOnDiskIsDataLoss) {
 TEST_F(NvmeTierTest, BadArgumentsNameTheField) {
   EXPECT_EQ(tier_->Write({}).status().code(), absl::StatusCode::kInvalidArgument);
   const auto too_big = RandomBytes(options_.max_block_bytes + 1, 1);
-  EXPECT_EQ(tier_->Write(too_big).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(tier_->Write(too_big).status().code(), absl::StatusCode::kInvalidArgument);
 
   std::vector<uint8_t> out(100);
   absl::Status status = tier_->Read({7, 0, 100}, 0, absl::MakeSpan(out));
@@ -274,8 +260,7 @@ TEST_F(NvmeTierTest, BadArgumentsNameTheField) {
 
   NvmeTierOptions bad = options_;
   bad.num_files = 0;
-  EXPECT_NE(NvmeTier::Open(bad).status().message().find("num_files"),
-            absl::string_view::npos);
+  EXPECT_NE(NvmeTier::Open(bad).status().message().find("num_files"), absl::string_view::npos);
   bad = options_;
   bad.file_size_bytes = 5000;
   EXPECT_NE(NvmeTier::Open(bad).status().message().find("file_size_bytes"),
@@ -290,8 +275,7 @@ TEST_F(NvmeTierTest, ReopenWithAnotherFileSizeIsRefused) {
   tier_.reset();
   NvmeTierOptions other = options_;
   other.file_size_bytes *= 2;
-  EXPECT_EQ(NvmeTier::Open(other).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(NvmeTier::Open(other).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(NvmeTierTest, OrphanFilesAreRemovedAndForeignOnesReported) {
@@ -300,19 +284,15 @@ TEST_F(NvmeTierTest, OrphanFilesAreRemovedAndForeignOnesReported) {
   NvmeTierOptions larger = options_;
   larger.num_files = 4;
   ASSERT_TRUE(NvmeTier::Open(larger).ok());
-  ASSERT_TRUE(Env::Default()
-                  ->CreateDir(options_.directory + "/catalog", false)
-                  .ok());
+  ASSERT_TRUE(Env::Default()->CreateDir(options_.directory + "/catalog", false).ok());
   Reopen();
 
   auto report = tier_->RemoveOrphanFiles();
   ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_EQ(report->removed,
-            (std::vector<std::string>{"nvme-002.dat", "nvme-003.dat"}));
+  EXPECT_EQ(report->removed, (std::vector<std::string>{"nvme-002.dat", "nvme-003.dat"}));
   EXPECT_EQ(report->foreign, std::vector<std::string>{"catalog"});
   auto names = Env::Default()->ListDir(options_.directory);
-  EXPECT_EQ(*names, (std::vector<std::string>{"catalog", "nvme-000.dat",
-                                              "nvme-001.dat"}));
+  EXPECT_EQ(*names, (std::vector<std::string>{"catalog", "nvme-000.dat", "nvme-001.dat"}));
 }
 
 }  // namespace

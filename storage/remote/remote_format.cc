@@ -80,10 +80,9 @@ absl::StatusOr<RemoteValue> DecodeRemoteValue(std::string_view value, std::strin
   }
   const uint64_t size = GetU64(h + 8);
   if (size != expected_payload_bytes || value.size() - kRemoteHeaderBytes != size) {
-    return absl::DataLossError(absl::StrCat("remote value holds ", value.size() - kRemoteHeaderBytes,
-                                            " payload bytes (header says ", size,
-                                            "); the profile's blocks are ",
-                                            expected_payload_bytes, " bytes"));
+    return absl::DataLossError(absl::StrCat(
+        "remote value holds ", value.size() - kRemoteHeaderBytes, " payload bytes (header says ",
+        size, "); the profile's blocks are ", expected_payload_bytes, " bytes"));
   }
   RemoteValue out;
   out.payload = absl::MakeConstSpan(h + kRemoteHeaderBytes, size);

@@ -20,8 +20,8 @@ ModelProfile Shape() {
 }
 
 std::string Value(const std::string& key, uint64_t fp, const std::string& payload) {
-  const auto span = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(payload.data()),
-                                        payload.size());
+  const auto span =
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(payload.data()), payload.size());
   const auto h = EncodeRemoteHeader(key, fp, payload.size(), BlockChecksum(span));
   return std::string(reinterpret_cast<const char*>(h.data()), h.size()) + payload;
 }
@@ -74,10 +74,10 @@ TEST(RemoteFormat, RoundTripAndEveryCheck) {
   };
   EXPECT_EQ(code(good.substr(0, 20), key, 1, 64), absl::StatusCode::kDataLoss);  // short
   EXPECT_EQ(code(good, "kvt1:1:t:0000000000000001:ab", 1, 64), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(code(good, key, 2, 64), absl::StatusCode::kDataLoss);   // other profile
-  EXPECT_EQ(code(good, key, 1, 32), absl::StatusCode::kDataLoss);   // other size
+  EXPECT_EQ(code(good, key, 2, 64), absl::StatusCode::kDataLoss);        // other profile
+  EXPECT_EQ(code(good, key, 1, 32), absl::StatusCode::kDataLoss);        // other size
   EXPECT_EQ(code(good + "x", key, 1, 64), absl::StatusCode::kDataLoss);  // trailing bytes
-  for (size_t i = 0; i < kRemoteHeaderBytes; ++i) {  // any header byte flipped
+  for (size_t i = 0; i < kRemoteHeaderBytes; ++i) {                      // any header byte flipped
     std::string bad = good;
     bad[i] ^= 0x10;
     EXPECT_EQ(code(bad, key, 1, 64), absl::StatusCode::kDataLoss) << "byte " << i;

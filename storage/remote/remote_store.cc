@@ -159,8 +159,8 @@ absl::Status RemoteStore::Fetch(const BlockKey& key) {
       stored = absl::OkStatus();
       counters_.bytes_read += v->payload.size();
     } else if (put.status().code() == absl::StatusCode::kDataLoss) {
-      bad = absl::DataLossError(absl::StrCat("remote payload fails its checksum (",
-                                             put.status().message(), ")"));
+      bad = absl::DataLossError(
+          absl::StrCat("remote payload fails its checksum (", put.status().message(), ")"));
     } else if (put.status().code() == absl::StatusCode::kAlreadyExists) {
       stored = absl::OkStatus();  // a local block under this id wins
     } else {
@@ -201,11 +201,10 @@ void RemoteStore::Quarantine(const BlockKey& key, const std::string& remote_key,
     quarantined_.push_back(q);
     while (quarantined_.size() > options_.quarantine_log_entries) quarantined_.pop_front();
   }
-  Warn(absl::StrCat("remote tier: quarantined ", Describe(key), " at ", q.location, ": ",
-                    q.reason,
-                    deleted.ok() ? "; the value was deleted from the cluster"
-                                 : absl::StrCat("; deleting it failed: ",
-                                                deleted.status().message())));
+  Warn(absl::StrCat("remote tier: quarantined ", Describe(key), " at ", q.location, ": ", q.reason,
+                    deleted.ok()
+                        ? "; the value was deleted from the cluster"
+                        : absl::StrCat("; deleting it failed: ", deleted.status().message())));
 }
 
 bool RemoteStore::InRemote(const BlockKey& key) {
@@ -239,9 +238,9 @@ absl::Status RemoteStore::Get(const BlockKey& key, std::string* out, TierId* fro
   if (local.code() != absl::StatusCode::kNotFound) return local;
   absl::Status fetched = Fetch(key);
   if (fetched.code() == absl::StatusCode::kDataLoss) {
-    return absl::NotFoundError(
-        absl::StrCat("DATA_LOSS: the remote copy of ", Describe(key), " failed its check (",
-                     fetched.message(), ") and was quarantined"));
+    return absl::NotFoundError(absl::StrCat("DATA_LOSS: the remote copy of ", Describe(key),
+                                            " failed its check (", fetched.message(),
+                                            ") and was quarantined"));
   }
   if (fetched.code() == absl::StatusCode::kNotFound ||
       fetched.code() == absl::StatusCode::kUnavailable) {
@@ -267,8 +266,8 @@ absl::StatusOr<uint64_t> RemoteStore::AcquireHandles(
     absl::StatusOr<DeviceHandle>& h = (*handles)[i];
     if (h.ok() || h.status().code() != absl::StatusCode::kNotFound) continue;
     if (keys[i].tenant != tenant || RecentlyMissed(keys[i])) continue;
-    h = absl::UnavailableError(absl::StrCat(Describe(keys[i]),
-                                            " is in no local tier; looking in the remote tier"));
+    h = absl::UnavailableError(
+        absl::StrCat(Describe(keys[i]), " is in no local tier; looking in the remote tier"));
   }
   return lease;
 }
@@ -307,8 +306,7 @@ absl::Status RemoteStore::Delete(const BlockKey& key) {
         absl::StrCat("remote tier: could not delete ", Describe(key), " from the cluster (",
                      deleted.status().message(), "); a later read may bring it back");
     Warn(why);
-    return local.ok() ? absl::UnavailableError(
-                            absl::StrCat("deleted locally, but ", why))
+    return local.ok() ? absl::UnavailableError(absl::StrCat("deleted locally, but ", why))
                       : absl::UnavailableError(why);
   }
   if (*deleted) ++counters_.deleted;
@@ -369,9 +367,8 @@ void RemoteStore::Enqueue(const BlockKey& key) {
 void RemoteStore::WaitPublished() {
   absl::MutexLock lock(&queue_mu_);
   const uint64_t target = enqueued_;
-  auto done = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) {
-    return finished_ >= target;
-  };
+  auto done = [this, target]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) { return finished_ >= target; };
   queue_mu_.Await(absl::Condition(&done));
 }
 
@@ -400,10 +397,10 @@ void RemoteStore::Publish(const BlockKey& key) {
     return;
   }
   const std::string remote_key = RemoteKey(key, profile->fingerprint);
-  const auto payload = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()),
-                                           data.size());
-  const auto header = EncodeRemoteHeader(remote_key, profile->fingerprint, data.size(),
-                                         BlockChecksum(payload));
+  const auto payload =
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+  const auto header =
+      EncodeRemoteHeader(remote_key, profile->fingerprint, data.size(), BlockChecksum(payload));
   const absl::Span<const uint8_t> pieces[] = {absl::MakeConstSpan(header), payload};
   if (absl::Status st = cluster_->Set(remote_key, pieces, options_.ttl_ms); !st.ok()) {
     ++counters_.publish_failed;

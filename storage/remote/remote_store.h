@@ -100,7 +100,7 @@ class RemoteStore final : public BlockStore {
   // options (the cluster's own are checked by RedisCluster::Create). The
   // cluster need not be reachable.
   static absl::StatusOr<std::unique_ptr<RemoteStore>> Create(std::unique_ptr<BlockStore> local,
-                                                            RemoteTierOptions options);
+                                                             RemoteTierOptions options);
   ~RemoteStore() override;
 
   RemoteTierStats remote_stats() const;
@@ -162,16 +162,14 @@ class RemoteStore final : public BlockStore {
   }
   void ForEachQuarantined(uint64_t profile_id,
                           const std::function<void(const QuarantinedBlock&)>& fn) override;
-  absl::Status Verify(uint64_t profile_id,
-                      const std::function<void(uint64_t, uint64_t, const BlockKey*)>& progress)
-      override {
+  absl::Status Verify(
+      uint64_t profile_id,
+      const std::function<void(uint64_t, uint64_t, const BlockKey*)>& progress) override {
     return local_->Verify(profile_id, progress);
   }
   std::vector<ModelProfile> ListProfiles() override { return local_->ListProfiles(); }
   // Local tiers only: the remote copy stays (Delete removes it).
-  absl::Status Evict(const BlockKey& key, TierId tier) override {
-    return local_->Evict(key, tier);
-  }
+  absl::Status Evict(const BlockKey& key, TierId tier) override { return local_->Evict(key, tier); }
   absl::Status Drain(const std::function<void(uint64_t, uint64_t)>& progress) override {
     return local_->Drain(progress);
   }

@@ -36,8 +36,8 @@ class Node {
        uint64_t host_blocks = 64, uint64_t nvme_blocks_per_file = 64) {
     prefix_ = "/dev/shm/kvtier-rst-" + std::to_string(::getpid()) + "-" + name;
     gpu::ShmDeviceOpsOptions arena_options;
-    gpu::GpuStatus created = gpu::ShmDeviceOps::Create(prefix_ + "-arena", 16 * kBlockBytes,
-                                                       arena_options, &device_);
+    gpu::GpuStatus created =
+        gpu::ShmDeviceOps::Create(prefix_ + "-arena", 16 * kBlockBytes, arena_options, &device_);
     EXPECT_TRUE(created.ok()) << created.ToString();
     BlockStoreOptions o;
     o.data_dir = dir_.path();
@@ -281,9 +281,8 @@ TEST_F(RemoteStoreTest, CorruptValueIsQuarantinedNeverServed) {
     EXPECT_EQ(*exists, "0");
   }
   int listed = 0;
-  b->store()->ForEachQuarantined(0, [&](const QuarantinedBlock& q) {
-    listed += q.tier == TierId::kRemote;
-  });
+  b->store()->ForEachQuarantined(
+      0, [&](const QuarantinedBlock& q) { listed += q.tier == TierId::kRemote; });
   EXPECT_EQ(listed, 2);
   EXPECT_EQ(b->store()->remote_stats().corrupt, 2u);
   EXPECT_EQ(b->warnings().size(), 2u);

@@ -177,7 +177,7 @@ struct BlockStoreOptions {
 };
 
 struct RegisteredProfile;  // catalog.h
-class Catalog;            // catalog.h
+class Catalog;             // catalog.h
 
 class BlockStore {
  public:
@@ -331,8 +331,9 @@ class BlockStore {
   virtual BlockStoreStats Stats() = 0;
   // Calls fn for every block (tenant/profile filter: empty tenant and 0
   // profile = all) with its location; under no lock across calls.
-  virtual void ForEachBlock(uint64_t profile_id,
-                            const std::function<void(const BlockKey&, const BlockLocation&)>& fn) = 0;
+  virtual void ForEachBlock(
+      uint64_t profile_id,
+      const std::function<void(const BlockKey&, const BlockLocation&)>& fn) = 0;
   // Calls fn for every quarantined block (profile filter: 0 = all), whoever
   // found it; under no lock across calls.
   virtual void ForEachQuarantined(uint64_t profile_id,
@@ -340,9 +341,9 @@ class BlockStore {
   // Re-reads and checksums every copy of every block (device, host and
   // NVMe); progress(done, total, corrupt key or nullptr) after each block.
   // Corrupt blocks are quarantined.
-  virtual absl::Status Verify(
-      uint64_t profile_id,
-      const std::function<void(uint64_t done, uint64_t total, const BlockKey* corrupt)>& progress) = 0;
+  virtual absl::Status Verify(uint64_t profile_id,
+                              const std::function<void(uint64_t done, uint64_t total,
+                                                       const BlockKey* corrupt)>& progress) = 0;
   // Every tenant's profiles (owner set), by id then owner.
   virtual std::vector<ModelProfile> ListProfiles() = 0;
   // Gives up the block's copy in `tier` as the cache would, then counts an
@@ -359,7 +360,8 @@ class BlockStore {
   virtual absl::Status Evict(const BlockKey& key, TierId tier) = 0;
   // Writes every non-durable block to NVMe (durable) and drops device and
   // host copies that are not pinned.
-  virtual absl::Status Drain(const std::function<void(uint64_t done, uint64_t total)>& progress) = 0;
+  virtual absl::Status Drain(
+      const std::function<void(uint64_t done, uint64_t total)>& progress) = 0;
 
   // The tenant's device arena (created on first use in multi-tenant mode;
   // RESOURCE_EXHAUSTED when the device tier has no room for it).

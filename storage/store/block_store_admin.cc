@@ -125,8 +125,7 @@ void BlockStoreImpl::ForEachQuarantined(uint64_t profile_id,
 }
 
 absl::Status BlockStoreImpl::Verify(
-    uint64_t profile_id,
-    const std::function<void(uint64_t, uint64_t, const BlockKey*)>& progress) {
+    uint64_t profile_id, const std::function<void(uint64_t, uint64_t, const BlockKey*)>& progress) {
   std::vector<BlockKey> keys;
   {
     absl::MutexLock lock(&mu_);
@@ -256,8 +255,8 @@ absl::Status BlockStoreImpl::Evict(const BlockKey& key, TierId tier) {
         return absl::OkStatus();
       case TierId::kNvme:
         if (e->retained) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              Describe(key), " is retained by its writer: only a delete removes it"));
+          return absl::FailedPreconditionError(
+              absl::StrCat(Describe(key), " is retained by its writer: only a delete removes it"));
         }
         break;  // below, without mu_: the record's removal is a synced write
       case TierId::kRemote:

@@ -71,8 +71,7 @@ absl::Status BlockStoreImpl::Init() {
   KVTIER_RETURN_IF_ERROR(env_->CreateDir(options_.data_dir, /*recursive=*/true));
   CatalogOptions catalog_options;
   catalog_options.rocksdb_env = options_.catalog_env;
-  KVTIER_ASSIGN_OR_RETURN(catalog_,
-                          Catalog::Open(options_.data_dir + "/catalog", catalog_options));
+  KVTIER_ASSIGN_OR_RETURN(catalog_, Catalog::Open(options_.data_dir + "/catalog", catalog_options));
 
   HostTierOptions host_options;
   host_options.path = options_.host_shm_path;
@@ -146,43 +145,44 @@ absl::Status BlockStoreImpl::Init() {
       CatalogScanStats scan,
       catalog_->ForEachBlock([&](const BlockKey& key, const absl::StatusOr<BlockRecord>& record)
                                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        const ModelProfile* profile = ProfileOfLocked(key.tenant, key.profile_id);
-        if (!record.ok() || profile == nullptr) {
-          stale.push_back(key);
-          return true;
-        }
-        auto entry = std::make_unique<Entry>();
-        entry->key = key;
-        entry->size_bytes = record->size_bytes;
-        entry->checksum = record->checksum;
-        entry->created_micros = record->created_micros;
-        entry->summary = record->summary;
-        entry->summary.shrink_to_fit();
-        summary_bytes_ += entry->summary.capacity();
-        entry->last_access_micros = static_cast<uint64_t>(now);
-        entry->writing = false;
-        if (record->quarantined) {
-          entry->quarantined = true;
-          ++quarantined_;
-          entries_[key] = std::move(entry);
-          return true;
-        }
-        if (!record->durable || !record->nvme.has_value() ||
-            record->nvme->file_index >= file_existed.size() ||
-            !file_existed[record->nvme->file_index] ||
-            record->size_bytes != BlockSizeBytes(*profile) ||
-            !nvme_->Reserve(FromExtent(*record->nvme)).ok()) {
-          stale.push_back(key);
-          return true;
-        }
-        Entry* e = entry.get();
-        e->nvme = FromExtent(*record->nvme);
-        e->durable = true;
-        entries_[key] = std::move(entry);
-        AddCopyLocked(e, TierId::kNvme);
-        if (record->retained) SetRetainedLocked(e);
-        return true;
-      }));
+                                   const ModelProfile* profile =
+                                       ProfileOfLocked(key.tenant, key.profile_id);
+                                   if (!record.ok() || profile == nullptr) {
+                                     stale.push_back(key);
+                                     return true;
+                                   }
+                                   auto entry = std::make_unique<Entry>();
+                                   entry->key = key;
+                                   entry->size_bytes = record->size_bytes;
+                                   entry->checksum = record->checksum;
+                                   entry->created_micros = record->created_micros;
+                                   entry->summary = record->summary;
+                                   entry->summary.shrink_to_fit();
+                                   summary_bytes_ += entry->summary.capacity();
+                                   entry->last_access_micros = static_cast<uint64_t>(now);
+                                   entry->writing = false;
+                                   if (record->quarantined) {
+                                     entry->quarantined = true;
+                                     ++quarantined_;
+                                     entries_[key] = std::move(entry);
+                                     return true;
+                                   }
+                                   if (!record->durable || !record->nvme.has_value() ||
+                                       record->nvme->file_index >= file_existed.size() ||
+                                       !file_existed[record->nvme->file_index] ||
+                                       record->size_bytes != BlockSizeBytes(*profile) ||
+                                       !nvme_->Reserve(FromExtent(*record->nvme)).ok()) {
+                                     stale.push_back(key);
+                                     return true;
+                                   }
+                                   Entry* e = entry.get();
+                                   e->nvme = FromExtent(*record->nvme);
+                                   e->durable = true;
+                                   entries_[key] = std::move(entry);
+                                   AddCopyLocked(e, TierId::kNvme);
+                                   if (record->retained) SetRetainedLocked(e);
+                                   return true;
+                                 }));
   if (scan.corrupt_records > 0 || scan.corrupt_keys > 0) {
     LogLocked(absl::StrCat("catalog: ", scan.corrupt_records, " block records and ",
                            scan.corrupt_keys, " keys failed to decode at open; dropped"));
@@ -212,12 +212,11 @@ BlockStoreImpl::TenantState& BlockStoreImpl::TenantLocked(const std::string& ten
   return tenants_[tenant];
 }
 
-absl::Status BlockStoreImpl::CheckQuota(const std::string& tenant, const char* what,
-                                        uint64_t used, uint64_t add, uint64_t limit) {
+absl::Status BlockStoreImpl::CheckQuota(const std::string& tenant, const char* what, uint64_t used,
+                                        uint64_t add, uint64_t limit) {
   if (limit == 0 || used + add <= limit) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat("quota ", what, " of tenant \"", tenant,
-                                                   "\": ", used, " in use + ", add, " exceeds ",
-                                                   limit));
+  return absl::ResourceExhaustedError(absl::StrCat("quota ", what, " of tenant \"", tenant, "\": ",
+                                                   used, " in use + ", add, " exceeds ", limit));
 }
 
 void BlockStoreImpl::SetTenantLimits(const std::string& tenant, const TenantLimits& limits) {
@@ -238,17 +237,17 @@ TenantUsage BlockStoreImpl::UsageOf(const std::string& tenant) {
   return u;
 }
 
-absl::StatusOr<BlockStoreImpl::MemorySpace*> BlockStoreImpl::SpaceLocked(
-    const std::string& tenant, bool staging) {
+absl::StatusOr<BlockStoreImpl::MemorySpace*> BlockStoreImpl::SpaceLocked(const std::string& tenant,
+                                                                         bool staging) {
   mu_.AssertHeld();
   if (!multi_tenant_) return &shared_;
   std::unique_ptr<MemorySpace>& space = spaces_[tenant];
   if (space == nullptr) space = std::make_unique<MemorySpace>();
   const TenantLimits& limits = TenantLocked(tenant).limits;
   if (space->device == nullptr) {
-    const uint64_t want = (limits.device_bytes != 0 ? limits.device_bytes
-                                                    : options_.tenant_arena_bytes) /
-                          kSlotAlignmentBytes * kSlotAlignmentBytes;
+    const uint64_t want =
+        (limits.device_bytes != 0 ? limits.device_bytes : options_.tenant_arena_bytes) /
+        kSlotAlignmentBytes * kSlotAlignmentBytes;
     if (arena_bytes_ + want > device_capacity_bytes_) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "device tier: an arena of ", want, " bytes for tenant \"", tenant, "\" does not fit (",
@@ -267,9 +266,9 @@ absl::StatusOr<BlockStoreImpl::MemorySpace*> BlockStoreImpl::SpaceLocked(
   if (staging && space->staging == nullptr) {
     HostTierOptions o;
     o.path = options_.tenant_staging_name(tenant);
-    o.capacity_bytes = (limits.staging_bytes != 0 ? limits.staging_bytes
-                                                  : options_.tenant_staging_bytes) /
-                       kSlotAlignmentBytes * kSlotAlignmentBytes;
+    o.capacity_bytes =
+        (limits.staging_bytes != 0 ? limits.staging_bytes : options_.tenant_staging_bytes) /
+        kSlotAlignmentBytes * kSlotAlignmentBytes;
     o.alignment_bytes = kSlotAlignmentBytes;
     o.file.sealed = true;  // handed to its tenant only, as a file descriptor
     KVTIER_ASSIGN_OR_RETURN(space->owned_staging, HostTier::Open(o));
@@ -308,11 +307,10 @@ absl::StatusOr<std::pair<ModelProfile, bool>> BlockStoreImpl::RegisterProfile(
   // Every block must fit every tier it can be demoted to.
   const uint64_t block_bytes = BlockSizeBytes(profile);
   if (block_bytes > nvme_->options().max_block_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("profile: blocks of ", block_bytes,
-                     " bytes exceed the largest block the NVMe tier stores (",
-                     nvme_->options().max_block_bytes,
-                     " bytes: min(64 MiB, tiers.nvme.file_size_bytes))"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile: blocks of ", block_bytes,
+        " bytes exceed the largest block the NVMe tier stores (", nvme_->options().max_block_bytes,
+        " bytes: min(64 MiB, tiers.nvme.file_size_bytes))"));
   }
   if (block_bytes > host_->stats().capacity_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("profile: blocks of ", block_bytes,
@@ -331,7 +329,8 @@ absl::StatusOr<std::pair<ModelProfile, bool>> BlockStoreImpl::RegisterProfile(
     }
     TenantState& t = TenantLocked(tenant);
     if (!known) {
-      KVTIER_RETURN_IF_ERROR(CheckQuota(tenant, "profiles", t.usage.profiles, 1, t.limits.profiles));
+      KVTIER_RETURN_IF_ERROR(
+          CheckQuota(tenant, "profiles", t.usage.profiles, 1, t.limits.profiles));
     }
   }
   KVTIER_ASSIGN_OR_RETURN(RegisteredProfile registered, catalog_->RegisterProfile(owned));
@@ -370,8 +369,9 @@ absl::Status BlockStoreImpl::CheckPayload(const BlockKey& key, uint64_t size_byt
   const ModelProfile& profile = *found;
   const uint64_t want = BlockSizeBytes(profile);
   if (size_bytes != want) {
-    return absl::InvalidArgumentError(absl::StrCat("data: ", size_bytes, " bytes, but blocks of profile ",
-                                                   key.profile_id, " are ", want, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("data: ", size_bytes,
+                                                   " bytes, but blocks of profile ", key.profile_id,
+                                                   " are ", want, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -425,16 +425,16 @@ void BlockStoreImpl::DropCopyLocked(Entry* e, TierId tier, bool free_extent) {
       break;
     case TierId::kHost:
       if (absl::Status st = host_->Free(*e->host); !st.ok()) {
-        LogLocked(absl::StrCat("host tier: freeing the copy of ", Describe(e->key), ": ",
-                               st.message()));
+        LogLocked(
+            absl::StrCat("host tier: freeing the copy of ", Describe(e->key), ": ", st.message()));
       }
       e->host.reset();
       u.host_bytes -= e->size_bytes;
       break;
     case TierId::kNvme:
       if (absl::Status st = free_extent ? nvme_->Free(*e->nvme) : absl::OkStatus(); !st.ok()) {
-        LogLocked(absl::StrCat("nvme tier: freeing the copy of ", Describe(e->key), ": ",
-                               st.message()));
+        LogLocked(
+            absl::StrCat("nvme tier: freeing the copy of ", Describe(e->key), ": ", st.message()));
       }
       e->nvme.reset();
       e->durable = false;
@@ -456,9 +456,9 @@ absl::Status BlockStoreImpl::EraseLocked(Entry* e) {
     absl::Status st = catalog_->DeleteBlock(e->key);
     if (!st.ok()) {
       e->durable = false;
-      return absl::Status(st.code(), absl::StrCat("removing the catalog record of ",
-                                                  Describe(e->key), ": ", st.message(),
-                                                  " (it may still take effect at restart)"));
+      return absl::Status(st.code(),
+                          absl::StrCat("removing the catalog record of ", Describe(e->key), ": ",
+                                       st.message(), " (it may still take effect at restart)"));
     }
   }
   ForgetLocked(e);
@@ -503,10 +503,9 @@ absl::Status BlockStoreImpl::CheckCopyLocked(Entry* e, TierId tier, std::string 
   mu_.AssertHeld();
   const uint64_t got = Checksum(data);
   if (got == e->checksum) return absl::OkStatus();
-  absl::Status why = absl::DataLossError(
-      absl::StrCat("checksum mismatch in the ", std::string(TierName(tier)), " copy: stored ",
-                   absl::Hex(e->checksum, absl::kZeroPad16), ", read ",
-                   absl::Hex(got, absl::kZeroPad16)));
+  absl::Status why = absl::DataLossError(absl::StrCat(
+      "checksum mismatch in the ", std::string(TierName(tier)), " copy: stored ",
+      absl::Hex(e->checksum, absl::kZeroPad16), ", read ", absl::Hex(got, absl::kZeroPad16)));
   QuarantineLocked(e, tier, std::move(location), why);
   return QuarantinedError(e->key, absl::StrCat("failed its checksum: ", why.message()));
 }
@@ -536,12 +535,11 @@ void BlockStoreImpl::QuarantineLocked(Entry* e, TierId tier, std::string locatio
     record.nvme.reset();
     st = catalog_->PutBlock(e->key, record);
   }
-  LogLocked(absl::StrCat("quarantined ", std::string(TierName(tier)), " copy of block ",
-                         absl::BytesToHexString(e->key.block_id), " of tenant \"", e->key.tenant,
-                         "\" profile ", e->key.profile_id, " at ", note->location, ": ",
-                         note->reason,
-                         st.ok() ? ""
-                                 : absl::StrCat(" (verdict not persisted: ", st.message(), ")")));
+  LogLocked(
+      absl::StrCat("quarantined ", std::string(TierName(tier)), " copy of block ",
+                   absl::BytesToHexString(e->key.block_id), " of tenant \"", e->key.tenant,
+                   "\" profile ", e->key.profile_id, " at ", note->location, ": ", note->reason,
+                   st.ok() ? "" : absl::StrCat(" (verdict not persisted: ", st.message(), ")")));
   e->quarantine = std::move(note);
   // The NVMe copy goes now (reads of it verify checksums, so a racing
   // reader fails rather than seeing reused space); the others go once no
@@ -651,9 +649,9 @@ absl::Status BlockStoreImpl::Get(const BlockKey& key, std::string* out, TierId* 
     // One pass: copy and hash what was copied. The string's old capacity
     // is reused and its bytes are not zeroed first.
     absl::strings_internal::STLStringResizeUninitialized(out, data->size());
-    intact = CopyWithChecksum(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()),
-                                                  data->size()),
-                              reinterpret_cast<uint8_t*>(out->data())) == checksum;
+    intact = CopyWithChecksum(
+                 absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()), data->size()),
+                 reinterpret_cast<uint8_t*>(out->data())) == checksum;
   } else {
     DeviceSlot slot = *e->device;
     gpu::DeviceOps* ops = SpaceOfLocked(*e)->device;
@@ -716,9 +714,8 @@ absl::Status BlockStoreImpl::Delete(const BlockKey& key) {
     // An evicted block whose record removal is not synced yet could come
     // back after a power loss: a delete makes its removal durable first.
     const uint64_t synced = catalog_->synced_through();
-    const bool unsynced = absl::c_any_of(pending_frees_, [&](const PendingFree& f) {
-      return f.ticket > synced && f.key == key;
-    });
+    const bool unsynced = absl::c_any_of(
+        pending_frees_, [&](const PendingFree& f) { return f.ticket > synced && f.key == key; });
     if (unsynced) KVTIER_RETURN_IF_ERROR(SettlePendingFreesLocked());
     return absl::NotFoundError(absl::StrCat(Describe(key), " is not stored"));
   }
@@ -748,9 +745,9 @@ absl::Status BlockStoreImpl::Delete(const BlockKey& key) {
   if (!st.ok()) {
     // It may still take effect at the next Open: no longer durable.
     e->durable = false;
-    return absl::Status(st.code(), absl::StrCat("removing the catalog record of ",
-                                                Describe(key), ": ", st.message(),
-                                                " (it may still take effect at restart)"));
+    return absl::Status(st.code(),
+                        absl::StrCat("removing the catalog record of ", Describe(key), ": ",
+                                     st.message(), " (it may still take effect at restart)"));
   }
   ForgetLocked(e);
   return absl::OkStatus();

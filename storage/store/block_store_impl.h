@@ -54,8 +54,8 @@ class BlockStoreImpl final : public BlockStore {
 
   void SetTenantLimits(const std::string& tenant, const TenantLimits& limits) override;
   TenantUsage UsageOf(const std::string& tenant) override;
-  absl::StatusOr<std::pair<ModelProfile, bool>> RegisterProfile(
-      const ModelProfile& profile, const std::string& tenant) override;
+  absl::StatusOr<std::pair<ModelProfile, bool>> RegisterProfile(const ModelProfile& profile,
+                                                                const std::string& tenant) override;
   absl::StatusOr<ModelProfile> GetProfile(const std::string& tenant, uint64_t profile_id) override;
   // Defaults as BlockStore's.
   absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,
@@ -88,9 +88,9 @@ class BlockStoreImpl final : public BlockStore {
                     const std::function<void(const BlockKey&, const BlockLocation&)>& fn) override;
   void ForEachQuarantined(uint64_t profile_id,
                           const std::function<void(const QuarantinedBlock&)>& fn) override;
-  absl::Status Verify(uint64_t profile_id,
-                      const std::function<void(uint64_t, uint64_t, const BlockKey*)>& progress)
-      override;
+  absl::Status Verify(
+      uint64_t profile_id,
+      const std::function<void(uint64_t, uint64_t, const BlockKey*)>& progress) override;
   std::vector<ModelProfile> ListProfiles() override;
   absl::Status Evict(const BlockKey& key, TierId tier) override;
   absl::Status Drain(const std::function<void(uint64_t, uint64_t)>& progress) override;
@@ -296,7 +296,7 @@ class BlockStoreImpl final : public BlockStore {
   uint64_t device_capacity_bytes_ = 0;
   bool multi_tenant_ = false;
   bool policy_uses_wants_ = false;  // policy_->uses_wants()
-  MemorySpace shared_;  // single-tenant mode
+  MemorySpace shared_;              // single-tenant mode
 
   mutable absl::Mutex mu_;
   absl::CondVar idle_cv_;  // signalled when an entry stops being busy/writing

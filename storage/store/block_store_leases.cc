@@ -30,7 +30,8 @@ constexpr absl::string_view kPromotionDeferredUrl = "kvtier.store/promotion_defe
 absl::Status PromotionDeferredError(uint64_t limit_bytes) {
   absl::Status st = absl::UnavailableError(absl::StrCat(
       "the block is in host memory; its promotion to the device arena is deferred (this call "
-      "promoted its limit of ", limit_bytes, " bytes)"));
+      "promoted its limit of ",
+      limit_bytes, " bytes)"));
   st.SetPayload(kPromotionDeferredUrl, absl::Cord("1"));
   return st;
 }
@@ -44,8 +45,8 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
     const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
     std::vector<absl::StatusOr<DeviceHandle>>* handles, const PinOptions& pin) {
   if (ttl_ms > options_.max_lease_ttl_ms) {
-    return absl::InvalidArgumentError(absl::StrCat("lease_ttl_ms: ", ttl_ms, " exceeds the maximum ",
-                                                   options_.max_lease_ttl_ms));
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease_ttl_ms: ", ttl_ms, " exceeds the maximum ", options_.max_lease_ttl_ms));
   }
   handles->clear();
   absl::MutexLock lock(&mu_);
@@ -105,8 +106,8 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
     }
     if (e->pins == 0) {
       const TenantState& t = TenantLocked(tenant);
-      absl::Status quota = CheckQuota(tenant, "pinned_bytes", t.usage.pinned_bytes,
-                                      e->size_bytes, t.limits.pinned_bytes);
+      absl::Status quota = CheckQuota(tenant, "pinned_bytes", t.usage.pinned_bytes, e->size_bytes,
+                                      t.limits.pinned_bytes);
       if (!quota.ok()) {
         handles->push_back(quota);
         continue;
@@ -118,7 +119,8 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
       continue;
     }
     if (budget != nullptr && !e->device &&
-        e->size_bytes > budget->limit_bytes - std::min(budget->limit_bytes, budget->promoted_bytes)) {
+        e->size_bytes >
+            budget->limit_bytes - std::min(budget->limit_bytes, budget->promoted_bytes)) {
       // One status per call, copied (a reference count) for every block
       // deferred: nothing is allocated per block under the store's lock.
       if (deferred.ok()) deferred = PromotionDeferredError(budget->limit_bytes);

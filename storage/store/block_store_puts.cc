@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "storage/common/mutex_unlock.h"
-#include "storage/common/status_macros.h"
 #include "storage/common/random_id.h"
+#include "storage/common/status_macros.h"
 #include "storage/store/block_store_impl.h"
 #include "storage/store/store_internal.h"
 
@@ -97,15 +97,15 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
   }
   const uint64_t checksum = known_checksum ? *known_checksum : Checksum(data);
   if (put.expected_xxh3 != 0 && put.expected_xxh3 != checksum) {
-    return absl::DataLossError(absl::StrCat(
-        "xxh3: the payload of ", Describe(key), " does not match the checksum the client sent"));
+    return absl::DataLossError(absl::StrCat("xxh3: the payload of ", Describe(key),
+                                            " does not match the checksum the client sent"));
   }
   std::string summary;
   if (options_.summarize) {
     KVTIER_ASSIGN_OR_RETURN(summary, options_.summarize(profile, data));
     if (summary.size() > kMaxSummaryBytes) {
-      return absl::InternalError(absl::StrCat("summary of ", summary.size(),
-                                              " bytes exceeds kMaxSummaryBytes"));
+      return absl::InternalError(
+          absl::StrCat("summary of ", summary.size(), " bytes exceeds kMaxSummaryBytes"));
     }
   }
   absl::MutexLock lock(&mu_);
@@ -118,8 +118,8 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
       if (e != nullptr && e->quarantined) KVTIER_RETURN_IF_ERROR(EraseLocked(e));
       continue;
     } else if (e->checksum != checksum || e->size_bytes != data.size()) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          Describe(key), ": different bytes are already stored under this block_id"));
+      return absl::AlreadyExistsError(
+          absl::StrCat(Describe(key), ": different bytes are already stored under this block_id"));
     } else {
       outcome.existed = true;
       policy_->Touch(*e->Fastest(), e);
@@ -253,8 +253,8 @@ absl::StatusOr<std::vector<StagingSlot>> BlockStoreImpl::ReserveStaging(const st
         absl::StrCat("count: ", count, " is outside 1..", kMaxStagingSlotsPerCall));
   }
   if (ttl_ms > options_.max_lease_ttl_ms) {
-    return absl::InvalidArgumentError(absl::StrCat("lease_ttl_ms: ", ttl_ms, " exceeds the maximum ",
-                                                   options_.max_lease_ttl_ms));
+    return absl::InvalidArgumentError(
+        absl::StrCat("lease_ttl_ms: ", ttl_ms, " exceeds the maximum ", options_.max_lease_ttl_ms));
   }
   absl::MutexLock lock(&mu_);
   size_t reaped = 0;
@@ -265,8 +265,8 @@ absl::StatusOr<std::vector<StagingSlot>> BlockStoreImpl::ReserveStaging(const st
   const uint64_t size = BlockSizeBytes(profile);
   {
     const TenantState& t = TenantLocked(tenant);
-    KVTIER_RETURN_IF_ERROR(CheckQuota(tenant, "staging_slots", t.usage.staging_slots, count,
-                                      t.limits.staging_slots));
+    KVTIER_RETURN_IF_ERROR(
+        CheckQuota(tenant, "staging_slots", t.usage.staging_slots, count, t.limits.staging_slots));
   }
   KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/true));
   HostTier* staging = space->staging;
@@ -283,9 +283,9 @@ absl::StatusOr<std::vector<StagingSlot>> BlockStoreImpl::ReserveStaging(const st
         staging_slots_.erase(s.slot_id);
       }
       TenantLocked(tenant).usage.staging_slots -= out.size();
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "staging area full (", staging->stats().capacity_bytes,
-          " bytes): release or use reserved slots first: ", slot.status().message()));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("staging area full (", staging->stats().capacity_bytes,
+                       " bytes): release or use reserved slots first: ", slot.status().message()));
     }
     // Random ids: a tenant cannot guess another tenant's slot ids.
     uint64_t id = 0;
@@ -310,7 +310,8 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
         it->second.slot.generation != slot.generation ||
         it->second.slot.size_bytes != slot.size_bytes) {
       return absl::InvalidArgumentError(
-          absl::StrCat("slot: slot_id ", slot.slot_id, " is not a reserved staging slot "
+          absl::StrCat("slot: slot_id ", slot.slot_id,
+                       " is not a reserved staging slot "
                        "(unknown, expired, already used, or offset/generation differ)"));
     }
     if (it->second.profile_id != key.profile_id) {
@@ -333,7 +334,8 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutFromStaging(const BlockKey& key,
     free_staging();
     return data.status();
   }
-  const auto src = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()), data->size());
+  const auto src =
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()), data->size());
   // The slot is shared with the client, which may still be writing it: the
   // daemon stores one private copy, and checksum, summary and tiers all see
   // those same bytes. The staging file outlives its reservations.

@@ -64,9 +64,9 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
   // counts the tenant's other persists in flight.
   while (true) {
     TenantState& t = TenantLocked(e->key.tenant);
-    absl::Status quota = CheckQuota(e->key.tenant, "nvme_bytes",
-                                    t.usage.nvme_bytes + t.nvme_in_flight, e->size_bytes,
-                                    t.limits.nvme_bytes);
+    absl::Status quota =
+        CheckQuota(e->key.tenant, "nvme_bytes", t.usage.nvme_bytes + t.nvme_in_flight,
+                   e->size_bytes, t.limits.nvme_bytes);
     if (quota.ok()) {
       in_flight = e->size_bytes;
       t.nvme_in_flight += in_flight;
@@ -74,8 +74,8 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
     }
     absl::Status evicted = EvictOneNvmeLocked(&e->key.tenant, e);
     if (!evicted.ok()) {
-      return finish(absl::Status(quota.code(), absl::StrCat(quota.message(), "; ",
-                                                            evicted.message())));
+      return finish(
+          absl::Status(quota.code(), absl::StrCat(quota.message(), "; ", evicted.message())));
     }
   }
   const BlockKey key = e->key;
@@ -121,8 +121,8 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
           if (evicted.ok()) evicted = SettlePendingFreesLocked();
         }
         if (!evicted.ok()) {
-          loc = absl::Status(evicted.code(), absl::StrCat(loc.status().message(), "; ",
-                                                          evicted.message()));
+          loc = absl::Status(evicted.code(),
+                             absl::StrCat(loc.status().message(), "; ", evicted.message()));
           break;
         }
       }
@@ -132,9 +132,9 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
     if (st.ok() && intact && nvme_->sync_failures() != sync_failures_before) {
       // A sync that failed after this write may have dropped its pages; the
       // successful one cannot vouch for them.
-      st = absl::UnavailableError(absl::StrCat(
-          "an NVMe sync failed while the block was being written (", nvme_->last_sync_error().message(),
-          "); not durable, retry the put"));
+      st = absl::UnavailableError(
+          absl::StrCat("an NVMe sync failed while the block was being written (",
+                       nvme_->last_sync_error().message(), "); not durable, retry the put"));
     }
     bool record_unknown = false;  // the record may or may not be on disk
     if (st.ok() && intact) {
@@ -151,9 +151,13 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
       // names it (then the synced bytes are that block).
       absl::Status undone = record_unknown ? catalog_->DeleteBlock(key) : absl::OkStatus();
       if (!undone.ok()) {
-        freed = absl::DataLossError(absl::StrCat("kept allocated until restart (the catalog write "
-                                                 "failed: ", st.message(), "; removing the record "
-                                                 "failed too: ", undone.message(), ")"));
+        freed =
+            absl::DataLossError(absl::StrCat("kept allocated until restart (the catalog write "
+                                             "failed: ",
+                                             st.message(),
+                                             "; removing the record "
+                                             "failed too: ",
+                                             undone.message(), ")"));
       } else {
         freed = nvme_->Free(*loc);
       }
@@ -161,8 +165,8 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
   }
   if (st.ok() && !intact) {
     const TierId tier = host ? TierId::kHost : TierId::kDevice;
-    std::string place = host ? HostPlace("host slot", *host)
-                             : absl::StrCat("device arena @ ", device->offset);
+    std::string place =
+        host ? HostPlace("host slot", *host) : absl::StrCat("device arena @ ", device->offset);
     --e->busy;  // so that the quarantine can free its copies
     st = CheckCopyLocked(e, tier, std::move(place), absl::MakeConstSpan(src, size));
     ++e->busy;
@@ -187,8 +191,8 @@ absl::Status BlockStoreImpl::EvictOneNvmeLocked(const std::string* tenant, const
   // until it is evicted: its NVMe copy goes only with the whole block, so
   // pinned blocks are not candidates.
   Entry* victim = policy_->Victim(TierId::kNvme, [&](const Entry& x) {
-    return &x != self && x.busy == 0 && !x.writing && !x.persisting && !x.retained &&
-           x.pins == 0 && (tenant == nullptr || x.key.tenant == *tenant);
+    return &x != self && x.busy == 0 && !x.writing && !x.persisting && !x.retained && x.pins == 0 &&
+           (tenant == nullptr || x.key.tenant == *tenant);
   });
   if (victim == nullptr) {
     NvmeTierStats n = nvme_->stats();
@@ -205,9 +209,9 @@ absl::Status BlockStoreImpl::EvictOneNvmeLocked(const std::string* tenant, const
   absl::Status st = catalog_->DeleteBlock(victim->key, /*sync=*/false);
   if (!st.ok()) {
     victim->durable = false;
-    return absl::Status(st.code(), absl::StrCat("removing the catalog record of ",
-                                                Describe(victim->key), ": ", st.message(),
-                                                " (it may still take effect at restart)"));
+    return absl::Status(st.code(),
+                        absl::StrCat("removing the catalog record of ", Describe(victim->key), ": ",
+                                     st.message(), " (it may still take effect at restart)"));
   }
   if (victim->nvme) {
     pending_frees_.push_back(
@@ -245,8 +249,8 @@ absl::Status BlockStoreImpl::SettlePendingFreesLocked() {
   }
   ReleaseSettledLocked();
   if (!st.ok()) {
-    return absl::Status(st.code(), absl::StrCat("freeing the NVMe space of evicted blocks: ",
-                                                st.message()));
+    return absl::Status(st.code(),
+                        absl::StrCat("freeing the NVMe space of evicted blocks: ", st.message()));
   }
   return absl::OkStatus();
 }
@@ -273,8 +277,8 @@ bool BlockStoreImpl::FreeOneHostCopyLocked(const std::function<bool(const Entry&
     }
     return true;
   }
-  if (st.code() == absl::StatusCode::kResourceExhausted && !victim->retained &&
-      victim->pins == 0 && victim->busy == 0 && !victim->writing && !victim->durable) {
+  if (st.code() == absl::StatusCode::kResourceExhausted && !victim->retained && victim->pins == 0 &&
+      victim->busy == 0 && !victim->writing && !victim->durable) {
     // NVMe has no room for it either: the cache gives the block up.
     ForgetLocked(victim);  // not durable: it has no catalog record
     ++evicted_blocks_;
@@ -303,12 +307,11 @@ absl::Status BlockStoreImpl::MakeTenantHostRoomLocked(const std::string& tenant,
         },
         &stuck, &why);
     if (!freed) {
-      absl::Status quota = CheckQuota(tenant, "host_bytes", used, size_bytes,
-                                      t.limits.host_bytes);
+      absl::Status quota = CheckQuota(tenant, "host_bytes", used, size_bytes, t.limits.host_bytes);
       if (why.ok()) return quota;
-      return absl::Status(quota.code(), absl::StrCat(quota.message(),
-                                                     " and demotion to nvme failed: ",
-                                                     why.message()));
+      return absl::Status(
+          quota.code(),
+          absl::StrCat(quota.message(), " and demotion to nvme failed: ", why.message()));
     }
   }
 }
@@ -318,8 +321,7 @@ void BlockStoreImpl::ReleaseHostInFlightLocked(const std::string& tenant, uint64
   TenantLocked(tenant).host_in_flight -= size_bytes;
 }
 
-absl::StatusOr<HostSlot> BlockStoreImpl::MakeRoomHostLocked(uint64_t size_bytes,
-                                                             bool memory_only) {
+absl::StatusOr<HostSlot> BlockStoreImpl::MakeRoomHostLocked(uint64_t size_bytes, bool memory_only) {
   mu_.AssertHeld();
   absl::flat_hash_set<BlockKey> stuck;
   absl::Status why;
@@ -342,9 +344,9 @@ absl::StatusOr<HostSlot> BlockStoreImpl::MakeRoomHostLocked(uint64_t size_bytes,
 }
 
 absl::StatusOr<DeviceSlot> BlockStoreImpl::MakeRoomDeviceLocked(MemorySpace* space,
-                                                                 const std::string& tenant,
-                                                                 uint64_t size_bytes,
-                                                                 bool memory_only) {
+                                                                const std::string& tenant,
+                                                                uint64_t size_bytes,
+                                                                bool memory_only) {
   mu_.AssertHeld();
   ExtentAllocator* alloc = space->device_alloc.get();
   // memory_only: set once host memory could not take a last copy; from
@@ -365,8 +367,8 @@ absl::StatusOr<DeviceSlot> BlockStoreImpl::MakeRoomDeviceLocked(MemorySpace* spa
     });
     if (victim == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "device tier full: ", alloc->used_bytes(), " of ", alloc->capacity_bytes(),
-          " bytes of ", multi_tenant_ ? absl::StrCat("tenant \"", tenant, "\"'s arena") : "the arena",
+          "device tier full: ", alloc->used_bytes(), " of ", alloc->capacity_bytes(), " bytes of ",
+          multi_tenant_ ? absl::StrCat("tenant \"", tenant, "\"'s arena") : "the arena",
           " used and every block in it is pinned or in use"));
     }
     if (victim->Copies() == 1 && !victim->quarantined) {

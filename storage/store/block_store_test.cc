@@ -6,8 +6,8 @@
 
 #include <atomic>
 #include <filesystem>
-#include <memory>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -46,9 +46,9 @@ void FlipBytes(const std::string& path, uint64_t first, uint64_t end, uint64_t s
 void WriteStaging(BlockStore& store, const StagingSlot& slot, const std::vector<uint8_t>& data) {
   absl::StatusOr<StagingFile> file = store.OpenStagingFile("default");
   ASSERT_TRUE(file.ok()) << file.status();
-  ASSERT_EQ(::pwrite(file->fd.get(), data.data(), data.size(),
-                     static_cast<off_t>(slot.offset_bytes)),
-            static_cast<ssize_t>(data.size()));
+  ASSERT_EQ(
+      ::pwrite(file->fd.get(), data.data(), data.size(), static_cast<off_t>(slot.offset_bytes)),
+      static_cast<ssize_t>(data.size()));
 }
 
 TEST_F(BlockStoreTest, PutGetLookupRoundTrip) {
@@ -84,9 +84,10 @@ TEST_F(BlockStoreTest, PutPiecesStoresTheConcatenation) {
   const uint64_t xxh3 = XXH3_64bits(payload.data(), payload.size());
   auto pieces_of = [](const std::vector<uint8_t>& p) {
     const size_t third = p.size() / 3;
-    return std::vector<absl::Span<const uint8_t>>{
-        {p.data(), third}, {p.data() + third, 0}, {p.data() + third, p.size() - third - 1},
-        {p.data() + p.size() - 1, 1}};
+    return std::vector<absl::Span<const uint8_t>>{{p.data(), third},
+                                                  {p.data() + third, 0},
+                                                  {p.data() + third, p.size() - third - 1},
+                                                  {p.data() + p.size() - 1, 1}};
   };
   const auto pieces = pieces_of(payload);
   auto wrong = store_->PutPieces(Key(3), pieces, {.expected_xxh3 = xxh3 ^ 1});
@@ -251,7 +252,8 @@ TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(handles[i].ok()) << handles[i].status();
     std::vector<std::byte> bytes;
-    ASSERT_TRUE(device_ops_->ReadArena(handles[i]->offset_bytes, handles[i]->size_bytes, &bytes).ok());
+    ASSERT_TRUE(
+        device_ops_->ReadArena(handles[i]->offset_bytes, handles[i]->size_bytes, &bytes).ok());
     EXPECT_EQ(std::memcmp(bytes.data(), Payload(i).data(), kBlockBytes), 0);
   }
   EXPECT_EQ(store_->Stats().tiers[0].pinned_bytes, 4 * kBlockBytes);
@@ -297,7 +299,8 @@ TEST_F(BlockStoreTest, PromotionBudgetDefersCopiesPastItsLimit) {
   ASSERT_TRUE(handles[1].ok()) << handles[1].status();  // promoted
   for (int i : {0, 1}) {
     std::vector<std::byte> bytes;
-    ASSERT_TRUE(device_ops_->ReadArena(handles[i]->offset_bytes, handles[i]->size_bytes, &bytes).ok());
+    ASSERT_TRUE(
+        device_ops_->ReadArena(handles[i]->offset_bytes, handles[i]->size_bytes, &bytes).ok());
     EXPECT_EQ(std::memcmp(bytes.data(), Payload(i).data(), kBlockBytes), 0);
   }
   for (int i : {2, 3}) {
@@ -648,7 +651,9 @@ TEST_F(BlockStoreTest, ClientChecksumMismatchIsRefused) {
 // puts than the host tier has slots would otherwise leave no room.
 TEST_F(BlockStoreTest, FailedPutsOfNewBlocksLeaveNoHostSpaceBehind) {
   const uint64_t host_slots = options_.host_capacity_bytes / kBlockBytes;
-  auto host_used = [&] { return store_->Stats().tiers[static_cast<int>(TierId::kHost)].used_bytes; };
+  auto host_used = [&] {
+    return store_->Stats().tiers[static_cast<int>(TierId::kHost)].used_bytes;
+  };
   const uint64_t used_before = host_used();
   for (uint64_t i = 0; i < 3 * host_slots; ++i) {
     const uint64_t n = 100 + i;
@@ -672,8 +677,10 @@ TEST_F(BlockStoreTest, FailedPutsOfNewBlocksLeaveNoHostSpaceBehind) {
   EXPECT_EQ(store_->Stats().staging_slots, 0u);
 
   // A summarize hook that fails: the put fails with its status, nothing kept.
-  options_.summarize = [](const ModelProfile&, absl::Span<const uint8_t>)
-      -> absl::StatusOr<std::string> { return absl::InternalError("summary: injected failure"); };
+  options_.summarize = [](const ModelProfile&,
+                          absl::Span<const uint8_t>) -> absl::StatusOr<std::string> {
+    return absl::InternalError("summary: injected failure");
+  };
   Reopen();
   for (uint64_t i = 0; i < 2 * host_slots; ++i) {
     auto bad = store_->Put(Key(500 + i), Payload(500 + i));

@@ -18,15 +18,15 @@ namespace kvtier {
 
 // Per-tenant limits; 0 = none beyond the tiers' capacities.
 struct TenantLimits {
-  uint64_t device_bytes = 0;   // its arena's size (multi-tenant mode)
-  uint64_t pinned_bytes = 0;   // device bytes its leases pin at once
-  uint64_t leases = 0;         // leases it holds at once
-  uint64_t staging_bytes = 0;  // its staging file's size (multi-tenant mode)
-  uint64_t staging_slots = 0;  // staging slots reserved at once
-  uint64_t host_bytes = 0;     // its blocks' bytes in the host tier
-  uint64_t nvme_bytes = 0;     // its blocks' bytes on NVMe
-  uint64_t retained_bytes = 0; // bytes of its blocks marked retained
-  uint64_t profiles = 0;       // profiles it registered
+  uint64_t device_bytes = 0;    // its arena's size (multi-tenant mode)
+  uint64_t pinned_bytes = 0;    // device bytes its leases pin at once
+  uint64_t leases = 0;          // leases it holds at once
+  uint64_t staging_bytes = 0;   // its staging file's size (multi-tenant mode)
+  uint64_t staging_slots = 0;   // staging slots reserved at once
+  uint64_t host_bytes = 0;      // its blocks' bytes in the host tier
+  uint64_t nvme_bytes = 0;      // its blocks' bytes on NVMe
+  uint64_t retained_bytes = 0;  // bytes of its blocks marked retained
+  uint64_t profiles = 0;        // profiles it registered
 };
 
 struct TenantUsage {
@@ -44,8 +44,8 @@ struct TenantUsage {
 struct PutOutcome {
   TierId tier = TierId::kHost;  // fastest tier holding it after the put
   bool durable = false;
-  bool existed = false;         // identical bytes were already stored
-  bool retained = false;        // kept until deleted (never evicted)
+  bool existed = false;   // identical bytes were already stored
+  bool retained = false;  // kept until deleted (never evicted)
 };
 
 struct BlockLocation {
@@ -143,7 +143,7 @@ struct StagingSlot {
 
 // A descriptor of a tenant's staging file, for handing to that tenant.
 struct StagingFile {
-  OwnedFd fd;               // read-write; the file is sealed (fixed size)
+  OwnedFd fd;  // read-write; the file is sealed (fixed size)
   uint64_t size_bytes = 0;
 };
 
@@ -168,7 +168,7 @@ struct BlockStoreStats {
   uint64_t quarantined_blocks = 0;
   // Checksum mismatches found, by the tier of the bad copy (TierId order).
   uint64_t checksum_failures[kNumTiers] = {0, 0, 0};
-  uint64_t evicted_blocks = 0;   // blocks given up by the cache (not deletes)
+  uint64_t evicted_blocks = 0;  // blocks given up by the cache (not deletes)
   // Reads (Get, AcquireHandles) by the fastest tier that held the block
   // when it was asked for (TierId order); a read of a block not stored is a
   // miss.
@@ -179,7 +179,7 @@ struct BlockStoreStats {
   uint64_t promotions[kNumTiers] = {0, 0, 0};
   // Last copies moved from the host tier to NVMe to make room.
   uint64_t demotions = 0;
-  uint64_t retained_bytes = 0;   // all tenants
+  uint64_t retained_bytes = 0;  // all tenants
   uint64_t staging_slots = 0;
   // In-memory metadata per block (entry + index overhead), bytes.
   uint64_t metadata_bytes_per_block = 0;

@@ -54,8 +54,7 @@ class BlockStoreImpl::HostView final : public BlockView {
   const absl::Span<const uint8_t> bytes_;
 };
 
-absl::StatusOr<std::unique_ptr<BlockView>> BlockStoreImpl::View(const BlockKey& key,
-                                                                TierId* from) {
+absl::StatusOr<std::unique_ptr<BlockView>> BlockStoreImpl::View(const BlockKey& key, TierId* from) {
   KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
   Entry* e = nullptr;
   absl::Span<const uint8_t> bytes;
@@ -64,8 +63,8 @@ absl::StatusOr<std::unique_ptr<BlockView>> BlockStoreImpl::View(const BlockKey& 
   {
     absl::MutexLock lock(&mu_);
     e = FindReadyLocked(key);
-    const uint64_t cap = options_.max_view_bytes != 0 ? options_.max_view_bytes
-                                                       : options_.host_capacity_bytes / 4;
+    const uint64_t cap =
+        options_.max_view_bytes != 0 ? options_.max_view_bytes : options_.host_capacity_bytes / 4;
     if (e != nullptr && !e->quarantined && e->host && view_bytes_ + e->size_bytes > cap) {
       ++views_copied_over_cap_;  // lending it would pass the cap: a copy
       e = nullptr;

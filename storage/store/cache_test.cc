@@ -56,7 +56,9 @@ TEST_F(BlockStoreTest, FullCacheEvictsLeastRecentlyUsedAndNeverRefuses) {
   EXPECT_FALSE(store_->Lookup(Key(0)).present);
   // Reading promotes NVMe blocks to host, which may evict others: every
   // read is exact or a miss, never other bytes.
-  EXPECT_GT(CheckEveryBlock(*store_, [&](uint64_t i) { return Key(i); }, n), 40);
+  EXPECT_GT(CheckEveryBlock(
+                *store_, [&](uint64_t i) { return Key(i); }, n),
+            40);
 }
 
 TEST_F(BlockStoreTest, DurableBlocksSurviveUntilEvictedAndEvictionIsDurable) {
@@ -68,7 +70,8 @@ TEST_F(BlockStoreTest, DurableBlocksSurviveUntilEvictedAndEvictionIsDurable) {
   }
   const uint64_t evicted = store_->Stats().evicted_blocks;
   EXPECT_GE(evicted, static_cast<uint64_t>(n - 72));
-  const int before = CheckEveryBlock(*store_, [&](uint64_t i) { return Key(i); }, n);
+  const int before = CheckEveryBlock(
+      *store_, [&](uint64_t i) { return Key(i); }, n);
   // After a restart only NVMe copies come back: every durable block that was
   // not evicted, and no evicted one (its record went before its extent).
   Reopen();
@@ -77,7 +80,9 @@ TEST_F(BlockStoreTest, DurableBlocksSurviveUntilEvictedAndEvictionIsDurable) {
   EXPECT_EQ(stats.blocks, stats.tiers[2].blocks);
   EXPECT_LE(stats.blocks, static_cast<uint64_t>(before));
   EXPECT_GE(stats.blocks, 60u);
-  EXPECT_GE(CheckEveryBlock(*store_, [&](uint64_t i) { return Key(i); }, n), 50);
+  EXPECT_GE(CheckEveryBlock(
+                *store_, [&](uint64_t i) { return Key(i); }, n),
+            50);
 }
 
 TEST_F(BlockStoreTest, RetainedBlocksAreNeverEvicted) {
@@ -201,7 +206,7 @@ TEST_F(BlockStoreTest, ReadsPromotionsAndDemotionsAreCounted) {
   ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
   std::string out;
   TierId from;
-  ASSERT_TRUE(store_->Get(Key(0), &out, &from).ok());  // from host
+  ASSERT_TRUE(store_->Get(Key(0), &out, &from).ok());    // from host
   EXPECT_FALSE(store_->Get(Key(99), &out, &from).ok());  // a miss
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(0)}, 0, &handles);  // host -> device
@@ -242,7 +247,6 @@ TEST_F(BlockStoreTest, PinnedBlocksAreNotEvicted) {
   ExpectReadable(1);
   EXPECT_TRUE(store_->Lookup(Key(0)).pinned);
 }
-
 
 TEST_F(BlockStoreTest, MemoryOnlyHandlesNeverReadNvmeAndPrefetchBringsBlocksBack) {
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;

@@ -94,7 +94,7 @@ namespace {
 constexpr uint64_t kDefaultOps = 6000;
 constexpr uint64_t kOpsPerRound = 400;
 constexpr int kThreads = 4;
-constexpr uint64_t kIds = 40;  // below the NVMe tier's 64 blocks
+constexpr uint64_t kIds = 40;      // below the NVMe tier's 64 blocks
 constexpr uint64_t kProbeIds = 8;  // ids kIds.. for the stuck-store probe
 constexpr uint32_t kErrorOneIn = 100;
 constexpr uint32_t kOpenErrorOneIn = 25;  // the open attempt with faults on
@@ -141,9 +141,9 @@ int64_t RssBytes() {
 }
 
 enum Op { kPut, kStagedPut, kReserve, kGet, kHandle, kRelease, kDelete, kVerify, kOpen, kNumOps };
-constexpr const char* kOpNames[kNumOps] = {"Put",     "PutFromStaging", "ReserveStaging",
-                                           "Get",     "AcquireHandles", "Release",
-                                           "Delete",  "Verify",         "Open (faults on)"};
+constexpr const char* kOpNames[kNumOps] = {"Put",    "PutFromStaging", "ReserveStaging",
+                                           "Get",    "AcquireHandles", "Release",
+                                           "Delete", "Verify",         "Open (faults on)"};
 
 // The codes each operation may fail with under these faults (no quotas, no
 // bad arguments, no corruption, no expired leases: the manual clock stands
@@ -277,8 +277,8 @@ class FaultSoakTest : public BlockStoreTest {
   }
 
   void CheckBytes(uint64_t n, const std::string& got, const char* what) {
-    EXPECT_TRUE(got == payloads_[n]) << what << " of block " << n << ": other bytes ("
-                                     << got.size() << " bytes)";
+    EXPECT_TRUE(got == payloads_[n])
+        << what << " of block " << n << ": other bytes (" << got.size() << " bytes)";
   }
 
   void CheckWithinCapacity(Tally* t) {
@@ -347,8 +347,7 @@ void FaultSoakTest::Worker(uint64_t round, int thread, Tally* t) {
   }
 }
 
-void FaultSoakTest::RunOp(std::mt19937_64& rng, uint64_t* lease, uint32_t* lease_blocks,
-                          Tally* t) {
+void FaultSoakTest::RunOp(std::mt19937_64& rng, uint64_t* lease, uint32_t* lease_blocks, Tally* t) {
   const uint64_t n = rng() % kIds;
   const uint64_t r = rng() % 100;
   const bool durable = rng() % 2 == 0;
@@ -440,7 +439,8 @@ void FaultSoakTest::RunOp(std::mt19937_64& rng, uint64_t* lease, uint32_t* lease
 // log is cleared at each reopen).
 uint64_t FaultSoakTest::KeptExtents() {
   uint64_t kept = 0;
-  for (const std::string& w : Warnings()) kept += absl::StrContains(w, "kept allocated until restart");
+  for (const std::string& w : Warnings())
+    kept += absl::StrContains(w, "kept allocated until restart");
   return kept;
 }
 
@@ -483,7 +483,8 @@ void FaultSoakTest::CheckQuiescent(uint64_t kept) {
   // miss because reading others evicted it: a Get makes room in the host
   // tier, and when NVMe has no room for a victim the cache gives it up.
   std::vector<BlockKey> listed;
-  store_->ForEachBlock(0, [&](const BlockKey& key, const BlockLocation&) { listed.push_back(key); });
+  store_->ForEachBlock(0,
+                       [&](const BlockKey& key, const BlockLocation&) { listed.push_back(key); });
   const uint64_t evicted_before = store_->Stats().evicted_blocks;
   uint64_t missed = 0;
   for (const BlockKey& key : listed) {
@@ -555,9 +556,8 @@ void FaultSoakTest::ReopenAndCheck(uint64_t round, Tally* t) {
   if (HasFatalFailure()) return;
 
   std::set<std::string> listed;
-  store_->ForEachBlock(0, [&](const BlockKey& key, const BlockLocation&) {
-    listed.insert(key.block_id);
-  });
+  store_->ForEachBlock(
+      0, [&](const BlockKey& key, const BlockLocation&) { listed.insert(key.block_id); });
   for (const std::string& id : durable) {
     if (listed.contains(id)) continue;
     // A removal that failed at the WAL sync may be replayed by the next
@@ -642,9 +642,8 @@ void FaultSoakTest::RunSoak() {
             << injected(FileOp::kWrite) << ", sync " << injected(FileOp::kSync) << ", ENOSPC "
             << env_->no_space_fault_count() << ", slow " << env_->slow_io_count() << "\n"
             << "stuck at round end: nvme " << stuck_nvme_ << ", catalog " << stuck_catalog_
-            << ", nvme full " << stuck_full_
-            << "; extents kept after failed catalog writes " << kept_total_
-            << ", blocks back after reopen " << resurrected_
+            << ", nvme full " << stuck_full_ << "; extents kept after failed catalog writes "
+            << kept_total_ << ", blocks back after reopen " << resurrected_
             << ", durable blocks lost after a failed removal " << lost_after_failed_removal_
             << ", listed blocks evicted by the read-back " << evicted_at_check_ << "\n"
             << "fds " << baseline_fds_.size() << " -> " << fds.size() << ", VmRSS "
@@ -754,8 +753,7 @@ TEST_F(FaultSoakTest, EvictionWhoseWalSyncFailedKeepsTheVictimsExtent) {
   absl::StatusOr<PutOutcome> put = store_->Put(Key(64), Payload(64), {.durable = true});
   env_->SetSyncErrorOneIn(0);
   ASSERT_FALSE(put.ok());
-  EXPECT_TRUE(absl::StrContains(put.status().message(),
-                                "freeing the NVMe space of evicted blocks"))
+  EXPECT_TRUE(absl::StrContains(put.status().message(), "freeing the NVMe space of evicted blocks"))
       << put.status();
   EXPECT_FALSE(store_->Lookup(Key(64)).present) << "the failed put kept nothing";
   const BlockStoreStats s = store_->Stats();

@@ -275,12 +275,12 @@ TEST_F(IntegrityTest, RandomDamageSweep) {
   }
   EXPECT_EQ(detected_total, damaged_total);
   EXPECT_GT(damaged_total, static_cast<uint64_t>(rounds) * 3);
-  std::printf("sweep: %d rounds, %llu damaged blocks (%llu flips, %llu zeroed sectors, %llu "
-              "torn tails), %llu detected and listed\n",
-              rounds, static_cast<unsigned long long>(damaged_total),
-              static_cast<unsigned long long>(kinds[0]), static_cast<unsigned long long>(kinds[1]),
-              static_cast<unsigned long long>(kinds[2]),
-              static_cast<unsigned long long>(detected_total));
+  std::printf(
+      "sweep: %d rounds, %llu damaged blocks (%llu flips, %llu zeroed sectors, %llu "
+      "torn tails), %llu detected and listed\n",
+      rounds, static_cast<unsigned long long>(damaged_total),
+      static_cast<unsigned long long>(kinds[0]), static_cast<unsigned long long>(kinds[1]),
+      static_cast<unsigned long long>(kinds[2]), static_cast<unsigned long long>(detected_total));
 }
 
 }  // namespace

@@ -4,8 +4,7 @@
 
 namespace kvtier {
 
-uint64_t LeaseTable::Add(std::string owner, std::vector<Entry*> blocks,
-                         uint64_t deadline_micros) {
+uint64_t LeaseTable::Add(std::string owner, std::vector<Entry*> blocks, uint64_t deadline_micros) {
   uint64_t id = 0;
   while (id == 0 || leases_.contains(id)) id = RandomId();
   by_deadline_.emplace(deadline_micros, id);

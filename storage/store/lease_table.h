@@ -16,8 +16,8 @@
 #include <map>
 #include <optional>
 #include <random>
-#include <string>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 

@@ -55,8 +55,8 @@ class PowerLossTest : public ::testing::Test {
   void SetUp() override {
     shm_prefix_ = "/dev/shm/kvtier-plt-" + std::to_string(::getpid()) + "-" +
                   ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    gpu::GpuStatus created = gpu::ShmDeviceOps::Create(
-        shm_prefix_ + "-arena", 8 * kBlockBytes, gpu::ShmDeviceOpsOptions(), &device_ops_);
+    gpu::GpuStatus created = gpu::ShmDeviceOps::Create(shm_prefix_ + "-arena", 8 * kBlockBytes,
+                                                       gpu::ShmDeviceOpsOptions(), &device_ops_);
     ASSERT_TRUE(created.ok()) << created.ToString();
     options_.data_dir = dir_.path();
     options_.env = &faults_;
@@ -131,7 +131,8 @@ class PowerLossTest : public ::testing::Test {
     if (st.ok()) {
       oracle_[id].state = State::kGone;
     } else {
-      EXPECT_TRUE(store_->Lookup(Key(id)).present) << id << ": a failed delete keeps the block: " << st;
+      EXPECT_TRUE(store_->Lookup(Key(id)).present)
+          << id << ": a failed delete keeps the block: " << st;
     }
     return st;
   }
@@ -216,9 +217,8 @@ class PowerLossTest : public ::testing::Test {
   // byte of the host and NVMe tiers belongs to a copy there.
   void ExpectStatsReconcile() {
     std::map<std::string, BlockLocation> listed;
-    store_->ForEachBlock(0, [&](const BlockKey& key, const BlockLocation& loc) {
-      listed[key.block_id] = loc;
-    });
+    store_->ForEachBlock(
+        0, [&](const BlockKey& key, const BlockLocation& loc) { listed[key.block_id] = loc; });
     size_t durable = 0;
     for (const auto& [id, loc] : listed) {
       durable += loc.durable;

@@ -25,8 +25,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
-#include "proto/auth/token.h"
 #include "gtest/gtest.h"
+#include "proto/auth/token.h"
 #include "tests/crash/crash_block.h"
 #include "tests/crash/crash_daemon.h"
 #include "tests/crash/failure_log.h"
@@ -240,7 +240,8 @@ TEST_F(CrashLoopTest, DurableBlockIsEitherDurableOrEvicted) {
     if ((*got)[0].status().code() == 0) {
       ASSERT_EQ((*got)[0].data(), Payload(kept)) << "put " << i;
     }
-    if (present) ASSERT_TRUE(found->entries(0).durable()) << "put " << i << ": present, not durable";
+    if (present)
+      ASSERT_TRUE(found->entries(0).durable()) << "put " << i << ": present, not durable";
   }
   ASSERT_FALSE(present) << "the NVMe tier never evicted the block";
   auto stats = admin->Stats();

@@ -22,7 +22,8 @@ uint64_t reset_every = 2000;
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (const char* v = std::getenv("KVTIER_FUZZ_RESET_EVERY")) reset_every = std::strtoull(v, nullptr, 10);
+  if (const char* v = std::getenv("KVTIER_FUZZ_RESET_EVERY"))
+    reset_every = std::strtoull(v, nullptr, 10);
   harness = kvtier::fuzz::RpcHarness::Start();
   std::atexit([] { harness.reset(); });
   return 0;

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "daemon/config.h"
+#include "grpc/health/v1/health.pb.h"
 #include "index/summary_codec.h"
 #include "kvtier/v1/admin.pb.h"
 #include "kvtier/v1/kvtier.pb.h"
-#include "grpc/health/v1/health.pb.h"
 #include "storage/catalog/record_format.h"
 #include "tests/fuzz/rpc_harness.h"
 
@@ -275,26 +275,25 @@ void DaemonSeeds() {
                   {kv + "Release", {S(release_lease)}},
                   {kv + "DeleteBlocks", {Ids(1, {"b0", "b9"})}},
                   {kv + "GetProfile", {S(get_profile)}}});
-  seed("context", {{kv + "RegisterProfile", {P}},
-                   {kv + "PutBlocks", {S(Put(1, 0, 6, false))}},
-                   {kv + "OpenContext", {Open(1, {{"b0", "b1"}, {"b2", "b3"}})}},
-                   {kv + "AppendBlocks", {S(append)}},
-                   {kv + "Select",
-                    {Select(1, v1::SCORER_KEY_KEY, 8, 0, 0, 3),
-                     Select(2, v1::SCORER_KEY_KEY, 16, 0, 0, 3),
-                     Select(3, v1::SCORER_QUEST, 0, 8, 0, 2),
-                     Select(4, v1::SCORER_ARKVALE, 0, 8, 0, 2)}},
-                   {kv + "Release", {S(release_context)}},
-                   {kv + "CloseContext", {S(close)}}});
-  seed("select-scorers", {{kv + "RegisterProfile", {P}},
-                          {kv + "PutBlocks", {S(Put(1, 0, 8, false))}},
-                          {kv + "OpenContext", {Open(1, {{"b0", "b1", "b2"}, {"b3", "b4", "b5"}})}},
-                          {kv + "Select",
-                           {Select(1, v1::SCORER_KEY_KEY_WEIGHTED, 8, 0, 0, 4),
-                            Select(2, v1::SCORER_KEYDIFF, 8, 0, 0, 4),
-                            Select(3, v1::SCORER_RECENCY, 0, 0, 0, 2),
-                            Select(4, v1::SCORER_RANDOM, 0, 0, 0, 2),
-                            Select(5, v1::SCORER_UNSPECIFIED, 0, 0, 0, 2)}}});
+  seed("context",
+       {{kv + "RegisterProfile", {P}},
+        {kv + "PutBlocks", {S(Put(1, 0, 6, false))}},
+        {kv + "OpenContext", {Open(1, {{"b0", "b1"}, {"b2", "b3"}})}},
+        {kv + "AppendBlocks", {S(append)}},
+        {kv + "Select",
+         {Select(1, v1::SCORER_KEY_KEY, 8, 0, 0, 3), Select(2, v1::SCORER_KEY_KEY, 16, 0, 0, 3),
+          Select(3, v1::SCORER_QUEST, 0, 8, 0, 2), Select(4, v1::SCORER_ARKVALE, 0, 8, 0, 2)}},
+        {kv + "Release", {S(release_context)}},
+        {kv + "CloseContext", {S(close)}}});
+  seed("select-scorers",
+       {{kv + "RegisterProfile", {P}},
+        {kv + "PutBlocks", {S(Put(1, 0, 8, false))}},
+        {kv + "OpenContext", {Open(1, {{"b0", "b1", "b2"}, {"b3", "b4", "b5"}})}},
+        {kv + "Select",
+         {Select(1, v1::SCORER_KEY_KEY_WEIGHTED, 8, 0, 0, 4),
+          Select(2, v1::SCORER_KEYDIFF, 8, 0, 0, 4), Select(3, v1::SCORER_RECENCY, 0, 0, 0, 2),
+          Select(4, v1::SCORER_RANDOM, 0, 0, 0, 2),
+          Select(5, v1::SCORER_UNSPECIFIED, 0, 0, 0, 2)}}});
   seed("mass", {{kv + "RegisterProfile", {PC}},
                 {kv + "PutBlocks", {S(Put(1, 0, 6, false))}},
                 {kv + "OpenContext", {Open(1, {{"b0", "b1", "b2", "b3", "b4", "b5"}})}},
@@ -328,8 +327,8 @@ void DaemonSeeds() {
                  {admin + "ListContexts", {""}}});
   grpc::health::v1::HealthCheckRequest health;
   health.set_service("kvtier.v1.KvTier");
-  seed("health", {{"/grpc.health.v1.Health/Check", {S(health)}},
-                  {"/grpc.health.v1.Health/Watch", {""}}});
+  seed("health",
+       {{"/grpc.health.v1.Health/Check", {S(health)}}, {"/grpc.health.v1.Health/Watch", {""}}});
   const std::string refl = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
   seed("reflection", {{refl,
                        {Reflection("list_services", "*"),

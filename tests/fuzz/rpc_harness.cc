@@ -104,7 +104,8 @@ RpcHarness::~RpcHarness() {
   if (std::getenv("KVTIER_FUZZ_STATS") == nullptr) return;
   for (const auto& [path, codes] : stats_) {
     std::fprintf(stderr, "%-60s", path.c_str());
-    for (const auto& [code, n] : codes) std::fprintf(stderr, " %d:%llu", code, (unsigned long long)n);
+    for (const auto& [code, n] : codes)
+      std::fprintf(stderr, " %d:%llu", code, (unsigned long long)n);
     std::fprintf(stderr, "\n");
     for (const auto& [code, message] : first_messages_[path]) {
       std::fprintf(stderr, "    %d: %.150s\n", code, message.c_str());
@@ -114,9 +115,8 @@ RpcHarness::~RpcHarness() {
 
 void RpcHarness::StartServer() {
   const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
-                     "/kvtier-fuzz-" + std::to_string(::getpid()) + "-" +
-                     std::to_string(generation_++) + "-XXXXXX";
+  std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/kvtier-fuzz-" +
+                     std::to_string(::getpid()) + "-" + std::to_string(generation_++) + "-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) Fail("mkdtemp " + tmpl);
   dir_ = tmpl;
   // Small tiers (fast start, eviction reachable); short leases so pins do
@@ -134,8 +134,8 @@ void RpcHarness::StartServer() {
   auto server = daemon::Server::Start(*config);
   if (!server.ok()) Fail("start: " + server.status().ToString());
   server_ = std::move(*server);
-  channel_ = grpc::CreateChannel("unix:" + server_->socket_path(),
-                                 grpc::InsecureChannelCredentials());
+  channel_ =
+      grpc::CreateChannel("unix:" + server_->socket_path(), grpc::InsecureChannelCredentials());
   if (!channel_->WaitForConnected(std::chrono::system_clock::now() + kDeadline)) {
     Fail("cannot connect to " + server_->socket_path());
   }
@@ -169,9 +169,9 @@ void RpcHarness::DiscoverMethods() {
   if (req_type == nullptr || resp_type == nullptr) Fail("reflection types not linked");
   std::unique_ptr<Message> req = NewMessage(req_type);
   req->GetReflection()->SetString(req.get(), req_type->FindFieldByName("list_services"), "*");
-  Method reflection{"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-                    pool->FindMethodByName(
-                        "grpc.reflection.v1alpha.ServerReflection.ServerReflectionInfo")};
+  Method reflection{
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      pool->FindMethodByName("grpc.reflection.v1alpha.ServerReflection.ServerReflectionInfo")};
   if (reflection.descriptor == nullptr) Fail("reflection service descriptor not linked");
   CallResult listed = Call(reflection, {req->SerializeAsString()});
   if (!listed.status.ok() || listed.responses.size() != 1) {
@@ -363,7 +363,8 @@ CallResult RpcHarness::Call(const Method& method, const std::vector<std::string>
 
   const int code = static_cast<int>(result.status.error_code());
   if (code < 0 || code > 16) Fail(method.path + ": status code " + std::to_string(code));
-  if (++stats_[method.path][code] == 1) first_messages_[method.path][code] = result.status.error_message();
+  if (++stats_[method.path][code] == 1)
+    first_messages_[method.path][code] = result.status.error_message();
   if (result.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && elapsed >= kDeadline) {
     Fail(method.path + ": no answer within " + std::to_string(kDeadline.count()) + " s (hang)");
   }

@@ -58,7 +58,7 @@ inline constexpr absl::string_view kCallSeparator = "@C@";
 inline constexpr absl::string_view kMessageSeparator = "@M@";
 inline constexpr size_t kMaxCalls = 8;
 inline constexpr size_t kMaxMessages = 8;
-inline constexpr size_t kMaxIds = 16;       // remembered ids of each kind
+inline constexpr size_t kMaxIds = 16;         // remembered ids of each kind
 inline constexpr size_t kMaxResponses = 256;  // then the call is cancelled
 inline constexpr std::chrono::seconds kDeadline{10};
 

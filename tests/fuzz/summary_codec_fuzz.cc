@@ -68,8 +68,7 @@ void CheckShape(const BlockSummary& s) {
             (s.layer_min.empty() || (s.layer_min.size() == LD && !s.layer_mean.empty())),
         "layer bounds shape");
   const size_t R = s.key_heads.size();
-  Check(s.key_scales.size() == R &&
-            s.head_keys.size() == R * static_cast<size_t>(s.key_tokens) * D,
+  Check(s.key_scales.size() == R && s.head_keys.size() == R * static_cast<size_t>(s.key_tokens) * D,
         "head keys shape");
   Check(Finite(s.mean) && Finite(s.weighted_mean) && Finite(s.min) && Finite(s.max) &&
             Finite(s.layer_mean) && Finite(s.layer_min) && Finite(s.layer_max) &&

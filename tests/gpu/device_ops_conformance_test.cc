@@ -35,8 +35,8 @@ struct Instance {
   std::function<void(bool)> pause;  // null: copies finish inside Submit*
   // Pauses one direction (null when pause is).
   std::function<void(CopyDirection, bool)> pause_direction;
-  std::string skip;                 // non-empty: the implementation is absent here
-  bool pinned_host = false;         // AllocHost returns pinned memory
+  std::string skip;          // non-empty: the implementation is absent here
+  bool pinned_host = false;  // AllocHost returns pinned memory
   // The directions run apart: a paused one holds back only its own batches.
   bool independent_directions = false;
 };
@@ -503,9 +503,8 @@ TEST_P(DeviceOpsConformanceTest, AdjacentCopiesAcrossTwoRegistrationsRoundTrip) 
   std::memcpy(bytes, pattern.data(), pattern.size());
   // Pages 1 and 2 (one in each registration) to arena pages 0 and 1, then
   // one copy over all four pages (both registrations).
-  const HostToArenaCopy in[] = {{bytes + page, 0, page},
-                                {bytes + 2 * page, page, page},
-                                {bytes, 4 * page, 4 * page}};
+  const HostToArenaCopy in[] = {
+      {bytes + page, 0, page}, {bytes + 2 * page, page, page}, {bytes, 4 * page, 4 * page}};
   ASSERT_TRUE(inst.ops->CopyToArena(in).ok());
   std::vector<std::byte> arena;
   ASSERT_TRUE(inst.ops->ReadArena(0, 2 * page, &arena).ok());
@@ -569,8 +568,7 @@ TEST_P(DeviceOpsConformanceTest, ConcurrentOverlappingRegistrationsLetExactlyOne
 
 std::vector<Implementation> Implementations() {
   return {
-      {"ShmSync",
-       [](const std::string& tag, uint32_t n) { return MakeShm(false, false, tag, n); }},
+      {"ShmSync", [](const std::string& tag, uint32_t n) { return MakeShm(false, false, tag, n); }},
       {"ShmAsync", [](const std::string& tag, uint32_t n) { return MakeShm(true, false, tag, n); }},
       {"ShmOutOfOrder",
        [](const std::string& tag, uint32_t n) { return MakeShm(true, true, tag, n); }},

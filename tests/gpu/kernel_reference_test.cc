@@ -102,10 +102,10 @@ TEST(ScoreReferenceTest, CosineAndDot) {
 TEST(ScoreReferenceTest, NonFiniteRowsAndAnchorsScoreNaN) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<float> levels = {1, 0,     // row 0: finite
-                                     inf, 0,   // row 1: Inf
-                                     0, nan,   // row 2: NaN
-                                     -inf, 1};  // row 3: -Inf
+  const std::vector<float> levels = {1,    0,    // row 0: finite
+                                     inf,  0,    // row 1: Inf
+                                     0,    nan,  // row 2: NaN
+                                     -inf, 1};   // row 3: -Inf
   for (ScoreKind kind : {ScoreKind::kCosineUnit, ScoreKind::kDot}) {
     auto scores = ScoreReference(levels.data(), ElementType::kFp32, 4, 2, 2, {1, 0}, 1, kind);
     EXPECT_FALSE(std::isnan(scores[0]));
@@ -118,11 +118,11 @@ TEST(ScoreReferenceTest, NonFiniteRowsAndAnchorsScoreNaN) {
 }
 
 TEST(ScoreSegmentsReferenceTest, StacksSegmentsWithTheirOwnAnchors) {
-  const std::vector<uint16_t> a = {FloatToHalf(1), FloatToHalf(2),    // row 0
+  const std::vector<uint16_t> a = {FloatToHalf(1), FloatToHalf(2),      // row 0
                                    FloatToHalf(-1), FloatToHalf(0.5)};  // row 1
   const std::vector<uint16_t> b = {FloatToHalf(3), FloatToHalf(0)};
-  const std::vector<float> anchors = {1, 1,    // anchor 0
-                                      0, 2};   // anchor 1
+  const std::vector<float> anchors = {1, 1,   // anchor 0
+                                      0, 2};  // anchor 1
   const auto scores = ScoreSegmentsReference({{a.data(), 2, 1}, {b.data(), 1, 0}}, anchors, 2);
   EXPECT_EQ(scores, (std::vector<float>{4.0f, 1.0f, 3.0f}));
 }

@@ -328,8 +328,7 @@ TEST_F(ScoreLevelsTest, LaunchReportsOnlyItsOwnError) {
   const int64_t rows = 64;
   const int32_t dim = 32;
   std::vector<float> levels(rows * dim, 0.5f), anchor(dim, 1.0f);
-  DeviceBuffer d_levels(levels.size() * 4), d_anchor(dim * 4), d_scores(rows * 4),
-      d_indices(8 * 4);
+  DeviceBuffer d_levels(levels.size() * 4), d_anchor(dim * 4), d_scores(rows * 4), d_indices(8 * 4);
   KVTIER_ASSERT_CUDA(d_levels.Upload(levels.data(), levels.size() * 4));
   KVTIER_ASSERT_CUDA(d_anchor.Upload(anchor.data(), dim * 4));
   ScoreParams p;

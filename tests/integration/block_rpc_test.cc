@@ -219,14 +219,14 @@ TEST_F(BlockRpcTest, BadInputGetsFieldNamedErrors) {
   auto ids = Chain(2);
   v1::PutBlocksRequest req;
   req.set_profile_id(profile_id_);
-  req.add_blocks()->set_data(Bytes(1));                       // no id
+  req.add_blocks()->set_data(Bytes(1));  // no id
   auto* b = req.add_blocks();
-  b->set_block_id(std::string(40, 'x'));                      // id too long
+  b->set_block_id(std::string(40, 'x'));  // id too long
   b->set_data(Bytes(1));
   b = req.add_blocks();
   b->set_block_id(ids[0]);
-  b->set_data("short");                                       // wrong size
-  req.add_blocks()->set_block_id(ids[1]);                     // no source
+  b->set_data("short");                    // wrong size
+  req.add_blocks()->set_block_id(ids[1]);  // no source
   auto put = client_->PutBlocks({req});
   ASSERT_OK(put);
   ASSERT_EQ(put->results_size(), 4);

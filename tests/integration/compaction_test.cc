@@ -155,8 +155,8 @@ class CompactionTest : public ::testing::Test {
         head.keys = keys;
         head.values = values;
         if (rows > 0) {
-          head.queries = absl::MakeConstSpan(queries.data() + (l * kHeads + h) * rows * kDim,
-                                             rows * kDim);
+          head.queries =
+              absl::MakeConstSpan(queries.data() + (l * kHeads + h) * rows * kDim, rows * kDim);
         }
         index::CompactOptions options;
         options.rho = rho;
@@ -179,8 +179,9 @@ class CompactionTest : public ::testing::Test {
             // Stored as fp16: the direct result rounded the same way.
             EXPECT_EQ(got_keys[s * kDim + d],
                       index::simd::HalfToFloat(index::simd::FloatToHalf(want->keys[s * kDim + d])));
-            EXPECT_EQ(got_values[s * kDim + d],
-                      index::simd::HalfToFloat(index::simd::FloatToHalf(want->values[s * kDim + d])));
+            EXPECT_EQ(
+                got_values[s * kDim + d],
+                index::simd::HalfToFloat(index::simd::FloatToHalf(want->values[s * kDim + d])));
           }
         }
       }

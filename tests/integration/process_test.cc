@@ -142,7 +142,7 @@ TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
   auto ls = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--limit", "10"});
   EXPECT_EQ(ls.exit_code, 0) << ls.err;
   EXPECT_THAT(ls.out, HasSubstr("host"));
-  EXPECT_THAT(ls.out, HasSubstr("40 KiB"));  // 5 blocks of 8 KiB
+  EXPECT_THAT(ls.out, HasSubstr("40 KiB"));    // 5 blocks of 8 KiB
   EXPECT_THAT(ls.out, HasSubstr("626c6b30"));  // "blk0" in hex
 
   auto verify = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "verify"});
@@ -173,8 +173,7 @@ TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
   EXPECT_EQ(verify.exit_code, 4) << verify.err;
   EXPECT_THAT(verify.out, HasSubstr("\"block_id\": \"626c6b30\""));  // hex, not base64
   EXPECT_THAT(verify.out, HasSubstr("\"corrupt_blocks\": \"0\""));
-  auto quarantined =
-      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--quarantined"});
+  auto quarantined = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--quarantined"});
   EXPECT_EQ(quarantined.exit_code, 0) << quarantined.err;
   EXPECT_THAT(quarantined.out, HasSubstr("626c6b34"));  // "blk4"
   EXPECT_THAT(quarantined.out, HasSubstr("nvme-000.dat"));
@@ -337,8 +336,8 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
   EXPECT_EQ(tier_of("ev0"), v1::TIER_HOST);
 
   // evict --tier host: the last copy goes to NVMe; default tier: gone.
-  auto to_nvme = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P,
-                             "--tier", "host", hex("ev1")});
+  auto to_nvme = RunCommand(
+      {KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, "--tier", "host", hex("ev1")});
   EXPECT_EQ(to_nvme.exit_code, 0) << to_nvme.err;
   EXPECT_THAT(to_nvme.out, HasSubstr(hex("ev1") + ": evicted"));
   EXPECT_EQ(tier_of("ev1"), v1::TIER_NVME);
@@ -353,19 +352,18 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
 
   // Errors: an unknown block (exit 1, status named), ids not in hex and
   // an unknown tier (usage, exit 2), an unknown profile.
-  auto missing = RunCommand(
-      {KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, hex("never-put")});
+  auto missing =
+      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, hex("never-put")});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.out, HasSubstr("NOT_FOUND"));
-  auto not_hex =
-      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, "xyz"});
+  auto not_hex = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, "xyz"});
   EXPECT_EQ(not_hex.exit_code, 2);
   EXPECT_THAT(not_hex.err, HasSubstr("not hex"));
-  auto bad_tier = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P,
-                              "--tier", "tape", hex("ev0")});
+  auto bad_tier = RunCommand(
+      {KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, "--tier", "tape", hex("ev0")});
   EXPECT_EQ(bad_tier.exit_code, 2);
-  auto bad_profile = RunCommand(
-      {KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", "999", hex("ev0")});
+  auto bad_profile =
+      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", "999", hex("ev0")});
   EXPECT_EQ(bad_profile.exit_code, 1);
   EXPECT_THAT(bad_profile.err, HasSubstr("profile_id"));
   for (const char* cmd : {"profiles", "evict", "drain"}) {
@@ -404,8 +402,8 @@ TEST_F(ProcessTest, CompactVersionsAndDropVersion) {
   }
   ASSERT_TRUE((*client)->PutBlocks({put}).ok());
 
-  std::vector<std::string> cmd = {KVTIERCTL_PATH, "--socket", socket_, "compact", "--profile", P,
-                                  "--retention", "0.25"};
+  std::vector<std::string> cmd = {KVTIERCTL_PATH, "--socket", socket_,       "compact",
+                                  "--profile",    P,          "--retention", "0.25"};
   cmd.insert(cmd.end(), hex_ids.begin(), hex_ids.end());
   auto compacted = RunCommand(cmd);
   ASSERT_EQ(compacted.exit_code, 0) << compacted.err;
@@ -421,18 +419,18 @@ TEST_F(ProcessTest, CompactVersionsAndDropVersion) {
   EXPECT_THAT(versions.out, HasSubstr(key));
   EXPECT_THAT(versions.out, HasSubstr("originals"));
   EXPECT_THAT(versions.out, HasSubstr("keydiff/gated/ratio"));
-  auto json = RunCommand(
-      {KVTIERCTL_PATH, "--socket", socket_, "versions", "--profile", P, key, "--json"});
+  auto json =
+      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "versions", "--profile", P, key, "--json"});
   EXPECT_EQ(json.exit_code, 0) << json.err;
   EXPECT_THAT(json.out, HasSubstr("\"context_key\": \"" + key + "\""));
 
   // The originals may go once a compacted version exists; the last copy stays.
-  auto drop0 = RunCommand(
-      {KVTIERCTL_PATH, "--socket", socket_, "drop-version", "--profile", P, key, "0"});
+  auto drop0 =
+      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "drop-version", "--profile", P, key, "0"});
   EXPECT_EQ(drop0.exit_code, 0) << drop0.err;
   EXPECT_THAT(drop0.out, HasSubstr("4 blocks deleted"));
-  auto drop1 = RunCommand(
-      {KVTIERCTL_PATH, "--socket", socket_, "drop-version", "--profile", P, key, "1"});
+  auto drop1 =
+      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "drop-version", "--profile", P, key, "1"});
   EXPECT_EQ(drop1.exit_code, 1);
   EXPECT_THAT(drop1.err, HasSubstr("last copy"));
   auto bad = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "compact", "--profile", P,

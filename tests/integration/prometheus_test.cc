@@ -20,8 +20,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "bench/quality/json.h"
 #include "absl/time/clock.h"
+#include "bench/quality/json.h"
 #include "client/client.h"
 #include "daemon/config.h"
 #include "daemon/server.h"
@@ -29,9 +29,9 @@
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
 #include "tests/integration/test_daemon.h"
-#include "tests/testutil/status_matchers.h"
 #include "tests/integration/tiny_profile.h"
 #include "tests/testutil/http_get.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
@@ -127,8 +127,8 @@ void CheckDashboard(const std::string& page, int prom_port) {
       for (size_t at = expr.find("kvtier_"); at != std::string::npos;
            at = expr.find("kvtier_", at + 1)) {
         size_t end = at;
-        while (end < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[end])) ||
-                                     expr[end] == '_')) {
+        while (end < expr.size() &&
+               (std::isalnum(static_cast<unsigned char>(expr[end])) || expr[end] == '_')) {
           ++end;
         }
         std::string name = expr.substr(at, end - at);
@@ -148,8 +148,8 @@ void CheckDashboard(const std::string& page, int prom_port) {
         at = end;
       }
       // Prometheus parses and runs it (Grafana's variables filled in).
-      const std::string q = absl::StrReplaceAll(
-          expr, {{"$instance", ".*"}, {"$__rate_interval", "1m"}});
+      const std::string q =
+          absl::StrReplaceAll(expr, {{"$instance", ".*"}, {"$__rate_interval", "1m"}});
       const testing::HttpResponse r =
           testing::HttpGet(prom_port, "/api/v1/query?query=" + UrlEncode(q));
       EXPECT_EQ(r.status, 200) << q << "\n" << r.body;
@@ -199,11 +199,10 @@ TEST(PrometheusTest, ScrapesKvtierdAndReadsCountersBack) {
   const testing::HttpResponse direct = testing::HttpGet(metrics_port, "/metrics");
   ASSERT_EQ(direct.status, 200);
   EXPECT_THAT(direct.body, HasSubstr("kvtier_put_blocks_total 5\n"));
-  for (const char* name : {"kvtier_summaries_deferred_total ", "kvtier_summaries_pending ",
-                           "kvtier_deferred_promotions_done_total ",
-                           "kvtier_select_promotions_deferred_total ",
-                           "kvtier_get_in_flight_bytes 0\n",
-                           "kvtier_get_copied_over_cap_total "}) {
+  for (const char* name :
+       {"kvtier_summaries_deferred_total ", "kvtier_summaries_pending ",
+        "kvtier_deferred_promotions_done_total ", "kvtier_select_promotions_deferred_total ",
+        "kvtier_get_in_flight_bytes 0\n", "kvtier_get_copied_over_cap_total "}) {
     EXPECT_THAT(direct.body, HasSubstr(name));
   }
   EXPECT_THAT(direct.body,
@@ -218,16 +217,14 @@ TEST(PrometheusTest, ScrapesKvtierdAndReadsCountersBack) {
         << "scrape_configs:\n  - job_name: kvtierd\n    static_configs:\n"
         << "      - targets: ['127.0.0.1:" << metrics_port << "']\n";
   }
-  testing::ChildProcess prometheus(
-      {kPrometheus, "--config.file=" + dir + "/prometheus.yml",
-       "--storage.tsdb.path=" + dir + "/prom", "--web.listen-address=127.0.0.1:" +
-                                                   std::to_string(prom_port)},
-      {}, dir + "/prometheus.log");
+  testing::ChildProcess prometheus({kPrometheus, "--config.file=" + dir + "/prometheus.yml",
+                                    "--storage.tsdb.path=" + dir + "/prom",
+                                    "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
+                                   {}, dir + "/prometheus.log");
 
   // Polls Prometheus (an outside process: nothing to wait on but its API)
   // until it has scraped the daemon, within a bound.
-  const std::string query =
-      "/api/v1/query?query=kvtier_put_blocks_total%7Bjob%3D%22kvtierd%22%7D";
+  const std::string query = "/api/v1/query?query=kvtier_put_blocks_total%7Bjob%3D%22kvtierd%22%7D";
   std::string value, last;
   const absl::Time deadline = absl::Now() + absl::Seconds(90);
   while (absl::Now() < deadline) {

@@ -90,8 +90,8 @@ class PutStreamTest : public ::testing::Test {
     ASSERT_OK(registered);
     ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
     profile_id_ = registered->profile_id();
-    channel_ = grpc::CreateChannel("unix:" + server_->socket_path(),
-                                   grpc::InsecureChannelCredentials());
+    channel_ =
+        grpc::CreateChannel("unix:" + server_->socket_path(), grpc::InsecureChannelCredentials());
   }
   void TearDown() override {
     client_.reset();
@@ -181,8 +181,8 @@ TEST_F(PutStreamTest, GarbageFirstMessageStoresNothing) {
 // A known field with the wrong wire type is refused by name, not skipped.
 TEST_F(PutStreamTest, DataOfTheWrongWireTypeIsNamed) {
   std::string block;
-  wire::AppendBytesField(1, "z", &block);        // block_id
-  wire::AppendVarintField(2, 5, &block);         // data, as a varint
+  wire::AppendBytesField(1, "z", &block);  // block_id
+  wire::AppendVarintField(2, 5, &block);   // data, as a varint
   std::string message;
   wire::AppendVarintField(1, profile_id_, &message);
   wire::AppendBytesField(2, block, &message);

@@ -6,12 +6,12 @@
 // Stats and /metrics.
 #include <unistd.h>
 
-#include <chrono>
 #include <cctype>
+#include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
@@ -75,8 +75,8 @@ class RemoteTierTest : public ::testing::Test {
   };
 
   static Daemon Start(const std::string& name, const std::vector<std::string>& extra = {}) {
-    const std::string dir = root_ + "/" + name + "-" +
-                            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    const std::string dir =
+        root_ + "/" + name + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::vector<std::string> overrides = {
         "log.level=error",
         "metrics.listen_address=127.0.0.1:0",
@@ -182,8 +182,8 @@ TEST_F(RemoteTierTest, BlocksPutOnOneDaemonAreServedByAnother) {
   for (size_t at = text.find("kvtier_remote_"); at != std::string::npos;
        at = text.find("kvtier_remote_", at + 1)) {
     size_t end = at;
-    while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) ||
-                                 text[end] == '_')) {
+    while (end < text.size() &&
+           (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_')) {
       ++end;
     }
     const std::string name = text.substr(at, end - at);

@@ -559,8 +559,7 @@ TEST_F(SelectTest, BlocksThatFindNoDeviceSlotArePending) {
 // prefetched for one Select (up to 10 here) must not evict each other: under LRU
 // they are the most recently used host copies, under KeyDiff they are in
 // the tier's newest half, which it never samples.
-class SelectPlacementTest : public SelectTest,
-                            public ::testing::WithParamInterface<const char*> {};
+class SelectPlacementTest : public SelectTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(SelectPlacementTest, NvmeOnlyBlocksArePendingUntilPrefetchedAndWaitMsWaitsForThem) {
   TearDown();

@@ -16,8 +16,8 @@
 #include "client/client.h"
 #include "daemon/config.h"
 #include "daemon/server.h"
-#include "storage/env/env.h"
 #include "gtest/gtest.h"
+#include "storage/env/env.h"
 
 namespace kvtier::testing {
 

@@ -29,11 +29,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "client/client.h"
-#include "proto/auth/token.h"
 #include "gtest/gtest.h"
+#include "proto/auth/token.h"
 #include "tests/load/load_block.h"
 #include "tests/load/load_daemon.h"
 
@@ -107,8 +107,7 @@ class FairnessTest : public ::testing::Test {
       auto t0 = Clock::now();
       auto stored = c->PutBlocks({put});
       auto t1 = Clock::now();
-      if (!stored.ok() || stored->results_size() != 1 ||
-          stored->results(0).status().code() != 0) {
+      if (!stored.ok() || stored->results_size() != 1 || stored->results(0).status().code() != 0) {
         out->Fail(stored.ok() ? stored->DebugString() : stored.status().ToString());
         continue;
       }
@@ -139,19 +138,18 @@ TEST_F(FairnessTest, OneTenantsFloodOfDurablePutsDoesNotStarveAnother) {
       static_cast<int64_t>(EnvDouble("KVTIER_FAIRNESS_SECONDS", 3) * 1000));
   const int flooders = static_cast<int>(EnvDouble("KVTIER_FAIRNESS_FLOODERS", 32));
   const double max_ratio = EnvDouble("KVTIER_FAIRNESS_MAX_RATIO", 10);
-  std::vector<std::string> settings = {
-      "log.level=warn",
-      "server.shutdown_grace_ms=2000",
-      "tiers.device.backend=shm",
-      "tiers.device.shm_dir=" + shm_dir_,
-      "tiers.host.shm_dir=" + shm_dir_,
-      "tiers.device.capacity_bytes=16MiB",
-      "tiers.host.capacity_bytes=128MiB",
-      "tiers.nvme.file_count=2",
-      "tiers.nvme.file_size_bytes=1GiB",
-      "auth.tenants_file=" + dir_ + "/tenants.toml",
-      "auth.tenant_arena_bytes=4MiB",
-      "auth.tenant_staging_bytes=1MiB"};
+  std::vector<std::string> settings = {"log.level=warn",
+                                       "server.shutdown_grace_ms=2000",
+                                       "tiers.device.backend=shm",
+                                       "tiers.device.shm_dir=" + shm_dir_,
+                                       "tiers.host.shm_dir=" + shm_dir_,
+                                       "tiers.device.capacity_bytes=16MiB",
+                                       "tiers.host.capacity_bytes=128MiB",
+                                       "tiers.nvme.file_count=2",
+                                       "tiers.nvme.file_size_bytes=1GiB",
+                                       "auth.tenants_file=" + dir_ + "/tenants.toml",
+                                       "auth.tenant_arena_bytes=4MiB",
+                                       "auth.tenant_staging_bytes=1MiB"};
   const char* extra = std::getenv("KVTIER_FAIRNESS_SET");
   for (absl::string_view s : absl::StrSplit(extra ? extra : "", ';', absl::SkipWhitespace())) {
     settings.emplace_back(s);
@@ -218,14 +216,17 @@ TEST_F(FairnessTest, OneTenantsFloodOfDurablePutsDoesNotStarveAnother) {
   const double put_alone = Quantile(alone.put_ms, 0.99), put_flood = Quantile(flooded.put_ms, 0.99);
   const double get_alone = Quantile(alone.get_ms, 0.99), get_flood = Quantile(flooded.get_ms, 0.99);
   std::cout << absl::StrCat(
-      "fairness: b alone: ", alone.put_ms.size(), " puts p50 ", Quantile(alone.put_ms, 0.5),
-      " ms p99 ", put_alone, " ms; gets p50 ", Quantile(alone.get_ms, 0.5), " ms p99 ", get_alone,
-      " ms\nfairness: b under a's flood (", flooders, " streams, ", a_puts.load(),
-      " durable puts of 4 blocks, ", a_refused.load(), " refused): ", flooded.put_ms.size(),
-      " puts p50 ", Quantile(flooded.put_ms, 0.5), " ms p99 ", put_flood, " ms; gets p50 ",
-      Quantile(flooded.get_ms, 0.5), " ms p99 ", get_flood, " ms\nfairness: p99 ratio put ",
-      put_flood / put_alone, " get ", get_flood / get_alone,
-      first_refusal.empty() ? "" : "\nfairness: a's first refusal: " + first_refusal)
+                   "fairness: b alone: ", alone.put_ms.size(), " puts p50 ",
+                   Quantile(alone.put_ms, 0.5), " ms p99 ", put_alone, " ms; gets p50 ",
+                   Quantile(alone.get_ms, 0.5), " ms p99 ", get_alone,
+                   " ms\nfairness: b under a's flood (", flooders, " streams, ", a_puts.load(),
+                   " durable puts of 4 blocks, ", a_refused.load(),
+                   " refused): ", flooded.put_ms.size(), " puts p50 ",
+                   Quantile(flooded.put_ms, 0.5), " ms p99 ", put_flood, " ms; gets p50 ",
+                   Quantile(flooded.get_ms, 0.5), " ms p99 ", get_flood,
+                   " ms\nfairness: p99 ratio put ", put_flood / put_alone, " get ",
+                   get_flood / get_alone,
+                   first_refusal.empty() ? "" : "\nfairness: a's first refusal: " + first_refusal)
             << std::endl;
   if (const char* path = std::getenv("KVTIER_FAIRNESS_REPORT")) {
     std::ofstream(path) << absl::StrCat(

@@ -21,8 +21,8 @@ class AuthTest : public SecurityTest {
  protected:
   void SetUp() override {
     StartDaemon();
-    channel_ = grpc::CreateChannel("unix:" + server_->socket_path(),
-                                   grpc::InsecureChannelCredentials());
+    channel_ =
+        grpc::CreateChannel("unix:" + server_->socket_path(), grpc::InsecureChannelCredentials());
   }
   std::shared_ptr<grpc::Channel> channel_;
 };
@@ -53,7 +53,8 @@ TEST_F(AuthTest, EveryRpcRefusesMissingOrBadCredentials) {
 TEST_F(AuthTest, AdminServiceNeedsTheAdminRole) {
   for (const std::string& m : MethodsOf("kvtier.v1.Admin")) {
     grpc::Status st = RawCall(channel_, m, "Bearer " + tokens_["a"]);
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << m << ": " << st.error_message();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << m << ": " << st.error_message();
   }
   auto ops = As("ops");
   auto stats = ops->Stats();
@@ -79,8 +80,8 @@ TEST_F(AuthTest, DescriptorSocketChecksTheToken) {
     EXPECT_FALSE(fetched.ok());
     EXPECT_EQ(fetched.code(), 16) << fetched.ToString();
   }
-  client::FetchedFd good = client::FetchSharedFd(arena->fd_socket_path(),
-                                                 client::SharedFileKind::kArena, tokens_["a"], 3000);
+  client::FetchedFd good = client::FetchSharedFd(
+      arena->fd_socket_path(), client::SharedFileKind::kArena, tokens_["a"], 3000);
   ASSERT_TRUE(good.ok()) << good.ToString();
   EXPECT_EQ(good.size_bytes(), arena->size_bytes());
   // The arena descriptor is read-only: the client can see, not write.

@@ -94,8 +94,8 @@ TEST_F(ChurnTest, KilledClientsLeaveNothingBehind) {
   const v1::TenantStats before = usage();
 
   constexpr int kCycles = 1000, kInFlight = 8;
-  const std::vector<std::string> argv = {KVTIER_CHURN_CLIENT, server_->socket_path(), tokens_["a"],
-                                         std::to_string(p), "churn", "8"};
+  const std::vector<std::string> argv = {
+      KVTIER_CHURN_CLIENT, server_->socket_path(), tokens_["a"], std::to_string(p), "churn", "8"};
   std::deque<Child> live;
   int ready = 0;
   std::map<int, int> exit_codes;

@@ -47,13 +47,11 @@ class FileModesTest : public ::testing::Test {
   void Start() {
     notify_ = std::make_unique<testing::NotifySocket>(root_ + "/notify.sock");
     daemon_ = std::make_unique<testing::ChildProcess>(
-        std::vector<std::string>{KVTIERD_PATH, "--data-dir", data_, "--socket", socket_, "--set",
-                                 "tiers.host.capacity_bytes=16MiB", "--set",
-                                 "tiers.device.capacity_bytes=4MiB", "--set",
-                                 "tiers.host.staging_bytes=1MiB", "--set",
-                                 "tiers.nvme.file_count=2", "--set",
-                                 "tiers.nvme.file_size_bytes=4MiB", "--set",
-                                 "tiers.nvme.write_through=true"},
+        std::vector<std::string>{
+            KVTIERD_PATH, "--data-dir", data_, "--socket", socket_, "--set",
+            "tiers.host.capacity_bytes=16MiB", "--set", "tiers.device.capacity_bytes=4MiB", "--set",
+            "tiers.host.staging_bytes=1MiB", "--set", "tiers.nvme.file_count=2", "--set",
+            "tiers.nvme.file_size_bytes=4MiB", "--set", "tiers.nvme.write_through=true"},
         std::vector<std::string>{"NOTIFY_SOCKET=" + notify_->path()}, root_ + "/log");
     ASSERT_TRUE(notify_->WaitFor("READY=1", std::chrono::seconds(20)))
         << testing::ReadFile(root_ + "/log");

@@ -175,7 +175,8 @@ TEST_F(IsolationTest, ContextsAndLeasesAreTheOwnersOnly) {
     r.set_context_id(cid);
     r.add_block_ids(BlockIdOf("new", 0));
     v1::AppendBlocksResponse out;
-    EXPECT_EQ(b_->kvtier_stub()->AppendBlocks(&c, r, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(b_->kvtier_stub()->AppendBlocks(&c, r, &out).error_code(),
+              grpc::StatusCode::NOT_FOUND);
   }
   {  // Select
     grpc::ClientContext c;
@@ -197,7 +198,10 @@ TEST_F(IsolationTest, ContextsAndLeasesAreTheOwnersOnly) {
   }
   for (bool by_context : {true, false}) {  // Release
     v1::ReleaseRequest r;
-    if (by_context) r.set_context_id(cid); else r.set_lease_id(lease);
+    if (by_context)
+      r.set_context_id(cid);
+    else
+      r.set_lease_id(lease);
     auto released = b_->Release(r);
     EXPECT_THAT(released, StatusIs(absl::StatusCode::kNotFound)) << released.status();
   }
@@ -206,7 +210,8 @@ TEST_F(IsolationTest, ContextsAndLeasesAreTheOwnersOnly) {
     v1::CloseContextRequest r;
     r.set_context_id(cid);
     v1::CloseContextResponse out;
-    EXPECT_EQ(b_->kvtier_stub()->CloseContext(&c, r, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(b_->kvtier_stub()->CloseContext(&c, r, &out).error_code(),
+              grpc::StatusCode::NOT_FOUND);
   }
   // An id that never existed gives the same answer as A's (no oracle).
   {
@@ -214,7 +219,8 @@ TEST_F(IsolationTest, ContextsAndLeasesAreTheOwnersOnly) {
     v1::CloseContextRequest r;
     r.set_context_id(cid ^ 0x5a5a5a5a5a5aull);
     v1::CloseContextResponse out;
-    EXPECT_EQ(b_->kvtier_stub()->CloseContext(&c, r, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(b_->kvtier_stub()->CloseContext(&c, r, &out).error_code(),
+              grpc::StatusCode::NOT_FOUND);
   }
   // A's context and lease are still A's.
   v1::ReleaseRequest r;
@@ -230,7 +236,8 @@ TEST_F(IsolationTest, ContextsAndLeasesAreTheOwnersOnly) {
 }
 
 TEST_F(IsolationTest, EveryTenantHasItsOwnPrivateFiles) {
-  struct stat sa {}, sb {};
+  struct stat sa {
+  }, sb{};
   auto arena_a = a_->OpenArena();
   auto arena_b = b_->OpenArena();
   ASSERT_TRUE(arena_a.ok() && arena_b.ok());
@@ -291,11 +298,12 @@ TEST_F(IsolationTest, RewritingAStagedSlotDuringThePutCannotCorruptIt) {
   auto slots = a_->ReserveSlots(pa_, 4);
   ASSERT_OK(slots);
   std::string err;
-  auto staging = client::ShmStagingFile::Open(a_->StagingSource(*slots), slots->staging_size_bytes(),
-                                              &err);
+  auto staging =
+      client::ShmStagingFile::Open(a_->StagingSource(*slots), slots->staging_size_bytes(), &err);
   ASSERT_NE(staging, nullptr) << err;
   std::vector<std::span<std::byte>> spans;
-  for (const auto& s : slots->slots()) spans.push_back(staging->Slot(s.offset_bytes(), s.size_bytes()));
+  for (const auto& s : slots->slots())
+    spans.push_back(staging->Slot(s.offset_bytes(), s.size_bytes()));
   for (size_t i = 0; i < spans.size(); ++i) {
     std::string p = Payload(100 + i);
     std::memcpy(spans[i].data(), p.data(), p.size());

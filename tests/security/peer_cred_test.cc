@@ -42,8 +42,8 @@ class PeerCredTest : public SecurityTest {
   std::string LocalTenant(bool with_uid) const {
     std::string t = "[[tenants]]\nname = \"local\"\nrole = \"data\"\nuids = [" +
                     (with_uid ? std::to_string(uid_) : std::string("7")) + "]\n";
-    t += "[[tenants]]\nname = \"other\"\nrole = \"data\"\nuids = [" +
-         std::to_string(kOtherUid) + "]\n";
+    t += "[[tenants]]\nname = \"other\"\nrole = \"data\"\nuids = [" + std::to_string(kOtherUid) +
+         "]\n";
     return t;
   }
 
@@ -133,7 +133,7 @@ TEST_F(PeerCredTest, AUidNoTenantListsIsClosedAtOnce) {
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, 10000) != 1) ::_exit(4);  // never closed
     char c;
-    ::_exit(::read(fd, &c, 1) == 0 ? 0 : 5);   // EOF: the daemon closed it
+    ::_exit(::read(fd, &c, 1) == 0 ? 0 : 5);  // EOF: the daemon closed it
   }
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -168,11 +168,10 @@ TEST_F(PeerCredTest, AReloadThatRemovesTheUidEndsItsStreamsAndCalls) {
 }
 
 TEST_F(PeerCredTest, BadUidListsAreRefusedWithTheFieldNamed) {
-  for (const std::string& bad :
-       {std::string("uids = [-1]"), std::string("uids = [\"1000\"]"),
-        std::string("uids = [4294967295]")}) {
-    std::ofstream(tenants_file_, std::ios::trunc)
-        << "[[tenants]]\nname = \"x\"\nrole = \"data\"\n" << bad << "\n";
+  for (const std::string& bad : {std::string("uids = [-1]"), std::string("uids = [\"1000\"]"),
+                                 std::string("uids = [4294967295]")}) {
+    std::ofstream(tenants_file_, std::ios::trunc) << "[[tenants]]\nname = \"x\"\nrole = \"data\"\n"
+                                                  << bad << "\n";
     absl::Status st = server_->runtime()->ReloadTenants();
     EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
     EXPECT_THAT(st.message(), HasSubstr("uids")) << bad;

@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "client/client.h"
-#include "proto/auth/token.h"
 #include "daemon/config.h"
 #include "daemon/server.h"
 #include "gtest/gtest.h"
 #include "index/simd.h"
+#include "proto/auth/token.h"
 #include "tests/integration/test_daemon.h"
 #include "tests/testutil/status_matchers.h"
 
@@ -50,7 +50,8 @@ inline std::string BlockIdOf(const std::string& tag, int i) {
 class SecurityTest : public ::testing::Test {
  protected:
   // Extra config overrides and extra TOML appended to the tenants file.
-  void StartDaemon(const std::vector<std::string>& extra = {}, const std::string& more_tenants = "") {
+  void StartDaemon(const std::vector<std::string>& extra = {},
+                   const std::string& more_tenants = "") {
     dir_ = "/tmp/kvtier-sec-" + std::to_string(::getpid()) + "-" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir_);

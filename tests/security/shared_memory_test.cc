@@ -70,9 +70,9 @@ TEST_F(SharedMemoryTest, TruncatingTheStagingFileCannotCrashTheDaemon) {
 
   const std::string payload = Payload(7);
   const v1::SlotRef& slot = slots->slots(0);
-  ASSERT_EQ(::pwrite(fd.fd(), payload.data(), payload.size(),
-                     static_cast<off_t>(slot.offset_bytes())),
-            static_cast<ssize_t>(payload.size()));
+  ASSERT_EQ(
+      ::pwrite(fd.fd(), payload.data(), payload.size(), static_cast<off_t>(slot.offset_bytes())),
+      static_cast<ssize_t>(payload.size()));
 
   // The attack, as the probe ran it: shrink the file to nothing.
   EXPECT_NE(::ftruncate(fd.fd(), 0), 0) << "the staging file could be shrunk";

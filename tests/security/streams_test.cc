@@ -42,8 +42,8 @@ class StreamsTest : public SecurityTest {
     args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
     args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
-    return v1::KvTier::NewStub(grpc::CreateCustomChannel(
-        "unix:" + server_->socket_path(), grpc::InsecureChannelCredentials(), args));
+    return v1::KvTier::NewStub(grpc::CreateCustomChannel("unix:" + server_->socket_path(),
+                                                         grpc::InsecureChannelCredentials(), args));
   }
 
   std::unique_ptr<grpc::ClientContext> Ctx(const std::string& tenant) {

@@ -43,14 +43,12 @@ SyntheticContext MakeSyntheticContext(const SyntheticContextOptions& o) {
     topics.push_back(RandomDirection(rng, D));
   }
   const std::vector<float> query_topic =
-      o.anchor_topic >= 0 ? topics[o.anchor_topic % topics.size()]
-                          : RandomDirection(rng, D);
+      o.anchor_topic >= 0 ? topics[o.anchor_topic % topics.size()] : RandomDirection(rng, D);
 
   // Topic runs.
-  std::uniform_int_distribution<int32_t> run_len(
-      std::max(o.topic_run_min, 1), std::max(o.topic_run_max, o.topic_run_min));
-  std::uniform_int_distribution<int32_t> pick_topic(
-      0, static_cast<int32_t>(topics.size()) - 1);
+  std::uniform_int_distribution<int32_t> run_len(std::max(o.topic_run_min, 1),
+                                                 std::max(o.topic_run_max, o.topic_run_min));
+  std::uniform_int_distribution<int32_t> pick_topic(0, static_cast<int32_t>(topics.size()) - 1);
   for (int64_t b = 0; b < o.num_blocks;) {
     const int32_t k = pick_topic(rng);
     const int64_t end = std::min<int64_t>(o.num_blocks, b + run_len(rng));
@@ -60,8 +58,7 @@ SyntheticContext MakeSyntheticContext(const SyntheticContextOptions& o) {
   const int64_t run = std::max(o.planted_run, 1);
   const int64_t runs = (o.num_planted + run - 1) / run;
   std::uniform_int_distribution<int64_t> pick_start(
-      o.num_sink_outliers,
-      std::max<int64_t>(o.num_sink_outliers, o.num_blocks - run));
+      o.num_sink_outliers, std::max<int64_t>(o.num_sink_outliers, o.num_blocks - run));
   int64_t planted_left = o.num_planted;
   for (int64_t r = 0; r < runs && planted_left > 0; ++r) {
     for (int attempt = 0; attempt < 1000; ++attempt) {
@@ -107,8 +104,7 @@ SyntheticContext MakeSyntheticContext(const SyntheticContextOptions& o) {
   return ctx;
 }
 
-SyntheticPayload MakeBlockPayload(const index::BlockLayout& layout,
-                                  uint64_t seed,
+SyntheticPayload MakeBlockPayload(const index::BlockLayout& layout, uint64_t seed,
                                   const std::vector<float>& head_scale) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -154,8 +150,7 @@ SyntheticPayload MakeBlockPayload(const index::BlockLayout& layout,
         const float scale = head_scale.empty() ? 1.0f : head_scale[lh];
         std::vector<float> off(D);
         for (float& x : off) x = offset(rng);
-        const size_t first =
-            ((static_cast<size_t>(l) * 2 + kv) * H + h) * head_elems;
+        const size_t first = ((static_cast<size_t>(l) * 2 + kv) * H + h) * head_elems;
         for (size_t e = 0; e < head_elems; ++e) {
           const float v = store(first + e, off[e % D] + scale * normal(rng));
           if (kv == 0) out.keys[lh * head_elems + e] = v;
@@ -188,10 +183,9 @@ std::vector<int64_t> ExactTopK(const std::vector<float>& vectors, int32_t dim,
   std::vector<int64_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
   k = std::min(k, n);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int64_t a, int64_t b) {
-                      return cos[a] > cos[b] || (cos[a] == cos[b] && a < b);
-                    });
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
+    return cos[a] > cos[b] || (cos[a] == cos[b] && a < b);
+  });
   idx.resize(k);
   std::sort(idx.begin(), idx.end());
   return idx;

@@ -66,8 +66,7 @@ struct SyntheticPayload {
 };
 
 // head_scale: L * H entries or empty (all 1).
-SyntheticPayload MakeBlockPayload(const index::BlockLayout& layout,
-                                  uint64_t seed,
+SyntheticPayload MakeBlockPayload(const index::BlockLayout& layout, uint64_t seed,
                                   const std::vector<float>& head_scale);
 
 // Exact top-k block indices by cosine to `anchor` (ties to lower index),

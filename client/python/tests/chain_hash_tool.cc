@@ -58,8 +58,8 @@ int main(int argc, char** argv) {
     PrintHex(kvtier::ChainHash(in));
     return 0;
   }
-  for (const auto& id : kvtier::ChainHashSequence(profile_id, tokens,
-                                                  static_cast<uint32_t>(block_size), extras)) {
+  for (const auto& id :
+       kvtier::ChainHashSequence(profile_id, tokens, static_cast<uint32_t>(block_size), extras)) {
     PrintHex(id);
   }
   return 0;
