@@ -77,7 +77,7 @@ class ProgressReactor final : public grpc::ServerWriteReactor<T> {
     }
     if (work_done_ && (queue_.empty() || broken_)) {
       finished_ = true;
-      this->Finish(broken_ ? grpc::Status(grpc::StatusCode::CANCELLED, "client went away")
+      this->Finish(broken_ ? ToGrpcStatus(absl::CancelledError("client went away"))
                            : ToGrpcStatus(final_));
     }
   }
