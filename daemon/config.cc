@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "index/scorer.h"
+#include "proto/auth/tenants_file.h"
 #include "storage/common/status_macros.h"
 
 namespace kvtier::daemon {
@@ -625,29 +626,11 @@ std::map<std::string, std::string> Config::Flatten() const {
 }
 
 absl::StatusOr<uint64_t> ParseSize(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  if (i == 0 || i > 19) return absl::InvalidArgumentError(absl::StrCat("bad size '", text, "'"));
-  uint64_t n = std::stoull(text.substr(0, i));
-  std::string unit = text.substr(i);
-  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
-  static const std::pair<const char*, uint64_t> kUnits[] = {{"", 1},
-                                                            {"B", 1},
-                                                            {"KiB", 1ull << 10},
-                                                            {"MiB", 1ull << 20},
-                                                            {"GiB", 1ull << 30},
-                                                            {"TiB", 1ull << 40},
-                                                            {"KB", 1000ull},
-                                                            {"MB", 1000000ull},
-                                                            {"GB", 1000000000ull},
-                                                            {"TB", 1000000000000ull}};
-  for (const auto& [name, mult] : kUnits) {
-    if (unit == name) {
-      if (n > UINT64_MAX / mult) return absl::InvalidArgumentError("size overflows 64 bits");
-      return n * mult;
-    }
-  }
-  return absl::InvalidArgumentError(absl::StrCat("bad size unit '", unit, "' in '", text, "'"));
+  if (std::optional<uint64_t> bytes = auth::ParseSizeText(text); bytes.has_value()) return *bytes;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "bad size '", text,
+      "': 1 to 19 digits, then an optional unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), "
+      "at most 2^64 - 1 bytes"));
 }
 
 absl::StatusOr<Config> LoadConfig(const std::string& config_path,

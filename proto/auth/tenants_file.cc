@@ -48,34 +48,6 @@ bool AllDigits(absl::string_view s) {
   return true;
 }
 
-// The daemon's size syntax (daemon/config.cc ParseSize): 1..19 digits, then
-// optional spaces and a unit; the product must fit 64 bits. nullopt if not.
-std::optional<uint64_t> ParseSizeText(absl::string_view text) {
-  size_t i = 0;
-  while (i < text.size() && absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  if (i == 0 || i > 19) return std::nullopt;
-  const uint64_t n = std::strtoull(std::string(text.substr(0, i)).c_str(), nullptr, 10);
-  absl::string_view unit = text.substr(i);
-  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
-  static const std::pair<const char*, uint64_t> kUnits[] = {{"", 1},
-                                                            {"B", 1},
-                                                            {"KiB", 1ull << 10},
-                                                            {"MiB", 1ull << 20},
-                                                            {"GiB", 1ull << 30},
-                                                            {"TiB", 1ull << 40},
-                                                            {"KB", 1000ull},
-                                                            {"MB", 1000000ull},
-                                                            {"GB", 1000000000ull},
-                                                            {"TB", 1000000000000ull}};
-  for (const auto& [name, mult] : kUnits) {
-    if (unit == name) {
-      if (n > UINT64_MAX / mult) return std::nullopt;
-      return n * mult;
-    }
-  }
-  return std::nullopt;
-}
-
 bool ValidSizeText(absl::string_view text) { return ParseSizeText(text).has_value(); }
 
 void AppendStringList(const char* key, const std::vector<std::string>& values, std::string* out) {
@@ -338,6 +310,32 @@ std::string FormatTenantsFile(const std::vector<TenantEntry>& tenants) {
       "# Apply changes with `kill -HUP <kvtierd pid>` or `systemctl reload kvtierd`.\n";
   for (const TenantEntry& t : tenants) absl::StrAppend(&out, "\n", FormatTenant(t));
   return out;
+}
+
+std::optional<uint64_t> ParseSizeText(absl::string_view text) {
+  size_t i = 0;
+  while (i < text.size() && absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0 || i > 19) return std::nullopt;
+  const uint64_t n = std::strtoull(std::string(text.substr(0, i)).c_str(), nullptr, 10);
+  absl::string_view unit = text.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  static const std::pair<const char*, uint64_t> kUnits[] = {{"", 1},
+                                                            {"B", 1},
+                                                            {"KiB", 1ull << 10},
+                                                            {"MiB", 1ull << 20},
+                                                            {"GiB", 1ull << 30},
+                                                            {"TiB", 1ull << 40},
+                                                            {"KB", 1000ull},
+                                                            {"MB", 1000000ull},
+                                                            {"GB", 1000000000ull},
+                                                            {"TB", 1000000000000ull}};
+  for (const auto& [name, mult] : kUnits) {
+    if (unit == name) {
+      if (n > UINT64_MAX / mult) return std::nullopt;
+      return n * mult;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace kvtier::auth

@@ -26,6 +26,7 @@
 #define KVTIER_PROTO_AUTH_TENANTS_FILE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ inline constexpr const char* kQuotaKeys[] = {"device_bytes",       "pinned_bytes
                                              "staging_bytes",      "staging_slots", "contexts",
                                              "blocks_per_context", "host_bytes",    "nvme_bytes",
                                              "retained_bytes",     "profiles"};
+
+// A byte size as the daemon's configuration and the tenants file write it:
+// 1 to 19 digits, optional spaces, then an optional unit (B, KiB, MiB, GiB,
+// TiB, KB, MB, GB, TB); the product must fit 64 bits. nullopt if not.
+// daemon/config.cc's ParseSize is this with an error message.
+std::optional<uint64_t> ParseSizeText(absl::string_view text);
 
 struct Quota {
   std::string key;
