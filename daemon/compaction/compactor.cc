@@ -135,6 +135,179 @@ absl::StatusOr<ContextCopy> CopyContext(ContextManager* contexts, const std::str
   return copy;
 }
 
+// Observation rows per KV head in the request's observation_queries (0
+// when there are none): INVALID_ARGUMENT naming the field when they are
+// not whole rows of layers x kv_heads x head_dim values, exceed max_rows
+// or hold a value that is not finite.
+absl::StatusOr<int64_t> ObservationRows(const v1::CompactContextRequest& request,
+                                        const HeadShape& shape, int64_t max_rows) {
+  if (request.observation_queries_size() == 0) return 0;
+  const int64_t row_values = int64_t{shape.layers} * shape.kv_heads * shape.head_dim;
+  const int64_t n = request.observation_queries_size();
+  if (n % row_values != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "observation_queries: ", n, " values are not a multiple of layers x kv_heads x ",
+        "head_dim = ", row_values));
+  }
+  const int64_t rows = n / row_values;
+  if (rows > max_rows) {
+    return absl::InvalidArgumentError(absl::StrCat("observation_queries: ", rows,
+                                                   " rows per KV head exceed ",
+                                                   "compaction.max_observation_rows = ", max_rows));
+  }
+  for (float q : request.observation_queries()) {
+    if (!std::isfinite(q)) {
+      return absl::InvalidArgumentError("observation_queries: a value is not finite");
+    }
+  }
+  return rows;
+}
+
+// Identity of a compaction of the context under `key`: the key, the method
+// and a hash of the observation queries (0 without them). Compacted block b
+// of it is named Hash128(identity + "|" + b).
+std::string CompactionIdentity(const std::string& key, const Method& method,
+                               const v1::CompactContextRequest& request) {
+  const bool have_queries = request.observation_queries_size() > 0;
+  std::string identity = key;
+  absl::StrAppend(&identity, "|", method.options.rho, "|", static_cast<int>(method.importance), "|",
+                  static_cast<int>(method.merge), "|", static_cast<int>(method.bias), "|",
+                  have_queries ? XXH3_64bits(request.observation_queries().data(),
+                                             sizeof(float) * request.observation_queries_size())
+                               : 0);
+  return identity;
+}
+
+// The payloads of the context's blocks, in order (the store verifies
+// checksums on every disk read). FAILED_PRECONDITION naming the block
+// when one is no longer stored; other store errors as they come.
+absl::StatusOr<std::vector<std::string>> ReadOriginals(BlockStore* store, const std::string& tenant,
+                                                       uint64_t profile_id,
+                                                       const std::vector<std::string>& block_ids) {
+  std::vector<std::string> payloads(block_ids.size());
+  for (size_t b = 0; b < block_ids.size(); ++b) {
+    TierId from = TierId::kHost;
+    absl::Status st = store->Get(BlockKey{tenant, profile_id, block_ids[b]}, &payloads[b], &from);
+    if (absl::IsNotFound(st)) {
+      return absl::FailedPreconditionError(absl::StrCat("context_id: block ", Hex(block_ids[b]),
+                                                        " (position ", b,
+                                                        ") of the context is no longer stored"));
+    }
+    KVTIER_RETURN_IF_ERROR(st);
+  }
+  return payloads;
+}
+
+// What CompactHeads made: the compacted payload, packed into blocks of the
+// profile's size (the last one padded with zeros), and each block's slots.
+struct CompactedContext {
+  int64_t tokens = 0;  // of the originals
+  int32_t kept = 0;    // slots kept per (layer, KV head)
+  std::vector<std::string> blocks;
+  std::vector<v1::CompactedSlots> slots;  // one per block, of `version`
+};
+
+// Compacts every (layer, KV head) of the payloads (the context's blocks in
+// token order) on the calling thread with method, using `rows`
+// observation rows per KV head of the request's observation_queries (none
+// when rows is 0). RESOURCE_EXHAUSTED past 2^31 tokens; a head's error
+// names its layer and KV head.
+absl::StatusOr<CompactedContext> CompactHeads(const HeadShape& shape,
+                                              const std::vector<std::string>& payloads,
+                                              const Method& method,
+                                              const v1::CompactContextRequest& request,
+                                              int64_t rows, uint32_t version) {
+  const bool have_queries = request.observation_queries_size() > 0;
+  std::vector<absl::string_view> views(payloads.begin(), payloads.end());
+  CompactedContext c;
+  c.tokens = static_cast<int64_t>(payloads.size()) * shape.block_tokens;
+  if (c.tokens > std::numeric_limits<int32_t>::max()) {
+    return absl::ResourceExhaustedError("context_id: more than 2^31 tokens");
+  }
+  c.kept = index::KeptSlots(static_cast<int32_t>(c.tokens), method.options.rho);
+  const int32_t kept = c.kept;
+  const int64_t out_blocks = (kept + shape.block_tokens - 1) / shape.block_tokens;
+  c.blocks.assign(static_cast<size_t>(out_blocks),
+                  std::string(static_cast<size_t>(shape.block_bytes()), '\0'));
+  const int64_t per_block_slots = int64_t{shape.layers} * shape.kv_heads * shape.block_tokens;
+  c.slots.resize(static_cast<size_t>(out_blocks));
+  for (v1::CompactedSlots& s : c.slots) {
+    s.set_version(version);
+    s.mutable_positions()->Resize(static_cast<int>(per_block_slots), -1);
+    s.mutable_logit_bias()->Resize(static_cast<int>(per_block_slots),
+                                   -std::numeric_limits<float>::infinity());
+    s.mutable_merged()->Resize(static_cast<int>(per_block_slots), 0);
+  }
+
+  std::vector<float> keys(static_cast<size_t>(c.tokens * shape.head_dim));
+  std::vector<float> values(keys.size());
+  for (int32_t l = 0; l < shape.layers; ++l) {
+    for (int32_t h = 0; h < shape.kv_heads; ++h) {
+      GatherHead(shape, views, l, h, keys.data(), values.data());
+      index::HeadKv head;
+      head.num_tokens = static_cast<int32_t>(c.tokens);
+      head.head_dim = shape.head_dim;
+      head.keys = keys;
+      head.values = values;
+      if (have_queries) {
+        head.queries =
+            absl::MakeConstSpan(request.observation_queries().data() +
+                                    (int64_t{l} * shape.kv_heads + h) * rows * shape.head_dim,
+                                static_cast<size_t>(rows * shape.head_dim));
+      }
+      auto compacted = index::CompactHead(head, method.options);
+      if (!compacted.ok()) {
+        return absl::Status(
+            compacted.status().code(),
+            absl::StrCat("layer ", l, ", kv head ", h, ": ", compacted.status().message()));
+      }
+      ScatterHead(shape, l, h, compacted->keys.data(), compacted->values.data(), kept, &c.blocks);
+      for (int32_t s = 0; s < kept; ++s) {
+        v1::CompactedSlots& block = c.slots[static_cast<size_t>(s / shape.block_tokens)];
+        const int i = static_cast<int>((int64_t{l} * shape.kv_heads + h) * shape.block_tokens +
+                                       s % shape.block_tokens);
+        block.set_positions(i, compacted->positions[static_cast<size_t>(s)]);
+        block.set_logit_bias(i, compacted->bias[static_cast<size_t>(s)]);
+        block.set_merged(i, static_cast<uint32_t>(compacted->merged[static_cast<size_t>(s)]));
+      }
+    }
+  }
+  return c;
+}
+
+// Deletes the blocks of version (a compaction being undone), ignoring
+// errors.
+void DeleteBlocks(BlockStore* store, const std::string& tenant, uint64_t profile_id,
+                  const v1::ContextVersion& version) {
+  for (const std::string& done : version.block_ids()) {
+    store->Delete(BlockKey{tenant, profile_id, done}).IgnoreError();
+  }
+}
+
+// Stores c's blocks durably, named after identity, adding their ids to
+// *version and their slots (moved out of c) to *records. On error the
+// blocks stored so far are deleted and the error names the block.
+absl::Status StoreCompacted(BlockStore* store, const std::string& tenant, uint64_t profile_id,
+                            const std::string& identity, CompactedContext* c,
+                            v1::ContextVersion* version,
+                            std::vector<VersionStore::SlotRecord>* records) {
+  for (size_t b = 0; b < c->blocks.size(); ++b) {
+    const std::string id = Hash128(absl::StrCat(identity, "|", b));
+    const auto* data = reinterpret_cast<const uint8_t*>(c->blocks[b].data());
+    absl::StatusOr<PutOutcome> put =
+        store->Put(BlockKey{tenant, profile_id, id}, absl::MakeConstSpan(data, c->blocks[b].size()),
+                   {.durable = true});
+    if (!put.ok()) {
+      DeleteBlocks(store, tenant, profile_id, *version);
+      return absl::Status(put.status().code(), absl::StrCat("storing compacted block ", b, ": ",
+                                                            put.status().message()));
+    }
+    version->add_block_ids(id);
+    records->push_back(VersionStore::SlotRecord{id, std::move(c->slots[b])});
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 Compactor::Compactor(BlockStore* store, ContextManager* contexts, VersionStore* versions,
@@ -161,27 +334,8 @@ absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
   KVTIER_ASSIGN_OR_RETURN(ContextCopy ctx, CopyContext(contexts_, tenant, request.context_id()));
   const HeadShape shape = HeadShape::Of(ctx.profile);
   const uint64_t profile_id = ctx.profile.profile_id;
-  const int64_t row_values = int64_t{shape.layers} * shape.kv_heads * shape.head_dim;
-  int64_t rows = 0;  // observation rows per KV head
-  if (have_queries) {
-    const int64_t n = request.observation_queries_size();
-    if (n % row_values != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "observation_queries: ", n, " values are not a multiple of layers x kv_heads x ",
-          "head_dim = ", row_values));
-    }
-    rows = n / row_values;
-    if (rows > options_.max_observation_rows) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("observation_queries: ", rows, " rows per KV head exceed ",
-                       "compaction.max_observation_rows = ", options_.max_observation_rows));
-    }
-    for (float q : request.observation_queries()) {
-      if (!std::isfinite(q)) {
-        return absl::InvalidArgumentError("observation_queries: a value is not finite");
-      }
-    }
-  }
+  KVTIER_ASSIGN_OR_RETURN(const int64_t rows,
+                          ObservationRows(request, shape, options_.max_observation_rows));
   const uint64_t bytes = ctx.block_ids.size() * static_cast<uint64_t>(shape.block_bytes());
   if (bytes > options_.max_context_bytes) {
     return absl::ResourceExhaustedError(
@@ -190,13 +344,7 @@ absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
   }
 
   const std::string key = ContextKey(ctx.block_ids);
-  // Identity of this compaction: method and observation queries.
-  std::string identity = key;
-  absl::StrAppend(&identity, "|", method.options.rho, "|", static_cast<int>(method.importance), "|",
-                  static_cast<int>(method.merge), "|", static_cast<int>(method.bias), "|",
-                  have_queries ? XXH3_64bits(request.observation_queries().data(),
-                                             sizeof(float) * request.observation_queries_size())
-                               : 0);
+  const std::string identity = CompactionIdentity(key, method, request);
   absl::MutexLock context_lock(LockFor(key));
   KVTIER_ASSIGN_OR_RETURN(std::vector<v1::ContextVersion> existing,
                           versions_->Versions(tenant, profile_id, key));
@@ -213,106 +361,30 @@ absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
     next_version = std::max(next_version, v.version() + 1);
   }
 
-  // Read the originals (the store verifies checksums on every disk read).
-  std::vector<std::string> payloads(ctx.block_ids.size());
-  for (size_t b = 0; b < ctx.block_ids.size(); ++b) {
-    TierId from = TierId::kHost;
-    absl::Status st =
-        store_->Get(BlockKey{tenant, profile_id, ctx.block_ids[b]}, &payloads[b], &from);
-    if (absl::IsNotFound(st)) {
-      return absl::FailedPreconditionError(absl::StrCat("context_id: block ", Hex(ctx.block_ids[b]),
-                                                        " (position ", b,
-                                                        ") of the context is no longer stored"));
-    }
-    KVTIER_RETURN_IF_ERROR(st);
-  }
-  std::vector<absl::string_view> views(payloads.begin(), payloads.end());
-
-  const int64_t tokens = static_cast<int64_t>(payloads.size()) * shape.block_tokens;
-  if (tokens > std::numeric_limits<int32_t>::max()) {
-    return absl::ResourceExhaustedError("context_id: more than 2^31 tokens");
-  }
-  const int32_t kept = index::KeptSlots(static_cast<int32_t>(tokens), method.options.rho);
-  const int64_t out_blocks = (kept + shape.block_tokens - 1) / shape.block_tokens;
-  std::vector<std::string> out(static_cast<size_t>(out_blocks),
-                               std::string(static_cast<size_t>(shape.block_bytes()), '\0'));
-  const int64_t per_block_slots = int64_t{shape.layers} * shape.kv_heads * shape.block_tokens;
-  std::vector<v1::CompactedSlots> slots(static_cast<size_t>(out_blocks));
-  for (v1::CompactedSlots& s : slots) {
-    s.set_version(next_version);
-    s.mutable_positions()->Resize(static_cast<int>(per_block_slots), -1);
-    s.mutable_logit_bias()->Resize(static_cast<int>(per_block_slots),
-                                   -std::numeric_limits<float>::infinity());
-    s.mutable_merged()->Resize(static_cast<int>(per_block_slots), 0);
-  }
-
-  std::vector<float> keys(static_cast<size_t>(tokens * shape.head_dim));
-  std::vector<float> values(keys.size());
-  for (int32_t l = 0; l < shape.layers; ++l) {
-    for (int32_t h = 0; h < shape.kv_heads; ++h) {
-      GatherHead(shape, views, l, h, keys.data(), values.data());
-      index::HeadKv head;
-      head.num_tokens = static_cast<int32_t>(tokens);
-      head.head_dim = shape.head_dim;
-      head.keys = keys;
-      head.values = values;
-      if (have_queries) {
-        head.queries =
-            absl::MakeConstSpan(request.observation_queries().data() +
-                                    (int64_t{l} * shape.kv_heads + h) * rows * shape.head_dim,
-                                static_cast<size_t>(rows * shape.head_dim));
-      }
-      auto compacted = index::CompactHead(head, method.options);
-      if (!compacted.ok()) {
-        return absl::Status(
-            compacted.status().code(),
-            absl::StrCat("layer ", l, ", kv head ", h, ": ", compacted.status().message()));
-      }
-      ScatterHead(shape, l, h, compacted->keys.data(), compacted->values.data(), kept, &out);
-      for (int32_t s = 0; s < kept; ++s) {
-        v1::CompactedSlots& block = slots[static_cast<size_t>(s / shape.block_tokens)];
-        const int i = static_cast<int>((int64_t{l} * shape.kv_heads + h) * shape.block_tokens +
-                                       s % shape.block_tokens);
-        block.set_positions(i, compacted->positions[static_cast<size_t>(s)]);
-        block.set_logit_bias(i, compacted->bias[static_cast<size_t>(s)]);
-        block.set_merged(i, static_cast<uint32_t>(compacted->merged[static_cast<size_t>(s)]));
-      }
-    }
-  }
+  KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> payloads,
+                          ReadOriginals(store_, tenant, profile_id, ctx.block_ids));
+  KVTIER_ASSIGN_OR_RETURN(CompactedContext compacted,
+                          CompactHeads(shape, payloads, method, request, rows, next_version));
 
   // Store the new blocks durably; on error remove what was stored.
   v1::ContextVersion version;
   version.set_version(next_version);
   version.set_context_key(key);
-  version.set_tokens(static_cast<uint32_t>(kept));
+  version.set_tokens(static_cast<uint32_t>(compacted.kept));
   version.set_retention(method.options.rho);
   version.set_importance(method.importance);
   version.set_merge(method.merge);
   version.set_bias(method.bias);
   version.set_created_unix_ms(NowUnixMs());
   std::vector<VersionStore::SlotRecord> records;
-  for (int64_t b = 0; b < out_blocks; ++b) {
-    const std::string id = Hash128(absl::StrCat(identity, "|", b));
-    const auto* data = reinterpret_cast<const uint8_t*>(out[static_cast<size_t>(b)].data());
-    absl::StatusOr<PutOutcome> put = store_->Put(
-        BlockKey{tenant, profile_id, id},
-        absl::MakeConstSpan(data, out[static_cast<size_t>(b)].size()), {.durable = true});
-    if (!put.ok()) {
-      for (const std::string& done : version.block_ids()) {
-        store_->Delete(BlockKey{tenant, profile_id, done}).IgnoreError();
-      }
-      return absl::Status(put.status().code(), absl::StrCat("storing compacted block ", b, ": ",
-                                                            put.status().message()));
-    }
-    version.add_block_ids(id);
-    records.push_back(VersionStore::SlotRecord{id, std::move(slots[static_cast<size_t>(b)])});
-  }
+  KVTIER_RETURN_IF_ERROR(
+      StoreCompacted(store_, tenant, profile_id, identity, &compacted, &version, &records));
   std::vector<v1::ContextVersion> to_write;
   if (existing.empty()) {
     v1::ContextVersion original;
     original.set_version(0);
     original.set_context_key(key);
-    original.set_tokens(static_cast<uint32_t>(tokens));
+    original.set_tokens(static_cast<uint32_t>(compacted.tokens));
     original.set_retention(1.0f);
     original.set_created_unix_ms(version.created_unix_ms());
     for (const std::string& id : ctx.block_ids) original.add_block_ids(id);
@@ -320,9 +392,7 @@ absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
   }
   to_write.push_back(version);
   if (absl::Status st = versions_->Put(tenant, profile_id, to_write, records); !st.ok()) {
-    for (const std::string& done : version.block_ids()) {
-      store_->Delete(BlockKey{tenant, profile_id, done}).IgnoreError();
-    }
+    DeleteBlocks(store_, tenant, profile_id, version);
     return st;
   }
 

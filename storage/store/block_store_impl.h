@@ -168,6 +168,28 @@ class BlockStoreImpl final : public BlockStore {
   // AcquireHandles), ending expired leases first when it is at its limit.
   absl::Status CheckLeaseQuotaLocked(const std::string& tenant, uint64_t replaces_lease)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AcquireHandles' steps (block_store_leases.cc). FindWantedLocked looks
+  // each key up once for pin.mark_wanted: appends its entry to *found
+  // (nullptr when absent, being written or quarantined) and tells the
+  // policy it is wanted at `now` (when the policy uses wants).
+  void FindWantedLocked(const std::vector<BlockKey>& keys, uint64_t now, std::vector<Entry*>* found)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why e, key's entry, cannot be pinned in the tenant's lease: it is
+  // quarantined, pinning it would pass the tenant's pinned_bytes quota, it
+  // is on NVMe only under pin.memory_only, or its promotion would pass
+  // pin.budget (then *deferred, made at the call's first deferral, is
+  // returned and budget->deferred counted). OK when it can be pinned.
+  absl::Status CheckPinnableLocked(const std::string& tenant, const BlockKey& key, const Entry& e,
+                                   const PinOptions& pin, absl::Status* deferred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives e, busy and with no device copy, one in space: its host copy
+  // (made first when it has none) is verified and copied to a device slot
+  // made as pin.memory_only allows. A damaged host copy is quarantined and
+  // its error returned. Counts the promotion (and pin.budget's
+  // promoted_bytes). OK without copying when e was promoted meanwhile.
+  // Releases mu_ during I/O.
+  absl::Status PromoteLocked(Entry* e, MemorySpace* space, const std::string& tenant,
+                             const PinOptions& pin) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckPayload(const BlockKey& key, uint64_t size_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Finds the entry for key, waiting while a put of it is in progress.
@@ -240,6 +262,43 @@ class BlockStoreImpl final : public BlockStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes e to NVMe, syncs, records it durably. Releases mu_ during I/O.
   absl::Status PersistLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PersistLocked's steps. ReserveNvmeLocked reserves e->size_bytes of
+  // e's tenant's nvme_bytes quota as in flight (TenantState::nvme_in_flight;
+  // the caller gives it back), evicting the tenant's own NVMe blocks (never
+  // e) while the quota has no room; the quota's error, with why no block
+  // could be evicted, when it cannot.
+  absl::Status ReserveNvmeLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One persist's write, done without mu_ while the entry (self) is busy:
+  // what PersistLocked snapshots under mu_ (in) and what the write found
+  // and did (out).
+  struct PersistWrite {
+    BlockKey key;                          // in
+    BlockRecord record;                    // in: the entry's record
+    uint64_t size = 0;                     // in
+    std::optional<HostSlot> host;          // in: read from when set
+    std::optional<DeviceSlot> device;      // in: read from otherwise
+    gpu::DeviceOps* device_ops = nullptr;  // in: the device copy's arena
+    std::vector<uint8_t> device_copy;      // out: the device copy's bytes
+    const uint8_t* src = nullptr;          // out: the copy's bytes (size)
+    bool intact = false;                   // out: src matched record.checksum
+    absl::Status status;                   // out: the persist's outcome
+    absl::StatusOr<NvmeLocation> loc = absl::UnknownError("not written");  // out
+    absl::Status freed;  // out: not OK when loc could not be freed after a failure
+  };
+  // Reads w's memory copy and, when it matches the record's checksum,
+  // writes it to NVMe (WriteNvmeMakingRoom), syncs and writes its durable
+  // record (the entry's extent in it). When a step after the NVMe write
+  // fails, the record is removed (when its write failed) and the extent
+  // freed, or left allocated until restart when the removal fails
+  // (w->freed says why). A copy that does not match leaves w->status OK
+  // and w->intact false (the caller quarantines it).
+  void WritePersistCopy(const Entry* self, PersistWrite* w) ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes data to NVMe; while the tier is full, takes mu_ to free room
+  // (settling pending frees, else evicting a victim other than self) and
+  // tries again. The write's error, with the eviction's when room could
+  // not be made.
+  absl::StatusOr<NvmeLocation> WriteNvmeMakingRoom(absl::Span<const uint8_t> data,
+                                                   const Entry* self) ABSL_LOCKS_EXCLUDED(mu_);
   // Deferred summaries (block_store_summaries.cc). SummaryLoop is the
   // summary thread. EnsureSummaryLocked gives e its summary now: a queued
   // one is computed by the caller, one being computed is waited for (mu_

@@ -71,17 +71,7 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
   found.clear();
   const uint64_t forgotten_before = forgotten_;
   absl::Status deferred;  // PromotionDeferredError, made at the first deferral
-  PromotionBudget* const budget = pin.budget;
-  if (pin.mark_wanted) {
-    found.reserve(keys.size());
-    for (const BlockKey& key : keys) {
-      auto it = entries_.find(key);
-      Entry* e = it == entries_.end() ? nullptr : it->second.get();
-      if (e != nullptr && (e->writing || e->quarantined)) e = nullptr;
-      if (e != nullptr && policy_uses_wants_) policy_->Want(e, now);
-      found.push_back(e);
-    }
-  }
+  if (pin.mark_wanted) FindWantedLocked(keys, now, &found);
   for (size_t i = 0; i < keys.size(); ++i) {
     const BlockKey& key = keys[i];
     absl::Status valid = ValidateBlockKey(key);
@@ -100,78 +90,16 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
       handles->push_back(absl::NotFoundError(absl::StrCat(Describe(key), " is not stored")));
       continue;
     }
-    if (e->quarantined) {
-      handles->push_back(QuarantinedError(key, "failed its checksum and is quarantined"));
-      continue;
-    }
-    if (e->pins == 0) {
-      const TenantState& t = TenantLocked(tenant);
-      absl::Status quota = CheckQuota(tenant, "pinned_bytes", t.usage.pinned_bytes, e->size_bytes,
-                                      t.limits.pinned_bytes);
-      if (!quota.ok()) {
-        handles->push_back(quota);
-        continue;
-      }
-    }
-    if (pin.memory_only && !e->device && !e->host) {
-      handles->push_back(absl::UnavailableError(
-          absl::StrCat(Describe(key), " is on NVMe only; not read on this path")));
-      continue;
-    }
-    if (budget != nullptr && !e->device &&
-        e->size_bytes >
-            budget->limit_bytes - std::min(budget->limit_bytes, budget->promoted_bytes)) {
-      // One status per call, copied (a reference count) for every block
-      // deferred: nothing is allocated per block under the store's lock.
-      if (deferred.ok()) deferred = PromotionDeferredError(budget->limit_bytes);
-      handles->push_back(deferred);
-      ++budget->deferred;
+    if (absl::Status pinnable = CheckPinnableLocked(tenant, key, *e, pin, &deferred);
+        !pinnable.ok()) {
+      handles->push_back(pinnable);
       continue;
     }
     e->last_access_micros = now;
     ++e->busy;  // keeps every copy of e in place while we work on it
     absl::Status st;
     if (!e->device) {
-      st = EnsureHostCopyLocked(e);
-      absl::StatusOr<DeviceSlot> slot =
-          st.ok() ? MakeRoomDeviceLocked(space, tenant, e->size_bytes, pin.memory_only)
-                  : absl::StatusOr<DeviceSlot>(st);
-      if (slot.ok() && e->device) {
-        space->device_alloc->Free(slot->offset, slot->size_bytes);  // promoted meanwhile
-      } else if (slot.ok()) {
-        auto src = host_->Data(*e->host);
-        const HostSlot host_slot = *e->host;
-        const uint64_t checksum = e->checksum;
-        // Promotion verifies what it promotes: a damaged host copy never
-        // reaches the arena clients read.
-        const auto src_bytes =
-            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(src->data()), src->size());
-        bool intact = false;
-        {
-          MutexUnlock unlocked(&mu_);
-          intact = Checksum(src_bytes) == checksum;
-          if (intact) {
-            gpu::HostToArenaCopy copy{src->data(), slot->offset, slot->size_bytes};
-            st = GpuToStatus(space->device->CopyToArena({&copy, 1}));
-          }
-        }
-        if (!intact) {
-          space->device_alloc->Free(slot->offset, slot->size_bytes);
-          --e->busy;
-          st = CheckCopyLocked(e, TierId::kHost, HostPlace("host slot", host_slot), src_bytes);
-          ++e->busy;
-          if (st.ok()) st = absl::InternalError("host copy changed while it was promoted");
-        } else if (st.ok()) {
-          e->device = *slot;
-          AddCopyLocked(e, TierId::kDevice);
-          ++promotions_[static_cast<int>(TierId::kDevice)];
-          if (budget != nullptr) budget->promoted_bytes += e->size_bytes;
-        } else {
-          space->device_alloc->Free(slot->offset, slot->size_bytes);
-        }
-      } else {
-        st = slot.status();
-      }
+      st = PromoteLocked(e, space, tenant, pin);
     } else {
       policy_->Touch(TierId::kDevice, e);
     }
@@ -195,6 +123,90 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
   }
   const uint64_t ttl = ttl_ms == 0 ? options_.default_lease_ttl_ms : ttl_ms;
   return leases_.Add(tenant, std::move(pinned), env_->NowMicros() + ttl * 1000);
+}
+
+void BlockStoreImpl::FindWantedLocked(const std::vector<BlockKey>& keys, uint64_t now,
+                                      std::vector<Entry*>* found) {
+  mu_.AssertHeld();
+  found->reserve(keys.size());
+  for (const BlockKey& key : keys) {
+    auto it = entries_.find(key);
+    Entry* e = it == entries_.end() ? nullptr : it->second.get();
+    if (e != nullptr && (e->writing || e->quarantined)) e = nullptr;
+    if (e != nullptr && policy_uses_wants_) policy_->Want(e, now);
+    found->push_back(e);
+  }
+}
+
+absl::Status BlockStoreImpl::CheckPinnableLocked(const std::string& tenant, const BlockKey& key,
+                                                 const Entry& e, const PinOptions& pin,
+                                                 absl::Status* deferred) {
+  mu_.AssertHeld();
+  if (e.quarantined) return QuarantinedError(key, "failed its checksum and is quarantined");
+  if (e.pins == 0) {
+    const TenantState& t = TenantLocked(tenant);
+    KVTIER_RETURN_IF_ERROR(CheckQuota(tenant, "pinned_bytes", t.usage.pinned_bytes, e.size_bytes,
+                                      t.limits.pinned_bytes));
+  }
+  if (pin.memory_only && !e.device && !e.host) {
+    return absl::UnavailableError(
+        absl::StrCat(Describe(key), " is on NVMe only; not read on this path"));
+  }
+  PromotionBudget* const budget = pin.budget;
+  if (budget != nullptr && !e.device &&
+      e.size_bytes > budget->limit_bytes - std::min(budget->limit_bytes, budget->promoted_bytes)) {
+    // One status per call, copied (a reference count) for every block
+    // deferred: nothing is allocated per block under the store's lock.
+    if (deferred->ok()) *deferred = PromotionDeferredError(budget->limit_bytes);
+    ++budget->deferred;
+    return *deferred;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlockStoreImpl::PromoteLocked(Entry* e, MemorySpace* space, const std::string& tenant,
+                                           const PinOptions& pin) {
+  mu_.AssertHeld();
+  absl::Status st = EnsureHostCopyLocked(e);
+  absl::StatusOr<DeviceSlot> slot =
+      st.ok() ? MakeRoomDeviceLocked(space, tenant, e->size_bytes, pin.memory_only)
+              : absl::StatusOr<DeviceSlot>(st);
+  if (!slot.ok()) return slot.status();
+  if (e->device) {
+    space->device_alloc->Free(slot->offset, slot->size_bytes);  // promoted meanwhile
+    return st;
+  }
+  auto src = host_->Data(*e->host);
+  const HostSlot host_slot = *e->host;
+  const uint64_t checksum = e->checksum;
+  // Promotion verifies what it promotes: a damaged host copy never
+  // reaches the arena clients read.
+  const auto src_bytes =
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(src->data()), src->size());
+  bool intact = false;
+  {
+    MutexUnlock unlocked(&mu_);
+    intact = Checksum(src_bytes) == checksum;
+    if (intact) {
+      gpu::HostToArenaCopy copy{src->data(), slot->offset, slot->size_bytes};
+      st = GpuToStatus(space->device->CopyToArena({&copy, 1}));
+    }
+  }
+  if (!intact) {
+    space->device_alloc->Free(slot->offset, slot->size_bytes);
+    --e->busy;
+    st = CheckCopyLocked(e, TierId::kHost, HostPlace("host slot", host_slot), src_bytes);
+    ++e->busy;
+    if (st.ok()) st = absl::InternalError("host copy changed while it was promoted");
+  } else if (st.ok()) {
+    e->device = *slot;
+    AddCopyLocked(e, TierId::kDevice);
+    ++promotions_[static_cast<int>(TierId::kDevice)];
+    if (pin.budget != nullptr) pin.budget->promoted_bytes += e->size_bytes;
+  } else {
+    space->device_alloc->Free(slot->offset, slot->size_bytes);
+  }
+  return st;
 }
 
 absl::Status BlockStoreImpl::CheckLeaseQuotaLocked(const std::string& tenant,

@@ -60,6 +60,45 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
     idle_cv_.SignalAll();
     return st;
   };
+  if (absl::Status quota = ReserveNvmeLocked(e); !quota.ok()) return finish(quota);
+  in_flight = e->size_bytes;
+  PersistWrite w;
+  w.key = e->key;
+  w.record = RecordLocked(*e);
+  w.size = e->size_bytes;
+  w.host = e->host;
+  w.device = e->device;
+  w.device_ops = w.device ? SpaceOfLocked(*e)->device : nullptr;
+  {
+    MutexUnlock unlocked(&mu_);
+    // The entry is busy: its host and device copies stay where they are.
+    WritePersistCopy(e, &w);
+  }
+  absl::Status st = w.status;
+  if (st.ok() && !w.intact) {
+    const TierId tier = w.host ? TierId::kHost : TierId::kDevice;
+    std::string place = w.host ? HostPlace("host slot", *w.host)
+                               : absl::StrCat("device arena @ ", w.device->offset);
+    --e->busy;  // so that the quarantine can free its copies
+    st = CheckCopyLocked(e, tier, std::move(place), absl::MakeConstSpan(w.src, w.size));
+    ++e->busy;
+    if (st.ok()) st = absl::InternalError("copy changed while it was being persisted");
+  }
+  if (!w.freed.ok()) {
+    LogLocked(absl::StrCat("nvme: extent ", w.loc->ToString(), " of ", Describe(w.key),
+                           " after a failed persist: ", w.freed.message()));
+  }
+  // The synced record write also synced earlier evictions' removals.
+  ReleaseSettledLocked();
+  if (!st.ok()) return finish(st);
+  e->nvme = *w.loc;
+  e->durable = true;
+  AddCopyLocked(e, TierId::kNvme);
+  return finish(absl::OkStatus());
+}
+
+absl::Status BlockStoreImpl::ReserveNvmeLocked(Entry* e) {
+  mu_.AssertHeld();
   // The tenant's own NVMe blocks make room for it under its quota, which
   // counts the tenant's other persists in flight.
   while (true) {
@@ -68,121 +107,94 @@ absl::Status BlockStoreImpl::PersistLocked(Entry* e) {
         CheckQuota(e->key.tenant, "nvme_bytes", t.usage.nvme_bytes + t.nvme_in_flight,
                    e->size_bytes, t.limits.nvme_bytes);
     if (quota.ok()) {
-      in_flight = e->size_bytes;
-      t.nvme_in_flight += in_flight;
-      break;
+      t.nvme_in_flight += e->size_bytes;
+      return absl::OkStatus();
     }
     absl::Status evicted = EvictOneNvmeLocked(&e->key.tenant, e);
     if (!evicted.ok()) {
-      return finish(
-          absl::Status(quota.code(), absl::StrCat(quota.message(), "; ", evicted.message())));
+      return absl::Status(quota.code(), absl::StrCat(quota.message(), "; ", evicted.message()));
     }
   }
-  const BlockKey key = e->key;
-  BlockRecord record = RecordLocked(*e);
-  const uint64_t size = e->size_bytes;
-  std::optional<HostSlot> host = e->host;
-  std::optional<DeviceSlot> device = e->device;
-  gpu::DeviceOps* device_ops = device ? SpaceOfLocked(*e)->device : nullptr;
-  std::vector<uint8_t> device_copy;
-  const uint8_t* src = nullptr;
-  absl::Status st;
-  bool intact = false;
-  absl::StatusOr<NvmeLocation> loc = absl::UnknownError("not written");
-  absl::Status freed;
-  {
-    MutexUnlock unlocked(&mu_);
-    // The entry is busy: its host and device copies stay where they are.
-    if (host) {
-      auto data = host_->Data(*host);
-      st = data.status();
-      if (st.ok()) src = reinterpret_cast<const uint8_t*>(data->data());
+}
+
+void BlockStoreImpl::WritePersistCopy(const Entry* self, PersistWrite* w) {
+  absl::Status& st = w->status;
+  if (w->host) {
+    auto data = host_->Data(*w->host);
+    st = data.status();
+    if (st.ok()) w->src = reinterpret_cast<const uint8_t*>(data->data());
+  } else {
+    w->device_copy.resize(w->size);
+    gpu::ArenaToHostCopy copy{w->device->offset, w->device_copy.data(), w->size};
+    st = GpuToStatus(w->device_ops->CopyToHost({&copy, 1}));
+    w->src = w->device_copy.data();
+  }
+  const auto src = absl::MakeConstSpan(w->src, w->size);
+  w->intact = st.ok() && Checksum(src) == w->record.checksum;
+  const bool intact = w->intact;
+  absl::StatusOr<NvmeLocation>& loc = w->loc;
+  const uint64_t sync_failures_before = nvme_->sync_failures();
+  if (st.ok() && intact) {
+    loc = WriteNvmeMakingRoom(src, self);
+    st = loc.status();
+  }
+  if (st.ok() && intact) st = nvme_->Sync();
+  if (st.ok() && intact && nvme_->sync_failures() != sync_failures_before) {
+    // A sync that failed after this write may have dropped its pages; the
+    // successful one cannot vouch for them.
+    st = absl::UnavailableError(
+        absl::StrCat("an NVMe sync failed while the block was being written (",
+                     nvme_->last_sync_error().message(), "); not durable, retry the put"));
+  }
+  bool record_unknown = false;  // the record may or may not be on disk
+  if (st.ok() && intact) {
+    w->record.nvme = ToExtent(*loc);
+    w->record.durable = true;
+    st = catalog_->PutBlock(w->key, w->record);
+    record_unknown = !st.ok();
+  }
+  if (!st.ok() && loc.ok()) {
+    // A failed catalog write may still have reached the WAL, and a restart
+    // would replay a record naming this extent. A synced removal of the
+    // record settles it; if that fails too, the extent stays allocated
+    // until the next Open, whose reconciliation frees it unless a record
+    // names it (then the synced bytes are that block).
+    absl::Status undone = record_unknown ? catalog_->DeleteBlock(w->key) : absl::OkStatus();
+    if (!undone.ok()) {
+      w->freed =
+          absl::DataLossError(absl::StrCat("kept allocated until restart (the catalog write "
+                                           "failed: ",
+                                           st.message(),
+                                           "; removing the record "
+                                           "failed too: ",
+                                           undone.message(), ")"));
     } else {
-      device_copy.resize(size);
-      gpu::ArenaToHostCopy copy{device->offset, device_copy.data(), size};
-      st = GpuToStatus(device_ops->CopyToHost({&copy, 1}));
-      src = device_copy.data();
-    }
-    intact = st.ok() && Checksum(absl::MakeConstSpan(src, size)) == record.checksum;
-    const uint64_t sync_failures_before = nvme_->sync_failures();
-    if (st.ok() && intact) {
-      while (true) {
-        loc = nvme_->Write(absl::MakeConstSpan(src, size));
-        if (!NvmeTier::IsTierFull(loc.status())) break;
-        // The NVMe tier is full: it is the last tier, so a victim goes
-        // (unless evicted blocks' space is only waiting for its removal to
-        // be synced), and the catalog sync that frees its extent runs
-        // without mu_.
-        absl::Status evicted;
-        {
-          absl::MutexLock lock(&mu_);
-          ReleaseSettledLocked();
-          evicted = pending_frees_.empty() ? EvictOneNvmeLocked(nullptr, e) : absl::OkStatus();
-          if (evicted.ok()) evicted = SettlePendingFreesLocked();
-        }
-        if (!evicted.ok()) {
-          loc = absl::Status(evicted.code(),
-                             absl::StrCat(loc.status().message(), "; ", evicted.message()));
-          break;
-        }
-      }
-      st = loc.status();
-    }
-    if (st.ok() && intact) st = nvme_->Sync();
-    if (st.ok() && intact && nvme_->sync_failures() != sync_failures_before) {
-      // A sync that failed after this write may have dropped its pages; the
-      // successful one cannot vouch for them.
-      st = absl::UnavailableError(
-          absl::StrCat("an NVMe sync failed while the block was being written (",
-                       nvme_->last_sync_error().message(), "); not durable, retry the put"));
-    }
-    bool record_unknown = false;  // the record may or may not be on disk
-    if (st.ok() && intact) {
-      record.nvme = ToExtent(*loc);
-      record.durable = true;
-      st = catalog_->PutBlock(key, record);
-      record_unknown = !st.ok();
-    }
-    if (!st.ok() && loc.ok()) {
-      // A failed catalog write may still have reached the WAL, and a restart
-      // would replay a record naming this extent. A synced removal of the
-      // record settles it; if that fails too, the extent stays allocated
-      // until the next Open, whose reconciliation frees it unless a record
-      // names it (then the synced bytes are that block).
-      absl::Status undone = record_unknown ? catalog_->DeleteBlock(key) : absl::OkStatus();
-      if (!undone.ok()) {
-        freed =
-            absl::DataLossError(absl::StrCat("kept allocated until restart (the catalog write "
-                                             "failed: ",
-                                             st.message(),
-                                             "; removing the record "
-                                             "failed too: ",
-                                             undone.message(), ")"));
-      } else {
-        freed = nvme_->Free(*loc);
-      }
+      w->freed = nvme_->Free(*loc);
     }
   }
-  if (st.ok() && !intact) {
-    const TierId tier = host ? TierId::kHost : TierId::kDevice;
-    std::string place =
-        host ? HostPlace("host slot", *host) : absl::StrCat("device arena @ ", device->offset);
-    --e->busy;  // so that the quarantine can free its copies
-    st = CheckCopyLocked(e, tier, std::move(place), absl::MakeConstSpan(src, size));
-    ++e->busy;
-    if (st.ok()) st = absl::InternalError("copy changed while it was being persisted");
+}
+
+absl::StatusOr<NvmeLocation> BlockStoreImpl::WriteNvmeMakingRoom(absl::Span<const uint8_t> data,
+                                                                 const Entry* self) {
+  absl::StatusOr<NvmeLocation> loc = absl::UnknownError("not written");
+  while (true) {
+    loc = nvme_->Write(data);
+    if (!NvmeTier::IsTierFull(loc.status())) return loc;
+    // The NVMe tier is full: it is the last tier, so a victim goes (unless
+    // evicted blocks' space is only waiting for its removal to be synced),
+    // and the catalog sync that frees its extent runs without mu_.
+    absl::Status evicted;
+    {
+      absl::MutexLock lock(&mu_);
+      ReleaseSettledLocked();
+      evicted = pending_frees_.empty() ? EvictOneNvmeLocked(nullptr, self) : absl::OkStatus();
+      if (evicted.ok()) evicted = SettlePendingFreesLocked();
+    }
+    if (!evicted.ok()) {
+      return absl::Status(evicted.code(),
+                          absl::StrCat(loc.status().message(), "; ", evicted.message()));
+    }
   }
-  if (!freed.ok()) {
-    LogLocked(absl::StrCat("nvme: extent ", loc->ToString(), " of ", Describe(key),
-                           " after a failed persist: ", freed.message()));
-  }
-  // The synced record write also synced earlier evictions' removals.
-  ReleaseSettledLocked();
-  if (!st.ok()) return finish(st);
-  e->nvme = *loc;
-  e->durable = true;
-  AddCopyLocked(e, TierId::kNvme);
-  return finish(absl::OkStatus());
 }
 
 absl::Status BlockStoreImpl::EvictOneNvmeLocked(const std::string* tenant, const Entry* self) {
