@@ -142,6 +142,159 @@ absl::Status PutHeadKeys(std::string* out, const BlockSummary& s) {
   return absl::OkStatus();
 }
 
+// A summary blob's header fields that shape its body, once checked.
+struct DecodedHeader {
+  SummaryEncoding enc = SummaryEncoding::kFp32;
+  uint16_t flags = 0;
+  uint16_t dim = 0;
+  uint16_t layers = 0;
+  size_t heads = 0, tokens = 0;  // of the head-keys section (0 when absent)
+};
+
+// Reads and checks the fixed header of blob b: size, magic, version,
+// element encoding, flags and their consistency, dim and num_layers.
+// Leaves heads and tokens 0 (CheckBlobLength reads them).
+absl::StatusOr<DecodedHeader> ParseHeader(absl::string_view b) {
+  if (b.size() < kSummaryHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("summary blob is truncated (", b.size(),
+                                                   " bytes, header needs ", kSummaryHeaderBytes,
+                                                   ")"));
+  }
+  if (std::memcmp(b.data(), kMagic, 4) != 0) {
+    return absl::InvalidArgumentError("summary blob: bad magic");
+  }
+  const uint8_t version = GetLe<uint8_t>(b.data() + 4);
+  if (version < 1 || version > kSummaryFormatVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary blob: unsupported format version ", version));
+  }
+  const uint8_t enc_raw = GetLe<uint8_t>(b.data() + 5);
+  if (enc_raw != 1 && enc_raw != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary blob: unknown element encoding ", enc_raw));
+  }
+  DecodedHeader h;
+  h.enc = static_cast<SummaryEncoding>(enc_raw);
+  const uint16_t flags = h.flags = GetLe<uint16_t>(b.data() + 6);
+  const uint16_t v2_flags = kFlagLayerInt8 | kFlagHeadKeys;
+  if ((flags & ~kKnownFlags) != 0 || (version == 1 && (flags & v2_flags))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary blob: unknown flags 0x", absl::Hex(flags)));
+  }
+  const uint16_t dim = h.dim = GetLe<uint16_t>(b.data() + 8);
+  const uint16_t layers = h.layers = GetLe<uint16_t>(b.data() + 10);
+  if (dim < 1 || dim > kMaxHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat("summary blob: dim (", dim, ") out of range"));
+  }
+  const bool layered = (flags & (kFlagLayerMean | kFlagLayerBounds)) != 0;
+  if ((flags & kFlagLayerBounds) && !(flags & kFlagLayerMean)) {
+    return absl::InvalidArgumentError("summary blob: layer bounds without layer_mean");
+  }
+  if ((flags & kFlagLayerInt8) && !(flags & kFlagLayerMean)) {
+    return absl::InvalidArgumentError("summary blob: int8 layer flag without layer_mean");
+  }
+  if (layered ? (layers < 1 || layers > kMaxLayers) : layers != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("summary blob: num_layers (", layers, ") inconsistent with flags"));
+  }
+  return h;
+}
+
+// Checks that blob b is exactly as long as its header says (reading the
+// head-keys section's counts into h->heads and h->tokens, range-checked)
+// and that its checksum matches.
+absl::Status CheckBlobLength(absl::string_view b, DecodedHeader* h) {
+  const uint16_t flags = h->flags;
+  const size_t D = h->dim;
+  const size_t LD = static_cast<size_t>(h->layers) * D;
+  const size_t elem_bytes = h->enc == SummaryEncoding::kFp32 ? 4 : 2;
+  size_t elems = D;
+  if (flags & kFlagWeighted) elems += D;
+  if (flags & kFlagBounds) elems += 2 * D;
+  if (flags & kFlagLayerBounds) elems += 2 * LD;
+  size_t expected = kSummaryHeaderBytes + elems * elem_bytes;
+  if (flags & kFlagLayerMean) {
+    expected += (flags & kFlagLayerInt8) ? h->layers * 4 + LD : LD * elem_bytes;
+  }
+  // The head-keys section sizes itself: read its counts first.
+  if (flags & kFlagHeadKeys) {
+    if (b.size() < expected + 8) {
+      return absl::InvalidArgumentError("summary blob: head-keys section is truncated");
+    }
+    const size_t heads = h->heads = GetLe<uint32_t>(b.data() + expected);
+    const size_t tokens = h->tokens = GetLe<uint32_t>(b.data() + expected + 4);
+    if (heads < 1 || heads > kMaxLayers * static_cast<size_t>(kMaxKvHeads) || tokens < 1 ||
+        tokens > static_cast<size_t>(kMaxBlockSizeTokens) ||
+        uint64_t{heads} * tokens * D > kMaxHeadKeyBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "summary blob: head keys of ", heads, " heads x ", tokens, " tokens are out of range"));
+    }
+    expected += 8 + heads * 8 + heads * tokens * D;
+  }
+  if (b.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat("summary blob length (", b.size(),
+                                                   ") does not match its header (", expected, ")"));
+  }
+  if (GetLe<uint32_t>(b.data() + 20) != Checksum(b)) {
+    return absl::DataLossError("summary blob: checksum mismatch");
+  }
+  return absl::OkStatus();
+}
+
+// Reads the int8 layer_mean section at *p (layers scales, then layers x D
+// int8 values) into *v and advances *p past it. InvalidArgument when a
+// scale is not finite, negative, or so large int8 x scale could overflow.
+absl::Status GetLayerInt8(const char** p, size_t layers, size_t D, std::vector<float>* v) {
+  absl::Status st;
+  const size_t LD = layers * D;
+  v->resize(LD);
+  const char* q = *p + layers * 4;
+  for (size_t l = 0; l < layers && st.ok(); ++l) {
+    const float scale = GetLe<float>(*p + l * 4);
+    // int8 x scale must stay finite (|q| <= 127).
+    if (!std::isfinite(scale) || scale < 0 || scale > std::numeric_limits<float>::max() / 128.0f) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("summary blob: layer_mean scale of layer ", l, " is invalid"));
+    }
+    for (size_t d = 0; d < D; ++d) {
+      (*v)[l * D + d] = static_cast<float>(static_cast<int8_t>(q[l * D + d])) * scale;
+    }
+  }
+  *p = q + LD;
+  return st;
+}
+
+// Reads the head-keys section at p (its counts, already read into h, then
+// the head indices, the scales and the int8 keys) into s. InvalidArgument
+// when the heads are not ascending and distinct or a scale is invalid.
+absl::Status GetHeadKeys(const char* p, const DecodedHeader& h, BlockSummary* s) {
+  const size_t heads = h.heads;
+  p += 8;
+  s->key_tokens = static_cast<int32_t>(h.tokens);
+  s->key_heads.resize(heads);
+  s->key_scales.resize(heads);
+  for (size_t j = 0; j < heads; ++j) {
+    const uint32_t head = GetLe<uint32_t>(p + j * 4);
+    if (head > static_cast<uint32_t>(INT32_MAX) ||
+        (j > 0 && static_cast<int32_t>(head) <= s->key_heads[j - 1])) {
+      return absl::InvalidArgumentError("summary blob: key heads are not ascending and distinct");
+    }
+    s->key_heads[j] = static_cast<int32_t>(head);
+  }
+  p += heads * 4;
+  for (size_t j = 0; j < heads; ++j) {
+    s->key_scales[j] = GetLe<float>(p + j * 4);
+    if (!std::isfinite(s->key_scales[j]) || s->key_scales[j] < 0 ||
+        s->key_scales[j] > std::numeric_limits<float>::max() / 128.0f) {
+      return absl::InvalidArgumentError("summary blob: a head-key scale is invalid");
+    }
+  }
+  p += heads * 4;
+  s->head_keys.resize(heads * h.tokens * h.dim);
+  std::memcpy(s->head_keys.data(), p, s->head_keys.size());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s, SummaryEncoding encoding) {
@@ -217,84 +370,17 @@ absl::StatusOr<std::string> EncodeSummary(const BlockSummary& s,
 }
 
 absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
-  if (b.size() < kSummaryHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("summary blob is truncated (", b.size(),
-                                                   " bytes, header needs ", kSummaryHeaderBytes,
-                                                   ")"));
-  }
-  if (std::memcmp(b.data(), kMagic, 4) != 0) {
-    return absl::InvalidArgumentError("summary blob: bad magic");
-  }
-  const uint8_t version = GetLe<uint8_t>(b.data() + 4);
-  if (version < 1 || version > kSummaryFormatVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("summary blob: unsupported format version ", version));
-  }
-  const uint8_t enc_raw = GetLe<uint8_t>(b.data() + 5);
-  if (enc_raw != 1 && enc_raw != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("summary blob: unknown element encoding ", enc_raw));
-  }
-  const auto enc = static_cast<SummaryEncoding>(enc_raw);
-  const uint16_t flags = GetLe<uint16_t>(b.data() + 6);
-  const uint16_t v2_flags = kFlagLayerInt8 | kFlagHeadKeys;
-  if ((flags & ~kKnownFlags) != 0 || (version == 1 && (flags & v2_flags))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("summary blob: unknown flags 0x", absl::Hex(flags)));
-  }
-  const uint16_t dim = GetLe<uint16_t>(b.data() + 8);
-  const uint16_t layers = GetLe<uint16_t>(b.data() + 10);
-  if (dim < 1 || dim > kMaxHeadDim) {
-    return absl::InvalidArgumentError(absl::StrCat("summary blob: dim (", dim, ") out of range"));
-  }
-  const bool layered = (flags & (kFlagLayerMean | kFlagLayerBounds)) != 0;
-  if ((flags & kFlagLayerBounds) && !(flags & kFlagLayerMean)) {
-    return absl::InvalidArgumentError("summary blob: layer bounds without layer_mean");
-  }
-  if ((flags & kFlagLayerInt8) && !(flags & kFlagLayerMean)) {
-    return absl::InvalidArgumentError("summary blob: int8 layer flag without layer_mean");
-  }
-  if (layered ? (layers < 1 || layers > kMaxLayers) : layers != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("summary blob: num_layers (", layers, ") inconsistent with flags"));
-  }
-  const size_t D = dim;
-  const size_t LD = static_cast<size_t>(layers) * D;
-  const size_t elem_bytes = enc == SummaryEncoding::kFp32 ? 4 : 2;
-  size_t elems = D;
-  if (flags & kFlagWeighted) elems += D;
-  if (flags & kFlagBounds) elems += 2 * D;
-  if (flags & kFlagLayerBounds) elems += 2 * LD;
-  size_t expected = kSummaryHeaderBytes + elems * elem_bytes;
-  if (flags & kFlagLayerMean) {
-    expected += (flags & kFlagLayerInt8) ? layers * 4 + LD : LD * elem_bytes;
-  }
-  // The head-keys section sizes itself: read its counts first.
-  size_t heads = 0, tokens = 0;
-  if (flags & kFlagHeadKeys) {
-    if (b.size() < expected + 8) {
-      return absl::InvalidArgumentError("summary blob: head-keys section is truncated");
-    }
-    heads = GetLe<uint32_t>(b.data() + expected);
-    tokens = GetLe<uint32_t>(b.data() + expected + 4);
-    if (heads < 1 || heads > kMaxLayers * static_cast<size_t>(kMaxKvHeads) || tokens < 1 ||
-        tokens > static_cast<size_t>(kMaxBlockSizeTokens) ||
-        uint64_t{heads} * tokens * D > kMaxHeadKeyBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "summary blob: head keys of ", heads, " heads x ", tokens, " tokens are out of range"));
-    }
-    expected += 8 + heads * 8 + heads * tokens * D;
-  }
-  if (b.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat("summary blob length (", b.size(),
-                                                   ") does not match its header (", expected, ")"));
-  }
-  if (GetLe<uint32_t>(b.data() + 20) != Checksum(b)) {
-    return absl::DataLossError("summary blob: checksum mismatch");
-  }
+  absl::StatusOr<DecodedHeader> header = ParseHeader(b);
+  if (!header.ok()) return header.status();
+  DecodedHeader& h = *header;
+  if (absl::Status st = CheckBlobLength(b, &h); !st.ok()) return st;
+  const uint16_t flags = h.flags;
+  const SummaryEncoding enc = h.enc;
+  const size_t D = h.dim;
+  const size_t LD = static_cast<size_t>(h.layers) * D;
   BlockSummary s;
-  s.dim = dim;
-  s.num_layers = layers;
+  s.dim = h.dim;
+  s.num_layers = h.layers;
   s.weights_version = GetLe<uint32_t>(b.data() + 12);
   s.radius = GetLe<float>(b.data() + 16);
   if (!std::isfinite(s.radius) || s.radius < 0) {
@@ -310,55 +396,14 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
     if (st.ok()) st = GetSection(&p, "max", D, enc, &s.max);
   }
   if (st.ok() && (flags & kFlagLayerMean)) {
-    if (flags & kFlagLayerInt8) {
-      s.layer_mean.resize(LD);
-      const char* q = p + layers * 4;
-      for (size_t l = 0; l < layers && st.ok(); ++l) {
-        const float scale = GetLe<float>(p + l * 4);
-        // int8 x scale must stay finite (|q| <= 127).
-        if (!std::isfinite(scale) || scale < 0 ||
-            scale > std::numeric_limits<float>::max() / 128.0f) {
-          st = absl::InvalidArgumentError(
-              absl::StrCat("summary blob: layer_mean scale of layer ", l, " is invalid"));
-        }
-        for (size_t d = 0; d < D; ++d) {
-          s.layer_mean[l * D + d] = static_cast<float>(static_cast<int8_t>(q[l * D + d])) * scale;
-        }
-      }
-      p = q + LD;
-    } else {
-      st = GetSection(&p, "layer_mean", LD, enc, &s.layer_mean);
-    }
+    st = (flags & kFlagLayerInt8) ? GetLayerInt8(&p, h.layers, D, &s.layer_mean)
+                                  : GetSection(&p, "layer_mean", LD, enc, &s.layer_mean);
   }
   if (st.ok() && (flags & kFlagLayerBounds)) {
     st = GetSection(&p, "layer_min", LD, enc, &s.layer_min);
     if (st.ok()) st = GetSection(&p, "layer_max", LD, enc, &s.layer_max);
   }
-  if (st.ok() && (flags & kFlagHeadKeys)) {
-    p += 8;
-    s.key_tokens = static_cast<int32_t>(tokens);
-    s.key_heads.resize(heads);
-    s.key_scales.resize(heads);
-    for (size_t j = 0; j < heads; ++j) {
-      const uint32_t h = GetLe<uint32_t>(p + j * 4);
-      if (h > static_cast<uint32_t>(INT32_MAX) ||
-          (j > 0 && static_cast<int32_t>(h) <= s.key_heads[j - 1])) {
-        return absl::InvalidArgumentError("summary blob: key heads are not ascending and distinct");
-      }
-      s.key_heads[j] = static_cast<int32_t>(h);
-    }
-    p += heads * 4;
-    for (size_t j = 0; j < heads; ++j) {
-      s.key_scales[j] = GetLe<float>(p + j * 4);
-      if (!std::isfinite(s.key_scales[j]) || s.key_scales[j] < 0 ||
-          s.key_scales[j] > std::numeric_limits<float>::max() / 128.0f) {
-        return absl::InvalidArgumentError("summary blob: a head-key scale is invalid");
-      }
-    }
-    p += heads * 4;
-    s.head_keys.resize(heads * tokens * D);
-    std::memcpy(s.head_keys.data(), p, s.head_keys.size());
-  }
+  if (st.ok() && (flags & kFlagHeadKeys)) st = GetHeadKeys(p, h, &s);
   if (!st.ok()) return st;
   return s;
 }
