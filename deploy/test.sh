@@ -13,3 +13,6 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DKVTIER_BUILD_TESTS=ON -DKVTIER_BUILD_BENCH=ON
 cmake --build "$BUILD_DIR" -j "$JOBS"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 300
+# Format check of every C++ file and clang-tidy on the files the last commit
+# changed (deploy/lint.sh; findings beyond deploy/lint-baseline.txt fail).
+bash deploy/lint.sh --build-dir "$BUILD_DIR" --jobs "$JOBS"
