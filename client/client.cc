@@ -131,7 +131,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
 
 Client::Client(std::string target, ClientOptions options, std::shared_ptr<grpc::Channel> channel)
     : target_(std::move(target)),
-      options_(options),
+      options_(std::move(options)),
       channel_(std::move(channel)),
       kvtier_(v1::KvTier::NewStub(channel_)),
       admin_(v1::Admin::NewStub(channel_)),

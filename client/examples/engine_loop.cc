@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
       if (b.residency() != kvtier::v1::RESIDENCY_RESIDENT) continue;
       auto bytes = arena->Slot(b.handle().offset_bytes(), b.handle().size_bytes());
       const std::string& want = blocks[b.block_id()];
-      if (bytes.size() != want.size() || std::memcmp(bytes.data(), want.data(), want.size())) {
+      if (bytes.size() != want.size() || std::memcmp(bytes.data(), want.data(), want.size()) != 0) {
         std::fprintf(stderr, "engine_loop: step %d: %s differs from what was put\n", step,
                      b.block_id().c_str());
         return 1;

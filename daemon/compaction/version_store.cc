@@ -186,11 +186,13 @@ absl::StatusOr<std::unique_ptr<VersionStore>> VersionStore::Open(Catalog* catalo
                                                                  const std::string& legacy_dir) {
   if (catalog == nullptr) return absl::InvalidArgumentError("compaction versions: no catalog");
   KVTIER_RETURN_IF_ERROR(MigrateLegacyStore(legacy_dir, catalog));
+  absl::flat_hash_set<std::string> compacted;
+  KVTIER_RETURN_IF_ERROR(catalog->ForEachCompactedBlock([&](const BlockKey& key) {
+    compacted.insert(CompactedKey(key.tenant, key.profile_id, key.block_id));
+  }));
   auto store = std::unique_ptr<VersionStore>(new VersionStore(catalog));
   absl::MutexLock lock(&store->mu_);
-  KVTIER_RETURN_IF_ERROR(catalog->ForEachCompactedBlock([&](const BlockKey& key) {
-    store->compacted_.insert(CompactedKey(key.tenant, key.profile_id, key.block_id));
-  }));
+  store->compacted_ = std::move(compacted);
   return store;
 }
 
