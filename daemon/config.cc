@@ -484,16 +484,20 @@ absl::Status ValidateRemote(const Config& c) {
   return absl::OkStatus();
 }
 
-absl::Status Validate(Config& c) {
+// A Unix socket path fits sockaddr_un (107 bytes and the NUL).
+absl::Status CheckSocketPath(const char* key, const std::string& path) {
+  if (path.size() <= 107) return absl::OkStatus();
+  return Invalid(
+      key, absl::StrCat("is ", path.size(), " bytes; a Unix socket path is at most 107 bytes"));
+}
+
+// server.data_dir, the sockets (defaults filled in), TCP and TLS, auth.*.
+absl::Status ValidateListeners(Config& c) {
   if (c.server.data_dir.empty()) return Invalid("server.data_dir", "must not be empty");
   if (c.server.socket_path.empty()) {
     c.server.socket_path = (std::filesystem::path(c.server.data_dir) / "kvtierd.sock").string();
   }
-  if (c.server.socket_path.size() > 107) {
-    return Invalid("server.socket_path",
-                   absl::StrCat("is ", c.server.socket_path.size(),
-                                " bytes; a Unix socket path is at most 107 bytes"));
-  }
+  KVTIER_RETURN_IF_ERROR(CheckSocketPath("server.socket_path", c.server.socket_path));
   if (c.server.socket_mode > 0777) return Invalid("server.socket_mode", "must be at most 0777");
   if (!c.server.tcp_address.empty() && c.server.tcp_address.rfind(':') == std::string::npos) {
     return Invalid("server.tcp_address", "must be host:port, e.g. 127.0.0.1:50551");
@@ -511,16 +515,8 @@ absl::Status Validate(Config& c) {
     return Invalid("server.tls_client_ca_file", "needs server.tls_cert_file (mTLS is TLS)");
   }
   if (c.auth.fd_socket_path.empty()) c.auth.fd_socket_path = c.server.socket_path + ".fd";
-  if (c.auth.fd_socket_path.size() > 107) {
-    return Invalid("auth.fd_socket_path",
-                   absl::StrCat("is ", c.auth.fd_socket_path.size(),
-                                " bytes; a Unix socket path is at most 107 bytes"));
-  }
-  if (c.auth.peer_socket_path.size() > 107) {
-    return Invalid("auth.peer_socket_path",
-                   absl::StrCat("is ", c.auth.peer_socket_path.size(),
-                                " bytes; a Unix socket path is at most 107 bytes"));
-  }
+  KVTIER_RETURN_IF_ERROR(CheckSocketPath("auth.fd_socket_path", c.auth.fd_socket_path));
+  KVTIER_RETURN_IF_ERROR(CheckSocketPath("auth.peer_socket_path", c.auth.peer_socket_path));
   if (!c.auth.peer_socket_path.empty() && c.auth.tenants_file.empty()) {
     return Invalid("auth.peer_socket_path", "needs auth.tenants_file (uids map to tenants there)");
   }
@@ -533,6 +529,11 @@ absl::Status Validate(Config& c) {
   if (c.auth.tenant_max_leases > (1u << 24)) {
     return Invalid("auth.tenant_max_leases", "must be at most 16777216 (0 = no limit)");
   }
+  return absl::OkStatus();
+}
+
+// server.* limits: messages, streams, queues and threads.
+absl::Status ValidateServerLimits(const Config& c) {
   if (c.server.max_message_bytes < (64u << 10) || c.server.max_message_bytes > (1ull << 31) - 1) {
     return Invalid("server.max_message_bytes", "must be between 64KiB and 2GiB-1");
   }
@@ -570,6 +571,11 @@ absl::Status Validate(Config& c) {
   if (c.server.put_parallelism > 64) {
     return Invalid("server.put_parallelism", "must be at most 64 (0 = min(4, cores))");
   }
+  return absl::OkStatus();
+}
+
+// tiers.host, tiers.device and tiers.nvme (the NVMe folder's default filled in).
+absl::Status ValidateTiers(Config& c) {
   if (c.host.capacity_bytes < 4096) return Invalid("tiers.host.capacity_bytes", "must be >= 4KiB");
   if (c.host.staging_bytes < 4096) return Invalid("tiers.host.staging_bytes", "must be >= 4KiB");
   if (c.host.max_in_flight_get_bytes > c.host.capacity_bytes) {
@@ -592,6 +598,13 @@ absl::Status Validate(Config& c) {
   if (c.nvme.queue_depth == 0 || c.nvme.queue_depth > 4096) {
     return Invalid("tiers.nvme.queue_depth", "must be between 1 and 4096");
   }
+  return absl::OkStatus();
+}
+
+absl::Status Validate(Config& c) {
+  KVTIER_RETURN_IF_ERROR(ValidateListeners(c));
+  KVTIER_RETURN_IF_ERROR(ValidateServerLimits(c));
+  KVTIER_RETURN_IF_ERROR(ValidateTiers(c));
   if (c.leases.default_ttl_ms == 0) return Invalid("leases.default_ttl_ms", "must be > 0");
   if (c.leases.max_ttl_ms < c.leases.default_ttl_ms) {
     return Invalid("leases.max_ttl_ms", "must be >= leases.default_ttl_ms");

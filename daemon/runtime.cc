@@ -241,41 +241,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
   }
   rt->summarizer_ = std::make_unique<Summarizer>(SummarizerOptionsOf(config));
 
-  BlockStoreOptions options;
-  options.data_dir = config.server.data_dir;
-  options.env = env != nullptr ? env : Env::Default();
-  options.device_ops = rt->device_ops_.get();
-  options.device_capacity_bytes = config.device.capacity_bytes;
-  if (per_tenant) {
-    options.make_tenant_arena = TenantArenaFactory(arena_options, rt->tenant_shm_dir_);
-    options.tenant_arena_bytes = config.auth.tenant_arena_bytes;
-    options.tenant_staging_name = [](const std::string& tenant) {
-      return absl::StrCat("kvtier-staging-", tenant);
-    };
-    options.tenant_staging_bytes = config.auth.tenant_staging_bytes;
-  }
-  FillStoreOptionsOf(config, &options);
-  options.summarize = [summarizer = rt->summarizer_.get()](const ModelProfile& profile,
-                                                           absl::Span<const uint8_t> payload) {
-    return summarizer->Summarize(profile, payload);
-  };
-  auto store = BlockStore::Open(options);
-  if (!store.ok()) {
-    return absl::Status(store.status().code(),
-                        absl::StrCat("cannot open the block store: ", store.status().message()));
-  }
-  rt->store_ = std::move(*store);
-  if (!config.remote.redis_cluster.empty()) {
-    absl::StatusOr<remote::RemoteTierOptions> remote_options = RemoteOptionsOf(config);
-    if (!remote_options.ok()) return remote_options.status();
-    auto remote_store = remote::RemoteStore::Create(std::move(rt->store_), *remote_options);
-    if (!remote_store.ok()) {
-      return absl::Status(remote_store.status().code(),
-                          absl::StrCat("tiers.remote: ", remote_store.status().message()));
-    }
-    rt->remote_ = remote_store->get();
-    rt->store_ = std::move(*remote_store);
-  }
+  KVTIER_RETURN_IF_ERROR(rt->OpenStore(config, env, arena_options));
 
   const ContextManagerOptions contexts = ContextManagerOptionsOf(config);
   rt->contexts_ = std::make_unique<ContextManager>(rt->store_.get(), Env::Default(), contexts);
@@ -314,6 +280,47 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
   rt->metrics_ = std::make_unique<DaemonMetrics>(rt.get());
   rt->reaper_ = std::thread([r = rt.get()] { r->ReaperLoop(); });
   return rt;
+}
+
+absl::Status Runtime::OpenStore(const Config& config, Env* env,
+                                const gpu::DeviceTierOptions& arena_options) {
+  BlockStoreOptions options;
+  options.data_dir = config.server.data_dir;
+  options.env = env != nullptr ? env : Env::Default();
+  options.device_ops = device_ops_.get();
+  options.device_capacity_bytes = config.device.capacity_bytes;
+  if (tenants_->enabled()) {
+    options.make_tenant_arena = TenantArenaFactory(arena_options, tenant_shm_dir_);
+    options.tenant_arena_bytes = config.auth.tenant_arena_bytes;
+    options.tenant_staging_name = [](const std::string& tenant) {
+      return absl::StrCat("kvtier-staging-", tenant);
+    };
+    options.tenant_staging_bytes = config.auth.tenant_staging_bytes;
+  }
+  FillStoreOptionsOf(config, &options);
+  options.summarize = [summarizer = summarizer_.get()](const ModelProfile& profile,
+                                                       absl::Span<const uint8_t> payload) {
+    return summarizer->Summarize(profile, payload);
+  };
+  auto store = BlockStore::Open(options);
+  if (!store.ok()) {
+    return absl::Status(store.status().code(),
+                        absl::StrCat("cannot open the block store: ", store.status().message()));
+  }
+  store_ = std::move(*store);
+  if (!config.remote.redis_cluster.empty()) {
+    absl::StatusOr<remote::RemoteTierOptions> remote_options = RemoteOptionsOf(config);
+    if (!remote_options.ok()) return remote_options.status();
+    auto remote_store = remote::RemoteStore::Create(std::move(store_), *remote_options);
+    if (!remote_store.ok()) {
+      return absl::Status(remote_store.status().code(),
+                          absl::StrCat("tiers.remote: ", remote_store.status().message()));
+    }
+    remote_ = remote_store->get();
+    store_ = std::move(*remote_store);
+  }
+
+  return absl::OkStatus();
 }
 
 void Runtime::ApplyTenantQuotas() {

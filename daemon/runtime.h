@@ -36,6 +36,10 @@
 #include "storage/remote/remote_store.h"
 #include "storage/store/block_store.h"
 
+namespace kvtier::gpu {
+struct DeviceTierOptions;  // gpu/cuda/device_ops_factory.h
+}  // namespace kvtier::gpu
+
 namespace kvtier::daemon {
 
 class Runtime {
@@ -107,6 +111,12 @@ class Runtime {
   explicit Runtime(const Config& config);
   void ReaperLoop();
   void ApplyTenantQuotas();
+  // Create's step for storage: opens the block store (per-tenant arenas
+  // from arena_options when tenants are enabled) and, with
+  // tiers.remote.redis_cluster set, wraps it in the remote tier. Sets
+  // store_ (and remote_); the error names what failed.
+  absl::Status OpenStore(const Config& config, Env* env,
+                         const gpu::DeviceTierOptions& arena_options);
   // The FdServer's resolver: the caller's own arena or staging file.
   absl::StatusOr<SharedFileRef> SharedFileOf(const std::string& token, SharedFile kind);
 

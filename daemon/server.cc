@@ -98,6 +98,40 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsCredentials(
   return grpc::SslServerCredentials(options);
 }
 
+// Message size and stream limits of every gRPC server the daemon runs (the
+// main one and the peer socket's per-uid servers).
+void ConfigureBuilder(const Config::Server& server, grpc::ServerBuilder& b) {
+  b.SetMaxReceiveMessageSize(static_cast<int>(server.max_message_bytes));
+  b.SetMaxSendMessageSize(static_cast<int>(server.max_message_bytes));
+  b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                       static_cast<int>(server.max_concurrent_streams));
+}
+
+// auth.peer_socket_path: a server per uid a tenant lists, with the same
+// services, limits and (when metrics are on) interceptors as the main one.
+absl::StatusOr<std::unique_ptr<PeerServer>> StartPeerServer(const Config& config, Runtime* rt) {
+  PeerServerOptions peer;
+  peer.path = config.auth.peer_socket_path;
+  peer.tenants = &rt->tenants();
+  peer.make_services = [rt] {
+    std::vector<std::unique_ptr<grpc::Service>> services;
+    services.push_back(std::make_unique<KvTierService>(rt));
+    services.push_back(std::make_unique<AdminService>(rt));
+    return services;
+  };
+  peer.configure = [server_config = config.server](grpc::ServerBuilder& b) {
+    ConfigureBuilder(server_config, b);
+  };
+  if (!config.metrics.listen_address.empty()) {
+    peer.make_interceptors = [rt] {
+      std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> c;
+      c.push_back(rt->metrics()->InterceptorFactory());
+      return c;
+    };
+  }
+  return PeerServer::Start(std::move(peer));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config, Env* env) {
@@ -121,13 +155,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config, Env*
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  auto configure = [&config](grpc::ServerBuilder& b) {
-    b.SetMaxReceiveMessageSize(static_cast<int>(config.server.max_message_bytes));
-    b.SetMaxSendMessageSize(static_cast<int>(config.server.max_message_bytes));
-    b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
-                         static_cast<int>(config.server.max_concurrent_streams));
-  };
-  configure(builder);
+  ConfigureBuilder(config.server, builder);
   const TenantRegistry& tenants = server->runtime_->tenants();
   std::shared_ptr<grpc::ServerCredentials> unix_creds = grpc::InsecureServerCredentials();
   if (tenants.enabled()) {
@@ -185,31 +213,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config, Env*
     spdlog::info("metrics at http://{}/metrics", server->metrics_->address());
   }
   if (!config.auth.peer_socket_path.empty()) {
-    Runtime* rt = server->runtime_.get();
-    PeerServerOptions peer;
-    peer.path = config.auth.peer_socket_path;
-    peer.tenants = &rt->tenants();
-    peer.make_services = [rt] {
-      std::vector<std::unique_ptr<grpc::Service>> services;
-      services.push_back(std::make_unique<KvTierService>(rt));
-      services.push_back(std::make_unique<AdminService>(rt));
-      return services;
-    };
-    const Config::Server server_config = config.server;
-    peer.configure = [server_config](grpc::ServerBuilder& b) {
-      b.SetMaxReceiveMessageSize(static_cast<int>(server_config.max_message_bytes));
-      b.SetMaxSendMessageSize(static_cast<int>(server_config.max_message_bytes));
-      b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
-                           static_cast<int>(server_config.max_concurrent_streams));
-    };
-    if (!config.metrics.listen_address.empty()) {
-      peer.make_interceptors = [rt] {
-        std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> c;
-        c.push_back(rt->metrics()->InterceptorFactory());
-        return c;
-      };
-    }
-    absl::StatusOr<std::unique_ptr<PeerServer>> started = PeerServer::Start(std::move(peer));
+    absl::StatusOr<std::unique_ptr<PeerServer>> started =
+        StartPeerServer(config, server->runtime_.get());
     if (!started.ok()) {
       server->grpc_server_->Shutdown();
       return started.status();

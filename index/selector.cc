@@ -75,6 +75,101 @@ Selector::Selector(const SelectorOptions& options)
 
 Selector::~Selector() = default;
 
+namespace {
+
+// Validate's checks of a key-key request: a pooled anchor (the tree's
+// vector kind) or a per-layer one (per-layer means kept for every page).
+absl::Status ValidateKeyKey(const SelectRequest& r, const ContextTree& t) {
+  const bool weighted = r.scorer == ScorerKind::kKeyKeyWeighted;
+  const KeyTable* keys = r.context->keys();
+  const bool per_layer_kept = keys != nullptr && keys->has_layers();
+  const int64_t layered = per_layer_kept ? int64_t{keys->options().num_layers} * t.dim() : 0;
+  if (static_cast<int64_t>(r.anchor.size()) != t.dim() &&
+      (layered == 0 || static_cast<int64_t>(r.anchor.size()) != layered)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "anchor has ", r.anchor.size(), " values; expected ", t.dim(),
+        " (pooled over layers and KV heads)",
+        per_layer_kept ? absl::StrCat(" or ", layered, " (", keys->options().num_layers,
+                                      " layers x ", t.dim(), ", per layer)")
+                       : " (per-layer anchors need per-layer summaries)"));
+  }
+  if (static_cast<int64_t>(r.anchor.size()) == t.dim()) {
+    if (weighted != (t.options().vector == TreeVector::kWeightedMean)) {
+      return absl::FailedPreconditionError(absl::StrCat("scorer ", ScorerName(r.scorer),
+                                                        " needs a tree built from ",
+                                                        weighted ? "weighted_mean" : "mean"));
+    }
+    if (absl::Status s = CheckVector("anchor", r.anchor, t.dim(), true); !s.ok()) {
+      return s;
+    }
+  } else {
+    if (weighted) {
+      return absl::InvalidArgumentError("scorer keykey_weighted takes a pooled anchor only");
+    }
+    if (keys->size() != t.num_pages()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the context's per-layer means cover ", keys->size(), " of ", t.num_pages(),
+                       " pages (pages added around ContextIndex?)"));
+    }
+    if (absl::Status s = CheckFinite("anchor", r.anchor.data(), r.anchor.size()); !s.ok()) {
+      return s;
+    }
+    const int64_t D = t.dim();
+    for (int64_t l = 0; l < keys->options().num_layers; ++l) {
+      double n2 = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        n2 += double{r.anchor[l * D + d]} * r.anchor[l * D + d];
+      }
+      if (!(n2 > 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("anchor row ", l, " (layer ", l, ") is all zero"));
+      }
+    }
+    if (!(r.recency_weight >= 0.0f && r.recency_weight <= 1.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("recency_weight (", r.recency_weight, ") must be in [0, 1]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Validate's checks of a mass request: head queries, when given, are one
+// non-zero finite row per retrieval head of the context's calibration.
+absl::Status ValidateMass(const SelectRequest& r, const ContextTree& t) {
+  if (r.head_queries.empty()) return absl::OkStatus();
+  const SelectionCalibration& c = r.context->calibration();
+  const int64_t want = static_cast<int64_t>(c.retrieval_heads.size()) * t.dim();
+  if (want == 0 || static_cast<int64_t>(r.head_queries.size()) != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_queries has ", r.head_queries.size(), " values; expected ",
+                     want == 0 ? std::string("none (the profile's calibration names no "
+                                             "retrieval heads)")
+                               : absl::StrCat(want, " (", c.retrieval_heads.size(),
+                                              " retrieval heads x ", t.dim(), ")")));
+  }
+  if (absl::Status s = CheckFinite("head_queries", r.head_queries.data(), r.head_queries.size());
+      !s.ok()) {
+    return s;
+  }
+  for (size_t i = 0; i < c.retrieval_heads.size(); ++i) {
+    bool zero = true;
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      zero &= r.head_queries[i * t.dim() + d] == 0.0f;
+    }
+    if (zero) {
+      return absl::InvalidArgumentError(absl::StrCat("head_queries row ", i, " is all zero"));
+    }
+  }
+  const KeyTable* keys = r.context->keys();
+  if (keys == nullptr || keys->num_key_heads() == 0 || keys->size() != t.num_pages()) {
+    return absl::FailedPreconditionError(
+        "head_queries need a context built with its profile's calibration");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Selector::Validate(const SelectRequest& r, int64_t* budget) const {
   if (r.context == nullptr) {
     return absl::InvalidArgumentError("context is null");
@@ -84,92 +179,12 @@ absl::Status Selector::Validate(const SelectRequest& r, int64_t* budget) const {
   if (n == 0) return absl::InvalidArgumentError("context is empty (0 pages)");
   switch (r.scorer) {
     case ScorerKind::kKeyKey:
-    case ScorerKind::kKeyKeyWeighted: {
-      const bool weighted = r.scorer == ScorerKind::kKeyKeyWeighted;
-      const KeyTable* keys = r.context->keys();
-      const bool per_layer_kept = keys != nullptr && keys->has_layers();
-      const int64_t layered = per_layer_kept ? int64_t{keys->options().num_layers} * t.dim() : 0;
-      if (static_cast<int64_t>(r.anchor.size()) != t.dim() &&
-          (layered == 0 || static_cast<int64_t>(r.anchor.size()) != layered)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "anchor has ", r.anchor.size(), " values; expected ", t.dim(),
-            " (pooled over layers and KV heads)",
-            per_layer_kept ? absl::StrCat(" or ", layered, " (", keys->options().num_layers,
-                                          " layers x ", t.dim(), ", per layer)")
-                           : " (per-layer anchors need per-layer summaries)"));
-      }
-      if (static_cast<int64_t>(r.anchor.size()) == t.dim()) {
-        if (weighted != (t.options().vector == TreeVector::kWeightedMean)) {
-          return absl::FailedPreconditionError(absl::StrCat("scorer ", ScorerName(r.scorer),
-                                                            " needs a tree built from ",
-                                                            weighted ? "weighted_mean" : "mean"));
-        }
-        if (absl::Status s = CheckVector("anchor", r.anchor, t.dim(), true); !s.ok()) {
-          return s;
-        }
-      } else {
-        if (weighted) {
-          return absl::InvalidArgumentError("scorer keykey_weighted takes a pooled anchor only");
-        }
-        if (keys->size() != t.num_pages()) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("the context's per-layer means cover ", keys->size(), " of ",
-                           t.num_pages(), " pages (pages added around ContextIndex?)"));
-        }
-        if (absl::Status s = CheckFinite("anchor", r.anchor.data(), r.anchor.size()); !s.ok()) {
-          return s;
-        }
-        const int64_t D = t.dim();
-        for (int64_t l = 0; l < keys->options().num_layers; ++l) {
-          double n2 = 0;
-          for (int64_t d = 0; d < D; ++d) {
-            n2 += double{r.anchor[l * D + d]} * r.anchor[l * D + d];
-          }
-          if (!(n2 > 0)) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("anchor row ", l, " (layer ", l, ") is all zero"));
-          }
-        }
-        if (!(r.recency_weight >= 0.0f && r.recency_weight <= 1.0f)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("recency_weight (", r.recency_weight, ") must be in [0, 1]"));
-        }
-      }
+    case ScorerKind::kKeyKeyWeighted:
+      if (absl::Status s = ValidateKeyKey(r, t); !s.ok()) return s;
       break;
-    }
-    case ScorerKind::kMass: {
-      if (r.head_queries.empty()) break;
-      const SelectionCalibration& c = r.context->calibration();
-      const int64_t want = static_cast<int64_t>(c.retrieval_heads.size()) * t.dim();
-      if (want == 0 || static_cast<int64_t>(r.head_queries.size()) != want) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("head_queries has ", r.head_queries.size(), " values; expected ",
-                         want == 0 ? std::string("none (the profile's calibration names no "
-                                                 "retrieval heads)")
-                                   : absl::StrCat(want, " (", c.retrieval_heads.size(),
-                                                  " retrieval heads x ", t.dim(), ")")));
-      }
-      if (absl::Status s =
-              CheckFinite("head_queries", r.head_queries.data(), r.head_queries.size());
-          !s.ok()) {
-        return s;
-      }
-      for (size_t i = 0; i < c.retrieval_heads.size(); ++i) {
-        bool zero = true;
-        for (int64_t d = 0; d < t.dim(); ++d) {
-          zero &= r.head_queries[i * t.dim() + d] == 0.0f;
-        }
-        if (zero) {
-          return absl::InvalidArgumentError(absl::StrCat("head_queries row ", i, " is all zero"));
-        }
-      }
-      const KeyTable* keys = r.context->keys();
-      if (keys == nullptr || keys->num_key_heads() == 0 || keys->size() != t.num_pages()) {
-        return absl::FailedPreconditionError(
-            "head_queries need a context built with its profile's calibration");
-      }
+    case ScorerKind::kMass:
+      if (absl::Status s = ValidateMass(r, t); !s.ok()) return s;
       break;
-    }
     case ScorerKind::kQuest:
     case ScorerKind::kArkVale: {
       if (absl::Status s = CheckVector("query", r.query, t.dim(), true); !s.ok()) {

@@ -282,6 +282,45 @@ double Cosine(const float* a, const float* b, size_t n) {
   return aa > 0 && bb > 0 ? ab / std::sqrt(aa * bb) : 0.0;
 }
 
+// The K most important tokens (ties: the lower index), ascending, in *kept;
+// the others, ascending, in *evicted.
+void SplitByImportance(const std::vector<double>& importance, size_t K, std::vector<int32_t>* kept,
+                       std::vector<int32_t>* evicted) {
+  const size_t T = importance.size();
+  std::vector<int32_t> order(T);
+  std::iota(order.begin(), order.end(), 0);
+  auto more_important = [&](int32_t a, int32_t b) {
+    return importance[a] != importance[b] ? importance[a] > importance[b] : a < b;
+  };
+  std::nth_element(order.begin(), order.begin() + static_cast<ptrdiff_t>(K), order.end(),
+                   more_important);
+  kept->assign(order.begin(), order.begin() + static_cast<ptrdiff_t>(K));
+  std::sort(kept->begin(), kept->end());
+  evicted->clear();
+  evicted->reserve(T - K);
+  size_t s = 0;
+  for (int32_t i = 0; i < static_cast<int32_t>(T); ++i) {
+    if (s < K && (*kept)[s] == i) {
+      ++s;
+    } else {
+      evicted->push_back(i);
+    }
+  }
+}
+
+// Groups the evicted tokens by the slot route[e] sends them to (counting
+// sort, stable: ascending token order inside a slot): slot s's members are
+// (*members)[(*start)[s] .. (*start)[s + 1]).
+void GroupBySlot(const std::vector<int32_t>& route, const std::vector<int32_t>& evicted, size_t K,
+                 std::vector<int32_t>* start, std::vector<int32_t>* members) {
+  start->assign(K + 1, 0);
+  for (int32_t s : route) ++(*start)[static_cast<size_t>(s) + 1];
+  for (size_t s = 0; s < K; ++s) (*start)[s + 1] += (*start)[s];
+  members->assign(evicted.size(), 0);
+  std::vector<int32_t> fill(start->begin(), start->end() - 1);
+  for (size_t e = 0; e < evicted.size(); ++e) (*members)[fill[route[e]]++] = evicted[e];
+}
+
 }  // namespace
 
 int32_t KeptSlots(int32_t num_tokens, float rho) {
@@ -336,27 +375,8 @@ absl::StatusOr<CompactedHead> CompactHead(const HeadKv& head, const CompactOptio
       break;
   }
 
-  std::vector<int32_t> order(T);
-  std::iota(order.begin(), order.end(), 0);
-  auto more_important = [&](int32_t a, int32_t b) {
-    return importance[a] != importance[b] ? importance[a] > importance[b] : a < b;
-  };
-  std::nth_element(order.begin(), order.begin() + static_cast<ptrdiff_t>(K), order.end(),
-                   more_important);
-  std::vector<int32_t> kept(order.begin(), order.begin() + static_cast<ptrdiff_t>(K));
-  std::sort(kept.begin(), kept.end());
-  std::vector<int32_t> evicted;
-  evicted.reserve(T - K);
-  {
-    size_t s = 0;
-    for (int32_t i = 0; i < static_cast<int32_t>(T); ++i) {
-      if (s < K && kept[s] == i) {
-        ++s;
-      } else {
-        evicted.push_back(i);
-      }
-    }
-  }
+  std::vector<int32_t> kept, evicted;
+  SplitByImportance(importance, K, &kept, &evicted);
 
   out.positions = kept;
   out.keys.resize(K * D);
@@ -373,23 +393,16 @@ absl::StatusOr<CompactedHead> CompactHead(const HeadKv& head, const CompactOptio
   std::vector<int32_t> route;
   Route(head, kept, evicted, inv_norm, &route);
 
-  // Group the evicted tokens by slot (counting sort, stable: ascending
-  // token order inside a slot).
-  std::vector<int32_t> start(K + 1, 0);
-  for (int32_t s : route) ++start[static_cast<size_t>(s) + 1];
-  for (size_t s = 0; s < K; ++s) start[s + 1] += start[s];
-  std::vector<int32_t> members(evicted.size());
-  {
-    std::vector<int32_t> fill(start.begin(), start.end() - 1);
-    for (size_t e = 0; e < evicted.size(); ++e) members[fill[route[e]]++] = evicted[e];
-  }
+  std::vector<int32_t> start, members;
+  GroupBySlot(route, evicted, K, &start, &members);
 
   // Merge weight of token i: its observation attention, the mean over the W
   // rows of their softmax weight on i (a row that cannot see i counts 0), or
   // 1 without queries. Measured on realkv (docs/QUALITY.md), averaging only
   // over the rows that see i gave slightly larger errors: the last tokens of
   // the window are then weighted by one or two queries' views.
-  const double inv_rows = have_queries ? 1.0 / static_cast<double>(head.queries.size() / D) : 0;
+  const size_t rows = head.queries.size() / D;  // whole query rows
+  const double inv_rows = have_queries ? 1.0 / static_cast<double>(rows) : 0;
   auto weight = [&](size_t i) { return have_queries ? attention_sum[i] * inv_rows : 1.0; };
   std::vector<double> acc(D);
   for (size_t s = 0; s < K; ++s) {

@@ -4,8 +4,10 @@
 #include <grpcpp/support/interceptor.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_replace.h"
 #include "daemon/blocking_pool.h"
 #include "daemon/context_manager.h"
@@ -28,7 +30,7 @@ const char* const kPhases[4] = {"check", "select", "build", "pin"};
 // series with names of its own choosing.
 std::string MethodLabel(const char* path) {
   if (path == nullptr || path[0] != '/') return "unknown";
-  const std::string name(path + 1);
+  std::string name(path + 1);
   const std::string dotted = absl::StrReplaceAll(name, {{"/", "."}});
   if (google::protobuf::DescriptorPool::generated_pool()->FindMethodByName(dotted) == nullptr) {
     return "unknown";
@@ -72,25 +74,16 @@ class RpcInterceptorFactory final : public grpc::experimental::ServerInterceptor
   DaemonMetrics* const metrics_;
 };
 
+// The canonical name of a gRPC status code (abseil's, the same words),
+// built once: the interceptor labels every call with it.
 const char* CodeName(int code) {
-  static const char* const kNames[] = {"OK",
-                                       "CANCELLED",
-                                       "UNKNOWN",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "ALREADY_EXISTS",
-                                       "PERMISSION_DENIED",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "OUT_OF_RANGE",
-                                       "UNIMPLEMENTED",
-                                       "INTERNAL",
-                                       "UNAVAILABLE",
-                                       "DATA_LOSS",
-                                       "UNAUTHENTICATED"};
-  return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
+  static const std::array<std::string, 17> kNames = [] {
+    std::array<std::string, 17> names;
+    for (int c = 0; c < 17; ++c)
+      names[c] = absl::StatusCodeToString(static_cast<absl::StatusCode>(c));
+    return names;
+  }();
+  return code >= 0 && code <= 16 ? kNames[code].c_str() : "UNKNOWN";
 }
 
 // The remote tier's counters (only when tiers.remote is on).

@@ -68,6 +68,31 @@ BlockStoreImpl::BlockStoreImpl(const BlockStoreOptions& options)
 BlockStoreImpl::~BlockStoreImpl() { StopSummaryThread(); }
 
 absl::Status BlockStoreImpl::Init() {
+  std::vector<bool> file_existed;
+  KVTIER_RETURN_IF_ERROR(OpenTiers(&file_existed));
+  absl::MutexLock lock(&mu_);
+  if (multi_tenant_) {
+    device_capacity_bytes_ = options_.device_capacity_bytes;
+  } else {
+    device_capacity_bytes_ =
+        std::min(options_.device_capacity_bytes, options_.device_ops->arena().size_bytes);
+    shared_.device = options_.device_ops;
+    shared_.capacity_bytes = device_capacity_bytes_;
+    shared_.device_alloc =
+        std::make_unique<ExtentAllocator>(device_capacity_bytes_, kSlotAlignmentBytes);
+  }
+  policy_ = options_.make_placement ? options_.make_placement() : NewLruPolicy();
+  policy_uses_wants_ = policy_->uses_wants();
+  next_device_generation_ = (std::random_device()() | 1ull) << 20;
+
+  KVTIER_RETURN_IF_ERROR(RecoverLocked(file_existed));
+  if (options_.defer_summaries && options_.summarize) {
+    summary_thread_ = std::thread([this] { SummaryLoop(); });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlockStoreImpl::OpenTiers(std::vector<bool>* file_existed) {
   KVTIER_RETURN_IF_ERROR(env_->CreateDir(options_.data_dir, /*recursive=*/true));
   CatalogOptions catalog_options;
   catalog_options.rocksdb_env = options_.catalog_env;
@@ -109,28 +134,17 @@ absl::Status BlockStoreImpl::Init() {
       absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(host_region.data()), host_region.size()));
   // A tier file that is missing now is recreated empty by Open; catalog
   // records pointing into it must not survive (no entry without its file).
-  std::vector<bool> file_existed(options_.nvme_file_count, false);
+  file_existed->assign(options_.nvme_file_count, false);
   for (uint32_t i = 0; i < options_.nvme_file_count; ++i) {
     auto exists = env_->FileExists(options_.nvme_dir + "/" + NvmeTier::FileName(i));
-    file_existed[i] = exists.ok() && *exists;
+    (*file_existed)[i] = exists.ok() && *exists;
   }
   KVTIER_ASSIGN_OR_RETURN(nvme_, NvmeTier::Open(nvme_options));
+  return absl::OkStatus();
+}
 
-  absl::MutexLock lock(&mu_);
-  if (multi_tenant_) {
-    device_capacity_bytes_ = options_.device_capacity_bytes;
-  } else {
-    device_capacity_bytes_ =
-        std::min(options_.device_capacity_bytes, options_.device_ops->arena().size_bytes);
-    shared_.device = options_.device_ops;
-    shared_.capacity_bytes = device_capacity_bytes_;
-    shared_.device_alloc =
-        std::make_unique<ExtentAllocator>(device_capacity_bytes_, kSlotAlignmentBytes);
-  }
-  policy_ = options_.make_placement ? options_.make_placement() : NewLruPolicy();
-  policy_uses_wants_ = policy_->uses_wants();
-  next_device_generation_ = (std::random_device()() | 1ull) << 20;
-
+absl::Status BlockStoreImpl::RecoverLocked(const std::vector<bool>& file_existed) {
+  mu_.AssertHeld();
   // Reconcile: durable records with a valid extent become NVMe-only blocks;
   // everything else is removed from the catalog.
   KVTIER_ASSIGN_OR_RETURN(auto profiles, catalog_->ListProfiles());
@@ -145,42 +159,7 @@ absl::Status BlockStoreImpl::Init() {
       CatalogScanStats scan,
       catalog_->ForEachBlock([&](const BlockKey& key, const absl::StatusOr<BlockRecord>& record)
                                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                                   const ModelProfile* profile =
-                                       ProfileOfLocked(key.tenant, key.profile_id);
-                                   if (!record.ok() || profile == nullptr) {
-                                     stale.push_back(key);
-                                     return true;
-                                   }
-                                   auto entry = std::make_unique<Entry>();
-                                   entry->key = key;
-                                   entry->size_bytes = record->size_bytes;
-                                   entry->checksum = record->checksum;
-                                   entry->created_micros = record->created_micros;
-                                   entry->summary = record->summary;
-                                   entry->summary.shrink_to_fit();
-                                   summary_bytes_ += entry->summary.capacity();
-                                   entry->last_access_micros = static_cast<uint64_t>(now);
-                                   entry->writing = false;
-                                   if (record->quarantined) {
-                                     entry->quarantined = true;
-                                     ++quarantined_;
-                                     entries_[key] = std::move(entry);
-                                     return true;
-                                   }
-                                   if (!record->durable || !record->nvme.has_value() ||
-                                       record->nvme->file_index >= file_existed.size() ||
-                                       !file_existed[record->nvme->file_index] ||
-                                       record->size_bytes != BlockSizeBytes(*profile) ||
-                                       !nvme_->Reserve(FromExtent(*record->nvme)).ok()) {
-                                     stale.push_back(key);
-                                     return true;
-                                   }
-                                   Entry* e = entry.get();
-                                   e->nvme = FromExtent(*record->nvme);
-                                   e->durable = true;
-                                   entries_[key] = std::move(entry);
-                                   AddCopyLocked(e, TierId::kNvme);
-                                   if (record->retained) SetRetainedLocked(e);
+                                   RecoverBlockLocked(key, record, file_existed, now, &stale);
                                    return true;
                                  }));
   if (scan.corrupt_records > 0 || scan.corrupt_keys > 0) {
@@ -199,10 +178,48 @@ absl::Status BlockStoreImpl::Init() {
   for (const std::string& path : orphans.foreign) {
     LogLocked(absl::StrCat("recovery: ", path, " in the NVMe directory is not kvtier's; kept"));
   }
-  if (options_.defer_summaries && options_.summarize) {
-    summary_thread_ = std::thread([this] { SummaryLoop(); });
-  }
   return absl::OkStatus();
+}
+
+void BlockStoreImpl::RecoverBlockLocked(const BlockKey& key,
+                                        const absl::StatusOr<BlockRecord>& record,
+                                        const std::vector<bool>& file_existed, int64_t now,
+                                        std::vector<BlockKey>* stale) {
+  mu_.AssertHeld();
+  const ModelProfile* profile = ProfileOfLocked(key.tenant, key.profile_id);
+  if (!record.ok() || profile == nullptr) {
+    stale->push_back(key);
+    return;
+  }
+  auto entry = std::make_unique<Entry>();
+  entry->key = key;
+  entry->size_bytes = record->size_bytes;
+  entry->checksum = record->checksum;
+  entry->created_micros = record->created_micros;
+  entry->summary = record->summary;
+  entry->summary.shrink_to_fit();
+  summary_bytes_ += entry->summary.capacity();
+  entry->last_access_micros = static_cast<uint64_t>(now);
+  entry->writing = false;
+  if (record->quarantined) {
+    entry->quarantined = true;
+    ++quarantined_;
+    entries_[key] = std::move(entry);
+    return;
+  }
+  if (!record->durable || !record->nvme.has_value() ||
+      record->nvme->file_index >= file_existed.size() || !file_existed[record->nvme->file_index] ||
+      record->size_bytes != BlockSizeBytes(*profile) ||
+      !nvme_->Reserve(FromExtent(*record->nvme)).ok()) {
+    stale->push_back(key);
+    return;
+  }
+  Entry* e = entry.get();
+  e->nvme = FromExtent(*record->nvme);
+  e->durable = true;
+  entries_[key] = std::move(entry);
+  AddCopyLocked(e, TierId::kNvme);
+  if (record->retained) SetRetainedLocked(e);
 }
 
 // ---- Tenants ---------------------------------------------------------------

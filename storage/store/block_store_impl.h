@@ -42,6 +42,7 @@
 #include "storage/store/entry.h"
 #include "storage/store/lease_table.h"
 #include "storage/store/placement.h"
+#include "storage/store/store_records.h"
 
 namespace kvtier {
 
@@ -100,17 +101,31 @@ class BlockStoreImpl final : public BlockStore {
   Catalog* catalog() override { return catalog_.get(); }
 
  private:
+  using FilledCopy = store_internal::FilledCopy;
+  using MemorySpace = store_internal::MemorySpace;
+  using TenantState = store_internal::TenantState;
+  using StagingReservation = store_internal::StagingReservation;
+  using PersistWrite = store_internal::PersistWrite;
+  using PendingFree = store_internal::PendingFree;
+
+  // Init's steps. OpenTiers opens the catalog, the host tier, the shared
+  // staging file (single-tenant) and the NVMe tier; *file_existed[i] says
+  // whether NVMe file i was there before (a recreated file holds no block).
+  absl::Status OpenTiers(std::vector<bool>* file_existed);
+  // Loads the profiles and turns every durable catalog record with a valid
+  // extent into an NVMe-only block; deletes the other records and removes
+  // orphan NVMe files.
+  absl::Status RecoverLocked(const std::vector<bool>& file_existed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One catalog record of RecoverLocked: an entry, or key appended to *stale.
+  void RecoverBlockLocked(const BlockKey& key, const absl::StatusOr<BlockRecord>& record,
+                          const std::vector<bool>& file_existed, int64_t now,
+                          std::vector<BlockKey>* stale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Put of bytes only the daemon can change; `known_checksum`, when set, is
   // BlockChecksum(data) already taken (skips a second pass over the block).
   absl::StatusOr<PutOutcome> PutPrivate(const BlockKey& key, absl::Span<const uint8_t> data,
                                         std::optional<uint64_t> known_checksum,
                                         const PutOptions& options);
-  // What InsertNewLocked's fill wrote: the payload's checksum and summary.
-  struct FilledCopy {
-    uint64_t checksum = 0;
-    std::string summary;
-    bool summary_deferred = false;  // to the summary thread (defer_summaries)
-  };
   // Put of a block not stored yet (no entry under key, payload checked):
   // src (the payload's pieces, size_bytes in all) is copied and hashed in
   // one pass into its host-tier slot and the summary is taken from that
@@ -130,34 +145,6 @@ class BlockStoreImpl final : public BlockStore {
       const BlockKey& key, uint64_t size_bytes, const PutOptions& put,
       absl::FunctionRef<absl::StatusOr<FilledCopy>(absl::Span<uint8_t>)> fill)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The memory clients map: a device arena with its slot allocator and a
-  // staging file. One shared space in single-tenant mode; one per tenant
-  // (created on first use) in multi-tenant mode.
-  struct MemorySpace {
-    gpu::DeviceOps* device = nullptr;
-    std::unique_ptr<gpu::DeviceOps> owned_device;
-    std::unique_ptr<ExtentAllocator> device_alloc;
-    uint64_t capacity_bytes = 0;
-    HostTier* staging = nullptr;
-    std::unique_ptr<HostTier> owned_staging;
-  };
-  // Limits and what a tenant holds.
-  struct TenantState {
-    TenantLimits limits;
-    TenantUsage usage;
-    // Copies being written without mu_ (a put's host copy, a promotion, a
-    // persist), counted against the quota before they land so concurrent
-    // writers of one tenant cannot overshoot it together.
-    uint64_t host_in_flight = 0;
-    uint64_t nvme_in_flight = 0;
-  };
-  struct StagingReservation {
-    HostSlot slot;
-    std::string tenant;
-    uint64_t profile_id = 0;
-    uint64_t deadline_micros = 0;
-    HostTier* staging = nullptr;  // the file the slot lives in
-  };
 
   // The tenant's profile under profile_id, or nullptr (none, or another
   // tenant's). Valid until mu_ is next released (a registration may move
@@ -268,23 +255,6 @@ class BlockStoreImpl final : public BlockStore {
   // e) while the quota has no room; the quota's error, with why no block
   // could be evicted, when it cannot.
   absl::Status ReserveNvmeLocked(Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One persist's write, done without mu_ while the entry (self) is busy:
-  // what PersistLocked snapshots under mu_ (in) and what the write found
-  // and did (out).
-  struct PersistWrite {
-    BlockKey key;                          // in
-    BlockRecord record;                    // in: the entry's record
-    uint64_t size = 0;                     // in
-    std::optional<HostSlot> host;          // in: read from when set
-    std::optional<DeviceSlot> device;      // in: read from otherwise
-    gpu::DeviceOps* device_ops = nullptr;  // in: the device copy's arena
-    std::vector<uint8_t> device_copy;      // out: the device copy's bytes
-    const uint8_t* src = nullptr;          // out: the copy's bytes (size)
-    bool intact = false;                   // out: src matched record.checksum
-    absl::Status status;                   // out: the persist's outcome
-    absl::StatusOr<NvmeLocation> loc = absl::UnknownError("not written");  // out
-    absl::Status freed;  // out: not OK when loc could not be freed after a failure
-  };
   // Reads w's memory copy and, when it matches the record's checksum,
   // writes it to NVMe (WriteNvmeMakingRoom), syncs and writes its durable
   // record (the entry's extent in it). When a step after the NVMe write
@@ -400,14 +370,6 @@ class BlockStoreImpl final : public BlockStore {
   void CountReadLocked(const Entry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t retained_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t summary_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // capacity of every summary
-  // NVMe extents of evicted blocks, in eviction order (tickets never
-  // decrease), each freed once catalog_->synced_through() >= its ticket.
-  struct PendingFree {
-    NvmeLocation location;
-    uint64_t ticket = 0;  // catalog_->writes_done() after the removal
-    BlockKey key;
-    uint64_t size_bytes = 0;
-  };
   std::deque<PendingFree> pending_frees_ ABSL_GUARDED_BY(mu_);
   uint64_t pending_free_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
