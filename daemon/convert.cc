@@ -189,4 +189,28 @@ v1::BlockHandle ToProto(const DeviceHandle& h) {
   return proto;
 }
 
+v1::ContextVersion ToProto(const ContextVersionRecord& record) {
+  v1::ContextVersion v;
+  v.set_version(record.version);
+  v.set_context_key(record.context_key);
+  for (const std::string& id : record.block_ids) v.add_block_ids(id);
+  v.set_tokens(record.tokens);
+  v.set_retention(record.retention);
+  v.set_importance(static_cast<v1::CompactImportance>(record.importance));
+  v.set_merge(static_cast<v1::CompactMerge>(record.merge));
+  v.set_bias(static_cast<v1::CompactBias>(record.bias));
+  v.set_created_unix_ms(record.created_unix_ms);
+  v.set_dropped(record.dropped);
+  return v;
+}
+
+v1::CompactedSlots ToProto(const CompactedSlotsRecord& record) {
+  v1::CompactedSlots s;
+  s.set_version(record.version);
+  s.mutable_positions()->Add(record.positions.begin(), record.positions.end());
+  s.mutable_logit_bias()->Add(record.logit_bias.begin(), record.logit_bias.end());
+  s.mutable_merged()->Add(record.merged.begin(), record.merged.end());
+  return s;
+}
+
 }  // namespace kvtier::daemon

@@ -6,6 +6,7 @@
 #include "absl/status/statusor.h"
 #include "index/block_layout.h"
 #include "index/calibration.h"
+#include "kvtier/v1/kvtier.pb.h"
 #include "kvtier/v1/types.pb.h"
 #include "storage/catalog/records.h"
 #include "storage/store/block_store.h"
@@ -27,6 +28,10 @@ absl::StatusOr<index::SelectionCalibration> CalibrationOf(const ModelProfile& pr
 
 v1::Tier ToProto(TierId tier);
 v1::BlockHandle ToProto(const DeviceHandle& handle);
+
+// The API's form of the compactor's records (daemon/compaction).
+v1::ContextVersion ToProto(const ContextVersionRecord& record);
+v1::CompactedSlots ToProto(const CompactedSlotsRecord& record);
 
 }  // namespace kvtier::daemon
 

@@ -310,7 +310,9 @@ grpc::ServerUnaryReactor* KvTierService::CompactContext(grpc::CallbackServerCont
   return FinishBlocking(ctx, (*caller)->name, [this, tenant = (*caller)->name, req, resp] {
     auto result = runtime_->compactor()->Compact(tenant, *req);
     if (!result.ok()) return result.status();
-    *resp = std::move(*result);
+    resp->set_context_key(result->context_key);
+    *resp->mutable_version() = ToProto(result->version);
+    resp->set_existed(result->existed);
     return absl::OkStatus();
   });
 }
@@ -327,7 +329,7 @@ grpc::ServerUnaryReactor* KvTierService::ListContextVersions(
   auto versions =
       runtime_->compactor()->List((*caller)->name, req->profile_id(), req->context_key());
   if (!versions.ok()) return FinishUnary(ctx, versions.status());
-  for (v1::ContextVersion& v : *versions) *resp->add_versions() = std::move(v);
+  for (const ContextVersionRecord& v : *versions) *resp->add_versions() = ToProto(v);
   return FinishUnary(ctx, grpc::Status::OK);
 }
 

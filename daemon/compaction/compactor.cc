@@ -6,10 +6,12 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/compaction/head_codec.h"
+#include "daemon/convert.h"
 #include "index/selkv.h"
 #include "storage/common/client_text.h"
 #include "storage/common/status_macros.h"
@@ -204,7 +206,7 @@ struct CompactedContext {
   int64_t tokens = 0;  // of the originals
   int32_t kept = 0;    // slots kept per (layer, KV head)
   std::vector<std::string> blocks;
-  std::vector<v1::CompactedSlots> slots;  // one per block, of `version`
+  std::vector<CompactedSlotsRecord> slots;  // one per block, of `version`
 };
 
 // Compacts every (layer, KV head) of the payloads (the context's blocks in
@@ -231,12 +233,12 @@ absl::StatusOr<CompactedContext> CompactHeads(const HeadShape& shape,
                   std::string(static_cast<size_t>(shape.block_bytes()), '\0'));
   const int64_t per_block_slots = int64_t{shape.layers} * shape.kv_heads * shape.block_tokens;
   c.slots.resize(static_cast<size_t>(out_blocks));
-  for (v1::CompactedSlots& s : c.slots) {
-    s.set_version(version);
-    s.mutable_positions()->Resize(static_cast<int>(per_block_slots), -1);
-    s.mutable_logit_bias()->Resize(static_cast<int>(per_block_slots),
-                                   -std::numeric_limits<float>::infinity());
-    s.mutable_merged()->Resize(static_cast<int>(per_block_slots), 0);
+  for (CompactedSlotsRecord& s : c.slots) {
+    s.version = version;
+    s.positions.assign(static_cast<size_t>(per_block_slots), -1);
+    s.logit_bias.assign(static_cast<size_t>(per_block_slots),
+                        -std::numeric_limits<float>::infinity());
+    s.merged.assign(static_cast<size_t>(per_block_slots), 0);
   }
 
   std::vector<float> keys(static_cast<size_t>(c.tokens * shape.head_dim));
@@ -263,12 +265,12 @@ absl::StatusOr<CompactedContext> CompactHeads(const HeadShape& shape,
       }
       ScatterHead(shape, l, h, compacted->keys.data(), compacted->values.data(), kept, &c.blocks);
       for (int32_t s = 0; s < kept; ++s) {
-        v1::CompactedSlots& block = c.slots[static_cast<size_t>(s / shape.block_tokens)];
-        const int i = static_cast<int>((int64_t{l} * shape.kv_heads + h) * shape.block_tokens +
-                                       s % shape.block_tokens);
-        block.set_positions(i, compacted->positions[static_cast<size_t>(s)]);
-        block.set_logit_bias(i, compacted->bias[static_cast<size_t>(s)]);
-        block.set_merged(i, static_cast<uint32_t>(compacted->merged[static_cast<size_t>(s)]));
+        CompactedSlotsRecord& block = c.slots[static_cast<size_t>(s / shape.block_tokens)];
+        const auto i = static_cast<size_t>((int64_t{l} * shape.kv_heads + h) * shape.block_tokens +
+                                           s % shape.block_tokens);
+        block.positions[i] = compacted->positions[static_cast<size_t>(s)];
+        block.logit_bias[i] = compacted->bias[static_cast<size_t>(s)];
+        block.merged[i] = static_cast<uint32_t>(compacted->merged[static_cast<size_t>(s)]);
       }
     }
   }
@@ -278,31 +280,33 @@ absl::StatusOr<CompactedContext> CompactHeads(const HeadShape& shape,
 // Deletes the blocks of version (a compaction being undone), ignoring
 // errors.
 void DeleteBlocks(BlockStore* store, const std::string& tenant, uint64_t profile_id,
-                  const v1::ContextVersion& version) {
-  for (const std::string& done : version.block_ids()) {
+                  const ContextVersionRecord& version) {
+  for (const std::string& done : version.block_ids) {
     store->Delete(BlockKey{tenant, profile_id, done}).IgnoreError();
   }
 }
 
-// Stores c's blocks durably, named after identity, adding their ids to
+// Stores c's blocks durably and retained (the cache never evicts them:
+// once the originals are dropped they are the context's only copy),
+// named after identity, adding their ids to
 // *version and their slots (moved out of c) to *records. On error the
 // blocks stored so far are deleted and the error names the block.
 absl::Status StoreCompacted(BlockStore* store, const std::string& tenant, uint64_t profile_id,
                             const std::string& identity, CompactedContext* c,
-                            v1::ContextVersion* version,
+                            ContextVersionRecord* version,
                             std::vector<VersionStore::SlotRecord>* records) {
   for (size_t b = 0; b < c->blocks.size(); ++b) {
     const std::string id = Hash128(absl::StrCat(identity, "|", b));
     const auto* data = reinterpret_cast<const uint8_t*>(c->blocks[b].data());
     absl::StatusOr<PutOutcome> put =
         store->Put(BlockKey{tenant, profile_id, id}, absl::MakeConstSpan(data, c->blocks[b].size()),
-                   {.durable = true});
+                   {.durable = true, .retain = true});
     if (!put.ok()) {
       DeleteBlocks(store, tenant, profile_id, *version);
       return absl::Status(put.status().code(), absl::StrCat("storing compacted block ", b, ": ",
                                                             put.status().message()));
     }
-    version->add_block_ids(id);
+    version->block_ids.push_back(id);
     records->push_back(VersionStore::SlotRecord{id, std::move(c->slots[b])});
   }
   return absl::OkStatus();
@@ -327,8 +331,8 @@ absl::Mutex* Compactor::LockFor(const std::string& key) {
   return &stripes_[std::hash<std::string>()(key) % kStripes];
 }
 
-absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
-    const std::string& tenant, const v1::CompactContextRequest& request) {
+absl::StatusOr<Compactor::Result> Compactor::Compact(const std::string& tenant,
+                                                     const v1::CompactContextRequest& request) {
   const bool have_queries = request.observation_queries_size() > 0;
   KVTIER_ASSIGN_OR_RETURN(Method method, MethodOf(request, have_queries));
   KVTIER_ASSIGN_OR_RETURN(ContextCopy ctx, CopyContext(contexts_, tenant, request.context_id()));
@@ -346,19 +350,15 @@ absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
   const std::string key = ContextKey(ctx.block_ids);
   const std::string identity = CompactionIdentity(key, method, request);
   absl::MutexLock context_lock(LockFor(key));
-  KVTIER_ASSIGN_OR_RETURN(std::vector<v1::ContextVersion> existing,
+  KVTIER_ASSIGN_OR_RETURN(std::vector<ContextVersionRecord> existing,
                           versions_->Versions(tenant, profile_id, key));
   const std::string first_id = Hash128(identity + "|0");
   uint32_t next_version = 1;
-  for (const v1::ContextVersion& v : existing) {
-    if (v.version() > 0 && !v.dropped() && v.block_ids_size() > 0 && v.block_ids(0) == first_id) {
-      v1::CompactContextResponse response;
-      response.set_context_key(key);
-      *response.mutable_version() = v;
-      response.set_existed(true);
-      return response;
+  for (const ContextVersionRecord& v : existing) {
+    if (v.version > 0 && !v.dropped && !v.block_ids.empty() && v.block_ids[0] == first_id) {
+      return Result{key, v, /*existed=*/true};
     }
-    next_version = std::max(next_version, v.version() + 1);
+    next_version = std::max(next_version, v.version + 1);
   }
 
   KVTIER_ASSIGN_OR_RETURN(std::vector<std::string> payloads,
@@ -367,27 +367,27 @@ absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
                           CompactHeads(shape, payloads, method, request, rows, next_version));
 
   // Store the new blocks durably; on error remove what was stored.
-  v1::ContextVersion version;
-  version.set_version(next_version);
-  version.set_context_key(key);
-  version.set_tokens(static_cast<uint32_t>(compacted.kept));
-  version.set_retention(method.options.rho);
-  version.set_importance(method.importance);
-  version.set_merge(method.merge);
-  version.set_bias(method.bias);
-  version.set_created_unix_ms(NowUnixMs());
+  ContextVersionRecord version;
+  version.version = next_version;
+  version.context_key = key;
+  version.tokens = static_cast<uint32_t>(compacted.kept);
+  version.retention = method.options.rho;
+  version.importance = static_cast<uint8_t>(method.importance);
+  version.merge = static_cast<uint8_t>(method.merge);
+  version.bias = static_cast<uint8_t>(method.bias);
+  version.created_unix_ms = NowUnixMs();
   std::vector<VersionStore::SlotRecord> records;
   KVTIER_RETURN_IF_ERROR(
       StoreCompacted(store_, tenant, profile_id, identity, &compacted, &version, &records));
-  std::vector<v1::ContextVersion> to_write;
+  std::vector<ContextVersionRecord> to_write;
   if (existing.empty()) {
-    v1::ContextVersion original;
-    original.set_version(0);
-    original.set_context_key(key);
-    original.set_tokens(static_cast<uint32_t>(compacted.tokens));
-    original.set_retention(1.0f);
-    original.set_created_unix_ms(version.created_unix_ms());
-    for (const std::string& id : ctx.block_ids) original.add_block_ids(id);
+    ContextVersionRecord original;
+    original.version = 0;
+    original.context_key = key;
+    original.tokens = static_cast<uint32_t>(compacted.tokens);
+    original.retention = 1.0f;
+    original.created_unix_ms = version.created_unix_ms;
+    original.block_ids = ctx.block_ids;
     to_write.push_back(std::move(original));
   }
   to_write.push_back(version);
@@ -404,17 +404,14 @@ absl::StatusOr<v1::CompactContextResponse> Compactor::Compact(
     store_->Evict(k, TierId::kHost).IgnoreError();
   }
 
-  v1::CompactContextResponse response;
-  response.set_context_key(key);
-  *response.mutable_version() = std::move(version);
-  return response;
+  return Result{key, std::move(version), /*existed=*/false};
 }
 
-absl::StatusOr<std::vector<v1::ContextVersion>> Compactor::List(const std::string& tenant,
-                                                                uint64_t profile_id,
-                                                                const std::string& context_key) {
+absl::StatusOr<std::vector<ContextVersionRecord>> Compactor::List(const std::string& tenant,
+                                                                  uint64_t profile_id,
+                                                                  const std::string& context_key) {
   if (context_key.empty()) return versions_->AllVersions(tenant, profile_id);
-  KVTIER_ASSIGN_OR_RETURN(std::vector<v1::ContextVersion> versions,
+  KVTIER_ASSIGN_OR_RETURN(std::vector<ContextVersionRecord> versions,
                           versions_->Versions(tenant, profile_id, context_key));
   if (versions.empty()) {
     return absl::NotFoundError(absl::StrCat("context_key: ", Hex(context_key),
@@ -426,21 +423,21 @@ absl::StatusOr<std::vector<v1::ContextVersion>> Compactor::List(const std::strin
 absl::StatusOr<uint32_t> Compactor::Drop(const std::string& tenant, uint64_t profile_id,
                                          const std::string& context_key, uint32_t version) {
   absl::MutexLock context_lock(LockFor(context_key));
-  KVTIER_ASSIGN_OR_RETURN(std::vector<v1::ContextVersion> versions,
+  KVTIER_ASSIGN_OR_RETURN(std::vector<ContextVersionRecord> versions,
                           List(tenant, profile_id, context_key));
-  const v1::ContextVersion* target = nullptr;
+  const ContextVersionRecord* target = nullptr;
   bool originals_dropped = false;
   int compacted = 0;
-  for (const v1::ContextVersion& v : versions) {
-    if (v.version() == version) target = &v;
-    if (v.version() == 0) originals_dropped = v.dropped();
-    if (v.version() > 0 && !v.dropped()) ++compacted;
+  for (const ContextVersionRecord& v : versions) {
+    if (v.version == version) target = &v;
+    if (v.version == 0) originals_dropped = v.dropped;
+    if (v.version > 0 && !v.dropped) ++compacted;
   }
   if (target == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("version: context ", Hex(context_key), " has no version ", version));
   }
-  if (target->dropped()) return 0u;  // already dropped: nothing to do
+  if (target->dropped) return 0u;  // already dropped: nothing to do
   if (version == 0 && compacted == 0) {
     return absl::FailedPreconditionError(
         "version: 0 (the originals) is the only copy of the context; compact it first");
@@ -450,7 +447,7 @@ absl::StatusOr<uint32_t> Compactor::Drop(const std::string& tenant, uint64_t pro
         "version: ", version, " is the last copy of the context (the originals were dropped)"));
   }
   uint32_t deleted = 0;
-  for (const std::string& id : target->block_ids()) {
+  for (const std::string& id : target->block_ids) {
     absl::Status st = store_->Delete(BlockKey{tenant, profile_id, id});
     if (absl::IsNotFound(st)) continue;
     if (!st.ok()) {
@@ -463,13 +460,10 @@ absl::StatusOr<uint32_t> Compactor::Drop(const std::string& tenant, uint64_t pro
   // The record stays, marked dropped: version numbers are never reused. A
   // dropped compacted version keeps its method but not its block ids (a
   // later compaction with the same method stores blocks under them again).
-  v1::ContextVersion dropped = *target;
-  dropped.set_dropped(true);
+  ContextVersionRecord dropped = *target;
+  dropped.dropped = true;
   std::vector<std::string> slot_ids;
-  if (version > 0) {
-    slot_ids.assign(target->block_ids().begin(), target->block_ids().end());
-    dropped.clear_block_ids();
-  }
+  if (version > 0) slot_ids = std::exchange(dropped.block_ids, {});
   KVTIER_RETURN_IF_ERROR(versions_->MarkDropped(tenant, profile_id, dropped, slot_ids));
   return deleted;
 }
@@ -477,7 +471,7 @@ absl::StatusOr<uint32_t> Compactor::Drop(const std::string& tenant, uint64_t pro
 void Compactor::Annotate(const std::string& tenant, uint64_t profile_id, v1::BlockResult* result) {
   // Slots answers NOT_FOUND from memory for blocks that were never compacted.
   auto slots = versions_->Slots(tenant, profile_id, result->block_id());
-  if (slots.ok()) *result->mutable_compacted() = std::move(*slots);
+  if (slots.ok()) *result->mutable_compacted() = ToProto(*slots);
 }
 
 }  // namespace kvtier::daemon

@@ -5,10 +5,13 @@
 // Compact reads every block of an open context that Select is not using
 // (checksums verified by the store), compacts each (layer, KV head) on the
 // calling thread, packs the kept slots into new blocks of the same profile
-// (the last one padded), stores them durably, records the version (and
+// (the last one padded), stores them durably and retained (never evicted
+// by the cache; they count against the tenant's retained_bytes quota),
+// records the version (and
 // version 0, the originals, the first time) in the VersionStore, and then
 // demotes the original blocks to NVMe (device and host copies given up as
-// the cache would; pinned copies stay). Nothing is deleted: the originals
+// the cache would; pinned copies stay; they remain cache blocks, evicted
+// like any other unless retained). Nothing is deleted: the originals
 // go only through Drop(version 0), which is refused while no compacted
 // version exists, and the last compacted version cannot be dropped once
 // the originals are gone.
@@ -58,14 +61,23 @@ class Compactor {
   // INVALID_ARGUMENT naming the field (retention, importance, merge, bias,
   // observation_queries); NOT_FOUND for context_id; FAILED_PRECONDITION when
   // Select holds the context's blocks (Release it first) or a block of it
-  // is no longer stored; RESOURCE_EXHAUSTED past max_context_bytes; store
+  // is no longer stored; RESOURCE_EXHAUSTED past max_context_bytes or the
+  // tenant's retained_bytes quota; store
   // errors as they come (nothing of the new version is kept on error).
-  absl::StatusOr<v1::CompactContextResponse> Compact(const std::string& tenant,
-                                                     const v1::CompactContextRequest& request);
+  //
+  // The request is the API's message (its fields are what errors name);
+  // everything the compactor keeps and returns is a domain record.
+  struct Result {
+    std::string context_key;
+    ContextVersionRecord version;
+    bool existed = false;  // the same compaction was stored before
+  };
+  absl::StatusOr<Result> Compact(const std::string& tenant,
+                                 const v1::CompactContextRequest& request);
   // NOT_FOUND for a context_key with no versions; an empty key lists all.
-  absl::StatusOr<std::vector<v1::ContextVersion>> List(const std::string& tenant,
-                                                       uint64_t profile_id,
-                                                       const std::string& context_key);
+  absl::StatusOr<std::vector<ContextVersionRecord>> List(const std::string& tenant,
+                                                         uint64_t profile_id,
+                                                         const std::string& context_key);
   // Deletes a version's blocks (see the file comment); returns how many
   // blocks were deleted. NOT_FOUND for an unknown key or version;
   // FAILED_PRECONDITION when the drop would leave no copy of the context
@@ -73,7 +85,8 @@ class Compactor {
   // the call can be repeated).
   absl::StatusOr<uint32_t> Drop(const std::string& tenant, uint64_t profile_id,
                                 const std::string& context_key, uint32_t version);
-  // Sets result->compacted when result's block is a compacted block.
+  // Sets result->compacted (the API's form of its slots) when result's
+  // block is a compacted block.
   void Annotate(const std::string& tenant, uint64_t profile_id, v1::BlockResult* result);
 
   static std::string ContextKey(const std::vector<std::string>& block_ids);

@@ -8,6 +8,7 @@
 #include <rocksdb/db.h>
 
 #include "absl/strings/str_cat.h"
+#include "kvtier/v1/kvtier.pb.h"
 #include "storage/catalog/catalog.h"
 #include "storage/catalog/rocksdb_status.h"
 #include "storage/common/client_text.h"
@@ -22,6 +23,7 @@ std::string CompactedKey(const std::string& tenant, uint64_t profile_id,
   return absl::StrCat(tenant.size(), ":", tenant, profile_id, ":", block_id);
 }
 
+// The older store's values were API messages.
 ContextVersionRecord RecordOf(const v1::ContextVersion& v) {
   ContextVersionRecord r;
   r.version = v.version();
@@ -37,21 +39,6 @@ ContextVersionRecord RecordOf(const v1::ContextVersion& v) {
   return r;
 }
 
-v1::ContextVersion MessageOf(const ContextVersionRecord& r) {
-  v1::ContextVersion v;
-  v.set_version(r.version);
-  v.set_context_key(r.context_key);
-  for (const std::string& id : r.block_ids) v.add_block_ids(id);
-  v.set_tokens(r.tokens);
-  v.set_retention(r.retention);
-  v.set_importance(static_cast<v1::CompactImportance>(r.importance));
-  v.set_merge(static_cast<v1::CompactMerge>(r.merge));
-  v.set_bias(static_cast<v1::CompactBias>(r.bias));
-  v.set_created_unix_ms(r.created_unix_ms);
-  v.set_dropped(r.dropped);
-  return v;
-}
-
 CompactedSlotsRecord RecordOf(const v1::CompactedSlots& s) {
   CompactedSlotsRecord r;
   r.version = s.version();
@@ -59,15 +46,6 @@ CompactedSlotsRecord RecordOf(const v1::CompactedSlots& s) {
   r.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
   r.merged.assign(s.merged().begin(), s.merged().end());
   return r;
-}
-
-v1::CompactedSlots MessageOf(const CompactedSlotsRecord& r) {
-  v1::CompactedSlots s;
-  s.set_version(r.version);
-  s.mutable_positions()->Add(r.positions.begin(), r.positions.end());
-  s.mutable_logit_bias()->Add(r.logit_bias.begin(), r.logit_bias.end());
-  s.mutable_merged()->Add(r.merged.begin(), r.merged.end());
-  return s;
 }
 
 // ---- The older separate store -------------------------------------------
@@ -197,15 +175,15 @@ absl::StatusOr<std::unique_ptr<VersionStore>> VersionStore::Open(Catalog* catalo
 }
 
 absl::Status VersionStore::Put(const std::string& tenant, uint64_t profile_id,
-                               const std::vector<v1::ContextVersion>& versions,
+                               const std::vector<ContextVersionRecord>& versions,
                                const std::vector<SlotRecord>& slots) {
   CatalogBatch batch;
-  for (const v1::ContextVersion& v : versions) {
-    KVTIER_RETURN_IF_ERROR(batch.PutContextVersion(tenant, profile_id, RecordOf(v)));
+  for (const ContextVersionRecord& v : versions) {
+    KVTIER_RETURN_IF_ERROR(batch.PutContextVersion(tenant, profile_id, v));
   }
   for (const SlotRecord& s : slots) {
     KVTIER_RETURN_IF_ERROR(
-        batch.PutCompactedSlots(BlockKey{tenant, profile_id, s.block_id}, RecordOf(s.slots)));
+        batch.PutCompactedSlots(BlockKey{tenant, profile_id, s.block_id}, s.slots));
   }
   KVTIER_RETURN_IF_ERROR(catalog_->Write(batch));
   absl::MutexLock lock(&mu_);
@@ -213,34 +191,23 @@ absl::Status VersionStore::Put(const std::string& tenant, uint64_t profile_id,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<v1::ContextVersion>> VersionStore::Scan(const std::string& tenant,
-                                                                   uint64_t profile_id,
-                                                                   const std::string& context_key) {
-  KVTIER_ASSIGN_OR_RETURN(std::vector<ContextVersionRecord> records,
-                          catalog_->ContextVersions(tenant, profile_id, context_key));
-  std::vector<v1::ContextVersion> out;
-  out.reserve(records.size());
-  for (const ContextVersionRecord& r : records) out.push_back(MessageOf(r));
-  return out;
-}
-
-absl::StatusOr<std::vector<v1::ContextVersion>> VersionStore::Versions(
+absl::StatusOr<std::vector<ContextVersionRecord>> VersionStore::Versions(
     const std::string& tenant, uint64_t profile_id, const std::string& context_key) {
   // No version is stored under a longer key (a client's bytes).
-  if (context_key.size() > kMaxContextKeyBytes) return std::vector<v1::ContextVersion>();
-  return Scan(tenant, profile_id, context_key);
+  if (context_key.size() > kMaxContextKeyBytes) return std::vector<ContextVersionRecord>();
+  return catalog_->ContextVersions(tenant, profile_id, context_key);
 }
 
-absl::StatusOr<std::vector<v1::ContextVersion>> VersionStore::AllVersions(const std::string& tenant,
-                                                                          uint64_t profile_id) {
-  return Scan(tenant, profile_id, "");
+absl::StatusOr<std::vector<ContextVersionRecord>> VersionStore::AllVersions(
+    const std::string& tenant, uint64_t profile_id) {
+  return catalog_->ContextVersions(tenant, profile_id, "");
 }
 
 absl::Status VersionStore::MarkDropped(const std::string& tenant, uint64_t profile_id,
-                                       const v1::ContextVersion& record,
+                                       const ContextVersionRecord& record,
                                        const std::vector<std::string>& block_ids) {
   CatalogBatch batch;
-  KVTIER_RETURN_IF_ERROR(batch.PutContextVersion(tenant, profile_id, RecordOf(record)));
+  KVTIER_RETURN_IF_ERROR(batch.PutContextVersion(tenant, profile_id, record));
   for (const std::string& id : block_ids) {
     KVTIER_RETURN_IF_ERROR(batch.DeleteCompactedSlots(BlockKey{tenant, profile_id, id}));
   }
@@ -257,17 +224,16 @@ bool VersionStore::IsCompacted(const std::string& tenant, uint64_t profile_id,
   return compacted_.contains(CompactedKey(tenant, profile_id, block_id));
 }
 
-absl::StatusOr<v1::CompactedSlots> VersionStore::Slots(const std::string& tenant,
-                                                       uint64_t profile_id,
-                                                       const std::string& block_id) {
+absl::StatusOr<CompactedSlotsRecord> VersionStore::Slots(const std::string& tenant,
+                                                         uint64_t profile_id,
+                                                         const std::string& block_id) {
   if (!IsCompacted(tenant, profile_id, block_id)) {
     return absl::NotFoundError("not a compacted block");
   }
   absl::StatusOr<CompactedSlotsRecord> slots =
       catalog_->GetCompactedSlots(BlockKey{tenant, profile_id, block_id});
   if (absl::IsNotFound(slots.status())) return absl::NotFoundError("not a compacted block");
-  if (!slots.ok()) return slots.status();
-  return MessageOf(*slots);
+  return slots;
 }
 
 }  // namespace kvtier::daemon

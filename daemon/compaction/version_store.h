@@ -4,9 +4,10 @@
 //
 // Per (tenant, profile, context_key) it keeps every version (version 0 =
 // the original blocks, n = compacted), and per compacted block its slot
-// data. This class converts between the API's messages (v1::ContextVersion,
-// v1::CompactedSlots) and the catalog's records (ContextVersionRecord,
-// CompactedSlotsRecord); the catalog never sees a protobuf. Every write is
+// data, as the catalog's records (ContextVersionRecord, CompactedSlotsRecord,
+// storage/catalog/records.h): the compactor's domain types. Protobuf
+// messages appear only at the RPC edge (daemon/convert.h) and in the
+// migration of the older store below. Every write is
 // synced (records are written after the blocks they describe were stored
 // durably). The ids of compacted blocks are also held in memory
 // (IsCompacted) so reads of ordinary blocks never touch the catalog.
@@ -32,7 +33,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "kvtier/v1/kvtier.pb.h"
+#include "storage/catalog/records.h"
 
 namespace kvtier {
 class Catalog;
@@ -53,35 +54,32 @@ class VersionStore {
   // synced batch, replacing records with the same keys.
   struct SlotRecord {
     std::string block_id;
-    v1::CompactedSlots slots;
+    CompactedSlotsRecord slots;
   };
   absl::Status Put(const std::string& tenant, uint64_t profile_id,
-                   const std::vector<v1::ContextVersion>& versions,
+                   const std::vector<ContextVersionRecord>& versions,
                    const std::vector<SlotRecord>& slots);
   // Every version of one context, by version; empty when none. DATA_LOSS
   // naming the key of a record that does not decode.
-  absl::StatusOr<std::vector<v1::ContextVersion>> Versions(const std::string& tenant,
-                                                           uint64_t profile_id,
-                                                           const std::string& context_key);
+  absl::StatusOr<std::vector<ContextVersionRecord>> Versions(const std::string& tenant,
+                                                             uint64_t profile_id,
+                                                             const std::string& context_key);
   // Every version of every context of (tenant, profile), by key then version.
-  absl::StatusOr<std::vector<v1::ContextVersion>> AllVersions(const std::string& tenant,
-                                                              uint64_t profile_id);
+  absl::StatusOr<std::vector<ContextVersionRecord>> AllVersions(const std::string& tenant,
+                                                                uint64_t profile_id);
   // Replaces a version's record with `record` (its dropped form) and
   // removes the slot records of block_ids, in one synced batch. Records are
   // never removed, so version numbers are never reused.
   absl::Status MarkDropped(const std::string& tenant, uint64_t profile_id,
-                           const v1::ContextVersion& record,
+                           const ContextVersionRecord& record,
                            const std::vector<std::string>& block_ids);
   // The slots of a compacted block; NOT_FOUND for any other block.
-  absl::StatusOr<v1::CompactedSlots> Slots(const std::string& tenant, uint64_t profile_id,
-                                           const std::string& block_id);
+  absl::StatusOr<CompactedSlotsRecord> Slots(const std::string& tenant, uint64_t profile_id,
+                                             const std::string& block_id);
   bool IsCompacted(const std::string& tenant, uint64_t profile_id, const std::string& block_id);
 
  private:
   explicit VersionStore(Catalog* catalog) : catalog_(catalog) {}
-  absl::StatusOr<std::vector<v1::ContextVersion>> Scan(const std::string& tenant,
-                                                       uint64_t profile_id,
-                                                       const std::string& context_key);
 
   Catalog* const catalog_;
   absl::Mutex mu_;

@@ -8,6 +8,7 @@
 
 #include <rocksdb/db.h>
 
+#include "daemon/convert.h"
 #include "gtest/gtest.h"
 #include "storage/catalog/catalog.h"
 
@@ -47,6 +48,28 @@ v1::CompactedSlots Slots() {
   for (float b : {0.0f, -1.5f, 2.0f}) s.add_logit_bias(b);
   for (uint32_t m : {1u, 4u, 2u}) s.add_merged(m);
   return s;
+}
+
+// The same records as the store keeps them.
+ContextVersionRecord VersionRecord(uint32_t n, const std::string& block_id) {
+  ContextVersionRecord r;
+  r.version = n;
+  r.context_key = "0123456789abcdef";
+  r.block_ids = {block_id};
+  r.tokens = n == 0 ? 64 : 16;
+  r.retention = n == 0 ? 0 : 0.25f;
+  r.importance = v1::COMPACT_IMPORTANCE_SNAPKV;
+  r.merge = v1::COMPACT_MERGE_GATED;
+  r.bias = v1::COMPACT_BIAS_ATTENTION_RATIO;
+  r.created_unix_ms = 1700000000000 + n;
+  return r;
+}
+
+CompactedSlotsRecord SlotsRecord() {
+  return CompactedSlotsRecord{.version = 1,
+                              .positions = {0, 5, 9},
+                              .logit_bias = {0.0f, -1.5f, 2.0f},
+                              .merged = {1u, 4u, 2u}};
 }
 
 std::string LegacyVersionKey(const v1::ContextVersion& v) {
@@ -93,7 +116,10 @@ class VersionStoreTest : public testing::Test {
 TEST_F(VersionStoreTest, RecordsRoundTripThroughTheCatalog) {
   auto store = VersionStore::Open(catalog_.get(), legacy());
   ASSERT_TRUE(store.ok()) << store.status();
-  ASSERT_TRUE((*store)->Put("t", 3, {Version(0, "b0"), Version(1, "c0")}, {{"c0", Slots()}}).ok());
+  ASSERT_TRUE(
+      (*store)
+          ->Put("t", 3, {VersionRecord(0, "b0"), VersionRecord(1, "c0")}, {{"c0", SlotsRecord()}})
+          .ok());
   store->reset();
   OpenCatalog();
   store = VersionStore::Open(catalog_.get(), legacy());
@@ -101,18 +127,18 @@ TEST_F(VersionStoreTest, RecordsRoundTripThroughTheCatalog) {
   auto versions = (*store)->Versions("t", 3, "0123456789abcdef");
   ASSERT_TRUE(versions.ok()) << versions.status();
   ASSERT_EQ(versions->size(), 2u);
-  EXPECT_EQ((*versions)[1].SerializeAsString(), Version(1, "c0").SerializeAsString());
+  EXPECT_EQ((*versions)[1], VersionRecord(1, "c0"));
   EXPECT_TRUE((*store)->IsCompacted("t", 3, "c0"));
   EXPECT_FALSE((*store)->IsCompacted("t", 3, "b0"));
-  EXPECT_EQ((*store)->Slots("t", 3, "c0")->SerializeAsString(), Slots().SerializeAsString());
+  EXPECT_EQ(*(*store)->Slots("t", 3, "c0"), SlotsRecord());
 
-  v1::ContextVersion dropped = Version(1, "c0");
-  dropped.clear_block_ids();
-  dropped.set_dropped(true);
+  ContextVersionRecord dropped = VersionRecord(1, "c0");
+  dropped.block_ids.clear();
+  dropped.dropped = true;
   ASSERT_TRUE((*store)->MarkDropped("t", 3, dropped, {"c0"}).ok());
   EXPECT_FALSE((*store)->IsCompacted("t", 3, "c0"));
   EXPECT_EQ((*store)->Slots("t", 3, "c0").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE((*(*store)->AllVersions("t", 3))[1].dropped());
+  EXPECT_TRUE((*(*store)->AllVersions("t", 3))[1].dropped);
 }
 
 TEST_F(VersionStoreTest, OlderSeparateStoreIsMovedIntoTheCatalogAndRemoved) {
@@ -128,10 +154,12 @@ TEST_F(VersionStoreTest, OlderSeparateStoreIsMovedIntoTheCatalogAndRemoved) {
   auto all = (*store)->AllVersions("tenant-a", 7);
   ASSERT_TRUE(all.ok()) << all.status();
   ASSERT_EQ(all->size(), 2u);
-  EXPECT_EQ((*all)[0].SerializeAsString(), v0.SerializeAsString());
-  EXPECT_EQ((*all)[1].SerializeAsString(), v1.SerializeAsString());
+  // The old messages and the records they became say the same.
+  EXPECT_EQ(ToProto((*all)[0]).SerializeAsString(), v0.SerializeAsString());
+  EXPECT_EQ(ToProto((*all)[1]).SerializeAsString(), v1.SerializeAsString());
   EXPECT_TRUE((*store)->IsCompacted("tenant-a", 7, "c0"));
-  EXPECT_EQ((*store)->Slots("tenant-a", 7, "c0")->SerializeAsString(), Slots().SerializeAsString());
+  EXPECT_EQ(ToProto(*(*store)->Slots("tenant-a", 7, "c0")).SerializeAsString(),
+            Slots().SerializeAsString());
   // The records are the catalog's now: they survive without the old store.
   store->reset();
   OpenCatalog();

@@ -29,6 +29,7 @@
 #include "proto/auth/token.h"
 #include "tests/crash/crash_block.h"
 #include "tests/crash/crash_daemon.h"
+#include "tests/crash/crash_fixture.h"
 #include "tests/crash/failure_log.h"
 #include "tests/crash/load.h"
 #include "tests/crash/oracle.h"
@@ -37,106 +38,12 @@
 namespace kvtier::crash {
 namespace {
 
-constexpr char kTenant[] = "crash";
-constexpr uint64_t kRetainedQuotaBytes = 32 * kBlockBytes;
-constexpr uint32_t kNvmeFiles = 2;
-constexpr uint64_t kNvmeFileBytes = 1 << 20;
 constexpr int kWriters = 3;
 // Acknowledged calls before each kill: uniform in [kMinAcks, kMaxAcks].
 constexpr uint64_t kMinAcks = 200, kMaxAcks = 2000;
 constexpr std::chrono::seconds kLoadStallTimeout{120};
-constexpr std::chrono::seconds kStartTimeout{60};
 
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::strtoull(v, nullptr, 10) : fallback;
-}
-
-class CrashLoopTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = "/tmp/kvtier-crash-" + std::to_string(::getpid());
-    shm_dir_ = "/dev/shm/kvtier-crash-" + std::to_string(::getpid());
-    for (const std::string& d : {dir_, shm_dir_}) {
-      std::filesystem::remove_all(d);
-      std::filesystem::create_directories(d);
-    }
-    token_ = auth::NewToken();
-    std::ofstream(dir_ + "/tenants.toml")
-        << "[[tenants]]\nname = \"" << kTenant << "\"\nrole = \"admin\"\ntoken_sha256 = [\""
-        << auth::HashToken(token_)
-        << "\"]\n[tenants.quotas]\nretained_bytes = " << kRetainedQuotaBytes << "\n";
-  }
-  void TearDown() override {
-    daemon_.reset();
-    if (!HasFailure()) std::filesystem::remove_all(dir_);
-    std::filesystem::remove_all(shm_dir_);
-  }
-
-  std::unique_ptr<Client> Connect() {
-    ClientOptions options;
-    options.token = token_;
-    options.call_timeout = std::chrono::seconds(60);
-    auto client = Client::Connect(daemon_->socket_path(), options);
-    EXPECT_TRUE(client.ok()) << client.status();
-    return client.ok() ? std::move(*client) : nullptr;
-  }
-
-  CrashDaemonOptions DaemonOptions(const std::vector<std::string>& extra = {}) const {
-    CrashDaemonOptions options{
-        KVTIERD_PATH,
-        dir_,
-        {"log.level=info", "server.shutdown_grace_ms=1000", "tiers.device.backend=shm",
-         "tiers.device.shm_dir=" + shm_dir_, "tiers.host.shm_dir=" + shm_dir_,
-         "tiers.device.capacity_bytes=1MiB", "tiers.host.capacity_bytes=1MiB",
-         "tiers.host.staging_bytes=256KiB", absl::StrCat("tiers.nvme.file_count=", kNvmeFiles),
-         absl::StrCat("tiers.nvme.file_size_bytes=", kNvmeFileBytes), "tiers.nvme.io_threads=1",
-         "leases.default_ttl_ms=60000", "auth.tenants_file=" + dir_ + "/tenants.toml",
-         "auth.tenant_arena_bytes=512KiB", "auth.tenant_staging_bytes=256KiB"}};
-    options.settings.insert(options.settings.end(), extra.begin(), extra.end());
-    return options;
-  }
-
-  // Lines of the life's log where the block store reported a problem it
-  // could not return to a caller (quarantines, recovery repairs, extents it
-  // could not free): none may appear.
-  void ExpectNoStoreWarnings(int life, FailureLog* failures) {
-    for (const std::string& line : daemon_->LogLines(life, "store: ")) {
-      failures->Add(absl::StrCat("life ", life, " logged a store warning: ", line));
-    }
-  }
-
-  // Starts the first life and registers CrashProfile(); *admin is a client
-  // of the load's tenant (role admin).
-  void StartFirstLife(std::unique_ptr<Client>* admin, uint64_t* profile_id,
-                      const std::vector<std::string>& extra_settings = {}) {
-    daemon_ = std::make_unique<CrashDaemon>(DaemonOptions(extra_settings));
-    std::string error;
-    ASSERT_TRUE(daemon_->Start(kStartTimeout, &error)) << error;
-    *admin = Connect();
-    ASSERT_NE(*admin, nullptr);
-    auto registered = (*admin)->RegisterProfile(CrashProfile());
-    ASSERT_TRUE(registered.ok()) << registered.status();
-    ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
-    *profile_id = registered->profile_id();
-  }
-
-  RestartCheckOptions CheckOptions(int cycle, uint64_t profile_id, uint64_t probe_seed) const {
-    RestartCheckOptions o;
-    o.cycle = cycle;
-    o.profile_id = profile_id;
-    o.tenant = kTenant;
-    o.retained_quota_bytes = kRetainedQuotaBytes;
-    o.nvme_dir = daemon_->data_dir() + "/nvme";
-    o.nvme_file_count = kNvmeFiles;
-    o.nvme_file_size_bytes = kNvmeFileBytes;
-    o.probe_seed = probe_seed;
-    return o;
-  }
-
-  std::string dir_, shm_dir_, token_;
-  std::unique_ptr<CrashDaemon> daemon_;
-};
+class CrashLoopTest : public CrashFixture {};
 
 // The restart check itself: a block the oracle holds durable and retained
 // but that was deleted behind its back is reported lost, one put behind its
@@ -147,8 +54,8 @@ TEST_F(CrashLoopTest, RestartCheckReportsLostGhostAndCorruptBlocks) {
   uint64_t profile_id = 0;
   ASSERT_NO_FATAL_FAILURE(StartFirstLife(&admin, &profile_id));
   Oracle oracle(1);
-  std::vector<std::string> ids;
-  for (int i = 0; i < 4; ++i) ids.push_back(oracle.NewId(0));
+  std::vector<std::string> ids(4);
+  for (std::string& id : ids) id = oracle.NewId(0);
   const std::string ghost = BlockId(0, 1000);  // never registered with the oracle
   v1::PutBlocksRequest put;
   put.set_profile_id(profile_id);

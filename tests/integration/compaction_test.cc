@@ -205,6 +205,11 @@ TEST_F(CompactionTest, CompactedBlocksMatchADirectComputationAndOriginalsAreDemo
   EXPECT_EQ(resp->context_key().size(), 16u);
   EXPECT_EQ(resp->version().importance(), v1::COMPACT_IMPORTANCE_KEYDIFF);
   ExpectMatchesDirect(*resp, 0.3f, {});
+  // The compacted blocks are retained (never evicted by the cache); the
+  // originals are not.
+  auto stats = client_->Stats();
+  ASSERT_OK(stats);
+  EXPECT_EQ(stats->retained_bytes(), uint64_t{3} * kLayers * 2 * kHeads * kTokens * kDim * 2);
 
   v1::LookupRequest lookup;
   lookup.set_profile_id(profile_id_);

@@ -142,8 +142,12 @@ TEST_F(LeaseLimitTest, ATenantPastItsLeasesIsRefusedAndOthersAreNot) {
   auto stats = As("ops")->Stats();
   ASSERT_OK(stats);
   for (const auto& t : stats->tenants()) {
-    if (t.name() == "l") EXPECT_EQ(t.quotas().at("leases"), kQuotaLeases);
-    if (t.name() == "a") EXPECT_EQ(t.quotas().at("leases"), kDefaultLeases);
+    if (t.name() == "l") {
+      EXPECT_EQ(t.quotas().at("leases"), kQuotaLeases);
+    }
+    if (t.name() == "a") {
+      EXPECT_EQ(t.quotas().at("leases"), kDefaultLeases);
+    }
   }
 
   // A released lease frees its place.

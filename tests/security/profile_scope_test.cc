@@ -258,8 +258,12 @@ TEST_F(ProfileScopeTest, IdsAreRandomAndQuotasCountEachTenantsOwn) {
   auto stats = As("ops")->Stats();
   ASSERT_OK(stats);
   for (const auto& t : stats->tenants()) {
-    if (t.name() == "a") EXPECT_EQ(t.profiles(), 4u);
-    if (t.name() == "q") EXPECT_EQ(t.profiles(), 1u);
+    if (t.name() == "a") {
+      EXPECT_EQ(t.profiles(), 4u);
+    }
+    if (t.name() == "q") {
+      EXPECT_EQ(t.profiles(), 1u);
+    }
   }
 }
 
