@@ -9,6 +9,8 @@ function(help_of out)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "help_to_man: ${PROGRAM} ${ARGN} --help exited with ${rc}")
   endif()
+  # "Usage: NAME", not the path of the binary in the build tree.
+  string(REPLACE "${PROGRAM}" "${NAME}" text "${text}")
   # roff: a backslash is \e; a line starting with . or ' would be a request.
   string(REPLACE "\\" "\\e" text "${text}")
   string(REGEX REPLACE "(^|\n)([.'])" "\\1\\\\&\\2" text "${text}")

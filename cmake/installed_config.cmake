@@ -20,7 +20,8 @@ replace_once("# kvtierd configuration. This file is also the daemon's embedded d
 "# kvtierd configuration, installed by the kvtierd package: the daemon's
 # embedded defaults (kvtierd --print-default-config) with server.data_dir
 # and server.socket_path set to the directories kvtierd.service provides.
-# dpkg keeps your changes on upgrade. Every other key shows its default.")
+# dpkg keeps your changes on upgrade. Every other key
+# shows its default.")
 replace_once("data_dir = \"./var/kvtier\"" "data_dir = \"/var/lib/kvtier\"")
 replace_once("\nsocket_path = \"\"\n" "\nsocket_path = \"/run/kvtier/kvtierd.sock\"\n")
 file(WRITE "${OUT}.tmp" "${text}")
