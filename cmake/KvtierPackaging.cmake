@@ -20,18 +20,21 @@ set(CPACK_PACKAGE_VENDOR "kvtier")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "${KVTIER_PACKAGE_MAINTAINER}")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_INSTALL_PREFIX /usr)
 # Absolute destinations (/etc/kvtier, /lib/systemd/system) land in the
 # staging root, never in the building machine's.
 set(CPACK_SET_DESTDIR ON)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_COMPONENTS_ALL daemon lib dev python)
-set(CPACK_COMPONENT_DEV_DEPENDS lib)
 set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+# A shlibs file for the packages that hold a shared library (the lib one).
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
 
 set(CPACK_DEBIAN_DAEMON_PACKAGE_NAME kvtierd)
 set(CPACK_DEBIAN_DAEMON_PACKAGE_SECTION misc)
@@ -48,8 +51,7 @@ set(CPACK_DEBIAN_DAEMON_PACKAGE_CONTROL_EXTRA
 
 set(CPACK_DEBIAN_LIB_PACKAGE_NAME libkvtier-client${PROJECT_VERSION_MAJOR})
 set(CPACK_DEBIAN_LIB_PACKAGE_SECTION libs)
-set(CPACK_DEBIAN_LIB_PACKAGE_GENERATE_SHLIBS ON)
-set(CPACK_DEBIAN_LIB_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
+set(CPACK_DEBIAN_LIB_PACKAGE_CONTROL_EXTRA ${gen}/debian/lib/triggers)
 set(CPACK_COMPONENT_LIB_DESCRIPTION "C++ client library of the kvtier KV-cache daemon
 The shared library an inference engine links to store KV-cache blocks in
 kvtierd and select the blocks each decode step needs, over gRPC on the
@@ -57,7 +59,8 @@ daemon's Unix socket.")
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libkvtier-client-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
-set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libgrpc++-dev, libprotobuf-dev, libabsl-dev, libssl-dev")
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS
+  "libkvtier-client${PROJECT_VERSION_MAJOR} (= ${PROJECT_VERSION}-${CPACK_DEBIAN_PACKAGE_RELEASE}), libgrpc++-dev, libprotobuf-dev, libabsl-dev, libssl-dev")
 set(CPACK_COMPONENT_DEV_DESCRIPTION "C++ client library of the kvtier KV-cache daemon (development files)
 Headers, the static library, the CMake package (find_package(kvtier) gives
 kvtier::client) and the pkg-config file kvtier-client of the kvtier client
@@ -79,9 +82,11 @@ foreach(script postinst prerm postrm)
   file(COPY_FILE ${debian}/kvtierd.${script} ${gen}/debian/${script} ONLY_IF_DIFFERENT)
 endforeach()
 file(COPY_FILE ${debian}/kvtierd.conffiles ${gen}/debian/conffiles ONLY_IF_DIFFERENT)
+file(MAKE_DIRECTORY ${gen}/debian/lib)
+file(COPY_FILE ${debian}/libkvtier-client.triggers ${gen}/debian/lib/triggers ONLY_IF_DIFFERENT)
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
   ${debian}/kvtierd.postinst ${debian}/kvtierd.prerm ${debian}/kvtierd.postrm
-  ${debian}/kvtierd.conffiles ${debian}/changelog)
+  ${debian}/kvtierd.conffiles ${debian}/libkvtier-client.triggers ${debian}/changelog)
 
 # Every package carries the copyright file and the Debian changelog,
 # whose first entry must be this version.

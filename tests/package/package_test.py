@@ -13,8 +13,9 @@ be on tmpfs). Readiness is the daemon's READY=1 on a private NOTIFY_SOCKET,
 not a timed wait. The tests then check the file lists and control fields,
 and talk to that daemon through the installed kvtierctl, the installed
 Python package and a C++ program built with cmake against the installed
-CMake package. systemd-analyze and lintian checks skip, saying so, where
-those tools are absent.
+CMake package. The systemd-analyze check skips, saying so, where the tool
+is absent. lintian is not run here (it takes longer than the rest):
+deploy/package.sh runs it.
 """
 
 import fnmatch
@@ -102,7 +103,8 @@ class PackageTest(unittest.TestCase):
             cls.debs[package] = deb
             listing = run(["dpkg-deb", "-c", deb]).splitlines()
             # "-rw-r--r-- root/root 1234 2024-01-01 00:00 ./usr/bin/kvtierd"
-            cls.files[package] = [line.split(" ./", 1)[1] for line in listing
+            # (a symbolic link: "... ./usr/lib/libx.so.0 -> libx.so.0.1.0")
+            cls.files[package] = [line.split(" ./", 1)[1].split(" -> ")[0] for line in listing
                                   if " ./" in line and not line.startswith("d")]
             run(["dpkg-deb", "-x", deb, cls.root])
         cls.sock = os.path.join(cls.root, "run/kvtier/kvtierd.sock")
@@ -249,12 +251,6 @@ class PackageTest(unittest.TestCase):
             argv.insert(2, "--man=no")  # nothing to look the pages up with
         out = run(argv, env=dict(os.environ, MANPATH=os.path.join(self.root, "usr/share/man")))
         self.assertEqual(out.strip(), "", out)
-
-    def test_lintian_finds_no_errors(self):
-        lintian = shutil.which("lintian")
-        if lintian is None:
-            self.skipTest("lintian not installed: the packages were not linted")
-        run([lintian, "--fail-on", "error", *sorted(self.debs.values())])
 
 
 if __name__ == "__main__":
