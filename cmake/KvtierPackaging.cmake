@@ -19,10 +19,13 @@ set(CPACK_PACKAGE_NAME kvtier)
 set(CPACK_PACKAGE_VENDOR "kvtier")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "${KVTIER_PACKAGE_MAINTAINER}")
+# Files go under /usr whatever the tree's CMAKE_INSTALL_PREFIX (a DESTDIR
+# install, below, takes CPACK_INSTALL_PREFIX as its prefix).
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_INSTALL_PREFIX /usr)
-# Absolute destinations (/etc/kvtier, /lib/systemd/system) land in the
-# staging root, never in the building machine's.
+# Installed with DESTDIR: absolute destinations (/etc/kvtier,
+# /lib/systemd/system) land in the staging root, never in the building
+# machine's.
 set(CPACK_SET_DESTDIR ON)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
