@@ -7,6 +7,8 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   build-essential cmake ninja-build pkg-config git
+  # Debian packages (deploy/package.sh, the package test)
+  dpkg-dev fakeroot lintian
   # RPC and serialization
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   # storage (hiredis: the remote tier's Redis Cluster client)
