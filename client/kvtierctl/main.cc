@@ -17,7 +17,8 @@
 //   kvtierctl tenants rotate NAME --file PATH [--revoke-others]
 //
 // The daemon is found at --socket, else $KVTIER_SOCKET, else
-// ./var/kvtier/kvtierd.sock (where deploy/run.sh starts it). A daemon with
+// ./var/kvtier/kvtierd.sock (where deploy/run.sh starts it) when that
+// exists, else /run/kvtier/kvtierd.sock (the packaged service's). A daemon with
 // tenants (auth.tenants_file) wants a bearer token: --token, --token-file,
 // else $KVTIER_TOKEN. `tenants` edits the file offline and needs neither.
 #include <unistd.h>
@@ -84,7 +85,8 @@ struct CtlArgs {
 void AddGlobalOptions(CLI::App& app, CtlArgs& a) {
   app.add_option("-s,--socket", a.socket,
                  "Daemon address: socket path or host:port "
-                 "(default $KVTIER_SOCKET or ./var/kvtier/kvtierd.sock)");
+                 "(default $KVTIER_SOCKET, else ./var/kvtier/kvtierd.sock when it exists, "
+                 "else /run/kvtier/kvtierd.sock)");
   app.add_option("--token", a.token,
                  "Bearer token of your tenant (default $KVTIER_TOKEN); visible to other local "
                  "users in the process list, so prefer --token-file or the variable");
@@ -278,15 +280,20 @@ std::optional<int> RunTenantsCommand(const CtlArgs& a) {
   return std::nullopt;
 }
 
-// Connects to the daemon named by --socket, $KVTIER_SOCKET or
-// ./var/kvtier/kvtierd.sock, with the token from --token, --token-file or
-// $KVTIER_TOKEN. On failure prints the reason to stderr and returns nullptr.
+// The socket when --socket is not given: $KVTIER_SOCKET, else deploy/run.sh's
+// socket when it exists, else the packaged service's.
+std::string DefaultSocket() {
+  const char* env = std::getenv("KVTIER_SOCKET");
+  if (env != nullptr && *env != '\0') return env;
+  constexpr char kRunSh[] = "./var/kvtier/kvtierd.sock";
+  return access(kRunSh, F_OK) == 0 ? kRunSh : "/run/kvtier/kvtierd.sock";
+}
+
+// Connects to the daemon named by --socket or DefaultSocket(), with the
+// token from --token, --token-file or $KVTIER_TOKEN. On failure prints the
+// reason to stderr and returns nullptr.
 std::unique_ptr<kvtier::Client> ConnectToDaemon(const CtlArgs& a) {
-  std::string socket = a.socket;
-  if (socket.empty()) {
-    const char* env = std::getenv("KVTIER_SOCKET");
-    socket = (env != nullptr && *env != '\0') ? env : "./var/kvtier/kvtierd.sock";
-  }
+  const std::string socket = a.socket.empty() ? DefaultSocket() : a.socket;
   kvtier::ClientOptions client_options;
   client_options.call_timeout = std::chrono::milliseconds(a.timeout_ms);
   auto resolved = kvtier::ctl::ResolveToken(a.token, a.token_file, std::getenv("KVTIER_TOKEN"));
