@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -350,9 +351,8 @@ int RunDaemonCommand(kvtier::Client& client, const CtlArgs& a) {
   return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Parses the command line and runs the command; the exit code.
+int Main(int argc, char** argv) {
   CLI::App app{"kvtierctl: administer a kvtierd daemon"};
   app.require_subcommand(1);
   app.fallthrough();  // global options may follow the subcommand
@@ -372,4 +372,19 @@ int main(int argc, char** argv) {
   std::unique_ptr<kvtier::Client> client = ConnectToDaemon(a);
   if (client == nullptr) return 2;  // usage error or unreachable, as printed
   return RunDaemonCommand(*client, a);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // An exception that escapes (out of memory, a broken output stream) is
+  // reported as an error, not as std::terminate's abort.
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "kvtierctl: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "kvtierctl: unknown error\n";
+  }
+  return 1;
 }
