@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -15,6 +16,20 @@ namespace kvtier::daemon {
 namespace {
 
 std::string Field(int i, const char* name) { return absl::StrCat("contexts[", i, "].", name); }
+
+// The same name in a buffer on the stack: the checks that run for every
+// entry of every request take their field name this way, so a request
+// that passes them allocates no strings (only an error message uses it).
+class FieldName {
+ public:
+  FieldName(int i, const char* name) {
+    std::snprintf(buf_, sizeof(buf_), "contexts[%d].%s", i, name);
+  }
+  const char* c_str() const { return buf_; }
+
+ private:
+  char buf_[48];  // "contexts[" + 10 digits + "]." + the longest name, 14
+};
 
 absl::StatusOr<index::ScorerKind> ScorerOf(v1::Scorer scorer, index::ScorerKind default_kind,
                                            int i) {
@@ -52,7 +67,7 @@ bool NeedsQuery(index::ScorerKind kind) {
 
 // Finite values, no row of `row_len` values all zero.
 absl::Status CheckRows(const google::protobuf::RepeatedField<float>& v, int row_len,
-                       const std::string& field) {
+                       const char* field) {
   for (int d = 0; d < v.size(); ++d) {
     if (!std::isfinite(v[d])) {
       return absl::InvalidArgumentError(absl::StrCat(field, "[", d, "]: ", v[d], " is not finite"));
@@ -76,7 +91,7 @@ absl::Status CheckRows(const google::protobuf::RepeatedField<float>& v, int row_
 // required.
 absl::Status CheckAnchor(const google::protobuf::RepeatedField<float>& v,
                          const ModelProfile& profile, bool per_layer, bool required,
-                         const std::string& field) {
+                         const char* field) {
   const int dim = static_cast<int>(profile.head_dim);
   const int layered = static_cast<int>(profile.layers) * dim;
   if (v.empty() && !required) return absl::OkStatus();
@@ -95,7 +110,7 @@ absl::Status CheckAnchor(const google::protobuf::RepeatedField<float>& v,
 
 // An optional query of head_dim values.
 absl::Status CheckQuery(const google::protobuf::RepeatedField<float>& v, uint32_t head_dim,
-                        bool required, const std::string& field) {
+                        bool required, const char* field) {
   if (v.empty() && !required) return absl::OkStatus();
   if (static_cast<uint32_t>(v.size()) != head_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -107,8 +122,7 @@ absl::Status CheckQuery(const google::protobuf::RepeatedField<float>& v, uint32_
 
 // head_queries: empty, or one head_dim row per retrieval head.
 absl::Status CheckHeadQueries(const google::protobuf::RepeatedField<float>& v,
-                              const ModelProfile& profile, int32_t heads,
-                              const std::string& field) {
+                              const ModelProfile& profile, int32_t heads, const char* field) {
   if (v.empty()) return absl::OkStatus();
   const int dim = static_cast<int>(profile.head_dim);
   if (heads == 0) {
@@ -197,7 +211,7 @@ SelectHandler::~SelectHandler() = default;
 
 absl::Status SelectHandler::Check(const v1::ContextSelect& entry, int i, Item* item) {
   const Config& config = runtime_->config();
-  const std::string id_field = Field(i, "context_id");
+  const FieldName id_field(i, "context_id");
   absl::StatusOr<std::shared_ptr<Context>> ctx =
       runtime_->contexts()->Find(tenant_, entry.context_id(), id_field.c_str());
   if (!ctx.ok()) return ctx.status();
@@ -239,12 +253,12 @@ absl::Status SelectHandler::Check(const v1::ContextSelect& entry, int i, Item* i
                      item->budget_blocks, " blocks exceed limits.max_batch_blocks = ", max_blocks));
   }
   if (absl::Status st = CheckAnchor(entry.anchor(), profile, config.index.summary_per_layer,
-                                    IsKeyKey(item->scorer), Field(i, "anchor"));
+                                    IsKeyKey(item->scorer), FieldName(i, "anchor").c_str());
       !st.ok()) {
     return st;
   }
-  if (absl::Status st =
-          CheckQuery(entry.query(), profile.head_dim, NeedsQuery(item->scorer), Field(i, "query"));
+  if (absl::Status st = CheckQuery(entry.query(), profile.head_dim, NeedsQuery(item->scorer),
+                                   FieldName(i, "query").c_str());
       !st.ok()) {
     return st;
   }
@@ -254,14 +268,14 @@ absl::Status SelectHandler::Check(const v1::ContextSelect& entry, int i, Item* i
                                                    entry.recency_weight(), " is not in [0, 1]"));
   }
   return CheckHeadQueries(entry.head_queries(), profile, item->ctx->num_retrieval_heads(),
-                          Field(i, "head_queries"));
+                          FieldName(i, "head_queries").c_str());
 }
 
 absl::Status SelectHandler::Prepare(const v1::ContextSelect& entry, int i, Item* item) {
   Context* ctx = item->ctx.get();
   ctx->mu.AssertHeld();  // one of the batch's OrderedMutexLocks
-  if (ctx->closed()) return NotOpen(Field(i, "context_id").c_str(), ctx->id());
-  const std::string step_field = Field(i, "step");
+  if (ctx->closed()) return NotOpen(FieldName(i, "context_id").c_str(), ctx->id());
+  const FieldName step_field(i, "step");
   absl::StatusOr<int64_t> step = ctx->ResolveStep(entry.step(), step_field.c_str());
   if (!step.ok()) return step.status();
   // The profile's calibration may set its own sink and local blocks.
