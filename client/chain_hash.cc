@@ -2,6 +2,11 @@
 
 #include <openssl/sha.h>
 
+// SHA256_* is deprecated in OpenSSL 3 but exact and allocation-free; EVP
+// would add a heap context per id.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 namespace kvtier {
 namespace {
 
@@ -20,10 +25,6 @@ void PutField(SHA256_CTX* ctx, char tag, const void* data, uint64_t len) {
 }  // namespace
 
 BlockId ChainHash(const ChainHashInput& input) {
-  // SHA256_* is deprecated in OpenSSL 3 but exact and allocation-free;
-  // EVP would add a heap context per id.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
   SHA256_CTX ctx;
   SHA256_Init(&ctx);
   static constexpr char kDomain[] = "kvtier.chain.v1";
@@ -47,7 +48,6 @@ BlockId ChainHash(const ChainHashInput& input) {
   }
   BlockId id;
   SHA256_Final(id.data(), &ctx);
-#pragma GCC diagnostic pop
   return id;
 }
 
@@ -66,3 +66,5 @@ std::vector<BlockId> ChainHashSequence(uint64_t profile_id, absl::Span<const uin
 }
 
 }  // namespace kvtier
+
+#pragma GCC diagnostic pop
