@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -37,7 +40,7 @@ TEST(NormalizeTargetTest, AgreesWithThePythonPackage) {
 
 TEST(ClientTest, EmptyTargetIsInvalid) {
   auto client = Client::Connect("");
-  EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(client.status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(ClientTest, NoDaemonIsUnavailable) {
@@ -58,7 +61,7 @@ TEST(ClientTest, TokensThatCannotBeMetadataAreRefused) {
     ClientOptions options;
     options.token = token;
     auto client = Client::Connect("/run/kvtier.sock", options);
-    EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument) << token;
+    EXPECT_THAT(client.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << token;
     EXPECT_NE(client.status().message().find("options.token"), std::string::npos);
   }
   ClientOptions options;

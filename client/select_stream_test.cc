@@ -11,6 +11,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_daemon.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -120,14 +123,14 @@ TEST_F(ClientCallsTest, StagedPutsReadBackAndAppendGrowsTheContext) {
   ASSERT_EQ(contexts->contexts_size(), 1);
   EXPECT_EQ(contexts->contexts(0).context_id(), ctx);
   EXPECT_TRUE(client_->CloseContext(ctx).ok());
-  EXPECT_EQ(client_->CloseContext(ctx).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(client_->CloseContext(ctx), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(ClientCallsTest, StagedPutRefusesABlockOfTheWrongSize) {
   std::string small(kBlockBytes - 2, '\0');
   BlockData block{"short", {reinterpret_cast<const uint8_t*>(small.data()), small.size()}};
   auto put = client_->PutBlocksStaged(profile_id_, {&block, 1});
-  EXPECT_EQ(put.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(put.status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(put.status().message(), HasSubstr("blocks[0].data"));
 }
 
@@ -150,11 +153,11 @@ TEST_F(ClientCallsTest, PipelinedRequestsAreAnsweredInOrder) {
     EXPECT_EQ((*sel)[0].blocks.size(), want);  // the budget of that request
     if (want == 3) {
       ASSERT_EQ(sel->size(), 2u);
-      EXPECT_EQ((*sel)[1].status.code(), absl::StatusCode::kNotFound);
+      EXPECT_THAT((*sel)[1].status, StatusIs(absl::StatusCode::kNotFound));
       EXPECT_THAT((*sel)[1].status.message(), HasSubstr("contexts[1]"));
     }
   }
-  EXPECT_EQ(stream->Receive().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(stream->Receive().status(), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_TRUE(stream->Close().ok());
   v1::ReleaseRequest release;
   release.set_context_id(ctx);
@@ -169,11 +172,11 @@ TEST_F(ClientCallsTest, BadAnchorsAreRefusedBeforeSending) {
   v1::ContextSelect e = Entry(ctx, 2);
   for (uint32_t i = 0; i < kDim + 1; ++i) e.add_anchor(0.5f);  // neither dim nor layers*dim
   auto sent = stream->Send({Entry(ctx, 2), e});
-  EXPECT_EQ(sent.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(sent.status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(sent.status().message(), HasSubstr("contexts[1].anchor"));
   v1::ContextSelect no_id;
   EXPECT_THAT(stream->Send({no_id}).status().message(), HasSubstr("contexts[0].context_id"));
-  EXPECT_EQ(stream->Send({}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(stream->Send({}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(stream->outstanding(), 0u);
   EXPECT_TRUE(stream->Close().ok());
 }
@@ -181,7 +184,7 @@ TEST_F(ClientCallsTest, BadAnchorsAreRefusedBeforeSending) {
 TEST_F(ClientCallsTest, CancelledStreamReportsCancelled) {
   auto stream = client_->OpenSelectStream();
   stream->Cancel();
-  EXPECT_EQ(stream->Close().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(stream->Close(), StatusIs(absl::StatusCode::kCancelled));
 }
 
 TEST_F(ClientCallsTest, AdminCalls) {
@@ -213,7 +216,7 @@ TEST_F(ClientCallsTest, AdminCalls) {
   ASSERT_EQ(evicted->statuses_size(), 2);
   EXPECT_TRUE(FromItemStatus(evicted->statuses(0), "block_ids[0]").ok());
   absl::Status missing = FromItemStatus(evicted->statuses(1), "block_ids[1]");
-  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(missing.message(), HasSubstr("block_ids[1]: "));
 }
 

@@ -10,6 +10,9 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::daemon {
 namespace {
@@ -44,7 +47,7 @@ TEST(BlockingPoolTest, RunsOnItsThreadsAndRefusesBeyondTheQueueLimit) {
   EXPECT_EQ(s.rejected, 1u);
   EXPECT_THAT(std::string(pool.QueueFullStatus().message()),
               ::testing::HasSubstr("server.io_queue_limit: 2"));
-  EXPECT_EQ(pool.QueueFullStatus().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(pool.QueueFullStatus(), StatusIs(absl::StatusCode::kResourceExhausted));
   release.Notify();
   absl::Notification last;
   // Space again once the thread drains the queue.
@@ -186,7 +189,7 @@ TEST(BlockingPoolTest, ManySubmittersManyThreads) {
 TEST(ParallelForTest, RunsEveryIndexOnceWithAndWithoutHelpers) {
   for (size_t threads : {0u, 1u, 3u}) {
     for (size_t parallelism : {1u, 2u, 4u, 8u}) {
-      SCOPED_TRACE(testing::Message() << threads << " threads, parallelism " << parallelism);
+      SCOPED_TRACE(::testing::Message() << threads << " threads, parallelism " << parallelism);
       BlockingPool pool(threads, 16);
       std::vector<std::atomic<int>> seen(257);
       ParallelFor(&pool, seen.size(), parallelism, [&](size_t i) { ++seen[i]; });

@@ -17,7 +17,10 @@
 #include "index/selector.h"
 #include "index/simd.h"
 #include "index/summary_codec.h"
+#include "tests/testutil/status_matchers.h"
 #include "tests/testutil/synthetic.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::index {
 namespace {
@@ -204,7 +207,7 @@ TEST(KeySummaryTest, CodecKeepsHeadKeysExactlyAndLayerMeansInInt8) {
   // A flipped byte in the head keys is caught by the checksum.
   std::string bad = *blob;
   bad[bad.size() - 3] ^= 0x40;
-  EXPECT_EQ(DecodeSummary(bad).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(DecodeSummary(bad).status(), StatusIs(absl::StatusCode::kDataLoss));
   // A truncated head-keys section is refused, not read past its end.
   EXPECT_FALSE(DecodeSummary(absl::string_view(*blob).substr(0, blob->size() - 1)).ok());
 }

@@ -15,6 +15,9 @@
 #include "index/selector.h"
 #include "index/simd.h"
 #include "index/unit_vector.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::index {
 namespace {
@@ -178,7 +181,7 @@ TEST_F(LevelScorerTest, FailuresMarkTheCopiesStaleAndResendInFull) {
   std::vector<float> out(all_rows + 3);
   const LevelJob job{ctx.get(), anchor.data()};
   absl::Status status = scorer->ScoreLevels({&job, 1}, out.data());
-  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInternal));
   EXPECT_NE(status.message().find("injected"), std::string::npos) << status;
   shared.rows_written = 0;
   ExpectMatchesCpu(scorer.get(), {ctx.get()}, {anchor});
@@ -309,7 +312,7 @@ TEST(SelectorLevelScorerTest, FactoryErrorsAndSmallBatchesStayOnTheCpu) {
   };
   auto selector = MakeSelector(o);
   EXPECT_EQ(selector->level_scorer(), nullptr);
-  EXPECT_EQ(selector->level_scorer_create_status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(selector->level_scorer_create_status(), StatusIs(absl::StatusCode::kUnavailable));
 
   std::mt19937 rng(7);
   auto ctx = MakeContext(16, 100, &rng);
@@ -336,7 +339,7 @@ TEST(SelectorLevelScorerTest, FactoryErrorsAndSmallBatchesStayOnTheCpu) {
 TEST(GpuScoringTest, WithoutADeviceTheCudaScorerIsUnavailable) {
   absl::StatusOr<std::unique_ptr<LevelScorer>> scorer = NewCudaLevelScorer(0);
   if (scorer.ok()) GTEST_SKIP() << "a CUDA device is present (tests/gpu covers it)";
-  EXPECT_EQ(scorer.status().code(), absl::StatusCode::kUnavailable) << scorer.status();
+  EXPECT_THAT(scorer.status(), StatusIs(absl::StatusCode::kUnavailable)) << scorer.status();
 }
 
 }  // namespace

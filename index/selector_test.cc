@@ -9,7 +9,10 @@
 
 #include "gtest/gtest.h"
 #include "index/selector_test_util.h"
+#include "tests/testutil/status_matchers.h"
 #include "tests/testutil/synthetic.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::index {
 namespace {
@@ -346,7 +349,7 @@ TEST(SelectorTest, FlatScorers) {
   auto bare = MakeContext(std::vector<float>(16, 1.0f), 2);
   r.context = bare.get();
   r.scorer = ScorerKind::kQuest;
-  EXPECT_EQ(selector->Select(r, &out).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(selector->Select(r, &out), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST(SelectorTest, InvalidInputNamesTheField) {
@@ -394,7 +397,7 @@ TEST(SelectorTest, InvalidInputNamesTheField) {
   EXPECT_NE(message(r).find("context is empty"), std::string::npos);
   r = good;
   r.scorer = ScorerKind::kKeyKeyWeighted;
-  EXPECT_EQ(selector->Select(r, &out).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(selector->Select(r, &out), StatusIs(absl::StatusCode::kFailedPrecondition));
 
   std::vector<SelectRequest> twice = {good, good};
   std::vector<SelectResult> outs(2);

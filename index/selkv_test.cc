@@ -14,6 +14,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::index {
 namespace {
@@ -476,7 +479,7 @@ TEST(SelKvValidationTest, EveryInvalidArgumentNamesTheField) {
   auto expect = [&](const HeadKv& h, const CompactOptions& o, const char* field) {
     absl::StatusOr<CompactedHead> c = CompactHead(h, o);
     ASSERT_FALSE(c.ok()) << field;
-    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << field;
     EXPECT_THAT(std::string(c.status().message()), HasSubstr(field));
   };
   const HeadKv ok = Head(3, 2, keys, values);

@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::index {
 namespace {
@@ -164,7 +167,7 @@ TEST(StabilityTest, StepsNeverGoBack) {
   ASSERT_TRUE(t.BeginStep(5).ok());
   ASSERT_TRUE(t.BeginStep(5).ok());
   absl::Status s = t.BeginStep(4);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(s.message().find("step (4)"), std::string::npos);
 }
 

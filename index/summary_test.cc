@@ -7,7 +7,10 @@
 
 #include "gtest/gtest.h"
 #include "index/summary_codec.h"
+#include "tests/testutil/status_matchers.h"
 #include "tests/testutil/synthetic.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::index {
 namespace {
@@ -168,7 +171,7 @@ TEST(SummaryTest, BadInputNamesTheField) {
   BlockLayout layout = Layout(Dtype::kFp32, 1, 1, 4, 2);
   const SyntheticPayload p = MakeBlockPayload(layout, 1, {});
   auto s = ComputeBlockSummary(layout, p.bytes.substr(1), {}, nullptr);
-  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(s.status().message().find("payload size"), std::string::npos);
 
   BlockLayout bad = layout;
@@ -194,7 +197,7 @@ TEST(SummaryTest, BadInputNamesTheField) {
   HeadVarianceTracker tracker(2, 2, 4);
   HeadStats stats;
   ASSERT_TRUE(ComputeBlockSummary(layout, p.bytes, {}, &stats).ok());
-  EXPECT_EQ(tracker.Merge(stats).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tracker.Merge(stats), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 BlockSummary FullSummary() {
@@ -271,8 +274,8 @@ TEST(SummaryCodecTest, CorruptInputIsRejected) {
   EXPECT_NE(DecodeSummary(bad).status().message().find("version"), std::string::npos);
   bad = *blob;
   bad[20] ^= 1;
-  EXPECT_EQ(DecodeSummary(bad).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(DecodeSummary("").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(DecodeSummary(bad).status(), StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(DecodeSummary("").status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(SummaryCodecTest, EncodeRejectsInconsistentSummary) {

@@ -14,7 +14,10 @@
 
 #ifdef KVTIER_QUALITY_E2E
 #include "bench/quality/daemon_backend.h"
+#include "tests/testutil/status_matchers.h"
 #endif
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::quality {
 namespace {
@@ -217,7 +220,7 @@ TEST(ReplayTest, RejectsBadRunsAndReportsTheDaemonSeam) {
   mo.stability = StabilityMode::kOff;
   mo.endpoint = "unix:///nonexistent";
   c.runs = {RunSpec{"keykey", "raw", 0.25, mo}};
-  EXPECT_EQ(RunReplay(d, c).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(RunReplay(d, c).status(), StatusIs(absl::StatusCode::kUnimplemented));
   // Harness scorers have no daemon twin and run.
   c.runs = {RunSpec{"h2o", "raw", 0.25, mo}};
   EXPECT_TRUE(RunReplay(d, c).ok());

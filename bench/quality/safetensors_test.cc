@@ -10,6 +10,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "index/simd.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::quality {
 namespace {
@@ -63,7 +66,7 @@ TEST(SafetensorsTest, RejectsBadHeaderLength) {
   std::string f = RawFile("{}", "");
   f[0] = 100;  // claims 100 header bytes, 2 follow
   absl::Status s = SafetensorsFile::Parse(f, "f").status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(s.message(), HasSubstr("bad header length"));
   std::string huge = RawFile("{}", "");
   huge[7] = 1;  // 2^56 bytes
@@ -119,14 +122,14 @@ TEST(SafetensorsTest, RejectsTruncatedDumpFile) {
   // Cut the data: the last tensor's offsets run past the end.
   ASSERT_TRUE(WriteFile(path, bytes->substr(0, bytes->size() - 10)).ok());
   absl::Status s = LoadKvDump(path).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(s.message(), HasSubstr(path));
   EXPECT_THAT(s.message(), HasSubstr("out of range"));
   // Cut inside the header.
   ASSERT_TRUE(WriteFile(path, bytes->substr(0, 40)).ok());
   EXPECT_THAT(LoadKvDump(path).status().message(), HasSubstr("bad header length"));
   ::unlink(path.c_str());
-  EXPECT_EQ(LoadKvDump(path).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(LoadKvDump(path).status(), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST(KvDumpTest, RejectsInconsistentShapesAndMetadata) {

@@ -18,11 +18,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/auth/token.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::ctl {
 namespace {
 
-class TenantsTest : public testing::Test {
+class TenantsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     char tmpl[] = "/tmp/kvtierctl-tenants-XXXXXX";
@@ -389,9 +392,10 @@ TEST(ResolveTokenTest, FlagThenFileThenEnvironment) {
   EXPECT_EQ(*ResolveToken("", "", "from-env"), "from-env");
   EXPECT_EQ(*ResolveToken("", "", ""), "");
   EXPECT_EQ(*ResolveToken("", "", nullptr), "");
-  EXPECT_EQ(ResolveToken("a", file, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ResolveToken("", dir + "/missing", nullptr).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(ResolveToken("a", file, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(ResolveToken("", dir + "/missing", nullptr).status(),
+              StatusIs(absl::StatusCode::kNotFound));
   {
     std::ofstream out(file);
     out << "\n\n";

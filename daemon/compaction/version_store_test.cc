@@ -11,6 +11,9 @@
 #include "daemon/convert.h"
 #include "gtest/gtest.h"
 #include "storage/catalog/catalog.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::daemon {
 namespace {
@@ -78,12 +81,12 @@ std::string LegacyVersionKey(const v1::ContextVersion& v) {
   return k;
 }
 
-class VersionStoreTest : public testing::Test {
+class VersionStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::path(testing::TempDir()) /
+    dir_ = fs::path(::testing::TempDir()) /
            ("kvtier-versions-" + std::to_string(getpid()) + "-" +
-            testing::UnitTest::GetInstance()->current_test_info()->name());
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     OpenCatalog();
@@ -137,7 +140,7 @@ TEST_F(VersionStoreTest, RecordsRoundTripThroughTheCatalog) {
   dropped.dropped = true;
   ASSERT_TRUE((*store)->MarkDropped("t", 3, dropped, {"c0"}).ok());
   EXPECT_FALSE((*store)->IsCompacted("t", 3, "c0"));
-  EXPECT_EQ((*store)->Slots("t", 3, "c0").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT((*store)->Slots("t", 3, "c0").status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE((*(*store)->AllVersions("t", 3))[1].dropped);
 }
 
@@ -172,7 +175,7 @@ TEST_F(VersionStoreTest, UnparsableOlderRecordFailsOpenNamingItAndKeepsTheStore)
   const v1::ContextVersion v0 = Version(0, "b0");
   WriteLegacy({{LegacyVersionKey(v0), std::string("\xff\xff\xff", 3)}});
   auto store = VersionStore::Open(catalog_.get(), legacy());
-  ASSERT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
+  ASSERT_THAT(store.status(), StatusIs(absl::StatusCode::kDataLoss)) << store.status();
   EXPECT_NE(store.status().message().find(legacy()), std::string::npos) << store.status();
   EXPECT_NE(store.status().message().find("does not parse"), std::string::npos);
   EXPECT_TRUE(fs::exists(legacy()));

@@ -9,6 +9,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/http_get.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::daemon::metrics {
 namespace {
@@ -127,7 +130,7 @@ TEST(HttpListenerTest, BadAddressesNameTheSetting) {
   for (const char* bad : {"", "nonsense", "127.0.0.1:99999", "999.1.1.1:80", "host:80"}) {
     auto listener = HttpListener::Start(bad, [] { return std::string(); });
     ASSERT_FALSE(listener.ok()) << bad;
-    EXPECT_EQ(listener.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(listener.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
     EXPECT_THAT(listener.status().message(), HasSubstr("metrics.listen_address")) << bad;
   }
   // A port in use is refused with the bind error, naming the setting.

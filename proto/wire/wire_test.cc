@@ -9,6 +9,9 @@
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "proto/wire/block_messages.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::wire {
 namespace {
@@ -220,7 +223,7 @@ TEST(WireTest, MalformedPutBlocksNamesWhatAndWhere) {
   for (const Case& c : cases) {
     PutBlocksView got;
     absl::Status st = ParsePutBlocks(Cut(c.bytes, {}), 100, "max", &got);
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.expect;
+    EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument)) << c.expect;
     EXPECT_NE(st.message().find(c.expect), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("not a PutBlocksRequest"), std::string::npos) << st.message();
   }
@@ -233,7 +236,7 @@ TEST(WireTest, PutBlocksRefusesMoreBlocksThanAllowed) {
   PutBlocksView got;
   EXPECT_TRUE(ParsePutBlocks(Cut(bytes, {}), 4, "max", &got).ok());
   absl::Status st = ParsePutBlocks(Cut(bytes, {}), 3, "max", &got);
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(st.message().find("blocks: more than max = 3"), std::string::npos) << st.message();
 }
 
@@ -279,7 +282,7 @@ TEST(WireTest, GetBlocksResponseParsesAsLibprotobufAtEveryCut) {
   EXPECT_EQ(two.results.size(), 6u);
   GetBlocksView cut_short;
   absl::Status st = ParseGetBlocksResponse(Cut(bytes.substr(0, bytes.size() - 1), {}), &cut_short);
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(st.message().find("not a GetBlocksResponse"), std::string::npos) << st.message();
 }
 

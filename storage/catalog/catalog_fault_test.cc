@@ -11,6 +11,9 @@
 #include "storage/catalog/fault_file_system.h"
 #include "storage/env/fault_injection_env.h"
 #include "storage/env/test_util.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -69,7 +72,7 @@ class CatalogFaultTest : public ::testing::Test {
     EXPECT_EQ(*got, Record(n, durable)) << "block " << n;
   }
   void ExpectAbsent(int n) {
-    EXPECT_EQ(catalog_->GetBlock(Key(n)).status().code(), absl::StatusCode::kNotFound)
+    EXPECT_THAT(catalog_->GetBlock(Key(n)).status(), StatusIs(absl::StatusCode::kNotFound))
         << "block " << n;
   }
   // A failed write names the injection (RocksDB repeats the first failure
@@ -119,11 +122,11 @@ TEST_F(CatalogFaultTest, NoSpaceIsResourceExhaustedAndLeavesEarlierRecords) {
   for (int n = 0; n < 5; ++n) ASSERT_TRUE(catalog_->PutBlock(Key(n), Record(n, true)).ok());
   faults_.SetNoSpace(true);
   absl::Status put = catalog_->PutBlock(Key(5), Record(5, true));
-  EXPECT_EQ(put.code(), absl::StatusCode::kResourceExhausted) << put;
+  EXPECT_THAT(put, StatusIs(absl::StatusCode::kResourceExhausted)) << put;
   EXPECT_NE(catalog_->PutBlock(Key(6), Record(6, false)).code(), absl::StatusCode::kOk);
   EXPECT_FALSE(catalog_->Flush().ok());
   auto fresh = Catalog::Open(dir_.File("other"), Options(rocks_env_.get()));
-  EXPECT_EQ(fresh.status().code(), absl::StatusCode::kResourceExhausted) << fresh.status();
+  EXPECT_THAT(fresh.status(), StatusIs(absl::StatusCode::kResourceExhausted)) << fresh.status();
   ExpectStored(0, true);  // reads still work
 
   faults_.SetNoSpace(false);
@@ -216,7 +219,7 @@ TEST_F(CatalogFaultTest, ReadErrorsSurfaceAsErrors) {
   ExpectInjected(got.status(), absl::StatusCode::kInternal);
   auto scan = catalog_->ForEachBlock(
       [](const BlockKey&, const absl::StatusOr<BlockRecord>&) { return true; });
-  EXPECT_EQ(scan.status().code(), absl::StatusCode::kInternal) << scan.status();
+  EXPECT_THAT(scan.status(), StatusIs(absl::StatusCode::kInternal)) << scan.status();
   catalog_.reset();
   EXPECT_FALSE(Open().ok()) << "opening reads the MANIFEST";
 
@@ -308,7 +311,8 @@ TEST_F(CatalogFaultTest, CompactionVersionsAckedSurvivePowerLossFailedAreAbsent)
     EXPECT_EQ(slots->positions, std::vector<int32_t>{n});
   }
   for (int n : failed) {
-    EXPECT_EQ(catalog_->GetCompactedSlots(Key(n)).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_THAT(catalog_->GetCompactedSlots(Key(n)).status(),
+                StatusIs(absl::StatusCode::kNotFound));
   }
 }
 

@@ -12,6 +12,8 @@
 #include "storage/catalog/record_format.h"
 #include "tests/testutil/status_matchers.h"
 
+using ::kvtier::testing::StatusIs;
+
 namespace kvtier {
 namespace {
 
@@ -457,11 +459,11 @@ TEST_F(CatalogTest, ContextVersionsRoundTripAndSurviveRestart) {
   CatalogBatch drop;
   ASSERT_TRUE(drop.DeleteCompactedSlots({"t", 1, "c0"}).ok());
   ASSERT_TRUE(catalog_->Write(drop).ok());
-  EXPECT_EQ(catalog_->GetCompactedSlots({"t", 1, "c0"}).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(catalog_->GetCompactedSlots({"t", 1, "c0"}).status(),
+              StatusIs(absl::StatusCode::kNotFound));
   CatalogBatch bad;
-  EXPECT_EQ(bad.PutContextVersion("t", 1, Version("", 1)).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.PutContextVersion("t", 1, Version("", 1)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(bad.size(), 0u);
 }
 
@@ -480,12 +482,12 @@ TEST_F(CatalogTest, CorruptVersionRecordIsDataLossNamingTheKey) {
   Reopen();
 
   auto listed = catalog_->ContextVersions("t", 1, "ctx");
-  ASSERT_EQ(listed.status().code(), absl::StatusCode::kDataLoss) << listed.status();
+  ASSERT_THAT(listed.status(), StatusIs(absl::StatusCode::kDataLoss)) << listed.status();
   EXPECT_NE(listed.status().message().find("context_key 637478 version 3"), std::string::npos)
       << listed.status();
   EXPECT_TRUE(catalog_->ContextVersions("t", 1, "good").ok());
   auto slots = catalog_->GetCompactedSlots({"t", 1, "c9"});
-  ASSERT_EQ(slots.status().code(), absl::StatusCode::kDataLoss);
+  ASSERT_THAT(slots.status(), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_NE(slots.status().message().find("block 6339"), std::string::npos) << slots.status();
 }
 

@@ -8,6 +8,9 @@
 
 #include "gtest/gtest.h"
 #include "storage/env/test_util.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -163,7 +166,7 @@ TEST_F(FaultFileSystemTest, SyncKnobFailsBlockFileSyncsToo) {
   ASSERT_TRUE(file.ok()) << file.status();
   env_.SetSyncErrorOneIn(1);
   absl::Status st = (*file)->Sync();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInternal)) << st;
   EXPECT_NE(st.message().find("nvme-000.dat"), absl::string_view::npos) << st;
   env_.SetSyncErrorOneIn(0);
   EXPECT_TRUE((*file)->Sync().ok());

@@ -8,6 +8,8 @@
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
 
+using ::kvtier::testing::StatusIs;
+
 namespace kvtier::catalog_format {
 namespace {
 
@@ -187,14 +189,14 @@ TEST(RecordFormatTest, CompactionVersionRecordsRoundTripAndRejectDamage) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, v);
   for (size_t n = 0; n < bytes.size(); ++n) {
-    EXPECT_EQ(DecodeContextVersionRecord(bytes.substr(0, n)).status().code(),
-              absl::StatusCode::kDataLoss)
+    EXPECT_THAT(DecodeContextVersionRecord(bytes.substr(0, n)).status(),
+                StatusIs(absl::StatusCode::kDataLoss))
         << "length " << n;
   }
   for (size_t i = 0; i < bytes.size(); ++i) {
     std::string flipped = bytes;
     flipped[i] = static_cast<char>(flipped[i] ^ 0x04);
-    EXPECT_EQ(DecodeContextVersionRecord(flipped).status().code(), absl::StatusCode::kDataLoss)
+    EXPECT_THAT(DecodeContextVersionRecord(flipped).status(), StatusIs(absl::StatusCode::kDataLoss))
         << "byte " << i;
   }
 
@@ -204,12 +206,12 @@ TEST(RecordFormatTest, CompactionVersionRecordsRoundTripAndRejectDamage) {
   ASSERT_TRUE(slots.ok()) << slots.status();
   EXPECT_EQ(*slots, s);
   for (size_t n = 0; n < slot_bytes.size(); ++n) {
-    EXPECT_EQ(DecodeCompactedSlotsRecord(slot_bytes.substr(0, n)).status().code(),
-              absl::StatusCode::kDataLoss);
+    EXPECT_THAT(DecodeCompactedSlotsRecord(slot_bytes.substr(0, n)).status(),
+                StatusIs(absl::StatusCode::kDataLoss));
   }
   // A huge array length must not allocate before failing.
-  EXPECT_EQ(DecodeCompactedSlotsRecord(Resealed(slot_bytes, 8, 0x7f)).status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_THAT(DecodeCompactedSlotsRecord(Resealed(slot_bytes, 8, 0x7f)).status(),
+              StatusIs(absl::StatusCode::kDataLoss));
 
   const ContextVersionKey key{"t", 9, "ctx", 7};
   auto key_back = DecodeContextVersionKey(EncodeContextVersionKey(key));

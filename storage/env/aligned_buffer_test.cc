@@ -10,6 +10,9 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -26,7 +29,7 @@ TEST(AlignedBufferTest, AllocatesAlignedZeroedRoundedMemory) {
 }
 
 TEST(AlignedBufferTest, ZeroSizeIsInvalid) {
-  EXPECT_EQ(AlignedBuffer::Allocate(0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(AlignedBuffer::Allocate(0).status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(AlignedBufferPoolTest, AcquireReleaseAndContains) {

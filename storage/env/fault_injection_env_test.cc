@@ -8,6 +8,9 @@
 #include "gtest/gtest.h"
 #include "storage/env/aligned_buffer.h"
 #include "storage/env/test_util.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -109,7 +112,7 @@ TEST_F(FaultInjectionEnvTest, OneInNErrorsFailWithoutTransferringBytes) {
       ASSERT_EQ(buffer_.data()[4095], 0x7e);
     } else {
       ++failures;
-      EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+      EXPECT_THAT(status, StatusIs(absl::StatusCode::kInternal)) << status;
       EXPECT_NE(status.message().find("f.dat"), absl::string_view::npos);
       EXPECT_EQ(buffer_.data()[0], 0) << "a failed read moved no bytes";
     }
@@ -123,13 +126,13 @@ TEST_F(FaultInjectionEnvTest, OneInNErrorsFailWithoutTransferringBytes) {
 
   env_.SetReadErrorOneIn(0);
   env_.SetWriteErrorOneIn(1);
-  EXPECT_EQ(Run(IoOp::kWrite, 0, 4096).code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(Run(IoOp::kWrite, 0, 4096), StatusIs(absl::StatusCode::kInternal));
   EXPECT_TRUE(Run(IoOp::kRead, 0, 4096).ok());
 }
 
 TEST_F(FaultInjectionEnvTest, NoSpaceFailsWritesAndCreation) {
   env_.SetNoSpace(true);
-  EXPECT_EQ(Run(IoOp::kWrite, 0, 4096).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(Run(IoOp::kWrite, 0, 4096), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_TRUE(Run(IoOp::kRead, 0, 4096).ok());
   EXPECT_EQ(env_.no_space_fault_count(), 1u);
   EXPECT_EQ(env_.injected_error_count(), 0u) << "ENOSPC is not a one-in-N error";
@@ -137,12 +140,13 @@ TEST_F(FaultInjectionEnvTest, NoSpaceFailsWritesAndCreation) {
   BlockFileOptions options;
   options.size_bytes = kFileBytes;
   options.direct_io = file_->direct_io();
-  EXPECT_EQ(env_.OpenBlockFile(dir_.File("new.dat"), options).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(env_.OpenBlockFile(dir_.File("new.dat"), options).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_FALSE(*env_.FileExists(dir_.File("new.dat")));
   EXPECT_TRUE(env_.OpenBlockFile(dir_.File("f.dat"), options).ok())
       << "an existing preallocated file needs no space";
-  EXPECT_EQ(env_.CreateDir(dir_.File("sub"), false).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(env_.CreateDir(dir_.File("sub"), false),
+              StatusIs(absl::StatusCode::kResourceExhausted));
 
   env_.SetNoSpace(false);
   EXPECT_TRUE(Run(IoOp::kWrite, 0, 4096).ok());
@@ -203,7 +207,7 @@ TEST_F(FaultInjectionEnvTest, HeldIoWaitsUntilReleased) {
   env_.SetWriteErrorOneIn(1);
   env_.ReleaseHeldIo();
   writer.join();
-  EXPECT_EQ(written.code(), absl::StatusCode::kInternal) << written;
+  EXPECT_THAT(written, StatusIs(absl::StatusCode::kInternal)) << written;
   env_.SetWriteErrorOneIn(0);
   EXPECT_TRUE(file_->WriteAt(0, data->span()).ok()) << "one hold only";
   ReadAll();

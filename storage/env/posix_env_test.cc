@@ -9,6 +9,9 @@
 #include "gtest/gtest.h"
 #include "storage/env/aligned_buffer.h"
 #include "storage/env/test_util.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -45,7 +48,7 @@ TEST_F(PosixEnvTest, DirectoryAndFileOperations) {
   EXPECT_EQ(*env_->FileExists(nested + "/f1"), true);
   EXPECT_EQ(*env_->FileExists(nested + "/nope"), false);
   EXPECT_EQ(*env_->GetFileSize(nested + "/f1"), 8192u);
-  EXPECT_EQ(env_->GetFileSize(nested + "/nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(env_->GetFileSize(nested + "/nope").status(), StatusIs(absl::StatusCode::kNotFound));
 
   ASSERT_TRUE(env_->RenameFile(nested + "/f1", nested + "/f2").ok());
   auto names = env_->ListDir(nested);
@@ -53,22 +56,22 @@ TEST_F(PosixEnvTest, DirectoryAndFileOperations) {
   EXPECT_EQ(*names, std::vector<std::string>{"f2"});
   ASSERT_TRUE(env_->SyncDir(nested).ok());
   ASSERT_TRUE(env_->DeleteFile(nested + "/f2").ok());
-  EXPECT_EQ(env_->DeleteFile(nested + "/f2").code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(env_->DeleteFile(nested + "/f2"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(env_->ListDir(nested)->empty());
   EXPECT_TRUE(env_->DeleteDir(nested).ok());
-  EXPECT_EQ(env_->ListDir(nested).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(env_->ListDir(nested).status(), StatusIs(absl::StatusCode::kNotFound));
 
   auto regular = env_->OpenBlockFile(dir_.File("plain"), FileOptions(4096));
   ASSERT_TRUE(regular.ok());
-  EXPECT_EQ(env_->CreateDir(dir_.File("plain"), false).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(env_->CreateDir(dir_.File("plain"), false),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST_F(PosixEnvTest, BlockFileIsPreallocatedAndSizeIsChecked) {
   const std::string path = dir_.File("block.dat");
   BlockFileOptions missing = FileOptions(1 << 20);
   missing.create_if_missing = false;
-  EXPECT_EQ(env_->OpenBlockFile(path, missing).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(env_->OpenBlockFile(path, missing).status(), StatusIs(absl::StatusCode::kNotFound));
 
   auto file = env_->OpenBlockFile(path, FileOptions(1 << 20));
   ASSERT_TRUE(file.ok()) << file.status();
@@ -77,10 +80,10 @@ TEST_F(PosixEnvTest, BlockFileIsPreallocatedAndSizeIsChecked) {
   EXPECT_TRUE((*file)->preallocated());
   file->reset();
 
-  EXPECT_EQ(env_->OpenBlockFile(path, FileOptions(2 << 20)).status().code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(env_->OpenBlockFile(path, FileOptions(0)).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(env_->OpenBlockFile(path, FileOptions(2 << 20)).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(env_->OpenBlockFile(path, FileOptions(0)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_TRUE(env_->OpenBlockFile(path, FileOptions(1 << 20)).ok());
 }
 
@@ -96,9 +99,10 @@ TEST_F(PosixEnvTest, SynchronousReadWriteAtChecksRangeAndAlignment) {
   ASSERT_TRUE((*file)->ReadAt(4096, back->span()).ok());
   EXPECT_EQ(std::memcmp(buffer->data(), back->data(), 8192), 0);
 
-  EXPECT_EQ((*file)->ReadAt(12288, back->span()).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT((*file)->ReadAt(12288, back->span()), StatusIs(absl::StatusCode::kOutOfRange));
   if (direct_io_) {
-    EXPECT_EQ((*file)->WriteAt(100, buffer->span()).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT((*file)->WriteAt(100, buffer->span()),
+                StatusIs(absl::StatusCode::kInvalidArgument));
   }
 }
 
@@ -183,10 +187,10 @@ TEST_F(UringQueueTest, InvalidRequestsComeBackWithErrors) {
     requests.push_back(Request(IoOp::kRead, 100, buffer->span()));
   }
   EXPECT_FALSE(RunIoRequests(*queue_, absl::MakeSpan(requests)).ok());
-  EXPECT_EQ(requests[0].status.code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(requests[1].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(requests[0].status, StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_THAT(requests[1].status, StatusIs(absl::StatusCode::kInvalidArgument));
   if (direct_io_) {
-    EXPECT_EQ(requests[2].status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(requests[2].status, StatusIs(absl::StatusCode::kInvalidArgument));
   }
   EXPECT_EQ(queue_->in_flight(), 0u);
 }
@@ -198,7 +202,7 @@ TEST_F(UringQueueTest, ShortReadIsResubmittedThenEndOfFileReported) {
   auto buffer = AlignedBuffer::Allocate(32 * 1024);
   IoRequest read = Request(IoOp::kRead, 32 * 1024, buffer->span());
   absl::Status status = RunIoRequests(*queue_, absl::MakeSpan(&read, 1));
-  EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange) << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kOutOfRange)) << status;
   EXPECT_NE(status.message().find("after 16384 bytes"), absl::string_view::npos) << status;
   EXPECT_EQ(queue_->stats().requeued_short, 1u);
 }

@@ -5,6 +5,9 @@
 #include "storage/env/fault_injection_env.h"
 #include "storage/nvme/nvme_test_util.h"
 #include "storage/nvme/nvme_tier.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -53,7 +56,7 @@ TEST_F(NvmeTierFaultTest, PowerLossDropsOnlyUnsyncedBlocks) {
   EXPECT_TRUE(tier_->Read(*synced_at, NvmeChecksum(synced), absl::MakeSpan(back)).ok());
   EXPECT_EQ(back, synced);
   absl::Status lost = tier_->Read(*unsynced_at, NvmeChecksum(unsynced), absl::MakeSpan(out));
-  EXPECT_EQ(lost.code(), absl::StatusCode::kDataLoss) << lost;
+  EXPECT_THAT(lost, StatusIs(absl::StatusCode::kDataLoss)) << lost;
   EXPECT_EQ(out, std::vector<uint8_t>(out.size(), 0));
 }
 
@@ -88,7 +91,7 @@ TEST_F(NvmeTierFaultTest, InjectedIoErrorsSurfaceAndNeverReturnWrongBytes) {
   for (const auto& location : locations) {
     if (location.ok()) continue;
     ++write_failures;
-    EXPECT_EQ(location.status().code(), absl::StatusCode::kInternal);
+    EXPECT_THAT(location.status(), StatusIs(absl::StatusCode::kInternal));
     EXPECT_NE(location.status().message().find("nvme-00"), absl::string_view::npos)
         << location.status();
   }
@@ -109,7 +112,7 @@ TEST_F(NvmeTierFaultTest, InjectedIoErrorsSurfaceAndNeverReturnWrongBytes) {
         ASSERT_EQ(out, payloads[i]);
       } else {
         ++read_failures;
-        EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+        EXPECT_THAT(status, StatusIs(absl::StatusCode::kInternal)) << status;
         ASSERT_EQ(out, std::vector<uint8_t>(out.size(), 0));
       }
     }
@@ -121,12 +124,13 @@ TEST_F(NvmeTierFaultTest, InjectedIoErrorsSurfaceAndNeverReturnWrongBytes) {
 TEST_F(NvmeTierFaultTest, NoSpaceIsResourceExhausted) {
   env_.SetNoSpace(true);
   auto location = tier_->Write(RandomBytes(8192, 1));
-  EXPECT_EQ(location.status().code(), absl::StatusCode::kResourceExhausted) << location.status();
+  EXPECT_THAT(location.status(), StatusIs(absl::StatusCode::kResourceExhausted))
+      << location.status();
   EXPECT_EQ(tier_->stats().used_bytes, 0u);
 
   NvmeTierOptions elsewhere = options_;
   elsewhere.directory = dir_.path() + "/other";
-  EXPECT_EQ(NvmeTier::Open(elsewhere).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(NvmeTier::Open(elsewhere).status(), StatusIs(absl::StatusCode::kResourceExhausted));
 
   env_.SetNoSpace(false);
   EXPECT_TRUE(tier_->Write(RandomBytes(8192, 1)).ok());

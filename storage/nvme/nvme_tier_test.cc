@@ -9,6 +9,9 @@
 #include "gtest/gtest.h"
 #include "storage/env/aligned_buffer.h"
 #include "storage/nvme/nvme_test_util.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -144,7 +147,7 @@ TEST_F(NvmeTierTest, CapacityIsAHardLimit) {
   for (;;) {
     auto location = tier_->Write(block);
     if (!location.ok()) {
-      EXPECT_EQ(location.status().code(), absl::StatusCode::kResourceExhausted);
+      EXPECT_THAT(location.status(), StatusIs(absl::StatusCode::kResourceExhausted));
       EXPECT_NE(location.status().message().find(absl::StrCat("capacity_bytes=", capacity)),
                 absl::string_view::npos)
           << location.status();
@@ -167,7 +170,8 @@ TEST_F(NvmeTierTest, FreedSpaceIsReused) {
   EXPECT_EQ(used, 12288u);
   ASSERT_TRUE(tier_->Free(*first).ok());
   EXPECT_EQ(tier_->stats().used_bytes, 0u);
-  EXPECT_EQ(tier_->Free(*first).code(), absl::StatusCode::kNotFound) << "double free is refused";
+  EXPECT_THAT(tier_->Free(*first), StatusIs(absl::StatusCode::kNotFound))
+      << "double free is refused";
 
   // Fill both files to one block each so the freed range is the fit.
   auto second = tier_->Write(b);
@@ -199,7 +203,7 @@ TEST_F(NvmeTierTest, RestartWithReserveKeepsDataReadable) {
     ASSERT_TRUE(tier_->Reserve(location).ok()) << location.ToString();
   }
   EXPECT_EQ(tier_->stats().used_bytes, used);
-  EXPECT_EQ(tier_->Reserve(locations[3]).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(tier_->Reserve(locations[3]), StatusIs(absl::StatusCode::kAlreadyExists));
   for (size_t i = 0; i < locations.size(); ++i) {
     ExpectReadsBack(locations[i], payloads[i]);
   }
@@ -237,26 +241,26 @@ TEST_F(NvmeTierTest, FlippedByteOnDiskIsDataLoss) {
 
   std::vector<uint8_t> out(data.size(), 0xee);
   absl::Status status = tier_->Read(*location, NvmeChecksum(data), absl::MakeSpan(out));
-  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDataLoss)) << status;
   EXPECT_NE(status.message().find(location->ToString()), absl::string_view::npos) << status;
   EXPECT_EQ(out, std::vector<uint8_t>(data.size(), 0)) << "no bytes handed back";
   EXPECT_EQ(tier_->stats().checksum_failures, 1u);
 }
 
 TEST_F(NvmeTierTest, BadArgumentsNameTheField) {
-  EXPECT_EQ(tier_->Write({}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tier_->Write({}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
   const auto too_big = RandomBytes(options_.max_block_bytes + 1, 1);
-  EXPECT_EQ(tier_->Write(too_big).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(tier_->Write(too_big).status(), StatusIs(absl::StatusCode::kInvalidArgument));
 
   std::vector<uint8_t> out(100);
   absl::Status status = tier_->Read({7, 0, 100}, 0, absl::MakeSpan(out));
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(status.message().find("file_index"), absl::string_view::npos);
   status = tier_->Read({0, 100, 100}, 0, absl::MakeSpan(out));
   EXPECT_NE(status.message().find("offset_bytes"), absl::string_view::npos);
   status = tier_->Read({0, 0, 99}, 0, absl::MakeSpan(out));
   EXPECT_NE(status.message().find("out has 100 bytes"), absl::string_view::npos);
-  EXPECT_EQ(tier_->Free({0, 0, 4096}).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(tier_->Free({0, 0, 4096}), StatusIs(absl::StatusCode::kNotFound));
 
   NvmeTierOptions bad = options_;
   bad.num_files = 0;
@@ -275,7 +279,7 @@ TEST_F(NvmeTierTest, ReopenWithAnotherFileSizeIsRefused) {
   tier_.reset();
   NvmeTierOptions other = options_;
   other.file_size_bytes *= 2;
-  EXPECT_EQ(NvmeTier::Open(other).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(NvmeTier::Open(other).status(), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST_F(NvmeTierTest, OrphanFilesAreRemovedAndForeignOnesReported) {

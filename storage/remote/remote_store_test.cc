@@ -21,6 +21,9 @@
 #include "storage/remote/remote_format.h"
 #include "storage/store/store_test_util.h"
 #include "tests/testutil/redis_cluster.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::remote {
 namespace {
@@ -193,8 +196,8 @@ TEST_F(RemoteStoreTest, TenantsDoNotShare) {
   a->store()->WaitPublished();
   std::string out;
   TierId from;
-  EXPECT_EQ(b->store()->Get(BlockKey{"bob", pb_bob, Id(1)}, &out, &from).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(b->store()->Get(BlockKey{"bob", pb_bob, Id(1)}, &out, &from),
+              StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(b->store()->Get(BlockKey{"alice", pb_alice, Id(1)}, &out, &from).ok());
 }
 
@@ -224,7 +227,7 @@ TEST_F(RemoteStoreTest, SelectPathAnswersUnavailableAndPrefetchBringsItIn) {
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = b->store()->AcquireHandles("default", keys, 0, &handles, {.memory_only = true});
   ASSERT_TRUE(lease.ok());
-  EXPECT_EQ(handles[0].status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(handles[0].status(), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(b->store()->remote_stats().hits, 0u) << "memory_only must not contact the cluster";
   EXPECT_EQ(b->store()->Prefetch(keys), 1u);
   // 8 was looked up and missed: now NOT_FOUND, not "looking".
@@ -232,7 +235,7 @@ TEST_F(RemoteStoreTest, SelectPathAnswersUnavailableAndPrefetchBringsItIn) {
   lease = b->store()->AcquireHandles("default", keys, 0, &handles, {.memory_only = true});
   ASSERT_TRUE(lease.ok());
   ASSERT_TRUE(handles[0].ok()) << handles[0].status();
-  EXPECT_EQ(handles[1].status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(handles[1].status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(b->store()->Release("default", *lease).ok());
 }
 
@@ -269,7 +272,7 @@ TEST_F(RemoteStoreTest, CorruptValueIsQuarantinedNeverServed) {
     std::string out;
     TierId from;
     absl::Status st = b->store()->Get(BlockKey{"default", pb, Id(n)}, &out, &from);
-    EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << n;
+    EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound)) << n;
     EXPECT_TRUE(absl::StartsWith(st.message(), "DATA_LOSS")) << st;
     EXPECT_FALSE(b->store()->Lookup(BlockKey{"default", pb, Id(n)}).present);
     // Deleted from the cluster, so nobody else reads it either.
@@ -302,14 +305,14 @@ TEST_F(RemoteStoreTest, DeleteRemovesTheSharedCopy) {
   EXPECT_TRUE(a->store()->Delete(BlockKey{"default", pa, Id(31)}).ok());
   std::string out;
   TierId from;
-  EXPECT_EQ(b->store()->Get(BlockKey{"default", pb, Id(31)}, &out, &from).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(b->store()->Get(BlockKey{"default", pb, Id(31)}, &out, &from),
+              StatusIs(absl::StatusCode::kNotFound));
   // Deleting a block only the cluster had is OK; nowhere at all, NOT_FOUND.
   PutBlock(a.get(), "default", pa, 32);
   a->store()->WaitPublished();
   EXPECT_TRUE(b->store()->Delete(BlockKey{"default", pb, Id(32)}).ok());
-  EXPECT_EQ(b->store()->Delete(BlockKey{"default", pb, Id(32)}).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(b->store()->Delete(BlockKey{"default", pb, Id(32)}),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(RemoteStoreTest, UnreachableClusterIsAMissAndLocalWorkGoesOn) {
@@ -326,8 +329,8 @@ TEST_F(RemoteStoreTest, UnreachableClusterIsAMissAndLocalWorkGoesOn) {
   ASSERT_TRUE(node.store()->Get(BlockKey{"default", p, Id(41)}, &out, &from).ok());
   ExpectBytes(out, 41);
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(node.store()->Get(BlockKey{"default", p, Id(42)}, &out, &from).code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(node.store()->Get(BlockKey{"default", p, Id(42)}, &out, &from),
+              StatusIs(absl::StatusCode::kNotFound));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_EQ(node.store()->remote_stats().unavailable, 1u);
 }
@@ -363,7 +366,7 @@ TEST_F(RemoteStoreTest, MasterFailureGivesMissesThenHitsAfterFailover) {
       ++hits;
       ExpectBytes(out, n);
     } else {
-      EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
+      EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound)) << st;
       ++misses;
     }
   }

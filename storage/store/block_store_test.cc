@@ -20,6 +20,9 @@
 #include "storage/env/fault_injection_env.h"
 #include "storage/env/test_util.h"
 #include "storage/store/store_test_util.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -64,7 +67,7 @@ TEST_F(BlockStoreTest, PutGetLookupRoundTrip) {
   EXPECT_FALSE(store_->Lookup(Key(2)).present);
   std::string out;
   TierId from;
-  EXPECT_EQ(store_->Get(Key(2), &out, &from).code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(store_->Get(Key(2), &out, &from), StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST_F(BlockStoreTest, IdenticalPutIsIdempotentDifferentBytesRefused) {
@@ -73,7 +76,7 @@ TEST_F(BlockStoreTest, IdenticalPutIsIdempotentDifferentBytesRefused) {
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->existed);
   auto other = store_->Put(Key(1), Payload(2));
-  EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(other.status(), StatusIs(absl::StatusCode::kAlreadyExists));
   ExpectReadable(1);  // the stored block stays
 }
 
@@ -91,12 +94,12 @@ TEST_F(BlockStoreTest, PutPiecesStoresTheConcatenation) {
   };
   const auto pieces = pieces_of(payload);
   auto wrong = store_->PutPieces(Key(3), pieces, {.expected_xxh3 = xxh3 ^ 1});
-  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kDataLoss) << wrong.status();
+  EXPECT_THAT(wrong.status(), StatusIs(absl::StatusCode::kDataLoss)) << wrong.status();
   EXPECT_FALSE(store_->Lookup(Key(3)).present);
   auto short_pieces = pieces;
   short_pieces.pop_back();
   auto short_put = store_->PutPieces(Key(3), short_pieces);
-  EXPECT_EQ(short_put.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(short_put.status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(short_put.status().message(), HasSubstr("data"));
 
   auto put = store_->PutPieces(Key(3), pieces, {.expected_xxh3 = xxh3});
@@ -108,23 +111,23 @@ TEST_F(BlockStoreTest, PutPiecesStoresTheConcatenation) {
   EXPECT_TRUE(again->existed);
   const std::vector<uint8_t> other = Payload(4);
   auto differs = store_->PutPieces(Key(3), pieces_of(other));
-  EXPECT_EQ(differs.status().code(), absl::StatusCode::kAlreadyExists) << differs.status();
+  EXPECT_THAT(differs.status(), StatusIs(absl::StatusCode::kAlreadyExists)) << differs.status();
   ExpectReadable(3);
 }
 
 TEST_F(BlockStoreTest, BadInputNamesTheField) {
   auto small = std::vector<uint8_t>(100);
   auto st = store_->Put(Key(1), small).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(st.message(), HasSubstr("data"));
   st = store_->Put(BlockKey{"default", profile_id_, ""}, Payload(1)).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(st.message(), HasSubstr("block_id"));
   st = store_->Put(BlockKey{"default", profile_id_, std::string(33, 'x')}, Payload(1)).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(st.message(), HasSubstr("block_id"));
   st = store_->Put(BlockKey{"default", profile_id_ + 100, "x"}, Payload(1)).status();
-  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(st.message(), absl::StrCat("profile_id: ", profile_id_ + 100, " is not registered"));
 }
 
@@ -133,13 +136,13 @@ TEST_F(BlockStoreTest, BadInputNamesTheField) {
 TEST_F(BlockStoreTest, AnotherTenantsProfileIsNotFoundLikeAMissingOne) {
   auto unknown = [](uint64_t id) { return absl::StrCat("profile_id: ", id, " is not registered"); };
   auto got = store_->GetProfile("other", profile_id_);
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(got.status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(got.status().message(), unknown(profile_id_));
   auto put = store_->Put(BlockKey{"other", profile_id_, "x"}, Payload(1));
-  EXPECT_EQ(put.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(put.status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(put.status().message(), unknown(profile_id_));
   auto slots = store_->ReserveStaging("other", profile_id_, 1, 0);
-  EXPECT_EQ(slots.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(slots.status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(slots.status().message(), unknown(profile_id_));
 
   // The other tenant registers the same name with another shape: its own
@@ -161,7 +164,8 @@ TEST_F(BlockStoreTest, AnotherTenantsProfileIsNotFoundLikeAMissingOne) {
   ASSERT_TRUE(store_->Put(BlockKey{"other", other_id, "x"}, Payload(77), {.durable = true}).ok());
   Reopen();
   EXPECT_EQ(store_->GetProfile("other", other_id)->dtype, KvDtype::kBf16);
-  EXPECT_EQ(store_->GetProfile("default", other_id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(store_->GetProfile("default", other_id).status(),
+              StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(store_->Lookup(BlockKey{"other", other_id, "x"}).present);
   EXPECT_EQ(store_->UsageOf("other").profiles, 1u);
 }
@@ -176,7 +180,7 @@ TEST_F(BlockStoreTest, LeasesPerTenantStopAtTheLimit) {
   auto second = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
   ASSERT_TRUE(first.ok() && second.ok());
   auto third = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
-  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.status(), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(third.status().message(), HasSubstr("quota leases"));
   EXPECT_EQ(store_->UsageOf("default").leases, 2u);
   // A lease that replaces one of the tenant's may pass the limit by one
@@ -185,16 +189,15 @@ TEST_F(BlockStoreTest, LeasesPerTenantStopAtTheLimit) {
       store_->AcquireHandles("default", {Key(0)}, 0, &handles, {.replaces_lease = *first});
   ASSERT_TRUE(replacing.ok()) << replacing.status();
   ASSERT_TRUE(store_->Release("default", *first).ok());
-  EXPECT_EQ(store_->AcquireHandles("default", {Key(0)}, 0, &handles, {.replaces_lease = *first})
-                .status()
-                .code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(
+      store_->AcquireHandles("default", {Key(0)}, 0, &handles, {.replaces_lease = *first}).status(),
+      StatusIs(absl::StatusCode::kResourceExhausted));
   // Released and expired leases free their places.
   ASSERT_TRUE(store_->Release("default", *second).ok());
   auto short_lived = store_->AcquireHandles("default", {Key(0)}, 1, &handles);
   ASSERT_TRUE(short_lived.ok());
-  EXPECT_EQ(store_->AcquireHandles("default", {Key(0)}, 0, &handles).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(store_->AcquireHandles("default", {Key(0)}, 0, &handles).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted));
   env_->AdvanceMicros(2000);
   EXPECT_TRUE(store_->AcquireHandles("default", {Key(0)}, 0, &handles).ok());
   EXPECT_EQ(store_->UsageOf("default").leases, 2u);
@@ -230,7 +233,7 @@ TEST_F(BlockStoreTest, FullRetainedCacheFailsFastAndKeepsEveryBlock) {
     }
     ++stored;
   }
-  EXPECT_EQ(last.code(), absl::StatusCode::kResourceExhausted) << last;
+  EXPECT_THAT(last, StatusIs(absl::StatusCode::kResourceExhausted)) << last;
   EXPECT_THAT(last.message(), HasSubstr("retained"));
   EXPECT_GE(stored, 64);
   EXPECT_LE(stored, 72);
@@ -263,16 +266,16 @@ TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {
   auto none = store_->AcquireHandles("default", {Key(4)}, 0, &more);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(*none, 0u);
-  EXPECT_EQ(more[0].status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(more[0].status(), StatusIs(absl::StatusCode::kResourceExhausted));
   // Pinned blocks cannot be deleted.
-  EXPECT_EQ(store_->Delete(Key(0)).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store_->Delete(Key(0)), StatusIs(absl::StatusCode::kFailedPrecondition));
   // Expiry on the injected clock unpins them; now the fifth block fits.
   env_->AdvanceMicros(999'000);
   EXPECT_EQ(store_->ReapExpired(), 0u);
   env_->AdvanceMicros(2'000);
   EXPECT_EQ(store_->ReapExpired(), 1u);
   EXPECT_EQ(store_->Stats().tiers[0].pinned_bytes, 0u);
-  EXPECT_EQ(store_->Release("default", *lease).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(store_->Release("default", *lease).status(), StatusIs(absl::StatusCode::kNotFound));
   auto fifth = store_->AcquireHandles("default", {Key(4)}, 0, &more);
   ASSERT_TRUE(fifth.ok());
   ASSERT_TRUE(more[0].ok()) << more[0].status();
@@ -501,7 +504,8 @@ TEST_F(BlockStoreTest, SummariesAreComputedKeptAndPersisted) {
     return absl::StatusOr<std::string>(absl::InvalidArgumentError("data: not keys"));
   };
   Reopen();
-  EXPECT_EQ(store_->Put(Key(4), Payload(4)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(store_->Put(Key(4), Payload(4)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_FALSE(store_->Lookup(Key(4)).present);
 }
 
@@ -533,7 +537,7 @@ TEST_F(BlockStoreTest, FlippedByteIsDetectedAndQuarantined) {
   std::string out;
   TierId from;
   absl::Status st = store_->Get(Key(7), &out, &from);
-  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(st.message(), HasSubstr("DATA_LOSS"));
   EXPECT_TRUE(out.empty());
   EXPECT_EQ(store_->Stats().quarantined_blocks, 1u);
@@ -609,7 +613,7 @@ TEST_F(BlockStoreTest, NoSpaceIsResourceExhausted) {
   env_->SetNoSpace(true);
   auto outcome = store_->Put(Key(1), Payload(1), {.durable = true});
   ASSERT_FALSE(outcome.ok());
-  EXPECT_EQ(outcome.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(outcome.status(), StatusIs(absl::StatusCode::kResourceExhausted));
   env_->SetNoSpace(false);
   ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());
 }
@@ -624,22 +628,22 @@ TEST_F(BlockStoreTest, StagingSlotsPutWithoutGrpcCopies) {
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   ExpectReadable(9);
   // A used slot cannot be used twice.
-  EXPECT_EQ(store_->PutFromStaging(Key(10), (*slots)[0]).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(store_->PutFromStaging(Key(10), (*slots)[0]).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   // Unused slots return after their TTL.
   EXPECT_EQ(store_->Stats().staging_slots, 1u);
   env_->AdvanceMicros(2'000'000);
   EXPECT_EQ(store_->ReapExpired(), 1u);
   EXPECT_EQ(store_->Stats().staging_slots, 0u);
-  EXPECT_EQ(store_->PutFromStaging(Key(11), (*slots)[1]).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(store_->PutFromStaging(Key(11), (*slots)[1]).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(BlockStoreTest, ClientChecksumMismatchIsRefused) {
   auto data = Payload(5);
   uint64_t good = XXH3_64bits(data.data(), data.size());
   auto bad = store_->Put(Key(5), data, {.expected_xxh3 = good ^ 1});
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(bad.status(), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_THAT(bad.status().message(), HasSubstr("xxh3"));
   EXPECT_FALSE(store_->Lookup(Key(5)).present);
   EXPECT_TRUE(store_->Put(Key(5), data, {.expected_xxh3 = good}).ok());
@@ -661,13 +665,13 @@ TEST_F(BlockStoreTest, FailedPutsOfNewBlocksLeaveNoHostSpaceBehind) {
     const uint64_t wrong = XXH3_64bits(data.data(), data.size()) ^ 1;
     if (i % 2 == 0) {
       auto bad = store_->Put(Key(n), data, {.durable = i % 4 == 0, .expected_xxh3 = wrong});
-      ASSERT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
+      ASSERT_THAT(bad.status(), StatusIs(absl::StatusCode::kDataLoss)) << bad.status();
     } else {
       auto slots = store_->ReserveStaging("default", profile_id_, 1, 0);
       ASSERT_TRUE(slots.ok()) << slots.status();
       WriteStaging(*store_, (*slots)[0], data);
       auto bad = store_->PutFromStaging(Key(n), (*slots)[0], {.expected_xxh3 = wrong});
-      ASSERT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
+      ASSERT_THAT(bad.status(), StatusIs(absl::StatusCode::kDataLoss)) << bad.status();
       EXPECT_THAT(bad.status().message(), HasSubstr("xxh3"));
     }
     EXPECT_FALSE(store_->Lookup(Key(n)).present);
@@ -684,7 +688,7 @@ TEST_F(BlockStoreTest, FailedPutsOfNewBlocksLeaveNoHostSpaceBehind) {
   Reopen();
   for (uint64_t i = 0; i < 2 * host_slots; ++i) {
     auto bad = store_->Put(Key(500 + i), Payload(500 + i));
-    ASSERT_EQ(bad.status().code(), absl::StatusCode::kInternal) << bad.status();
+    ASSERT_THAT(bad.status(), StatusIs(absl::StatusCode::kInternal)) << bad.status();
     EXPECT_THAT(bad.status().message(), HasSubstr("injected"));
   }
   EXPECT_EQ(host_used(), 0u);
@@ -710,7 +714,7 @@ TEST_F(BlockStoreTest, StagedPutOfAStoredBlockIsComparedNotStoredTwice) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->existed);
   auto other = store_->PutFromStaging(Key(7), stage(Payload(8)));
-  EXPECT_EQ(other.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(other.status(), StatusIs(absl::StatusCode::kAlreadyExists));
   EXPECT_EQ(store_->Stats().blocks, 1u);
   EXPECT_EQ(store_->Stats().staging_slots, 0u);
   ExpectReadable(7);

@@ -10,6 +10,9 @@
 #include "gtest/gtest.h"
 #include "storage/store/block_store.h"
 #include "storage/store/store_test_util.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -130,12 +133,12 @@ TEST_F(BlockStoreTest, RetainedBytesQuotaNamesItself) {
   store_->SetTenantLimits("default", limits);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.retain = true}).ok());
   auto refused = store_->Put(Key(3), Payload(3), {.retain = true});
-  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_THAT(refused.status(), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(refused.status().message(), HasSubstr("retained_bytes"));
   EXPECT_FALSE(store_->Lookup(Key(3)).present);
   EXPECT_TRUE(store_->Put(Key(3), Payload(3)).ok()) << "without retain it is a cache put";
   auto upgrade = store_->Put(Key(3), Payload(3), {.retain = true});
-  EXPECT_EQ(upgrade.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(upgrade.status(), StatusIs(absl::StatusCode::kResourceExhausted));
   ASSERT_TRUE(store_->Delete(Key(0)).ok());
   EXPECT_TRUE(store_->Put(Key(3), Payload(3), {.retain = true}).ok());
   EXPECT_EQ(store_->UsageOf("default").retained_bytes, 3 * kBlockBytes);
@@ -165,7 +168,7 @@ TEST_F(BlockStoreTest, NvmeQuotaEvictsTheTenantsOwnBlocksOnly) {
     ASSERT_TRUE(store_->Put(small_key(i), Payload(i), {.durable = true, .retain = true}).ok()) << i;
   }
   auto refused = store_->Put(small_key(20), Payload(20), {.durable = true});
-  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_THAT(refused.status(), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(refused.status().message(), HasSubstr("nvme_bytes"));
   EXPECT_THAT(refused.status().message(), HasSubstr("retained"));
 }
@@ -256,7 +259,7 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesNeverReadNvmeAndPrefetchBringsBlocksBack
       store_->AcquireHandles("default", {Key(0), Key(19)}, 1000, &handles, {.memory_only = true});
   ASSERT_TRUE(lease.ok()) << lease.status();
   ASSERT_EQ(handles.size(), 2u);
-  EXPECT_EQ(handles[0].status().code(), absl::StatusCode::kUnavailable) << handles[0].status();
+  EXPECT_THAT(handles[0].status(), StatusIs(absl::StatusCode::kUnavailable)) << handles[0].status();
   EXPECT_TRUE(handles[1].ok()) << handles[1].status();
   EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kNvme) << "not read";
   ASSERT_TRUE(store_->Release("default", *lease).ok());
@@ -317,7 +320,7 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesMoveLastDeviceCopiesToHostMemoryOnly) {
   size_t refused = 0;
   for (const auto& h : more) {
     if (!h.ok()) {
-      EXPECT_EQ(h.status().code(), absl::StatusCode::kResourceExhausted) << h.status();
+      EXPECT_THAT(h.status(), StatusIs(absl::StatusCode::kResourceExhausted)) << h.status();
       ++refused;
     }
   }
@@ -329,15 +332,16 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesMoveLastDeviceCopiesToHostMemoryOnly) {
 TEST_F(BlockStoreTest, EvictGivesUpOneTierAsTheCacheWould) {
   ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
   ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.retain = true}).ok());
-  EXPECT_EQ(store_->Evict(Key(0), TierId::kDevice).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(store_->Evict(Key(9), TierId::kNvme).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(store_->Evict(Key(0), TierId::kRemote).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(store_->Evict(Key(0), TierId::kDevice), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->Evict(Key(9), TierId::kNvme), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store_->Evict(Key(0), TierId::kRemote), StatusIs(absl::StatusCode::kInvalidArgument));
 
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
   ASSERT_TRUE(lease.ok()) << lease.status();
   ASSERT_TRUE(handles[0].ok());
-  EXPECT_EQ(store_->Evict(Key(0), TierId::kDevice).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store_->Evict(Key(0), TierId::kDevice),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   ASSERT_TRUE(store_->Release("default", *lease).ok());
   ASSERT_TRUE(store_->Evict(Key(0), TierId::kDevice).ok());
   EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kHost);
@@ -354,7 +358,8 @@ TEST_F(BlockStoreTest, EvictGivesUpOneTierAsTheCacheWould) {
   ASSERT_TRUE(store_->Evict(Key(0), TierId::kNvme).ok());
   EXPECT_FALSE(store_->Lookup(Key(0)).present);
   EXPECT_EQ(store_->Stats().evicted_blocks, evicted + 1);
-  EXPECT_EQ(store_->Evict(Key(1), TierId::kNvme).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store_->Evict(Key(1), TierId::kNvme),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   ExpectReadable(1);
   // A device copy that is a block's only copy goes to the host tier first.
   lease = store_->AcquireHandles("default", {Key(1)}, 0, &handles);

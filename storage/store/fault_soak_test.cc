@@ -73,6 +73,7 @@
 #include "absl/strings/str_cat.h"
 #include "storage/catalog/fault_file_system.h"
 #include "storage/store/store_test_util.h"
+#include "tests/testutil/status_matchers.h"
 
 // Under a sanitizer's allocator VmRSS holds its quarantine and mallinfo2
 // reports nothing; LeakSanitizer checks for leaks instead.
@@ -87,6 +88,8 @@
 #ifndef KVTIER_SOAK_SANITIZED
 #define KVTIER_SOAK_SANITIZED 0
 #endif
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -496,7 +499,7 @@ void FaultSoakTest::CheckQuiescent(uint64_t kept) {
       CheckBytes(n, out, "Get after the round");
     } else {
       ++missed;
-      EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << "listed block " << n << ": " << st;
+      EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound)) << "listed block " << n << ": " << st;
       EXPECT_TRUE(NamesWhatFailed(st, catalog_dir_)) << st;
     }
   }
@@ -723,7 +726,7 @@ TEST_F(FaultSoakTest, DeleteWaitingOnADemotionThatEvictsTheBlock) {
   for (uint64_t n = 0; n < 8; ++n) ASSERT_TRUE(store_->Put(Key(n), Payload(n)).ok());
   absl::Status deleted = RaceWithEvictingDemotion(env_.get(), store_.get(), profile_id_,
                                                   [&] { return store_->Delete(Key(0)); });
-  EXPECT_EQ(deleted.code(), absl::StatusCode::kNotFound) << deleted;
+  EXPECT_THAT(deleted, StatusIs(absl::StatusCode::kNotFound)) << deleted;
   EXPECT_EQ(store_->Stats().evicted_blocks, 1u);
 }
 
@@ -776,7 +779,7 @@ TEST_F(FaultSoakTest, DeleteWhoseWalSyncFailedLeavesTheBlockNotDurable) {
   env_->SetSyncErrorOneIn(1);
   absl::Status deleted = store_->Delete(Key(1));
   env_->SetSyncErrorOneIn(0);
-  ASSERT_EQ(deleted.code(), absl::StatusCode::kInternal) << deleted;
+  ASSERT_THAT(deleted, StatusIs(absl::StatusCode::kInternal)) << deleted;
   ASSERT_TRUE(store_->Lookup(Key(1)).present) << "the failed delete kept block 1";
   EXPECT_FALSE(store_->Lookup(Key(1)).durable);
   ExpectReadable(1);

@@ -17,6 +17,9 @@
 #include "gtest/gtest.h"
 #include "storage/store/block_store.h"
 #include "storage/store/store_test_util.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -69,7 +72,7 @@ class IntegrityTest : public BlockStoreTest {
     std::string out;
     TierId from;
     absl::Status st = store_->Get(Key(n), &out, &from);
-    EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << n << ": " << st;
+    EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound)) << n << ": " << st;
     EXPECT_THAT(st.message(), HasSubstr("DATA_LOSS"));
     EXPECT_TRUE(out.empty());
   }
@@ -142,7 +145,7 @@ TEST_F(IntegrityTest, DamagedHostCopyIsNotPromotedToTheArena) {
   ASSERT_TRUE(lease.ok());
   EXPECT_EQ(*lease, 0u) << "nothing pinned";
   ASSERT_EQ(handles.size(), 1u);
-  EXPECT_EQ(handles[0].status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(handles[0].status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(handles[0].status().message(), HasSubstr("DATA_LOSS"));
   EXPECT_TRUE(FindCopies(ArenaPath(), 2).empty());
 }
@@ -255,7 +258,8 @@ TEST_F(IntegrityTest, RandomDamageSweep) {
       TierId from;
       absl::Status st = store_->Get(key(i), &out, &from);
       if (damaged[i]) {
-        EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << "round " << round << " block " << i;
+        EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound))
+            << "round " << round << " block " << i;
         EXPECT_TRUE(out.empty());
       } else {
         ASSERT_TRUE(st.ok()) << st;

@@ -11,6 +11,9 @@
 #include "gtest/gtest.h"
 #include "storage/store/block_store.h"
 #include "storage/store/store_test_util.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -240,7 +243,7 @@ TEST_F(StorePlacementTest, AcquireHandlesCanMarkWhatItPinsWanted) {
     ASSERT_TRUE(lease.ok()) << lease.status();
     ASSERT_EQ(handles.size(), 2u);
     EXPECT_TRUE(handles[0].ok()) << handles[0].status();
-    EXPECT_EQ(handles[1].status().code(), absl::StatusCode::kNotFound);
+    EXPECT_THAT(handles[1].status(), StatusIs(absl::StatusCode::kNotFound));
     ASSERT_TRUE(store_->Release(Key(0).tenant, *lease).ok());
     ASSERT_TRUE(store_->Evict(Key(0), TierId::kDevice).ok());  // its host copy is what counts
     for (int i = 8; i < 24; ++i) {

@@ -27,6 +27,9 @@
 #include "storage/env/test_util.h"
 #include "storage/store/block_store.h"
 #include "storage/store/store_test_util.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier {
 namespace {
@@ -193,11 +196,11 @@ class PowerLossTest : public ::testing::Test {
       TierId from;
       absl::Status st = store_->Get(Key(id), &out, &from);
       if (e.state == State::kGone) {
-        EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << id << ": " << st;
+        EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound)) << id << ": " << st;
         continue;
       }
       if (e.state == State::kUncertain && phase != Phase::kAfterRestart) {
-        EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << id << ": failed put: " << st;
+        EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound)) << id << ": failed put: " << st;
         continue;
       }
       if (phase == Phase::kAfterRestart &&

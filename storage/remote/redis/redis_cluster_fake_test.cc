@@ -8,6 +8,9 @@
 #include "gtest/gtest.h"
 #include "storage/remote/redis/redis_cluster.h"
 #include "storage/remote/redis/scripted_node.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::remote {
 namespace {
@@ -82,7 +85,7 @@ TEST(RedisClusterFakeTest, RedirectLoopGivesUpAfterMaxRedirects) {
   options.max_redirects = 3;
   auto cluster = Connect(node.address(), options);
   const absl::Status status = GetString(*cluster, "loop").status();
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable)) << status;
   EXPECT_TRUE(Contains(status, "max_redirects 3")) << status;
   EXPECT_EQ(cluster->stats().moved, 4u);  // one per hop: 1 + max_redirects
 }
@@ -121,7 +124,7 @@ TEST(RedisClusterFakeTest, StalledNodeTimesOutAndIsHeldDown) {
   auto start = Clock::now();
   absl::Status status = GetString(*cluster, "k").status();
   auto elapsed = Clock::now() - start;
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable)) << status;
   EXPECT_TRUE(Contains(status, node.address())) << status;
   EXPECT_TRUE(Contains(status, "timed out")) << status;
   EXPECT_LT(elapsed, std::chrono::milliseconds(1000));
@@ -132,7 +135,7 @@ TEST(RedisClusterFakeTest, StalledNodeTimesOutAndIsHeldDown) {
   start = Clock::now();
   status = GetString(*cluster, "k").status();
   elapsed = Clock::now() - start;
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable)) << status;
   EXPECT_TRUE(Contains(status, "held down")) << status;
   EXPECT_LT(elapsed, std::chrono::milliseconds(100));  // no timeout waited out
   EXPECT_EQ(node.connections(), dialled);
@@ -170,7 +173,7 @@ TEST(RedisClusterFakeTest, ErrorRepliesAreInternalAndKeepTheConnection) {
   auto cluster = Connect(node.address());
   for (int i = 0; i < 3; ++i) {
     const absl::Status status = GetString(*cluster, "k").status();
-    EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kInternal)) << status;
     EXPECT_TRUE(Contains(status, "WRONGTYPE")) << status;
     EXPECT_TRUE(Contains(status, node.address())) << status;
   }
@@ -187,11 +190,11 @@ TEST(RedisClusterFakeTest, ClusterDownIsUnavailable) {
   port = node.port();
   auto cluster = Connect(node.address());
   const absl::Status status = GetString(*cluster, "k").status();
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable)) << status;
   EXPECT_TRUE(Contains(status, "CLUSTERDOWN")) << status;
   // The node is held down now: the next call fails fast saying so.
   const absl::Status again = GetString(*cluster, "k").status();
-  EXPECT_EQ(again.code(), absl::StatusCode::kUnavailable) << again;
+  EXPECT_THAT(again, StatusIs(absl::StatusCode::kUnavailable)) << again;
   EXPECT_TRUE(Contains(again, "held down")) << again;
 }
 
@@ -216,10 +219,10 @@ TEST(RedisClusterFakeTest, AuthIsSentFirstOnEveryConnection) {
   options.password = "not-the-password";
   auto refused = Connect(node.address(), options);
   const absl::Status status = refused->RefreshSlotMap();
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;  // no node answered
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable)) << status;  // no node answered
   EXPECT_TRUE(Contains(status, "AUTH refused")) << status;
   EXPECT_FALSE(Contains(status, "not-the-password")) << "the password leaked into " << status;
-  EXPECT_EQ(GetString(*refused, "k").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(GetString(*refused, "k").status(), StatusIs(absl::StatusCode::kUnavailable));
 }
 
 TEST(RedisClusterFakeTest, SetSendsConcatenatedPiecesAndTtl) {

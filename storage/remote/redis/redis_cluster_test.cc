@@ -25,6 +25,9 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/redis_cluster.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::remote {
 namespace {
@@ -145,7 +148,7 @@ TEST(RedisClusterOptionsTest, CreateRefusesBadOptionsNamingTheField) {
   cases.push_back({o, "username"});
   for (const Case& c : cases) {
     auto created = RedisCluster::Create(c.options);
-    EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(created.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << c.field;
     EXPECT_TRUE(Contains(created.status(), c.field)) << created.status();
   }
   o.username.clear();
@@ -160,10 +163,10 @@ TEST(RedisClusterOptionsTest, ArgumentsOverTheLimitsAreRefusedBeforeAnyIo) {
   const Bytes mib(1 << 20, 7);
   std::vector<absl::Span<const uint8_t>> pieces(513, absl::Span<const uint8_t>(mib));
   const absl::Status too_big = cluster->Set("k", pieces);
-  EXPECT_EQ(too_big.code(), absl::StatusCode::kInvalidArgument) << too_big;
+  EXPECT_THAT(too_big, StatusIs(absl::StatusCode::kInvalidArgument)) << too_big;
   EXPECT_TRUE(Contains(too_big, "value")) << too_big;
   const absl::Status ttl = cluster->Set("k", {}, RedisCluster::kMaxTtlMs + 1);
-  EXPECT_EQ(ttl.code(), absl::StatusCode::kInvalidArgument) << ttl;
+  EXPECT_THAT(ttl, StatusIs(absl::StatusCode::kInvalidArgument)) << ttl;
   EXPECT_TRUE(Contains(ttl, "ttl_ms")) << ttl;
   EXPECT_EQ(cluster->stats().connect_failures, 0u);  // nothing was dialled
 }
@@ -176,14 +179,14 @@ TEST(RedisClusterUnreachableTest, ClosedSeedFailsFastWithUnavailable) {
     const auto start = Clock::now();
     const absl::Status status = GetBytes(*cluster, "k").status();
     EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(500));
-    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable)) << status;
     EXPECT_TRUE(Contains(status, seed)) << status;
   }
-  EXPECT_EQ(cluster->Set("k", {}).code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(cluster->Del("k").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(cluster->Set("k", {}), StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(cluster->Del("k").status(), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(cluster->stats().connect_failures, 1u);  // held down, rate-limited: dialled once
   EXPECT_TRUE(cluster->Masters().empty());
-  EXPECT_EQ(cluster->RefreshSlotMap().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(cluster->RefreshSlotMap(), StatusIs(absl::StatusCode::kUnavailable));
 }
 
 // ---- One cluster shared by the tests below ------------------------------------
@@ -398,7 +401,7 @@ TEST_F(RedisClusterTest, RefusedPasswordIsReported) {
   options.password = "no-password-is-configured";
   auto cluster = NewClient(fixture_->Seeds(), options);
   const absl::Status status = cluster->RefreshSlotMap();
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable)) << status;
   EXPECT_TRUE(Contains(status, "AUTH refused")) << status;
   EXPECT_FALSE(Contains(status, options.password)) << status;
 }
@@ -525,14 +528,14 @@ TEST(RedisClusterFailoverTest, KilledMasterFailsFastThenItsReplicaServes) {
     return value;
   };
   const absl::Status first = timed_get(victim_keys[0]).status();
-  EXPECT_EQ(first.code(), absl::StatusCode::kUnavailable) << first;
+  EXPECT_THAT(first, StatusIs(absl::StatusCode::kUnavailable)) << first;
   EXPECT_TRUE(Contains(first, victim)) << first;
   for (int i : victim_keys) {
     absl::StatusOr<Bytes> value = timed_get(i);
     if (value.ok()) {
       EXPECT_EQ(*value, Pattern(1000 + i, i));  // failover already done: right bytes
     } else {
-      EXPECT_EQ(value.status().code(), absl::StatusCode::kUnavailable) << value.status();
+      EXPECT_THAT(value.status(), StatusIs(absl::StatusCode::kUnavailable)) << value.status();
     }
   }
   for (int i : other_keys) {

@@ -7,6 +7,9 @@
 #include "storage/remote/redis/connection.h"
 #include "storage/remote/redis/host_port.h"
 #include "storage/remote/redis/key_slot.h"
+#include "tests/testutil/status_matchers.h"
+
+using ::kvtier::testing::StatusIs;
 
 namespace kvtier::remote {
 namespace {
@@ -58,7 +61,7 @@ TEST(HostPortTest, ParsesAndRefuses) {
   for (const char* bad : {"", "x", ":7000", "host:", "host:0", "host:65536", "host:7x", "ho st:1",
                           "host:+1", "host:-1", "host:123456"}) {
     auto parsed = ParseHostPort(bad);
-    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(parsed.status(), StatusIs(absl::StatusCode::kInvalidArgument)) << bad;
     EXPECT_NE(parsed.status().message().find("is not host:port"), absl::string_view::npos);
   }
 }
@@ -127,7 +130,7 @@ TEST(SlotMapTest, RefusesMalformedReplies) {
        }) {
     ReplyPtr reply = Parse(resp);
     auto map = SlotMap::FromClusterSlots(*reply, "127.0.0.1:7000");
-    EXPECT_EQ(map.status().code(), absl::StatusCode::kInternal) << resp;
+    EXPECT_THAT(map.status(), StatusIs(absl::StatusCode::kInternal)) << resp;
     EXPECT_NE(map.status().message().find("malformed CLUSTER SLOTS"), absl::string_view::npos)
         << map.status();
   }
