@@ -56,6 +56,13 @@ index::SelectionCalibration FromProto(const v1::SelectionCalibration& c) {
   if (c.has_sink_mass()) out.sink_mass = c.sink_mass();
   if (c.has_sink_mass_all()) out.sink_mass_all = c.sink_mass_all();
   out.successor_weight = c.successor_weight();
+  auto clamp = [](uint32_t v) { return static_cast<int32_t>(std::min<uint32_t>(v, INT32_MAX)); };
+  if (c.has_copy_run()) out.copy_run = clamp(c.copy_run());
+  if (c.has_copy_hold()) out.copy_hold = clamp(c.copy_hold());
+  if (c.has_copy_min_blocks()) out.copy_min_blocks = clamp(c.copy_min_blocks());
+  if (c.has_copy_min_mass()) out.copy_min_mass = c.copy_min_mass();
+  if (c.has_uncopied_weight()) out.uncopied_weight = c.uncopied_weight();
+  if (c.has_copy_lead()) out.copy_lead = clamp(c.copy_lead());
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 
@@ -32,7 +33,9 @@ absl::Status ValidateCalibration(const SelectionCalibration& c, const BlockLayou
     if (!c.retrieval_heads.empty() || !c.prior.empty() || !c.prior_all.empty() ||
         !c.head_weights.empty() || c.sink_blocks != -1 || c.sink_mass != -1.0f ||
         c.sink_mass_all != -1.0f || c.local_blocks != -1 || c.retrieval_share != 1.0f ||
-        c.successor_weight != 0.0f || c.unconfirmed_weight != 1.0f || c.confirm_steps != 1) {
+        c.successor_weight != 0.0f || c.unconfirmed_weight != 1.0f || c.confirm_steps != 1 ||
+        c.copy_run != 0 || c.copy_hold != 64 || c.copy_min_blocks != 4 ||
+        c.copy_min_mass != -1.0f || c.uncopied_weight != 0.0f || c.copy_lead != 0) {
       return absl::InvalidArgumentError(
           "calibration.num_q_heads is 0 (uncalibrated) but other calibration "
           "fields are set");
@@ -119,8 +122,22 @@ absl::Status ValidateCalibration(const SelectionCalibration& c, const BlockLayou
     return absl::InvalidArgumentError(
         absl::StrCat("calibration.confirm_steps (", c.confirm_steps, ") must be in [1, 4096]"));
   }
+  for (auto [name, v, hi] : {std::tuple{"copy_run", c.copy_run, 4096},
+                             std::tuple{"copy_min_blocks", c.copy_min_blocks, 4096},
+                             std::tuple{"copy_lead", c.copy_lead, 4096},
+                             std::tuple{"copy_hold", c.copy_hold, 1 << 20}}) {
+    if (v < 0 || v > hi) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibration.", name, " (", v, ") must be in [0, ", hi, "]"));
+    }
+  }
+  if (c.copy_min_mass != -1.0f && !(c.copy_min_mass >= 0 && c.copy_min_mass < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration.copy_min_mass (", c.copy_min_mass, ") must be -1 or in [0, 1)"));
+  }
   for (auto [name, v] : {std::pair{"successor_weight", c.successor_weight},
-                         std::pair{"unconfirmed_weight", c.unconfirmed_weight}}) {
+                         std::pair{"unconfirmed_weight", c.unconfirmed_weight},
+                         std::pair{"uncopied_weight", c.uncopied_weight}}) {
     if (!(v >= 0 && v <= 1)) {
       return absl::InvalidArgumentError(
           absl::StrCat("calibration.", name, " (", v, ") must be in [0, 1]"));

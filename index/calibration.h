@@ -51,6 +51,26 @@
 //                    passage is confirmed, a short phrase copied in plain
 //                    text (where following the head makes the model copy
 //                    the wrong continuation) weighs less.
+//   copy_run         copy tracking, 0 = off (every head's terms count as
+//                    they are). On, a retrieval head is *copying* from a
+//                    Select where its strongest key (the one token of all
+//                    stored blocks its query scores highest) has moved
+//                    forward exactly as far as the step since the Select
+//                    before, copy_run Selects in a row, and lies at least
+//                    copy_min_blocks blocks before the last block; it stays
+//                    copying for copy_hold steps after the last such Select.
+//                    A copying head's terms count from copy_min_mass up
+//                    (-1: head_min_mass), on its attention moved copy_lead
+//                    tokens forward (0..key tokens; 1 when Selects are
+//                    used one step later, as docs/API.md tells engines:
+//                    the head reads the token after its strongest one
+//                    then); a head that is not copying counts
+//                    uncopied_weight of its terms (0: none, so the prior,
+//                    a sink plus recency, decides). A copy head that follows
+//                    a passage moves one token per step; one that matches a
+//                    short phrase in plain text does not keep it up, and
+//                    following it there makes the model copy the wrong
+//                    continuation (docs/QUALITY.md).
 //
 // Calibrations are computed offline from real attention (kvtier-eval
 // --calibrate, bench/quality/calibrate.h) and registered with the profile.
@@ -93,6 +113,12 @@ struct SelectionCalibration {
   float successor_weight = 0.0f;
   float unconfirmed_weight = 1.0f;
   int32_t confirm_steps = 1;
+  int32_t copy_run = 0;
+  int32_t copy_hold = 64;
+  int32_t copy_min_blocks = 4;
+  float copy_min_mass = -1.0f;
+  float uncopied_weight = 0.0f;
+  int32_t copy_lead = 0;
 
   bool calibrated() const { return num_q_heads > 0; }
   friend bool operator==(const SelectionCalibration&, const SelectionCalibration&) = default;
@@ -107,7 +133,9 @@ struct SelectionCalibration {
 // [0, 1); sink_blocks and local_blocks -1 or in [0, 4096]; sink_mass and
 // sink_mass_all -1 or finite and >= 0, both or neither; retrieval_share in
 // (0, 1]; successor_weight and unconfirmed_weight in [0, 1]; confirm_steps
-// in [1, 4096]. Otherwise InvalidArgument naming the
+// in [1, 4096]; copy_run, copy_min_blocks, copy_lead in [0, 4096], copy_hold in
+// [0, 1 << 20], copy_min_mass -1 or in [0, 1), uncopied_weight in [0, 1].
+// Otherwise InvalidArgument naming the
 // field ("calibration.prior[3]", ...).
 absl::Status ValidateCalibration(const SelectionCalibration& calibration,
                                  const BlockLayout& layout);

@@ -7,7 +7,8 @@
 //                heads for the mass scorer
 //   calibration  the profile's selection calibration (calibration.h)
 //   stability    the per-page relevance windows (stability.h)
-//   mass memory  the mass scorer's targets of the last two steps
+//   mass memory  the mass scorer's targets of the last two steps and its
+//                heads' copy tracks (key_scorers.h)
 //
 // Pages are added through AddSegment / Append, which keep the tree and the
 // key table the same length: both are validated before either changes, so
@@ -37,21 +38,6 @@
 #include "index/summary.h"
 
 namespace kvtier::index {
-
-// The mass scorer's retrieval targets of the context's last two steps
-// (calibration.h, unconfirmed_weight): Begin(step) at every Select with head
-// queries; a new step makes the last one's targets `previous`.
-struct MassMemory {
-  int64_t step = INT64_MIN;
-  std::vector<MassTarget> previous, current;
-  void Begin(int64_t s) {
-    if (s != step) {
-      previous.swap(current);
-      step = s;
-    }
-    current.clear();
-  }
-};
 
 // Base of per-context state kept by other parts (see attachment above).
 class ContextAttachment {

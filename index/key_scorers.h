@@ -25,7 +25,8 @@
 // weight (1 when none). Without head queries: est_b = prior_all[d_b]. An
 // uncalibrated context scores est_b = (b + 1) / n, i.e. recency: the
 // sliding window. A head's term counts only where its softmax share is at
-// least the calibration's head_min_mass; a counted term also adds
+// least the calibration's head_min_mass (copy_min_mass while the head
+// copies, with copy tracking on); a counted term also adds
 // successor_weight times itself to block b + 1 (calibration.h).
 //
 // Both are finite for any finite input: cosines are computed on unit
@@ -79,19 +80,76 @@ struct MassTarget {
 // copying head moving forward); 1 when it continues none.
 int32_t ChainOf(absl::Span<const MassTarget> previous, int32_t head, int64_t page);
 
+// Copy tracking of one retrieval head (calibration.h, copy_run).
+struct CopyTrack {
+  int64_t step = -1;       // the last step that observed the head; -1 none
+  int64_t token = -1;      // its strongest key then: page * key_tokens + offset
+  int32_t run = 0;         // consecutive observations moving forward with the step
+  int64_t confirmed = -1;  // the last step that confirmed copying; -1 never
+  friend bool operator==(const CopyTrack&, const CopyTrack&) = default;
+};
+
+// What the mass scorer remembers of a context's last steps: the
+// retrieval targets of the last two (confirm_steps) and every head's copy
+// track. Begin(step) at every Select with head queries: a new step makes
+// the last one's targets `previous` and its tracks `tracks_before`; a
+// repeated step recomputes from the same state (the same answer).
+struct MassMemory {
+  int64_t step = INT64_MIN;
+  std::vector<MassTarget> previous, current;
+  std::vector<CopyTrack> tracks_before, tracks;
+  void Begin(int64_t s) {
+    if (s != step) {
+      previous.swap(current);
+      tracks_before = tracks;
+      step = s;
+    }
+    current.clear();
+    tracks = tracks_before;
+  }
+};
+
+// How retrieval head `head`'s terms count at this step.
+struct HeadGate {
+  float min_mass = 0.0f;  // a term counts from this share up
+  float weight = 1.0f;    // and counts this share of itself
+  int32_t lead = 0;       // tokens its attention is moved forward (copy_lead)
+};
+
+// Observes head's strongest key `token` (page * key_tokens + offset; -1
+// when none) at memory->step over n pages, updates memory->tracks[head]
+// from memory->tracks_before[head], and returns the head's gate: copying
+// (copy_min_mass, 1, copy_lead), not copying (head_min_mass,
+// uncopied_weight, 0). With copy_run 0 or no memory: (head_min_mass, 1, 0).
+HeadGate ObserveCopy(const SelectionCalibration& calibration, MassMemory* memory, int32_t head,
+                     int64_t token, int64_t n, int32_t key_tokens);
+
+// The smallest share a head's term may count from at any step (the
+// descent of mass_tree.h checks that it is > 0).
+inline float MinHeadMass(const SelectionCalibration& c) {
+  return c.copy_run > 0 && c.copy_min_mass >= 0 && c.copy_min_mass < c.head_min_mass
+             ? c.copy_min_mass
+             : c.head_min_mass;
+}
+
+// The smallest share head's term may count from at memory->step, from the
+// track before it: MinHeadMass() when the head may be copying at this step
+// (still held, or one forward step from confirming; or no memory), else
+// head_min_mass. The descent opens pages down to it.
+float StepMinHeadMass(const SelectionCalibration& c, const MassMemory* memory, int32_t head);
+
 // out[b] for b in [0, n) (n == table.size() when the table has head keys).
 // head_queries is empty or [R][dim] in calibration.retrieval_heads order;
 // slots maps retrieval head i to its KeyTable slot (KeyHeadSlots()).
-// With `previous` (the targets of the context's previous step), a target
-// whose chain is below the calibration's confirm_steps counts
-// unconfirmed_weight times its term (calibration.h); without, every target
-// counts whole. Every target of this step, with its chain, is appended to
-// *current when given.
+// With a memory (its Begin() called for this step): a target whose chain
+// is below the calibration's confirm_steps counts unconfirmed_weight times
+// its term, and each head's gate is ObserveCopy()'s for its strongest key;
+// every target of this step, with its chain, is appended to
+// memory->current. Without, every target counts whole from head_min_mass.
 absl::Status MassScores(const KeyTable* table, const SelectionCalibration& calibration,
                         absl::Span<const int32_t> slots, int32_t dim, int64_t n,
                         absl::Span<const float> head_queries, KeyScorerScratch* scratch,
-                        absl::Span<float> out, const std::vector<MassTarget>* previous = nullptr,
-                        std::vector<MassTarget>* current = nullptr);
+                        absl::Span<float> out, MassMemory* memory = nullptr);
 
 }  // namespace kvtier::index
 

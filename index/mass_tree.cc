@@ -22,6 +22,23 @@ struct BetterUnit {
   }
 };
 
+using PageShare = MassTreeScratch::PageShare;
+
+// Sorts by page and sums the shares of each page into one entry.
+void MergeShares(std::vector<PageShare>* shares) {
+  std::sort(shares->begin(), shares->end(),
+            [](const PageShare& a, const PageShare& b) { return a.page < b.page; });
+  size_t out = 0;
+  for (size_t i = 0; i < shares->size(); ++i) {
+    if (out > 0 && (*shares)[out - 1].page == (*shares)[i].page) {
+      (*shares)[out - 1].share += (*shares)[i].share;
+    } else {
+      (*shares)[out++] = (*shares)[i];
+    }
+  }
+  shares->resize(out);
+}
+
 double LogAddExp(double a, double b) {
   if (a == -INFINITY) return b;
   if (b == -INFINITY) return a;
@@ -46,16 +63,19 @@ class HeadDescent {
 
   // Runs the descent for one quantised query (s_->q, q_bound) with
   // logit scale c; appends (page, weight * share) for shares >= h.
-  void Run(int32_t head, float c, float h, float weight, float successor, float unconfirmed,
-           int32_t confirm_steps, const std::vector<MassTarget>* previous,
-           std::vector<MassTarget>* current, MassTreeStats* stats) {
+  // h is the smallest share any term may count from (MinHeadMass); the
+  // head's gate (ObserveCopy) is decided from its strongest opened key.
+  void Run(int32_t head, float c, float h, float weight, const SelectionCalibration& cal,
+           MassMemory* memory, MassTreeStats* stats) {
     c_ = c;
-    successor_ = successor;
-    confirm_steps_ = confirm_steps;
+    lead_ = cal.copy_run > 0 ? std::min(cal.copy_lead, T_) : 0;
     NextStamp();
+    best_logit_ = -INFINITY;
+    strongest_ = -1;
     s_->expanded.clear();
     s_->opened.clear();
     s_->lse.clear();
+    s_->tail.clear();
     s_->heap.clear();
     lz_open_ = -INFINITY;
     const double log_h = std::log(static_cast<double>(h));
@@ -113,17 +133,36 @@ class HeadDescent {
       for (int64_t b = cc * P_ + 1; b < p1; b += 4) Open(b);
     }
     stats->pages_opened += static_cast<int64_t>(s_->opened.size());
+    const HeadGate gate = ObserveCopy(cal, memory, head, strongest_, n_, T_);
+    if (!(gate.weight > 0)) return;
     const double lz = LogZ();
+    // Each opened page's share, its last lead tokens' moved to the page
+    // after it when the head copies (key_scorers.h, ObserveCopy).
+    std::vector<PageShare>& shares = s_->shares;
+    shares.clear();
     for (size_t i = 0; i < s_->opened.size(); ++i) {
-      double p = std::exp(s_->lse[i] - lz);
-      if (p >= h) {
-        const int64_t b = s_->opened[i];
-        const int32_t chain = previous != nullptr ? ChainOf(*previous, head, b) : INT32_MAX;
-        if (current != nullptr) current->push_back({head, b, chain});
-        if (chain < confirm_steps_) p *= unconfirmed;
+      const double p = std::exp(s_->lse[i] - lz);
+      const int64_t b = s_->opened[i];
+      if (gate.lead == 0) {
+        shares.push_back({b, p});
+        continue;
+      }
+      const double tail = std::min(p, std::exp(s_->tail[i] - lz));
+      shares.push_back({b, p - tail});
+      if (b + 1 < n_) shares.push_back({b + 1, tail});
+    }
+    if (gate.lead > 0) MergeShares(&shares);
+    for (const PageShare& ps : shares) {
+      double p = ps.share;
+      if (p >= gate.min_mass) {
+        const int64_t b = ps.page;
+        const int32_t chain = memory != nullptr ? ChainOf(memory->previous, head, b) : INT32_MAX;
+        if (memory != nullptr) memory->current.push_back({head, b, chain});
+        if (chain < cal.confirm_steps) p *= cal.unconfirmed_weight;
+        p *= gate.weight;
         s_->bumps.push_back({b, static_cast<float>(weight * p)});
-        if (successor_ > 0 && b + 1 < n_) {
-          s_->bumps.push_back({b + 1, static_cast<float>(successor_ * weight * p)});
+        if (cal.successor_weight > 0 && b + 1 < n_) {
+          s_->bumps.push_back({b + 1, static_cast<float>(cal.successor_weight * weight * p)});
         }
       }
     }
@@ -224,18 +263,31 @@ class HeadDescent {
     s_->logits.resize(T_);
     DotRowsS8(t_.HeadKeys(b, slot_), T_, D_, static_cast<int32_t>(D_), s_->q.data(),
               s_->dots.data());
-    int32_t top = s_->dots[0];
+    int32_t arg = 0;
     for (int32_t i = 0; i < T_; ++i) {
       s_->logits[i] = static_cast<float>(s_->dots[i]);
-      top = std::max(top, s_->dots[i]);
+      if (s_->dots[i] > s_->dots[arg]) arg = i;
     }
+    const int32_t top = s_->dots[arg];
     const double f = double{c_} * t_.HeadScale(b, slot_);
+    if (f * top > best_logit_) {
+      best_logit_ = f * top;
+      strongest_ = b * T_ + arg;
+    }
     double lse = f * top;
     if (f > 0) {
       lse += std::log(static_cast<double>(simd::SumExpBelow(
           s_->logits.data(), T_, static_cast<float>(std::min(f, 1e30)), static_cast<float>(top))));
     } else {
       lse += std::log(static_cast<double>(T_));
+    }
+    if (lead_ > 0) {
+      // The last lead_ tokens' log-sum-exp (copy_lead).
+      double tail = 0;
+      for (int32_t i = T_ - lead_; i < T_; ++i) tail += std::exp(f * (s_->dots[i] - top));
+      s_->tail.push_back(f * top + std::log(tail));
+    } else {
+      s_->tail.push_back(-INFINITY);
     }
     s_->opened.push_back(b);
     s_->lse.push_back(lse);
@@ -281,8 +333,9 @@ class HeadDescent {
   double lz_floor_ = -INFINITY;  // log of every chunk's lower estimate summed
   size_t screened_ = 0;          // pages opened before the sample's
   double log_h_ = 0;
-  float successor_ = 0;
-  int32_t confirm_steps_ = 1;
+  int32_t lead_ = 0;               // copy_lead while copy tracking, else 0
+  double best_logit_ = -INFINITY;  // the strongest opened key's logit
+  int64_t strongest_ = -1;         // and its token (page * T + offset)
 };
 
 }  // namespace
@@ -316,17 +369,17 @@ absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& c,
                            absl::Span<const int32_t> slots, int32_t dim,
                            absl::Span<const float> head_queries, const MassTreeOptions& options,
                            MassTreeScratch* s, std::vector<MassBump>* bumps, MassTreeStats* stats,
-                           const std::vector<MassTarget>* previous,
-                           std::vector<MassTarget>* current) {
+                           MassMemory* memory) {
   const size_t R = c.retrieval_heads.size();
   const size_t D = static_cast<size_t>(dim);
   const int64_t n = table.size();
-  if (!c.calibrated() || !(c.head_min_mass > 0) || R == 0 || slots.size() != R ||
-      head_queries.size() != R * D || table.options().dim != dim || n < 1 ||
-      table.num_key_heads() == 0) {
+  const float h = MinHeadMass(c);
+  if (!c.calibrated() || !(h > 0) || R == 0 || slots.size() != R || head_queries.size() != R * D ||
+      table.options().dim != dim || n < 1 || table.num_key_heads() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the mass tree needs a calibrated context with head keys, head_min_mass > 0 and ", R, " x ",
-        dim, " head queries (got ", head_queries.size(), " values, ", n, " pages)"));
+        "the mass tree needs a calibrated context with head keys, head_min_mass > 0 "
+        "(and copy_min_mass, with copy tracking) and ",
+        R, " x ", dim, " head queries (got ", head_queries.size(), " values, ", n, " pages)"));
   }
   bumps->clear();
   s->bumps.clear();
@@ -347,8 +400,8 @@ absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& c,
     }
     const float w = c.head_weights.empty() ? 1.0f : c.head_weights[i];
     HeadDescent head(table, slots[i], options, s);
-    head.Run(static_cast<int32_t>(i), static_cast<float>(softmax_scale * qs), c.head_min_mass, w,
-             c.successor_weight, c.unconfirmed_weight, c.confirm_steps, previous, current, stats);
+    head.Run(static_cast<int32_t>(i), static_cast<float>(softmax_scale * qs),
+             StepMinHeadMass(c, memory, static_cast<int32_t>(i)), w, c, memory, stats);
   }
   std::stable_sort(s->bumps.begin(), s->bumps.end(),
                    [](const MassBump& a, const MassBump& b) { return a.page < b.page; });

@@ -38,9 +38,14 @@
 //   5. z = the exactly opened pages' exp(lse) + the sample's, scaled to
 //      every page not opened before it (a sample page that could itself
 //      hold h of the attention counts once). Opened pages with
-//      exp(lse) / z >= h get w_i * that share (times unconfirmed_weight
-//      when previous targets are given and it continues none of them), and
-//      successor_weight times that goes to the next page.
+//      exp(lse) / z >= the head's gate get w_i * that share (times
+//      unconfirmed_weight when previous targets are given and it continues
+//      none of them, times the gate's weight), and successor_weight times
+//      that goes to the next page. With copy tracking (calibration.h) h is
+//      the smaller of head_min_mass and copy_min_mass, and the head's gate
+//      (key_scorers.h, ObserveCopy) comes from its strongest opened key;
+//      a copying head's shares are moved copy_lead tokens forward (the
+//      last tokens' share of an opened page goes to the page after it).
 //
 // What it gives up against the flat pass: a page never opened gets no
 // retrieval term, and the shares of opened pages rest on an estimated z.
@@ -112,22 +117,28 @@ struct MassTreeScratch {
   std::vector<uint32_t> chunk_stamp;  // == stamp: expanded
   uint32_t stamp = 0;
   std::vector<int64_t> expanded, opened;
-  std::vector<double> lse;      // per opened page, same order
-  std::vector<MassBump> bumps;  // before merging
+  std::vector<double> lse;   // per opened page, same order
+  std::vector<double> tail;  // its last copy_lead tokens' lse, same order
+  struct PageShare {
+    int64_t page;
+    double share;
+  };
+  std::vector<PageShare> shares;  // a head's shares per opened page
+  std::vector<MassBump> bumps;    // before merging
 };
 
 // Appends to *bumps (cleared first) the pages with a retrieval term, in
 // ascending page order, one entry per page. Requires a calibrated context
 // whose KeyTable holds the calibration's head keys for n == table.size()
 // pages, head_queries of R x dim finite values with no all-zero row (the
-// Selector validates), calibration.head_min_mass > 0.
-// previous / current: as MassScores' (key_scorers.h); may be null.
+// Selector validates), MinHeadMass(calibration) > 0.
+// memory: as MassScores' (key_scorers.h; the strongest key is the
+// strongest of the pages opened); may be null.
 absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& calibration,
                            absl::Span<const int32_t> slots, int32_t dim,
                            absl::Span<const float> head_queries, const MassTreeOptions& options,
                            MassTreeScratch* scratch, std::vector<MassBump>* bumps,
-                           MassTreeStats* stats, const std::vector<MassTarget>* previous = nullptr,
-                           std::vector<MassTarget>* current = nullptr);
+                           MassTreeStats* stats, MassMemory* memory = nullptr);
 
 }  // namespace kvtier::index
 

@@ -468,8 +468,7 @@ void Selector::ScoreFlat(const SelectRequest& r, const RunPlan& plan, Scratch* s
     MassMemory& memory = ctx.mass_memory();
     if (!r.head_queries.empty()) memory.Begin(r.step);
     MassScores(ctx.keys(), ctx.calibration(), ctx.key_slots(), t.dim(), n, r.head_queries, &s->keys,
-               absl::MakeSpan(aff, n), r.head_queries.empty() ? nullptr : &memory.previous,
-               r.head_queries.empty() ? nullptr : &memory.current)
+               absl::MakeSpan(aff, n), r.head_queries.empty() ? nullptr : &memory)
         .IgnoreError();  // validated
     CapRetrievalTerms(ctx.calibration(), !r.head_queries.empty(), sinks, local_first, free,
                       absl::MakeSpan(aff, n), &s->pool);

@@ -241,7 +241,7 @@ bool Selector::RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t loca
   const int64_t n = ctx.tree().num_pages();
   const bool with_queries = !r.head_queries.empty();
   if (r.stability || !c.calibrated() || n < options_.mass_tree.min_pages || n < 2 ||
-      (with_queries && !(c.head_min_mass > 0))) {
+      (with_queries && !(MinHeadMass(c) > 0))) {
     return false;
   }
   const std::vector<float>& prior = with_queries ? c.prior : c.prior_all;
@@ -255,8 +255,7 @@ bool Selector::RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t loca
     MassMemory& memory = ctx.mass_memory();
     memory.Begin(r.step);
     if (!MassTreeBumps(*ctx.keys(), c, ctx.key_slots(), ctx.tree().dim(), r.head_queries,
-                       options_.mass_tree, &s->mass, &bumps, &stats, &memory.previous,
-                       &memory.current)
+                       options_.mass_tree, &s->mass, &bumps, &stats, &memory)
              .ok()) {
       return false;  // validated before; the flat pass reports anything left
     }

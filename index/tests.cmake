@@ -39,4 +39,5 @@ kvtier_add_test(kvtier_index_int8_dot_test
   LIBS kvtier_index LABELS index)
 kvtier_add_test(kvtier_index_mass_tree_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/mass_tree_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/copy_tracking_test.cc
   LIBS kvtier_index LABELS index)

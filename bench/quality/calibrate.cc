@@ -151,6 +151,9 @@ absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump, const CalibrateO
   if (!(o.head_min_mass >= 0 && o.head_min_mass < 1)) {
     return absl::InvalidArgumentError("calibrate: head_min_mass must be in [0, 1)");
   }
+  if (!(o.sink_weight >= 0 && o.sink_weight <= 1000)) {
+    return absl::InvalidArgumentError("calibrate: sink_weight must be in [0, 1000]");
+  }
   if (!(o.budget > 0 && o.budget <= 1) || o.max_heads < 0 ||
       o.max_heads > index::kMaxRetrievalHeads || !(o.min_gain >= 0) || o.sink_blocks < 0 ||
       o.local_blocks < 0) {
@@ -238,11 +241,14 @@ absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump, const CalibrateO
   // (attention mass underrates a sink: removing it moves the attention of
   // every head that parks there, so its mass is no measure of its worth);
   // below that the first block is kept only when its measured attention
-  // (sink_mass) earns it a place in the budget, like any block. A model
-  // that gives its first block (almost) nothing does not keep it.
+  // times sink_weight (sink_mass) earns it a place in the budget, like any
+  // block. A model that gives its first block (almost) nothing does not
+  // keep it.
   result.sink_share = priors.sink_share;
   if (o.sink_blocks == 1 && priors.sink_share < o.min_sink_share) {
     c.sink_blocks = 0;
+    c.sink_mass = static_cast<float>(c.sink_mass * o.sink_weight);
+    c.sink_mass_all = static_cast<float>(c.sink_mass_all * o.sink_weight);
   } else {
     c.sink_blocks = o.sink_blocks;
     c.sink_mass = c.sink_mass_all = -1.0f;
@@ -252,6 +258,14 @@ absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump, const CalibrateO
   c.successor_weight = o.successor_weight;
   c.unconfirmed_weight = o.unconfirmed_weight;
   c.confirm_steps = o.confirm_steps;
+  if (o.copy_run > 0) {  // off: the fields keep their defaults (and JSON leaves them out)
+    c.copy_run = o.copy_run;
+    c.copy_hold = o.copy_hold;
+    c.copy_min_blocks = o.copy_min_blocks;
+    c.copy_lead = o.copy_lead;
+    c.copy_min_mass = o.copy_min_mass;
+    c.uncopied_weight = o.uncopied_weight;
+  }
   if (o.progress) {
     o.progress(absl::StrFormat("sink: %.4f of the attention on stored blocks -> sink_blocks %d%s",
                                priors.sink_share, c.sink_blocks,
@@ -291,8 +305,17 @@ std::string CalibrationToJson(const CalibrationResult& r) {
       ",\n  \"retrieval_share\": ", absl::StrFormat("%.9g", c.retrieval_share),
       ",\n  \"successor_weight\": ", absl::StrFormat("%.9g", c.successor_weight),
       ",\n  \"unconfirmed_weight\": ", absl::StrFormat("%.9g", c.unconfirmed_weight),
-      ",\n  \"confirm_steps\": ", c.confirm_steps, ",\n  \"prior\": ", floats(c.prior),
-      ",\n  \"prior_all\": ", floats(c.prior_all), "\n}\n");
+      ",\n  \"confirm_steps\": ", c.confirm_steps,
+      c.copy_run > 0
+          ? absl::StrCat(",\n  \"copy_run\": ", c.copy_run, ",\n  \"copy_hold\": ", c.copy_hold,
+                         ",\n  \"copy_min_blocks\": ", c.copy_min_blocks,
+                         ",\n  \"copy_lead\": ", c.copy_lead,
+                         c.copy_min_mass >= 0
+                             ? absl::StrFormat(",\n  \"copy_min_mass\": %.9g", c.copy_min_mass)
+                             : std::string(),
+                         absl::StrFormat(",\n  \"uncopied_weight\": %.9g", c.uncopied_weight))
+          : std::string(),
+      ",\n  \"prior\": ", floats(c.prior), ",\n  \"prior_all\": ", floats(c.prior_all), "\n}\n");
 }
 
 absl::StatusOr<CalibrationResult> CalibrationFromJson(absl::string_view text) {
@@ -356,7 +379,8 @@ absl::StatusOr<CalibrationResult> CalibrationFromJson(absl::string_view text) {
   }
   for (auto [key, out] :
        {std::pair{"sink_blocks", &c.sink_blocks}, std::pair{"local_blocks", &c.local_blocks},
-        std::pair{"confirm_steps", &c.confirm_steps}}) {
+        std::pair{"confirm_steps", &c.confirm_steps}, std::pair{"copy_run", &c.copy_run},
+        std::pair{"copy_min_blocks", &c.copy_min_blocks}, std::pair{"copy_lead", &c.copy_lead}}) {
     if (const JsonValue* s = v->Find(key); s != nullptr) {
       if (!s->is_integer || s->integer < 0 || s->integer > index::kMaxForcedBlocks) return bad(key);
       *out = static_cast<int32_t>(s->integer);
@@ -366,11 +390,17 @@ absl::StatusOr<CalibrationResult> CalibrationFromJson(absl::string_view text) {
        {std::pair{"retrieval_share", &c.retrieval_share},
         std::pair{"successor_weight", &c.successor_weight},
         std::pair{"unconfirmed_weight", &c.unconfirmed_weight},
-        std::pair{"sink_mass", &c.sink_mass}, std::pair{"sink_mass_all", &c.sink_mass_all}}) {
+        std::pair{"sink_mass", &c.sink_mass}, std::pair{"sink_mass_all", &c.sink_mass_all},
+        std::pair{"copy_min_mass", &c.copy_min_mass},
+        std::pair{"uncopied_weight", &c.uncopied_weight}}) {
     if (const JsonValue* s = v->Find(key); s != nullptr) {
       if (s->type != JsonValue::Type::kNumber) return bad(key);
       *out = static_cast<float>(s->number);
     }
+  }
+  if (const JsonValue* s = v->Find("copy_hold"); s != nullptr) {
+    if (!s->is_integer || s->integer < 0 || s->integer > (1 << 20)) return bad("copy_hold");
+    c.copy_hold = static_cast<int32_t>(s->integer);
   }
   return r;
 }

@@ -13,7 +13,7 @@
 //      The sink block's share of the attention on stored blocks: from
 //      min_sink_share up the sink is kept always (sink_blocks 1); below it
 //      sink_blocks is 0 and the first block competes for the budget with
-//      its own mean attention (sink_mass, calibration.h).
+//      sink_weight times its own mean attention (sink_mass, calibration.h).
 //   3. Retrieval heads, greedily: starting from the prior alone, each round
 //      replays the dump through the daemon's own mass scorer (in process,
 //      int8 keys) once per remaining head with that head added, and keeps
@@ -57,12 +57,22 @@ struct CalibrateOptions {
   float head_min_mass = 0.0f;
   // See step 2 (measured with sink_blocks 1).
   double min_sink_share = 0.01;
+  // A sink that competes counts this many times its measured attention:
+  // chosen on next-byte loss (docs/QUALITY.md; attention mass underrates
+  // a sink).
+  double sink_weight = 2.0;
   // Written into the calibration as they are, like head_min_mass: chosen
   // on next-byte loss in the decode loop (docs/QUALITY.md).
   float retrieval_share = 1.0f;
   float successor_weight = 0.0f;
   float unconfirmed_weight = 1.0f;
   int32_t confirm_steps = 1;
+  int32_t copy_run = 0;  // copy tracking (index/calibration.h), 0 = off
+  int32_t copy_hold = 64;
+  int32_t copy_min_blocks = 4;
+  int32_t copy_lead = 0;
+  float copy_min_mass = -1.0f;
+  float uncopied_weight = 0.0f;
   // Called after each greedy round with a one-line summary (may be empty).
   std::function<void(const std::string&)> progress;
 };

@@ -65,6 +65,14 @@ v1::SelectionCalibration ToProto(const index::SelectionCalibration& c) {
   if (c.sink_mass >= 0) p.set_sink_mass(c.sink_mass);
   if (c.sink_mass_all >= 0) p.set_sink_mass_all(c.sink_mass_all);
   p.set_successor_weight(c.successor_weight);
+  if (c.copy_run != 0) {
+    p.set_copy_run(static_cast<uint32_t>(c.copy_run));
+    p.set_copy_hold(static_cast<uint32_t>(c.copy_hold));
+    p.set_copy_min_blocks(static_cast<uint32_t>(c.copy_min_blocks));
+    if (c.copy_min_mass >= 0) p.set_copy_min_mass(c.copy_min_mass);
+    p.set_uncopied_weight(c.uncopied_weight);
+    p.set_copy_lead(static_cast<uint32_t>(c.copy_lead));
+  }
   return p;
 }
 

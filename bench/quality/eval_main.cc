@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -90,7 +91,14 @@ struct Flags {
   float calibrate_successor_weight = 0.0f;
   float calibrate_unconfirmed_weight = 1.0f;
   int32_t calibrate_confirm_steps = 1;
+  int32_t calibrate_copy_run = 0;
+  int32_t calibrate_copy_hold = 64;
+  int32_t calibrate_copy_min_blocks = 4;
+  int32_t calibrate_copy_lead = 0;
+  float calibrate_copy_min_mass = -1.0f;
+  float calibrate_uncopied_weight = 0.0f;
   double calibrate_min_sink_share = 0.01;
+  double calibrate_sink_weight = 2.0;
   bool compaction = false;
   int64_t compaction_prefix = 768;
   int32_t compaction_window = 32;
@@ -200,7 +208,14 @@ absl::Status RunCalibrate(const Flags& f) {
   co.successor_weight = f.calibrate_successor_weight;
   co.unconfirmed_weight = f.calibrate_unconfirmed_weight;
   co.confirm_steps = f.calibrate_confirm_steps;
+  co.copy_run = f.calibrate_copy_run;
+  co.copy_hold = f.calibrate_copy_hold;
+  co.copy_min_blocks = f.calibrate_copy_min_blocks;
+  co.copy_lead = f.calibrate_copy_lead;
+  co.copy_min_mass = f.calibrate_copy_min_mass;
+  co.uncopied_weight = f.calibrate_uncopied_weight;
   co.min_sink_share = f.calibrate_min_sink_share;
+  co.sink_weight = f.calibrate_sink_weight;
   co.progress = [](const std::string& line) {
     std::printf("  %s\n", line.c_str());
     std::fflush(stdout);
@@ -237,7 +252,7 @@ absl::Status RunCompaction(const Flags& f, const std::string& command) {
     for (int32_t i = 0; i < f.synthetic; ++i) {
       SyntheticDumpOptions so;
       so.recall = i % 2 == 1;
-      so.seed = static_cast<uint64_t>(i + 1);
+      so.seed = static_cast<uint64_t>(i) + 1;
       KVTIER_ASSIGN_OR_RETURN(KvDump d, MakeSyntheticDump(so));
       synthetic.push_back(std::move(d));
     }
@@ -423,7 +438,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
     for (int32_t i = 0; i < f.synthetic; ++i) {
       SyntheticDumpOptions so;
       so.recall = i % 2 == 1;
-      so.seed = static_cast<uint64_t>(i / 2 + 1);
+      so.seed = static_cast<uint64_t>(i / 2) + 1;
       KVTIER_ASSIGN_OR_RETURN(KvDump d, MakeSyntheticDump(so));
       synthetic.push_back(std::move(d));
     }
@@ -483,6 +498,7 @@ absl::Status Run(const Flags& f, const std::string& command) {
     if (absl::Status s = MergeReplay(*r, &all); !s.ok()) return s;
   }
   std::vector<const ReplayResult*> ordered;
+  ordered.reserve(groups.size() + 1);
   for (const auto& [name, g] : groups) ordered.push_back(&g);
   if (groups.size() > 1) ordered.push_back(&all);
 
@@ -514,7 +530,9 @@ absl::Status Run(const Flags& f, const std::string& command) {
 }  // namespace
 }  // namespace kvtier::quality
 
-int main(int argc, char** argv) {
+namespace {
+
+int RunMain(int argc, char** argv) {
   kvtier::quality::Flags f;
   CLI::App app{"kvtier-eval: block-selection quality on saved Q/K/V"};
   app.add_option("--data", f.data, "safetensors dumps or folders of them")->capture_default_str();
@@ -597,9 +615,39 @@ int main(int argc, char** argv) {
                  "the calibration's confirm_steps: consecutive steps a head must follow a "
                  "target before it counts whole")
       ->capture_default_str();
+  app.add_option("--calibrate-copy-run", f.calibrate_copy_run,
+                 "the calibration's copy_run: Selects in a row a retrieval head's strongest key "
+                 "must move forward with the step before the head counts as copying (0 = no "
+                 "copy tracking)")
+      ->capture_default_str();
+  app.add_option("--calibrate-copy-hold", f.calibrate_copy_hold,
+                 "the calibration's copy_hold: steps a head stays copying after the last "
+                 "Select that confirmed it")
+      ->capture_default_str();
+  app.add_option("--calibrate-copy-min-blocks", f.calibrate_copy_min_blocks,
+                 "the calibration's copy_min_blocks: how far back (blocks) a strongest key must "
+                 "be to confirm copying")
+      ->capture_default_str();
+  app.add_option("--calibrate-copy-lead", f.calibrate_copy_lead,
+                 "the calibration's copy_lead: tokens a copying head's attention is moved "
+                 "forward (1 for Selects used one step later)")
+      ->capture_default_str();
+  app.add_option("--calibrate-copy-min-mass", f.calibrate_copy_min_mass,
+                 "the calibration's copy_min_mass: the gate of a copying head (-1 = "
+                 "head_min_mass)")
+      ->capture_default_str();
+  app.add_option("--calibrate-uncopied-weight", f.calibrate_uncopied_weight,
+                 "the calibration's uncopied_weight: the share of its terms a head that is not "
+                 "copying counts")
+      ->capture_default_str();
   app.add_option("--calibrate-min-sink-share", f.calibrate_min_sink_share,
                  "keep the sink block always from this share of the attention on stored "
                  "blocks up; below, it competes with its own attention")
+      ->capture_default_str();
+  app.add_option("--calibrate-sink-weight", f.calibrate_sink_weight,
+                 "a sink that competes counts this many times its measured attention (chosen "
+                 "on next-byte loss: attention mass underrates a sink)")
+      ->check(CLI::Range(0.0, 1000.0))
       ->capture_default_str();
   app.add_flag("--compaction", f.compaction,
                "evaluate SelKV compaction (index/selkv.h) instead of block "
@@ -627,4 +675,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return RunMain(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvtier-eval: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "kvtier-eval: unknown exception\n");
+  }
+  return 1;
 }

@@ -101,7 +101,7 @@ class Parser {
       ++pos_;
       JsonValue value;
       if (absl::Status s = ParseValue(depth + 1, &value); !s.ok()) return s;
-      out->object.emplace_back(std::move(key), std::move(value));
+      out->object.push_back({std::move(key), std::move(value)});
       SkipSpace();
       if (pos_ >= text_.size()) return Error("unterminated object");
       if (text_[pos_] == ',') {

@@ -22,6 +22,8 @@ namespace kvtier::quality {
 
 inline constexpr int kMaxJsonDepth = 64;
 
+struct JsonMember;
+
 struct JsonValue {
   enum class Type : uint8_t { kNull, kBool, kNumber, kString, kArray, kObject };
   Type type = Type::kNull;
@@ -31,10 +33,17 @@ struct JsonValue {
   int64_t integer = 0;
   std::string string;
   std::vector<JsonValue> array;
-  std::vector<std::pair<std::string, JsonValue>> object;  // file order
+  std::vector<JsonMember> object;  // file order
 
   // The member named `key` of an object, or null (also for non-objects).
   const JsonValue* Find(absl::string_view key) const;
+};
+
+// One member of an object (a struct, not a std::pair: a pair of the
+// still-incomplete JsonValue cannot be a vector's element in its own type).
+struct JsonMember {
+  std::string key;
+  JsonValue value;
 };
 
 // Parses one JSON value that spans all of `text` (surrounding whitespace

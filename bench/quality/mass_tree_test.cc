@@ -135,7 +135,12 @@ class MassTreeTest : public ::testing::Test {
     auto cal = LoadCalibrations(KVTIER_CALIBRATION_DIR);
     ASSERT_TRUE(cal.ok()) << cal.status();
     ASSERT_TRUE(cal->count("austen-copy")) << "no austen-copy calibration";
-    copy_ = cal->at("austen-copy");
+    shipped_ = cal->at("austen-copy");
+    // The tree's retrieval path against the flat pass wherever a head has
+    // a target: copy tracking off (with it on, heads count only while they
+    // copy; the shared-dump test runs the shipped calibration too).
+    copy_ = shipped_;
+    copy_.copy_run = 0;
     for (const std::string& path : Dumps(KVTIER_REALKV_DIR, "rkc-")) {
       absl::StatusOr<KvDump> d = LoadKvDump(path);
       ASSERT_TRUE(d.ok()) << d.status();
@@ -144,7 +149,7 @@ class MassTreeTest : public ::testing::Test {
     if (dumps_.empty()) GTEST_SKIP() << "no rkc dumps in " << KVTIER_REALKV_DIR;
   }
 
-  index::SelectionCalibration copy_;
+  index::SelectionCalibration shipped_, copy_;
   std::vector<KvDump> dumps_;
 };
 
@@ -153,85 +158,89 @@ class MassTreeTest : public ::testing::Test {
 // against the flat pass, and the shipped min_pages, which keeps these
 // lengths on the flat pass (identical blocks).
 TEST_F(MassTreeTest, SharedDumpsKeepTheFlatPassesExpectedMass) {
-  for (double fraction : {1.0 / 16, 1.0 / 8}) {
-    Tally forced;
-    for (const KvDump& d : dumps_) {
-      const int32_t D = d.head_dim;
-      std::unique_ptr<index::ContextIndex> flat =
-          NewContext(copy_, D, d.num_layers, d.num_kv_heads);
-      std::unique_ptr<index::ContextIndex> sparse =
-          NewContext(copy_, D, d.num_layers, d.num_kv_heads);
-      std::unique_ptr<index::ContextIndex> defaults =
-          NewContext(copy_, D, d.num_layers, d.num_kv_heads);
-      auto flat_sel = *index::Selector::Create(Options(int64_t{1} << 40));
-      auto sparse_sel = *index::Selector::Create(Options(0));
-      auto default_sel = *index::Selector::Create(Options(index::MassTreeOptions().min_pages));
-      // The dump's pages as summaries: the retrieval heads' keys in int8.
-      std::vector<index::BlockSummary> pages;
-      const std::vector<int32_t> key_heads = index::KeyHeadsOf(copy_, d.num_kv_heads);
-      for (int64_t b = 0; b < d.seq_len / kT; ++b) {
-        index::BlockSummary s;
-        s.dim = D;
-        s.mean.assign(D, 0.0f);
-        s.key_heads = key_heads;
-        s.key_tokens = kT;
-        s.head_keys.resize(key_heads.size() * kT * D);
-        std::vector<float> k(kT * D);
-        for (size_t j = 0; j < key_heads.size(); ++j) {
-          const int32_t l = key_heads[j] / d.num_kv_heads, h = key_heads[j] % d.num_kv_heads;
-          for (int32_t t = 0; t < kT; ++t) {
-            const float* src = d.K(l, h, b * kT + t);
-            std::copy(src, src + D, &k[t * D]);
-            for (int32_t x = 0; x < D; ++x) s.mean[x] += src[x];
+  for (const index::SelectionCalibration* cal : {&shipped_, &copy_}) {
+    for (double fraction : {1.0 / 16, 1.0 / 8}) {
+      const index::SelectionCalibration& c = *cal;
+      Tally forced;
+      for (const KvDump& d : dumps_) {
+        const int32_t D = d.head_dim;
+        std::unique_ptr<index::ContextIndex> flat = NewContext(c, D, d.num_layers, d.num_kv_heads);
+        std::unique_ptr<index::ContextIndex> sparse =
+            NewContext(c, D, d.num_layers, d.num_kv_heads);
+        std::unique_ptr<index::ContextIndex> defaults =
+            NewContext(c, D, d.num_layers, d.num_kv_heads);
+        auto flat_sel = *index::Selector::Create(Options(int64_t{1} << 40));
+        auto sparse_sel = *index::Selector::Create(Options(0));
+        auto default_sel = *index::Selector::Create(Options(index::MassTreeOptions().min_pages));
+        // The dump's pages as summaries: the retrieval heads' keys in int8.
+        std::vector<index::BlockSummary> pages;
+        const std::vector<int32_t> key_heads = index::KeyHeadsOf(c, d.num_kv_heads);
+        for (int64_t b = 0; b < d.seq_len / kT; ++b) {
+          index::BlockSummary s;
+          s.dim = D;
+          s.mean.assign(D, 0.0f);
+          s.key_heads = key_heads;
+          s.key_tokens = kT;
+          s.head_keys.resize(key_heads.size() * kT * D);
+          std::vector<float> k(kT * D);
+          for (size_t j = 0; j < key_heads.size(); ++j) {
+            const int32_t l = key_heads[j] / d.num_kv_heads, h = key_heads[j] % d.num_kv_heads;
+            for (int32_t t = 0; t < kT; ++t) {
+              const float* src = d.K(l, h, b * kT + t);
+              std::copy(src, src + D, &k[t * D]);
+              for (int32_t x = 0; x < D; ++x) s.mean[x] += src[x];
+            }
+            s.key_scales.push_back(
+                index::QuantizeInt8(k.data(), k.size(), &s.head_keys[j * kT * D]));
           }
-          s.key_scales.push_back(index::QuantizeInt8(k.data(), k.size(), &s.head_keys[j * kT * D]));
+          pages.push_back(std::move(s));
         }
-        pages.push_back(std::move(s));
-      }
-      const int64_t prompt = d.seq_len / 2;
-      int64_t have = 0;
-      for (int64_t t = prompt; t < d.seq_len; ++t) {
-        const int64_t n = t / kT;  // complete pages at step t
-        for (; have < n; ++have) {
-          for (auto* ctx : {flat.get(), sparse.get(), defaults.get()}) {
-            ASSERT_TRUE(ctx->Append(pages[have]).ok());
+        const int64_t prompt = d.seq_len / 2;
+        int64_t have = 0;
+        for (int64_t t = prompt; t < d.seq_len; ++t) {
+          const int64_t n = t / kT;  // complete pages at step t
+          for (; have < n; ++have) {
+            for (auto* ctx : {flat.get(), sparse.get(), defaults.get()}) {
+              ASSERT_TRUE(ctx->Append(pages[have]).ok());
+            }
           }
+          if (n < 3) continue;
+          std::vector<float> q(c.retrieval_heads.size() * D);
+          for (size_t i = 0; i < c.retrieval_heads.size(); ++i) {
+            const float* src = d.Q(c.retrieval_heads[i].layer, c.retrieval_heads[i].q_head, t);
+            std::copy(src, src + D, &q[i * D]);
+          }
+          const int64_t budget = std::max<int64_t>(2, static_cast<int64_t>(n * fraction));
+          std::vector<int64_t> flat_blocks;
+          Step(flat.get(), sparse.get(), flat_sel.get(), sparse_sel.get(), q, budget, t, &forced,
+               &flat_blocks);
+          // The shipped options on a context of its own: the flat pass, so
+          // the same blocks.
+          index::SelectRequest r;
+          r.context = defaults.get();
+          r.scorer = index::ScorerKind::kMass;
+          r.stability = false;
+          r.head_queries = q;
+          r.budget_blocks = budget;
+          r.step = t;
+          index::SelectResult got;
+          ASSERT_TRUE(default_sel->Select(r, &got).ok());
+          EXPECT_FALSE(got.mass_sparse) << d.name << " step " << t;
+          EXPECT_EQ(got.blocks, flat_blocks) << d.name << " step " << t;
         }
-        if (n < 3) continue;
-        std::vector<float> q(copy_.retrieval_heads.size() * D);
-        for (size_t i = 0; i < copy_.retrieval_heads.size(); ++i) {
-          const float* src =
-              d.Q(copy_.retrieval_heads[i].layer, copy_.retrieval_heads[i].q_head, t);
-          std::copy(src, src + D, &q[i * D]);
-        }
-        const int64_t budget = std::max<int64_t>(2, static_cast<int64_t>(n * fraction));
-        std::vector<int64_t> flat_blocks;
-        Step(flat.get(), sparse.get(), flat_sel.get(), sparse_sel.get(), q, budget, t, &forced,
-             &flat_blocks);
-        // The shipped options on a context of its own: the flat pass, so
-        // the same blocks.
-        index::SelectRequest r;
-        r.context = defaults.get();
-        r.scorer = index::ScorerKind::kMass;
-        r.stability = false;
-        r.head_queries = q;
-        r.budget_blocks = budget;
-        r.step = t;
-        index::SelectResult got;
-        ASSERT_TRUE(default_sel->Select(r, &got).ok());
-        EXPECT_FALSE(got.mass_sparse) << d.name << " step " << t;
-        EXPECT_EQ(got.blocks, flat_blocks) << d.name << " step " << t;
       }
+      std::printf(
+          "mass tree on the %zu shared copy-model dumps at 1/%.0f (%s), sparse path forced: "
+          "expected mass %.5f of the flat pass's, identical blocks %lld/%lld steps, "
+          "pages read %.3f, retrieval targets chosen %lld (flat %lld) of %lld\n",
+          dumps_.size(), 1 / fraction, c.copy_run > 0 ? "shipped" : "copy tracking off",
+          forced.Ratio(), static_cast<long long>(forced.identical),
+          static_cast<long long>(forced.steps), forced.Visited(),
+          static_cast<long long>(forced.targets_chosen),
+          static_cast<long long>(forced.targets_chosen_flat),
+          static_cast<long long>(forced.targets));
+      EXPECT_GE(forced.Ratio(), 0.995) << "budget 1/" << 1 / fraction;
     }
-    std::printf(
-        "mass tree on the %zu shared copy-model dumps at 1/%.0f, sparse path forced: "
-        "expected mass %.5f of the flat pass's, identical blocks %lld/%lld steps, "
-        "pages read %.3f, retrieval targets chosen %lld (flat %lld) of %lld\n",
-        dumps_.size(), 1 / fraction, forced.Ratio(), static_cast<long long>(forced.identical),
-        static_cast<long long>(forced.steps), forced.Visited(),
-        static_cast<long long>(forced.targets_chosen),
-        static_cast<long long>(forced.targets_chosen_flat), static_cast<long long>(forced.targets));
-    EXPECT_GE(forced.Ratio(), 0.995) << "budget 1/" << 1 / fraction;
   }
 }
 
@@ -241,6 +250,7 @@ TEST_F(MassTreeTest, SharedDumpsKeepTheFlatPassesExpectedMass) {
 void RunLong(const std::vector<KvDump>& dumps, const index::SelectionCalibration& c, int64_t tokens,
              float passage_key_scale, bool share_context, Tally* tally) {
   std::vector<const KvDump*> ptrs;
+  ptrs.reserve(dumps.size());
   for (const KvDump& d : dumps) ptrs.push_back(&d);
   LongContextOptions lo;
   lo.tokens = tokens;

@@ -457,7 +457,10 @@ absl::StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name, cons
     config.recency_weight = o.recency_weight;
   }
   config.calibration = o.calibration ? *o.calibration : data.calibration;
-  if (name == "mass_ungated") config.calibration.head_min_mass = 0.0f;
+  if (name == "mass_ungated") {  // every share of every head, always
+    config.calibration.head_min_mass = 0.0f;
+    config.calibration.copy_run = 0;
+  }
   absl::StatusOr<std::unique_ptr<SelectionBackend>> backend =
       o.endpoint.empty() ? MakeInProcessBackend(config) : MakeDaemonBackend(config, o.endpoint);
   if (!backend.ok()) return backend.status();

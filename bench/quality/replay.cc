@@ -221,7 +221,9 @@ absl::StatusOr<ReplayResult> RunReplay(const KvDump& dump, const ReplayConfig& c
     TotalMass(att, &total);
     if (step) {
       in.t = t;
-      in.step = evaluated + 1;  // kvtierd reads step 0 as "the next step"
+      // The decode step (kvtierd reads step 0 as "the next step"): with a
+      // stride, Selects are step_stride steps apart, as the keys move.
+      in.step = t - P + 1;
       in.num_blocks = att.num_blocks;
       in.num_complete = (t + 1) / bs;
       in.has_partial = in.num_blocks > in.num_complete;

@@ -314,7 +314,11 @@ bool RunLongScenario(const LongScenarioOptions& o, const std::string& out_dir) {
     std::fprintf(stderr, "long: no austen-copy calibration in %s\n", o.calibration_dir.c_str());
     return false;
   }
-  const index::SelectionCalibration copy = cals->at("austen-copy");
+  // Copy tracking off: every head's terms count at every step, the most
+  // work the descent does (with it on, a head that is not copying opens
+  // pages down to head_min_mass only, as here).
+  index::SelectionCalibration copy = cals->at("austen-copy");
+  copy.copy_run = 0;
   std::vector<Shape> shapes = {{"7b", true, PairedCalibration(copy)}, {"small", false, copy}};
   std::vector<Case> cases = {{16384, 1},  {131072, 1},  {1 << 20, 1},
                              {16384, 16}, {131072, 16}, {32768, 64}};

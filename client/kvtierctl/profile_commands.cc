@@ -52,6 +52,11 @@ std::string CalibrationLabel(const v1::SelectionCalibration& c) {
     std::snprintf(buf, sizeof(buf), " confirm=%u", c.confirm_steps());
     out += buf;
   }
+  if (c.has_copy_run() && c.copy_run() > 0) {
+    std::snprintf(buf, sizeof(buf), " copy=%u/%u", c.copy_run(),
+                  c.has_copy_hold() ? c.copy_hold() : 64u);
+    out += buf;
+  }
   return out;
 }
 

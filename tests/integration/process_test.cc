@@ -304,13 +304,15 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
   cal->set_sink_mass(0.1f);
   cal->set_sink_mass_all(0.1f);
   cal->set_successor_weight(0.5f);
+  cal->set_copy_run(6);
+  cal->set_copy_lead(1);
   ASSERT_TRUE((*client)->RegisterProfile(calibrated).ok());
 
   auto profiles = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "profiles"});
   EXPECT_EQ(profiles.exit_code, 0) << profiles.err;
   EXPECT_THAT(profiles.out, HasSubstr("ctl-evict"));
   EXPECT_THAT(profiles.out, HasSubstr("SELECTION"));
-  EXPECT_THAT(profiles.out, HasSubstr("heads=1 sink=~ local=1 gate=0.40 succ=0.50"));
+  EXPECT_THAT(profiles.out, HasSubstr("heads=1 sink=~ local=1 gate=0.40 succ=0.50 copy=6/64"));
   EXPECT_THAT(profiles.out, HasSubstr("1/1/64/32"));
   EXPECT_THAT(profiles.out, HasSubstr("fp16"));
   EXPECT_THAT(profiles.out, HasSubstr("24 KiB"));  // 3 blocks stored

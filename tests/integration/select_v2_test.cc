@@ -267,8 +267,8 @@ TEST_F(SelectV2Test, BadAnchorsAndHeadQueriesFailAloneNamingSizes) {
   ASSERT_TRUE(stream->Write(req));
   ASSERT_TRUE(stream->Read(&resp));
   const std::vector<std::string> want = {
-      "contexts[0].anchor: 33 values; expected 32 (pooled over layers and KV heads) or 64 (2 "
-      "layers x 32, per layer)",
+      std::string("contexts[0].anchor: 33 values; expected 32 (pooled over layers and KV heads) ") +
+          "or 64 (2 layers x 32, per layer)",
       "contexts[1].anchor[3]: nan is not finite",
       "contexts[2].anchor[40]: inf is not finite",
       "contexts[3].anchor: row 0 (values 0..31) is all zero",
@@ -310,6 +310,12 @@ TEST_F(SelectV2Test, CalibrationIsValidatedReturnedAndKeptAcrossRestarts) {
   bad.mutable_calibration()->set_prior(2, -1.0f);
   EXPECT_THAT(std::string(client_->RegisterProfile(bad).status().message()),
               HasSubstr("profile.calibration.prior[2]"));
+  bad = Profile(true);
+  bad.mutable_calibration()->set_copy_run(6);
+  bad.mutable_calibration()->set_copy_min_mass(1.5f);
+  EXPECT_THAT(
+      client_->RegisterProfile(bad),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("profile.calibration.copy_min_mass")));
 
   auto reg = client_->RegisterProfile(Profile(true));
   ASSERT_OK(reg);
