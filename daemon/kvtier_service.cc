@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/block_reactors.h"
+#include "daemon/compaction/compactor.h"
 #include "daemon/convert.h"
 #include "daemon/grpc_status.h"
 #include "daemon/select_reactor.h"
@@ -24,6 +25,18 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* ctx,
                                       const absl::Status& status) {
   return FinishUnary(ctx, ToGrpcStatus(status));
+}
+
+// A context_key a client sent: the 16 bytes CompactContext returned (or,
+// where `empty_ok`, none).
+absl::Status CheckContextKey(const std::string& key, bool empty_ok) {
+  if (key.empty() && empty_ok) return absl::OkStatus();
+  if (key.size() != Compactor::kContextKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("context_key: ", key.size(), " bytes; a context key is the ",
+                     Compactor::kContextKeyBytes, " bytes CompactContext returned"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -326,6 +339,9 @@ grpc::ServerUnaryReactor* KvTierService::ListContextVersions(
       !profile.ok()) {
     return FinishUnary(ctx, profile.status());
   }
+  if (absl::Status s = CheckContextKey(req->context_key(), /*empty_ok=*/true); !s.ok()) {
+    return FinishUnary(ctx, s);
+  }
   auto versions =
       runtime_->compactor()->List((*caller)->name, req->profile_id(), req->context_key());
   if (!versions.ok()) return FinishUnary(ctx, versions.status());
@@ -338,8 +354,8 @@ grpc::ServerUnaryReactor* KvTierService::DropContextVersion(
     v1::DropContextVersionResponse* resp) {
   absl::StatusOr<TenantPtr> caller = CallerOf(runtime_->tenants(), ctx);
   if (!caller.ok()) return FinishUnary(ctx, caller.status());
-  if (req->context_key().empty()) {
-    return FinishUnary(ctx, absl::InvalidArgumentError("context_key: empty"));
+  if (absl::Status s = CheckContextKey(req->context_key(), /*empty_ok=*/false); !s.ok()) {
+    return FinishUnary(ctx, s);
   }
   return FinishBlocking(ctx, (*caller)->name, [this, tenant = (*caller)->name, req, resp] {
     auto deleted =

@@ -19,7 +19,7 @@
 namespace kvtier::daemon {
 namespace {
 
-// Ids and keys a client sent, cut (a context_key is not length-checked).
+// Ids and keys a client sent, cut (the service checks a context_key's length).
 std::string Hex(const std::string& id) { return ClientHex(id); }
 
 void AppendBe64(std::string* out, uint64_t v) {

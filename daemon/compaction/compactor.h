@@ -89,6 +89,8 @@ class Compactor {
   // block is a compacted block.
   void Annotate(const std::string& tenant, uint64_t profile_id, v1::BlockResult* result);
 
+  // A context's key: a 128-bit hash of its block ids (kContextKeyBytes).
+  static constexpr size_t kContextKeyBytes = 16;
   static std::string ContextKey(const std::vector<std::string>& block_ids);
 
  private:

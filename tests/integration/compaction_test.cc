@@ -279,6 +279,19 @@ TEST_F(CompactionTest, BadInputGetsClearStatusesAndNothingIsStored) {
   EXPECT_EQ(versions->versions_size(), 0) << "failed calls store nothing";
   list.set_context_key(std::string(16, 'x'));
   EXPECT_THAT(client_->ListContextVersions(list), StatusIs(absl::StatusCode::kNotFound));
+  // A key that no context can have (context keys are 16 bytes) is refused
+  // by its length, whatever its size, before anything is looked up.
+  for (size_t bytes : {size_t{1}, size_t{17}, size_t{4096}}) {
+    list.set_context_key(std::string(bytes, 'y'));
+    EXPECT_THAT(client_->ListContextVersions(list),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("context_key: ")));
+    v1::DropContextVersionRequest drop;
+    drop.set_profile_id(profile_id_);
+    drop.set_context_key(std::string(bytes, 'y'));
+    drop.set_version(1);
+    EXPECT_THAT(client_->DropContextVersion(drop),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("16 bytes")));
+  }
 }
 
 TEST_F(CompactionTest, AContextInUseBySelectIsRefusedUntilReleased) {
