@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "index/context_index.h"
 #include "index/key_scorers.h"
+#include "index/mass_test_util.h"
 #include "index/mass_tree.h"
 #include "index/selector.h"
 #include "index/summary.h"
@@ -20,16 +21,10 @@ namespace {
 
 using ::kvtier::testing::StatusIs;
 
-constexpr int32_t kD = 64, kT = 16, kLayers = 2, kKv = 2;
+using namespace mass_test;  // NOLINT(google-build-using-namespace): the shared fixtures
 
 SelectionCalibration Calibration() {
-  SelectionCalibration c;
-  c.num_q_heads = 4;
-  c.retrieval_heads = {{1, 2}};
-  for (int d = 0; d < 9; ++d) {
-    c.prior.push_back(d < 8 ? 1.0f / (d + 1) : 0.05f);
-    c.prior_all.push_back(d < 8 ? 1.2f / (d + 1) : 0.06f);
-  }
+  SelectionCalibration c = BaseCalibration();
   c.head_min_mass = 0.4f;
   c.copy_run = 3;
   c.copy_hold = 5;
@@ -150,21 +145,14 @@ class CopyContext {
           }
         }
       }
-      pages_.push_back(Page(keys));
+      pages_.push_back(PageOfKeys(keys));
     }
   }
 
   std::unique_ptr<ContextIndex> NewIndex(const SelectionCalibration& c) const {
-    ContextIndexOptions o;
-    o.tree.dim = kD;
-    o.num_layers = kLayers;
-    o.num_kv_heads = kKv;
-    o.block_size_tokens = kT;
-    o.calibration = c;
-    auto ctx = ContextIndex::Create(o);
-    EXPECT_TRUE(ctx.ok()) << ctx.status();
-    EXPECT_TRUE((*ctx)->AddSegment(pages_).ok());
-    return std::move(*ctx);
+    std::unique_ptr<ContextIndex> ctx = NewContext(c);
+    EXPECT_TRUE(ctx->AddSegment(pages_).ok());
+    return ctx;
   }
 
   // The query that scores passage token `k` highest (its key's direction).
@@ -174,20 +162,6 @@ class CopyContext {
   }
 
  private:
-  static BlockSummary Page(const std::vector<float>& keys) {
-    BlockSummary s;
-    s.dim = kD;
-    s.mean.assign(kD, 0.0f);
-    for (int t = 0; t < kT; ++t) {
-      for (int d = 0; d < kD; ++d) s.mean[d] += keys[t * kD + d] / kT;
-    }
-    s.key_heads = KeyHeadsOf(Calibration(), kKv);
-    s.key_tokens = kT;
-    s.head_keys.resize(kT * kD);
-    s.key_scales.push_back(QuantizeInt8(keys.data(), keys.size(), s.head_keys.data()));
-    return s;
-  }
-
   std::mt19937 rng_;
   std::vector<float> dirs_;
   int64_t first_token_ = 0;

@@ -12,40 +12,24 @@
 #include "gtest/gtest.h"
 #include "index/context_index.h"
 #include "index/key_scorers.h"
+#include "index/mass_test_util.h"
 #include "index/selector.h"
 #include "index/summary.h"
 
 namespace kvtier::index {
 namespace {
 
-constexpr int32_t kD = 64, kT = 16, kLayers = 2, kKv = 2;
+using namespace mass_test;  // NOLINT(google-build-using-namespace): the shared fixtures
 
-// Retrieval head (layer 1, q head 2) on KV head 1 of layer 1; a prior that
-// falls with distance, flat past 8 blocks.
+// The shared retrieval head and prior, a head weight and the gate.
 SelectionCalibration Calibration() {
-  SelectionCalibration c;
-  c.num_q_heads = 4;
-  c.retrieval_heads = {{1, 2}};
-  for (int d = 0; d < 9; ++d) {
-    c.prior.push_back(d < 8 ? 1.0f / (d + 1) : 0.05f);
-    c.prior_all.push_back(d < 8 ? 1.2f / (d + 1) : 0.06f);
-  }
+  SelectionCalibration c = BaseCalibration();
   c.head_weights = {0.9f};
   c.head_min_mass = 0.4f;
   return c;
 }
 
-std::unique_ptr<ContextIndex> NewContext() {
-  ContextIndexOptions o;
-  o.tree.dim = kD;
-  o.num_layers = kLayers;
-  o.num_kv_heads = kKv;
-  o.block_size_tokens = kT;
-  o.calibration = Calibration();
-  auto ctx = ContextIndex::Create(o);
-  EXPECT_TRUE(ctx.ok()) << ctx.status();
-  return ctx.ok() ? std::move(*ctx) : nullptr;
-}
+std::unique_ptr<ContextIndex> NewContext() { return mass_test::NewContext(Calibration()); }
 
 // A page of noise keys; `target` (if not null) is written into its token 5
 // scaled by `strength`.
@@ -56,17 +40,7 @@ BlockSummary Page(std::mt19937* rng, const float* target = nullptr, float streng
   if (target != nullptr) {
     for (int d = 0; d < kD; ++d) keys[5 * kD + d] = strength * target[d];
   }
-  BlockSummary s;
-  s.dim = kD;
-  s.mean.assign(kD, 0.0f);
-  for (int t = 0; t < kT; ++t) {
-    for (int d = 0; d < kD; ++d) s.mean[d] += keys[t * kD + d] / kT;
-  }
-  s.key_heads = KeyHeadsOf(Calibration(), kKv);
-  s.key_tokens = kT;
-  s.head_keys.resize(kT * kD);
-  s.key_scales.push_back(QuantizeInt8(keys.data(), keys.size(), s.head_keys.data()));
-  return s;
+  return PageOfKeys(keys);
 }
 
 SelectorOptions Options(int64_t min_pages) {
@@ -87,6 +61,7 @@ TEST(MassTreeTest, PriorAloneRanksExactlyAsTheFlatPass) {
   auto flat_sel = *Selector::Create(Options(int64_t{1} << 40));
   auto sparse_sel = *Selector::Create(Options(0));
   std::vector<BlockSummary> pages;
+  pages.reserve(700);
   for (int i = 0; i < 700; ++i) pages.push_back(Page(&rng));
   ASSERT_TRUE(flat->AddSegment(absl::MakeConstSpan(pages).subspan(0, 600)).ok());
   ASSERT_TRUE(sparse->AddSegment(absl::MakeConstSpan(pages).subspan(0, 600)).ok());
@@ -170,6 +145,7 @@ TEST(MassTreeTest, OtherRequestsScoreFlat) {
   std::mt19937 rng(3);
   auto ctx = NewContext();
   std::vector<BlockSummary> pages;
+  pages.reserve(64);
   for (int i = 0; i < 64; ++i) pages.push_back(Page(&rng));
   ASSERT_TRUE(ctx->AddSegment(pages).ok());
   std::vector<float> q(kD, 0.5f);
