@@ -102,6 +102,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
+  if (options.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
   if (!options.token.empty()) {
     interceptors.push_back(std::make_unique<BearerInterceptorFactory>(options.token));

@@ -82,6 +82,12 @@ struct ClientOptions {
   std::string tls_cert_chain_pem;
   std::string tls_private_key_pem;
   std::string tls_server_name;
+  // A connection of this Client's own, not shared with other Clients of
+  // the same target and options (gRPC shares one by default). For
+  // engines reading many large GetBlocks responses from several threads:
+  // give each thread a Client with its own connection (measured in
+  // docs/BENCHMARKS.md, "Remote tier").
+  bool own_connection = false;
 };
 
 enum class ServingStatus { kUnknown, kServing, kNotServing };

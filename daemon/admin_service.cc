@@ -97,6 +97,10 @@ grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* ctx,
     t->set_releasing_bytes(usage.releasing_bytes);
     t->set_blocks(usage.blocks);
     t->set_location(usage.location);
+    t->set_prefault_target_bytes(usage.prefault_target_bytes);
+    t->set_prefaulted_bytes(usage.prefaulted_bytes);
+    t->set_prefault_failed_bytes(usage.prefault_failed_bytes);
+    t->set_prefault_error(usage.prefault_error);
   }
   resp->set_profiles(stats.profiles);
   resp->set_open_contexts(runtime_->contexts()->size());
@@ -120,6 +124,9 @@ grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* ctx,
     out->set_publish_dropped(r.publish_dropped);
     out->set_publish_failed(r.publish_failed);
     out->set_publish_queued(r.publish_queued);
+    out->set_publish_cancelled(r.publish_cancelled);
+    out->set_writeback_buffered_bytes(r.writeback_buffered_bytes);
+    out->set_publish_policy(!config.remote.publish ? "off" : config.remote.publish_policy);
     out->set_bytes_read(r.bytes_read);
     out->set_bytes_written(r.bytes_written);
   }

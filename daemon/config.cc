@@ -143,6 +143,7 @@ const std::vector<Field>& Fields() {
       KV_STR("tiers.host.shm_dir", host.shm_dir),
       KV_NUM("tiers.host.staging_bytes", Kind::kSize, host.staging_bytes),
       KV_NUM("tiers.host.max_in_flight_get_bytes", Kind::kSize, host.max_in_flight_get_bytes),
+      KV_BOOL("tiers.host.prefault", host.prefault),
       KV_STR("tiers.nvme.dir", nvme.dir),
       KV_NUM("tiers.nvme.file_count", Kind::kUint, nvme.file_count),
       KV_NUM("tiers.nvme.file_size_bytes", Kind::kSize, nvme.file_size_bytes),
@@ -156,6 +157,8 @@ const std::vector<Field>& Fields() {
       KV_NUM("tiers.remote.command_timeout_ms", Kind::kUint, remote.command_timeout_ms),
       KV_NUM("tiers.remote.down_backoff_ms", Kind::kUint, remote.down_backoff_ms),
       KV_BOOL("tiers.remote.publish", remote.publish),
+      KV_ENUM("tiers.remote.publish_policy", remote.publish_policy, "write-through", "write-back"),
+      KV_NUM("tiers.remote.writeback_buffer_bytes", Kind::kSize, remote.writeback_buffer_bytes),
       KV_NUM("tiers.remote.publish_threads", Kind::kUint, remote.publish_threads),
       KV_NUM("tiers.remote.publish_queue_blocks", Kind::kUint, remote.publish_queue_blocks),
       KV_NUM("tiers.remote.ttl_ms", Kind::kUint, remote.ttl_ms),
@@ -471,6 +474,9 @@ absl::Status ValidateRemote(const Config& c) {
   }
   if (r.publish_threads == 0 || r.publish_threads > 64) {
     return Invalid("tiers.remote.publish_threads", "must be between 1 and 64");
+  }
+  if (r.writeback_buffer_bytes > (uint64_t{64} << 30)) {
+    return Invalid("tiers.remote.writeback_buffer_bytes", "must be at most 64GiB");
   }
   if (r.publish_queue_blocks == 0 || r.publish_queue_blocks > (1u << 20)) {
     return Invalid("tiers.remote.publish_queue_blocks", "must be between 1 and 1048576");

@@ -70,6 +70,7 @@ struct Config {
     std::string shm_dir;
     uint64_t staging_bytes = 0;
     uint64_t max_in_flight_get_bytes = 0;  // 0 = capacity_bytes / 4
+    bool prefault = true;
   } host;
   struct Nvme {
     std::string dir;  // resolved: never empty after Load()
@@ -89,6 +90,8 @@ struct Config {
     uint64_t command_timeout_ms = 0;
     uint64_t down_backoff_ms = 0;
     bool publish = true;
+    std::string publish_policy;  // write-through | write-back
+    uint64_t writeback_buffer_bytes = 0;
     uint64_t publish_threads = 0;
     uint64_t publish_queue_blocks = 0;
     uint64_t ttl_ms = 0;

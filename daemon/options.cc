@@ -122,6 +122,9 @@ absl::StatusOr<remote::RemoteTierOptions> RemoteOptionsOf(const Config& config) 
   o.cluster.command_timeout_ms = static_cast<uint32_t>(r.command_timeout_ms);
   o.cluster.down_backoff_ms = static_cast<uint32_t>(r.down_backoff_ms);
   o.publish = r.publish;
+  o.policy = r.publish_policy == "write-back" ? remote::PublishPolicy::kWriteBack
+                                              : remote::PublishPolicy::kWriteThrough;
+  o.writeback_buffer_bytes = r.writeback_buffer_bytes;
   o.publish_threads = static_cast<uint32_t>(r.publish_threads);
   o.publish_queue_blocks = static_cast<uint32_t>(r.publish_queue_blocks);
   o.ttl_ms = r.ttl_ms;

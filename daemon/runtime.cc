@@ -121,6 +121,7 @@ void FillStoreOptionsOf(const Config& config, BlockStoreOptions* out) {
   options.host_capacity_bytes = config.host.capacity_bytes;
   options.staging_name = "kvtier-staging";
   options.staging_capacity_bytes = config.host.staging_bytes;
+  options.prefault = config.host.prefault;
   options.nvme_dir = config.nvme.dir;
   options.nvme_file_count = static_cast<uint32_t>(config.nvme.file_count);
   options.nvme_file_size_bytes = config.nvme.file_size_bytes;

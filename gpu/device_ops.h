@@ -187,6 +187,10 @@ class DeviceOps {
 
   // The arena this object copies to and from.
   virtual const ArenaInfo& arena() const = 0;
+  // The arena's bytes as this process maps them, when it maps them in host
+  // memory (the CPU arena's shared-memory file), so that they can be
+  // pre-faulted; empty for device memory.
+  virtual std::span<std::byte> HostMapping() const { return {}; }
 
   // ---- Asynchronous batched copies -------------------------------------
   //

@@ -8,7 +8,10 @@
 //                cluster (the same cluster client kvtierd uses; each value
 //                copied out of the reply, as a client must);
 //       bytes    a daemon B with nothing local serves them with
-//                GetBlocks(BYTES), --batch ids per call, --threads callers,
+//                GetBlocks(BYTES), --batch ids per call, --threads callers
+//                (Client::GetBlockData: one copy into a reused buffer; a
+//                Client per thread, each on its own connection unless
+//                --shared-connection),
 //                first fresh (other ids of the same size: its first reads
 //                after start), then warm (those deleted, these read);
 //       handles  the same with GetBlocks(HANDLES): what an engine uses
@@ -58,6 +61,7 @@ struct Args {
   uint32_t threads = 4;
   uint32_t batch = 8;
   uint32_t reps = 3;
+  bool own_connections = true;
   uint32_t prefixes = 8, prefix_blocks = 16, unique_blocks = 4, requests = 64;
   std::string out;
 };
@@ -102,7 +106,8 @@ struct Daemon {
   uint64_t profile_id = 0;
 };
 
-Daemon StartDaemon(const std::string& dir, const std::string& seeds, const Args& a) {
+Daemon StartDaemon(const std::string& dir, const std::string& seeds, const Args& a,
+                   const std::vector<std::string>& extra = {}) {
   std::filesystem::remove_all(dir);
   std::vector<std::string> o = {
       "server.data_dir=" + dir,         "log.level=error",
@@ -110,6 +115,7 @@ Daemon StartDaemon(const std::string& dir, const std::string& seeds, const Args&
       "tiers.host.capacity_bytes=2GiB", "tiers.nvme.file_count=1",
       "tiers.nvme.file_size_bytes=1GiB"};
   if (!seeds.empty()) o.push_back("tiers.remote.redis_cluster=" + seeds);
+  o.insert(o.end(), extra.begin(), extra.end());
   auto config = daemon::LoadConfig("", o);
   if (!config.ok()) Die("config", config.status());
   Daemon d;
@@ -156,6 +162,22 @@ void WaitPublished(Daemon& d, uint64_t n) {
   }
 }
 
+// Waits until the daemon reports its memory tiers pre-faulted
+// (tiers.host.prefault); returns the seconds waited.
+double WaitPrefaulted(Daemon& d) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    auto stats = d.client->Stats();
+    if (!stats.ok()) Die("stats", stats.status());
+    bool done = true;
+    for (const v1::TierStats& t : stats->tiers()) {
+      done &= t.prefaulted_bytes() + t.prefault_failed_bytes() >= t.prefault_target_bytes();
+    }
+    if (done) return Seconds(std::chrono::steady_clock::now() - start);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling a counter
+  }
+}
+
 // Runs fn(thread, index) for every index in [0, n), split over threads;
 // returns the wall time.
 template <typename Fn>
@@ -177,6 +199,10 @@ struct Throughput {
   // are touched for the first time); warm: the same daemon after it read
   // and deleted as many other blocks (slots reused, as in steady state).
   std::vector<double> raw, bytes_cold, bytes, handles_cold, handles;
+  // The same reads once the blocks are local to the reader: what the
+  // GetBlocks path costs without the remote tier.
+  std::vector<double> bytes_local, handles_local;
+  std::vector<double> prefault_s;  // a fresh reader's wait for its pre-fault
 };
 
 Throughput MeasureGets(const Args& a, const std::string& seeds, const std::string& root) {
@@ -198,6 +224,7 @@ Throughput MeasureGets(const Args& a, const std::string& seeds, const std::strin
   shape.dtype = KvDtype::kFp16;
   const uint64_t fp = remote::ProfileFingerprint(shape);
   std::vector<std::string> keys;
+  keys.reserve(ids.size());
   for (const auto& id : ids) keys.push_back(remote::RemoteKey(BlockKey{"default", 0, id}, fp));
   remote::RedisClusterOptions co;
   co.seeds = absl::StrSplit(seeds, ',');
@@ -217,6 +244,7 @@ Throughput MeasureGets(const Args& a, const std::string& seeds, const std::strin
     };
     // raw
     std::vector<std::string> sinks(a.threads);
+    std::vector<std::string> dst_bufs(a.threads, std::string(bytes * a.batch, '\0'));
     double s = Parallel(a.threads, keys.size(), 1, [&](uint32_t t, size_t i) {
       auto got = (*cluster)->Get(keys[i], [&](std::string_view v) { sinks[t].assign(v); });
       if (!got.ok())
@@ -237,27 +265,63 @@ Throughput MeasureGets(const Args& a, const std::string& seeds, const std::strin
       Put(writer, round_warm, bytes);
       WaitPublished(writer, ids.size() + warm_ids.size() + round_warm.size());
       warm_ids.insert(warm_ids.end(), round_warm.begin(), round_warm.end());
-      for (int pass = 0; pass < 2; ++pass) {
+      // Fresh: reads start once the daemon reports its arenas pre-faulted,
+      // as an engine would start after a readiness check.
+      out.prefault_s.push_back(WaitPrefaulted(reader));
+      // BYTES readers: a Client per thread, each with its own connection
+      // (several threads' large responses on one shared connection run at
+      // a fraction of one thread's rate on this VM: docs/BENCHMARKS.md).
+      std::vector<std::unique_ptr<Client>> readers;
+      for (uint32_t t = 0; t < a.threads; ++t) {
+        ClientOptions co;
+        co.own_connection = a.own_connections;
+        auto c = Client::Connect(reader.server->socket_path(), co);
+        if (!c.ok()) Die("connect", c.status());
+        readers.push_back(std::move(*c));
+      }
+      for (int pass = 0; pass < 3; ++pass) {
         const std::vector<std::string>& read = pass == 0 ? round_warm : ids;
-        s = Parallel(a.threads, read.size(), a.batch, [&](uint32_t, size_t i) {
+        s = Parallel(a.threads, read.size(), a.batch, [&](uint32_t t, size_t i) {
+          const size_t end = std::min(read.size(), i + a.batch);
+          if (mode == 0) {
+            // BYTES as a client reads them: GetBlockData copies each block
+            // once, from the received slices into the caller's buffer
+            // (reused, as the raw GET's sink is).
+            std::vector<BlockDestination> dst;
+            for (size_t j = i; j < end; ++j) {
+              dst.push_back({read[j], absl::MakeSpan(reinterpret_cast<uint8_t*>(dst_bufs[t].data() +
+                                                                                (j - i) * bytes),
+                                                     bytes)});
+            }
+            auto r = readers[t]->GetBlockData(reader.profile_id, dst, a.batch);
+            if (!r.ok()) {
+              note(absl::StrCat("GetBlockData: ", r.status().ToString()));
+              return;
+            }
+            for (const BlockDataResult& b : *r) {
+              // A fresh reader holds nothing: every block comes from the cluster.
+              const v1::Tier want = pass == 2 ? b.tier : v1::TIER_REMOTE;
+              if (!b.status.ok() || b.tier != want) {
+                note(absl::StrCat("GetBlockData: ", b.status.ToString(), ", tier ",
+                                  v1::Tier_Name(b.tier)));
+              }
+            }
+            return;
+          }
           v1::GetBlocksRequest get;
           get.set_profile_id(reader.profile_id);
-          for (size_t j = i; j < std::min(read.size(), i + a.batch); ++j)
-            get.add_block_ids(read[j]);
-          get.set_mode(mode == 0 ? v1::RETURN_MODE_BYTES : v1::RETURN_MODE_HANDLES);
+          for (size_t j = i; j < end; ++j) get.add_block_ids(read[j]);
+          get.set_mode(v1::RETURN_MODE_HANDLES);
           uint64_t lease = 0;
           auto r = reader.client->GetBlocks(get, &lease);
           if (!r.ok()) {
-            note(absl::StrCat("GetBlocks mode ", mode, ": ", r.status().ToString()));
+            note(absl::StrCat("GetBlocks: ", r.status().ToString()));
             return;
           }
           for (const auto& b : *r) {
-            // A fresh reader holds nothing: every block comes from the cluster.
-            // Bytes report TIER_REMOTE; a handle points at the device copy
-            // made from it.
-            const v1::Tier want = mode == 0 ? v1::TIER_REMOTE : v1::TIER_DEVICE;
-            if (b.status().code() != 0 || b.tier() != want) {
-              note(absl::StrCat("GetBlocks mode ", mode, ": code ", b.status().code(), " ",
+            // A handle points at the device copy made from the cluster's.
+            if (b.status().code() != 0 || b.tier() != v1::TIER_DEVICE) {
+              note(absl::StrCat("GetBlocks HANDLES: code ", b.status().code(), " ",
                                 b.status().message(), ", tier ", v1::Tier_Name(b.tier())));
             }
           }
@@ -278,8 +342,10 @@ Throughput MeasureGets(const Args& a, const std::string& seeds, const std::strin
             auto d = reader.client->DeleteBlocks(del);
             if (!d.ok()) note(absl::StrCat("DeleteBlocks: ", d.status().ToString()));
           }
-        } else {
+        } else if (pass == 1) {
           (mode == 0 ? out.bytes : out.handles).push_back(total_gb / s);
+        } else {
+          (mode == 0 ? out.bytes_local : out.handles_local).push_back(total_gb / s);
         }
       }
     }
@@ -295,17 +361,22 @@ struct HitRate {
   uint64_t asked[2] = {0, 0}, found[2] = {0, 0};
 };
 
-HitRate SharedPrefix(const Args& a, const std::string& seeds, const std::string& root) {
+// Block ids start with `tag`: runs on one cluster do not see each other's.
+HitRate SharedPrefix(const Args& a, const std::string& seeds, const std::string& root,
+                     const std::string& tag, const std::vector<std::string>& extra = {}) {
   const uint64_t bytes = BlockBytes(a);
-  Daemon d[2] = {StartDaemon(root + "/a", seeds, a), StartDaemon(root + "/b", seeds, a)};
+  Daemon d[2] = {StartDaemon(root + "/a", seeds, a, extra),
+                 StartDaemon(root + "/b", seeds, a, extra)};
   HitRate h;
   for (uint32_t r = 0; r < a.requests; ++r) {
     const uint32_t prefix = r % a.prefixes;
     const int which = static_cast<int>((r / a.prefixes) % 2);
     std::vector<std::string> chain;
     for (uint32_t i = 0; i < a.prefix_blocks; ++i)
-      chain.push_back(absl::StrCat("p", prefix, "-", i));
-    for (uint32_t i = 0; i < a.unique_blocks; ++i) chain.push_back(absl::StrCat("r", r, "-", i));
+      chain.push_back(absl::StrCat(tag, "p", prefix, "-", i));
+    for (uint32_t i = 0; i < a.unique_blocks; ++i) {
+      chain.push_back(absl::StrCat(tag, "r", r, "-", i));
+    }
     v1::LookupRequest lookup;
     lookup.set_profile_id(d[which].profile_id);
     for (const auto& id : chain) lookup.add_block_ids(id);
@@ -333,10 +404,6 @@ HitRate SharedPrefix(const Args& a, const std::string& seeds, const std::string&
   return h;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 std::string Range(const std::vector<double>& v) {
   return absl::StrFormat("%.2f-%.2f", *std::min_element(v.begin(), v.end()),
                          *std::max_element(v.begin(), v.end()));
@@ -355,6 +422,8 @@ int Main(int argc, char** argv) {
   app.add_option("--threads", a.threads, "concurrent readers");
   app.add_option("--batch", a.batch, "ids per GetBlocks call");
   app.add_option("--reps", a.reps, "alternating rounds");
+  app.add_flag("!--shared-connection", a.own_connections,
+               "BYTES readers share one connection (gRPC's default)");
   app.add_option("--requests", a.requests, "shared-prefix requests");
   app.add_option("--prefixes", a.prefixes, "distinct shared prefixes");
   app.add_option("--prefix-blocks", a.prefix_blocks, "blocks per prefix");
@@ -374,23 +443,37 @@ int Main(int argc, char** argv) {
   const std::string seeds = absl::StrJoin((*cluster)->Seeds(), ",");
 
   const Throughput t = MeasureGets(a, seeds, root + "/tp");
-  const HitRate shared = SharedPrefix(a, seeds, root + "/shared");
-  const HitRate alone = SharedPrefix(a, "", root + "/alone");
+  const HitRate shared = SharedPrefix(a, seeds, root + "/shared", "through-");
+  const HitRate alone = SharedPrefix(a, "", root + "/alone", "alone-");
+  // Write-back with a host tier that holds a quarter of the blocks put:
+  // what leaves it is published, the rest stays private.
+  const uint64_t blocks_put =
+      uint64_t{a.prefixes} * a.prefix_blocks + uint64_t{a.requests} * a.unique_blocks;
+  const HitRate back =
+      SharedPrefix(a, seeds, root + "/back", "back-",
+                   {"tiers.remote.publish_policy=write-back",
+                    absl::StrCat("tiers.host.capacity_bytes=", blocks_put / 4 * BlockBytes(a)),
+                    absl::StrCat("tiers.device.capacity_bytes=", blocks_put / 8 * BlockBytes(a))});
 
   std::string md = absl::StrFormat(
       "## Remote tier (Redis Cluster, 3 masters, loopback)\n\n"
       "%u blocks of %s KiB, %u threads, %u ids per GetBlocks, %u rounds; GB/s of payload "
-      "(range over rounds).\n\n"
+      "(range over rounds). A fresh daemon's reads start once it reports its memory tiers "
+      "pre-faulted (3 GiB: %ss after start).\n\n"
       "| path | GB/s | / raw GET (goal >= 0.8) |\n|---|---|---|\n"
       "| raw GET through the cluster client | %s | 1 |\n"
       "| kvtier GetBlocks BYTES, remote only, warm daemon | %s | %s |\n"
       "| kvtier GetBlocks HANDLES, remote only, warm daemon | %s | %s |\n"
       "| kvtier GetBlocks BYTES, remote only, fresh daemon | %s | %s |\n"
-      "| kvtier GetBlocks HANDLES, remote only, fresh daemon | %s | %s |\n\n",
-      a.blocks, std::to_string(BlockBytes(a) >> 10), a.threads, a.batch, a.reps, Range(t.raw),
-      Range(t.bytes), Range(Ratio(t.bytes, t.raw)), Range(t.handles),
-      Range(Ratio(t.handles, t.raw)), Range(t.bytes_cold), Range(Ratio(t.bytes_cold, t.raw)),
-      Range(t.handles_cold), Range(Ratio(t.handles_cold, t.raw)));
+      "| kvtier GetBlocks HANDLES, remote only, fresh daemon | %s | %s |\n"
+      "| (same blocks once local to B) GetBlocks BYTES | %s | %s |\n"
+      "| (same blocks once local to B) GetBlocks HANDLES | %s | %s |\n\n",
+      a.blocks, std::to_string(BlockBytes(a) >> 10), a.threads, a.batch, a.reps,
+      Range(t.prefault_s), Range(t.raw), Range(t.bytes), Range(Ratio(t.bytes, t.raw)),
+      Range(t.handles), Range(Ratio(t.handles, t.raw)), Range(t.bytes_cold),
+      Range(Ratio(t.bytes_cold, t.raw)), Range(t.handles_cold), Range(Ratio(t.handles_cold, t.raw)),
+      Range(t.bytes_local), Range(Ratio(t.bytes_local, t.raw)), Range(t.handles_local),
+      Range(Ratio(t.handles_local, t.raw)));
   auto rate = [](const HitRate& h, int i) {
     return absl::StrFormat("%.3f (%u/%u)", h.asked[i] ? double(h.found[i]) / h.asked[i] : 0.0,
                            h.found[i], h.asked[i]);
@@ -399,10 +482,11 @@ int Main(int argc, char** argv) {
       "Shared prefixes: %u requests, %u prefixes x %u blocks + %u own blocks each; a prefix's "
       "requests alternate between daemons A and B.\n\n"
       "| setup | hit rate A | hit rate B |\n|---|---|---|\n"
-      "| A and B share the remote tier | %s | %s |\n"
+      "| A and B share the remote tier (write-through, the default) | %s | %s |\n"
+      "| A and B share the remote tier (write-back, host tier = 1/4 of the blocks) | %s | %s |\n"
       "| A and B without a remote tier | %s | %s |\n",
       a.requests, a.prefixes, a.prefix_blocks, a.unique_blocks, rate(shared, 0), rate(shared, 1),
-      rate(alone, 0), rate(alone, 1));
+      rate(back, 0), rate(back, 1), rate(alone, 0), rate(alone, 1));
   std::cout << md;
   if (!a.out.empty()) std::ofstream(a.out) << md;
   std::filesystem::remove_all(root);
@@ -412,4 +496,11 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace kvtier::bench
 
-int main(int argc, char** argv) { return kvtier::bench::Main(argc, argv); }
+int main(int argc, char** argv) {
+  try {
+    return kvtier::bench::Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "kvtier_remote_bench: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -70,6 +70,16 @@ int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out, s
                   static_cast<unsigned long long>(t.blocks()), t.location().c_str());
     out << line;
   }
+  for (const v1::TierStats& t : stats->tiers()) {
+    if (t.prefault_target_bytes() == 0) continue;
+    out << "prefaulted " << TierLabel(t.tier()) << ": " << HumanBytes(t.prefaulted_bytes())
+        << " of " << HumanBytes(t.prefault_target_bytes());
+    if (t.prefault_failed_bytes() != 0) {
+      out << " (" << HumanBytes(t.prefault_failed_bytes())
+          << " left to first use after: " << t.prefault_error() << ")";
+    }
+    out << "\n";
+  }
   uint64_t releasing = 0;
   for (const v1::TierStats& t : stats->tiers()) releasing += t.releasing_bytes();
   out << "\nprofiles " << stats->profiles() << ", open contexts " << stats->open_contexts()
@@ -86,7 +96,9 @@ int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out, s
         << r.unavailable() << "/" << r.corrupt() << ", read " << HumanBytes(r.bytes_read())
         << "; published " << r.published() << " (" << HumanBytes(r.bytes_written()) << "), queued "
         << r.publish_queued() << ", dropped " << r.publish_dropped() << ", failed "
-        << r.publish_failed() << "\n";
+        << r.publish_failed() << ", cancelled by deletes " << r.publish_cancelled() << " (policy "
+        << r.publish_policy() << ", write-back buffer " << HumanBytes(r.writeback_buffered_bytes())
+        << ")\n";
   }
   PrintTenants(*stats, out);
   out << "\nconfiguration:\n";

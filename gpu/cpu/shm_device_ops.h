@@ -66,6 +66,9 @@ class ShmDeviceOps final : public DeviceOps {
   ~ShmDeviceOps() override;
 
   const ArenaInfo& arena() const override { return info_; }
+  std::span<std::byte> HostMapping() const override {
+    return {file_->data(), static_cast<size_t>(file_->size_bytes())};
+  }
   GpuStatus SubmitToArena(std::span<const HostToArenaCopy> copies, Fence* fence) override;
   GpuStatus SubmitToHost(std::span<const ArenaToHostCopy> copies, Fence* fence) override;
   bool IsComplete(Fence fence) override;

@@ -34,6 +34,11 @@ absl::StatusOr<std::unique_ptr<RemoteStore>> RemoteStore::Create(std::unique_ptr
     return absl::InvalidArgumentError(absl::StrCat(
         "tiers.remote.publish_threads: ", options.publish_threads, " is outside [1, 64]"));
   }
+  if (options.writeback_buffer_bytes > (uint64_t{64} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tiers.remote.writeback_buffer_bytes: ", options.writeback_buffer_bytes,
+                     " is over the limit of 64GiB"));
+  }
   if (options.publish && options.publish_queue_blocks == 0) {
     return absl::InvalidArgumentError(
         "tiers.remote.publish_queue_blocks: must be at least 1 when publishing");
@@ -51,16 +56,22 @@ RemoteStore::RemoteStore(std::unique_ptr<BlockStore> local, std::unique_ptr<Redi
     for (uint32_t i = 0; i < options_.publish_threads; ++i) {
       publishers_.emplace_back([this] { PublishLoop(); });
     }
+    if (options_.policy == PublishPolicy::kWriteBack) {
+      local_->SetReleaseListener(
+          [this](const BlockKey& key, absl::Span<const uint8_t> bytes) { OnRelease(key, bytes); });
+    }
   }
 }
 
 RemoteStore::~RemoteStore() {
+  local_->SetReleaseListener(nullptr);
   {
     absl::MutexLock lock(&queue_mu_);
     stopping_ = true;
     counters_.publish_dropped += queue_.size();
     finished_ += queue_.size();
     queue_.clear();
+    buffered_bytes_ = 0;
     queue_cv_.SignalAll();
   }
   for (std::thread& t : publishers_) t.join();
@@ -84,9 +95,11 @@ RemoteTierStats RemoteStore::remote_stats() const {
   s.deleted = counters_.deleted.load();
   s.bytes_read = counters_.bytes_read.load();
   s.bytes_written = counters_.bytes_written.load();
+  s.publish_cancelled = counters_.publish_cancelled.load();
   {
     absl::MutexLock lock(const_cast<absl::Mutex*>(&queue_mu_));
     s.publish_queued = queue_.size();
+    s.writeback_buffered_bytes = buffered_bytes_;
   }
   s.cluster = cluster_->stats();
   s.masters = cluster_->Masters();
@@ -108,87 +121,121 @@ absl::StatusOr<RemoteStore::ProfileInfo> RemoteStore::Profile(const BlockKey& ke
 
 // ---- Misses ----------------------------------------------------------------
 
-bool RemoteStore::RecentlyMissed(const BlockKey& key) {
-  if (options_.miss_cache_ms == 0) return false;
+absl::Status RemoteStore::RecentlyMissed(const BlockKey& key) {
+  if (options_.miss_cache_ms == 0) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  auto it = missed_until_micros_.find(key);
-  if (it == missed_until_micros_.end()) return false;
-  if (it->second > NowMicros()) return true;
-  missed_until_micros_.erase(it);
-  return false;
+  auto it = missed_.find(key);
+  if (it == missed_.end()) return absl::OkStatus();
+  if (it->second.until_micros <= NowMicros()) {
+    missed_.erase(it);
+    return absl::OkStatus();
+  }
+  return it->second.corrupt
+             ? absl::DataLossError("its remote copy failed a check and was quarantined recently")
+             : absl::NotFoundError("the remote tier recently did not have it");
 }
 
-void RemoteStore::RememberMiss(const BlockKey& key) {
+void RemoteStore::RememberMiss(const BlockKey& key, bool corrupt) {
   if (options_.miss_cache_ms == 0) return;
   absl::MutexLock lock(&mu_);
-  if (missed_until_micros_.size() >= options_.miss_cache_entries) missed_until_micros_.clear();
-  missed_until_micros_[key] = NowMicros() + options_.miss_cache_ms * 1000;
+  if (missed_.size() >= options_.miss_cache_entries) missed_.clear();
+  missed_[key] = Miss{NowMicros() + options_.miss_cache_ms * 1000, corrupt};
 }
 
 void RemoteStore::ForgetMiss(const BlockKey& key) {
   absl::MutexLock lock(&mu_);
-  missed_until_micros_.erase(key);
+  missed_.erase(key);
 }
 
 // ---- Promotion -------------------------------------------------------------
 
 absl::Status RemoteStore::Fetch(const BlockKey& key) {
-  if (RecentlyMissed(key)) {
-    ++counters_.miss_cache_hits;
-    return absl::NotFoundError("the remote tier recently did not have it");
+  std::vector<absl::Status> fetched = FetchMany(absl::MakeConstSpan(&key, 1));
+  return fetched[0];
+}
+
+std::vector<absl::Status> RemoteStore::FetchMany(absl::Span<const BlockKey> keys) {
+  std::vector<absl::Status> out(keys.size(), absl::OkStatus());
+  // What is asked for: keys not recently missed, with their profile.
+  std::vector<size_t> asked;
+  std::vector<std::string> remote_keys;
+  std::vector<ProfileInfo> profiles;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (absl::Status missed = RecentlyMissed(keys[i]); !missed.ok()) {
+      ++counters_.miss_cache_hits;
+      out[i] = missed;
+      continue;
+    }
+    absl::StatusOr<ProfileInfo> profile = Profile(keys[i]);
+    if (!profile.ok()) {
+      out[i] = profile.status();
+      continue;
+    }
+    asked.push_back(i);
+    remote_keys.push_back(RemoteKey(keys[i], profile->fingerprint));
+    profiles.push_back(*profile);
   }
-  KVTIER_ASSIGN_OR_RETURN(ProfileInfo profile, Profile(key));
-  const std::string remote_key = RemoteKey(key, profile.fingerprint);
-  absl::Status stored = absl::NotFoundError("the remote value was not read");
-  absl::Status bad;
-  absl::StatusOr<bool> found = cluster_->Get(remote_key, [&](std::string_view value) {
-    absl::StatusOr<RemoteValue> v =
-        DecodeRemoteValue(value, remote_key, profile.fingerprint, profile.block_bytes);
-    if (!v.ok()) {
-      bad = v.status();
-      return;
-    }
-    // A checksum of 0 would switch the put's check off: check it here.
-    if (v->payload_checksum == 0 && BlockChecksum(v->payload) != 0) {
-      bad = absl::DataLossError("remote payload fails its checksum");
-      return;
-    }
-    absl::StatusOr<PutOutcome> put =
-        local_->Put(key, v->payload, {.expected_xxh3 = v->payload_checksum});
-    if (put.ok()) {
-      stored = absl::OkStatus();
-      counters_.bytes_read += v->payload.size();
-    } else if (put.status().code() == absl::StatusCode::kDataLoss) {
-      bad = absl::DataLossError(
-          absl::StrCat("remote payload fails its checksum (", put.status().message(), ")"));
-    } else if (put.status().code() == absl::StatusCode::kAlreadyExists) {
-      stored = absl::OkStatus();  // a local block under this id wins
+  if (asked.empty()) return out;
+
+  // Each value is checked and copied into the local store (checksum fused
+  // into the copy) while the reply is still in the connection's buffer.
+  std::vector<absl::Status> stored(asked.size(),
+                                   absl::NotFoundError("the remote value was not read"));
+  std::vector<absl::Status> bad(asked.size(), absl::OkStatus());
+  std::vector<absl::StatusOr<bool>> found =
+      cluster_->GetMany(remote_keys, [&](size_t j, std::string_view value) {
+        const BlockKey& key = keys[asked[j]];
+        absl::StatusOr<RemoteValue> v = DecodeRemoteValue(
+            value, remote_keys[j], profiles[j].fingerprint, profiles[j].block_bytes);
+        if (!v.ok()) {
+          bad[j] = v.status();
+          return;
+        }
+        // A checksum of 0 would switch the put's check off: check it here.
+        if (v->payload_checksum == 0 && BlockChecksum(v->payload) != 0) {
+          bad[j] = absl::DataLossError("remote payload fails its checksum");
+          return;
+        }
+        absl::StatusOr<PutOutcome> put =
+            local_->Put(key, v->payload, {.expected_xxh3 = v->payload_checksum});
+        if (put.ok()) {
+          stored[j] = absl::OkStatus();
+          counters_.bytes_read += v->payload.size();
+        } else if (put.status().code() == absl::StatusCode::kDataLoss) {
+          bad[j] = absl::DataLossError(
+              absl::StrCat("remote payload fails its checksum (", put.status().message(), ")"));
+        } else if (put.status().code() == absl::StatusCode::kAlreadyExists) {
+          stored[j] = absl::OkStatus();  // a local block under this id wins
+        } else {
+          stored[j] = put.status();
+        }
+      });
+  for (size_t j = 0; j < asked.size(); ++j) {
+    const BlockKey& key = keys[asked[j]];
+    absl::Status& result = out[asked[j]];
+    if (!found[j].ok()) {
+      ++counters_.unavailable;
+      RememberMiss(key, /*corrupt=*/false);
+      result = absl::UnavailableError(absl::StrCat("remote tier: ", found[j].status().message()));
+    } else if (!*found[j]) {
+      ++counters_.misses;
+      RememberMiss(key, /*corrupt=*/false);
+      result = absl::NotFoundError("not in the remote tier");
+    } else if (!bad[j].ok()) {
+      Quarantine(key, remote_keys[j], bad[j]);
+      result = absl::DataLossError(bad[j].message());
     } else {
-      stored = put.status();
+      if (stored[j].ok()) ++counters_.hits;
+      result = stored[j];
     }
-  });
-  if (!found.ok()) {
-    ++counters_.unavailable;
-    RememberMiss(key);
-    return absl::UnavailableError(absl::StrCat("remote tier: ", found.status().message()));
   }
-  if (!*found) {
-    ++counters_.misses;
-    RememberMiss(key);
-    return absl::NotFoundError("not in the remote tier");
-  }
-  if (!bad.ok()) {
-    Quarantine(key, remote_key, bad);
-    return absl::DataLossError(bad.message());
-  }
-  if (stored.ok()) ++counters_.hits;
-  return stored;
+  return out;
 }
 
 void RemoteStore::Quarantine(const BlockKey& key, const std::string& remote_key,
                              const absl::Status& why) {
   ++counters_.corrupt;
-  RememberMiss(key);
+  RememberMiss(key, /*corrupt=*/true);
   absl::StatusOr<bool> deleted = cluster_->Del(remote_key);
   QuarantinedBlock q;
   q.key = key;
@@ -208,7 +255,7 @@ void RemoteStore::Quarantine(const BlockKey& key, const std::string& remote_key,
 }
 
 bool RemoteStore::InRemote(const BlockKey& key) {
-  if (RecentlyMissed(key)) {
+  if (!RecentlyMissed(key).ok()) {
     ++counters_.miss_cache_hits;
     return false;
   }
@@ -217,26 +264,18 @@ bool RemoteStore::InRemote(const BlockKey& key) {
   absl::StatusOr<bool> exists = cluster_->Exists(RemoteKey(key, profile->fingerprint));
   if (!exists.ok()) {
     ++counters_.unavailable;
-    RememberMiss(key);
+    RememberMiss(key, /*corrupt=*/false);
     return false;
   }
   if (!*exists) {
     ++counters_.misses;
-    RememberMiss(key);
+    RememberMiss(key, /*corrupt=*/false);
   }
   return *exists;
 }
 
-absl::StatusOr<std::unique_ptr<BlockView>> RemoteStore::View(const BlockKey& key, TierId* from) {
-  absl::StatusOr<std::unique_ptr<BlockView>> local = local_->View(key, from);
-  if (local.ok() || local.status().code() != absl::StatusCode::kNotFound) return local;
-  return BlockStore::View(key, from);  // Get: fetches from the remote tier
-}
-
-absl::Status RemoteStore::Get(const BlockKey& key, std::string* out, TierId* from) {
-  absl::Status local = local_->Get(key, out, from);
-  if (local.code() != absl::StatusCode::kNotFound) return local;
-  absl::Status fetched = Fetch(key);
+absl::Status RemoteStore::MissStatus(const BlockKey& key, const absl::Status& local,
+                                     const absl::Status& fetched) const {
   if (fetched.code() == absl::StatusCode::kDataLoss) {
     return absl::NotFoundError(absl::StrCat("DATA_LOSS: the remote copy of ", Describe(key),
                                             " failed its check (", fetched.message(),
@@ -246,7 +285,46 @@ absl::Status RemoteStore::Get(const BlockKey& key, std::string* out, TierId* fro
       fetched.code() == absl::StatusCode::kUnavailable) {
     return local;
   }
-  KVTIER_RETURN_IF_ERROR(fetched);
+  return fetched;
+}
+
+absl::StatusOr<std::unique_ptr<BlockView>> RemoteStore::View(const BlockKey& key, TierId* from) {
+  std::vector<TierId> tiers;
+  std::vector<absl::StatusOr<std::unique_ptr<BlockView>>> views =
+      ViewMany(absl::MakeConstSpan(&key, 1), &tiers);
+  if (from != nullptr) *from = tiers[0];
+  return std::move(views[0]);
+}
+
+std::vector<absl::StatusOr<std::unique_ptr<BlockView>>> RemoteStore::ViewMany(
+    absl::Span<const BlockKey> keys, std::vector<TierId>* from) {
+  std::vector<absl::StatusOr<std::unique_ptr<BlockView>>> views = local_->ViewMany(keys, from);
+  std::vector<BlockKey> missing;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (views[i].status().code() != absl::StatusCode::kNotFound) continue;
+    missing.push_back(keys[i]);
+    where.push_back(i);
+  }
+  if (missing.empty()) return views;
+  const std::vector<absl::Status> fetched = FetchMany(missing);
+  for (size_t j = 0; j < missing.size(); ++j) {
+    const size_t i = where[j];
+    if (!fetched[j].ok()) {
+      views[i] = MissStatus(keys[i], views[i].status(), fetched[j]);
+      continue;
+    }
+    views[i] = local_->View(keys[i], &(*from)[i]);
+    if (views[i].ok()) (*from)[i] = TierId::kRemote;
+  }
+  return views;
+}
+
+absl::Status RemoteStore::Get(const BlockKey& key, std::string* out, TierId* from) {
+  absl::Status local = local_->Get(key, out, from);
+  if (local.code() != absl::StatusCode::kNotFound) return local;
+  absl::Status fetched = Fetch(key);
+  if (!fetched.ok()) return MissStatus(key, local, fetched);
   KVTIER_RETURN_IF_ERROR(local_->Get(key, out, from));
   if (from != nullptr) *from = TierId::kRemote;
   return absl::OkStatus();
@@ -256,16 +334,18 @@ absl::StatusOr<uint64_t> RemoteStore::AcquireHandles(
     const std::string& tenant, const std::vector<BlockKey>& keys, uint64_t ttl_ms,
     std::vector<absl::StatusOr<DeviceHandle>>* handles, const PinOptions& pin) {
   if (!pin.memory_only) {
+    std::vector<BlockKey> absent;
     for (const BlockKey& key : keys) {
-      if (key.tenant == tenant && !local_->Lookup(key).present) Fetch(key).IgnoreError();
+      if (key.tenant == tenant && !local_->Lookup(key).present) absent.push_back(key);
     }
+    if (!absent.empty()) FetchMany(absent);  // each key's outcome shows in its handle
   }
   absl::StatusOr<uint64_t> lease = local_->AcquireHandles(tenant, keys, ttl_ms, handles, pin);
   if (!lease.ok() || !pin.memory_only) return lease;
   for (size_t i = 0; i < keys.size() && i < handles->size(); ++i) {
     absl::StatusOr<DeviceHandle>& h = (*handles)[i];
     if (h.ok() || h.status().code() != absl::StatusCode::kNotFound) continue;
-    if (keys[i].tenant != tenant || RecentlyMissed(keys[i])) continue;
+    if (keys[i].tenant != tenant || !RecentlyMissed(keys[i]).ok()) continue;
     h = absl::UnavailableError(
         absl::StrCat(Describe(keys[i]), " is in no local tier; looking in the remote tier"));
   }
@@ -278,7 +358,7 @@ std::vector<std::string> RemoteStore::GetSummaries(const std::vector<BlockKey>& 
   std::vector<std::string> out = local_->GetSummaries(keys, &absent);
   if (absent.empty()) return out;
   bool any = false;
-  for (const BlockKey& key : absent) any |= Fetch(key).ok();
+  for (const absl::Status& st : FetchMany(absent)) any |= st.ok();
   if (!any) {
     if (missing != nullptr) missing->insert(missing->end(), absent.begin(), absent.end());
     return out;
@@ -288,16 +368,37 @@ std::vector<std::string> RemoteStore::GetSummaries(const std::vector<BlockKey>& 
 
 size_t RemoteStore::Prefetch(const std::vector<BlockKey>& keys) {
   size_t promoted = local_->Prefetch(keys);
+  std::vector<BlockKey> absent;
   for (const BlockKey& key : keys) {
-    if (!local_->Lookup(key).present && Fetch(key).ok()) ++promoted;
+    if (!local_->Lookup(key).present) absent.push_back(key);
   }
+  if (absent.empty()) return promoted;
+  for (const absl::Status& st : FetchMany(absent)) promoted += st.ok() ? 1 : 0;
   return promoted;
 }
 
 absl::Status RemoteStore::Delete(const BlockKey& key) {
+  {
+    // No publish of this key may SET after the DEL below: drop the queued
+    // ones and wait for one in flight to finish its SET.
+    absl::MutexLock lock(&queue_mu_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (it->key != key) {
+        ++it;
+        continue;
+      }
+      buffered_bytes_ -= it->bytes.size();
+      it = queue_.erase(it);
+      ++counters_.publish_cancelled;
+      ++finished_;
+    }
+    auto idle = [this, &key]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue_mu_) { return !in_flight_.contains(key); };
+    queue_mu_.Await(absl::Condition(&idle));
+  }
   absl::Status local = local_->Delete(key);
   if (!local.ok() && local.code() != absl::StatusCode::kNotFound) return local;
-  RememberMiss(key);
+  RememberMiss(key, /*corrupt=*/false);
   absl::StatusOr<ProfileInfo> profile = Profile(key);
   if (!profile.ok()) return local;
   absl::StatusOr<bool> deleted = cluster_->Del(RemoteKey(key, profile->fingerprint));
@@ -353,13 +454,27 @@ absl::StatusOr<PutOutcome> RemoteStore::PutFromStaging(const BlockKey& key, cons
 
 void RemoteStore::Enqueue(const BlockKey& key) {
   ForgetMiss(key);
-  if (!options_.publish) return;
+  if (!options_.publish || options_.policy != PublishPolicy::kWriteThrough) return;
   absl::MutexLock lock(&queue_mu_);
   if (stopping_ || queue_.size() >= options_.publish_queue_blocks) {
     ++counters_.publish_dropped;
     return;
   }
-  queue_.push_back(key);
+  queue_.push_back(PublishJob{key, {}});
+  ++enqueued_;
+  queue_cv_.Signal();
+}
+
+void RemoteStore::OnRelease(const BlockKey& key, absl::Span<const uint8_t> bytes) {
+  absl::MutexLock lock(&queue_mu_);
+  if (stopping_ || queue_.size() >= options_.publish_queue_blocks ||
+      buffered_bytes_ + bytes.size() > options_.writeback_buffer_bytes) {
+    ++counters_.publish_dropped;
+    return;
+  }
+  queue_.push_back(
+      PublishJob{key, std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size())});
+  buffered_bytes_ += bytes.size();
   ++enqueued_;
   queue_cv_.Signal();
 }
@@ -374,40 +489,52 @@ void RemoteStore::WaitPublished() {
 
 void RemoteStore::PublishLoop() {
   for (;;) {
-    BlockKey key;
+    PublishJob job;
     {
       absl::MutexLock lock(&queue_mu_);
       while (queue_.empty() && !stopping_) queue_cv_.Wait(&queue_mu_);
       if (queue_.empty()) return;
-      key = std::move(queue_.front());
+      job = std::move(queue_.front());
       queue_.pop_front();
+      ++in_flight_[job.key];  // a Delete of this key now waits for it
     }
-    Publish(key);
+    Publish(job);
     absl::MutexLock lock(&queue_mu_);
+    buffered_bytes_ -= job.bytes.size();  // held until sent
+    if (auto it = in_flight_.find(job.key); --it->second == 0) in_flight_.erase(it);
     ++finished_;
   }
 }
 
-void RemoteStore::Publish(const BlockKey& key) {
+void RemoteStore::Publish(const PublishJob& job) {
+  const BlockKey& key = job.key;
   absl::StatusOr<ProfileInfo> profile = Profile(key);
-  std::string data;
-  TierId from = TierId::kHost;
-  if (!profile.ok() || !local_->Get(key, &data, &from).ok()) {
-    ++counters_.publish_skipped;  // deleted, evicted or quarantined meanwhile
+  std::string local;
+  const std::string* data = &job.bytes;
+  if (job.bytes.empty()) {
+    TierId from = TierId::kHost;
+    if (!profile.ok() || !local_->Get(key, &local, &from).ok()) {
+      ++counters_.publish_skipped;  // deleted, evicted or quarantined meanwhile
+      return;
+    }
+    data = &local;
+  } else if (!profile.ok()) {
+    ++counters_.publish_skipped;
     return;
   }
+  if (options_.before_publish_set) options_.before_publish_set(key);
   const std::string remote_key = RemoteKey(key, profile->fingerprint);
   const auto payload =
-      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()), data->size());
   const auto header =
-      EncodeRemoteHeader(remote_key, profile->fingerprint, data.size(), BlockChecksum(payload));
+      EncodeRemoteHeader(remote_key, profile->fingerprint, data->size(), BlockChecksum(payload));
   const absl::Span<const uint8_t> pieces[] = {absl::MakeConstSpan(header), payload};
   if (absl::Status st = cluster_->Set(remote_key, pieces, options_.ttl_ms); !st.ok()) {
     ++counters_.publish_failed;
     return;
   }
   ++counters_.published;
-  counters_.bytes_written += data.size();
+  counters_.bytes_written += data->size();
 }
 
 }  // namespace kvtier::remote

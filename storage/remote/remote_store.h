@@ -4,14 +4,26 @@
 // found and served by the others.
 //
 // What it adds to the local store's contract (block_store.h):
-//  * Publish (write-through). Every new block a put stores is queued and
-//    written to the cluster by a publisher thread: its bytes are read back
-//    from the local store (checksum-verified) and SET under RemoteKey() with
-//    the header of remote_format.h. Asynchronous and best effort: the put is
-//    acknowledged first; a full queue drops the key and a failed SET is not
-//    retried (both counted). With publish off the daemon only reads.
-//    The remote copy is what is left of a block once the local placement
-//    policy evicts it from the last local tier.
+//  * Publish, by policy (publish off: the daemon only reads).
+//    - Write-through (the default): every new block a put stores is queued
+//      and written to the cluster by a publisher thread: its bytes are read
+//      back from the local store (checksum-verified) and SET under
+//      RemoteKey() with the header of remote_format.h.
+//    - Write-back: a block is published when its last in-memory copy is
+//      about to go (demoted to NVMe only, or given up when NVMe is full;
+//      BlockStore::SetReleaseListener): its host bytes are copied into the
+//      write-back buffer (at most writeback_buffer_bytes; beyond that the
+//      block is dropped, counted) and SET from there. Blocks that stay in
+//      memory are never sent, so hot blocks cost the cluster nothing, but
+//      other daemons find a block only after it went cold here.
+//    Both are asynchronous and best effort: the put (or the eviction) goes
+//    on first; a full queue drops the key and a failed SET is not retried
+//    (both counted). The remote copy is what is left of a block once the
+//    local placement policy evicts it from the last local tier.
+//  * Publish vs Delete: Delete drops the key's queued publishes and waits
+//    for one in flight to finish before it deletes the remote copy, so a
+//    block deleted here is never re-created in the cluster by a publish of
+//    an earlier put (a put racing the Delete itself may land either side).
 //  * Promotion. A read of a block no local tier holds (Get, AcquireHandles,
 //    Prefetch, GetSummaries) looks it up in the cluster, checks the value's
 //    header (remote_format.h) and stores it locally as a non-durable put
@@ -61,9 +73,17 @@
 
 namespace kvtier::remote {
 
+enum class PublishPolicy {
+  kWriteThrough,  // every new block, as it is put
+  kWriteBack,     // a block when its last in-memory copy is about to go
+};
+
 struct RemoteTierOptions {
   RedisClusterOptions cluster;
-  bool publish = true;                   // write new blocks through to the cluster
+  bool publish = true;  // publish blocks to the cluster (by policy)
+  PublishPolicy policy = PublishPolicy::kWriteThrough;
+  // Write-back: bytes of evicted blocks held until published; 0 .. 64 GiB.
+  uint64_t writeback_buffer_bytes = uint64_t{256} << 20;
   uint32_t publish_threads = 2;          // 1..64
   uint32_t publish_queue_blocks = 4096;  // keys waiting to be published; more are dropped
   uint64_t ttl_ms = 0;                   // PX on every value; 0 = none (the cluster's
@@ -74,22 +94,27 @@ struct RemoteTierOptions {
   // Warnings nobody else sees (quarantines, failed deletes). Called without
   // the store's locks; must be thread-safe. Null: dropped.
   std::function<void(const std::string& message)> log_warning;
+  // Test hook (fault injection): called by a publisher after it has the
+  // block's bytes and before its SET, without locks. Null in production.
+  std::function<void(const BlockKey& key)> before_publish_set;
 };
 
 struct RemoteTierStats {
-  uint64_t hits = 0;             // blocks promoted from the cluster
-  uint64_t misses = 0;           // lookups the cluster answered "no such key"
-  uint64_t unavailable = 0;      // lookups that could not reach the cluster
-  uint64_t miss_cache_hits = 0;  // lookups skipped: recently missed
-  uint64_t corrupt = 0;          // values that failed a check (quarantined)
-  uint64_t published = 0;        // blocks written to the cluster
-  uint64_t publish_dropped = 0;  // keys dropped: queue full, or at shutdown
-  uint64_t publish_failed = 0;   // SETs that failed (not retried)
-  uint64_t publish_skipped = 0;  // gone locally before their turn
-  uint64_t publish_queued = 0;   // waiting now
-  uint64_t deleted = 0;          // keys Delete removed from the cluster
-  uint64_t bytes_read = 0;       // payload bytes promoted
-  uint64_t bytes_written = 0;    // payload bytes published
+  uint64_t hits = 0;                      // blocks promoted from the cluster
+  uint64_t misses = 0;                    // lookups the cluster answered "no such key"
+  uint64_t unavailable = 0;               // lookups that could not reach the cluster
+  uint64_t miss_cache_hits = 0;           // lookups skipped: recently missed
+  uint64_t corrupt = 0;                   // values that failed a check (quarantined)
+  uint64_t published = 0;                 // blocks written to the cluster
+  uint64_t publish_dropped = 0;           // keys dropped: queue full, or at shutdown
+  uint64_t publish_failed = 0;            // SETs that failed (not retried)
+  uint64_t publish_skipped = 0;           // gone locally before their turn
+  uint64_t publish_queued = 0;            // waiting now
+  uint64_t publish_cancelled = 0;         // queued publishes a Delete dropped
+  uint64_t writeback_buffered_bytes = 0;  // write-back bytes queued or being sent
+  uint64_t deleted = 0;                   // keys Delete removed from the cluster
+  uint64_t bytes_read = 0;                // payload bytes promoted
+  uint64_t bytes_written = 0;             // payload bytes published
   RedisClusterStats cluster;
   std::vector<std::string> masters;  // the client's slot map now
 };
@@ -140,6 +165,10 @@ class RemoteStore final : public BlockStore {
   absl::Status Get(const BlockKey& key, std::string* out, TierId* from) override;
   // The local store's view; a block no local tier holds is fetched (Get).
   absl::StatusOr<std::unique_ptr<BlockView>> View(const BlockKey& key, TierId* from) override;
+  // The local views; the blocks no local tier holds are fetched together
+  // (RedisCluster::GetMany) and then lent from their new host slots.
+  std::vector<absl::StatusOr<std::unique_ptr<BlockView>>> ViewMany(
+      absl::Span<const BlockKey> keys, std::vector<TierId>* from) override;
   absl::StatusOr<uint64_t> AcquireHandles(const std::string& tenant,
                                           const std::vector<BlockKey>& keys, uint64_t ttl_ms,
                                           std::vector<absl::StatusOr<DeviceHandle>>* handles,
@@ -199,13 +228,30 @@ class RemoteStore final : public BlockStore {
   // DATA_LOSS: its value failed a check and was quarantined; otherwise the
   // local put's error (e.g. RESOURCE_EXHAUSTED).
   absl::Status Fetch(const BlockKey& key);
+  // Fetch of several keys: one pipelined round per cluster master.
+  std::vector<absl::Status> FetchMany(absl::Span<const BlockKey> keys);
+  // What a read of key says when no local tier has it and the fetch
+  // failed: the local NOT_FOUND, or DATA_LOSS turned into NOT_FOUND
+  // "DATA_LOSS: ...", or the fetch's error (RESOURCE_EXHAUSTED ...).
+  absl::Status MissStatus(const BlockKey& key, const absl::Status& local,
+                          const absl::Status& fetched) const;
   void Quarantine(const BlockKey& key, const std::string& remote_key, const absl::Status& why);
-  bool RecentlyMissed(const BlockKey& key);
-  void RememberMiss(const BlockKey& key);
+  // OK, or why the key is not asked for now: NOT_FOUND (the cluster did
+  // not have it or could not be asked) or DATA_LOSS (its value was
+  // quarantined), within miss_cache_ms.
+  absl::Status RecentlyMissed(const BlockKey& key);
+  void RememberMiss(const BlockKey& key, bool corrupt);
   void ForgetMiss(const BlockKey& key);
+  struct PublishJob {
+    BlockKey key;
+    std::string bytes;  // write-back: the block's bytes; empty: read them locally
+  };
   void Enqueue(const BlockKey& key);
+  // Write-back: the store's release listener (under the local store's
+  // lock: copies and queues, never blocks).
+  void OnRelease(const BlockKey& key, absl::Span<const uint8_t> bytes);
   void PublishLoop();
-  void Publish(const BlockKey& key);
+  void Publish(const PublishJob& job);
   void Warn(const std::string& message) const;
 
   // Constant after construction.
@@ -216,12 +262,21 @@ class RemoteStore final : public BlockStore {
   mutable absl::Mutex mu_;
   // By (tenant, profile_id).
   absl::flat_hash_map<std::pair<std::string, uint64_t>, ProfileInfo> profiles_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<BlockKey, uint64_t> missed_until_micros_ ABSL_GUARDED_BY(mu_);
+  struct Miss {
+    uint64_t until_micros = 0;
+    bool corrupt = false;  // quarantined, not just absent
+  };
+  absl::flat_hash_map<BlockKey, Miss> missed_ ABSL_GUARDED_BY(mu_);
   std::deque<QuarantinedBlock> quarantined_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex queue_mu_;
   absl::CondVar queue_cv_;
-  std::deque<BlockKey> queue_ ABSL_GUARDED_BY(queue_mu_);
+  std::deque<PublishJob> queue_ ABSL_GUARDED_BY(queue_mu_);
+  // Write-back bytes queued or being sent (bounded by writeback_buffer_bytes).
+  uint64_t buffered_bytes_ ABSL_GUARDED_BY(queue_mu_) = 0;
+  // Keys a publisher holds now (from taking the job to the end of its SET),
+  // with how many publishers hold each.
+  absl::flat_hash_map<BlockKey, int> in_flight_ ABSL_GUARDED_BY(queue_mu_);
   uint64_t enqueued_ ABSL_GUARDED_BY(queue_mu_) = 0;  // keys ever accepted
   uint64_t finished_ ABSL_GUARDED_BY(queue_mu_) = 0;  // of those, done in any way
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
@@ -229,8 +284,8 @@ class RemoteStore final : public BlockStore {
 
   struct Counters {
     std::atomic<uint64_t> hits{0}, misses{0}, unavailable{0}, miss_cache_hits{0}, corrupt{0},
-        published{0}, publish_dropped{0}, publish_failed{0}, publish_skipped{0}, deleted{0},
-        bytes_read{0}, bytes_written{0};
+        published{0}, publish_dropped{0}, publish_failed{0}, publish_skipped{0},
+        publish_cancelled{0}, deleted{0}, bytes_read{0}, bytes_written{0};
   };
   mutable Counters counters_;
 };

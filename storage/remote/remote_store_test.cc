@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -15,6 +16,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gpu/cpu/shm_device_ops.h"
 #include "gtest/gtest.h"
 #include "storage/env/test_util.h"
@@ -296,6 +299,51 @@ TEST_F(RemoteStoreTest, CorruptValueIsQuarantinedNeverServed) {
   ExpectBytes(out, 21);
 }
 
+TEST_F(RemoteStoreTest, ViewManyFetchesTheMissingBlocksTogether) {
+  auto a = MakeNode("a");
+  auto b = MakeNode("b");
+  const uint64_t pa = a->Register(SmallProfile()), pb = b->Register(SmallProfile());
+  for (uint64_t n = 30; n < 50; ++n) PutBlock(a.get(), "default", pa, n);
+  a->store()->WaitPublished();
+  PutBlock(b.get(), "default", pb, 30);  // B holds one itself
+  // Block 31's remote copy is corrupt; block 99 exists nowhere.
+  const std::string bad = RemoteKeyOf("default", 31);
+  auto master = cluster_->MasterOf(RedisCluster::KeySlot(bad));
+  ASSERT_TRUE(master.ok());
+  ASSERT_TRUE(cluster_->Command(*master, {"SETRANGE", bad, "900", "XYZ"}).ok());
+
+  std::vector<BlockKey> keys;
+  for (uint64_t n = 30; n < 50; ++n) keys.push_back(BlockKey{"default", pb, Id(n)});
+  keys.push_back(BlockKey{"default", pb, Id(99)});
+  std::vector<TierId> from;
+  auto views = b->store()->ViewMany(keys, &from);
+  ASSERT_EQ(views.size(), keys.size());
+  ASSERT_EQ(from.size(), keys.size());
+  ASSERT_TRUE(views[0].ok()) << views[0].status();
+  EXPECT_NE(from[0], TierId::kRemote);  // its own copy
+  EXPECT_THAT(views[1].status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_TRUE(absl::StartsWith(views[1].status().message(), "DATA_LOSS")) << views[1].status();
+  for (uint64_t n = 32; n < 50; ++n) {
+    const size_t i = n - 30;
+    ASSERT_TRUE(views[i].ok()) << n << ": " << views[i].status();
+    EXPECT_EQ(from[i], TierId::kRemote) << n;
+    const absl::Span<const uint8_t> bytes = (*views[i])->bytes();
+    ExpectBytes(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()), n);
+  }
+  EXPECT_THAT(views.back().status(), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_FALSE(absl::StartsWith(views.back().status().message(), "DATA_LOSS"));
+  const RemoteTierStats stats = b->store()->remote_stats();
+  EXPECT_EQ(stats.hits, 18u);
+  EXPECT_EQ(stats.corrupt, 1u);
+  EXPECT_EQ(stats.misses, 1u);
+  views.clear();
+  // Read again within the miss cache: still DATA_LOSS, never the bytes.
+  TierId tier;
+  auto again = b->store()->View(keys[1], &tier);
+  EXPECT_TRUE(absl::StartsWith(again.status().message(), "DATA_LOSS")) << again.status();
+  EXPECT_EQ(b->store()->remote_stats().corrupt, 1u);
+}
+
 TEST_F(RemoteStoreTest, DeleteRemovesTheSharedCopy) {
   auto a = MakeNode("a");
   auto b = MakeNode("b");
@@ -313,6 +361,130 @@ TEST_F(RemoteStoreTest, DeleteRemovesTheSharedCopy) {
   EXPECT_TRUE(b->store()->Delete(BlockKey{"default", pb, Id(32)}).ok());
   EXPECT_THAT(b->store()->Delete(BlockKey{"default", pb, Id(32)}),
               StatusIs(absl::StatusCode::kNotFound));
+}
+
+bool InCluster(RedisClusterFixture* cluster, const std::string& key) {
+  auto master = cluster->MasterOf(RedisCluster::KeySlot(key));
+  if (!master.ok()) return false;
+  auto exists = cluster->Command(*master, {"EXISTS", key});
+  return exists.ok() && *exists == "1";
+}
+
+// Holds the first publisher that reaches its SET until released.
+struct PublishGate {
+  absl::Notification reached, release;
+  std::atomic<int> calls{0};
+  std::function<void(const BlockKey&)> Hook() {
+    return [this](const BlockKey&) {
+      if (calls++ != 0) return;
+      reached.Notify();
+      release.WaitForNotification();
+    };
+  }
+};
+
+TEST_F(RemoteStoreTest, DeleteRacingAPublishInFlightLeavesNoRemoteCopy) {
+  PublishGate gate;
+  absl::Notification delete_done;
+  RemoteTierOptions options;
+  options.before_publish_set = [&](const BlockKey& key) {
+    gate.reached.Notify();
+    // A Delete that does not wait for this publish finishes meanwhile (and
+    // the SET below would then re-create the copy it deleted); one that
+    // waits cannot finish, and this gives up waiting for it.
+    delete_done.WaitForNotificationWithTimeout(absl::Seconds(1));
+  };
+  auto a = MakeNode("a", options);
+  const uint64_t pa = a->Register(SmallProfile());
+  PutBlock(a.get(), "default", pa, 60);
+  gate.reached.WaitForNotification();  // the publisher has the bytes
+  std::thread deleter([&] {
+    EXPECT_OK(a->store()->Delete(BlockKey{"default", pa, Id(60)}));
+    delete_done.Notify();
+  });
+  deleter.join();
+  a->store()->WaitPublished();
+  EXPECT_FALSE(InCluster(cluster_, RemoteKeyOf("default", 60)));
+  EXPECT_FALSE(a->store()->Lookup(BlockKey{"default", pa, Id(60)}).present);
+}
+
+TEST_F(RemoteStoreTest, DeleteDropsQueuedPublishesOfTheBlock) {
+  PublishGate gate;
+  RemoteTierOptions options;
+  options.publish_threads = 1;
+  options.before_publish_set = gate.Hook();
+  auto a = MakeNode("a", options);
+  const uint64_t pa = a->Register(SmallProfile());
+  PutBlock(a.get(), "default", pa, 61);  // its publish holds the only publisher
+  gate.reached.WaitForNotification();
+  PutBlock(a.get(), "default", pa, 62);  // queued behind it
+  EXPECT_EQ(a->store()->remote_stats().publish_queued, 1u);
+  EXPECT_OK(a->store()->Delete(BlockKey{"default", pa, Id(62)}));
+  EXPECT_EQ(a->store()->remote_stats().publish_cancelled, 1u);
+  gate.release.Notify();
+  a->store()->WaitPublished();
+  EXPECT_TRUE(InCluster(cluster_, RemoteKeyOf("default", 61)));
+  EXPECT_FALSE(InCluster(cluster_, RemoteKeyOf("default", 62)));
+  EXPECT_EQ(a->store()->remote_stats().published, 1u);
+}
+
+TEST_F(RemoteStoreTest, WriteBackPublishesBlocksAsTheyLeaveMemory) {
+  RemoteTierOptions options;
+  options.policy = PublishPolicy::kWriteBack;
+  auto a = MakeNode("a", options, /*host_blocks=*/4);
+  auto b = MakeNode("b");
+  const uint64_t pa = a->Register(SmallProfile()), pb = b->Register(SmallProfile());
+  for (uint64_t n = 70; n < 82; ++n) PutBlock(a.get(), "default", pa, n);
+  a->store()->WaitPublished();
+  int published = 0, in_memory = 0;
+  for (uint64_t n = 70; n < 82; ++n) {
+    const BlockLocation where = a->store()->Lookup(BlockKey{"default", pa, Id(n)});
+    ASSERT_TRUE(where.present) << n;
+    const bool remote = InCluster(cluster_, RemoteKeyOf("default", n));
+    // What is still in memory was never sent; what left it was.
+    if (where.tier == TierId::kNvme) {
+      EXPECT_TRUE(remote) << n;
+    } else {
+      EXPECT_FALSE(remote) << n;
+      ++in_memory;
+    }
+    published += remote;
+  }
+  EXPECT_GE(published, 8);  // 4 host slots: at least 8 of 12 went to NVMe
+  EXPECT_GT(in_memory, 0);
+  EXPECT_EQ(a->store()->remote_stats().published, static_cast<uint64_t>(published));
+  // Another daemon reads a written-back block.
+  std::string out;
+  TierId from;
+  ASSERT_OK(b->store()->Get(BlockKey{"default", pb, Id(70)}, &out, &from));
+  EXPECT_EQ(from, TierId::kRemote);
+  ExpectBytes(out, 70);
+}
+
+TEST_F(RemoteStoreTest, WriteBackBufferIsBounded) {
+  PublishGate gate;
+  RemoteTierOptions options;
+  options.policy = PublishPolicy::kWriteBack;
+  options.publish_threads = 1;
+  options.writeback_buffer_bytes = 2 * kBlockBytes;  // two blocks queued or being sent
+  options.before_publish_set = gate.Hook();
+  auto a = MakeNode("a", options, /*host_blocks=*/1);
+  const uint64_t pa = a->Register(SmallProfile());
+  PutBlock(a.get(), "default", pa, 90);
+  PutBlock(a.get(), "default", pa, 91);  // 90 leaves memory: its publish holds the publisher
+  gate.reached.WaitForNotification();
+  PutBlock(a.get(), "default", pa, 92);  // 91 leaves memory: buffered
+  PutBlock(a.get(), "default", pa, 93);  // 92 leaves memory: no room, dropped
+  RemoteTierStats stats = a->store()->remote_stats();
+  EXPECT_EQ(stats.writeback_buffered_bytes, 2 * kBlockBytes);
+  EXPECT_EQ(stats.publish_dropped, 1u);
+  gate.release.Notify();
+  a->store()->WaitPublished();
+  stats = a->store()->remote_stats();
+  EXPECT_EQ(stats.published, 2u);
+  EXPECT_EQ(stats.writeback_buffered_bytes, 0u);
+  EXPECT_TRUE(InCluster(cluster_, RemoteKeyOf("default", 91)));
+  EXPECT_FALSE(InCluster(cluster_, RemoteKeyOf("default", 92)));
 }
 
 TEST_F(RemoteStoreTest, UnreachableClusterIsAMissAndLocalWorkGoesOn) {

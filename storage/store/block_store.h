@@ -143,6 +143,10 @@ struct BlockStoreOptions {
   // fails leaves the block without one (logged) instead of failing the
   // acknowledged put.
   bool defer_summaries = false;
+  // Pre-fault the host tier, the staging area and CPU device arenas (each
+  // tenant arena when it is created) on a background thread
+  // (storage/host/prefaulter.h); progress in Stats() per tier.
+  bool prefault = false;
   size_t max_deferred_summaries = 256;
 
   // Most host-tier bytes lent to views (View) at once: a lent copy stays
@@ -257,6 +261,12 @@ class BlockStore {
   // past BlockStoreOptions.max_view_bytes. Same errors as Get. The default
   // is Get into a copy.
   virtual absl::StatusOr<std::unique_ptr<BlockView>> View(const BlockKey& key, TierId* from);
+  // View of several blocks: (*from)[i] and the result's [i] are key i's,
+  // as View reports them. A store that fetches blocks from elsewhere (the
+  // remote tier) fetches the missing ones together. The default calls
+  // View per key.
+  virtual std::vector<absl::StatusOr<std::unique_ptr<BlockView>>> ViewMany(
+      absl::Span<const BlockKey> keys, std::vector<TierId>* from);
   // Makes every block resident in the tenant's device arena and pins them
   // under a new lease of `tenant` lasting ttl_ms (0 = default; above max ->
   // INVALID_ARGUMENT). Every key must be the tenant's. Per-block outcome in
@@ -304,6 +314,14 @@ class BlockStore {
   // the store's mutex, held for one hash lookup and an O(1) policy update
   // per key: no I/O, no waiting on busy entries, no allocation.
   virtual void MarkWanted(absl::Span<const BlockKey> keys) = 0;
+  // Called with a block's host-tier bytes when the store is about to let
+  // its last in-memory copy go (demoted to NVMe only, or given up when
+  // NVMe has no room): the remote tier's write-back publishes from here.
+  // Runs under the store's lock: it must not block or call the store; the
+  // bytes are valid only during the call. One listener; null removes it.
+  // The default ignores it (a store without tiers to leave).
+  using ReleaseListener = std::function<void(const BlockKey&, absl::Span<const uint8_t> bytes)>;
+  virtual void SetReleaseListener(ReleaseListener listener) {}
   // The summaries of keys, in order. Keys that are not stored (or are
   // quarantined) are appended to *missing and get an empty string.
   virtual std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,

@@ -51,6 +51,15 @@ BlockStoreStats BlockStoreImpl::Stats() {
   h.capacity_bytes = host.capacity_bytes;
   h.used_bytes = host.used_bytes;
   h.blocks = blocks_in_tier_[1];
+  if (prefaulter_ != nullptr) {
+    for (TierUsage* t : {&d, &h}) {
+      const PrefaultStats p = prefaulter_->stats(static_cast<int>(t->tier));
+      t->prefault_target_bytes = p.target_bytes;
+      t->prefaulted_bytes = p.done_bytes;
+      t->prefault_failed_bytes = p.failed_bytes;
+      t->prefault_error = p.last_error;
+    }
+  }
   TierUsage& n = stats.tiers[2];
   n.tier = TierId::kNvme;
   n.backend = nvme.direct_io ? "nvme (O_DIRECT)" : "nvme (buffered)";

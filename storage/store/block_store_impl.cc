@@ -65,7 +65,10 @@ absl::StatusOr<std::unique_ptr<BlockStore>> BlockStore::Open(const BlockStoreOpt
 BlockStoreImpl::BlockStoreImpl(const BlockStoreOptions& options)
     : options_(options), env_(options.env) {}
 
-BlockStoreImpl::~BlockStoreImpl() { StopSummaryThread(); }
+BlockStoreImpl::~BlockStoreImpl() {
+  prefaulter_.reset();  // stops touching the regions before they are unmapped
+  StopSummaryThread();
+}
 
 absl::Status BlockStoreImpl::Init() {
   std::vector<bool> file_existed;
@@ -86,6 +89,14 @@ absl::Status BlockStoreImpl::Init() {
   next_device_generation_ = (std::random_device()() | 1ull) << 20;
 
   KVTIER_RETURN_IF_ERROR(RecoverLocked(file_existed));
+  if (options_.prefault) {
+    prefaulter_ = std::make_unique<Prefaulter>();
+    prefaulter_->Add(static_cast<int>(TierId::kHost), host_->region());
+    if (!multi_tenant_) {
+      prefaulter_->Add(static_cast<int>(TierId::kHost), shared_.staging->region());
+      prefaulter_->Add(static_cast<int>(TierId::kDevice), shared_.device->HostMapping());
+    }
+  }
   if (options_.defer_summaries && options_.summarize) {
     summary_thread_ = std::thread([this] { SummaryLoop(); });
   }
@@ -279,6 +290,9 @@ absl::StatusOr<BlockStoreImpl::MemorySpace*> BlockStoreImpl::SpaceLocked(const s
     space->device_alloc =
         std::make_unique<ExtentAllocator>(space->capacity_bytes, kSlotAlignmentBytes);
     arena_bytes_ += space->capacity_bytes;
+    if (prefaulter_ != nullptr) {
+      prefaulter_->Add(static_cast<int>(TierId::kDevice), space->device->HostMapping());
+    }
   }
   if (staging && space->staging == nullptr) {
     HostTierOptions o;
@@ -290,6 +304,9 @@ absl::StatusOr<BlockStoreImpl::MemorySpace*> BlockStoreImpl::SpaceLocked(const s
     o.file.sealed = true;  // handed to its tenant only, as a file descriptor
     KVTIER_ASSIGN_OR_RETURN(space->owned_staging, HostTier::Open(o));
     space->staging = space->owned_staging.get();
+    if (prefaulter_ != nullptr) {
+      prefaulter_->Add(static_cast<int>(TierId::kHost), space->staging->region());
+    }
   }
   return space.get();
 }

@@ -37,6 +37,7 @@
 #include "storage/catalog/catalog.h"
 #include "storage/common/extent_allocator.h"
 #include "storage/host/host_tier.h"
+#include "storage/host/prefaulter.h"
 #include "storage/nvme/nvme_tier.h"
 #include "storage/store/block_store.h"
 #include "storage/store/entry.h"
@@ -78,6 +79,7 @@ class BlockStoreImpl final : public BlockStore {
                                           const PinOptions& options = {}) override;
   BlockLocation Lookup(const BlockKey& key) override;
   void MarkWanted(absl::Span<const BlockKey> keys) override;
+  void SetReleaseListener(ReleaseListener listener) override;
   std::vector<std::string> GetSummaries(const std::vector<BlockKey>& keys,
                                         std::vector<BlockKey>* missing) override;
   size_t Prefetch(const std::vector<BlockKey>& keys) override;
@@ -221,6 +223,9 @@ class BlockStoreImpl final : public BlockStore {
   // retained or pinned. A victim that could not go is added to *stuck and
   // *why says why. Returns false when no candidate is left. May release
   // mu_.
+  // Hands e's host bytes to release_listener_ (if any) before its last
+  // in-memory copy goes.
+  void NotifyReleaseLocked(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool FreeOneHostCopyLocked(const std::function<bool(const Entry&)>& accept,
                              absl::flat_hash_set<BlockKey>* stuck, absl::Status* why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -340,6 +345,10 @@ class BlockStoreImpl final : public BlockStore {
   uint64_t view_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t views_copied_over_cap_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread summary_thread_;
+  // Set by Init when options_.prefault; constant after. Reset first in the
+  // destructor: it must stop touching regions before they are unmapped.
+  std::unique_ptr<Prefaulter> prefaulter_;
+  ReleaseListener release_listener_ ABSL_GUARDED_BY(mu_);
   static constexpr size_t kMaxSpareLists = 64;
   static constexpr size_t kMaxSparePerList = 8192;
   std::vector<std::vector<Entry*>> spare_lists_ ABSL_GUARDED_BY(mu_);

@@ -267,6 +267,20 @@ absl::Status BlockStoreImpl::SettlePendingFreesLocked() {
   return absl::OkStatus();
 }
 
+void BlockStoreImpl::SetReleaseListener(ReleaseListener listener) {
+  absl::MutexLock lock(&mu_);
+  release_listener_ = std::move(listener);
+}
+
+void BlockStoreImpl::NotifyReleaseLocked(const Entry& e) {
+  mu_.AssertHeld();
+  if (!release_listener_ || !e.host) return;
+  auto data = host_->Data(*e.host);
+  if (!data.ok()) return;
+  release_listener_(
+      e.key, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data->data()), data->size()));
+}
+
 bool BlockStoreImpl::FreeOneHostCopyLocked(const std::function<bool(const Entry&)>& accept,
                                            absl::flat_hash_set<BlockKey>* stuck,
                                            absl::Status* why) {
@@ -276,6 +290,7 @@ bool BlockStoreImpl::FreeOneHostCopyLocked(const std::function<bool(const Entry&
   });
   if (victim == nullptr) return false;
   if (victim->Copies() > 1 || victim->quarantined) {
+    if (!victim->quarantined && !victim->device) NotifyReleaseLocked(*victim);
     DropCopyLocked(victim, TierId::kHost);
     return true;
   }
@@ -284,6 +299,7 @@ bool BlockStoreImpl::FreeOneHostCopyLocked(const std::function<bool(const Entry&
   if (st.ok()) {
     // Now on NVMe: the host copy goes unless someone started using it.
     if (victim->busy == 0 && victim->host && victim->Copies() > 1) {
+      if (!victim->device) NotifyReleaseLocked(*victim);
       DropCopyLocked(victim, TierId::kHost);
       ++demotions_;
     }
@@ -292,6 +308,7 @@ bool BlockStoreImpl::FreeOneHostCopyLocked(const std::function<bool(const Entry&
   if (st.code() == absl::StatusCode::kResourceExhausted && !victim->retained && victim->pins == 0 &&
       victim->busy == 0 && !victim->writing && !victim->durable) {
     // NVMe has no room for it either: the cache gives the block up.
+    if (!victim->device) NotifyReleaseLocked(*victim);
     ForgetLocked(victim);  // not durable: it has no catalog record
     ++evicted_blocks_;
     return true;

@@ -158,6 +158,13 @@ struct TierUsage {
   // Part of used_bytes held by evicted blocks until their catalog record
   // removal is synced (NVMe only; freed at the next catalog sync).
   uint64_t releasing_bytes = 0;
+  // Memory of this tier queued to be pre-faulted (BlockStoreOptions::
+  // prefault), and of that, pre-faulted so far and given up after an
+  // error (prefault_error says which).
+  uint64_t prefault_target_bytes = 0;
+  uint64_t prefaulted_bytes = 0;
+  uint64_t prefault_failed_bytes = 0;
+  std::string prefault_error;
 };
 
 struct BlockStoreStats {

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "storage/common/status_macros.h"
@@ -31,6 +32,15 @@ absl::StatusOr<std::unique_ptr<BlockView>> BlockStore::View(const BlockKey& key,
   std::string bytes;
   KVTIER_RETURN_IF_ERROR(Get(key, &bytes, from));
   return std::make_unique<OwnedView>(std::move(bytes));
+}
+
+std::vector<absl::StatusOr<std::unique_ptr<BlockView>>> BlockStore::ViewMany(
+    absl::Span<const BlockKey> keys, std::vector<TierId>* from) {
+  std::vector<absl::StatusOr<std::unique_ptr<BlockView>>> views;
+  views.reserve(keys.size());
+  from->assign(keys.size(), TierId::kHost);
+  for (size_t i = 0; i < keys.size(); ++i) views.push_back(View(keys[i], &(*from)[i]));
+  return views;
 }
 
 // The host-tier copy of a busy entry: it stays where it is until the view

@@ -9,12 +9,20 @@
 #include <cstring>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "storage/common/status_macros.h"
 #include "storage/remote/redis/host_port.h"
 
 namespace kvtier::remote {
 namespace {
+
+// What ReadValue receives at least per recv() (a reply line, small values,
+// the start of the next pipelined reply); values are received whole.
+constexpr size_t kReadChunk = size_t{64} << 10;
+// A reply line longer than this is not RESP a GET is answered with.
+constexpr size_t kMaxLineBytes = size_t{64} << 10;
 
 timeval MsToTimeval(uint32_t ms) {
   timeval tv{};
@@ -144,6 +152,10 @@ absl::Status RedisConnection::Send(absl::Span<const iovec> parts) {
 
 absl::StatusOr<ReplyPtr> RedisConnection::Read() {
   if (broken()) return Fail(failure_, "receive", "connection already broken");
+  if (in_pos_ != in_len_) {
+    return Fail(TransportFailure::kOther, "receive",
+                "bytes of a later reply were already read by ReadValue");
+  }
   void* raw = nullptr;
   errno = 0;
   if (redisGetReply(context_, &raw) != REDIS_OK) {
@@ -162,6 +174,114 @@ absl::StatusOr<ReplyPtr> RedisConnection::Read() {
   }
   if (raw == nullptr) return Fail(TransportFailure::kOther, "receive", "hiredis returned no reply");
   return ReplyPtr(static_cast<redisReply*>(raw));
+}
+
+absl::Status RedisConnection::Fill(size_t want) {
+  if (in_pos_ == in_len_) in_pos_ = in_len_ = 0;
+  const size_t have = in_len_ - in_pos_;
+  const size_t room = std::max(want, have + kReadChunk);
+  if (in_pos_ + room > in_cap_) {
+    if (room > in_cap_) {
+      auto grown = std::make_unique_for_overwrite<char[]>(room);
+      if (have > 0) std::memcpy(grown.get(), in_.get() + in_pos_, have);
+      in_ = std::move(grown);
+      in_cap_ = room;
+    } else if (have > 0) {
+      std::memmove(in_.get(), in_.get() + in_pos_, have);
+    }
+    in_pos_ = 0;
+    in_len_ = have;
+  }
+  while (true) {
+    const ssize_t got = ::recv(context_->fd, in_.get() + in_len_, in_cap_ - in_len_, 0);
+    if (got > 0) {
+      in_len_ += static_cast<size_t>(got);
+      return absl::OkStatus();
+    }
+    if (got == 0)
+      return Fail(TransportFailure::kClosed, "receive", "the node closed the connection");
+    const int err = errno;
+    if (err == EINTR) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
+      return Fail(TransportFailure::kTimeout, "receive",
+                  absl::StrCat("timed out after ", command_timeout_ms_, " ms"));
+    }
+    const TransportFailure kind =
+        (err == ECONNRESET || err == EPIPE) ? TransportFailure::kClosed : TransportFailure::kOther;
+    return Fail(kind, "receive", std::strerror(err));
+  }
+}
+
+absl::StatusOr<size_t> RedisConnection::LineEnd() {
+  size_t scanned = 0;  // from in_pos_ (Fill may move the bytes)
+  while (true) {
+    const size_t have = in_len_ - in_pos_;
+    if (have > scanned) {
+      const char* from = in_.get() + in_pos_;
+      const void* nl = std::memchr(from + scanned, '\n', have - scanned);
+      if (nl != nullptr) {
+        const size_t at = static_cast<size_t>(static_cast<const char*>(nl) - from);
+        if (at == 0 || from[at - 1] != '\r') {
+          return Fail(TransportFailure::kOther, "receive", "a reply line not ended by CRLF");
+        }
+        return at - 1;
+      }
+      scanned = have;
+    }
+    if (have > kMaxLineBytes) {
+      return Fail(TransportFailure::kOther, "receive",
+                  absl::StrCat("a reply line longer than ", kMaxLineBytes, " bytes"));
+    }
+    KVTIER_RETURN_IF_ERROR(Fill(have + 1));
+  }
+}
+
+absl::StatusOr<RedisConnection::ValueReply> RedisConnection::ReadValue() {
+  if (broken()) return Fail(failure_, "receive", "connection already broken");
+  if (context_->reader != nullptr && context_->reader->pos != context_->reader->len) {
+    return Fail(TransportFailure::kOther, "receive",
+                "bytes of a later reply were already read by hiredis");
+  }
+  KVTIER_ASSIGN_OR_RETURN(const size_t end, LineEnd());
+  const char* line = in_.get() + in_pos_;
+  const size_t line_bytes = end + 2;
+  if (end == 0) return Fail(TransportFailure::kOther, "receive", "an empty reply line");
+  const absl::string_view text(line + 1, end - 1);
+  if (line[0] == '-') {
+    in_pos_ += line_bytes;  // the view stays valid: nothing moves before the next call
+    return ValueReply{ValueReply::Kind::kError, text};
+  }
+  if (line[0] != '$') {
+    return Fail(
+        TransportFailure::kOther, "receive",
+        absl::StrCat("expected a value, got the reply \"",
+                     absl::CHexEscape(absl::string_view(line, std::min<size_t>(end, 64))), "\""));
+  }
+  int64_t size = 0;
+  if (!absl::SimpleAtoi(text, &size) || size < -1 ||
+      (size >= 0 && static_cast<uint64_t>(size) > kMaxValueBytes)) {
+    return Fail(TransportFailure::kOther, "receive",
+                absl::StrCat("bad value length \"", absl::CHexEscape(text.substr(0, 32)), "\""));
+  }
+  if (size == -1) {
+    in_pos_ += line_bytes;
+    return ValueReply{ValueReply::Kind::kNil, {}};
+  }
+  const size_t total = line_bytes + static_cast<size_t>(size) + 2;
+  while (in_len_ - in_pos_ < total) KVTIER_RETURN_IF_ERROR(Fill(total));
+  const char* base = in_.get() + in_pos_;
+  if (base[total - 2] != '\r' || base[total - 1] != '\n') {
+    return Fail(TransportFailure::kOther, "receive", "a value not followed by CRLF");
+  }
+  in_pos_ += total;
+  return ValueReply{ValueReply::Kind::kValue,
+                    absl::string_view(base + line_bytes, static_cast<size_t>(size))};
+}
+
+void RedisConnection::TrimBuffer(size_t keep) {
+  if (in_cap_ <= keep || in_pos_ != in_len_) return;
+  in_.reset();
+  in_cap_ = in_pos_ = in_len_ = 0;
 }
 
 absl::StatusOr<ReplyPtr> RedisConnection::Command(std::initializer_list<absl::string_view> argv) {

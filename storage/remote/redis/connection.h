@@ -5,9 +5,13 @@
 //
 // Writes bypass hiredis: Send() hands pre-formatted RESP to sendmsg() with
 // MSG_NOSIGNAL (a peer that went away is an error, never SIGPIPE), straight
-// from the caller's buffers, without copying them. Reads go through
+// from the caller's buffers, without copying them. Read() goes through
 // hiredis's reply parser (redisGetReply only reads, since its own output
-// buffer is always empty).
+// buffer is always empty). ReadValue(), for the replies to GET, bypasses it
+// too: the value is received into the connection's own buffer and lent in
+// place, with no copy into a reply object. The two readers take turns only
+// between replies: a Read() while ReadValue() holds bytes of a later reply
+// (or the reverse) fails as a protocol error.
 //
 // Timeouts: the command timeout is the socket's SO_SNDTIMEO and SO_RCVTIMEO:
 // it bounds every wait for the socket to make progress, so a node that stops
@@ -103,6 +107,22 @@ class RedisConnection {
   // which leaves the connection broken().
   absl::StatusOr<ReplyPtr> Read();
 
+  // The reply to a GET (pipelined GETs are answered in order), parsed in
+  // the connection's own buffer: kValue lends the value, kNil is a missing
+  // key, kError lends an error reply's text (a redirect, say; the
+  // connection stays usable). The view is valid until the next call on
+  // this connection. A reply of any other type, or a value over
+  // kMaxValueBytes, is a protocol error: UNAVAILABLE, connection broken.
+  struct ValueReply {
+    enum class Kind { kValue, kNil, kError };
+    Kind kind = Kind::kNil;
+    absl::string_view bytes;
+  };
+  static constexpr uint64_t kMaxValueBytes = uint64_t{512} << 20;
+  absl::StatusOr<ValueReply> ReadValue();
+  // Gives back ReadValue's buffer when it grew beyond `keep` bytes.
+  void TrimBuffer(size_t keep);
+
   // Send(FormatCommand(argv)) then Read().
   absl::StatusOr<ReplyPtr> Command(std::initializer_list<absl::string_view> argv);
 
@@ -117,10 +137,21 @@ class RedisConnection {
   // Records the failure and returns UNAVAILABLE "redis <address>: <what>: ...".
   absl::Status Fail(TransportFailure kind, absl::string_view what, absl::string_view detail);
 
+  // Reads at least one more byte into in_ (growing it to hold `want`
+  // bytes from in_pos_); the error of a failed recv().
+  absl::Status Fill(size_t want);
+  // Where the next "\r\n" starts in in_, reading as needed.
+  absl::StatusOr<size_t> LineEnd();
+
   const std::string address_;
   redisContext* const context_;
   const uint32_t command_timeout_ms_;
   TransportFailure failure_ = TransportFailure::kNone;
+  // ReadValue's buffer: bytes [in_pos_, in_len_) are received, unparsed.
+  std::unique_ptr<char[]> in_;
+  size_t in_cap_ = 0;
+  size_t in_pos_ = 0;
+  size_t in_len_ = 0;
 };
 
 }  // namespace kvtier::remote

@@ -512,7 +512,7 @@ absl::Status RedisCluster::Refresh(RefreshMode mode) {
       return last_refresh_status_;
     }
   }
-  const absl::Status status =
+  absl::Status status =
       FetchSlotMap(candidates, mode == RefreshMode::kNow ? candidates.size() : kMaxRefreshNodes);
   absl::MutexLock lock(&mu_);
   refreshing_ = false;

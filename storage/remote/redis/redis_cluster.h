@@ -121,7 +121,7 @@ class RedisCluster {
  public:
   static constexpr size_t kMaxSeeds = 1024;
   static constexpr size_t kMaxKeyBytes = size_t{64} << 10;
-  static constexpr uint64_t kMaxValueBytes = uint64_t{512} << 20;
+  static constexpr uint64_t kMaxValueBytes = RedisConnection::kMaxValueBytes;
   static constexpr size_t kMaxValuePieces = size_t{1} << 16;
   static constexpr uint64_t kMaxTtlMs = uint64_t{10} * 366 * 24 * 3600 * 1000;  // ~10 years
   static constexpr std::chrono::milliseconds kMinRefreshInterval{100};
@@ -143,6 +143,21 @@ class RedisCluster {
   // (e.g. in captured state).
   absl::StatusOr<bool> Get(std::string_view key,
                            absl::FunctionRef<void(std::string_view value)> consume);
+
+  // GET of several keys at once: the keys are grouped by the master their
+  // slot maps to, and each master gets its GETs pipelined on one
+  // connection (at most kMaxPipelinedGets in flight), every master's sent
+  // before any reply is read, so the masters work in parallel. Each reply
+  // is parsed in the connection's buffer (RedisConnection::ReadValue): no
+  // copy before consume. consume(i, value) is called at most once per
+  // key, on this thread, in no particular order; result[i] is as Get's.
+  // A key whose pipelined reply was not a value or nil (a redirect,
+  // TRYAGAIN, an error) or whose node failed mid-pipeline is then asked
+  // again alone through Get, with Get's redirects, retries and errors.
+  static constexpr size_t kMaxPipelinedGets = 16;
+  std::vector<absl::StatusOr<bool>> GetMany(
+      absl::Span<const std::string> keys,
+      absl::FunctionRef<void(size_t index, std::string_view value)> consume);
 
   // SET key to the concatenation of pieces, sent from the pieces
   // themselves (no concatenated copy is ever made). ttl_ms > 0 adds

@@ -250,5 +250,120 @@ TEST(RedisClusterFakeTest, SetSendsConcatenatedPiecesAndTtl) {
   EXPECT_EQ(commands[2], (Argv{"SET", "plain", ""}));
 }
 
+// ---- GetMany: pipelined GETs ------------------------------------------------
+
+// GetMany's outcome per key: the value, "<nil>" for a missing key, or the
+// error's code name.
+std::vector<std::string> GetManyStrings(RedisCluster& cluster,
+                                        const std::vector<std::string>& keys) {
+  std::vector<std::string> values(keys.size());
+  std::vector<int> calls(keys.size(), 0);
+  std::vector<absl::StatusOr<bool>> found =
+      cluster.GetMany(keys, [&](size_t i, std::string_view v) {
+        values[i].assign(v.data(), v.size());
+        ++calls[i];
+      });
+  for (size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_LE(calls[i], 1) << "consume called twice for " << keys[i];
+    if (!found[i].ok()) {
+      values[i] = absl::StatusCodeToString(found[i].status().code());
+    } else if (!*found[i]) {
+      EXPECT_EQ(calls[i], 0);
+      values[i] = "<nil>";
+    }
+  }
+  return values;
+}
+
+size_t CountGets(const ScriptedNode& node) {
+  size_t gets = 0;
+  for (const Argv& argv : node.commands()) gets += !argv.empty() && argv[0] == "GET";
+  return gets;
+}
+
+TEST(RedisClusterFakeTest, GetManyPipelinesOnOneConnection) {
+  int port = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    if (argv[1] == "missing") return "$-1\r\n";
+    return ScriptedNode::Bulk("value of " + argv[1]);
+  });
+  port = node.port();
+  auto cluster = Connect(node.address());
+  std::vector<std::string> keys;
+  std::vector<std::string> want;
+  for (int i = 0; i < 40; ++i) {  // more than one round of kMaxPipelinedGets
+    keys.push_back(i % 7 == 3 ? "missing" : absl::StrCat("k", i));
+    want.push_back(i % 7 == 3 ? "<nil>" : absl::StrCat("value of k", i));
+  }
+  EXPECT_EQ(GetManyStrings(*cluster, keys), want);
+  EXPECT_EQ(CountGets(node), keys.size());  // each asked once
+  EXPECT_LE(node.connections(), 2);         // the slot map's, and one for all the GETs
+}
+
+TEST(RedisClusterFakeTest, GetManyAsksAgainAloneAfterAnErrorReply) {
+  int port = 0;
+  int tried_b = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    if (argv[1] == "b" && tried_b++ == 0)
+      return "-TRYAGAIN Multiple keys request during rehashing\r\n";
+    return ScriptedNode::Bulk(argv[1] + argv[1]);
+  });
+  port = node.port();
+  auto cluster = Connect(node.address());
+  EXPECT_EQ(GetManyStrings(*cluster, {"a", "b", "c"}),
+            (std::vector<std::string>{"aa", "bb", "cc"}));
+  EXPECT_EQ(tried_b, 2);  // once in the pipeline, once alone (through Get)
+}
+
+TEST(RedisClusterFakeTest, GetManyRecoversFromANodeClosingMidPipeline) {
+  int port = 0;
+  int gets = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    if (++gets == 3) return ScriptedNode::kClose;  // the third GET ever
+    return ScriptedNode::Bulk("v" + argv[1]);
+  });
+  port = node.port();
+  auto cluster = Connect(node.address());
+  const std::vector<std::string> keys = {"1", "2", "3", "4", "5"};
+  EXPECT_EQ(GetManyStrings(*cluster, keys),
+            (std::vector<std::string>{"v1", "v2", "v3", "v4", "v5"}));
+}
+
+TEST(RedisClusterFakeTest, GetManyRefusesAReplyThatIsNotAValue) {
+  int port = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    if (argv[1] == "odd") return "+OK\r\n";
+    if (argv[1] == "huge") return "$999999999999\r\n";
+    return ScriptedNode::Bulk("fine");
+  });
+  port = node.port();
+  auto cluster = Connect(node.address());
+  // A bad reply breaks the pipelined connection; its key and those after
+  // it are asked alone, and Get reports the reply it cannot use.
+  EXPECT_EQ(GetManyStrings(*cluster, {"x", "odd", "y"}),
+            (std::vector<std::string>{"fine", "INTERNAL", "fine"}));
+  // A length past the value limit is refused before anything is allocated
+  // for it (Get then times out waiting for the bytes).
+  EXPECT_EQ(GetManyStrings(*cluster, {"huge"}), (std::vector<std::string>{"UNAVAILABLE"}));
+}
+
+TEST(RedisClusterFakeTest, GetManyRefusesAnOversizedKeyOnly) {
+  int port = 0;
+  ScriptedNode node([&](const Argv& argv) -> std::string {
+    if (argv[0] == "CLUSTER") return OwnAllSlots(argv, port);
+    return ScriptedNode::Bulk("ok");
+  });
+  port = node.port();
+  auto cluster = Connect(node.address());
+  const std::string big(RedisCluster::kMaxKeyBytes + 1, 'k');
+  EXPECT_EQ(GetManyStrings(*cluster, {"a", big, "b"}),
+            (std::vector<std::string>{"ok", "INVALID_ARGUMENT", "ok"}));
+  EXPECT_EQ(CountGets(node), 2u);
+}
+
 }  // namespace
 }  // namespace kvtier::remote

@@ -353,6 +353,46 @@ TEST_F(RedisClusterTest, MovedAfterSlotMigrationIsFollowed) {
   EXPECT_EQ(cluster->Del(key).value_or(false), true);
 }
 
+TEST_F(RedisClusterTest, GetManyMatchesGetAcrossMastersSizesAndMigrations) {
+  auto cluster = NewClient(fixture_->Seeds());
+  std::vector<std::string> keys;
+  std::vector<Bytes> values;  // empty with a missing key
+  for (int i = 0; i < 90; ++i) {
+    keys.push_back(absl::StrCat("many:", i));
+    // Sizes around the reader's 64 KiB chunk and beyond; every 9th missing.
+    const size_t size =
+        i % 9 == 4 ? 0 : std::vector<size_t>{0, 1, 65534, 65536, 300000, 3 << 20}[i % 6];
+    values.push_back(i % 9 == 4 ? Bytes() : Pattern(size, 1000 + i));
+    if (i % 9 != 4) ASSERT_TRUE(SetPieces(*cluster, keys.back(), values.back(), 1).ok());
+  }
+  // One key's slot moves to another master behind the client's back.
+  const uint16_t slot = RedisCluster::KeySlot(keys[7]);
+  const auto [from, to] = SourceAndTarget(slot);
+  ASSERT_NE(from, to);
+  ASSERT_TRUE(fixture_->MoveSlot(slot, to, std::chrono::seconds(10)).ok());
+  const uint64_t moved_before = cluster->stats().moved;
+
+  std::vector<Bytes> got(keys.size());
+  std::vector<int> calls(keys.size(), 0);
+  std::vector<absl::StatusOr<bool>> found =
+      cluster->GetMany(keys, [&](size_t i, std::string_view v) {
+        got[i].assign(v.begin(), v.end());
+        ++calls[i];
+      });
+  ASSERT_EQ(found.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(found[i].ok()) << keys[i] << ": " << found[i].status();
+    const bool present = i % 9 != 4;
+    EXPECT_EQ(*found[i], present) << keys[i];
+    EXPECT_EQ(calls[i], present ? 1 : 0) << keys[i];
+    if (present) EXPECT_TRUE(got[i] == values[i]) << keys[i] << ": " << got[i].size() << " bytes";
+  }
+  EXPECT_GT(cluster->stats().moved, moved_before);  // the moved key went through Get
+  EXPECT_EQ(cluster->MasterOfSlot(slot), to);
+  ASSERT_TRUE(fixture_->MoveSlot(slot, from, std::chrono::seconds(10)).ok());
+  for (const std::string& key : keys) cluster->Del(key).IgnoreError();
+}
+
 TEST_F(RedisClusterTest, AskDuringMigrationLeavesTheMapAlone) {
   const std::string key = "ask:key";
   const uint16_t slot = RedisCluster::KeySlot(key);
