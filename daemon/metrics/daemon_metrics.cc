@@ -97,15 +97,19 @@ void CollectRemote(const remote::RemoteStore& store, Writer& w) {
                            {"corrupt", r.corrupt}}) {
     w.Counter("kvtier_remote_lookups_total", lookups, {{"result", result}}, static_cast<double>(n));
   }
-  const char* publish = "Blocks offered to the remote tier after a put, by outcome";
+  const char* publish = "Blocks offered to the remote tier (by publish_policy), by outcome";
   for (auto [result, n] : {std::pair<const char*, uint64_t>{"published", r.published},
                            {"dropped", r.publish_dropped},
                            {"failed", r.publish_failed},
-                           {"skipped", r.publish_skipped}}) {
+                           {"skipped", r.publish_skipped},
+                           {"cancelled", r.publish_cancelled}}) {
     w.Counter("kvtier_remote_publish_total", publish, {{"result", result}}, static_cast<double>(n));
   }
   w.Gauge("kvtier_remote_publish_queued", "Blocks waiting to be published", {},
           static_cast<double>(r.publish_queued));
+  w.Gauge("kvtier_remote_writeback_buffered_bytes",
+          "Write-back: bytes of released blocks queued or being sent", {},
+          static_cast<double>(r.writeback_buffered_bytes));
   w.Counter("kvtier_remote_bytes_total", "Payload bytes read from / written to the remote tier",
             {{"direction", "read"}}, static_cast<double>(r.bytes_read));
   w.Counter("kvtier_remote_bytes_total", "Payload bytes read from / written to the remote tier",
