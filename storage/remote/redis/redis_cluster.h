@@ -154,6 +154,8 @@ class RedisCluster {
   // A key whose pipelined reply was not a value or nil (a redirect,
   // TRYAGAIN, an error) or whose node failed mid-pipeline is then asked
   // again alone through Get, with Get's redirects, retries and errors.
+  // A pooled connection keeps its receive buffer (the largest reply it
+  // read, plus 64 KiB) between calls up to 8 MiB, and frees a larger one.
   static constexpr size_t kMaxPipelinedGets = 16;
   std::vector<absl::StatusOr<bool>> GetMany(
       absl::Span<const std::string> keys,
