@@ -459,7 +459,7 @@ int Main(int argc, char** argv) {
       "## Remote tier (Redis Cluster, 3 masters, loopback)\n\n"
       "%u blocks of %s KiB, %u threads, %u ids per GetBlocks, %u rounds; GB/s of payload "
       "(range over rounds). A fresh daemon's reads start once it reports its memory tiers "
-      "pre-faulted (3 GiB: %ss after start).\n\n"
+      "pre-faulted (host, staging and arena: %ss after start).\n\n"
       "| path | GB/s | / raw GET (goal >= 0.8) |\n|---|---|---|\n"
       "| raw GET through the cluster client | %s | 1 |\n"
       "| kvtier GetBlocks BYTES, remote only, warm daemon | %s | %s |\n"
