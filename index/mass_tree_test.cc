@@ -175,13 +175,8 @@ class MassCalibrationTest : public ::testing::TestWithParam<int64_t /*min_pages*
     std::normal_distribution<float> noise(0.0f, 1.0f);
     q_.resize(kD);
     for (float& x : q_) x = noise(rng);
-    ContextIndexOptions o;
-    o.tree.dim = kD;
-    o.num_layers = kLayers;
-    o.num_kv_heads = kKv;
-    o.block_size_tokens = kT;
-    o.calibration = c;
-    ctx_ = std::move(*ContextIndex::Create(o));
+    ctx_ = mass_test::NewContext(c);
+    ASSERT_NE(ctx_, nullptr);
     std::vector<BlockSummary> ps;
     for (int64_t i = 0; i < pages; ++i) {
       const bool t = std::find(targets.begin(), targets.end(), i) != targets.end();

@@ -121,18 +121,16 @@ absl::StatusOr<RemoteStore::ProfileInfo> RemoteStore::Profile(const BlockKey& ke
 
 // ---- Misses ----------------------------------------------------------------
 
-absl::Status RemoteStore::RecentlyMissed(const BlockKey& key) {
-  if (options_.miss_cache_ms == 0) return absl::OkStatus();
+RemoteStore::MissKind RemoteStore::RecentMiss(const BlockKey& key) {
+  if (options_.miss_cache_ms == 0) return MissKind::kNone;
   absl::MutexLock lock(&mu_);
   auto it = missed_.find(key);
-  if (it == missed_.end()) return absl::OkStatus();
+  if (it == missed_.end()) return MissKind::kNone;
   if (it->second.until_micros <= NowMicros()) {
     missed_.erase(it);
-    return absl::OkStatus();
+    return MissKind::kNone;
   }
-  return it->second.corrupt
-             ? absl::DataLossError("its remote copy failed a check and was quarantined recently")
-             : absl::NotFoundError("the remote tier recently did not have it");
+  return it->second.corrupt ? MissKind::kCorrupt : MissKind::kAbsent;
 }
 
 void RemoteStore::RememberMiss(const BlockKey& key, bool corrupt) {
@@ -161,9 +159,12 @@ std::vector<absl::Status> RemoteStore::FetchMany(absl::Span<const BlockKey> keys
   std::vector<std::string> remote_keys;
   std::vector<ProfileInfo> profiles;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (absl::Status missed = RecentlyMissed(keys[i]); !missed.ok()) {
+    if (const MissKind missed = RecentMiss(keys[i]); missed != MissKind::kNone) {
       ++counters_.miss_cache_hits;
-      out[i] = missed;
+      out[i] =
+          missed == MissKind::kCorrupt
+              ? absl::DataLossError("its remote copy failed a check and was quarantined recently")
+              : absl::NotFoundError("the remote tier recently did not have it");
       continue;
     }
     absl::StatusOr<ProfileInfo> profile = Profile(keys[i]);
@@ -255,7 +256,7 @@ void RemoteStore::Quarantine(const BlockKey& key, const std::string& remote_key,
 }
 
 bool RemoteStore::InRemote(const BlockKey& key) {
-  if (!RecentlyMissed(key).ok()) {
+  if (RecentMiss(key) != MissKind::kNone) {
     ++counters_.miss_cache_hits;
     return false;
   }
@@ -345,7 +346,7 @@ absl::StatusOr<uint64_t> RemoteStore::AcquireHandles(
   for (size_t i = 0; i < keys.size() && i < handles->size(); ++i) {
     absl::StatusOr<DeviceHandle>& h = (*handles)[i];
     if (h.ok() || h.status().code() != absl::StatusCode::kNotFound) continue;
-    if (keys[i].tenant != tenant || !RecentlyMissed(keys[i]).ok()) continue;
+    if (keys[i].tenant != tenant || RecentMiss(keys[i]) != MissKind::kNone) continue;
     h = absl::UnavailableError(
         absl::StrCat(Describe(keys[i]), " is in no local tier; looking in the remote tier"));
   }

@@ -236,10 +236,12 @@ class RemoteStore final : public BlockStore {
   absl::Status MissStatus(const BlockKey& key, const absl::Status& local,
                           const absl::Status& fetched) const;
   void Quarantine(const BlockKey& key, const std::string& remote_key, const absl::Status& why);
-  // OK, or why the key is not asked for now: NOT_FOUND (the cluster did
-  // not have it or could not be asked) or DATA_LOSS (its value was
-  // quarantined), within miss_cache_ms.
-  absl::Status RecentlyMissed(const BlockKey& key);
+  // Why the key is not asked for now, within miss_cache_ms: kAbsent (the
+  // cluster did not have it or could not be asked) or kCorrupt (its value
+  // was quarantined). One hash lookup, no allocation: the Select path
+  // (AcquireHandles with memory_only) asks it per block not held locally.
+  enum class MissKind { kNone, kAbsent, kCorrupt };
+  MissKind RecentMiss(const BlockKey& key);
   void RememberMiss(const BlockKey& key, bool corrupt);
   void ForgetMiss(const BlockKey& key);
   struct PublishJob {

@@ -314,13 +314,8 @@ class BlockStore {
   // the store's mutex, held for one hash lookup and an O(1) policy update
   // per key: no I/O, no waiting on busy entries, no allocation.
   virtual void MarkWanted(absl::Span<const BlockKey> keys) = 0;
-  // Called with a block's host-tier bytes when the store is about to let
-  // its last in-memory copy go (demoted to NVMe only, or given up when
-  // NVMe has no room): the remote tier's write-back publishes from here.
-  // Runs under the store's lock: it must not block or call the store; the
-  // bytes are valid only during the call. One listener; null removes it.
-  // The default ignores it (a store without tiers to leave).
-  using ReleaseListener = std::function<void(const BlockKey&, absl::Span<const uint8_t> bytes)>;
+  // Installs the one ReleaseListener (block_store_types.h; null removes
+  // it). The default ignores it (a store without tiers to leave).
   virtual void SetReleaseListener(ReleaseListener listener) {}
   // The summaries of keys, in order. Keys that are not stored (or are
   // quarantined) are appended to *missing and get an empty string.

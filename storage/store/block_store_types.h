@@ -5,6 +5,7 @@
 #define KVTIER_STORAGE_STORE_BLOCK_STORE_TYPES_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -166,6 +167,13 @@ struct TierUsage {
   uint64_t prefault_failed_bytes = 0;
   std::string prefault_error;
 };
+
+// Called with a block's host-tier bytes when the store is about to let its
+// last in-memory copy go (demoted to NVMe only, or given up when NVMe has
+// no room): the remote tier's write-back publishes from here. Runs under
+// the store's lock: it must not block or call the store; the bytes are
+// valid only during the call.
+using ReleaseListener = std::function<void(const BlockKey&, absl::Span<const uint8_t> bytes)>;
 
 struct BlockStoreStats {
   TierUsage tiers[kNumTiers];
