@@ -303,6 +303,9 @@ absl::Status Runtime::OpenStore(const Config& config, Env* env,
                                                        absl::Span<const uint8_t> payload) {
     return summarizer->Summarize(profile, payload);
   };
+  options.begin_summary = [summarizer = summarizer_.get()](const ModelProfile& profile) {
+    return summarizer->Begin(profile);
+  };
   auto store = BlockStore::Open(options);
   if (!store.ok()) {
     return absl::Status(store.status().code(),

@@ -1,6 +1,9 @@
 #include "daemon/summarizer.h"
 
+#include <memory>
 #include <utility>
+
+#include "index/summary_builder.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -36,25 +39,65 @@ Summarizer::ProfileState* Summarizer::StateOf(const ModelProfile& profile,
   return state.get();
 }
 
+// One block's summary: the profile's weights and options when it began,
+// and the builder the payload's chunks feed.
+class Summarizer::Stream final : public SummaryStream {
+ public:
+  Stream(Summarizer* owner, const ModelProfile& profile) : owner_(owner) {
+    const index::BlockLayout layout = LayoutOf(profile);
+    state_ = owner->StateOf(profile, layout);
+    {
+      absl::MutexLock lock(&state_->mu);
+      weights_ = state_->weights;
+    }
+    options_.bounds = owner->options_.bounds;
+    options_.per_layer = owner->options_.per_layer;
+    options_.per_layer_bounds = owner->options_.per_layer_bounds;
+    options_.head_weights = owner->options_.weighted ? weights_.get() : nullptr;
+    options_.key_heads = state_->key_heads;
+    builder_ = index::BlockSummaryBuilder::Create(layout, options_, &stats_);
+  }
+
+  void Advance(absl::Span<const uint8_t> written) override {
+    if (builder_.ok()) {
+      // An error sticks in the builder; Finish reports it.
+      builder_
+          ->Advance(
+              absl::string_view(reinterpret_cast<const char*>(written.data()), written.size()))
+          .IgnoreError();
+    }
+  }
+
+  absl::StatusOr<std::string> Finish(absl::Span<const uint8_t> payload) override {
+    absl::StatusOr<index::BlockSummary> summary =
+        builder_.ok() ? builder_->Finish(absl::string_view(
+                            reinterpret_cast<const char*>(payload.data()), payload.size()))
+                      : builder_.status();
+    return owner_->Conclude(state_, std::move(summary), stats_);
+  }
+
+ private:
+  Summarizer* const owner_;
+  ProfileState* state_ = nullptr;
+  std::shared_ptr<const index::HeadWeights> weights_;
+  index::SummaryOptions options_;
+  index::HeadStats stats_;
+  absl::StatusOr<index::BlockSummaryBuilder> builder_ = absl::UnknownError("not created");
+};
+
+std::unique_ptr<SummaryStream> Summarizer::Begin(const ModelProfile& profile) {
+  return std::make_unique<Stream>(this, profile);
+}
+
 absl::StatusOr<std::string> Summarizer::Summarize(const ModelProfile& profile,
                                                   absl::Span<const uint8_t> payload) {
-  const index::BlockLayout layout = LayoutOf(profile);
-  ProfileState* state = StateOf(profile, layout);
-  std::shared_ptr<const index::HeadWeights> weights;
-  {
-    absl::MutexLock lock(&state->mu);
-    weights = state->weights;
-  }
-  index::SummaryOptions options;
-  options.bounds = options_.bounds;
-  options.per_layer = options_.per_layer;
-  options.per_layer_bounds = options_.per_layer_bounds;
-  options.head_weights = options_.weighted ? weights.get() : nullptr;
-  options.key_heads = state->key_heads;
-  index::HeadStats stats;
-  absl::StatusOr<index::BlockSummary> summary = index::ComputeBlockSummary(
-      layout, absl::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()),
-      options, &stats);
+  Stream stream(this, profile);
+  return stream.Finish(payload);
+}
+
+absl::StatusOr<std::string> Summarizer::Conclude(ProfileState* state,
+                                                 absl::StatusOr<index::BlockSummary> summary,
+                                                 const index::HeadStats& stats) {
   index::SummaryCodecOptions codec;
   codec.encoding = options_.encoding;
   codec.layer_int8 = options_.layer_int8;

@@ -17,8 +17,9 @@
 // with. The statistics live in memory: after a restart they are estimated
 // again from new puts, starting over at version 0.
 //
-// Thread safety: Summarize and HeadWeightsOf may be called concurrently
-// (the store calls the hook from many threads, outside its lock).
+// Thread safety: Summarize, Begin and HeadWeightsOf may be called
+// concurrently (the store calls the hooks from many threads, outside its
+// lock); one thread drives a stream from Begin.
 #ifndef KVTIER_DAEMON_SUMMARIZER_H_
 #define KVTIER_DAEMON_SUMMARIZER_H_
 
@@ -38,6 +39,7 @@
 #include "index/summary.h"
 #include "index/summary_codec.h"
 #include "storage/catalog/records.h"
+#include "storage/store/block_store_types.h"
 
 namespace kvtier::daemon {
 
@@ -63,6 +65,11 @@ class Summarizer {
   absl::StatusOr<std::string> Summarize(const ModelProfile& profile,
                                         absl::Span<const uint8_t> payload);
 
+  // The same summary, computed while the payload is copied in (the block
+  // store's begin_summary hook; index/summary_builder.h): Finish returns
+  // exactly what Summarize returns for the same bytes.
+  std::unique_ptr<SummaryStream> Begin(const ModelProfile& profile);
+
   // Blocks stored without a summary so far.
   uint64_t blocks_without_summary() const {
     return without_summary_.load(std::memory_order_relaxed);
@@ -86,7 +93,13 @@ class Summarizer {
     std::vector<int32_t> key_heads;
   };
 
+  class Stream;
+
   ProfileState* StateOf(const ModelProfile& profile, const index::BlockLayout& layout);
+  // Encodes a block's summary and merges its head statistics (Stream::Finish).
+  absl::StatusOr<std::string> Conclude(ProfileState* state,
+                                       absl::StatusOr<index::BlockSummary> summary,
+                                       const index::HeadStats& stats);
 
   const SummarizerOptions options_;
   std::atomic<uint64_t> without_summary_{0};

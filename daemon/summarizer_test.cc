@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -97,6 +98,7 @@ TEST(SummarizerTest, ConcurrentPutsReestimateAtEachDoubling) {
   Summarizer summarizer(options);
   const ModelProfile profile = Profile();
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 50; ++i) {
@@ -147,6 +149,43 @@ TEST(SummarizerTest, ValuesBeyondFp16AreKeptInFp32) {
   auto summary = index::DecodeSummary(*blob);
   ASSERT_TRUE(summary.ok());
   EXPECT_FLOAT_EQ(summary->mean[0], 1e6f);
+}
+
+// Begin's stream, fed the payload chunk by chunk as a put copies it, gives
+// the bytes Summarize gives, and moves the head weights the same way; a
+// streamed block with NaN keys is kept without a summary.
+TEST(SummarizerTest, StreamedSummaryEqualsTheWholePayloads) {
+  SummarizerOptions options;
+  options.head_weights_min_blocks = 2;
+  options.per_layer_bounds = true;
+  Summarizer whole(options), streamed(options);
+  const ModelProfile profile = Profile();
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    auto p = testutil::MakeBlockPayload(LayoutOf(profile), seed, {});
+    auto want = whole.Summarize(profile, Bytes(p.bytes));
+    ASSERT_TRUE(want.ok()) << want.status();
+    std::unique_ptr<SummaryStream> stream = streamed.Begin(profile);
+    for (size_t written = 0; written < p.bytes.size();) {
+      written = std::min(p.bytes.size(), written + 37);
+      stream->Advance(Bytes(p.bytes).first(written));
+    }
+    auto got = stream->Finish(Bytes(p.bytes));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, *want) << "seed " << seed;
+  }
+  EXPECT_EQ(streamed.HeadWeightsOf("t", 7).version, whole.HeadWeightsOf("t", 7).version);
+  EXPECT_GT(streamed.HeadWeightsOf("t", 7).version, 0u);
+
+  const ModelProfile fp32 = Profile(KvDtype::kFp32);
+  auto bad = testutil::MakeBlockPayload(LayoutOf(fp32), 1, {});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bad.bytes.data() + 12, &nan, 4);
+  std::unique_ptr<SummaryStream> stream = streamed.Begin(fp32);
+  stream->Advance(Bytes(bad.bytes));
+  auto blob = stream->Finish(Bytes(bad.bytes));
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  EXPECT_TRUE(blob->empty());
+  EXPECT_EQ(streamed.blocks_without_summary(), 1u);
 }
 
 }  // namespace

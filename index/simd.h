@@ -65,8 +65,25 @@ void AccumulateSquaredDeviations(const float* rows, size_t nrows, size_t dim, co
 // interleaved partial sums reduced as ((0+1)+(2+3))+((4+5)+(6+7)).
 float MaxSquaredDistance(const float* rows, size_t nrows, size_t dim, const float* center);
 
+// A head's sums folded into the block's, in double: for d in [0, dim),
+// x = head_sum[d], m = x / count: block_sum[d] += x, layer_sum[d] += x,
+// weighted_sum[d] += weight * m, mean[d] = m and mean_f[d] = (float)m; a
+// null pointer (other than block_sum) skips its term (mean and mean_f go
+// together). Element-wise, so every path gives the same bits.
+struct HeadSums {
+  double* block_sum = nullptr;
+  double* layer_sum = nullptr;
+  double* weighted_sum = nullptr;
+  double* mean = nullptr;
+  float* mean_f = nullptr;
+};
+void AddHeadSums(const float* head_sum, size_t dim, double count, double weight,
+                 const HeadSums& out);
+
 namespace internal {
-// The portable paths of the three kernels above (tests compare them).
+// The portable paths of the kernels above (tests compare them).
+void AddHeadSumsPortable(const float* head_sum, size_t dim, double count, double weight,
+                         const HeadSums& out);
 void AccumulateRowsPortable(const float* rows, size_t nrows, size_t dim, float* sum, float* min,
                             float* max);
 void AccumulateSquaredDeviationsPortable(const float* rows, size_t nrows, size_t dim,

@@ -65,8 +65,38 @@ float MaxSquaredDistanceScalar(const float* rows, size_t nrows, size_t dim, cons
   return best;
 }
 
+// The per-head reductions in double (HeadSums in simd.h). One body for
+// both paths: element-wise IEEE operations without FMA give the same bits
+// at any vector width; the AVX2 copy only lets the compiler use wider
+// vectors.
+__attribute__((always_inline)) inline void AddHeadSumsBody(const float* head_sum, size_t dim,
+                                                           double count, double weight,
+                                                           const HeadSums& out) {
+  for (size_t d = 0; d < dim; ++d) {
+    const double x = head_sum[d];
+    out.block_sum[d] += x;
+    if (out.layer_sum != nullptr) out.layer_sum[d] += x;
+    const double m = x / count;
+    if (out.weighted_sum != nullptr) out.weighted_sum[d] += weight * m;
+    if (out.mean != nullptr) {
+      out.mean[d] = m;
+      out.mean_f[d] = static_cast<float>(m);
+    }
+  }
+}
+
+void AddHeadSumsScalar(const float* head_sum, size_t dim, double count, double weight,
+                       const HeadSums& out) {
+  AddHeadSumsBody(head_sum, dim, count, weight, out);
+}
+
 #ifdef KVTIER_X86
 #define KVTIER_AVX2 __attribute__((target("avx2")))
+
+KVTIER_AVX2 void AddHeadSumsAvx2(const float* head_sum, size_t dim, double count, double weight,
+                                 const HeadSums& out) {
+  AddHeadSumsBody(head_sum, dim, count, weight, out);
+}
 
 // Lanes of 8 dims; a block of kChunk dims keeps its accumulators in
 // registers while the rows stream past.
@@ -179,6 +209,7 @@ struct StatsKernels {
                                         float*) = AccumulateSquaredDeviationsScalar;
   float (*max_squared_distance)(const float*, size_t, size_t,
                                 const float*) = MaxSquaredDistanceScalar;
+  void (*add_head_sums)(const float*, size_t, double, double, const HeadSums&) = AddHeadSumsScalar;
 };
 
 StatsKernels Detect() {
@@ -189,6 +220,7 @@ StatsKernels Detect() {
     k.accumulate_rows = AccumulateRowsAvx2;
     k.accumulate_squared_deviations = AccumulateSquaredDeviationsAvx2;
     k.max_squared_distance = MaxSquaredDistanceAvx2;
+    k.add_head_sums = AddHeadSumsAvx2;
   }
 #endif
   return k;
@@ -215,7 +247,17 @@ float MaxSquaredDistance(const float* rows, size_t nrows, size_t dim, const floa
   return Active().max_squared_distance(rows, nrows, dim, center);
 }
 
+void AddHeadSums(const float* head_sum, size_t dim, double count, double weight,
+                 const HeadSums& out) {
+  Active().add_head_sums(head_sum, dim, count, weight, out);
+}
+
 namespace internal {
+
+void AddHeadSumsPortable(const float* head_sum, size_t dim, double count, double weight,
+                         const HeadSums& out) {
+  AddHeadSumsScalar(head_sum, dim, count, weight, out);
+}
 
 void AccumulateRowsPortable(const float* rows, size_t nrows, size_t dim, float* sum, float* min,
                             float* max) {

@@ -2,6 +2,7 @@
 // has it) equals the portable one bit for bit, and both agree with a direct
 // computation in double.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -98,7 +99,8 @@ TEST(SimdStatsTest, MaxSquaredDistanceEqualsPortableAndDirect) {
       const float got = MaxSquaredDistance(keys.data(), rows, dim, center.data());
       const float portable =
           internal::MaxSquaredDistancePortable(keys.data(), rows, dim, center.data());
-      EXPECT_EQ(std::memcmp(&got, &portable, sizeof(float)), 0) << got << " vs " << portable;
+      EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(portable))
+          << got << " vs " << portable;
       double want = 0;
       for (size_t r = 0; r < rows; ++r) {
         double s = 0;
@@ -113,6 +115,62 @@ TEST(SimdStatsTest, MaxSquaredDistanceEqualsPortableAndDirect) {
   }
   // No rows: 0.
   EXPECT_EQ(MaxSquaredDistance(nullptr, 0, 4, nullptr), 0.0f);
+}
+
+// The per-head fold into the block's double sums: the active path equals
+// the portable one bit for bit, equals the element-wise formula, and a null
+// term is left alone.
+TEST(SimdStatsTest, AddHeadSumsEqualsPortableAndTheFormula) {
+  uint32_t seed = 300;
+  for (size_t dim : kDims) {
+    SCOPED_TRACE(testing::Message() << "dim " << dim);
+    const std::vector<float> head = Random(dim, seed++, 3.0f);
+    const std::vector<float> start = Random(5 * dim, seed++);
+    auto run = [&](bool portable, bool all_terms) {
+      std::vector<double> block(start.begin(), start.begin() + dim);
+      std::vector<double> layer(start.begin() + dim, start.begin() + 2 * dim);
+      std::vector<double> weighted(start.begin() + 2 * dim, start.begin() + 3 * dim);
+      std::vector<double> mean(dim, -1.0);
+      std::vector<float> mean_f(dim, -1.0f);
+      HeadSums out;
+      out.block_sum = block.data();
+      if (all_terms) {
+        out.layer_sum = layer.data();
+        out.weighted_sum = weighted.data();
+        out.mean = mean.data();
+        out.mean_f = mean_f.data();
+      }
+      if (portable) {
+        internal::AddHeadSumsPortable(head.data(), dim, 16.0, 0.75, out);
+      } else {
+        AddHeadSums(head.data(), dim, 16.0, 0.75, out);
+      }
+      std::vector<double> all = block;
+      all.insert(all.end(), layer.begin(), layer.end());
+      all.insert(all.end(), weighted.begin(), weighted.end());
+      all.insert(all.end(), mean.begin(), mean.end());
+      for (float f : mean_f) all.push_back(f);
+      return all;
+    };
+    const std::vector<double> got = run(false, true);
+    const std::vector<double> portable = run(true, true);
+    ASSERT_EQ(got.size(), portable.size());
+    EXPECT_EQ(std::memcmp(got.data(), portable.data(), got.size() * sizeof(double)), 0);
+    for (size_t d = 0; d < dim; ++d) {
+      const double x = head[d], m = x / 16.0;
+      EXPECT_EQ(got[d], double{start[d]} + x);
+      EXPECT_EQ(got[dim + d], double{start[dim + d]} + x);
+      EXPECT_EQ(got[2 * dim + d], double{start[2 * dim + d]} + 0.75 * m);
+      EXPECT_EQ(got[3 * dim + d], m);
+      EXPECT_EQ(got[4 * dim + d], static_cast<float>(m));
+    }
+    const std::vector<double> block_only = run(false, false);
+    for (size_t d = 0; d < dim; ++d) {
+      EXPECT_EQ(block_only[d], double{start[d]} + head[d]);
+      EXPECT_EQ(block_only[dim + d], start[dim + d]);  // untouched
+      EXPECT_EQ(block_only[3 * dim + d], -1.0);
+    }
+  }
 }
 
 }  // namespace

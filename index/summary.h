@@ -24,6 +24,9 @@
 // mostly carry position. Every ComputeWeights bumps the version; a summary
 // records the version its weighted_mean was computed with.
 //
+// ComputeBlockSummary takes a whole payload; BlockSummaryBuilder
+// (summary_builder.h) computes the same summary while a payload is copied in.
+//
 // Thread safety: ComputeBlockSummary is pure and thread-safe.
 // HeadVarianceTracker is not synchronised: callers serialise access (one per
 // profile, behind the caller's mutex).

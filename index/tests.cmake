@@ -2,6 +2,7 @@
 # second).
 kvtier_add_test(kvtier_index_summary_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/summary_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/summary_builder_test.cc
   LIBS kvtier_index kvtier_testutil LABELS index)
 kvtier_add_test(kvtier_index_scorer_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/scorer_test.cc

@@ -20,7 +20,7 @@ uint64_t BlockChecksum(absl::Span<const uint8_t> data) {
 
 uint64_t CopyWithChecksum(absl::Span<const uint8_t> src, uint8_t* dst) {
   // Small blocks: the one-shot hash is cheaper than the streaming state.
-  constexpr size_t kChunkBytes = 32 << 10;  // copied and hashed within L1/L2
+  constexpr size_t kChunkBytes = kChecksumChunkBytes;  // copied and hashed within L1/L2
   if (src.size() <= kChunkBytes) {
     std::memcpy(dst, src.data(), src.size());
     return XXH3_64bits(dst, src.size());
@@ -38,7 +38,7 @@ uint64_t CopyWithChecksum(absl::Span<const uint8_t> src, uint8_t* dst) {
 
 uint64_t GatherWithChecksum(absl::Span<const absl::Span<const uint8_t>> pieces, uint8_t* dst) {
   if (pieces.size() == 1) return CopyWithChecksum(pieces[0], dst);
-  constexpr size_t kChunkBytes = 32 << 10;
+  constexpr size_t kChunkBytes = kChecksumChunkBytes;
   XXH3_state_t state;
   XXH3_64bits_reset(&state);
   for (const absl::Span<const uint8_t>& piece : pieces) {
@@ -48,6 +48,24 @@ uint64_t GatherWithChecksum(absl::Span<const absl::Span<const uint8_t>> pieces, 
       XXH3_64bits_update(&state, dst, n);
       dst += n;
       done += n;
+    }
+  }
+  return XXH3_64bits_digest(&state);
+}
+
+uint64_t GatherWithChecksum(absl::Span<const absl::Span<const uint8_t>> pieces, uint8_t* dst,
+                            absl::FunctionRef<void(size_t written)> on_chunk) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  size_t written = 0;
+  for (const absl::Span<const uint8_t>& piece : pieces) {
+    for (size_t done = 0; done < piece.size();) {
+      const size_t n = std::min(kChecksumChunkBytes, piece.size() - done);
+      std::memcpy(dst + written, piece.data() + done, n);
+      XXH3_64bits_update(&state, dst + written, n);
+      written += n;
+      done += n;
+      on_chunk(written);
     }
   }
   return XXH3_64bits_digest(&state);

@@ -10,8 +10,10 @@
 #ifndef KVTIER_STORAGE_COMMON_CHECKSUM_H_
 #define KVTIER_STORAGE_COMMON_CHECKSUM_H_
 
+#include <cstddef>
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
 
 namespace kvtier {
@@ -30,6 +32,14 @@ uint64_t CopyWithChecksum(absl::Span<const uint8_t> src, uint8_t* dst);
 // several buffers): copies them one after another to `dst` and returns
 // BlockChecksum of everything written, in the same single pass.
 uint64_t GatherWithChecksum(absl::Span<const absl::Span<const uint8_t>> pieces, uint8_t* dst);
+
+// GatherWithChecksum that calls on_chunk(written) after each chunk (at most
+// kChecksumChunkBytes) is copied and hashed, with the bytes written to
+// `dst` so far, so that the caller can work on the chunk while it is still
+// in cache (a put's key summary). The last call has written == the total.
+inline constexpr size_t kChecksumChunkBytes = 32 << 10;
+uint64_t GatherWithChecksum(absl::Span<const absl::Span<const uint8_t>> pieces, uint8_t* dst,
+                            absl::FunctionRef<void(size_t written)> on_chunk);
 
 }  // namespace kvtier
 

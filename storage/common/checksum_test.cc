@@ -68,5 +68,41 @@ TEST(ChecksumTest, GatherWithChecksumEqualsOneCopyOfTheConcatenation) {
   }
 }
 
+// The visiting gather: the same bytes and checksum, and a call after each
+// chunk with the bytes written so far, growing by at most a chunk (less at
+// a piece's end) and ending at the total.
+TEST(ChecksumTest, GatherWithChecksumReportsEveryChunkAsWritten) {
+  std::mt19937_64 rng(5);
+  std::vector<uint8_t> src((300 << 10) + 13);
+  for (uint8_t& b : src) b = static_cast<uint8_t>(rng());
+  for (size_t cuts : {size_t{0}, size_t{3}, size_t{25}}) {
+    std::vector<size_t> at = {0, src.size()};
+    for (size_t i = 0; i < cuts; ++i) at.push_back(rng() % (src.size() + 1));
+    std::sort(at.begin(), at.end());
+    std::vector<absl::Span<const uint8_t>> pieces;
+    for (size_t i = 0; i + 1 < at.size(); ++i) {
+      pieces.emplace_back(src.data() + at[i], at[i + 1] - at[i]);
+    }
+    std::vector<uint8_t> dst(src.size() + 1, 0xA5);
+    std::vector<size_t> seen;
+    const uint64_t sum = GatherWithChecksum(pieces, dst.data(), [&](size_t written) {
+      // Everything reported is already in place.
+      EXPECT_TRUE(std::equal(src.begin(), src.begin() + written, dst.begin())) << written;
+      seen.push_back(written);
+    });
+    EXPECT_EQ(sum, XXH3_64bits(src.data(), src.size())) << cuts;
+    EXPECT_EQ(dst[src.size()], 0xA5);
+    ASSERT_FALSE(seen.empty());
+    EXPECT_EQ(seen.back(), src.size());
+    size_t before = 0;
+    for (size_t w : seen) {
+      EXPECT_GT(w, before);
+      EXPECT_LE(w - before, kChecksumChunkBytes);
+      before = w;
+    }
+    EXPECT_GE(seen.size(), src.size() / kChecksumChunkBytes);
+  }
+}
+
 }  // namespace
 }  // namespace kvtier

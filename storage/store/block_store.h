@@ -131,6 +131,9 @@ struct BlockStoreOptions {
   std::function<absl::StatusOr<std::string>(const ModelProfile& profile,
                                             absl::Span<const uint8_t> payload)>
       summarize;
+  // Optional, with summarize: the same summary taken while a put copies a
+  // new block into its slot, chunk by chunk (SummaryStream).
+  std::function<std::unique_ptr<SummaryStream>(const ModelProfile&)> begin_summary;
   // Non-durable puts of new blocks (without write_through) are
   // acknowledged before their summary exists: a background thread
   // computes it from the host copy, which stays in place until then (the

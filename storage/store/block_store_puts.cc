@@ -1,6 +1,7 @@
 // BlockStoreImpl: storing blocks (Put, PutPieces, staging slots); see
 // block_store_impl.h.
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "storage/common/mutex_unlock.h"
@@ -71,13 +72,25 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutNewLocked(
   return InsertNewLocked(
       key, size_bytes, put, [&](absl::Span<uint8_t> dst) -> absl::StatusOr<FilledCopy> {
         FilledCopy filled;
-        filled.checksum = GatherWithChecksum(src, dst.data());
+        // Summarised here: chunk by chunk as it is copied, while in cache.
+        std::unique_ptr<SummaryStream> stream;
+        if (!defer && options_.summarize && options_.begin_summary) {
+          stream = options_.begin_summary(profile);
+        }
+        if (stream != nullptr) {
+          filled.checksum = GatherWithChecksum(
+              src, dst.data(), [&](size_t written) { stream->Advance(dst.first(written)); });
+        } else {
+          filled.checksum = GatherWithChecksum(src, dst.data());
+        }
         if (put.expected_xxh3 != 0 && put.expected_xxh3 != filled.checksum) {
           return absl::DataLossError(absl::StrCat("xxh3: the payload of ", Describe(key),
                                                   " does not match the checksum the client sent"));
         }
         if (defer) {
           filled.summary_deferred = true;
+        } else if (stream != nullptr) {
+          KVTIER_ASSIGN_OR_RETURN(filled.summary, stream->Finish(dst));
         } else if (options_.summarize) {
           KVTIER_ASSIGN_OR_RETURN(filled.summary, options_.summarize(profile, dst));
         }
@@ -100,47 +113,58 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
     return absl::DataLossError(absl::StrCat("xxh3: the payload of ", Describe(key),
                                             " does not match the checksum the client sent"));
   }
+  // The summary is computed only when the block is to be stored: a put of
+  // a stored block (the common repeat of a shared prefix) is compared by
+  // checksum and needs none.
   std::string summary;
-  if (options_.summarize) {
-    KVTIER_ASSIGN_OR_RETURN(summary, options_.summarize(profile, data));
-    if (summary.size() > kMaxSummaryBytes) {
-      return absl::InternalError(
-          absl::StrCat("summary of ", summary.size(), " bytes exceeds kMaxSummaryBytes"));
-    }
-  }
+  bool summarised = !options_.summarize;
   absl::MutexLock lock(&mu_);
   PutOutcome outcome;
-  while (Entry* e = FindReadyLocked(key)) {
-    if (e->quarantined) {
-      // The correct bytes restore a quarantined block (looked up again
-      // after waiting: it may be gone or restored meanwhile).
-      e = WaitIdleLocked(key);
-      if (e != nullptr && e->quarantined) KVTIER_RETURN_IF_ERROR(EraseLocked(e));
-      continue;
-    } else if (e->checksum != checksum || e->size_bytes != data.size()) {
-      return absl::AlreadyExistsError(
-          absl::StrCat(Describe(key), ": different bytes are already stored under this block_id"));
-    } else {
-      outcome.existed = true;
-      policy_->Touch(*e->Fastest(), e);
-      if (put.retain && !e->retained) {
-        const TenantState& t = TenantLocked(key.tenant);
-        KVTIER_RETURN_IF_ERROR(CheckQuota(key.tenant, "retained_bytes", t.usage.retained_bytes,
-                                          e->size_bytes, t.limits.retained_bytes));
-        if (e->durable) {
-          // The mark must survive a restart with the block.
-          BlockRecord record = RecordLocked(*e);
-          record.retained = true;
-          KVTIER_RETURN_IF_ERROR(catalog_->PutBlock(key, record));
+  for (;;) {
+    while (Entry* e = FindReadyLocked(key)) {
+      if (e->quarantined) {
+        // The correct bytes restore a quarantined block (looked up again
+        // after waiting: it may be gone or restored meanwhile).
+        e = WaitIdleLocked(key);
+        if (e != nullptr && e->quarantined) KVTIER_RETURN_IF_ERROR(EraseLocked(e));
+        continue;
+      } else if (e->checksum != checksum || e->size_bytes != data.size()) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            Describe(key), ": different bytes are already stored under this block_id"));
+      } else {
+        outcome.existed = true;
+        policy_->Touch(*e->Fastest(), e);
+        if (put.retain && !e->retained) {
+          const TenantState& t = TenantLocked(key.tenant);
+          KVTIER_RETURN_IF_ERROR(CheckQuota(key.tenant, "retained_bytes", t.usage.retained_bytes,
+                                            e->size_bytes, t.limits.retained_bytes));
+          if (e->durable) {
+            // The mark must survive a restart with the block.
+            BlockRecord record = RecordLocked(*e);
+            record.retained = true;
+            KVTIER_RETURN_IF_ERROR(catalog_->PutBlock(key, record));
+          }
+          SetRetainedLocked(e);
         }
-        SetRetainedLocked(e);
+        if (put.durable && !e->durable) KVTIER_RETURN_IF_ERROR(PersistLocked(e));
+        outcome.tier = *e->Fastest();
+        outcome.durable = e->durable;
+        outcome.retained = e->retained;
+        return outcome;
       }
-      if (put.durable && !e->durable) KVTIER_RETURN_IF_ERROR(PersistLocked(e));
-      outcome.tier = *e->Fastest();
-      outcome.durable = e->durable;
-      outcome.retained = e->retained;
-      return outcome;
     }
+    if (summarised) break;
+    {
+      // Not stored: summarised outside the lock, then looked up again (it
+      // may have been stored meanwhile).
+      MutexUnlock unlocked(&mu_);
+      KVTIER_ASSIGN_OR_RETURN(summary, options_.summarize(profile, data));
+      if (summary.size() > kMaxSummaryBytes) {
+        return absl::InternalError(
+            absl::StrCat("summary of ", summary.size(), " bytes exceeds kMaxSummaryBytes"));
+      }
+    }
+    summarised = true;
   }
   return InsertNewLocked(key, data.size(), put,
                          [&](absl::Span<uint8_t> dst) -> absl::StatusOr<FilledCopy> {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 #include "storage/catalog/records.h"
@@ -174,6 +175,19 @@ struct TierUsage {
 // the store's lock: it must not block or call the store; the bytes are
 // valid only during the call.
 using ReleaseListener = std::function<void(const BlockKey&, absl::Span<const uint8_t> bytes)>;
+
+// A key summary computed while a put copies a block into its host slot
+// (BlockStoreOptions::begin_summary). The put calls Advance after each
+// chunk it copied and hashed, with the slot's bytes written so far (a
+// growing prefix, same address each call), and Finish once with the whole
+// payload; the result must equal BlockStoreOptions::summarize of the same
+// bytes. One thread drives a stream; it is dropped after Finish.
+class SummaryStream {
+ public:
+  virtual ~SummaryStream() = default;
+  virtual void Advance(absl::Span<const uint8_t> written) = 0;
+  virtual absl::StatusOr<std::string> Finish(absl::Span<const uint8_t> payload) = 0;
+};
 
 struct BlockStoreStats {
   TierUsage tiers[kNumTiers];
