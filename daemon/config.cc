@@ -156,6 +156,7 @@ const std::vector<Field>& Fields() {
       KV_NUM("tiers.remote.connect_timeout_ms", Kind::kUint, remote.connect_timeout_ms),
       KV_NUM("tiers.remote.command_timeout_ms", Kind::kUint, remote.command_timeout_ms),
       KV_NUM("tiers.remote.down_backoff_ms", Kind::kUint, remote.down_backoff_ms),
+      KV_BOOL("tiers.remote.read_from_replicas", remote.read_from_replicas),
       KV_BOOL("tiers.remote.publish", remote.publish),
       KV_ENUM("tiers.remote.publish_policy", remote.publish_policy, "write-through", "write-back"),
       KV_NUM("tiers.remote.writeback_buffer_bytes", Kind::kSize, remote.writeback_buffer_bytes),

@@ -89,6 +89,7 @@ struct Config {
     uint64_t connect_timeout_ms = 0;
     uint64_t command_timeout_ms = 0;
     uint64_t down_backoff_ms = 0;
+    bool read_from_replicas = false;  // promotions read replicas too
     bool publish = true;
     std::string publish_policy;  // write-through | write-back
     uint64_t writeback_buffer_bytes = 0;

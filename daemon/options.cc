@@ -121,6 +121,7 @@ absl::StatusOr<remote::RemoteTierOptions> RemoteOptionsOf(const Config& config) 
   o.cluster.connect_timeout_ms = static_cast<uint32_t>(r.connect_timeout_ms);
   o.cluster.command_timeout_ms = static_cast<uint32_t>(r.command_timeout_ms);
   o.cluster.down_backoff_ms = static_cast<uint32_t>(r.down_backoff_ms);
+  o.cluster.read_from_replicas = r.read_from_replicas;
   o.publish = r.publish;
   o.policy = r.publish_policy == "write-back" ? remote::PublishPolicy::kWriteBack
                                               : remote::PublishPolicy::kWriteThrough;

@@ -134,6 +134,9 @@ void CollectRemote(const remote::RemoteStore& store, Writer& w) {
             static_cast<double>(r.cluster.errors));
   w.Counter("kvtier_remote_slot_map_refreshes_total", "CLUSTER SLOTS refreshes", {},
             static_cast<double>(r.cluster.slot_map_refreshes));
+  w.Counter("kvtier_remote_replica_reads_total",
+            "Values fetched from replicas (tiers.remote.read_from_replicas)", {},
+            static_cast<double>(r.cluster.replica_reads));
 }
 
 // What each tenant of auth.tenants_file holds (only "default" when auth is

@@ -94,6 +94,14 @@ absl::StatusOr<std::unique_ptr<RedisConnection>> RedisConnection::Dial(const std
           absl::StrCat("redis ", address, ": AUTH refused: ", ReplyText(**reply)));
     }
   }
+  if (options.readonly) {
+    absl::StatusOr<ReplyPtr> reply = connection->Command({"READONLY"});
+    if (!reply.ok()) return reply.status();
+    if ((*reply)->type != REDIS_REPLY_STATUS || ReplyText(**reply) != "OK") {
+      return absl::UnavailableError(
+          absl::StrCat("redis ", address, ": READONLY refused: ", ReplyText(**reply)));
+    }
+  }
   return connection;
 }
 

@@ -76,15 +76,18 @@ enum class TransportFailure {
 struct DialOptions {
   uint32_t connect_timeout_ms = 100;
   uint32_t command_timeout_ms = 250;
-  std::string username;  // AUTH <username> <password> when both non-empty
-  std::string password;  // AUTH <password> when non-empty
+  std::string username;   // AUTH <username> <password> when both non-empty
+  std::string password;   // AUTH <password> when non-empty
+  bool readonly = false;  // READONLY after AUTH: a replica then serves reads
 };
 
 class RedisConnection {
  public:
   // Connects to `address` ("host:port"; hostnames are resolved here,
   // synchronously) within connect_timeout_ms, sets the command timeout and
-  // TCP_NODELAY, and sends AUTH when options.password is non-empty.
+  // TCP_NODELAY, and sends AUTH when options.password is non-empty, then
+  // READONLY when options.readonly is set (UNAVAILABLE naming the node when
+  // it is refused, e.g. by a node without cluster support).
   // Errors: INVALID_ARGUMENT for a malformed address; UNAVAILABLE
   // "redis <address>: connect: <reason>" when the node cannot be reached or
   // the AUTH exchange fails at transport level; PERMISSION_DENIED naming

@@ -163,7 +163,7 @@ RedisCluster::RedisCluster(const RedisClusterOptions& options, std::vector<std::
     : options_(options),
       seeds_(std::move(seeds)),
       dial_options_{options.connect_timeout_ms, options.command_timeout_ms, options.username,
-                    options.password} {}
+                    options.password, options.read_from_replicas} {}
 
 RedisCluster::~RedisCluster() = default;
 
@@ -389,6 +389,14 @@ absl::StatusOr<std::string> RedisCluster::Route(uint16_t slot) {
   return *master;
 }
 
+std::string RedisCluster::ReadNode(uint16_t slot, const std::string& master) {
+  if (!options_.read_from_replicas) return master;
+  const uint64_t turn = counters_.read_turn.fetch_add(1, std::memory_order_relaxed);
+  absl::MutexLock lock(&mu_);
+  const std::string* node = map_.ReadNodeOf(slot, turn);
+  return node != nullptr ? *node : master;
+}
+
 bool RedisCluster::Reroute(uint16_t slot, const std::string& failed) {
   Refresh(RefreshMode::kIfDue).IgnoreError();  // only its effect on the map matters here
   absl::MutexLock lock(&mu_);
@@ -607,6 +615,7 @@ RedisClusterStats RedisCluster::stats() const {
   stats.connect_failures = counters_.connect_failures.load();
   stats.timeouts = counters_.timeouts.load();
   stats.errors = counters_.errors.load();
+  stats.replica_reads = counters_.replica_reads.load();
   return stats;
 }
 

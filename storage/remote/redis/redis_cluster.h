@@ -105,6 +105,13 @@ struct RedisClusterOptions {
   // this long; calls routed to it fail fast with UNAVAILABLE (and trigger
   // a rate-limited slot-map refresh). 0 (never held down) .. 600000.
   uint32_t down_backoff_ms = 500;
+  // GetMany reads from replicas too: every connection sends READONLY, and
+  // each key's GET goes to the next copy of its slot in turn (the master,
+  // then each replica the last CLUSTER SLOTS listed), so hot blocks are
+  // read from every copy. A replica's nil is confirmed at the master
+  // (replication lags), as are its redirects and failures. Off: every
+  // read goes to the master.
+  bool read_from_replicas = false;
 };
 
 struct RedisClusterStats {
@@ -115,6 +122,7 @@ struct RedisClusterStats {
   uint64_t connect_failures = 0;    // dials that failed at transport level
   uint64_t timeouts = 0;            // commands that timed out (not dials)
   uint64_t errors = 0;              // error replies other than redirects
+  uint64_t replica_reads = 0;       // GetMany values a replica served
 };
 
 class RedisCluster {
@@ -154,6 +162,8 @@ class RedisCluster {
   // A key whose pipelined reply was not a value or nil (a redirect,
   // TRYAGAIN, an error) or whose node failed mid-pipeline is then asked
   // again alone through Get, with Get's redirects, retries and errors.
+  // With read_from_replicas the keys are spread over the masters and
+  // their replicas instead, and a replica's nil is asked again too.
   // A pooled connection keeps its receive buffer (the largest reply it
   // read, plus 64 KiB) between calls up to 8 MiB, and frees a larger one.
   static constexpr size_t kMaxPipelinedGets = 16;
@@ -224,6 +234,9 @@ class RedisCluster {
   // After `failed` failed for `slot`: refreshes (if due) and says whether
   // the map now routes `slot` elsewhere.
   bool Reroute(uint16_t slot, const std::string& failed);
+  // The node to read `slot` from: `master` unless read_from_replicas picks
+  // one of its replicas (SlotMap::ReadNodeOf, the next in turn).
+  std::string ReadNode(uint16_t slot, const std::string& master);
 
   // A pooled connection to `address`, or a new one. UNAVAILABLE when the
   // node is held down (unless ignore_down) or cannot be dialled (which
@@ -255,7 +268,8 @@ class RedisCluster {
   // ---- Counters ----
   struct Counters {
     std::atomic<uint64_t> moved{0}, ask{0}, try_again{0}, slot_map_refreshes{0},
-        connect_failures{0}, timeouts{0}, errors{0};
+        connect_failures{0}, timeouts{0}, errors{0}, replica_reads{0};
+    std::atomic<uint64_t> read_turn{0};  // ReadNode's rotation
   };
   mutable Counters counters_;
 

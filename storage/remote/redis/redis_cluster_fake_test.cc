@@ -365,5 +365,68 @@ TEST(RedisClusterFakeTest, GetManyRefusesAnOversizedKeyOnly) {
   EXPECT_EQ(CountGets(node), 2u);
 }
 
+// read_from_replicas: READONLY on every connection, the keys' GETs spread
+// over the master and its replica, and a key the replica does not have
+// yet (replication lag) confirmed at the master. Off: the replica is never
+// dialled.
+TEST(RedisClusterFakeTest, GetManyReadsReplicasAndConfirmsTheirMisses) {
+  int master_port = 0;
+  int replica_port = 0;
+  auto slots = [&] {
+    return absl::StrCat("*1\r\n*4\r\n:0\r\n:16383\r\n*2\r\n", ScriptedNode::Bulk("127.0.0.1"), ":",
+                        master_port, "\r\n*2\r\n", ScriptedNode::Bulk("127.0.0.1"), ":",
+                        replica_port, "\r\n");
+  };
+  ScriptedNode master([&](const Argv& argv) -> std::string {
+    if (argv[0] == "READONLY") return "+OK\r\n";
+    if (argv[0] == "CLUSTER") return slots();
+    if (argv[1] == "missing") return "$-1\r\n";
+    return ScriptedNode::Bulk("master has " + argv[1]);
+  });
+  ScriptedNode replica([&](const Argv& argv) -> std::string {
+    if (argv[0] == "READONLY") return "+OK\r\n";
+    if (argv[0] == "CLUSTER") return slots();
+    if (argv[1] == "missing" || argv[1] == "lagging") return "$-1\r\n";
+    return ScriptedNode::Bulk("replica has " + argv[1]);
+  });
+  master_port = master.port();
+  replica_port = replica.port();
+  std::vector<std::string> keys;
+  keys.reserve(13);
+  for (int i = 0; i < 10; ++i) keys.push_back(absl::StrCat("k", i));
+  keys.push_back("lagging");
+  keys.push_back("lagging");  // both copies are asked in turn
+  keys.push_back("missing");
+
+  RedisClusterOptions options;
+  options.read_from_replicas = true;
+  auto cluster = Connect(master.address(), options);
+  const std::vector<std::string> got = GetManyStrings(*cluster, keys);
+  ASSERT_EQ(got.size(), keys.size());
+  size_t from_replica = 0;
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_TRUE(got[i] == "master has " + keys[i] || got[i] == "replica has " + keys[i]) << got[i];
+    from_replica += got[i].rfind("replica", 0) == 0;
+  }
+  EXPECT_EQ(from_replica, 5u);  // every other read, in turn
+  EXPECT_EQ(got[10], "master has lagging");
+  EXPECT_EQ(got[11], "master has lagging");
+  EXPECT_EQ(got[12], "<nil>");
+  EXPECT_EQ(cluster->stats().replica_reads, 5u);
+  for (const ScriptedNode* node : {&master, &replica}) {
+    const std::vector<Argv> commands = node->commands();
+    ASSERT_FALSE(commands.empty());
+    EXPECT_EQ(commands[0], Argv{"READONLY"});  // first on its first connection
+  }
+
+  // Off: every GET goes to the master; the replica is never dialled.
+  const int replica_connections = replica.connections();
+  auto plain = Connect(master.address());
+  const std::vector<std::string> plain_got = GetManyStrings(*plain, keys);
+  for (size_t i = 0; i < 10; ++i) EXPECT_EQ(plain_got[i], "master has " + keys[i]);
+  EXPECT_EQ(replica.connections(), replica_connections);
+  EXPECT_EQ(plain->stats().replica_reads, 0u);
+}
+
 }  // namespace
 }  // namespace kvtier::remote

@@ -1,5 +1,5 @@
-// RedisCluster::GetMany: pipelined GETs per master (the rest of the client
-// is in redis_cluster.cc).
+// RedisCluster::GetMany: pipelined GETs per master, or per copy with
+// read_from_replicas (the rest of the client is in redis_cluster.cc).
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -27,9 +27,11 @@ std::vector<absl::StatusOr<bool>> RedisCluster::GetMany(
   std::vector<absl::StatusOr<bool>> results(keys.size(), false);
   std::vector<bool> retry(keys.size(), false);
 
-  // Keys by the master serving them, in order.
+  // Keys by the node to read them from (their master, or with
+  // read_from_replicas a copy in turn), in order.
   struct Group {
     std::string address;
+    bool replica = false;  // not the key's master: a nil is asked again
     std::vector<size_t> keys;
     std::unique_ptr<RedisConnection> connection;
     size_t sent = 0;  // keys whose GET went out
@@ -43,13 +45,16 @@ std::vector<absl::StatusOr<bool>> RedisCluster::GetMany(
           absl::StrCat("key: ", keys[i].size(), " bytes exceed the limit of ", kMaxKeyBytes));
       continue;
     }
-    absl::StatusOr<std::string> master = Route(KeyHashSlot(keys[i]));
+    const uint16_t slot = KeyHashSlot(keys[i]);
+    absl::StatusOr<std::string> master = Route(slot);
     if (!master.ok()) {
       retry[i] = true;  // Get reports it, after its own refresh
       continue;
     }
-    auto [it, added] = group_of.try_emplace(*master, groups.size());
-    if (added) groups.push_back(Group{*master, {}, nullptr});
+    std::string node = ReadNode(slot, *master);
+    const bool replica = node != *master;
+    auto [it, added] = group_of.try_emplace(node, groups.size());
+    if (added) groups.push_back(Group{std::move(node), replica, {}, nullptr});
     groups[it->second].keys.push_back(i);
   }
   for (Group& g : groups) {
@@ -93,9 +98,11 @@ std::vector<absl::StatusOr<bool>> RedisCluster::GetMany(
           case RedisConnection::ValueReply::Kind::kValue:
             consume(i, std::string_view(reply->bytes.data(), reply->bytes.size()));
             results[i] = true;
+            if (g.replica) counters_.replica_reads.fetch_add(1, std::memory_order_relaxed);
             break;
           case RedisConnection::ValueReply::Kind::kNil:
             results[i] = false;
+            if (g.replica) retry[i] = true;  // not replicated yet? the master says
             break;
           case RedisConnection::ValueReply::Kind::kError:
             retry[i] = true;  // MOVED, ASK, TRYAGAIN ...: Get follows it

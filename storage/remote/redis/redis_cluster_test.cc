@@ -393,6 +393,44 @@ TEST_F(RedisClusterTest, GetManyMatchesGetAcrossMastersSizesAndMigrations) {
   for (const std::string& key : keys) cluster->Del(key).IgnoreError();
 }
 
+// read_from_replicas on a real cluster (a replica per master): every
+// value comes back intact, replicas serve part of them, and a slot moved
+// behind the client's back (its old replica now redirects) still reads.
+TEST_F(RedisClusterTest, GetManyFromReplicasReadsEveryValueIntact) {
+  RedisClusterOptions options;
+  options.read_from_replicas = true;
+  auto cluster = NewClient(fixture_->Seeds(), options);
+  std::vector<std::string> keys;
+  std::vector<Bytes> values;
+  for (int i = 0; i < 60; ++i) {
+    keys.push_back(absl::StrCat("replica-read:", i));
+    values.push_back(Pattern(i % 3 == 0 ? 300000 : 1000 + i, 5000 + i));
+    ASSERT_TRUE(SetPieces(*cluster, keys.back(), values.back(), 1).ok());
+  }
+  ASSERT_TRUE(fixture_->WaitForReplication(std::chrono::seconds(10)).ok());
+  const uint16_t slot = RedisCluster::KeySlot(keys[5]);
+  const auto [from, to] = SourceAndTarget(slot);
+  ASSERT_NE(from, to);
+  // The client learns the map (with replicas) before the slot moves.
+  ASSERT_TRUE(cluster->RefreshSlotMap().ok());
+  ASSERT_TRUE(fixture_->MoveSlot(slot, to, std::chrono::seconds(10)).ok());
+
+  for (int round = 0; round < 2; ++round) {  // the rotation reaches every copy
+    std::vector<Bytes> got(keys.size());
+    std::vector<absl::StatusOr<bool>> found = cluster->GetMany(
+        keys, [&](size_t i, std::string_view v) { got[i].assign(v.begin(), v.end()); });
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_TRUE(found[i].ok()) << keys[i] << ": " << found[i].status();
+      EXPECT_TRUE(*found[i]) << keys[i];
+      EXPECT_TRUE(got[i] == values[i]) << keys[i] << ": " << got[i].size() << " bytes";
+    }
+  }
+  EXPECT_GT(cluster->stats().replica_reads, 0u);
+  EXPECT_LT(cluster->stats().replica_reads, 2 * keys.size());
+  ASSERT_TRUE(fixture_->MoveSlot(slot, from, std::chrono::seconds(10)).ok());
+  for (const std::string& key : keys) cluster->Del(key).IgnoreError();
+}
+
 TEST_F(RedisClusterTest, AskDuringMigrationLeavesTheMapAlone) {
   const std::string key = "ask:key";
   const uint16_t slot = RedisCluster::KeySlot(key);

@@ -3,6 +3,7 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "storage/common/status_macros.h"
@@ -39,7 +40,10 @@ absl::StatusOr<std::string> NodeAddress(const redisReply& node, const std::strin
 
 }  // namespace
 
-SlotMap::SlotMap() { owner_.fill(-1); }
+SlotMap::SlotMap() {
+  owner_.fill(-1);
+  replicas_.fill(-1);
+}
 
 absl::StatusOr<SlotMap> SlotMap::FromClusterSlots(const redisReply& reply,
                                                   const std::string& asked) {
@@ -63,6 +67,7 @@ absl::StatusOr<SlotMap> SlotMap::FromClusterSlots(const redisReply& reply,
       }
       const size_t first_node = masters ? 2 : 3;
       const size_t end_node = masters ? 3 : range.elements;
+      std::vector<int16_t> replicas;
       for (size_t n = first_node; n < end_node; ++n) {
         KVTIER_ASSIGN_OR_RETURN(const std::string address,
                                 NodeAddress(*range.element[n], asked, asked_host_port.host));
@@ -73,7 +78,15 @@ absl::StatusOr<SlotMap> SlotMap::FromClusterSlots(const redisReply& reply,
         if (masters) {
           std::fill(map.owner_.begin() + start, map.owner_.begin() + end + 1,
                     static_cast<int16_t>(index));
+        } else {
+          replicas.push_back(static_cast<int16_t>(index));
         }
+      }
+      if (!replicas.empty() && map.replica_sets_.size() < kMaxNodes) {
+        // At most one set per range, and ranges hold distinct slots.
+        map.replica_sets_.push_back(std::move(replicas));
+        std::fill(map.replicas_.begin() + start, map.replicas_.begin() + end + 1,
+                  static_cast<int16_t>(map.replica_sets_.size() - 1));
       }
     }
   }
@@ -96,10 +109,21 @@ const std::string* SlotMap::MasterOf(uint16_t slot) const {
   return index < 0 ? nullptr : &nodes_[index];
 }
 
+const std::string* SlotMap::ReadNodeOf(uint16_t slot, uint64_t spread) const {
+  const std::string* master = MasterOf(slot);
+  if (master == nullptr || replicas_[slot] < 0) return master;
+  const std::vector<int16_t>& set = replica_sets_[replicas_[slot]];
+  const uint64_t pick = spread % (set.size() + 1);
+  return pick == 0 ? master : &nodes_[set[pick - 1]];
+}
+
 void SlotMap::SetMaster(uint16_t slot, const std::string& address) {
   if (slot >= kClusterSlots) return;
   const int index = NodeIndex(address);
-  if (index >= 0) owner_[slot] = static_cast<int16_t>(index);
+  if (index >= 0) {
+    owner_[slot] = static_cast<int16_t>(index);
+    replicas_[slot] = -1;
+  }
 }
 
 std::vector<std::string> SlotMap::Masters() const {

@@ -44,7 +44,16 @@ class SlotMap {
   // Valid until the map is next changed or destroyed.
   const std::string* MasterOf(uint16_t slot) const;
 
-  // Records that `address` serves `slot` (a MOVED redirect said so).
+  // Where to read `slot` from when reads may go to replicas: the master
+  // (spread % (1 + r) == 0) or one of its r replicas the last CLUSTER
+  // SLOTS listed, so that successive spreads cycle over every copy. The
+  // master alone once a MOVED changed the slot (its replicas are then
+  // unknown until the next map). nullptr when no master serves it. Valid
+  // as MasterOf's.
+  const std::string* ReadNodeOf(uint16_t slot, uint64_t spread) const;
+
+  // Records that `address` serves `slot` (a MOVED redirect said so); the
+  // slot's replicas are forgotten.
   void SetMaster(uint16_t slot, const std::string& address);
 
   // Distinct masters serving at least one slot, sorted.
@@ -64,6 +73,10 @@ class SlotMap {
   std::vector<std::string> nodes_;
   absl::flat_hash_map<std::string, int16_t> index_;  // address -> index in nodes_
   std::array<int16_t, kClusterSlots> owner_;         // index into nodes_, -1: none
+  // Per slot an index into replica_sets_ (-1: no replicas known); each set
+  // lists indices into nodes_.
+  std::array<int16_t, kClusterSlots> replicas_;
+  std::vector<std::vector<int16_t>> replica_sets_;
 };
 
 }  // namespace kvtier::remote

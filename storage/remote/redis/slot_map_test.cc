@@ -69,6 +69,7 @@ TEST(HostPortTest, ParsesAndRefuses) {
 TEST(SlotMapTest, EmptyMapServesNothing) {
   SlotMap map;
   EXPECT_EQ(map.MasterOf(0), nullptr);
+  EXPECT_EQ(map.ReadNodeOf(0, 1), nullptr);
   EXPECT_EQ(map.served_slots(), 0);
   EXPECT_TRUE(map.Masters().empty());
 }
@@ -100,8 +101,21 @@ TEST(SlotMapTest, ParsesRangesMastersFirstAndFillsEmptyEndpoints) {
   EXPECT_EQ(map->nodes(), (std::vector<std::string>{"10.0.0.1:7000", "10.9.9.9:7002",
                                                     "10.0.0.2:7001", "10.9.9.9:7003"}));
 
+  // Reads may cycle over each range's master and replicas.
+  std::vector<std::string> reads;
+  for (uint64_t spread = 0; spread < 4; ++spread) {
+    reads.push_back(*map->ReadNodeOf(100, spread));
+    reads.push_back(*map->ReadNodeOf(9000, spread));
+  }
+  EXPECT_EQ(reads, (std::vector<std::string>{"10.0.0.1:7000", "10.9.9.9:7002", "10.0.0.2:7001",
+                                             "10.9.9.9:7003", "10.0.0.1:7000", "10.9.9.9:7002",
+                                             "10.0.0.2:7001", "10.9.9.9:7003"}));
+
   map->SetMaster(8192, "10.0.0.1:7000");
   EXPECT_EQ(*map->MasterOf(8192), "10.0.0.1:7000");
+  // A slot moved by MOVED: its replicas are unknown, reads go to the master.
+  EXPECT_EQ(*map->ReadNodeOf(8192, 1), "10.0.0.1:7000");
+  EXPECT_EQ(*map->ReadNodeOf(8193, 1), "10.9.9.9:7003");
   map->SetMaster(5, "10.0.0.7:7007");  // a node the map did not know
   EXPECT_EQ(*map->MasterOf(5), "10.0.0.7:7007");
   EXPECT_EQ(map->Masters().size(), 3u);
