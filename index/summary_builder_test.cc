@@ -20,16 +20,6 @@ namespace {
 using ::kvtier::testutil::MakeBlockPayload;
 using ::kvtier::testutil::SyntheticPayload;
 
-BlockLayout Layout(Dtype dtype, int32_t layers, int32_t heads, int32_t dim, int32_t tokens) {
-  BlockLayout l;
-  l.num_layers = layers;
-  l.num_kv_heads = heads;
-  l.head_dim = dim;
-  l.block_size_tokens = tokens;
-  l.dtype = dtype;
-  return l;
-}
-
 // Every field, compared bit for bit (floats as their bytes, so that -0.0
 // against 0.0 or a NaN would show).
 template <typename T>
@@ -87,7 +77,11 @@ class SummaryBuilderTest : public ::testing::TestWithParam<Dtype> {};
 // random splits), the builder's summary and head statistics are the bits
 // ComputeBlockSummary gives for the whole payload, with every option on.
 TEST_P(SummaryBuilderTest, AnyChunkingGivesTheWholePayloadsBits) {
-  const BlockLayout layout = Layout(GetParam(), 3, 4, 24, 9);
+  const BlockLayout layout = BlockLayout{.num_layers = 3,
+                                         .num_kv_heads = 4,
+                                         .head_dim = 24,
+                                         .block_size_tokens = 9,
+                                         .dtype = GetParam()};
   const SyntheticPayload p = MakeBlockPayload(layout, 5, {});
   HeadWeights weights;
   weights.version = 7;
@@ -126,7 +120,11 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, SummaryBuilderTest,
 // A head is summarised once its keys are all there, not before; value
 // bytes and a prefix that ends mid-head add nothing.
 TEST(SummaryBuilder, SummarisesEachHeadOnceItsKeysAreComplete) {
-  const BlockLayout layout = Layout(Dtype::kFp16, 2, 2, 8, 4);
+  const BlockLayout layout = BlockLayout{.num_layers = 2,
+                                         .num_kv_heads = 2,
+                                         .head_dim = 8,
+                                         .block_size_tokens = 4,
+                                         .dtype = Dtype::kFp16};
   const SyntheticPayload p = MakeBlockPayload(layout, 9, {});
   const size_t head_bytes = 4 * 8 * 2;  // tokens x dim x fp16
   const SummaryOptions opt;
@@ -158,7 +156,11 @@ TEST(SummaryBuilder, SummarisesEachHeadOnceItsKeysAreComplete) {
 // Non-finite keys: the head that holds them fails Advance, and the error
 // sticks through Finish; bad options and a short payload are named.
 TEST(SummaryBuilder, ErrorsStickAndNameTheirCause) {
-  const BlockLayout layout = Layout(Dtype::kFp32, 2, 2, 8, 4);
+  const BlockLayout layout = BlockLayout{.num_layers = 2,
+                                         .num_kv_heads = 2,
+                                         .head_dim = 8,
+                                         .block_size_tokens = 4,
+                                         .dtype = Dtype::kFp32};
   const SyntheticPayload p = MakeBlockPayload(layout, 4, {});
   std::string bad = p.bytes;
   const float nan = std::nanf("");

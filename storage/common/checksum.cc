@@ -38,19 +38,7 @@ uint64_t CopyWithChecksum(absl::Span<const uint8_t> src, uint8_t* dst) {
 
 uint64_t GatherWithChecksum(absl::Span<const absl::Span<const uint8_t>> pieces, uint8_t* dst) {
   if (pieces.size() == 1) return CopyWithChecksum(pieces[0], dst);
-  constexpr size_t kChunkBytes = kChecksumChunkBytes;
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
-  for (const absl::Span<const uint8_t>& piece : pieces) {
-    for (size_t done = 0; done < piece.size();) {
-      const size_t n = std::min(kChunkBytes, piece.size() - done);
-      std::memcpy(dst, piece.data() + done, n);
-      XXH3_64bits_update(&state, dst, n);
-      dst += n;
-      done += n;
-    }
-  }
-  return XXH3_64bits_digest(&state);
+  return GatherWithChecksum(pieces, dst, [](size_t) {});
 }
 
 uint64_t GatherWithChecksum(absl::Span<const absl::Span<const uint8_t>> pieces, uint8_t* dst,

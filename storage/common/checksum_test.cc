@@ -47,6 +47,20 @@ TEST(ChecksumTest, CopyWithChecksumCopiesAndHashesAtEverySize) {
   }
 }
 
+// `src` cut at `cuts` random places (pieces may be empty), in order.
+std::vector<absl::Span<const uint8_t>> CutIntoPieces(const std::vector<uint8_t>& src, size_t cuts,
+                                                     std::mt19937_64& rng) {
+  std::vector<size_t> at = {0, src.size()};
+  for (size_t i = 0; i < cuts; ++i) at.push_back(rng() % (src.size() + 1));
+  std::sort(at.begin(), at.end());
+  std::vector<absl::Span<const uint8_t>> pieces;
+  pieces.reserve(at.size() - 1);
+  for (size_t i = 0; i + 1 < at.size(); ++i) {
+    pieces.emplace_back(src.data() + at[i], at[i + 1] - at[i]);
+  }
+  return pieces;
+}
+
 // Pieces of every size, including empty ones and ones across the chunk
 // size, gather into the concatenation and hash as one payload.
 TEST(ChecksumTest, GatherWithChecksumEqualsOneCopyOfTheConcatenation) {
@@ -54,13 +68,7 @@ TEST(ChecksumTest, GatherWithChecksumEqualsOneCopyOfTheConcatenation) {
   std::vector<uint8_t> src((1 << 20) + 77);
   for (uint8_t& b : src) b = static_cast<uint8_t>(rng());
   for (size_t cuts : {size_t{0}, size_t{1}, size_t{2}, size_t{7}, size_t{40}}) {
-    std::vector<size_t> at = {0, src.size()};
-    for (size_t i = 0; i < cuts; ++i) at.push_back(rng() % (src.size() + 1));
-    std::sort(at.begin(), at.end());
-    std::vector<absl::Span<const uint8_t>> pieces;
-    for (size_t i = 0; i + 1 < at.size(); ++i) {
-      pieces.emplace_back(src.data() + at[i], at[i + 1] - at[i]);
-    }
+    const std::vector<absl::Span<const uint8_t>> pieces = CutIntoPieces(src, cuts, rng);
     std::vector<uint8_t> dst(src.size() + 1, 0xA5);
     EXPECT_EQ(GatherWithChecksum(pieces, dst.data()), XXH3_64bits(src.data(), src.size())) << cuts;
     EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin())) << cuts;
@@ -76,13 +84,7 @@ TEST(ChecksumTest, GatherWithChecksumReportsEveryChunkAsWritten) {
   std::vector<uint8_t> src((300 << 10) + 13);
   for (uint8_t& b : src) b = static_cast<uint8_t>(rng());
   for (size_t cuts : {size_t{0}, size_t{3}, size_t{25}}) {
-    std::vector<size_t> at = {0, src.size()};
-    for (size_t i = 0; i < cuts; ++i) at.push_back(rng() % (src.size() + 1));
-    std::sort(at.begin(), at.end());
-    std::vector<absl::Span<const uint8_t>> pieces;
-    for (size_t i = 0; i + 1 < at.size(); ++i) {
-      pieces.emplace_back(src.data() + at[i], at[i + 1] - at[i]);
-    }
+    const std::vector<absl::Span<const uint8_t>> pieces = CutIntoPieces(src, cuts, rng);
     std::vector<uint8_t> dst(src.size() + 1, 0xA5);
     std::vector<size_t> seen;
     const uint64_t sum = GatherWithChecksum(pieces, dst.data(), [&](size_t written) {
