@@ -109,6 +109,12 @@ const std::vector<Field>& Fields() {
       KV_NUM("server.max_message_bytes", Kind::kSize, server.max_message_bytes),
       KV_NUM("server.shutdown_grace_ms", Kind::kUint, server.shutdown_grace_ms),
       KV_NUM("server.max_concurrent_streams", Kind::kUint, server.max_concurrent_streams),
+      KV_NUM("server.max_connections", Kind::kUint, server.max_connections),
+      KV_NUM("server.max_connections_per_uid", Kind::kUint, server.max_connections_per_uid),
+      KV_NUM("server.max_pending_connections", Kind::kUint, server.max_pending_connections),
+      KV_NUM("server.connection_setup_ms", Kind::kUint, server.connection_setup_ms),
+      KV_NUM("server.connection_idle_ms", Kind::kUint, server.connection_idle_ms),
+      KV_BOOL("server.reflection", server.reflection),
       KV_NUM("server.max_streams_per_tenant", Kind::kUint, server.max_streams_per_tenant),
       KV_NUM("server.max_streams", Kind::kUint, server.max_streams),
       KV_NUM("server.stream_write_timeout_ms", Kind::kUint, server.stream_write_timeout_ms),
@@ -549,6 +555,24 @@ absl::Status ValidateServerLimits(const Config& c) {
   }
   if (c.server.max_concurrent_streams == 0 || c.server.max_concurrent_streams > 65536) {
     return Invalid("server.max_concurrent_streams", "must be between 1 and 65536");
+  }
+  if (c.server.max_connections == 0 || c.server.max_connections > 1000000) {
+    return Invalid("server.max_connections", "must be between 1 and 1000000");
+  }
+  if (c.server.max_connections_per_uid == 0 ||
+      c.server.max_connections_per_uid > c.server.max_connections) {
+    return Invalid("server.max_connections_per_uid",
+                   "must be between 1 and server.max_connections");
+  }
+  if (c.server.max_pending_connections == 0 || c.server.max_pending_connections > 65536) {
+    return Invalid("server.max_pending_connections", "must be between 1 and 65536");
+  }
+  if (c.server.connection_setup_ms < 100 || c.server.connection_setup_ms > 600000) {
+    return Invalid("server.connection_setup_ms", "must be between 100 and 600000");
+  }
+  if (c.server.connection_idle_ms != 0 &&
+      (c.server.connection_idle_ms < 1000 || c.server.connection_idle_ms > 86400000)) {
+    return Invalid("server.connection_idle_ms", "must be 0 (never) or between 1000 and 86400000");
   }
   if (c.server.io_queue_limit_per_tenant > c.server.io_queue_limit) {
     return Invalid("server.io_queue_limit_per_tenant", "must be at most server.io_queue_limit");

@@ -30,6 +30,12 @@ struct Config {
     uint64_t max_message_bytes = 0;
     uint64_t shutdown_grace_ms = 0;
     uint64_t max_concurrent_streams = 0;
+    uint64_t max_connections = 0;              // gRPC connections of the Unix sockets, in all
+    uint64_t max_connections_per_uid = 0;      // ... of one peer uid (SO_PEERCRED)
+    uint64_t max_pending_connections = 0;      // per socket, accepted but silent so far
+    uint64_t connection_setup_ms = 0;          // first bytes (or TLS handshake) within
+    uint64_t connection_idle_ms = 0;           // no call for this long: closed; 0 = never
+    bool reflection = false;                   // the gRPC reflection service
     uint64_t max_streams_per_tenant = 0;       // open streaming calls of one tenant
     uint64_t max_streams = 0;                  // ... of the daemon
     uint64_t stream_write_timeout_ms = 0;      // an unread write is cancelled after

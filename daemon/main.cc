@@ -17,6 +17,7 @@
 
 #include "daemon/config.h"
 #include "daemon/logging.h"
+#include "daemon/net/fd_limit.h"
 #include "daemon/server.h"
 #include "daemon/version.h"
 
@@ -78,9 +79,11 @@ int Run(int argc, char** argv) {
   sigaddset(&stop_signals, SIGHUP);  // reload auth.tenants_file
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Connections are capped below this (daemon/net/fd_limit.h).
+  const uint64_t nofile = kvtier::daemon::RaiseFdLimit();
 
-  spdlog::info("kvtierd {} starting config={}", kvtier::kVersion,
-               config_path.empty() ? "<embedded defaults>" : config_path);
+  spdlog::info("kvtierd {} starting config={} RLIMIT_NOFILE={}", kvtier::kVersion,
+               config_path.empty() ? "<embedded defaults>" : config_path, nofile);
   auto server = kvtier::daemon::Server::Start(*config);
   if (!server.ok()) {
     spdlog::critical("start failed: {}", std::string(server.status().message()));

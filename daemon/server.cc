@@ -13,15 +13,17 @@
 #include <sstream>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_posix.h>
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/admin_service.h"
 #include "daemon/auth/auth_processor.h"
 #include "daemon/auth/peer_server.h"
+#include "daemon/health_service.h"
 #include "daemon/kvtier_service.h"
+#include "daemon/net/fd_limit.h"
 #include "storage/common/errno_status.h"
 #include "storage/common/status_macros.h"
 
@@ -98,25 +100,67 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsCredentials(
   return grpc::SslServerCredentials(options);
 }
 
-// Message size and stream limits of every gRPC server the daemon runs (the
-// main one and the peer socket's per-uid servers).
+// Message size, stream and connection limits of every gRPC server the
+// daemon runs (the main one and the peer socket's per-uid servers).
 void ConfigureBuilder(const Config::Server& server, grpc::ServerBuilder& b) {
   b.SetMaxReceiveMessageSize(static_cast<int>(server.max_message_bytes));
   b.SetMaxSendMessageSize(static_cast<int>(server.max_message_bytes));
   b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                        static_cast<int>(server.max_concurrent_streams));
+  if (server.connection_idle_ms > 0) {
+    b.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                         static_cast<int>(server.connection_idle_ms));
+  }
+  // TCP (gRPC's own listener): a connection that has not finished its TLS
+  // handshake in this time is closed.
+  b.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                       static_cast<int>(server.connection_setup_ms));
 }
+
+// Marks a kvtier-peer-uid a client sent to the main server as claimed
+// (kClaimedPeerUid), so that CallerOf refuses the call (UNAUTHENTICATED),
+// token or not: only the peer socket's servers may set that key
+// (daemon/auth/peer_server.h), and the main socket's connections come
+// without a credentials processor (the daemon accepts them itself).
+class MarkClaimedPeerUid final : public grpc::experimental::Interceptor {
+ public:
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+      std::multimap<grpc::string_ref, grpc::string_ref>* md = methods->GetRecvInitialMetadata();
+      if (md->erase(grpc::string_ref(kPeerUidKey)) > 0) {
+        md->emplace(grpc::string_ref(kPeerUidKey), grpc::string_ref(kClaimedPeerUid));
+      }
+    }
+    methods->Proceed();
+  }
+};
+
+class MarkClaimedPeerUidFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* /*info*/) override {
+    return new MarkClaimedPeerUid();
+  }
+};
 
 // auth.peer_socket_path: a server per uid a tenant lists, with the same
 // services, limits and (when metrics are on) interceptors as the main one.
-absl::StatusOr<std::unique_ptr<PeerServer>> StartPeerServer(const Config& config, Runtime* rt) {
+absl::StatusOr<std::unique_ptr<PeerServer>> StartPeerServer(const Config& config, Runtime* rt,
+                                                            ConnectionGate* gate,
+                                                            HealthBoard* health) {
   PeerServerOptions peer;
   peer.path = config.auth.peer_socket_path;
   peer.tenants = &rt->tenants();
-  peer.make_services = [rt] {
+  peer.gate = gate;
+  peer.setup_timeout = std::chrono::milliseconds(config.server.connection_setup_ms);
+  peer.max_pending = config.server.max_pending_connections;
+  peer.make_services = [rt, health] {
     std::vector<std::unique_ptr<grpc::Service>> services;
     services.push_back(std::make_unique<KvTierService>(rt));
     services.push_back(std::make_unique<AdminService>(rt));
+    services.push_back(std::make_unique<HealthService>(rt, health));
     return services;
   };
   peer.configure = [server_config = config.server](grpc::ServerBuilder& b) {
@@ -146,89 +190,105 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config, Env*
       std::filesystem::absolute(config.server.socket_path).lexically_normal().string();
   if (server->socket_path_.size() > 107) server->socket_path_ = config.server.socket_path;
   server->shutdown_grace_ms_ = config.server.shutdown_grace_ms;
+  KVTIER_ASSIGN_OR_RETURN(ConnectionLimits limits, ConnectionLimitsFor(config.server));
+  server->gate_ = std::make_unique<ConnectionGate>(limits);
   KVTIER_RETURN_IF_ERROR(PrepareSocketPath(server->socket_path_));
   KVTIER_ASSIGN_OR_RETURN(server->runtime_, Runtime::Create(config, env));
+  server->health_ = std::make_unique<HealthBoard>();
+  KVTIER_RETURN_IF_ERROR(server->StartGrpc(config));
+  KVTIER_RETURN_IF_ERROR(server->StartListeners(config));
+  server->health_->SetServing(true);
+  spdlog::info("listening socket={} tcp={} device={} gpu=\"{}\" connections<={} (per uid {})",
+               server->socket_path_,
+               config.server.tcp_address.empty() ? "off" : config.server.tcp_address,
+               server->runtime_->device_backend(), server->runtime_->device_probe().description,
+               limits.max_total, limits.max_per_uid);
+  if (server->runtime_->device_backend() == "shm-arena") {
+    spdlog::info("the device tier uses the shared-memory arena (CPU)");
+  }
+  return server;
+}
 
-  server->kvtier_service_ = std::make_unique<KvTierService>(server->runtime_.get());
-  server->admin_service_ = std::make_unique<AdminService>(server->runtime_.get());
-
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+// The gRPC server: services, limits, interceptors and the TCP listener
+// (gRPC's own). The Unix socket is not a gRPC listening port: the daemon
+// accepts its connections itself (StartListeners).
+absl::Status Server::StartGrpc(const Config& config) {
+  kvtier_service_ = std::make_unique<KvTierService>(runtime_.get());
+  admin_service_ = std::make_unique<AdminService>(runtime_.get());
+  health_service_ = std::make_unique<HealthService>(runtime_.get(), health_.get());
+  if (config.server.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   ConfigureBuilder(config.server, builder);
-  const TenantRegistry& tenants = server->runtime_->tenants();
-  std::shared_ptr<grpc::ServerCredentials> unix_creds = grpc::InsecureServerCredentials();
-  if (tenants.enabled()) {
-    // Local credentials let the processor see every call's metadata; the
-    // processor refuses calls without a tenant's token before any handler.
-    unix_creds = grpc::experimental::LocalServerCredentials(UDS);
-    unix_creds->SetAuthMetadataProcessor(std::make_shared<TenantAuthProcessor>(&tenants));
-  }
-  builder.AddListeningPort("unix:" + server->socket_path_, unix_creds);
+  const TenantRegistry& tenants = runtime_->tenants();
   if (!config.server.tcp_address.empty()) {
     KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> tls,
                             TlsCredentials(config.server));
     if (tenants.enabled()) {
       tls->SetAuthMetadataProcessor(std::make_shared<TenantAuthProcessor>(&tenants));
     }
-    builder.AddListeningPort(config.server.tcp_address, tls, &server->tcp_port_);
+    builder.AddListeningPort(config.server.tcp_address, tls, &tcp_port_);
   }
-  builder.RegisterService(server->kvtier_service_.get());
-  builder.RegisterService(server->admin_service_.get());
+  builder.RegisterService(kvtier_service_.get());
+  builder.RegisterService(admin_service_.get());
+  builder.RegisterService(health_service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+  creators.push_back(std::make_unique<MarkClaimedPeerUidFactory>());
   if (!config.metrics.listen_address.empty()) {
     // RPC counts and durations by method and code; only when scraped, so
     // that a daemon without metrics pays nothing per call for them.
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
-    creators.push_back(server->runtime_->metrics()->InterceptorFactory());
-    builder.experimental().SetInterceptorCreators(std::move(creators));
+    creators.push_back(runtime_->metrics()->InterceptorFactory());
   }
-  {
-    // The socket is created by bind() inside BuildAndStart with mode
-    // 0777 & ~umask: it never exists with wider permissions than
-    // server.socket_mode, not even before a chmod.
-    const mode_t old = ::umask(static_cast<mode_t>(~config.server.socket_mode & 0777));
-    server->grpc_server_ = builder.BuildAndStart();
-    ::umask(old);
-  }
-  if (server->grpc_server_ == nullptr) {
+  builder.experimental().SetInterceptorCreators(std::move(creators));
+  grpc_server_ = builder.BuildAndStart();
+  if (grpc_server_ == nullptr) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on unix:", server->socket_path_,
-                     config.server.tcp_address.empty() ? "" : " or " + config.server.tcp_address,
+        absl::StrCat("cannot start the gRPC server",
+                     config.server.tcp_address.empty() ? "" : " on " + config.server.tcp_address,
                      " (see the gRPC error above)"));
   }
-  if (!config.server.tcp_address.empty() && server->tcp_port_ == 0) {
-    server->grpc_server_->Shutdown();
+  if (!config.server.tcp_address.empty() && tcp_port_ == 0) {
+    grpc_server_->Shutdown();
     return absl::UnavailableError(
         absl::StrCat("key 'server.tcp_address': cannot listen on ", config.server.tcp_address));
   }
-  if (!config.metrics.listen_address.empty()) {
-    Runtime* rt = server->runtime_.get();
-    absl::StatusOr<std::unique_ptr<metrics::HttpListener>> listener = metrics::HttpListener::Start(
-        config.metrics.listen_address, [rt] { return rt->metrics()->Render(); });
-    if (!listener.ok()) {
-      server->grpc_server_->Shutdown();
-      return listener.status();
+  return absl::OkStatus();
+}
+
+// The Unix socket's accept loop, the metrics endpoint and the peer socket.
+absl::Status Server::StartListeners(const Config& config) {
+  absl::Status started = [&]() -> absl::Status {
+    KVTIER_ASSIGN_OR_RETURN(OwnedFd listen_fd, ListenUnix("server.socket_path", socket_path_,
+                                                          config.server.socket_mode));
+    UnixAcceptorOptions accept;
+    accept.name = "socket";
+    accept.listen_fd = std::move(listen_fd);
+    accept.gate = gate_.get();
+    accept.setup_timeout = std::chrono::milliseconds(config.server.connection_setup_ms);
+    accept.max_pending = config.server.max_pending_connections;
+    grpc::Server* grpc_server = grpc_server_.get();
+    accept.hand_off = [grpc_server](int fd, uint32_t /*uid*/) {
+      grpc::AddInsecureChannelFromFd(grpc_server, fd);  // gRPC owns fd from here
+    };
+    KVTIER_ASSIGN_OR_RETURN(acceptor_, UnixAcceptor::Start(std::move(accept)));
+    if (!config.metrics.listen_address.empty()) {
+      Runtime* rt = runtime_.get();
+      KVTIER_ASSIGN_OR_RETURN(
+          metrics_, metrics::HttpListener::Start(config.metrics.listen_address,
+                                                 [rt] { return rt->metrics()->Render(); }));
+      spdlog::info("metrics at http://{}/metrics", metrics_->address());
     }
-    server->metrics_ = std::move(*listener);
-    spdlog::info("metrics at http://{}/metrics", server->metrics_->address());
-  }
-  if (!config.auth.peer_socket_path.empty()) {
-    absl::StatusOr<std::unique_ptr<PeerServer>> started =
-        StartPeerServer(config, server->runtime_.get());
-    if (!started.ok()) {
-      server->grpc_server_->Shutdown();
-      return started.status();
+    if (!config.auth.peer_socket_path.empty()) {
+      KVTIER_ASSIGN_OR_RETURN(peer_server_,
+                              StartPeerServer(config, runtime_.get(), gate_.get(), health_.get()));
     }
-    server->peer_server_ = std::move(*started);
+    return absl::OkStatus();
+  }();
+  if (!started.ok()) {
+    if (acceptor_ != nullptr) acceptor_->Stop();
+    ::unlink(socket_path_.c_str());
+    grpc_server_->Shutdown();
   }
-  server->grpc_server_->GetHealthCheckService()->SetServingStatus(true);
-  spdlog::info("listening socket={} tcp={} device={} gpu=\"{}\"", server->socket_path_,
-               config.server.tcp_address.empty() ? "off" : config.server.tcp_address,
-               server->runtime_->device_backend(), server->runtime_->device_probe().description);
-  if (server->runtime_->device_backend() == "shm-arena") {
-    spdlog::info("the device tier uses the shared-memory arena (CPU)");
-  }
-  return server;
+  return started;
 }
 
 Server::~Server() { Shutdown(); }
@@ -236,7 +296,9 @@ Server::~Server() { Shutdown(); }
 void Server::Shutdown() {
   if (shut_down_ || grpc_server_ == nullptr) return;
   shut_down_ = true;
-  grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  // No new connection; health watchers are told and let go.
+  if (acceptor_ != nullptr) acceptor_->Stop();
+  health_->Shutdown();
   auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(shutdown_grace_ms_);
   if (peer_server_ != nullptr) peer_server_->Shutdown(deadline);
   grpc_server_->Shutdown(deadline);
@@ -246,6 +308,7 @@ void Server::Shutdown() {
   // No handler runs any more: the store can close (and release its lock).
   kvtier_service_.reset();
   admin_service_.reset();
+  health_service_.reset();
   grpc_server_.reset();
   runtime_.reset();
   ::unlink(socket_path_.c_str());

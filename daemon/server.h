@@ -17,12 +17,16 @@
 #include "absl/status/statusor.h"
 #include "daemon/config.h"
 #include "daemon/metrics/http_listener.h"
+#include "daemon/net/connection_gate.h"
+#include "daemon/net/unix_acceptor.h"
 #include "daemon/runtime.h"
 #include "storage/env/env.h"
 
 namespace kvtier::daemon {
 
 class AdminService;
+class HealthBoard;
+class HealthService;
 class PeerServer;
 class KvTierService;
 
@@ -30,8 +34,9 @@ class Server {
  public:
   // Creates data_dir, removes a stale socket file (refuses with
   // FAILED_PRECONDITION when another process still answers on it), listens
-  // on the Unix socket (mode server.socket_mode) and, when configured, on
-  // TCP; health reports SERVING once this returns OK.
+  // on the Unix socket (mode server.socket_mode; the daemon accepts its
+  // connections itself, under the connection caps of daemon/net/) and, when
+  // configured, on TCP; health reports SERVING once this returns OK.
   // `env` is the block store's Env (nullptr: Env::Default()); tests pass a
   // FaultInjectionEnv to make disk I/O fail or wait. It must outlive the
   // server.
@@ -51,14 +56,25 @@ class Server {
   // The metrics endpoint's port; 0 when metrics.listen_address is unset.
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   Runtime* runtime() { return runtime_.get(); }
+  // The connection caps every Unix socket shares, and the main socket's
+  // accept loop.
+  const ConnectionGate& connections() const { return *gate_; }
+  UnixAcceptorStats acceptor_stats() const { return acceptor_->stats(); }
+  HealthBoard* health() { return health_.get(); }
 
  private:
   Server() = default;
+  absl::Status StartGrpc(const Config& config);
+  absl::Status StartListeners(const Config& config);
 
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<KvTierService> kvtier_service_;
   std::unique_ptr<AdminService> admin_service_;
+  std::unique_ptr<HealthBoard> health_;  // outlives every server's HealthService
+  std::unique_ptr<HealthService> health_service_;
+  std::unique_ptr<ConnectionGate> gate_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<UnixAcceptor> acceptor_;   // hands connections to grpc_server_
   std::unique_ptr<PeerServer> peer_server_;  // auth.peer_socket_path; before the runtime goes
   std::unique_ptr<metrics::HttpListener> metrics_;  // stops before runtime_ goes
   std::string socket_path_;

@@ -90,9 +90,11 @@ bool StreamTable::Ticket::AcquireBytes(uint64_t bytes, absl::AnyInvocable<void()
   bool now = false;
   {
     absl::MutexLock lock(&table->mu_);
-    // First come, first served: a stream does not pass the ones waiting.
+    // A stream does not pass its own tenant's waiting requests; other
+    // tenants' do not hold it up.
     table->GrantWaitersLocked(&granted);
-    if (table->waiters_.empty() && table->FitsLocked(*this, bytes)) {
+    PerTenant& mine = table->tenants_[tenant_];
+    if (mine.waiters.empty() && table->FitsLocked(*this, bytes)) {
       held_bytes_ += bytes;
       table->tenants_[tenant_].queued_bytes += bytes;
       table->queued_bytes_ += bytes;
@@ -101,7 +103,9 @@ bool StreamTable::Ticket::AcquireBytes(uint64_t bytes, absl::AnyInvocable<void()
       // Something is held (else it would fit): its release grants this.
       wanted_bytes_ = std::max<uint64_t>(bytes, 1);
       ready_ = std::move(ready);
-      table->waiters_.push_back(this);
+      if (mine.waiters.empty()) table->turns_.push_back(tenant_);
+      mine.waiters.push_back(this);
+      ++table->waiting_;
     }
   }
   RunReady(granted);
@@ -124,35 +128,40 @@ void StreamTable::Ticket::ReleaseBytes(uint64_t bytes) {
 
 void StreamTable::GrantWaitersLocked(std::vector<absl::AnyInvocable<void() &&>>* ready) {
   mu_.AssertHeld();
-  // In order; a waiter whose own tenant is at its cap does not hold up
-  // another tenant's (only the daemon-wide cap is first come, first served).
-  for (auto it = waiters_.begin(); it != waiters_.end();) {
-    Ticket* t = *it;
-    if (!FitsLocked(*t, t->wanted_bytes_)) {
-      auto per = tenants_.find(t->tenant_);
-      const uint64_t mine = per == tenants_.end() ? 0 : per->second.queued_bytes;
-      const bool tenant_full =
-          mine != 0 && mine + t->wanted_bytes_ > limits_.max_queued_bytes_per_tenant;
-      if (tenant_full) {
-        ++it;
-        continue;
-      }
-      break;  // the daemon is full: everyone after waits too
+  // Tenants in turn, each its oldest request; a tenant whose request does
+  // not fit (its own cap, or the daemon's) goes to the back. Stops after a
+  // whole round grants nothing.
+  size_t idle = 0;
+  while (!turns_.empty() && idle < turns_.size()) {
+    std::string tenant = std::move(turns_.front());
+    turns_.pop_front();
+    PerTenant& per = tenants_[tenant];
+    Ticket* t = per.waiters.front();
+    if (FitsLocked(*t, t->wanted_bytes_)) {
+      idle = 0;
+      t->held_bytes_ += t->wanted_bytes_;
+      per.queued_bytes += t->wanted_bytes_;
+      queued_bytes_ += t->wanted_bytes_;
+      t->wanted_bytes_ = 0;
+      per.waiters.pop_front();
+      --waiting_;
+      ready->push_back(std::move(t->ready_));
+      t->ready_ = nullptr;
+    } else {
+      ++idle;
     }
-    t->held_bytes_ += t->wanted_bytes_;
-    tenants_[t->tenant_].queued_bytes += t->wanted_bytes_;
-    queued_bytes_ += t->wanted_bytes_;
-    t->wanted_bytes_ = 0;
-    it = waiters_.erase(it);
-    ready->push_back(std::move(t->ready_));
-    t->ready_ = nullptr;
+    if (!per.waiters.empty()) turns_.push_back(std::move(tenant));
   }
 }
 
 void StreamTable::DropWaitLocked(Ticket* t) {
   mu_.AssertHeld();
   if (t->wanted_bytes_ == 0) return;
-  waiters_.erase(std::remove(waiters_.begin(), waiters_.end(), t), waiters_.end());
+  PerTenant& per = tenants_[t->tenant_];
+  per.waiters.erase(std::remove(per.waiters.begin(), per.waiters.end(), t), per.waiters.end());
+  if (per.waiters.empty())
+    turns_.erase(std::remove(turns_.begin(), turns_.end(), t->tenant_), turns_.end());
+  --waiting_;
   t->wanted_bytes_ = 0;
   t->ready_ = nullptr;
 }
@@ -206,7 +215,7 @@ StreamStats StreamTable::stats() const {
   s.revoked = revoked_;
   s.stalled = stalled_;
   s.queued_bytes = queued_bytes_;
-  s.waiting = waiters_.size();
+  s.waiting = waiting_;
   return s;
 }
 

@@ -17,7 +17,11 @@
 //    all (server.max_queued_bytes). A stream past either waits without
 //    producing its next message until bytes are released; a tenant with
 //    nothing queued always gets one message (so a message larger than a
-//    limit still goes, alone).
+//    limit still goes, alone). A request is granted at once when it fits
+//    and no earlier request of its own tenant waits: another tenant's
+//    waiting streams never hold it up. Released bytes go to the waiting
+//    tenants in turn (round robin, each tenant's requests in order), never
+//    in one queue across tenants.
 //
 //   absl::StatusOr<std::unique_ptr<StreamTable::Ticket>> t =
 //       runtime->streams()->Open("Select", tenant, CredentialsOf(ctx), this);
@@ -153,6 +157,7 @@ class StreamTable {
   struct PerTenant {
     uint64_t streams = 0;
     uint64_t queued_bytes = 0;
+    std::deque<Ticket*> waiters;  // its AcquireBytes requests, in order
   };
   bool FitsLocked(const Ticket& t, uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Grants waiters that fit now; their `ready` callbacks go to *ready, to
@@ -166,7 +171,9 @@ class StreamTable {
   mutable absl::Mutex mu_;
   absl::flat_hash_set<Ticket*> open_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, PerTenant> tenants_ ABSL_GUARDED_BY(mu_);
-  std::deque<Ticket*> waiters_ ABSL_GUARDED_BY(mu_);  // FIFO of AcquireBytes
+  // Tenants with a waiting request, in turn order (round robin).
+  std::deque<std::string> turns_ ABSL_GUARDED_BY(mu_);
+  uint64_t waiting_ ABSL_GUARDED_BY(mu_) = 0;  // requests waiting, all tenants
   uint64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t revoked_ ABSL_GUARDED_BY(mu_) = 0;

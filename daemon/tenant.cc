@@ -10,13 +10,18 @@ namespace kvtier::daemon {
 CallCredentials CredentialsOf(const grpc::CallbackServerContext* ctx) {
   CallCredentials c;
   const auto& md = ctx->client_metadata();
+  auto peer = md.find(kPeerUidKey);
+  if (peer != md.end() &&
+      absl::string_view(peer->second.data(), peer->second.size()) == kClaimedPeerUid) {
+    c.claimed_peer_uid = true;
+    return c;
+  }
   auto it = md.find("authorization");
   if (it != md.end()) {
     c.has_authorization = true;
     c.authorization.assign(it->second.data(), it->second.size());
     return c;
   }
-  auto peer = md.find(kPeerUidKey);
   if (peer != md.end()) {
     uint32_t uid = 0;
     if (absl::SimpleAtoi(absl::string_view(peer->second.data(), peer->second.size()), &uid)) {
@@ -36,6 +41,10 @@ CallCredentials CredentialsOf(const grpc::CallbackServerContext* ctx) {
 absl::StatusOr<TenantPtr> Resolve(const TenantRegistry& registry,
                                   const CallCredentials& credentials) {
   if (!registry.enabled()) return registry.ByName(kDefaultTenant);
+  if (credentials.claimed_peer_uid) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(kPeerUidKey, " metadata is set by the daemon, never by a client"));
+  }
   if (credentials.has_authorization) {
     constexpr absl::string_view kBearer = "Bearer ";
     const absl::string_view value = credentials.authorization;

@@ -43,12 +43,18 @@ struct CallCredentials {
   // The connection's uid (SO_PEERCRED) when it came through
   // auth.peer_socket_path (daemon/auth/peer_server.h); -1 otherwise.
   int64_t peer_uid = -1;
+  // The client sent kvtier-peer-uid on a socket where only the daemon may
+  // set it (the main server marks it kClaimedPeerUid): refused.
+  bool claimed_peer_uid = false;
 };
 
 // The metadata key the peer socket's servers set to the connection's uid.
 // A client never sets it: the peer servers overwrite it, and the token
 // processor of the other listeners refuses a call that carries it.
 inline constexpr char kPeerUidKey[] = "kvtier-peer-uid";
+// The value the main Unix socket's server puts in place of a kvtier-peer-uid
+// a client sent there (daemon/server.cc); Resolve refuses such a call.
+inline constexpr char kClaimedPeerUid[] = "claimed";
 CallCredentials CredentialsOf(const grpc::CallbackServerContext* ctx);
 // The tenant `credentials` belong to in `registry` now; UNAUTHENTICATED when
 // none (authentication off: "default").

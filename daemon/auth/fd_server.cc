@@ -14,7 +14,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "daemon/net/unix_acceptor.h"
 #include "storage/common/errno_status.h"
+#include "storage/common/status_macros.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -23,14 +25,6 @@ constexpr size_t kMaxLineBytes = 512;
 constexpr int kAcceptBatch = 16;
 
 using Clock = std::chrono::steady_clock;
-
-bool FillAddress(const std::string& path, sockaddr_un* addr) {
-  if (path.empty() || path.size() >= sizeof(addr->sun_path)) return false;
-  std::memset(addr, 0, sizeof(*addr));
-  addr->sun_family = AF_UNIX;
-  std::memcpy(addr->sun_path, path.data(), path.size());
-  return true;
-}
 
 // A reply is one short line: it fits an empty socket buffer, so it is sent
 // without waiting; a peer that does not read gets what fits.
@@ -55,11 +49,6 @@ void SendError(int fd, const absl::Status& st) {
 
 absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(const std::string& path, uint32_t mode,
                                                           Resolver resolver) {
-  sockaddr_un addr;
-  if (!FillAddress(path, &addr)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("fd socket path: ", path, " is empty or longer than 107 bytes"));
-  }
   struct stat st;
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
@@ -67,30 +56,18 @@ absl::StatusOr<std::unique_ptr<FdServer>> FdServer::Start(const std::string& pat
     }
     ::unlink(path.c_str());
   }
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return ErrnoToStatus(errno, "socket");
-  const mode_t old = ::umask(static_cast<mode_t>(~mode & 0777));
-  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  const int bind_errno = errno;
-  ::umask(old);
-  if (rc != 0) {
-    ::close(fd);
-    return ErrnoToStatus(bind_errno, "bind " + path);
-  }
-  if (::listen(fd, 64) != 0) {
-    absl::Status s = ErrnoToStatus(errno, "listen " + path);
-    ::close(fd);
+  KVTIER_ASSIGN_OR_RETURN(OwnedFd listen_fd,
+                          ListenUnix("fd socket path", path, static_cast<mode_t>(mode)));
+  OwnedFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  OwnedFd spare(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!wake.valid() || !spare.valid()) {
+    absl::Status s = ErrnoToStatus(errno, "eventfd or /dev/null");
     ::unlink(path.c_str());
     return s;
   }
-  int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) {
-    absl::Status s = ErrnoToStatus(errno, "eventfd");
-    ::close(fd);
-    ::unlink(path.c_str());
-    return s;
-  }
-  std::unique_ptr<FdServer> server(new FdServer(path, fd, wake, std::move(resolver)));
+  std::unique_ptr<FdServer> server(
+      new FdServer(path, listen_fd.Release(), wake.Release(), std::move(resolver)));
+  server->spare_fd_ = std::move(spare);
   server->worker_ = std::thread([s = server.get()] { s->Loop(); });
   return server;
 }
@@ -128,7 +105,14 @@ void FdServer::Loop() {
       timeout_ms = timeout_ms < 0 ? left : std::min(timeout_ms, left);
       ++it;
     }
-    fds.assign({{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}});
+    // Out of descriptors: no accepting for a while (poll skips fd -1).
+    const bool backing_off = now < backoff_until_;
+    if (backing_off) {
+      const int left = static_cast<int>(
+          std::chrono::ceil<std::chrono::milliseconds>(backoff_until_ - now).count());
+      timeout_ms = timeout_ms < 0 ? left : std::min(timeout_ms, left);
+    }
+    fds.assign({{backing_off ? -1 : listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}});
     for (const Pending& c : pending_) fds.push_back({c.fd, POLLIN, 0});
     const int r = ::poll(fds.data(), fds.size(), timeout_ms);
     if (r < 0 && errno == EINTR) continue;
@@ -154,7 +138,14 @@ void FdServer::Accept() {
   // bytes read before more are taken in.
   for (int taken = 0; taken < kAcceptBatch; ++taken) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;  // EAGAIN: none left (or an error: try at the next event)
+    if (fd < 0) {
+      // EAGAIN: none left. Out of descriptors: shed one, retry later.
+      if (ShedIfExhausted(errno, listen_fd_, &spare_fd_)) {
+        backoff_until_ = Clock::now() + kEmfileBackoff;
+        ++fd_exhausted_;
+      }
+      return;
+    }
     if (pending_.size() >= kMaxPendingConnections) {
       // Over the cap the oldest waiting connection goes: it has used most
       // of its deadline without a request, where a client's request

@@ -76,6 +76,8 @@ class FdServer {
   // Connections closed at their deadline, and closed over the cap.
   uint64_t timed_out() const { return timed_out_.load(); }
   uint64_t refused() const { return refused_.load(); }
+  // accept4 failures for want of descriptors (each backs off kEmfileBackoff).
+  uint64_t fd_exhausted() const { return fd_exhausted_.load(); }
 
  private:
   struct Pending {
@@ -97,7 +99,10 @@ class FdServer {
   std::atomic<uint64_t> served_{0};
   std::atomic<uint64_t> timed_out_{0};
   std::atomic<uint64_t> refused_{0};
-  std::vector<Pending> pending_;  // the worker's only
+  std::atomic<uint64_t> fd_exhausted_{0};
+  std::vector<Pending> pending_;                           // the worker's only
+  OwnedFd spare_fd_;                                       // the worker's only: shed on EMFILE
+  std::chrono::steady_clock::time_point backoff_until_{};  // the worker's only
   std::thread worker_;
 };
 

@@ -2,21 +2,15 @@
 
 #include <grpcpp/server_posix.h>
 #include <grpcpp/support/server_interceptor.h>
-#include <poll.h>
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/tenant.h"
-#include "storage/common/errno_status.h"
+#include "storage/common/status_macros.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -56,13 +50,6 @@ class PeerUidInterceptorFactory final
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(PeerServerOptions options) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (options.path.empty() || options.path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("auth.peer_socket_path: ", options.path,
-                                                   " is empty or longer than 107 bytes"));
-  }
-  std::memcpy(addr.sun_path, options.path.data(), options.path.size());
   struct stat st;
   if (::lstat(options.path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
@@ -71,69 +58,41 @@ absl::StatusOr<std::unique_ptr<PeerServer>> PeerServer::Start(PeerServerOptions 
     }
     ::unlink(options.path.c_str());
   }
+  if (options.gate == nullptr) return absl::InvalidArgumentError("PeerServer: no gate");
   std::unique_ptr<PeerServer> server(new PeerServer(std::move(options)));
-  const std::string& path = server->options_.path;
-  server->listen_fd_ = OwnedFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!server->listen_fd_.valid()) return ErrnoToStatus(errno, "socket");
   // Any local user may connect: the uid the kernel reports decides.
-  const mode_t old = ::umask(0);
-  const int rc = ::bind(server->listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  const int bind_errno = errno;
-  ::umask(old);
-  if (rc != 0) return ErrnoToStatus(bind_errno, "bind " + path);
-  if (::listen(server->listen_fd_.get(), 128) != 0) {
-    absl::Status s = ErrnoToStatus(errno, "listen " + path);
-    ::unlink(path.c_str());
-    return s;
+  KVTIER_ASSIGN_OR_RETURN(OwnedFd listen_fd,
+                          ListenUnix("auth.peer_socket_path", server->options_.path, 0666));
+  UnixAcceptorOptions accept;
+  accept.name = "peer socket";
+  accept.listen_fd = std::move(listen_fd);
+  accept.gate = server->options_.gate;
+  accept.setup_timeout = server->options_.setup_timeout;
+  accept.max_pending = server->options_.max_pending;
+  PeerServer* s = server.get();
+  accept.allow_uid = [s](uint32_t uid) { return s->Allowed(uid); };
+  accept.hand_off = [s](int fd, uint32_t uid) { s->Serve(fd, uid); };
+  absl::StatusOr<std::unique_ptr<UnixAcceptor>> acceptor = UnixAcceptor::Start(std::move(accept));
+  if (!acceptor.ok()) {
+    ::unlink(server->options_.path.c_str());
+    return acceptor.status();
   }
-  server->stop_fd_ = OwnedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!server->stop_fd_.valid()) {
-    absl::Status s = ErrnoToStatus(errno, "eventfd");
-    ::unlink(path.c_str());
-    return s;
-  }
-  server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  server->acceptor_ = std::move(*acceptor);
   return server;
 }
 
 PeerServer::~PeerServer() { Shutdown(std::chrono::system_clock::now()); }
 
-void PeerServer::AcceptLoop() {
-  pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
-  for (;;) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      spdlog::error("peer socket: poll: {}", std::strerror(errno));
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    // gRPC polls the descriptor: it must not block.
-    const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
-        spdlog::warn("peer socket: accept: {}", std::strerror(errno));
-      }
-      continue;
-    }
-    Serve(fd);
-  }
+bool PeerServer::Allowed(uint32_t uid) {
+  if (options_.tenants->ByUid(uid) != nullptr) return true;
+  absl::MutexLock lock(&mu_);
+  ++refused_;  // no tenant lists this uid
+  return false;
 }
 
-void PeerServer::Serve(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof(cred)) {
-    ::close(fd);
-    return;
-  }
+void PeerServer::Serve(int fd, uint32_t uid) {
   absl::MutexLock lock(&mu_);
-  if (options_.tenants->ByUid(cred.uid) == nullptr) {
-    ++refused_;
-    ::close(fd);  // no tenant lists this uid
-    return;
-  }
-  grpc::Server* server = ServerOf(cred.uid);
+  grpc::Server* server = ServerOf(uid);
   if (server == nullptr) {
     ::close(fd);
     return;
@@ -170,11 +129,7 @@ grpc::Server* PeerServer::ServerOf(uint32_t uid) {
 void PeerServer::Shutdown(std::chrono::system_clock::time_point deadline) {
   if (shut_down_) return;
   shut_down_ = true;
-  if (accept_thread_.joinable()) {
-    uint64_t one = 1;
-    (void)!::write(stop_fd_.get(), &one, sizeof(one));
-    accept_thread_.join();
-  }
+  if (acceptor_ != nullptr) acceptor_->Stop();
   ::unlink(options_.path.c_str());
   absl::MutexLock lock(&mu_);
   for (auto& [uid, entry] : servers_) entry.server->Shutdown(deadline);
@@ -183,8 +138,9 @@ void PeerServer::Shutdown(std::chrono::system_clock::time_point deadline) {
 }
 
 PeerServerStats PeerServer::stats() const {
+  UnixAcceptorStats acceptor = acceptor_ != nullptr ? acceptor_->stats() : UnixAcceptorStats{};
   absl::MutexLock lock(&mu_);
-  return PeerServerStats{accepted_, refused_, servers_.size()};
+  return PeerServerStats{accepted_, refused_, servers_.size(), acceptor};
 }
 
 }  // namespace kvtier::daemon

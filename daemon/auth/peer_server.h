@@ -1,7 +1,9 @@
 // PeerServer: auth.peer_socket_path, the gRPC socket where a local engine
-// needs no token. It accepts each connection itself, reads the peer's uid
-// from the kernel (SO_PEERCRED) and closes the connection unless a tenant
-// lists that uid (`uids` in the tenants file). An accepted connection is
+// needs no token. It accepts each connection itself (daemon/net/
+// unix_acceptor.h: first bytes within server.connection_setup_ms, the
+// per-uid and total connection caps), reads the peer's uid from the kernel
+// (SO_PEERCRED) and closes the connection unless a tenant lists that uid
+// (`uids` in the tenants file). An accepted connection is
 // handed (grpc::AddInsecureChannelFromFd) to a gRPC server of its own uid,
 // one per uid and created on first use, whose interceptor sets the call
 // metadata `kvtier-peer-uid` (kPeerUidKey) to that uid, replacing whatever
@@ -12,7 +14,7 @@
 // calls under another's uid.
 //
 // Thread safety: Start and Shutdown from one thread; the accept loop runs
-// on a thread of its own.
+// on a thread of its own; stats() from any thread.
 #ifndef KVTIER_DAEMON_AUTH_PEER_SERVER_H_
 #define KVTIER_DAEMON_AUTH_PEER_SERVER_H_
 
@@ -33,13 +35,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/auth/tenants.h"
-#include "storage/common/owned_fd.h"
+#include "daemon/net/unix_acceptor.h"
 
 namespace kvtier::daemon {
 
 struct PeerServerOptions {
   std::string path;                         // the socket file (mode 0666)
   const TenantRegistry* tenants = nullptr;  // must outlive the server
+  ConnectionGate* gate = nullptr;           // shared with the main socket; outlives the server
+  std::chrono::milliseconds setup_timeout{2000};
+  size_t max_pending = 256;
   // The services of one per-uid server (fresh instances: a service is
   // registered with one server only) and the builder settings they share
   // with the main server (message sizes, channel arguments).
@@ -55,6 +60,7 @@ struct PeerServerStats {
   uint64_t accepted = 0;  // connections handed to a per-uid server
   uint64_t refused = 0;   // connections of a uid no tenant lists
   uint64_t servers = 0;   // per-uid servers running
+  UnixAcceptorStats acceptor;
 };
 
 class PeerServer {
@@ -76,14 +82,12 @@ class PeerServer {
     std::unique_ptr<grpc::Server> server;
   };
   explicit PeerServer(PeerServerOptions options) : options_(std::move(options)) {}
-  void AcceptLoop();
-  void Serve(int fd);
+  bool Allowed(uint32_t uid);
+  void Serve(int fd, uint32_t uid);
   grpc::Server* ServerOf(uint32_t uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PeerServerOptions options_;
-  OwnedFd listen_fd_;
-  OwnedFd stop_fd_;  // eventfd: wakes the accept loop to stop
-  std::thread accept_thread_;
+  std::unique_ptr<UnixAcceptor> acceptor_;
   mutable absl::Mutex mu_;
   std::map<uint32_t, UidServer> servers_ ABSL_GUARDED_BY(mu_);
   uint64_t accepted_ ABSL_GUARDED_BY(mu_) = 0;

@@ -120,16 +120,19 @@ void RpcHarness::StartServer() {
   if (::mkdtemp(tmpl.data()) == nullptr) Fail("mkdtemp " + tmpl);
   dir_ = tmpl;
   // Small tiers (fast start, eviction reachable); short leases so pins do
-  // not pile up; every summary section on so that every scorer is legal.
+  // not pile up; every summary section on so that every scorer is legal;
+  // reflection on, so that it is fuzzed too (and lists the services).
   auto config = daemon::LoadConfig(
-      "", {"server.data_dir=" + dir_, "log.level=off", "server.shutdown_grace_ms=200",
+      "", {"server.data_dir=" + dir_,          "log.level=off",
+           "server.shutdown_grace_ms=200",     "server.reflection=true",
            "tiers.device.capacity_bytes=1MiB", "tiers.host.capacity_bytes=2MiB",
-           "tiers.host.staging_bytes=256KiB", "tiers.nvme.file_count=1",
-           "tiers.nvme.file_size_bytes=2MiB", "tiers.nvme.io_threads=1",
-           "leases.default_ttl_ms=1000", "leases.max_ttl_ms=5000", "limits.max_batch_blocks=64",
-           "limits.max_contexts=64", "index.summary_bounds=true", "index.summary_weighted=true",
-           "index.summary_per_layer=true", "index.keep_summaries=true",
-           "index.head_weights_min_blocks=4", "select.max_contexts_per_request=16"});
+           "tiers.host.staging_bytes=256KiB",  "tiers.nvme.file_count=1",
+           "tiers.nvme.file_size_bytes=2MiB",  "tiers.nvme.io_threads=1",
+           "leases.default_ttl_ms=1000",       "leases.max_ttl_ms=5000",
+           "limits.max_batch_blocks=64",       "limits.max_contexts=64",
+           "index.summary_bounds=true",        "index.summary_weighted=true",
+           "index.summary_per_layer=true",     "index.keep_summaries=true",
+           "index.head_weights_min_blocks=4",  "select.max_contexts_per_request=16"});
   if (!config.ok()) Fail("config: " + config.status().ToString());
   auto server = daemon::Server::Start(*config);
   if (!server.ok()) Fail("start: " + server.status().ToString());

@@ -11,7 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/health_service.h"
 #include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "tests/security/security_fixture.h"
@@ -122,6 +124,72 @@ TEST_F(StreamsTest, SelectStreamsPerTenantAreCappedAndCostNoThreadEach) {
   server_.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
   for (OpenSelect& o : open) EXPECT_FALSE(o.stream->Finish().ok());
+}
+
+// Finding 6 of issue 46: Health.Watch streams are authenticated, counted
+// against the stream caps like every stream, and end at shutdown.
+TEST_F(StreamsTest, HealthWatchStreamsAreCountedAndEndAtShutdown) {
+  using grpc::health::v1::Health;
+  using grpc::health::v1::HealthCheckRequest;
+  using grpc::health::v1::HealthCheckResponse;
+  StartDaemon({"server.max_streams_per_tenant=8"});
+  auto stub = Health::NewStub(
+      grpc::CreateChannel("unix:" + server_->socket_path(), grpc::InsecureChannelCredentials()));
+  // No token: refused before any stream is opened.
+  {
+    grpc::ClientContext ctx;
+    auto watch = stub->Watch(&ctx, HealthCheckRequest());
+    HealthCheckResponse r;
+    EXPECT_FALSE(watch->Read(&r));
+    EXPECT_EQ(watch->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  struct OpenWatch {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReader<HealthCheckResponse>> reader;
+  };
+  std::vector<OpenWatch> open;
+  for (int i = 0; i < 8; ++i) {
+    OpenWatch w{Ctx("a"), nullptr};
+    w.reader = stub->Watch(w.ctx.get(), HealthCheckRequest());
+    HealthCheckResponse r;
+    ASSERT_TRUE(w.reader->Read(&r)) << i;
+    EXPECT_EQ(r.status(), HealthCheckResponse::SERVING);
+    open.push_back(std::move(w));
+  }
+  EXPECT_EQ(server_->health()->watchers(), 8u);
+  EXPECT_EQ(server_->runtime()->streams()->OpenOf("a"), 8u);
+  {
+    auto ctx = Ctx("a");
+    auto refused = stub->Watch(ctx.get(), HealthCheckRequest());
+    HealthCheckResponse r;
+    EXPECT_FALSE(refused->Read(&r));
+    grpc::Status st = refused->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr("server.max_streams_per_tenant"));
+  }
+  // An unknown service is answered SERVICE_UNKNOWN (by tenant b: a's share is full).
+  {
+    auto ctx = Ctx("b");
+    HealthCheckRequest unknown;
+    unknown.set_service("no.such.Service");
+    auto w = stub->Watch(ctx.get(), unknown);
+    HealthCheckResponse r;
+    ASSERT_TRUE(w->Read(&r));
+    EXPECT_EQ(r.status(), HealthCheckResponse::SERVICE_UNKNOWN);
+    ctx->TryCancel();
+    (void)w->Finish();
+  }
+  // Shutdown tells every watcher NOT_SERVING and ends the streams within
+  // the grace period, not at its end.
+  std::thread stop([this] { server_->Shutdown(); });
+  for (OpenWatch& w : open) {
+    HealthCheckResponse r;
+    ASSERT_TRUE(w.reader->Read(&r));
+    EXPECT_EQ(r.status(), HealthCheckResponse::NOT_SERVING);
+    EXPECT_FALSE(w.reader->Read(&r));
+    EXPECT_EQ(w.reader->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  }
+  stop.join();
 }
 
 TEST_F(StreamsTest, ARevokedTokenEndsItsOpenStreams) {

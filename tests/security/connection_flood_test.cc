@@ -1,0 +1,231 @@
+// Issue 46, finding 1: one local process must not be able to stop the
+// daemon accepting connections. kvtierd runs as a real process under a low
+// descriptor limit (prlimit); an attacker process floods its sockets; then
+// a new process (kvtierctl) must connect and be served within its 1 s
+// deadline, and the daemon's descriptors stay within the stated caps.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "client/shm/fd_fetch.h"
+#include "gmock/gmock.h"
+#include "tests/integration/subprocess.h"
+
+namespace kvtier::security {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The HTTP/2 client preface: what a gRPC client sends first.
+constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+constexpr int kNofile = 1400;
+constexpr int kPending = 64;  // server.max_pending_connections
+constexpr int kPerUid = 64;   // server.max_connections_per_uid
+// kvtierd keeps 1024 + 2 x kPending descriptors for itself: the rest may
+// be connections (server.max_connections is lowered to this at start).
+constexpr int kConnectionRoom = kNofile - 1024 - 2 * kPending;
+
+int Connect(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int CountFds(pid_t pid) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+// A process that opens `count` connections to each of `paths` (sending the
+// HTTP/2 preface when `speak`), as user `uid` when it is not -1, reports
+// how many it opened, and holds them until told to go.
+class Flooder {
+ public:
+  Flooder(const std::vector<std::string>& paths, int count, bool speak, int uid) {
+    int ready[2], go[2];
+    if (::pipe(ready) != 0 || ::pipe(go) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::close(ready[0]);
+      ::close(go[1]);
+      rlimit lim{};
+      ::getrlimit(RLIMIT_NOFILE, &lim);
+      lim.rlim_cur = lim.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &lim);
+      if (uid >= 0 && (::setgid(uid) != 0 || ::setuid(uid) != 0)) ::_exit(2);
+      int opened = 0;
+      for (const std::string& path : paths) {
+        for (int i = 0; i < count; ++i) {
+          const int fd = Connect(path);
+          if (fd < 0) continue;
+          if (speak) (void)!::send(fd, kPreface, sizeof(kPreface) - 1, MSG_NOSIGNAL);
+          ++opened;
+        }
+      }
+      (void)!::write(ready[1], &opened, sizeof(opened));
+      char c;
+      (void)!::read(go[0], &c, 1);
+      ::_exit(0);
+    }
+    ::close(ready[1]);
+    ::close(go[0]);
+    go_ = go[1];
+    if (::read(ready[0], &opened_, sizeof(opened_)) != sizeof(opened_)) opened_ = -1;
+    ::close(ready[0]);
+  }
+  ~Flooder() { Leave(); }
+  int opened() const { return opened_; }
+  // Closes every connection (the process exits).
+  void Leave() {
+    if (pid_ <= 0) return;
+    (void)!::write(go_, "x", 1);
+    ::close(go_);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int go_ = -1;
+  int opened_ = 0;
+};
+
+class ConnectionFloodTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = "/tmp/kvtier-flood-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(root_);
+    std::filesystem::create_directories(root_ + "/run");
+    // Another user may reach the sockets (the test of one uid's flood).
+    ::chmod(root_.c_str(), 0755);
+    ::chmod((root_ + "/run").c_str(), 0755);
+    socket_ = root_ + "/run/kvtierd.sock";
+    fd_socket_ = root_ + "/run/kvtierd.fd.sock";
+  }
+  void TearDown() override {
+    if (daemon_) {
+      daemon_->Signal(SIGTERM);
+      daemon_->Wait(std::chrono::seconds(30));
+    }
+    std::filesystem::remove_all(root_);
+  }
+
+  void Start() {
+    notify_ = std::make_unique<testing::NotifySocket>(root_ + "/notify.sock");
+    const std::string nofile =
+        "--nofile=" + std::to_string(kNofile) + ":" + std::to_string(kNofile);
+    daemon_ = std::make_unique<testing::ChildProcess>(
+        std::vector<std::string>{"/usr/bin/prlimit",
+                                 nofile,
+                                 KVTIERD_PATH,
+                                 "--data-dir",
+                                 root_ + "/data",
+                                 "--socket",
+                                 socket_,
+                                 "--set",
+                                 "server.socket_mode=0666",
+                                 "--set",
+                                 "auth.fd_socket_path=" + fd_socket_,
+                                 "--set",
+                                 "server.max_pending_connections=" + std::to_string(kPending),
+                                 "--set",
+                                 "server.max_connections_per_uid=" + std::to_string(kPerUid),
+                                 "--set",
+                                 "tiers.host.capacity_bytes=16MiB",
+                                 "--set",
+                                 "tiers.device.capacity_bytes=4MiB",
+                                 "--set",
+                                 "tiers.host.staging_bytes=1MiB",
+                                 "--set",
+                                 "tiers.nvme.file_count=2",
+                                 "--set",
+                                 "tiers.nvme.file_size_bytes=4MiB"},
+        std::vector<std::string>{"NOTIFY_SOCKET=" + notify_->path()}, root_ + "/log");
+    ASSERT_TRUE(notify_->WaitFor("READY=1", std::chrono::seconds(20))) << Log();
+  }
+
+  // kvtierctl status as a new process, every call with a 1 s deadline.
+  testing::CommandResult NewClient() {
+    return testing::RunCommand(
+        {KVTIERCTL_PATH, "--socket", socket_, "--timeout-ms", "1000", "status", "--json"});
+  }
+
+  std::string Log() { return testing::ReadFile(root_ + "/log"); }
+
+  std::string root_, socket_, fd_socket_;
+  std::unique_ptr<testing::NotifySocket> notify_;
+  std::unique_ptr<testing::ChildProcess> daemon_;
+};
+
+TEST_F(ConnectionFloodTest, ASilentFloodKeepsNoOneOut) {
+  Start();
+  EXPECT_THAT(Log(), HasSubstr("server.max_connections = 4096 lowered to " +
+                               std::to_string(kConnectionRoom)));
+  const int before = CountFds(daemon_->pid());
+  // Four times the daemon's descriptor limit, on the gRPC socket and the
+  // descriptor socket, sending nothing.
+  Flooder flood({socket_, fd_socket_}, 3 * kNofile, /*speak=*/false, /*uid=*/-1);
+  ASSERT_GT(flood.opened(), 2 * kNofile) << "the flood did not reach the daemon's limit";
+
+  const auto t0 = std::chrono::steady_clock::now();
+  testing::CommandResult status = NewClient();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(status.exit_code, 0) << status.err << Log();
+  EXPECT_THAT(status.out, HasSubstr("\"version\""));
+  std::cout << "new client served in "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+            << " ms during the flood\n";
+  // The descriptor socket serves too (authentication off: token "-").
+  client::FetchedFd staging =
+      client::FetchSharedFd(fd_socket_, client::SharedFileKind::kStaging, "-", 1000);
+  EXPECT_TRUE(staging.ok()) << staging.ToString();
+  // What the flood holds in the daemon: its pending lists, no more.
+  EXPECT_LE(CountFds(daemon_->pid()) - before, 2 * kPending + 128 + 8);
+
+  flood.Leave();
+  EXPECT_EQ(NewClient().exit_code, 0) << Log();
+}
+
+TEST_F(ConnectionFloodTest, OneUsersConnectionsFillOnlyItsOwnShare) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to flood as another user (setuid)";
+  Start();
+  const int before = CountFds(daemon_->pid());
+  // Connections that speak (each is handed to gRPC) from user 65534: at
+  // most kPerUid of them are kept, the rest closed at once.
+  Flooder flood({socket_}, 2 * kNofile, /*speak=*/true, /*uid=*/65534);
+  ASSERT_GT(flood.opened(), kNofile);
+  testing::CommandResult status = NewClient();
+  EXPECT_EQ(status.exit_code, 0) << status.err << Log();
+  EXPECT_LE(CountFds(daemon_->pid()) - before, kPerUid + kPending + 8);
+  EXPECT_THAT(Log(), HasSubstr("connection of uid 65534 refused"));
+  flood.Leave();
+  EXPECT_EQ(NewClient().exit_code, 0) << Log();
+}
+
+}  // namespace
+}  // namespace kvtier::security
