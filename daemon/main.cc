@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -145,5 +146,12 @@ int main(int argc, char** argv) {
   // create is for the daemon's user alone; files meant for clients (the
   // sockets, the arena) get their modes explicitly.
   ::umask(0077);
-  return Run(argc, argv);
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvtierd: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "kvtierd: unknown exception\n");
+  }
+  return 1;
 }

@@ -17,12 +17,7 @@ bool ConnectionGate::Admit(int fd, uint32_t uid) {
   absl::MutexLock lock(&mu_);
   // A descriptor number already counted was closed and is reused now.
   if (auto stale = open_.find(fd); stale != open_.end()) Forget(stale);
-  auto full = [&] {
-    if (open_.size() >= limits_.max_total) return true;
-    auto it = per_uid_.find(uid);
-    return it != per_uid_.end() && it->second >= limits_.max_per_uid;
-  };
-  if (full() && std::chrono::steady_clock::now() - last_sweep_ >= kMinSweepInterval) {
+  if (FullLocked(uid) && std::chrono::steady_clock::now() - last_sweep_ >= kMinSweepInterval) {
     SweepLocked();
   }
   if (open_.size() >= limits_.max_total) {
@@ -38,6 +33,12 @@ bool ConnectionGate::Admit(int fd, uint32_t uid) {
   ++admitted_;
   open_[fd] = Entry{st.st_dev, st.st_ino, uid};
   return true;
+}
+
+bool ConnectionGate::FullLocked(uint32_t uid) const {
+  if (open_.size() >= limits_.max_total) return true;
+  auto it = per_uid_.find(uid);
+  return it != per_uid_.end() && it->second >= limits_.max_per_uid;
 }
 
 void ConnectionGate::Sweep() {

@@ -70,6 +70,7 @@ class ConnectionGate {
     uint32_t uid = 0;
   };
   void SweepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool FullLocked(uint32_t uid) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(absl::flat_hash_map<int, Entry>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ConnectionLimits limits_;

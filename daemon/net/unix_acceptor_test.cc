@@ -118,6 +118,7 @@ class UnixAcceptorTest : public ::testing::Test {
 TEST_F(UnixAcceptorTest, SilentConnectionsGoAndDoNotKeepOthersOut) {
   Start({.max_total = 64, .max_per_uid = 64}, milliseconds(300), /*max_pending=*/8);
   std::vector<int> silent;
+  silent.reserve(200);
   for (int i = 0; i < 200; ++i) {
     const int fd = Connect(path_);
     ASSERT_GE(fd, 0) << i;
@@ -212,6 +213,7 @@ TEST_F(UnixAcceptorTest, RunningOutOfDescriptorsNeverStopsTheLoop) {
   if (pid == 0) {
     ::setrlimit(RLIMIT_NOFILE, &old);
     std::vector<int> fds;
+    fds.reserve(200);
     for (int i = 0; i < 200; ++i) fds.push_back(ConnectAndSend(path_));
     char c;
     (void)!::read(go[0], &c, 1);  // hold them until the parent is done

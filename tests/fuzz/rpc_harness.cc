@@ -80,9 +80,12 @@ void Remember(std::vector<uint64_t>* ids, uint64_t id) {
   if (ids->size() < kMaxIds) ids->push_back(id);
 }
 
-enum Tag : intptr_t { kStart = 1, kWrite, kWritesDone, kRead, kFinish };
+enum Tag : int { kStart = 0, kWrite, kWritesDone, kRead, kFinish, kTags };
 
-void* T(Tag tag) { return reinterpret_cast<void*>(tag); }
+// Completion-queue tags: the address of one byte per Tag.
+char tag_bytes[kTags];
+void* T(Tag tag) { return &tag_bytes[tag]; }
+Tag TagOf(const void* tag) { return static_cast<Tag>(static_cast<const char*>(tag) - tag_bytes); }
 
 }  // namespace
 
@@ -315,7 +318,7 @@ CallResult RpcHarness::Call(const Method& method, const std::vector<std::string>
       Fail("client completion queue stalled on " + method.path);
     }
     --pending;
-    switch (static_cast<Tag>(reinterpret_cast<intptr_t>(tag))) {
+    switch (TagOf(tag)) {
       case kStart:
         if (!ok) {
           writes_closed = reads_done = true;
