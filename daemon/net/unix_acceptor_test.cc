@@ -142,8 +142,8 @@ TEST_F(UnixAcceptorTest, SilentConnectionsGoAndDoNotKeepOthersOut) {
 
 TEST_F(UnixAcceptorTest, CapsHoldAndAClosedConnectionFreesItsPlace) {
   Start({.max_total = 3, .max_per_uid = 3}, milliseconds(2000), 16);
-  std::vector<int> clients;
-  for (int i = 0; i < 3; ++i) clients.push_back(ConnectAndSend(path_));
+  const std::vector<int> clients = {ConnectAndSend(path_), ConnectAndSend(path_),
+                                    ConnectAndSend(path_)};
   ASSERT_TRUE(WaitHanded(3, milliseconds(2000)));
   // Over the cap: closed at once, the open ones untouched.
   const int refused = ConnectAndSend(path_);
