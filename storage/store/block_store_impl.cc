@@ -353,6 +353,7 @@ absl::StatusOr<std::pair<ModelProfile, bool>> BlockStoreImpl::RegisterProfile(
   }
   ModelProfile owned = profile;
   owned.owner = tenant;
+  bool reserved = false;  // a place of the profiles quota, held across the write
   {
     absl::MutexLock lock(&mu_);
     bool known = false;
@@ -363,12 +364,17 @@ absl::StatusOr<std::pair<ModelProfile, bool>> BlockStoreImpl::RegisterProfile(
     }
     TenantState& t = TenantLocked(tenant);
     if (!known) {
-      KVTIER_RETURN_IF_ERROR(
-          CheckQuota(tenant, "profiles", t.usage.profiles, 1, t.limits.profiles));
+      KVTIER_RETURN_IF_ERROR(CheckQuota(tenant, "profiles", t.usage.profiles + t.profiles_pending,
+                                        1, t.limits.profiles));
+      ++t.profiles_pending;
+      reserved = true;
     }
   }
-  KVTIER_ASSIGN_OR_RETURN(RegisteredProfile registered, catalog_->RegisterProfile(owned));
+  absl::StatusOr<RegisteredProfile> written = catalog_->RegisterProfile(owned);
   absl::MutexLock lock(&mu_);
+  if (reserved) --TenantLocked(tenant).profiles_pending;
+  if (!written.ok()) return written.status();
+  const RegisteredProfile& registered = *written;
   if (registered.created) {
     profiles_[registered.profile.profile_id].push_back(registered.profile);
     ++profile_count_;

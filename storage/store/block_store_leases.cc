@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "storage/common/mutex_unlock.h"
@@ -52,6 +53,12 @@ absl::StatusOr<uint64_t> BlockStoreImpl::AcquireHandles(
   absl::MutexLock lock(&mu_);
   KVTIER_RETURN_IF_ERROR(CheckLeaseQuotaLocked(tenant, pin.replaces_lease));
   KVTIER_ASSIGN_OR_RETURN(MemorySpace * space, SpaceLocked(tenant, /*staging=*/false));
+  // The loop below may drop mu_ (promotions): the lease's place is held
+  // until it is added (or not), with mu_ held again.
+  ++TenantLocked(tenant).leases_pending;
+  absl::Cleanup unreserve = [this, &tenant]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    --TenantLocked(tenant).leases_pending;
+  };
   // The lease holds its entries (invariant 8), in a released lease's list
   // when one is spare: a Select's lease allocates nothing once warm.
   std::vector<Entry*> pinned;
@@ -219,12 +226,16 @@ absl::Status BlockStoreImpl::CheckLeaseQuotaLocked(const std::string& tenant,
   auto allowed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return limit + (replaces_lease != 0 && leases_.Holds(replaces_lease, tenant) ? 1 : 0);
   };
-  if (leases_.CountOf(tenant) >= allowed()) {
+  // Leases being taken by concurrent calls count as held.
+  auto held = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return leases_.CountOf(tenant) + TenantLocked(tenant).leases_pending;
+  };
+  if (held() >= allowed()) {
     size_t reaped = 0;  // expired leases free their places first
     KVTIER_RETURN_IF_ERROR(ReapLocked(&reaped));
   }
-  if (leases_.CountOf(tenant) < allowed()) return absl::OkStatus();
-  return CheckQuota(tenant, "leases", leases_.CountOf(tenant), 1, limit);
+  if (held() < allowed()) return absl::OkStatus();
+  return CheckQuota(tenant, "leases", held(), 1, limit);
 }
 
 void BlockStoreImpl::MarkWanted(absl::Span<const BlockKey> keys) {

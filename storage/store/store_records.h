@@ -50,6 +50,11 @@ struct TenantState {
   // writers of one tenant cannot overshoot it together.
   uint64_t host_in_flight = 0;
   uint64_t nvme_in_flight = 0;
+  // Count-type quotas taken by calls that drop mu_ before their insert
+  // (a profile's catalog write, a lease's promotions): counted as used
+  // until the call ends, so concurrent calls cannot pass the quota together.
+  uint64_t profiles_pending = 0;
+  uint64_t leases_pending = 0;
 };
 
 // A staging slot handed out by ReserveSlots, until its put or deadline.

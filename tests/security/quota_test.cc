@@ -3,7 +3,10 @@
 // passes its quota.
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "tests/security/security_fixture.h"
@@ -183,6 +186,77 @@ TEST_F(QuotaTest, AContextOfOneIdRepeatedIsRefusedWithoutBuildingIt) {
   std::printf("OpenContext of 262,144 copies of one id: RSS +%.1f MiB\n",
               static_cast<double>(after - std::min(after, before)) / (1 << 20));
   EXPECT_EQ(As("ops")->Stats()->open_contexts(), 0u);
+}
+
+// Issue 46, finding 5: 64 concurrent calls cannot pass a count-type quota
+// together (the check and the insert were apart; 24 concurrent
+// RegisterProfile calls once left a tenant at 7 of 5).
+class ConcurrentQuotaTest : public SecurityTest {
+ protected:
+  void SetUp() override {
+    tokens_["burst"] = auth::NewToken();
+    StartDaemon({}, "[[tenants]]\nname = \"burst\"\nrole = \"data\"\ntoken_sha256 = [\"" +
+                        auth::HashToken(tokens_["burst"]) +
+                        "\"]\n[tenants.quotas]\nprofiles = 5\nleases = 3\n");
+  }
+};
+
+TEST_F(ConcurrentQuotaTest, SixtyFourConcurrentRegistrationsKeepTheProfilesQuota) {
+  std::atomic<int> ok{0}, exhausted{0};
+  std::vector<std::thread> threads;
+  threads.reserve(64);
+  for (int i = 0; i < 64; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = As("burst");  // a connection each
+      v1::ModelProfile p = Profile();
+      p.set_name("burst-" + std::to_string(i));
+      auto r = c->RegisterProfile(p);
+      if (r.ok()) {
+        ++ok;
+      } else if (r.status().code() == absl::StatusCode::kResourceExhausted) {
+        ++exhausted;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 5);
+  EXPECT_EQ(exhausted.load(), 59);
+  EXPECT_EQ(server_->runtime()->store()->UsageOf("burst").profiles, 5u);
+}
+
+TEST_F(ConcurrentQuotaTest, SixtyFourConcurrentPinsKeepTheLeasesQuota) {
+  auto c = As("burst");
+  const uint64_t profile = Register(c.get());
+  ASSERT_NE(profile, 0u);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 8; ++i) ids.push_back(BlockIdOf("pin", i));
+  ASSERT_THAT(Put(c.get(), profile, ids, 1), ::testing::Each(0));
+  std::atomic<int> ok{0}, exhausted{0};
+  std::vector<std::thread> threads;
+  threads.reserve(64);
+  for (int i = 0; i < 64; ++i) {
+    threads.emplace_back([&, i] {
+      auto own = As("burst");
+      grpc::ClientContext ctx;
+      v1::GetBlocksRequest req;
+      req.set_profile_id(profile);
+      req.set_mode(v1::RETURN_MODE_HANDLES);
+      req.add_block_ids(ids[i % ids.size()]);
+      auto reader = own->kvtier_stub()->GetBlocks(&ctx, req);
+      v1::GetBlocksResponse resp;
+      while (reader->Read(&resp)) {
+      }
+      const grpc::Status st = reader->Finish();
+      if (st.ok()) {
+        ++ok;
+      } else if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        ++exhausted;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 3);
+  EXPECT_EQ(exhausted.load(), 61);
 }
 
 }  // namespace
