@@ -242,6 +242,10 @@ void CollectRuntime(Runtime* rt, Writer& w) {
             {{"reason", "stalled"}}, static_cast<double>(streams.stalled));
   w.Gauge("kvtier_stream_queued_bytes", "Bytes of GetBlocks messages written but not yet read", {},
           static_cast<double>(streams.queued_bytes));
+  w.Gauge("kvtier_stream_waiting",
+          "GetBlocks streams waiting for their tenant's or the daemon's "
+          "queued-bytes budget",
+          {}, static_cast<double>(streams.waiting));
   w.Gauge("kvtier_uptime_seconds", "Seconds since the daemon started", {},
           static_cast<double>(rt->uptime_s()));
   w.Gauge("kvtier_build_info", "Always 1; the version as a label", {{"version", kVersion}}, 1);

@@ -28,14 +28,17 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
 #include "gtest/gtest.h"
+#include "kvtier/v1/kvtier.grpc.pb.h"
 #include "proto/auth/token.h"
 #include "tests/load/load_block.h"
 #include "tests/load/load_daemon.h"
+#include "tests/testutil/http_get.h"
 
 namespace kvtier::load {
 namespace {
@@ -128,6 +131,27 @@ class FairnessTest : public ::testing::Test {
     }
   }
 
+  // The shipped settings with small tiers in this test's folders.
+  std::vector<std::string> Settings() const {
+    std::vector<std::string> settings = {"log.level=warn",
+                                         "server.shutdown_grace_ms=2000",
+                                         "tiers.device.backend=shm",
+                                         "tiers.device.shm_dir=" + shm_dir_,
+                                         "tiers.host.shm_dir=" + shm_dir_,
+                                         "tiers.device.capacity_bytes=16MiB",
+                                         "tiers.host.capacity_bytes=128MiB",
+                                         "tiers.nvme.file_count=2",
+                                         "tiers.nvme.file_size_bytes=1GiB",
+                                         "auth.tenants_file=" + dir_ + "/tenants.toml",
+                                         "auth.tenant_arena_bytes=4MiB",
+                                         "auth.tenant_staging_bytes=1MiB"};
+    const char* extra = std::getenv("KVTIER_FAIRNESS_SET");
+    for (absl::string_view s : absl::StrSplit(extra ? extra : "", ';', absl::SkipWhitespace())) {
+      settings.emplace_back(s);
+    }
+    return settings;
+  }
+
   std::string dir_, shm_dir_;
   std::map<std::string, std::string> tokens_;
   std::unique_ptr<LoadDaemon> daemon_;
@@ -138,23 +162,7 @@ TEST_F(FairnessTest, OneTenantsFloodOfDurablePutsDoesNotStarveAnother) {
       static_cast<int64_t>(EnvDouble("KVTIER_FAIRNESS_SECONDS", 3) * 1000));
   const int flooders = static_cast<int>(EnvDouble("KVTIER_FAIRNESS_FLOODERS", 32));
   const double max_ratio = EnvDouble("KVTIER_FAIRNESS_MAX_RATIO", 10);
-  std::vector<std::string> settings = {"log.level=warn",
-                                       "server.shutdown_grace_ms=2000",
-                                       "tiers.device.backend=shm",
-                                       "tiers.device.shm_dir=" + shm_dir_,
-                                       "tiers.host.shm_dir=" + shm_dir_,
-                                       "tiers.device.capacity_bytes=16MiB",
-                                       "tiers.host.capacity_bytes=128MiB",
-                                       "tiers.nvme.file_count=2",
-                                       "tiers.nvme.file_size_bytes=1GiB",
-                                       "auth.tenants_file=" + dir_ + "/tenants.toml",
-                                       "auth.tenant_arena_bytes=4MiB",
-                                       "auth.tenant_staging_bytes=1MiB"};
-  const char* extra = std::getenv("KVTIER_FAIRNESS_SET");
-  for (absl::string_view s : absl::StrSplit(extra ? extra : "", ';', absl::SkipWhitespace())) {
-    settings.emplace_back(s);
-  }
-  daemon_ = std::make_unique<LoadDaemon>(KVTIERD_PATH, dir_, settings);
+  daemon_ = std::make_unique<LoadDaemon>(KVTIERD_PATH, dir_, Settings());
   std::string error;
   ASSERT_TRUE(daemon_->Start(std::chrono::seconds(60), &error)) << error;
 
@@ -241,6 +249,144 @@ TEST_F(FairnessTest, OneTenantsFloodOfDurablePutsDoesNotStarveAnother) {
   EXPECT_GT(a_puts.load(), 0u) << "the flood did not run";
   EXPECT_LE(put_flood, max_ratio * put_alone);
   EXPECT_LE(get_flood, max_ratio * get_alone);
+  EXPECT_EQ(daemon_->Stop(std::chrono::seconds(30)), std::optional<int>(0));
+}
+
+// One value of the metrics endpoint's text (0 when absent).
+double Metric(int port, const std::string& name) {
+  const testing::HttpResponse r = testing::HttpRaw(
+      port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  for (absl::string_view line : absl::StrSplit(r.body, '\n')) {
+    if (absl::StartsWith(line, name + " "))
+      return std::atof(std::string(line.substr(name.size() + 1)).c_str());
+  }
+  return 0;
+}
+
+// Issue 46, finding 2: tenant a's GetBlocks readers stop reading at a's
+// queued-bytes cap; tenant b's single-block reads must not wait behind
+// them (one queue across tenants made them wait until a's streams were
+// cancelled, 30 s later). b's read p99 alone, then with a's stalled
+// readers, each phase KVTIER_FAIRNESS_SECONDS; the bound is
+// KVTIER_FAIRNESS_MAX_RATIO (10; the issue's goal is 3x, docs/RELIABILITY.md
+// has the measured ratio).
+TEST_F(FairnessTest, StalledReadersOfOneTenantDoNotDelayAnothersReads) {
+  const auto phase = std::chrono::milliseconds(
+      static_cast<int64_t>(EnvDouble("KVTIER_FAIRNESS_SECONDS", 3) * 1000));
+  const double max_ratio = EnvDouble("KVTIER_FAIRNESS_MAX_RATIO", 10);
+  const int readers = static_cast<int>(EnvDouble("KVTIER_FAIRNESS_READERS", 8));
+  std::vector<std::string> settings = Settings();
+  settings.push_back("log.level=info");  // the metrics port is logged
+  settings.push_back("metrics.listen_address=:0");
+  settings.push_back("server.max_queued_bytes_per_tenant=1MiB");
+  daemon_ = std::make_unique<LoadDaemon>(KVTIERD_PATH, dir_, settings);
+  std::string error;
+  ASSERT_TRUE(daemon_->Start(std::chrono::seconds(60), &error)) << error;
+  int port = 0;
+  {
+    std::ifstream log(daemon_->log_path());
+    std::string line;
+    const std::string key = "metrics at http://127.0.0.1:";
+    while (std::getline(log, line) && port == 0) {
+      const size_t at = line.find(key);
+      if (at != std::string::npos) port = std::atoi(line.c_str() + at + key.size());
+    }
+  }
+  ASSERT_GT(port, 0) << "no metrics port in " << daemon_->log_path();
+
+  // a: 32 blocks of 64 KiB (2 MiB, twice its queued-bytes cap); b: one.
+  auto a = As("a");
+  auto profile_a = a->RegisterProfile(LoadProfile(kBlockBytes));
+  ASSERT_TRUE(profile_a.ok()) << profile_a.status();
+  v1::PutBlocksRequest put_a;
+  put_a.set_profile_id(profile_a->profile_id());
+  for (uint64_t i = 0; i < 32; ++i) {
+    v1::BlockPut* blk = put_a.add_blocks();
+    blk->set_block_id(BlockId(7, i));
+    blk->set_data(Payload(blk->block_id(), kBlockBytes));
+  }
+  ASSERT_TRUE(a->PutBlocks({put_a}).ok());
+  auto b = As("b");
+  auto profile_b = b->RegisterProfile(LoadProfile(kBlockBytes));
+  ASSERT_TRUE(profile_b.ok()) << profile_b.status();
+  const std::string id_b = BlockId(9, 0);
+  v1::PutBlocksRequest put_b;
+  put_b.set_profile_id(profile_b->profile_id());
+  v1::BlockPut* blk_b = put_b.add_blocks();
+  blk_b->set_block_id(id_b);
+  blk_b->set_data(Payload(id_b, kBlockBytes));
+  ASSERT_TRUE(b->PutBlocks({put_b}).ok());
+  auto read_b = [&](Clock::time_point until, Phase* out) {
+    v1::GetBlocksRequest get;
+    get.set_profile_id(profile_b->profile_id());
+    get.add_block_ids(id_b);
+    while (Clock::now() < until) {
+      const auto t0 = Clock::now();
+      auto got = b->GetBlocks(get);
+      const auto t1 = Clock::now();
+      if (!got.ok() || got->size() != 1 ||
+          !ComparePayload(id_b, kBlockBytes, (*got)[0].data().data(), (*got)[0].data().size())
+               .empty()) {
+        out->Fail(got.ok() ? "wrong bytes or count" : got.status().ToString());
+        continue;
+      }
+      out->get_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+  };
+  Phase warm, alone, stalled;
+  read_b(Clock::now() + std::chrono::milliseconds(300), &warm);
+  read_b(Clock::now() + phase, &alone);
+
+  // a's readers: each asks for all 32 blocks on a channel of its own with
+  // small flow-control windows and never reads.
+  struct Reader {
+    std::unique_ptr<v1::KvTier::Stub> stub;
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReader<v1::GetBlocksResponse>> stream;
+  };
+  std::vector<std::unique_ptr<Reader>> stuck;
+  for (int i = 0; i < readers; ++i) {
+    auto r = std::make_unique<Reader>();
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
+    args.SetInt(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, 64 << 20);
+    r->stub = v1::KvTier::NewStub(grpc::CreateCustomChannel(
+        "unix:" + daemon_->socket_path(), grpc::InsecureChannelCredentials(), args));
+    r->ctx.AddMetadata("authorization", "Bearer " + tokens_["a"]);
+    v1::GetBlocksRequest req;
+    req.set_profile_id(profile_a->profile_id());
+    for (uint64_t k = 0; k < 32; ++k) req.add_block_ids(BlockId(7, k));
+    r->stream = r->stub->GetBlocks(&r->ctx, req);
+    stuck.push_back(std::move(r));
+  }
+  // Until a's readers wait at its cap (polled, bounded).
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Metric(port, "kvtier_stream_waiting") < 1 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const double waiting = Metric(port, "kvtier_stream_waiting");
+  const double queued = Metric(port, "kvtier_stream_queued_bytes");
+  ASSERT_GE(waiting, 1) << "a's readers never reached its cap";
+  read_b(Clock::now() + phase, &stalled);
+  for (auto& r : stuck) r->ctx.TryCancel();
+  for (auto& r : stuck) (void)r->stream->Finish();
+
+  const double p99_alone = Quantile(alone.get_ms, 0.99);
+  const double p99_stalled = Quantile(stalled.get_ms, 0.99);
+  std::cout << absl::StrCat("fairness: b's reads alone: ", alone.get_ms.size(), " p50 ",
+                            Quantile(alone.get_ms, 0.5), " ms p99 ", p99_alone,
+                            " ms\nfairness: b's reads with ", readers, " stalled readers of a (",
+                            waiting, " waiting, ", queued,
+                            " bytes queued): ", stalled.get_ms.size(), " p50 ",
+                            Quantile(stalled.get_ms, 0.5), " ms p99 ", p99_stalled,
+                            " ms\nfairness: p99 ratio ", p99_stalled / p99_alone)
+            << std::endl;
+  EXPECT_EQ(alone.failures, 0u) << alone.first_failure;
+  EXPECT_EQ(stalled.failures, 0u) << stalled.first_failure;
+  ASSERT_GT(alone.get_ms.size(), 10u);
+  ASSERT_GT(stalled.get_ms.size(), 10u) << "b's reads waited behind a's readers";
+  EXPECT_LE(p99_stalled, max_ratio * p99_alone);
   EXPECT_EQ(daemon_->Stop(std::chrono::seconds(30)), std::optional<int>(0));
 }
 
