@@ -57,7 +57,10 @@ struct Row {
   int batch = 0;
   Stats latency;
   double visited = 1.0;  // share of retrieval-key pages read
-  double mass = 1.0;     // expected mass vs the flat pass
+  // Share of the retrieval heads' key bytes touched per step (summaries
+  // included): what the memory-bound cost follows.
+  double key_bytes = 1.0;
+  double mass = 1.0;  // expected mass vs the flat pass
   double bytes_per_token = 0;
 };
 
@@ -188,7 +191,7 @@ class LongBench {
     // The sparse path: timed, then judged against the flat pass.
     std::vector<double> sparse_us;
     double mass_flat = 0, mass_sparse = 0;
-    int64_t opened = 0, screened = 0;
+    int64_t opened = 0, screened = 0, chunks = 0;
     int64_t targets = 0, targets_kept = 0;  // retrieval targets the flat pass chose
     std::vector<float> est(n);
     index::KeyScorerScratch scratch;
@@ -202,6 +205,7 @@ class LongBench {
         for (int b = 0; b < k.batch; ++b) {
           opened += res[b].mass_pages_opened;
           screened += res[b].mass_pages_screened;
+          chunks += res[b].mass_chunks_screened;
           const index::ContextIndex& ctx = *ctxs[b];
           if (!index::MassScores(ctx.keys(), c, ctx.key_slots(), D, n, q[s][b], &scratch,
                                  absl::MakeSpan(est))
@@ -251,19 +255,20 @@ class LongBench {
     }
     const double bytes = static_cast<double>(ctxs[0]->MemoryBytes()) / (n * kT);
     auto add = [&](const std::string& method, const std::vector<double>& us, double visited,
-                   double mass) {
+                   double mass, double key_bytes) {
       Row r = base;
       r.method = method;
       r.latency = Summarise(us);
       r.visited = visited;
+      r.key_bytes = key_bytes;
       r.mass = mass;
       r.bytes_per_token = bytes;
       rows->push_back(r);
       std::printf(
           "  %-6s %8lld tok x%-3d %-24s p50 %10.1f us  p99 %10.1f us  read %.4f  "
-          "mass %.5f  index %.0f B/token (%.2f%% of 7B KV)\n",
+          "key bytes %.4f  mass %.5f  index %.0f B/token (%.2f%% of 7B KV)\n",
           r.shape.c_str(), static_cast<long long>(r.tokens), r.batch, method.c_str(),
-          r.latency.p50_us, r.latency.p99_us, r.visited, r.mass, r.bytes_per_token,
+          r.latency.p50_us, r.latency.p99_us, r.visited, r.key_bytes, r.mass, r.bytes_per_token,
           100.0 * r.bytes_per_token / kKvBytesPerToken);
       std::fflush(stdout);
     };
@@ -272,12 +277,18 @@ class LongBench {
         "pass chose: %lld, also chosen by the sparse path: %lld\n",
         static_cast<double>(screened) / (static_cast<double>(n) * R * k.batch * queries),
         static_cast<long long>(targets), static_cast<long long>(targets_kept));
+    // Per head and step: T x D bytes per opened page, 4 x D per page or
+    // chunk summary screened (kSummaryRows rows of D int8 values).
+    const double all_keys = static_cast<double>(n) * R * k.batch * queries * kT * D;
+    const double touched =
+        static_cast<double>(opened) * kT * D +
+        static_cast<double>(screened + chunks) * index::KeyTable::kSummaryRows * D;
     add("mass sparse (shipped)", sparse_us,
         static_cast<double>(opened) / (static_cast<double>(n) * R * k.batch * queries),
-        mass_flat > 0 ? mass_sparse / mass_flat : 1.0);
-    add("mass flat pass", flat_us, 1.0, 1.0);
-    add("pooled key-key tree", tree_us, 0.0, 0.0);
-    add("exact int8 scan", scan_us, 1.0, 0.0);
+        mass_flat > 0 ? mass_sparse / mass_flat : 1.0, touched / all_keys);
+    add("mass flat pass", flat_us, 1.0, 1.0, 1.0);
+    add("pooled key-key tree", tree_us, 0.0, 0.0, 0.0);
+    add("exact int8 scan", scan_us, 1.0, 0.0, 1.0);
   }
 
  private:
@@ -339,12 +350,13 @@ bool RunLongScenario(const LongScenarioOptions& o, const std::string& out_dir) {
     return false;
   }
   std::fprintf(f,
-               "shape,tokens,batch,method,p50_us,p99_us,pages_read,expected_mass_vs_flat,"
-               "index_bytes_per_token\n");
+               "shape,tokens,batch,threads,method,p50_us,p99_us,pages_read,key_bytes_touched,"
+               "expected_mass_vs_flat,index_bytes_per_token\n");
   std::fprintf(md,
-               "| shape | tokens x batch | method | p50 us | p99 us | vs flat p50 | pages read "
-               "| expected mass vs flat | index B/token (share of 7B KV) |\n"
-               "|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+               "| shape | tokens x batch | threads | method | p50 us | p99 us | vs flat p50 | "
+               "pages read | key bytes touched | expected mass vs flat | index B/token (share "
+               "of 7B KV) |\n"
+               "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
     double flat_p50 = 0;
     for (const Row& x : rows) {
@@ -353,15 +365,18 @@ bool RunLongScenario(const LongScenarioOptions& o, const std::string& out_dir) {
         flat_p50 = x.latency.p50_us;
       }
     }
-    std::fprintf(f, "%s,%lld,%d,%s,%.1f,%.1f,%.5f,%.5f,%.1f\n", r.shape.c_str(),
-                 static_cast<long long>(r.tokens), r.batch, r.method.c_str(), r.latency.p50_us,
-                 r.latency.p99_us, r.visited, r.mass, r.bytes_per_token);
+    std::fprintf(f, "%s,%lld,%d,%d,%s,%.1f,%.1f,%.5f,%.5f,%.5f,%.1f\n", r.shape.c_str(),
+                 static_cast<long long>(r.tokens), r.batch, o.threads, r.method.c_str(),
+                 r.latency.p50_us, r.latency.p99_us, r.visited, r.key_bytes, r.mass,
+                 r.bytes_per_token);
+    const bool tree = r.method == "pooled key-key tree";
     std::fprintf(
-        md, "| %s | %lldK x %d | %s | %.0f | %.0f | %.2fx | %s | %s | %.0f (%.2f%%) |\n",
-        r.shape.c_str(), static_cast<long long>(r.tokens / 1024), r.batch, r.method.c_str(),
-        r.latency.p50_us, r.latency.p99_us,
+        md, "| %s | %lldK x %d | %d | %s | %.0f | %.0f | %.2fx | %s | %s | %s | %.0f (%.2f%%) |\n",
+        r.shape.c_str(), static_cast<long long>(r.tokens / 1024), r.batch, o.threads,
+        r.method.c_str(), r.latency.p50_us, r.latency.p99_us,
         r.latency.p50_us > 0 ? flat_p50 / r.latency.p50_us : 0.0,
-        r.method == "pooled key-key tree" ? "-" : absl::StrFormat("%.4f", r.visited).c_str(),
+        tree ? "-" : absl::StrFormat("%.4f", r.visited).c_str(),
+        tree ? "-" : absl::StrFormat("%.4f", r.key_bytes).c_str(),
         r.method.rfind("mass", 0) == 0 ? absl::StrFormat("%.5f", r.mass).c_str() : "-",
         r.bytes_per_token, 100.0 * r.bytes_per_token / kKvBytesPerToken);
   }

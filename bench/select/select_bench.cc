@@ -24,6 +24,7 @@
 // Usage: kvtier_select_bench --out DIR [--quick] [--queries N] [--hnsw-all]
 //                             [--scenario single|batch|window|long|all]
 //                             [--config NAME] [--blocks N]  (one config / size)
+//                             [--threads N]  (long: the selector's threads, 2)
 #include <omp.h>
 
 #include <algorithm>
@@ -595,6 +596,7 @@ void Memory(FILE* out) {
 int main(int argc, char** argv) {
   std::string out_dir = ".";
   bool quick = false;
+  int long_threads = 2;  // --scenario long: the selector's threads
   int queries = 20;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) {
@@ -607,6 +609,8 @@ int main(int argc, char** argv) {
       g_only_blocks = std::atoll(argv[++i]);
     } else if (!std::strcmp(argv[i], "--hnsw-all")) {
       g_hnsw_all = true;
+    } else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) {
+      long_threads = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--quick")) {
       quick = true;
     } else if (!std::strcmp(argv[i], "--queries") && i + 1 < argc) {
@@ -614,7 +618,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s --out DIR [--quick] [--queries N] [--hnsw-all] "
-                   "[--scenario single|batch|window|long|all] [--config NAME] [--blocks N]\n",
+                   "[--scenario single|batch|window|long|all] [--config NAME] [--blocks N] "
+                   "[--threads N (long)]\n",
                    argv[0]);
       return 2;
     }
@@ -637,6 +642,7 @@ int main(int argc, char** argv) {
     lo.dumps_dir = KVTIER_REALKV_DIR;
     lo.calibration_dir = KVTIER_CALIBRATION_DIR;
     lo.quick = quick;
+    lo.threads = long_threads;
     return kvtier::bench::RunLongScenario(lo, out_dir) ? 0 : 1;
   }
   const bool all = g_scenario == "all";
