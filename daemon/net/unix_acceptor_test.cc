@@ -19,27 +19,16 @@
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/unix_connect.h"
 
 namespace kvtier::daemon {
 namespace {
 
 using std::chrono::milliseconds;
 
-int Connect(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    if (fd >= 0) ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Connects and sends one byte, as a gRPC client sends its preface.
 int ConnectAndSend(const std::string& path) {
-  const int fd = Connect(path);
+  const int fd = testing::ConnectUnix(path);
   if (fd >= 0 && ::send(fd, "P", 1, MSG_NOSIGNAL) != 1) {
     ::close(fd);
     return -1;
@@ -120,7 +109,7 @@ TEST_F(UnixAcceptorTest, SilentConnectionsGoAndDoNotKeepOthersOut) {
   std::vector<int> silent;
   silent.reserve(200);
   for (int i = 0; i < 200; ++i) {
-    const int fd = Connect(path_);
+    const int fd = testing::ConnectUnix(path_);
     ASSERT_GE(fd, 0) << i;
     silent.push_back(fd);
   }

@@ -21,6 +21,7 @@
 #include "client/shm/fd_fetch.h"
 #include "gmock/gmock.h"
 #include "tests/integration/subprocess.h"
+#include "tests/testutil/unix_connect.h"
 
 namespace kvtier::security {
 namespace {
@@ -35,18 +36,6 @@ constexpr int kPerUid = 64;   // server.max_connections_per_uid
 // kvtierd keeps 1024 + 2 x kPending descriptors for itself: the rest may
 // be connections (server.max_connections is lowered to this at start).
 constexpr int kConnectionRoom = kNofile - 1024 - 2 * kPending;
-
-int Connect(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    if (fd >= 0) ::close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 int CountFds(pid_t pid) {
   int n = 0;
@@ -79,7 +68,7 @@ class Flooder {
       int opened = 0;
       for (const std::string& path : paths) {
         for (int i = 0; i < count; ++i) {
-          const int fd = Connect(path);
+          const int fd = testing::ConnectUnix(path);
           if (fd < 0) continue;
           if (speak) (void)!::send(fd, kPreface, sizeof(kPreface) - 1, MSG_NOSIGNAL);
           ++opened;
