@@ -409,6 +409,8 @@ void Batch(int contexts, int64_t n, int queries, std::vector<Row>* rows) {
   {
     std::vector<std::vector<float>> units;
     std::vector<std::unique_ptr<ExactScan>> scans;
+    units.reserve(data.size());
+    scans.reserve(data.size());
     for (const SyntheticContext& d : data) units.push_back(Normalised(d.vectors));
     for (const auto& u : units) scans.push_back(std::make_unique<ExactScan>(u));
     std::vector<std::vector<int64_t>> got(contexts);
@@ -416,6 +418,7 @@ void Batch(int contexts, int64_t n, int queries, std::vector<Row>* rows) {
     double rec = 0;
     for (int q = 0; q < queries; ++q) {
       std::vector<std::vector<float>> qs;
+      qs.reserve(contexts);
       for (int c = 0; c < contexts; ++c) qs.push_back(Normalised(anchors[c][q]));
       const auto t0 = Clock::now();
       for (int c = 0; c < contexts; ++c) scans[c]->Search(qs[c], k, &got[c]);
@@ -434,6 +437,7 @@ void Batch(int contexts, int64_t n, int queries, std::vector<Row>* rows) {
   }
 
   std::vector<std::unique_ptr<ContextIndex>> ctx;
+  ctx.reserve(data.size());
   for (const SyntheticContext& d : data) ctx.push_back(OpenContext(d.vectors, /*q8=*/true));
   for (SelectAlgorithm alg : {SelectAlgorithm::kDescent, SelectAlgorithm::kGemm}) {
     for (int threads : {1, 2}) {

@@ -185,6 +185,7 @@ TEST_F(FairnessTest, OneTenantsFloodOfDurablePutsDoesNotStarveAnother) {
   absl::Mutex refusal_mu;
   std::string first_refusal;
   std::vector<std::thread> flood;
+  flood.reserve(flooders);
   for (int f = 0; f < flooders; ++f) {
     flood.emplace_back([&, f] {
       auto a = As("a");

@@ -229,6 +229,7 @@ TEST_F(ConcurrentQuotaTest, SixtyFourConcurrentPinsKeepTheLeasesQuota) {
   const uint64_t profile = Register(c.get());
   ASSERT_NE(profile, 0u);
   std::vector<std::string> ids;
+  ids.reserve(8);
   for (int i = 0; i < 8; ++i) ids.push_back(BlockIdOf("pin", i));
   ASSERT_THAT(Put(c.get(), profile, ids, 1), ::testing::Each(0));
   std::atomic<int> ok{0}, exhausted{0};
