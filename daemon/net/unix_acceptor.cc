@@ -104,10 +104,11 @@ void UnixAcceptor::Loop() {
   for (;;) {
     Clock::time_point now = Clock::now();
     // Connections that sent nothing in time go (the oldest expire first).
+    // Counted before the close: whoever sees the close sees the count.
     while (!pending_.empty() && pending_.front().deadline <= now) {
+      setup_timeouts_.fetch_add(1, std::memory_order_relaxed);
       ::close(pending_.front().fd);
       pending_.erase(pending_.begin());
-      setup_timeouts_.fetch_add(1, std::memory_order_relaxed);
     }
     int timeout_ms = static_cast<int>(
         std::chrono::duration_cast<std::chrono::milliseconds>(kSweepInterval).count());
@@ -183,9 +184,9 @@ void UnixAcceptor::AcceptBatch(Clock::time_point now) {
     if (pending_.size() >= options_.max_pending) {
       // The oldest has used most of its time without a byte; a client's
       // first bytes arrive with its connection.
+      evicted_.fetch_add(1, std::memory_order_relaxed);
       ::close(pending_.front().fd);
       pending_.erase(pending_.begin());
-      evicted_.fetch_add(1, std::memory_order_relaxed);
     }
     pending_.push_back({fd, cred.uid, now + options_.setup_timeout});
   }
