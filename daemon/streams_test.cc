@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -33,7 +34,7 @@ class StreamBytesTest : public ::testing::Test {
   std::unique_ptr<Waiter> Open(const std::string& tenant) {
     auto w = std::make_unique<Waiter>();
     auto t = table_->Open("GetBlocks", tenant, CallCredentials{}, &stream_);
-    EXPECT_TRUE(t.ok());
+    EXPECT_OK(t);
     w->ticket = std::move(*t);
     return w;
   }

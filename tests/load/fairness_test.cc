@@ -39,6 +39,7 @@
 #include "tests/load/load_block.h"
 #include "tests/load/load_daemon.h"
 #include "tests/testutil/http_get.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::load {
 namespace {
@@ -306,7 +307,7 @@ TEST_F(FairnessTest, StalledReadersOfOneTenantDoNotDelayAnothersReads) {
     blk->set_block_id(BlockId(7, i));
     blk->set_data(Payload(blk->block_id(), kBlockBytes));
   }
-  ASSERT_TRUE(a->PutBlocks({put_a}).ok());
+  ASSERT_OK(a->PutBlocks({put_a}));
   auto b = As("b");
   auto profile_b = b->RegisterProfile(LoadProfile(kBlockBytes));
   ASSERT_TRUE(profile_b.ok()) << profile_b.status();
@@ -316,7 +317,7 @@ TEST_F(FairnessTest, StalledReadersOfOneTenantDoNotDelayAnothersReads) {
   v1::BlockPut* blk_b = put_b.add_blocks();
   blk_b->set_block_id(id_b);
   blk_b->set_data(Payload(id_b, kBlockBytes));
-  ASSERT_TRUE(b->PutBlocks({put_b}).ok());
+  ASSERT_OK(b->PutBlocks({put_b}));
   auto read_b = [&](Clock::time_point until, Phase* out) {
     v1::GetBlocksRequest get;
     get.set_profile_id(profile_b->profile_id());
