@@ -23,6 +23,7 @@
 #include "daemon/auth/peer_server.h"
 #include "daemon/health_service.h"
 #include "daemon/kvtier_service.h"
+#include "daemon/net/connection_metrics.h"
 #include "daemon/net/fd_limit.h"
 #include "storage/common/errno_status.h"
 #include "storage/common/status_macros.h"
@@ -281,6 +282,14 @@ absl::Status Server::StartListeners(const Config& config) {
       KVTIER_ASSIGN_OR_RETURN(peer_server_,
                               StartPeerServer(config, runtime_.get(), gate_.get(), health_.get()));
     }
+    if (metrics_ != nullptr) {
+      // Read at scrape time; no scrape runs past Shutdown's metrics_.reset().
+      runtime_->metrics()->registry()->AddCollector([this](metrics::Writer& w) {
+        std::vector<UnixAcceptorStats> acceptors = {acceptor_->stats()};
+        if (peer_server_ != nullptr) acceptors.push_back(peer_server_->stats().acceptor);
+        WriteConnectionMetrics(*gate_, acceptors, w);
+      });
+    }
     return absl::OkStatus();
   }();
   if (!started.ok()) {
@@ -303,8 +312,8 @@ void Server::Shutdown() {
   if (peer_server_ != nullptr) peer_server_->Shutdown(deadline);
   grpc_server_->Shutdown(deadline);
   grpc_server_->Wait();
+  metrics_.reset();  // no scrape reads the runtime or the listeners past this point
   peer_server_.reset();
-  metrics_.reset();  // no scrape reads the runtime past this point
   // No handler runs any more: the store can close (and release its lock).
   kvtier_service_.reset();
   admin_service_.reset();

@@ -21,6 +21,7 @@
 #include "client/shm/fd_fetch.h"
 #include "gmock/gmock.h"
 #include "tests/integration/subprocess.h"
+#include "tests/testutil/http_get.h"
 #include "tests/testutil/unix_connect.h"
 
 namespace kvtier::security {
@@ -153,7 +154,9 @@ class ConnectionFloodTest : public ::testing::Test {
                                  "--set",
                                  "tiers.nvme.file_count=2",
                                  "--set",
-                                 "tiers.nvme.file_size_bytes=4MiB"},
+                                 "tiers.nvme.file_size_bytes=4MiB",
+                                 "--set",
+                                 "metrics.listen_address=:0"},
         std::vector<std::string>{"NOTIFY_SOCKET=" + notify_->path()}, root_ + "/log");
     ASSERT_TRUE(notify_->WaitFor("READY=1", std::chrono::seconds(20))) << Log();
   }
@@ -165,6 +168,20 @@ class ConnectionFloodTest : public ::testing::Test {
   }
 
   std::string Log() { return testing::ReadFile(root_ + "/log"); }
+
+  // One sample of the daemon's /metrics page (the port from its log); -1
+  // when absent.
+  double Metric(const std::string& series) {
+    const std::string log = Log();
+    const std::string key = "metrics at http://127.0.0.1:";
+    const size_t at = log.find(key);
+    if (at == std::string::npos) return -1;
+    const int port = std::atoi(log.c_str() + at + key.size());
+    const testing::HttpResponse page = testing::HttpGet(port, "/metrics");
+    const size_t line = page.body.find("\n" + series + " ");
+    if (line == std::string::npos) return -1;
+    return std::atof(page.body.c_str() + line + series.size() + 2);
+  }
 
   std::string root_, socket_, fd_socket_;
   std::unique_ptr<testing::NotifySocket> notify_;
@@ -196,6 +213,10 @@ TEST_F(ConnectionFloodTest, ASilentFloodKeepsNoOneOut) {
   // What the flood holds in the daemon: its pending lists, no more.
   EXPECT_LE(CountFds(daemon_->pid()) - before, 2 * kPending + 128 + 8);
 
+  // The metrics count what the flood cost: evictions (the pending list
+  // was full) and the connections handed to gRPC.
+  EXPECT_GE(Metric("kvtier_connections_closed_total{reason=\"evicted\"}"), 2 * kNofile);
+  EXPECT_GE(Metric("kvtier_connections_served_total"), 1);
   flood.Leave();
   EXPECT_EQ(NewClient().exit_code, 0) << Log();
 }
@@ -212,6 +233,8 @@ TEST_F(ConnectionFloodTest, OneUsersConnectionsFillOnlyItsOwnShare) {
   EXPECT_EQ(status.exit_code, 0) << status.err << Log();
   EXPECT_LE(CountFds(daemon_->pid()) - before, kPerUid + kPending + 8);
   EXPECT_THAT(Log(), HasSubstr("connection of uid 65534 refused"));
+  EXPECT_GE(Metric("kvtier_connections_closed_total{reason=\"cap\"}"), kNofile - kPerUid);
+  EXPECT_LE(Metric("kvtier_connections_open"), kPerUid + 2);
   flood.Leave();
   EXPECT_EQ(NewClient().exit_code, 0) << Log();
 }

@@ -1,0 +1,23 @@
+// The connection metrics of the Unix sockets (docs/OPERATIONS.md), written
+// at scrape time from the ConnectionGate and the accept loops' counters.
+//
+// Thread safety: reads only thread-safe accessors; call from the metrics
+// registry's collector.
+#ifndef KVTIER_DAEMON_NET_CONNECTION_METRICS_H_
+#define KVTIER_DAEMON_NET_CONNECTION_METRICS_H_
+
+#include <vector>
+
+#include "daemon/metrics/registry.h"
+#include "daemon/net/connection_gate.h"
+#include "daemon/net/unix_acceptor.h"
+
+namespace kvtier::daemon {
+
+// acceptors: the counters of every accept loop (main socket, peer socket).
+void WriteConnectionMetrics(const ConnectionGate& gate,
+                            const std::vector<UnixAcceptorStats>& acceptors, metrics::Writer& w);
+
+}  // namespace kvtier::daemon
+
+#endif  // KVTIER_DAEMON_NET_CONNECTION_METRICS_H_
