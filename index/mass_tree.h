@@ -20,8 +20,8 @@
 //                what its best page may hold (Quest's bound over its pages'
 //                mean keys, or its strongest key)
 //      z0 = sum_C exp(lb_C). Chunks with pot_C >= log(h z0) - margin are
-//      candidates (at most 2 x max_open_fraction of the chunks, the best
-//      pot_C); they, the chunks of the pages always opened, and a
+//      candidates (at most 2 x max_open_fraction of the chunks, or
+//      min_candidate_chunks, the best pot_C); they, the chunks of the pages always opened, and a
 //      systematic sample of the chunks (every C/32-th, at least 4) are
 //      expanded: their pages are screened.
 //   3. Pages (KeyTable::PageSummary): m_b and u_b as above on the page's
@@ -34,7 +34,8 @@
 //      logits computed exactly: lse(b)); then screened pages best-first
 //      until min_open are open and the next screens below
 //      log(h * max(z_open, z0)) - stop_margin_nats, or max_open_fraction of
-//      the pages are open. Then every 4th page of the sampled chunks.
+//      the pages (at least min_open_cap beyond those always opened) are
+//      open. Then every 4th page of the sampled chunks.
 //   5. z = the exactly opened pages' exp(lse) + the sample's, scaled to
 //      every page not opened before it (a sample page that could itself
 //      hold h of the attention counts once). Opened pages with
@@ -56,7 +57,7 @@
 // has the figures).
 //
 // Thread safety: pure function of its arguments; the scratch is the
-// caller's (one per thread).
+// caller's (one per calling thread; its work slots serve the pool's helpers).
 #ifndef KVTIER_INDEX_MASS_TREE_H_
 #define KVTIER_INDEX_MASS_TREE_H_
 
@@ -68,6 +69,7 @@
 #include "index/calibration.h"
 #include "index/key_scorers.h"
 #include "index/key_table.h"
+#include "index/worker_pool.h"
 
 namespace kvtier::index {
 
@@ -78,6 +80,12 @@ struct MassTreeOptions {
   int32_t recent_pages = 32;        // always opened: the last pages
   int32_t min_open = 16;            // pages opened before stopping early
   double max_open_fraction = 0.10;  // at most this share of pages opened
+  // Floors of the two caps, which bind on short contexts (at 16K tokens
+  // 10% of the pages is fewer than the targets' neighbourhoods need):
+  // pages opened beyond the always-opened ones may reach min_open_cap, and
+  // candidate chunks min_candidate_chunks, whatever the fractions say.
+  int32_t min_open_cap = 128;
+  int32_t min_candidate_chunks = 32;
   float stop_margin_nats = 3.0f;    // see step 4
   float bound_mix = 0.25f;          // alpha of step 2, in [0, 1]
 };
@@ -104,21 +112,33 @@ struct MassTreeScratch {
     int32_t kind;  // 0 page, 1 chunk
     int64_t index;
   };
-  std::vector<Unit> heap;         // screened pages of expanded chunks
-  std::vector<Unit> chunk_units;  // candidate chunks
-  std::vector<int64_t> candidates;
-  std::vector<int64_t> sample_chunks;
-  std::vector<int8_t> q, q_bound;  // q^, then [q^+ | q^-]
-  std::vector<int32_t> dots, dots2, dots3;
-  std::vector<float> logits;
-  std::vector<float> chunk_lb;
-  std::vector<float> chunk_pot;       // log T + the best page mean
-  std::vector<uint32_t> open_stamp;   // == stamp: opened
-  std::vector<uint32_t> chunk_stamp;  // == stamp: expanded
-  uint32_t stamp = 0;
-  std::vector<int64_t> expanded, opened;
-  std::vector<double> lse;   // per opened page, same order
-  std::vector<double> tail;  // its last copy_lead tokens' lse, same order
+  // One thread's descent buffers (one per worker slot).
+  struct Work {
+    std::vector<Unit> heap;         // screened pages of expanded chunks
+    std::vector<Unit> chunk_units;  // candidate chunks
+    std::vector<int64_t> candidates;
+    std::vector<int64_t> sample_chunks;
+    std::vector<int32_t> dots, dots2, dots3;
+    std::vector<float> logits;
+    std::vector<float> chunk_lb;
+    std::vector<float> chunk_pot;       // log T + the best page mean
+    std::vector<uint32_t> open_stamp;   // == stamp: opened
+    std::vector<uint32_t> chunk_stamp;  // == stamp: expanded
+    uint32_t stamp = 0;
+  };
+  // One retrieval head's descent: what the pages it opened hold.
+  struct HeadResult {
+    bool ran = false;                // false: an all-zero query, no target
+    std::vector<int8_t> q, q_bound;  // q^, then [q^+ | q^-]
+    std::vector<int64_t> opened;     // pages opened
+    std::vector<double> lse;         // per opened page, same order
+    std::vector<double> tail;        // its last copy_lead tokens' lse, same order
+    double lz = 0;                   // log z (step 5)
+    int64_t strongest = -1;          // the strongest opened key's token
+    MassTreeStats stats;
+  };
+  std::vector<Work> work;         // per worker slot
+  std::vector<HeadResult> heads;  // per retrieval head
   struct PageShare {
     int64_t page;
     double share;
@@ -134,11 +154,16 @@ struct MassTreeScratch {
 // Selector validates), MinHeadMass(calibration) > 0.
 // memory: as MassScores' (key_scorers.h; the strongest key is the
 // strongest of the pages opened); may be null.
+// pool: with max_slots > 1, the heads' descents (steps 2-5 up to z) run on
+// up to max_slots threads of it (scratch->work has a slot each); the gates
+// and shares then follow in head order on the caller's thread, so the
+// result is the same whatever the threads.
 absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& calibration,
                            absl::Span<const int32_t> slots, int32_t dim,
                            absl::Span<const float> head_queries, const MassTreeOptions& options,
                            MassTreeScratch* scratch, std::vector<MassBump>* bumps,
-                           MassTreeStats* stats, MassMemory* memory = nullptr);
+                           MassTreeStats* stats, MassMemory* memory = nullptr,
+                           WorkerPool* pool = nullptr, int32_t max_slots = 1);
 
 }  // namespace kvtier::index
 

@@ -47,19 +47,6 @@ void CosineScores(const float* rows, int64_t n, size_t dim, const float* x, floa
   }
 }
 
-class KindScorer final : public Scorer {
- public:
-  explicit KindScorer(ScorerKind kind) : kind_(kind) {}
-  ScorerKind kind() const override { return kind_; }
-  absl::Status Score(const SummaryView& view, const ScoreInput& input,
-                     absl::Span<float> out) const override {
-    return ScoreBlocks(kind_, view, input, out);
-  }
-
- private:
-  ScorerKind kind_;
-};
-
 }  // namespace
 
 absl::string_view ScorerName(ScorerKind kind) {
@@ -197,17 +184,6 @@ absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view, const ScoreIn
   }
   return absl::InvalidArgumentError(
       absl::StrCat("scorer kind ", static_cast<int>(kind), " is unknown"));
-}
-
-const Scorer* GetScorer(ScorerKind kind) {
-  static const KindScorer* const kScorers[] = {
-      new KindScorer(ScorerKind::kKeyKey),  new KindScorer(ScorerKind::kKeyKeyWeighted),
-      new KindScorer(ScorerKind::kQuest),   new KindScorer(ScorerKind::kArkVale),
-      new KindScorer(ScorerKind::kKeyDiff), new KindScorer(ScorerKind::kRecency),
-      new KindScorer(ScorerKind::kRandom),  new KindScorer(ScorerKind::kMass),
-  };
-  const size_t i = static_cast<size_t>(kind);
-  return i < sizeof(kScorers) / sizeof(kScorers[0]) ? kScorers[i] : nullptr;
 }
 
 SummaryTable::SummaryTable(int32_t dim, int32_t layer) : dim_(dim), layer_(layer) {}

@@ -87,18 +87,6 @@ struct ScoreInput {
 absl::Status ScoreBlocks(ScorerKind kind, const SummaryView& view, const ScoreInput& input,
                          absl::Span<float> out);
 
-// The same, behind a polymorphic interface for callers that hold a scorer
-// chosen at configuration time.
-class Scorer {
- public:
-  virtual ~Scorer() = default;
-  virtual ScorerKind kind() const = 0;
-  virtual absl::Status Score(const SummaryView& view, const ScoreInput& input,
-                             absl::Span<float> out) const = 0;
-};
-// A process-lifetime scorer of `kind` (never null for a valid kind).
-const Scorer* GetScorer(ScorerKind kind);
-
 // Owning SoA table of summaries, the usual way to build a SummaryView.
 // Not synchronised: one writer, or many readers after building.
 class SummaryTable {

@@ -856,6 +856,7 @@ absl::Status Selector::SelectBatch(absl::Span<const SelectRequest> requests,
                      [&](int32_t w, int64_t i) {
                        Scratch* s = scratch_[w].get();
                        s->all_grid = s->all_chunk = s->all_page = nullptr;
+                       s->head_slots = requests.size() == 1 ? options_.num_threads : 1;
                        if (gemm) {
                          const ContextTree& t = requests[i].context->tree();
                          s->all_grid = gemm_scores_.data() + offsets[i];

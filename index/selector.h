@@ -77,7 +77,8 @@
 // use one per calling thread. A context is used by one Select at a time:
 // the caller serialises per context (a batch must not name a context
 // twice). With num_threads > 1, SelectBatch spreads contexts over at most
-// num_threads threads: the caller's and those of SelectorOptions::pool
+// num_threads threads (a batch of one context: the mass tree's retrieval
+// heads, mass_tree.h): the caller's and those of SelectorOptions::pool
 // (worker_pool.h), shared by any number of Selectors, or of a pool of
 // num_threads - 1 threads the Selector makes for itself when none is given.
 #ifndef KVTIER_INDEX_SELECTOR_H_

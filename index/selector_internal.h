@@ -118,6 +118,9 @@ struct Selector::Scratch {
   std::vector<float> page_bound;
   // The mass tree (mass_tree.h): its buffers and this step's bumps.
   MassTreeScratch mass;
+  // Threads the mass tree's head descents may use: num_threads when the
+  // batch is one request (no other context to spread), else 1.
+  int32_t head_slots = 1;
   std::vector<MassBump> bumps;
   std::vector<int32_t> order;  // distances by prior, this step
   // kGemm: scores of every level of this request's context (not owned).

@@ -255,7 +255,8 @@ bool Selector::RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t loca
     MassMemory& memory = ctx.mass_memory();
     memory.Begin(r.step);
     if (!MassTreeBumps(*ctx.keys(), c, ctx.key_slots(), ctx.tree().dim(), r.head_queries,
-                       options_.mass_tree, &s->mass, &bumps, &stats, &memory)
+                       options_.mass_tree, &s->mass, &bumps, &stats, &memory, pool_.get(),
+                       s->head_slots)
              .ok()) {
       return false;  // validated before; the flat pass reports anything left
     }

@@ -26,6 +26,7 @@
 #include "index/context_index.h"
 #include "index/key_scorers.h"
 #include "index/selector.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::quality {
 namespace {
@@ -309,6 +310,57 @@ TEST_F(MassTreeTest, LongContextsKeepTheFlatPassesExpectedMass) {
     EXPECT_GE(tally.Ratio(), 0.995) << k.tokens << " tokens";
     EXPECT_LE(tally.Visited(), k.max_visited) << k.tokens << " tokens";
   }
+}
+
+// The heads' descents of a batch of one context run on the selector's
+// threads (mass_tree.h): with two threads every step must choose, score
+// and prefetch exactly as with one, copy tracking on (its memory is
+// updated in head order after the descents).
+TEST_F(MassTreeTest, TwoThreadsChooseExactlyAsOne) {
+  std::vector<const KvDump*> ptrs;
+  ptrs.reserve(dumps_.size());
+  for (const KvDump& d : dumps_) ptrs.push_back(&d);
+  LongContextOptions lo;
+  lo.tokens = 131072;
+  lo.passage_key_scale = 2;
+  absl::StatusOr<LongContext> lc = LongContext::Build(ptrs, lo);
+  ASSERT_TRUE(lc.ok()) << lc.status();
+  const index::SelectionCalibration& c = shipped_;
+  auto one = NewContext(c, lc->dim(), lc->num_layers(), lc->num_kv_heads());
+  auto two = NewContext(c, lc->dim(), lc->num_layers(), lc->num_kv_heads());
+  index::SelectorOptions o2 = Options(0);
+  o2.num_threads = 2;
+  auto sel1 = *index::Selector::Create(Options(0));
+  auto sel2 = *index::Selector::Create(o2);
+  int64_t have = 0;
+  int64_t opened = 0;
+  for (int32_t s = 0; s < lc->query_steps(); ++s) {
+    const int64_t n = lc->QueryPosition(s) / kT;
+    for (; have < n; ++have) {
+      const index::BlockSummary b = lc->PageSummary(have, c);
+      ASSERT_OK(one->Append(b));
+      ASSERT_OK(two->Append(b));
+    }
+    const std::vector<float> q = lc->HeadQueries(s, c);
+    index::SelectRequest r;
+    r.scorer = index::ScorerKind::kMass;
+    r.stability = false;
+    r.head_queries = q;
+    r.budget_blocks = n / 32;
+    r.step = lc->QueryPosition(s);
+    index::SelectResult a, b;
+    r.context = one.get();
+    ASSERT_OK(sel1->Select(r, &a));
+    r.context = two.get();
+    ASSERT_OK(sel2->Select(r, &b));
+    ASSERT_TRUE(a.mass_sparse && b.mass_sparse) << "step " << s;
+    EXPECT_EQ(a.blocks, b.blocks) << "step " << s;
+    EXPECT_EQ(a.scores, b.scores) << "step " << s;
+    EXPECT_EQ(a.prefetch, b.prefetch) << "step " << s;
+    EXPECT_EQ(a.mass_pages_opened, b.mass_pages_opened) << "step " << s;
+    opened += b.mass_pages_opened;
+  }
+  EXPECT_GT(opened, 0) << "the heads read keys";
 }
 
 }  // namespace
