@@ -435,6 +435,11 @@ absl::Status ValidateSelect(const Config& c) {
   }
   KVTIER_RETURN_IF_ERROR(
       InRange("select.keykey_recency_weight", s.keykey_recency_weight, 0, 1, false));
+  if (c.index.q8_page_rows) {
+    return Invalid("index.q8_page_rows",
+                   "was removed (int8 tree rows with an fp16 re-rank were slower than the fp16 "
+                   "rows, docs/BENCHMARKS.md); delete the line or set it false");
+  }
   if ((s.default_scorer == "quest" || s.default_scorer == "arkvale") &&
       (!c.index.keep_summaries || !c.index.summary_bounds)) {
     return Invalid("select.default_scorer", absl::StrCat("\"", s.default_scorer,

@@ -139,7 +139,7 @@ struct Config {
     uint64_t pages_per_chunk = 0;
     uint64_t chunks_per_grid = 0;
     bool keep_summaries = false;
-    bool q8_page_rows = false;
+    bool q8_page_rows = false;  // removed: accepted only as false (Validate)
   } index;
   // select.*: selector defaults and per-stream limits.
   struct Select {

@@ -229,6 +229,7 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {
       {"tiers.host.max_in_flight_get_bytes=\"2GiB\"", "'tiers.host.max_in_flight_get_bytes'"},
       {"index.pages_per_chunk=0", "'index.pages_per_chunk'"},
       {"index.summary_encoding=int8", "'index.summary_encoding'"},
+      {"index.q8_page_rows=true", "'index.q8_page_rows': was removed"},
   };
   for (const auto& [item, key] : cases) {
     auto config = LoadConfig("", {item});
@@ -240,6 +241,12 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {
       Write("[index]\nsummary_per_layer = false\nsummary_per_layer_bounds = true\n"), {});
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(config.status().message(), HasSubstr("'index.summary_per_layer_bounds'"));
+}
+
+// A removed key still loads when it asks for what the daemon does anyway.
+TEST_F(ConfigTest, RemovedIndexKeyLoadsWhenOff) {
+  auto config = LoadConfig(Write("[index]\nq8_page_rows = false\n"), {});
+  EXPECT_OK(config.status());
 }
 
 TEST(ParseSizeTest, Units) {

@@ -342,7 +342,6 @@ absl::StatusOr<std::shared_ptr<Context>> ContextManager::Build(
   tree.chunks_per_grid = options_.chunks_per_grid;
   tree.vector = options_.vector;
   tree.keep_summaries = options_.keep_summaries;
-  tree.q8_pages = options_.q8_pages;
   index::ContextIndexOptions o;
   o.tree = tree;
   o.num_layers = static_cast<int32_t>(profile.layers);

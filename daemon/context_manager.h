@@ -57,8 +57,6 @@ struct ContextManagerOptions {
   index::TreeVector vector = index::TreeVector::kMean;
   // Keep full summaries per block (Quest / ArkVale scorers).
   bool keep_summaries = false;
-  // Also keep each tree row as int8 (index::TreeOptions::q8_pages).
-  bool q8_pages = false;
   // Keep per-layer means (per-layer anchors); needs index.summary_per_layer.
   bool keep_layer_means = false;
   uint64_t max_contexts = 4096;

@@ -69,7 +69,6 @@ ContextManagerOptions ContextManagerOptionsOf(const Config& config) {
                         ? index::TreeVector::kWeightedMean
                         : index::TreeVector::kMean;
   contexts.keep_summaries = config.index.keep_summaries;
-  contexts.q8_pages = config.index.q8_page_rows;
   contexts.keep_layer_means = config.index.summary_per_layer;
   contexts.max_contexts = config.limits.max_contexts;
   contexts.default_ttl_ms = config.leases.default_ttl_ms;

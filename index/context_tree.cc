@@ -37,12 +37,10 @@ ContextTree::ContextTree(const TreeOptions& options)
     : options_(options),
       chunk_first_page_{0},
       grid_first_chunk_{0},
-      context_sum_(options.dim, 0.0),
-      scratch_(options.dim) {
+      context_sum_(options.dim, 0.0) {
   if (options_.keep_summaries) {
     table_ = std::make_unique<SummaryTable>(options_.dim);
   }
-  if (options_.q8_pages) q8_pages_ = std::make_unique<Q8Rows>(options_.dim);
 }
 
 absl::Status ContextTree::CheckRows(absl::Span<const float> vectors, int64_t* n) const {
@@ -134,14 +132,6 @@ absl::Status ContextTree::AddSummaries(absl::Span<const BlockSummary> pages, boo
   return absl::OkStatus();
 }
 
-void ContextTree::WriteRow(const float* v, std::vector<uint16_t>* rows, int64_t row) {
-  const size_t D = static_cast<size_t>(options_.dim);
-  const float norm = std::sqrt(simd::Dot(v, v, D));
-  const float inv = norm > 0 ? 1.0f / norm : 0.0f;
-  for (size_t d = 0; d < D; ++d) scratch_[d] = v[d] * inv;
-  simd::FloatToHalfN(scratch_.data(), rows->data() + row * D, D);
-}
-
 void ContextTree::AddPages(const float* vectors, int64_t n, bool new_segment) {
   const size_t D = static_cast<size_t>(options_.dim);
   page_rows_.resize((num_pages_ + n) * D);
@@ -156,12 +146,6 @@ void ContextTree::AddPages(const float* vectors, int64_t n, bool new_segment) {
     for (size_t d = 0; d < D; ++d) unit[d] = v[d] * inv;
     simd::FloatToHalfN(unit.data(), page_rows_.data() + num_pages_ * D, D);
     for (size_t d = 0; d < D; ++d) context_sum_[d] += unit[d];
-    if (q8_pages_ != nullptr) {
-      // Quantised from the fp16 row the exact path multiplies, so the
-      // error bound holds against that path (q8_rows.h).
-      simd::HalfToFloatN(page_rows_.data() + num_pages_ * D, scratch_.data(), D);
-      q8_pages_->Append(scratch_.data());
-    }
 
     const int64_t chunks = num_chunks();
     const bool chunk_full = chunks == 0 || chunk_count_.back() >= options_.pages_per_chunk;
@@ -197,21 +181,13 @@ void ContextTree::AddPages(const float* vectors, int64_t n, bool new_segment) {
 }
 
 void ContextTree::RefreshChunk(int64_t c) {
-  if (options_.level_score == TreeOptions::LevelScore::kMeanOfCosines) {
-    const std::vector<float> mean = ChunkMean(c);
-    simd::FloatToHalfN(mean.data(), chunk_rows_.data() + c * options_.dim, options_.dim);
-    return;
-  }
-  WriteRow(&chunk_sum_[c * options_.dim], &chunk_rows_, c);
+  const std::vector<float> mean = ChunkMean(c);
+  simd::FloatToHalfN(mean.data(), chunk_rows_.data() + c * options_.dim, options_.dim);
 }
 
 void ContextTree::RefreshGrid(int64_t g) {
   const std::vector<float> mean = GridMean(g);
-  if (options_.level_score == TreeOptions::LevelScore::kMeanOfCosines) {
-    simd::FloatToHalfN(mean.data(), grid_rows_.data() + g * options_.dim, options_.dim);
-    return;
-  }
-  WriteRow(mean.data(), &grid_rows_, g);
+  simd::FloatToHalfN(mean.data(), grid_rows_.data() + g * options_.dim, options_.dim);
 }
 
 std::vector<float> ContextTree::ChunkMean(int64_t c) const {
@@ -268,8 +244,6 @@ size_t ContextTree::MemoryBytes() const {
             segment_first_page_.capacity()) *
            sizeof(int64_t);
   bytes += context_sum_.capacity() * sizeof(double);
-  bytes += scratch_.capacity() * sizeof(float);
-  if (q8_pages_ != nullptr) bytes += q8_pages_->MemoryBytes();
   if (table_ != nullptr) {
     const SummaryView v = table_->view();
     const size_t D = static_cast<size_t>(options_.dim);

@@ -8,7 +8,9 @@
 // chunks' vectors. Scoring is cosine similarity, so each level also keeps its
 // rows rounded to fp16, the form the Selector multiplies: [num_pages][dim],
 // [num_chunks][dim], [num_grids][dim]. Page rows are u_b; chunk and grid rows
-// are their means (default, TreeOptions::level_score) or the normalised means.
+// are their means, so anchor . row is the mean affinity of the pages below
+// (a group whose children point in many directions is not favoured, as it
+// would be by normalising its short mean).
 //
 // Segments: every segment (a document, the prefix, the running sequence)
 // starts a new chunk and a new grid, so no chunk or grid mixes two documents;
@@ -18,8 +20,7 @@
 // a full rebuild gives; the grid's mean is recomputed from its <=
 // chunks_per_grid chunk means.
 //
-// Memory per page: dim * 2 bytes (fp16 row), dim + 16 bytes (int8 row,
-// q8_pages) plus its share of the chunk
+// Memory per page: dim * 2 bytes (fp16 row) plus its share of the chunk
 // level (dim * 6 / pages_per_chunk bytes) and grid level; with
 // keep_summaries the fp32 summary table (mean, min, max, radius) adds
 // dim * 12 + 4 bytes.
@@ -37,7 +38,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "index/q8_rows.h"
 #include "index/scorer.h"
 #include "index/summary.h"
 
@@ -61,21 +61,6 @@ struct TreeOptions {
   // so the flat scorers (Quest, ArkVale, KeyDiff, ...) can run on the
   // context. Requires the BlockSummary overloads.
   bool keep_summaries = false;
-  // How a chunk or grid is scored. kCosineOfMean: its row is the normalised
-  // mean of its children (cos(anchor, mean), the CHESS form). kMeanOfCosines:
-  // its row is the plain mean of its pages' unit vectors, so anchor . row is
-  // the mean affinity of the pages below; it does not favour groups whose
-  // children point in many directions (a mixed group's mean is short and,
-  // normalised, leans towards the direction every key shares).
-  enum class LevelScore : uint8_t { kCosineOfMean = 0, kMeanOfCosines = 1 };
-  LevelScore level_score = LevelScore::kMeanOfCosines;
-  // Also keep every page row as int8 with a per-row scale (q8_rows.h,
-  // quantised from the fp16 row), dim + 16 bytes per page: the Selector
-  // scores the page level of its descent on them and re-scores exactly the
-  // pages their error bound leaves undecided (selector.h). Off by default:
-  // on the development VM the re-scoring costs more than the int8 scan
-  // saves (docs/BENCHMARKS.md, "Int8 page rows").
-  bool q8_pages = false;
 };
 
 class ContextTree {
@@ -106,8 +91,6 @@ class ContextTree {
   const uint16_t* page_rows() const { return page_rows_.data(); }
   const uint16_t* chunk_rows() const { return chunk_rows_.data(); }
   const uint16_t* grid_rows() const { return grid_rows_.data(); }
-  // The page rows as int8 (options().q8_pages), else null.
-  const Q8Rows* q8_pages() const { return q8_pages_.get(); }
 
   // Children ranges: pages [ChunkFirstPage(c), ChunkFirstPage(c + 1)) and
   // chunks [GridFirstChunk(g), GridFirstChunk(g + 1)); valid for
@@ -138,7 +121,6 @@ class ContextTree {
   void AddPages(const float* vectors, int64_t n, bool new_segment);
   void RefreshChunk(int64_t c);
   void RefreshGrid(int64_t g);
-  void WriteRow(const float* v, std::vector<uint16_t>* rows, int64_t row);
 
   const TreeOptions options_;
   int64_t num_pages_ = 0;
@@ -150,8 +132,6 @@ class ContextTree {
   std::vector<int64_t> segment_first_page_;
   std::vector<double> context_sum_;      // [D]
   std::unique_ptr<SummaryTable> table_;  // keep_summaries only
-  std::unique_ptr<Q8Rows> q8_pages_;     // q8_pages only
-  std::vector<float> scratch_;           // [D]
 };
 
 }  // namespace kvtier::index

@@ -88,19 +88,6 @@ TEST(ContextTreeTest, LevelMeansAreMeansOfUnitChildren) {
       EXPECT_NEAR(simd::HalfToFloat(t.chunk_rows()[c * 8 + d]), chunk_means[c][d], 1e-3);
     }
   }
-  // kCosineOfMean rows are the normalised means.
-  TreeOptions o = SmallOptions();
-  o.level_score = TreeOptions::LevelScore::kCosineOfMean;
-  auto cos_tree = ContextTree::Create(o);
-  ASSERT_TRUE(cos_tree.ok());
-  ASSERT_TRUE((*cos_tree)->AddSegment(v).ok());
-  for (int64_t c = 0; c < t.num_chunks(); ++c) {
-    const std::vector<float> m(chunk_means[c].begin(), chunk_means[c].end());
-    const std::vector<double> u = Unit(m.data(), 8);
-    for (int d = 0; d < 8; ++d) {
-      EXPECT_NEAR(simd::HalfToFloat((*cos_tree)->chunk_rows()[c * 8 + d]), u[d], 1e-3);
-    }
-  }
   std::vector<double> ctx(8, 0.0);
   for (int64_t p = 0; p < 11; ++p) {
     const std::vector<double> u = Unit(&v[p * 8], 8);

@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "index/key_scorers.h"
-#include "index/q8_rows.h"
 #include "index/selector_internal.h"
 #include "index/simd.h"
 #include "index/unit_vector.h"
@@ -282,7 +281,6 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s, SelectRes
   out->scores.clear();
   out->prefetch.clear();
   out->rows_scored = 0;
-  out->rescored = 0;
   out->candidates = 0;
   out->held = 0;
   out->mass_pages_opened = out->mass_pages_screened = out->mass_chunks_screened = 0;
@@ -315,11 +313,6 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s, SelectRes
   }
   s->scored.clear();
   if (TreeKeyKey(r)) {
-    // Int8 page rows for the descent (never with kGemm or a level scorer:
-    // those scored every row already).
-    if (!gemm && options_.q8_pages && t.q8_pages() != nullptr && t.q8_pages()->size() == n) {
-      plan.q8 = t.q8_pages();
-    }
     ScoreTree(r, plan, gemm, s, out);
   } else {
     ScoreFlat(r, plan, s, out);
@@ -328,8 +321,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s, SelectRes
 }
 
 // The key-key descent: grids, then the chunks of kept grids, then the
-// pages of kept chunks (exact fp16 dot products, or int8 ones with an
-// error bound); sink and local pages are scored for their history.
+// pages of kept chunks (fp16 dot products); sink and local pages are scored for their history.
 void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm, Scratch* s,
                          SelectResult* out) {
   const ContextTree& t = r.context->tree();
@@ -338,7 +330,6 @@ void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm,
   const int64_t n = plan.n, sinks = plan.sinks, locals = plan.locals;
   const int64_t local_first = plan.local_first, free = plan.free;
   const size_t D = static_cast<size_t>(t.dim());
-  const Q8Rows* q8 = plan.q8;
   auto forced = [&](int64_t p) { return p < sinks || p >= local_first; };
   if (!gemm) Normalise(r.anchor, &s->q);
   const int64_t target =
@@ -381,32 +372,10 @@ void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm,
   const size_t kept_chunks =
       TopWithFloor(&s->chunks, CeilFraction(options_.chunk_keep_fraction, s->chunks.size()),
                    chunk_pages, target);
-  // Pages of kept chunks: exact fp16 dot products, or int8 ones with an
-  // error bound (re-scored exactly where the bound leaves a decision
-  // open: RefineQuantised).
-  if (q8 != nullptr) {
-    s->q8.Set(s->q.data(), t.dim());
-    if (s->page_bound.size() < static_cast<size_t>(n)) s->page_bound.resize(n);
-  }
+  // Pages of kept chunks.
   for (size_t i = 0; i < kept_chunks; ++i) {
     const int32_t c = s->chunks[i].index;
     const int64_t p0 = t.ChunkFirstPage(c), p1 = t.ChunkFirstPage(c + 1);
-    if (q8 != nullptr) {
-      const size_t m = static_cast<size_t>(p1 - p0);
-      if (s->dots.size() < m) s->dots.resize(m);
-      if (s->q8_bound.size() < m) s->q8_bound.resize(m);
-      DotRowsQ8(*q8, p0, p1 - p0, s->q8, s->dots.data(), s->q8_bound.data());
-      out->rows_scored += p1 - p0;
-      for (int64_t p = p0; p < p1; ++p) {
-        if (forced(p)) continue;
-        s->affinity[p] = Affinity(s->dots[p - p0]);
-        // Affinity halves the dot product's error (and clamping cannot
-        // widen it); the constant covers the float rounding of both.
-        s->page_bound[p] = 0.5f * s->q8_bound[p - p0] + kAffinitySlack;
-        s->scored.push_back(static_cast<int32_t>(p));
-      }
-      continue;
-    }
     const float* dots = gemm ? s->all_page + p0 : nullptr;
     if (!gemm) {
       s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
@@ -521,17 +490,11 @@ void Selector::RankWithStability(const SelectRequest& r, const RunPlan& plan, Sc
   const ContextTree& t = r.context->tree();
   StabilityTracker& st = r.context->stability();
   const StabilityOptions& so = options_.stability;
-  const Q8Rows* q8 = plan.q8;
   auto forced = [&](int64_t p) { return p < plan.sinks || p >= plan.local_first; };
   const float w = r.stability ? so.weight : 0.0f;
   const int32_t window = so.window_steps;
   s->pool.clear();
   for (int32_t p : s->scored) {
-    if (q8 != nullptr && std::fabs(s->affinity[p] - so.theta) <= s->page_bound[p]) {
-      // Which side of theta the exact affinity lies is undecided.
-      RescorePage(t, p, s);
-      ++out->rescored;
-    }
     st.Observe(p, s->affinity[p] > so.theta);
     s->pool.push_back({(1.0f - w) * s->affinity[p] + w * st.Stability(p, window), p});
   }
@@ -542,12 +505,9 @@ void Selector::RankWithStability(const SelectRequest& r, const RunPlan& plan, Sc
   for (int64_t p : s->held) {
     if (forced(p)) continue;
     s->pool.push_back({w * st.Stability(p, window), static_cast<int32_t>(p)});
-    if (q8 != nullptr) s->page_bound[p] = 0.0f;  // not scored: exact
     ++out->held;
   }
-  bool partitioned = false;
-  if (q8 != nullptr) partitioned = RefineQuantised(r, plan.free, w, s, out);
-  FinishRanking(r, plan.sinks, plan.local_first, plan.n, plan.free, partitioned, s, out);
+  FinishRanking(r, plan.sinks, plan.local_first, plan.n, plan.free, /*partitioned=*/false, s, out);
 }
 
 // The uncalibrated mass scorer: the flat pass scores page p with the prior
@@ -670,60 +630,6 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals, 
   out->rows_scored = (above - first) + static_cast<int64_t>(s->pool.size());
   FinishRanking(r, sinks, local_first, n, free, /*partitioned=*/true, s, out);
   out->candidates = pool_size;
-  return true;
-}
-
-void Selector::RescorePage(const ContextTree& t, int32_t p, Scratch* s) {
-  float dot = 0.0f;
-  simd::DotRowsHalf(t.page_rows() + static_cast<size_t>(p) * t.dim(), 1,
-                    static_cast<size_t>(t.dim()), s->q.data(), &dot);
-  s->affinity[p] = Affinity(dot);
-  s->page_bound[p] = 0.0f;
-}
-
-// The pool's scores are (1 - w) * affinity + w * stability with affinities
-// off by at most page_bound: score_i lies in [lo_i, hi_i] = score_i -+
-// (1 - w) * bound_i. Let L be the k-th largest lo (k = free): at least k
-// pages score >= L exactly, so a page with hi < L cannot be among the best
-// k. Every page with hi >= L' (L' = k-th best approximate score minus the
-// largest (1 - w) * bound, L' <= L) is re-scored exactly; they include
-// every page that can be chosen, and every one left approximate scores
-// below all of them. So the chosen pages, their scores and (from the
-// stability windows, which saw exact theta decisions) the prefetch list
-// are exactly what fp16 scoring of every candidate gives.
-bool Selector::RefineQuantised(const SelectRequest& r, int64_t free, float w, Scratch* s,
-                               SelectResult* out) {
-  const ContextTree& t = r.context->tree();
-  StabilityTracker& st = r.context->stability();
-  const int32_t window = options_.stability.window_steps;
-  std::vector<ScoredIndex>& pool = s->pool;
-  const size_t k = std::min<size_t>(static_cast<size_t>(std::max<int64_t>(free, 0)), pool.size());
-  if (k == 0) return false;  // nothing chosen from the pool
-  auto rescore = [&](ScoredIndex& e) {
-    if (s->page_bound[e.index] == 0.0f) return;
-    RescorePage(t, e.index, s);
-    e.score = (1.0f - w) * s->affinity[e.index] + w * st.Stability(e.index, window);
-    ++out->rescored;
-  };
-  if (k == pool.size()) {
-    for (ScoredIndex& e : pool) rescore(e);
-    return false;
-  }
-  std::nth_element(pool.begin(), pool.begin() + (k - 1), pool.end(), ByBetter());
-  float max_bound = 0.0f;
-  for (const ScoredIndex& e : pool) max_bound = std::max(max_bound, s->page_bound[e.index]);
-  const float wb = 1.0f - w;
-  const float floor = pool[k - 1].score - wb * max_bound - kAffinitySlack;
-  for (size_t i = 0; i < k; ++i) rescore(pool[i]);
-  size_t end = k;
-  for (size_t i = k; i < pool.size(); ++i) {
-    ScoredIndex& e = pool[i];
-    if (e.score + wb * s->page_bound[e.index] + kAffinitySlack < floor) continue;
-    rescore(e);
-    std::swap(pool[end++], e);
-  }
-  // The best k of the exact scores are among pool[0, end).
-  if (k < end) std::nth_element(pool.begin(), pool.begin() + k, pool.begin() + end, ByBetter());
   return true;
 }
 

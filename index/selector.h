@@ -102,8 +102,6 @@
 
 namespace kvtier::index {
 
-class Q8Rows;
-
 enum class SelectAlgorithm : uint8_t { kDescent = 0, kGemm = 1 };
 
 struct SelectorOptions {
@@ -133,14 +131,6 @@ struct SelectorOptions {
   // decide the budget it falls back to the flat pass. false: always the
   // flat pass (for comparison).
   bool window_fast_path = true;
-  // kDescent scores the page level on the tree's int8 rows
-  // (TreeOptions::q8_pages) with a per-row error bound, then re-scores in
-  // fp16 every page the bound leaves undecided (near theta, or possibly
-  // among the chosen): the result is exactly the fp16 result (same blocks,
-  // scores, prefetch, stability), reading half the page bytes (plus the
-  // re-scored fp16 rows). false, or a tree without them (the default
-  // tree): fp16 rows throughout.
-  bool q8_pages = true;
 };
 
 // InvalidArgument naming the field when out of range.
@@ -180,7 +170,6 @@ struct SelectResult {
   int64_t rows_scored = 0;        // dot products computed (all levels)
   int64_t candidates = 0;         // pages that competed for the budget
   int64_t held = 0;               // of which held by stability only
-  int64_t rescored = 0;           // int8-scored pages re-scored in fp16
   // The mass scorer's sparse path (0 when it did not run): pages whose
   // retrieval keys were read (summed over heads; the flat pass reads all
   // n x R), page and chunk summaries screened.
@@ -234,7 +223,6 @@ class Selector {
   // the ranking.
   struct RunPlan {
     int64_t n = 0, sinks = 0, locals = 0, local_first = 0, free = 0;
-    const Q8Rows* q8 = nullptr;  // int8 page rows of the descent, if used
   };
   void ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm, Scratch* s,
                  SelectResult* out);
@@ -251,12 +239,6 @@ class Selector {
                      Scratch* s, SelectResult* out);
   // Ranks s->pool (already nth-partitioned at `free` when partitioned) and
   // fills out: sinks, the best `free`, the local window, scores, prefetch.
-  // Int8 page scoring (q8_pages): exact fp16 affinity of page p; and the
-  // exact re-ranking of the pool (selector.cc says why it is exact).
-  // RefineQuantised returns whether it left the pool partitioned at free.
-  void RescorePage(const ContextTree& t, int32_t p, Scratch* s);
-  bool RefineQuantised(const SelectRequest& r, int64_t free, float w, Scratch* s,
-                       SelectResult* out);
   void FinishRanking(const SelectRequest& r, int64_t sinks, int64_t local_first, int64_t n,
                      int64_t free, bool partitioned, Scratch* s, SelectResult* out);
 

@@ -13,7 +13,6 @@
 
 #include "index/key_scorers.h"
 #include "index/mass_tree.h"
-#include "index/q8_rows.h"
 #include "index/selector.h"
 
 namespace kvtier::index {
@@ -79,10 +78,6 @@ inline bool TreeKeyKey(const SelectRequest& r) {
   return IsKeyKey(r.scorer) && static_cast<int64_t>(r.anchor.size()) == r.context->tree().dim();
 }
 
-// Float rounding allowance of an affinity or pool score computed from an
-// approximate dot product (RefineQuantised).
-constexpr float kAffinitySlack = 0x1p-20f;
-
 inline float Affinity(float dot) { return std::clamp(0.5f * (1.0f + dot), 0.0f, 1.0f); }
 
 inline int64_t CeilFraction(double fraction, int64_t n) {
@@ -110,12 +105,6 @@ struct Selector::Scratch {
   std::vector<int64_t> held;
   std::vector<std::pair<float, int64_t>> rising;
   KeyScorerScratch keys;  // per-layer key-key and mass
-  // Int8 page scoring (SelectorOptions::q8_pages): the quantised anchor,
-  // per-row bounds of the last rows scored, and the affinity bound of
-  // every page in the pool ([N]; valid for pages in the pool this step).
-  Q8Query q8;
-  std::vector<float> q8_bound;
-  std::vector<float> page_bound;
   // The mass tree (mass_tree.h): its buffers and this step's bumps.
   MassTreeScratch mass;
   // Threads the mass tree's head descents may use: num_threads when the

@@ -31,10 +31,6 @@ kvtier_add_test(kvtier_index_simd_stats_test
 kvtier_add_test(kvtier_index_selkv_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/selkv_test.cc
   LIBS kvtier_index LABELS index)
-kvtier_add_test(kvtier_index_q8_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/q8_rows_test.cc
-          ${CMAKE_CURRENT_LIST_DIR}/selector_q8_test.cc
-  LIBS kvtier_index kvtier_testutil LABELS index)
 kvtier_add_test(kvtier_index_int8_dot_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/int8_dot_test.cc ${CMAKE_CURRENT_LIST_DIR}/worker_pool_test.cc
   LIBS kvtier_index LABELS index)

@@ -402,11 +402,6 @@ void StopInProcessDaemons() {
 
 absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeKvtierdBackend(const BackendConfig& config,
                                                                      const std::string& endpoint) {
-  if (config.tree.level_score != index::TreeOptions::LevelScore::kMeanOfCosines) {
-    return absl::InvalidArgumentError(
-        "end-to-end mode: kvtierd scores tree levels as mean_of_cosines; run "
-        "with --level-score mean_of_cosines");
-  }
   auto b = std::make_unique<DaemonBackend>(config);
   if (absl::Status s = b->Connect(endpoint); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("end-to-end mode (", endpoint, "): ", s.message()));

@@ -75,7 +75,6 @@ struct Flags {
   double page_keep_fraction = 0.1;
   double chunk_keep_fraction = 0.2;
   double grid_keep_fraction = 0.5;
-  std::string level_score = "mean_of_cosines";
   std::string tuned_methods = "keykey,keykey_weighted";
   int32_t jobs = 2;
   std::string endpoint;
@@ -312,13 +311,6 @@ absl::Status Run(const Flags& f, const std::string& command) {
   mo.page_keep_fraction = f.page_keep_fraction;
   mo.chunk_keep_fraction = f.chunk_keep_fraction;
   mo.grid_keep_fraction = f.grid_keep_fraction;
-  if (f.level_score == "mean_of_cosines") {
-    mo.level_score = index::TreeOptions::LevelScore::kMeanOfCosines;
-  } else if (f.level_score == "cosine_of_mean") {
-    mo.level_score = index::TreeOptions::LevelScore::kCosineOfMean;
-  } else {
-    return absl::InvalidArgumentError("--level-score must be mean_of_cosines or cosine_of_mean");
-  }
   mo.endpoint = f.endpoint;
 
   std::vector<std::string> methods;
@@ -572,7 +564,6 @@ int RunMain(int argc, char** argv) {
   app.add_option("--page-keep-fraction", f.page_keep_fraction)->capture_default_str();
   app.add_option("--chunk-keep-fraction", f.chunk_keep_fraction)->capture_default_str();
   app.add_option("--grid-keep-fraction", f.grid_keep_fraction)->capture_default_str();
-  app.add_option("--level-score", f.level_score)->capture_default_str();
   app.add_option("--tuned-methods", f.tuned_methods,
                  "daemon scorers also run at the recommended settings")
       ->capture_default_str();

@@ -448,7 +448,6 @@ absl::StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name, cons
     config.scorer = it->second;
     config.tree.pages_per_chunk = o.pages_per_chunk;
     config.tree.chunks_per_grid = o.chunks_per_grid;
-    config.tree.level_score = o.level_score;
     config.tree.keep_summaries = true;
     config.summary_per_layer = name == "keykey_perlayer";
     config.codec.layer_int8 = o.layer_int8;

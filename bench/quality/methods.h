@@ -90,7 +90,6 @@ struct MethodOptions {
   index::StabilityOptions stability_options;
   int32_t pages_per_chunk = 16;
   int32_t chunks_per_grid = 16;
-  index::TreeOptions::LevelScore level_score = index::TreeOptions::LevelScore::kMeanOfCosines;
   double page_keep_fraction = 0.1;
   double chunk_keep_fraction = 0.2;
   double grid_keep_fraction = 0.5;

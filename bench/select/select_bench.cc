@@ -200,23 +200,16 @@ void Print(const Row& r) {
   std::fflush(stdout);
 }
 
-// q8: the tree also keeps int8 page rows (the selector uses them when its
-// q8_pages option is on).
-std::unique_ptr<ContextIndex> OpenContext(const std::vector<float>& vectors, bool q8 = false) {
+std::unique_ptr<ContextIndex> OpenContext(const std::vector<float>& vectors) {
   TreeOptions o;
   o.dim = kDim;
-  o.q8_pages = q8;
   auto ctx = ContextIndex::Create(o);
   if (!ctx.ok() || !(*ctx)->tree().AddSegment(vectors).ok()) std::abort();
   return std::move(*ctx);
 }
 
-// q8: the descent scores pages on int8 rows (re-scoring exactly what the
-// error bound leaves open; same results); false: fp16 rows throughout.
-std::unique_ptr<Selector> MakeSelector(const Config& c, SelectAlgorithm alg, int threads,
-                                       bool q8 = true) {
+std::unique_ptr<Selector> MakeSelector(const Config& c, SelectAlgorithm alg, int threads) {
   SelectorOptions o;
-  o.q8_pages = q8;
   o.grid_keep_fraction = c.grid;
   o.chunk_keep_fraction = c.chunk;
   o.page_keep_fraction = c.page;
@@ -312,59 +305,39 @@ void SingleContext(int64_t n, int queries, std::vector<Row>* rows) {
     std::printf("        (HNSW build: %.1f s on 2 threads)\n", build_s);
   }
 
-  // kvtier. The descent runs on fp16 rows and on int8 rows (the default)
-  // alternately, query by query, so both see the same machine state.
+  // kvtier: the descent and the one pass over every level (gemm).
   for (SelectAlgorithm alg : {SelectAlgorithm::kDescent, SelectAlgorithm::kGemm}) {
     for (const Config& c : kConfigs) {
       if (!g_config.empty() && g_config != c.name) continue;
       const bool descent = alg == SelectAlgorithm::kDescent;
-      const int variants = descent ? 2 : 1;  // [0] fp16 (descent only), [1] int8
-      std::unique_ptr<ContextIndex> ctx[2];
-      std::unique_ptr<Selector> selector[2];
-      for (int v = 0; v < variants; ++v) {
-        const bool q8 = !descent || v == 1;
-        ctx[v] = OpenContext(data.vectors, q8 && descent);
-        selector[v] = MakeSelector(c, alg, 1, q8);
-      }
-      std::vector<double> times[2];
-      double rec[2] = {0, 0}, scored[2] = {0, 0}, rescored = 0, candidates = 0;
+      std::unique_ptr<ContextIndex> ctx = OpenContext(data.vectors);
+      std::unique_ptr<Selector> selector = MakeSelector(c, alg, 1);
+      std::vector<double> times;
+      double rec = 0, scored = 0;
       SelectResult out;
       for (int rep = 0; rep < 2; ++rep) {  // first pass warms caches
-        for (int v = 0; v < variants; ++v) times[v].clear();
-        rec[0] = rec[1] = scored[0] = scored[1] = rescored = candidates = 0;
+        times.clear();
+        rec = scored = 0;
         for (int q = 0; q < queries; ++q) {
-          for (int v = 0; v < variants; ++v) {
-            SelectRequest r;
-            r.context = ctx[v].get();
-            r.anchor = anchors[q];
-            r.budget_blocks = k;
-            r.step = rep * queries + q;
-            const auto t0 = Clock::now();
-            if (!selector[v]->Select(r, &out).ok()) std::abort();
-            times[v].push_back(Micros(t0, Clock::now()));
-            rec[v] += Recall(out.blocks, truth[q]);
-            scored[v] += out.rows_scored;
-            if (descent && v == 1) {
-              rescored += out.rescored;
-              candidates += out.candidates;
-            }
-          }
+          SelectRequest r;
+          r.context = ctx.get();
+          r.anchor = anchors[q];
+          r.budget_blocks = k;
+          r.step = rep * queries + q;
+          const auto t0 = Clock::now();
+          if (!selector->Select(r, &out).ok()) std::abort();
+          times.push_back(Micros(t0, Clock::now()));
+          rec += Recall(out.blocks, truth[q]);
+          scored += out.rows_scored;
         }
       }
-      if (descent) {
-        std::printf("        (int8 pages: %.0f of %.0f candidates re-scored in fp16 per query)\n",
-                    rescored / queries, candidates / queries);
-      }
-      for (int v = 0; v < variants; ++v) {
-        Row r{
-            "single", !descent ? "kvtier_gemm" : v == 1 ? "kvtier_descent" : "kvtier_descent_fp16",
+      Row r{"single", descent ? "kvtier_descent" : "kvtier_gemm",
             c.name,   n,
             1,        k,
-            1,        Summarise(times[v], rec[v], scored[v]),
+            1,        Summarise(times, rec, scored),
             flat_us};
-        rows->push_back(r);
-        Print(r);
-      }
+      rows->push_back(r);
+      Print(r);
     }
   }
 }
@@ -438,15 +411,14 @@ void Batch(int contexts, int64_t n, int queries, std::vector<Row>* rows) {
 
   std::vector<std::unique_ptr<ContextIndex>> ctx;
   ctx.reserve(data.size());
-  for (const SyntheticContext& d : data) ctx.push_back(OpenContext(d.vectors, /*q8=*/true));
+  for (const SyntheticContext& d : data) ctx.push_back(OpenContext(d.vectors));
   for (SelectAlgorithm alg : {SelectAlgorithm::kDescent, SelectAlgorithm::kGemm}) {
     for (int threads : {1, 2}) {
       for (const Config& cfg : kConfigs) {
         if (!g_config.empty() && g_config != cfg.name) continue;
-        for (bool q8 : {false, true}) {
+        {
           if (threads == 2 && &cfg != &kConfigs[1]) continue;
-          if (alg == SelectAlgorithm::kGemm && !q8) continue;
-          auto selector = MakeSelector(cfg, alg, threads, q8);
+          auto selector = MakeSelector(cfg, alg, threads);
           std::vector<SelectRequest> reqs(contexts);
           std::vector<SelectResult> outs(contexts);
           double rec = 0, scored = 0;
@@ -474,9 +446,7 @@ void Batch(int contexts, int64_t n, int queries, std::vector<Row>* rows) {
             }
           }
           Row r{"batch",
-                alg == SelectAlgorithm::kGemm ? "kvtier_gemm"
-                : q8                          ? "kvtier_descent"
-                                              : "kvtier_descent_fp16",
+                alg == SelectAlgorithm::kGemm ? "kvtier_gemm" : "kvtier_descent",
                 cfg.name,
                 n,
                 contexts,
