@@ -312,12 +312,25 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s, SelectRes
     return;
   }
   s->scored.clear();
+  const RankShape shape{n, plan.sinks, plan.local_first, plan.free};
+  StabilityTracker& tracker = ctx.stability();
+  const absl::Span<const float> affinity(s->affinity.data(), n);
   if (TreeKeyKey(r)) {
     ScoreTree(r, plan, gemm, s, out);
+    RankScored(RankOptionsFor(r), shape, affinity, s->scored, &tracker, &s->rank, out);
   } else {
     ScoreFlat(r, plan, s, out);
+    RankFlat(RankOptionsFor(r), shape, affinity, &tracker, &s->rank, &s->scored, out);
   }
-  RankWithStability(r, plan, s, out);
+}
+
+RankOptions Selector::RankOptionsFor(const SelectRequest& r) const {
+  RankOptions o;
+  o.stability = options_.stability;
+  o.use_stability = r.stability;
+  o.recent_ties = r.scorer == ScorerKind::kMass;
+  o.max_prefetch = options_.max_prefetch_blocks;
+  return o;
 }
 
 // The key-key descent: grids, then the chunks of kept grids, then the
@@ -416,12 +429,9 @@ void Selector::ScoreFlat(const SelectRequest& r, const RunPlan& plan, Scratch* s
                          SelectResult* out) {
   ContextIndex& ctx = *r.context;
   const ContextTree& t = ctx.tree();
-  StabilityTracker& st = ctx.stability();
-  const StabilityOptions& so = options_.stability;
   const int64_t n = plan.n, sinks = plan.sinks, local_first = plan.local_first;
   const int64_t free = plan.free;
   const size_t D = static_cast<size_t>(t.dim());
-  auto forced = [&](int64_t p) { return p < sinks || p >= local_first; };
   // Flat scorers over every page.
   float* aff = s->affinity.data();
   if (IsKeyKey(r.scorer)) {
@@ -440,7 +450,7 @@ void Selector::ScoreFlat(const SelectRequest& r, const RunPlan& plan, Scratch* s
                absl::MakeSpan(aff, n), r.head_queries.empty() ? nullptr : &memory)
         .IgnoreError();  // validated
     CapRetrievalTerms(ctx.calibration(), !r.head_queries.empty(), sinks, local_first, free,
-                      absl::MakeSpan(aff, n), &s->pool);
+                      absl::MakeSpan(aff, n), &s->rank.pool);
     MinMaxNormalise(absl::MakeSpan(aff, n));
   } else if (r.scorer == ScorerKind::kKeyDiff) {
     s->q.resize(D);
@@ -475,39 +485,6 @@ void Selector::ScoreFlat(const SelectRequest& r, const RunPlan& plan, Scratch* s
     }
   }
   out->rows_scored += n;
-  for (int64_t p = 0; p < n; ++p) {
-    if (forced(p)) {
-      st.Observe(p, aff[p] > so.theta);
-    } else {
-      s->scored.push_back(static_cast<int32_t>(p));
-    }
-  }
-}
-
-// Stability, then the final ranking.
-void Selector::RankWithStability(const SelectRequest& r, const RunPlan& plan, Scratch* s,
-                                 SelectResult* out) {
-  const ContextTree& t = r.context->tree();
-  StabilityTracker& st = r.context->stability();
-  const StabilityOptions& so = options_.stability;
-  auto forced = [&](int64_t p) { return p < plan.sinks || p >= plan.local_first; };
-  const float w = r.stability ? so.weight : 0.0f;
-  const int32_t window = so.window_steps;
-  s->pool.clear();
-  for (int32_t p : s->scored) {
-    st.Observe(p, s->affinity[p] > so.theta);
-    s->pool.push_back({(1.0f - w) * s->affinity[p] + w * st.Stability(p, window), p});
-  }
-  s->held.clear();
-  if (r.stability && so.hold_threshold <= 1.0f) {
-    st.CollectHeld(so.hold_threshold, window, &s->held);
-  }
-  for (int64_t p : s->held) {
-    if (forced(p)) continue;
-    s->pool.push_back({w * st.Stability(p, window), static_cast<int32_t>(p)});
-    ++out->held;
-  }
-  FinishRanking(r, plan.sinks, plan.local_first, plan.n, plan.free, /*partitioned=*/false, s, out);
 }
 
 // The uncalibrated mass scorer: the flat pass scores page p with the prior
@@ -586,12 +563,12 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals, 
       ranged ? st.Uniform(window) : StabilityTracker::UniformRange{};
   const int64_t ulo = std::clamp(u.lo, pool_lo, std::max(pool_lo, local_first));
   const int64_t uhi = std::clamp(u.hi, ulo, std::max(pool_lo, local_first));
-  s->pool.clear();
+  s->rank.pool.clear();
   auto add = [&](int64_t p, bool uniform) {
     const float a = affinity(p);
     s->affinity[p] = a;
     const float stab = uniform ? u.stability : st.Stability(p, window);
-    s->pool.push_back({(1.0f - w) * a + w * stab, static_cast<int32_t>(p)});
+    s->rank.pool.push_back({(1.0f - w) * a + w * stab, static_cast<int32_t>(p)});
   };
   for (int64_t p = pool_lo; p < ulo; ++p) add(p, false);
   for (int64_t p = uhi; p < local_first; ++p) add(p, false);
@@ -616,18 +593,18 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals, 
       --extra;
     }
   }
-  if (k < s->pool.size()) {
-    std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(), ByBetterRecent());
+  if (k < s->rank.pool.size()) {
+    std::nth_element(s->rank.pool.begin(), s->rank.pool.begin() + k, s->rank.pool.end(), ByBetterRecent());
   }
   // A page at or below theta scores at most (1 - w) * affinity(above - 1)
   // + w; the k-th best must reach that (a tie goes to the pool's more
   // recent page).
   if (k > 0 && std::min(above, local_first) > sinks) {
-    float kth = s->pool[0].score;
-    for (size_t i = 1; i < k; ++i) kth = std::min(kth, s->pool[i].score);
+    float kth = s->rank.pool[0].score;
+    for (size_t i = 1; i < k; ++i) kth = std::min(kth, s->rank.pool[i].score);
     if (kth < (1.0f - w) * affinity(above - 1) + w) return false;
   }
-  out->rows_scored = (above - first) + static_cast<int64_t>(s->pool.size());
+  out->rows_scored = (above - first) + static_cast<int64_t>(s->rank.pool.size());
   FinishRanking(r, sinks, local_first, n, free, /*partitioned=*/true, s, out);
   out->candidates = pool_size;
   return true;
@@ -635,43 +612,9 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals, 
 
 void Selector::FinishRanking(const SelectRequest& r, int64_t sinks, int64_t local_first, int64_t n,
                              int64_t free, bool partitioned, Scratch* s, SelectResult* out) {
-  StabilityTracker& st = r.context->stability();
-  const int32_t window = options_.stability.window_steps;
-  out->candidates = static_cast<int64_t>(s->pool.size());
-  const size_t k = std::min<size_t>(free, s->pool.size());
-  if (!partitioned && k < s->pool.size()) {
-    if (r.scorer == ScorerKind::kMass) {
-      std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(), ByBetterRecent());
-    } else {
-      std::nth_element(s->pool.begin(), s->pool.begin() + k, s->pool.end(), ByBetter());
-    }
-  }
-  for (int64_t p = 0; p < sinks; ++p) out->blocks.push_back(p);
-  for (size_t i = 0; i < k; ++i) out->blocks.push_back(s->pool[i].index);
-  for (int64_t p = local_first; p < n; ++p) out->blocks.push_back(p);
-  std::sort(out->blocks.begin(), out->blocks.end());
-  st.SetChosen(out->blocks);
-  for (int64_t p : out->blocks) {
-    out->scores.push_back(st.ObservedThisStep(p) ? s->affinity[p] : 0.0f);
-  }
-
-  // Prefetch: rising pages that lost this step.
-  s->rising.clear();
-  for (size_t i = k; i < s->pool.size(); ++i) {
-    const int32_t p = s->pool[i].index;
-    if (st.ObservedThisStep(p) && st.Rising(p, window)) {
-      s->rising.push_back({st.Stability(p, window), p});
-    }
-  }
-  auto more_stable = [](const std::pair<float, int64_t>& a, const std::pair<float, int64_t>& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  const size_t keep = std::min<size_t>(s->rising.size(), options_.max_prefetch_blocks);
-  if (keep < s->rising.size()) {
-    std::nth_element(s->rising.begin(), s->rising.begin() + keep, s->rising.end(), more_stable);
-  }
-  std::sort(s->rising.begin(), s->rising.begin() + keep, more_stable);
-  for (size_t i = 0; i < keep; ++i) out->prefetch.push_back(s->rising[i].second);
+  RankPool(RankOptionsFor(r), RankShape{n, sinks, local_first, free},
+           absl::MakeConstSpan(s->affinity.data(), n), partitioned, &r.context->stability(),
+           &s->rank, out);
 }
 
 // ---- entry points

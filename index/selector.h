@@ -96,6 +96,7 @@
 #include "index/context_tree.h"
 #include "index/level_scorer.h"
 #include "index/mass_tree.h"
+#include "index/rank.h"
 #include "index/scorer.h"
 #include "index/stability.h"
 #include "index/worker_pool.h"
@@ -227,8 +228,6 @@ class Selector {
   void ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm, Scratch* s,
                  SelectResult* out);
   void ScoreFlat(const SelectRequest& r, const RunPlan& plan, Scratch* s, SelectResult* out);
-  void RankWithStability(const SelectRequest& r, const RunPlan& plan, Scratch* s,
-                         SelectResult* out);
   // The sink and local blocks of a request: for kMass its context's
   // calibration's when set, else the options'.
   int32_t SinkBlocks(const SelectRequest& r) const;
@@ -237,8 +236,8 @@ class Selector {
   // changed, when the request is not one it serves.
   bool RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t locals, int64_t free,
                      Scratch* s, SelectResult* out);
-  // Ranks s->pool (already nth-partitioned at `free` when partitioned) and
-  // fills out: sinks, the best `free`, the local window, scores, prefetch.
+  // RankPool (rank.h) of s->rank.pool with this request's options.
+  RankOptions RankOptionsFor(const SelectRequest& r) const;
   void FinishRanking(const SelectRequest& r, int64_t sinks, int64_t local_first, int64_t n,
                      int64_t free, bool partitioned, Scratch* s, SelectResult* out);
 

@@ -13,34 +13,11 @@
 
 #include "index/key_scorers.h"
 #include "index/mass_tree.h"
+#include "index/rank.h"
 #include "index/selector.h"
 
 namespace kvtier::index {
 namespace selector_internal {
-
-struct ScoredIndex {
-  float score;
-  int32_t index;
-};
-
-// Strict total order: higher score first, then lower index. Every top-k
-// below uses it, so the kept sets do not depend on the input order.
-inline bool Better(const ScoredIndex& a, const ScoredIndex& b) {
-  return a.score > b.score || (a.score == b.score && a.index < b.index);
-}
-// The mass scorer's ties (a calibration's prior is flat past its end) go to
-// the more recent block.
-inline bool BetterRecent(const ScoredIndex& a, const ScoredIndex& b) {
-  return a.score > b.score || (a.score == b.score && a.index > b.index);
-}
-// As function objects, so that the selection algorithms inline them (a
-// function pointer costs a call per comparison).
-struct ByBetter {
-  bool operator()(const ScoredIndex& a, const ScoredIndex& b) const { return Better(a, b); }
-};
-struct ByBetterRecent {
-  bool operator()(const ScoredIndex& a, const ScoredIndex& b) const { return BetterRecent(a, b); }
-};
 
 // Moves the best `k` items of *v to its front; then, while the weight of the
 // kept items is below `target_weight`, keeps the next best ones. Returns the
@@ -99,11 +76,10 @@ void CapRetrievalTerms(const SelectionCalibration& c, bool with_queries, int64_t
 struct Selector::Scratch {
   std::vector<float> q;  // normalised anchor
   std::vector<float> dots;
-  std::vector<selector_internal::ScoredIndex> grids, chunks, pool;
+  std::vector<ScoredIndex> grids, chunks;
+  RankScratch rank;  // the final ranking's pool, held and rising pages
   std::vector<float> affinity;  // [N]; valid for pages scored this step
   std::vector<int32_t> scored;  // non-forced pages scored this step
-  std::vector<int64_t> held;
-  std::vector<std::pair<float, int64_t>> rising;
   KeyScorerScratch keys;  // per-layer key-key and mass
   // The mass tree (mass_tree.h): its buffers and this step's bumps.
   MassTreeScratch mass;

@@ -267,7 +267,7 @@ bool Selector::RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t loca
   const SparseShape sh{c, prior, with_queries, n, last, sinks, n - locals, free};
   SumBumpsPerPage(sh, &bumps);
   if (with_queries && c.retrieval_share < 1.0f) {
-    CapBumpedRetrievalTerms(sh, &bumps, &s->pool, &s->order);
+    CapBumpedRetrievalTerms(sh, &bumps, &s->rank.pool, &s->order);
   }
   const AffinityScale scale = EstimateScale(sh, bumps);
   const StabilityOptions& so = options_.stability;
@@ -277,7 +277,7 @@ bool Selector::RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t loca
 
   const Observer observe{so.theta, ctx.stability(), s->affinity};
   ObserveFixedPages(sh, bumps, scale, observe);
-  FillPool(sh, bumps, scale, observe, &s->order, &s->pool);
+  FillPool(sh, bumps, scale, observe, &s->order, &s->rank.pool);
   // Dot products: T per opened page, 3 per screened summary.
   const int64_t tokens = with_queries ? ctx.keys()->options().key_tokens : 0;
   out->rows_scored =

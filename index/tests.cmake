@@ -13,7 +13,7 @@ kvtier_add_test(kvtier_index_tree_test
           ${CMAKE_CURRENT_LIST_DIR}/stability_test.cc
   LIBS kvtier_index LABELS index)
 kvtier_add_test(kvtier_index_selector_test
-  SOURCES ${CMAKE_CURRENT_LIST_DIR}/selector_test.cc
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/selector_test.cc ${CMAKE_CURRENT_LIST_DIR}/rank_test.cc
   LIBS kvtier_index kvtier_testutil LABELS index)
 kvtier_add_test(kvtier_index_key_scorers_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/key_scorers_test.cc

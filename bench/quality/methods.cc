@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bench/quality/backend.h"
+#include "index/rank.h"
 #include "index/simd.h"
 
 namespace kvtier::quality {
@@ -321,7 +322,16 @@ class ScoreMethod final : public Method {
     if (mode_ == StabilityMode::kRank) {
       FlatSelectRank(options_, aff_, budget, in.step, &tracker_, &first_seen_, blocks);
     } else {
-      FlatSelect(options_, aff_, budget, in.step, &tracker_, blocks);
+      index::RankOptions ro;
+      ro.stability = options_.stability;
+      ro.max_prefetch = options_.max_prefetch_blocks;
+      if (absl::Status s = index::SelectFlat(ro, options_.sink_blocks, options_.local_blocks, aff_,
+                                             budget, in.step, &tracker_, &rank_, &scored_,
+                                             &ranked_);
+          !s.ok()) {
+        return s;
+      }
+      blocks->assign(ranked_.blocks.begin(), ranked_.blocks.end());
     }
     if (in.has_partial) blocks->push_back(in.num_complete);
     return absl::OkStatus();
@@ -366,6 +376,10 @@ class ScoreMethod final : public Method {
   index::StabilityTracker tracker_;
   std::vector<int64_t> first_seen_;
   std::vector<float> aff_;
+  // The Selector's own ranking (index/rank.h): its buffers and last result.
+  index::RankScratch rank_;
+  std::vector<int32_t> scored_;
+  index::SelectResult ranked_;
 };
 
 }  // namespace
@@ -563,55 +577,6 @@ absl::Status HarnessScores(const std::string& name, const ReplayData& data, cons
     return KeyKeyMean(data, in, Grain::kHeadNoRope, centered, out);
   }
   return absl::InvalidArgumentError(absl::StrCat("\"", name, "\" is not a harness scorer"));
-}
-
-void FlatSelect(const index::SelectorOptions& o, absl::Span<const float> affinity, int64_t budget,
-                int64_t step, index::StabilityTracker* st, std::vector<int64_t>* blocks) {
-  const int64_t n = static_cast<int64_t>(affinity.size());
-  const index::StabilityOptions& so = o.stability;
-  const int64_t sinks = std::min<int64_t>(o.sink_blocks, n);
-  const int64_t locals = std::min<int64_t>(o.local_blocks, n - sinks);
-  const int64_t local_first = n - locals;
-  const int64_t free = budget - sinks - locals;
-  blocks->clear();
-  st->Resize(n);
-  st->BeginStep(step).IgnoreError();
-  if (budget >= n) {
-    for (int64_t p = 0; p < n; ++p) blocks->push_back(p);
-    st->SetChosen(*blocks);
-    return;
-  }
-  struct Item {
-    float score;
-    int64_t index;
-  };
-  auto better = [](const Item& a, const Item& b) {
-    return a.score > b.score || (a.score == b.score && a.index < b.index);
-  };
-  std::vector<Item> pool;
-  const float w = so.weight;
-  for (int64_t p = 0; p < n; ++p) {
-    st->Observe(p, affinity[p] > so.theta);
-    if (p < sinks || p >= local_first) continue;
-    pool.push_back({(1.0f - w) * affinity[p] + w * st->Stability(p, so.window_steps), p});
-  }
-  std::vector<int64_t> held;
-  if (so.hold_threshold <= 1.0f) {
-    st->CollectHeld(so.hold_threshold, so.window_steps, &held);
-  }
-  for (int64_t p : held) {
-    if (p < sinks || p >= local_first) continue;
-    pool.push_back({w * st->Stability(p, so.window_steps), p});
-  }
-  const size_t k = static_cast<size_t>(std::clamp<int64_t>(free, 0, pool.size()));
-  if (k < pool.size()) {
-    std::nth_element(pool.begin(), pool.begin() + k, pool.end(), better);
-  }
-  for (int64_t p = 0; p < sinks; ++p) blocks->push_back(p);
-  for (size_t i = 0; i < k; ++i) blocks->push_back(pool[i].index);
-  for (int64_t p = local_first; p < n; ++p) blocks->push_back(p);
-  std::sort(blocks->begin(), blocks->end());
-  st->SetChosen(*blocks);
 }
 
 void FlatSelectRank(const index::SelectorOptions& o, absl::Span<const float> affinity,

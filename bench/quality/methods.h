@@ -19,8 +19,8 @@
 //                    pooled anchor, and head queries for a calibrated
 //                    profile (needs SetShippedDefaultsFactory)
 // Harness scorers (scores computed here over the store's complete blocks,
-// then ranked by FlatSelect, the Selector's flat ranking with the same
-// stability rule):
+// then ranked by the Selector's own flat ranking, index/rank.h SelectFlat,
+// with the same stability rule):
 //   oracle           top blocks by the step's true mass (uses the answer)
 //   h2o              half of the free budget to the most recent blocks, half
 //                    to the blocks of highest attention mass accumulated
@@ -132,18 +132,11 @@ absl::StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name, cons
 absl::Status HarnessScores(const std::string& name, const ReplayData& data, const StepInput& in,
                            std::vector<float>* scores, bool* unit);
 
-// The Selector's flat ranking (index/selector.h) over `affinity` (one value
-// in [0, 1] per page): sinks and the last local pages are kept, every page
-// is observed as "affinity > theta", the rest of the budget goes to the
-// best (1 - w) * affinity + w * stability, ties to the lower page; pages
-// held by stability compete too. Updates *tracker. budget >= pages keeps
-// every page.
-void FlatSelect(const index::SelectorOptions& options, absl::Span<const float> affinity,
-                int64_t budget, int64_t step, index::StabilityTracker* tracker,
-                std::vector<int64_t>* blocks);
-
-// FlatSelect with StabilityMode::kRank. first_seen[p] is the step page p
-// appeared at (grown and filled here).
+// The Selector's flat ranking (index/rank.h, SelectFlat) with
+// StabilityMode::kRank instead of the index rule: a page is observed as
+// relevant when it is among this step's best `budget`, and its stability
+// is scaled to its age. first_seen[p] is the step page p appeared at
+// (grown and filled here).
 void FlatSelectRank(const index::SelectorOptions& options, absl::Span<const float> affinity,
                     int64_t budget, int64_t step, index::StabilityTracker* tracker,
                     std::vector<int64_t>* first_seen, std::vector<int64_t>* blocks);

@@ -122,60 +122,6 @@ TEST(ReplayTest, OracleBoundsEveryMethodAndEveryMethodRuns) {
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), static_cast<long>(c.runs.size()) + 1);
 }
 
-// FlatSelect (the harness's copy of the Selector's flat ranking) must pick
-// exactly what the index's Selector picks, stability included.
-TEST(ReplayTest, FlatSelectMatchesTheSelector) {
-  const KvDump d = Synthetic(false);
-  absl::StatusOr<ReplayData> data = BuildReplayData(d, ReplayOptions());
-  ASSERT_TRUE(data.ok()) << data.status();
-  MethodOptions mo;
-  mo.sink_blocks = 1;
-  mo.local_blocks = 1;
-  mo.stability = StabilityMode::kIndex;
-  mo.stability_options.window_steps = 4;
-  mo.stability_options.theta = 0.6f;
-  const index::SelectorOptions so = SelectorOptionsFor(mo);
-  absl::StatusOr<std::unique_ptr<index::Selector>> sel = index::Selector::Create(so);
-  ASSERT_TRUE(sel.ok());
-  index::TreeOptions to;
-  to.dim = d.head_dim;
-  to.block_size_tokens = 16;
-  to.keep_summaries = true;
-  absl::StatusOr<std::unique_ptr<index::ContextIndex>> ctx = index::ContextIndex::Create(to);
-  ASSERT_TRUE(ctx.ok());
-  const int64_t n = data->num_complete;
-  ASSERT_TRUE((*ctx)->tree().AddSegment(absl::MakeConstSpan(data->summaries)).ok());
-  index::StabilityTracker tracker;
-  std::vector<int64_t> flat;
-  index::SelectResult result;
-  std::vector<float> aff(n);
-  int64_t differing_steps = 0;
-  for (int64_t step = 0; step < 40; ++step) {
-    StepInput in;
-    ComputeAnchors(*data, 128 + step, &in);
-    index::ScoreInput si;
-    si.query = in.query;
-    ASSERT_TRUE(
-        index::ScoreBlocks(index::ScorerKind::kQuest, data->PooledView(n), si, absl::MakeSpan(aff))
-            .ok());
-    const auto [lo, hi] = std::minmax_element(aff.begin(), aff.end());
-    const float low = *lo, range = *hi - *lo;
-    for (float& x : aff) x = range > 0 ? (x - low) / range : 0.5f;
-    const int64_t budget = 3 + step % 4;
-    FlatSelect(so, aff, budget, step, &tracker, &flat);
-    index::SelectRequest req;
-    req.context = ctx->get();
-    req.query = in.query;
-    req.scorer = index::ScorerKind::kQuest;
-    req.budget_blocks = budget;
-    req.step = step;
-    ASSERT_TRUE((*sel)->Select(req, &result).ok());
-    EXPECT_EQ(flat, result.blocks) << "step " << step;
-    if (step > 0 && flat != result.blocks) ++differing_steps;
-  }
-  EXPECT_EQ(differing_steps, 0);
-}
-
 TEST(ReplayTest, RankStabilityKeepsTheBudgetAndForcedBlocks) {
   MethodOptions mo;
   mo.sink_blocks = 1;
