@@ -28,7 +28,7 @@
 // With threads == 0 Submit runs the work inline on the caller's thread (the
 // behaviour before this pool; kept to measure the difference).
 //
-// Not index::WorkerPool (index/worker_pool.h), the Select path's pool of
+// Not index::WorkerPool (index/select/worker_pool.h), the Select path's pool of
 // CPU threads: that one runs allocation-free fork-join loops that never
 // block, in arrival order; this one runs tasks that wait on a disk, fairly
 // between tenants. Its header says why they stay two types.

@@ -11,7 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "index/scorer.h"
+#include "index/select/scorer.h"
 #include "proto/auth/tenants_file.h"
 #include "storage/common/status_macros.h"
 

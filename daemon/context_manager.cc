@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/convert.h"
 #include "daemon/tenant.h"
-#include "index/summary_codec.h"
+#include "index/summary/summary_codec.h"
 #include "storage/catalog/records.h"
 #include "storage/common/client_text.h"
 #include "storage/common/status_macros.h"

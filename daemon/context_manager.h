@@ -43,7 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "index/selector.h"
+#include "index/select/selector.h"
 #include "storage/env/env.h"
 #include "storage/store/block_store.h"
 

@@ -11,8 +11,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "index/placement.h"
-#include "index/simd.h"
-#include "index/summary_codec.h"
+#include "index/kernels/simd.h"
+#include "index/summary/summary_codec.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -25,7 +25,7 @@ bool InMemory(const Entry& e) {
 bool InAnyTier(const Entry& e) { return InMemory(e) || e.in_order[TierIndex(TierId::kNvme)]; }
 
 // v_b, the `mean` section, read straight from an encoded summary: the
-// header (index/summary_codec.h: magic "KVSB", format version, element
+// header (index/summary/summary_codec.h: magic "KVSB", format version, element
 // encoding at byte 5, dim at byte 8) and the first section, without decoding
 // the others or verifying the checksum. The policy only ranks with it, and
 // runs under the store's lock, where a full decode of a 28-layer summary

@@ -3,7 +3,7 @@
 // used blocks that are most redundant with their profile's mean key.
 //
 // For every stored block the policy reads v_b (the `mean` of the key summary
-// in Entry::summary, index/summary_codec.h) and keeps, per profile, the
+// in Entry::summary, index/summary/summary_codec.h) and keeps, per profile, the
 // running mean m of the normalised v_b of every stored block (any tier).
 // Victim(tier) walks the tier's least-recently-used order and takes the
 // first `sample_blocks` copies `evictable` accepts among the older

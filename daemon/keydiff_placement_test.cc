@@ -6,8 +6,8 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
-#include "index/summary.h"
-#include "index/summary_codec.h"
+#include "index/summary/summary.h"
+#include "index/summary/summary_codec.h"
 
 namespace kvtier::daemon {
 namespace {

@@ -9,7 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "index/gpu_scoring.h"
+#include "index/select/gpu_scoring.h"
 
 namespace kvtier::daemon {
 

@@ -13,15 +13,15 @@
 #include "daemon/config.h"
 #include "daemon/context_manager.h"
 #include "daemon/summarizer.h"
-#include "index/scorer.h"
-#include "index/selector.h"
+#include "index/select/scorer.h"
+#include "index/select/selector.h"
 #include "storage/remote/remote_store.h"
 
 namespace kvtier::daemon {
 
 SummarizerOptions SummarizerOptionsOf(const Config& config);
 // With tiers.device.backend auto or cuda the options carry a GPU level
-// scorer factory (index/gpu_scoring.h; the CPU scores when it fails).
+// scorer factory (index/select/gpu_scoring.h; the CPU scores when it fails).
 index::SelectorOptions SelectorOptionsOf(const Config& config);
 // store-independent parts of the context manager's options.
 ContextManagerOptions ContextManagerOptionsOf(const Config& config);

@@ -31,8 +31,8 @@
 #include "daemon/summarizer.h"
 #include "gpu/device_ops.h"
 #include "gpu/device_probe.h"
-#include "index/scorer.h"
-#include "index/selector.h"
+#include "index/select/scorer.h"
+#include "index/select/selector.h"
 #include "storage/remote/remote_store.h"
 #include "storage/store/block_store.h"
 

@@ -73,7 +73,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/runtime.h"
-#include "index/selector.h"
+#include "index/select/selector.h"
 #include "kvtier/v1/kvtier.pb.h"
 
 namespace kvtier::daemon {

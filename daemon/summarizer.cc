@@ -3,7 +3,7 @@
 #include <memory>
 #include <utility>
 
-#include "index/summary_builder.h"
+#include "index/summary/summary_builder.h"
 
 namespace kvtier::daemon {
 namespace {

@@ -1,10 +1,10 @@
 // Summarizer: the block store's summarize hook. For every block put it
-// computes the index summaries (index/summary.h: v_b over tokens, heads and
+// computes the index summaries (index/summary/summary.h: v_b over tokens, heads and
 // layers, a head-weighted v_b, Quest min/max, the ArkVale radius, per-layer
 // means, and for a calibrated profile the int8 keys of its retrieval heads'
 // KV heads) from the payload in the profile's layout
 // ([layer][k|v][kv_head][token][dim]) and encodes them with
-// index/summary_codec.h. It also keeps every profile's running head-variance
+// index/summary/summary_codec.h. It also keeps every profile's running head-variance
 // statistics and derives versioned head weights from them, per profile of
 // each tenant (ModelProfile::owner + profile_id): one tenant's puts never
 // move another's weights.
@@ -35,9 +35,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "daemon/convert.h"
-#include "index/block_layout.h"
-#include "index/summary.h"
-#include "index/summary_codec.h"
+#include "index/summary/block_layout.h"
+#include "index/summary/summary.h"
+#include "index/summary/summary_codec.h"
 #include "storage/catalog/records.h"
 #include "storage/store/block_store_types.h"
 
@@ -66,7 +66,7 @@ class Summarizer {
                                         absl::Span<const uint8_t> payload);
 
   // The same summary, computed while the payload is copied in (the block
-  // store's begin_summary hook; index/summary_builder.h): Finish returns
+  // store's begin_summary hook; index/summary/summary_builder.h): Finish returns
   // exactly what Summarize returns for the same bytes.
   std::unique_ptr<SummaryStream> Begin(const ModelProfile& profile);
 

@@ -9,7 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "index/summary_codec.h"
+#include "index/summary/summary_codec.h"
 #include "tests/testutil/synthetic.h"
 
 namespace kvtier::daemon {

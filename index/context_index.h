@@ -30,12 +30,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "index/calibration.h"
+#include "index/select/calibration.h"
 #include "index/context_tree.h"
-#include "index/key_scorers.h"
-#include "index/key_table.h"
-#include "index/stability.h"
-#include "index/summary.h"
+#include "index/select/key_scorers.h"
+#include "index/summary/key_table.h"
+#include "index/select/stability.h"
+#include "index/summary/summary.h"
 
 namespace kvtier::index {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 #include "index/validate.h"
 
 namespace kvtier::index {

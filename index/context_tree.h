@@ -38,8 +38,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "index/scorer.h"
-#include "index/summary.h"
+#include "index/select/scorer.h"
+#include "index/summary/summary.h"
 
 namespace kvtier::index {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 
 namespace kvtier::index {
 namespace {

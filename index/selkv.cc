@@ -6,8 +6,9 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "index/block_layout.h"
-#include "index/simd.h"
+#include "index/kernels/cpu_features.h"
+#include "index/kernels/simd.h"
+#include "index/summary/block_layout.h"
 #include "index/validate.h"
 
 #if defined(__x86_64__)
@@ -227,7 +228,7 @@ using ScoreTilesFn = void (*)(const float*, size_t, size_t, const float*, float*
 
 ScoreTilesFn ChooseScoreTiles() {
 #ifdef KVTIER_SELKV_X86
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ScoreTilesAvx2;
+  if (CpuFeatures().avx2) return ScoreTilesAvx2;
 #endif
   return ScoreTilesPortable;
 }

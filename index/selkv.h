@@ -115,7 +115,7 @@ int32_t KeptSlots(int32_t num_tokens, float rho);
 
 // Compacts one head. InvalidArgument naming the field: rho outside (0, 1]
 // or not finite, an importance / merge / bias value outside its enum, T <
-// 1, D outside [1, kMaxHeadDim] (index/block_layout.h), span sizes that do
+// 1, D outside [1, kMaxHeadDim] (index/summary/block_layout.h), span sizes that do
 // not match T and D, queries not a multiple of D, query_positions not W
 // long or negative, kSnapKV / kH2O without queries, or a non-finite key,
 // value or query.

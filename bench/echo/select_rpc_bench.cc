@@ -61,7 +61,7 @@
 #include "daemon/select_handler.h"
 #include "daemon/server.h"
 #include "echo_server.h"
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 #include "tests/testutil/synthetic.h"
 
 namespace kvtier::bench {

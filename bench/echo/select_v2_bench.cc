@@ -44,7 +44,7 @@
 #include "daemon/config.h"
 #include "daemon/select_handler.h"
 #include "daemon/server.h"
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 
 namespace kvtier::bench {
 namespace {

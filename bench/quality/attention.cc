@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 
 namespace kvtier::quality {
 

@@ -2,7 +2,7 @@
 //
 // The in-process backend runs the index library exactly as kvtierd links
 // it: block summaries are computed from raw block payloads
-// (index::ComputeBlockSummary, layout of index/block_layout.h), the context
+// (index::ComputeBlockSummary, layout of index/summary/block_layout.h), the context
 // is an index::ContextIndex (Grid/Chunk/Page tree + stability windows) and
 // selection is index::Selector::Select. Head-variance weights
 // (kKeyKeyWeighted) come from an index::HeadVarianceTracker fed with the
@@ -27,11 +27,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "index/block_layout.h"
-#include "index/calibration.h"
-#include "index/selector.h"
-#include "index/summary.h"
-#include "index/summary_codec.h"
+#include "index/summary/block_layout.h"
+#include "index/select/calibration.h"
+#include "index/select/selector.h"
+#include "index/summary/summary.h"
+#include "index/summary/summary_codec.h"
 
 namespace kvtier::quality {
 

@@ -1,4 +1,4 @@
-// Calibration of the mass scorer (index/calibration.h) from real attention:
+// Calibration of the mass scorer (index/select/calibration.h) from real attention:
 // kvtier-eval --calibrate DUMP writes what a model's profile registers.
 //
 // From one dump (its decode steps, timed as `ahead` says: replay.h):
@@ -39,7 +39,7 @@
 #include "absl/strings/string_view.h"
 #include "bench/quality/kv_dump.h"
 #include "bench/quality/replay_data.h"
-#include "index/calibration.h"
+#include "index/select/calibration.h"
 
 namespace kvtier::quality {
 
@@ -67,7 +67,7 @@ struct CalibrateOptions {
   float successor_weight = 0.0f;
   float unconfirmed_weight = 1.0f;
   int32_t confirm_steps = 1;
-  int32_t copy_run = 0;  // copy tracking (index/calibration.h), 0 = off
+  int32_t copy_run = 0;  // copy tracking (index/select/calibration.h), 0 = off
   int32_t copy_hold = 64;
   int32_t copy_min_blocks = 4;
   int32_t copy_lead = 0;

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "index/calibration.h"
+#include "index/select/calibration.h"
 #include "tests/testutil/status_matchers.h"
 
 namespace kvtier::quality {

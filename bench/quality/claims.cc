@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 
 namespace kvtier::quality {
 namespace {

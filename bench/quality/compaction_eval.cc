@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/quality/safetensors.h"
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 
 namespace kvtier::quality {
 namespace {

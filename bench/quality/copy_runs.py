@@ -6,7 +6,7 @@ For each copy-model dump of ../shared/data/realkv and every decode step t
 attention (the token it scores highest among the complete blocks). A run
 grows while j(t) = j(t-1) + 1 (the head reads a passage forward, one token
 per step) and restarts otherwise. This is what the mass scorer's copy
-tracking sees (index/calibration.h, copy_run). For each run length k it
+tracking sees (index/select/calibration.h, copy_run). For each run length k it
 prints:
 
 - plain: steps of the plain-text windows at which a run of k ends at a key

@@ -6,7 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 
 namespace kvtier::quality {
 namespace {

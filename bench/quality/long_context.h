@@ -31,8 +31,8 @@
 
 #include "absl/status/statusor.h"
 #include "bench/quality/kv_dump.h"
-#include "index/calibration.h"
-#include "index/summary.h"
+#include "index/select/calibration.h"
+#include "index/summary/summary.h"
 
 namespace kvtier::quality {
 

@@ -1,4 +1,4 @@
-// The mass scorer's sparse path (index/mass_tree.h, selector_mass.cc)
+// The mass scorer's sparse path (index/select/mass_tree.h, selector_mass.cc)
 // against the flat pass it replaces, driven as an engine drives a context
 // (pages appended as they complete, Select every step, the shipped
 // selector options) on real keys: every shared dump of the calibrated copy
@@ -24,8 +24,8 @@
 #include "bench/quality/long_context.h"
 #include "gtest/gtest.h"
 #include "index/context_index.h"
-#include "index/key_scorers.h"
-#include "index/selector.h"
+#include "index/select/key_scorers.h"
+#include "index/select/selector.h"
 #include "tests/testutil/status_matchers.h"
 
 namespace kvtier::quality {

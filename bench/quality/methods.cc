@@ -9,8 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bench/quality/backend.h"
-#include "index/rank.h"
-#include "index/simd.h"
+#include "index/select/rank.h"
+#include "index/kernels/simd.h"
 
 namespace kvtier::quality {
 namespace {
@@ -376,7 +376,7 @@ class ScoreMethod final : public Method {
   index::StabilityTracker tracker_;
   std::vector<int64_t> first_seen_;
   std::vector<float> aff_;
-  // The Selector's own ranking (index/rank.h): its buffers and last result.
+  // The Selector's own ranking (index/select/rank.h): its buffers and last result.
   index::RankScratch rank_;
   std::vector<int32_t> scored_;
   index::SelectResult ranked_;

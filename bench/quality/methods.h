@@ -19,7 +19,7 @@
 //                    pooled anchor, and head queries for a calibrated
 //                    profile (needs SetShippedDefaultsFactory)
 // Harness scorers (scores computed here over the store's complete blocks,
-// then ranked by the Selector's own flat ranking, index/rank.h SelectFlat,
+// then ranked by the Selector's own flat ranking, index/select/rank.h SelectFlat,
 // with the same stability rule):
 //   oracle           top blocks by the step's true mass (uses the answer)
 //   h2o              half of the free budget to the most recent blocks, half
@@ -62,8 +62,8 @@
 #include "absl/types/span.h"
 #include "bench/quality/backend.h"
 #include "bench/quality/replay_data.h"
-#include "index/selector.h"
-#include "index/stability.h"
+#include "index/select/selector.h"
+#include "index/select/stability.h"
 
 namespace kvtier::quality {
 
@@ -132,7 +132,7 @@ absl::StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name, cons
 absl::Status HarnessScores(const std::string& name, const ReplayData& data, const StepInput& in,
                            std::vector<float>* scores, bool* unit);
 
-// The Selector's flat ranking (index/rank.h, SelectFlat) with
+// The Selector's flat ranking (index/select/rank.h, SelectFlat) with
 // StabilityMode::kRank instead of the index rule: a page is observed as
 // relevant when it is among this step's best `budget`, and its stability
 // is scaled to its age. first_seen[p] is the step page p appeared at

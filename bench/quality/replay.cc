@@ -14,7 +14,7 @@ struct RunState {
   const RunSpec* spec = nullptr;
   // The blocks the method always keeps: the options', or for the mass
   // scorer a calibration's own sink and local blocks when it sets them
-  // (index/calibration.h).
+  // (index/select/calibration.h).
   int32_t sink_blocks = 0, local_blocks = 0;
   std::unique_ptr<Method> method;
   std::unique_ptr<Method> twin;  // kvtierd, end-to-end mode

@@ -6,7 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 
 namespace kvtier::quality {
 namespace {
@@ -23,7 +23,7 @@ index::SummaryView MakeView(int32_t dim, int64_t n, const float* mean, const flo
   return v;
 }
 
-// The payload of block b in the layout of index/block_layout.h, fp16.
+// The payload of block b in the layout of index/summary/block_layout.h, fp16.
 std::string BlockPayload(const KvDump& d, int32_t bs, int64_t b) {
   const int32_t D = d.head_dim;
   std::vector<float> row(static_cast<size_t>(bs) * D);

@@ -37,10 +37,10 @@
 #include "bench/quality/attention.h"
 #include "bench/quality/kv_dump.h"
 #include "bench/quality/metrics.h"
-#include "index/block_layout.h"
-#include "index/calibration.h"
-#include "index/scorer.h"
-#include "index/summary.h"
+#include "index/summary/block_layout.h"
+#include "index/select/calibration.h"
+#include "index/select/scorer.h"
+#include "index/summary/summary.h"
 
 namespace kvtier::quality {
 

@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "index/context_tree.h"
-#include "index/selector.h"
+#include "index/select/selector.h"
 
 #ifdef KVTIER_QUALITY_E2E
 #include "bench/quality/daemon_backend.h"

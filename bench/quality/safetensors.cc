@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/quality/json.h"
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 #include "storage/common/errno_status.h"
 
 namespace kvtier::quality {

@@ -9,7 +9,7 @@
 #include "bench/quality/kv_dump.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 #include "tests/testutil/status_matchers.h"
 
 using ::kvtier::testing::StatusIs;

@@ -11,9 +11,9 @@
 #include "bench/quality/kv_dump.h"
 #include "bench/quality/long_context.h"
 #include "index/context_index.h"
-#include "index/int8_dot.h"
-#include "index/key_scorers.h"
-#include "index/selector.h"
+#include "index/kernels/int8_dot.h"
+#include "index/select/key_scorers.h"
+#include "index/select/selector.h"
 
 namespace kvtier::bench {
 namespace {

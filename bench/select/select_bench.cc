@@ -44,10 +44,10 @@
 #include "bench/select/long_scenario.h"
 #include "faiss/IndexFlat.h"
 #include "faiss/IndexHNSW.h"
-#include "index/selector.h"
-#include "index/simd.h"
-#include "index/summary.h"
-#include "index/summary_codec.h"
+#include "index/select/selector.h"
+#include "index/kernels/simd.h"
+#include "index/summary/summary.h"
+#include "index/summary/summary_codec.h"
 #include "tests/testutil/synthetic.h"
 
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 
 namespace kvtier::daemon {
 namespace {

@@ -34,7 +34,7 @@ KVTIER_HOST_DEVICE int ElementSizeBytes(ElementType type) {
 }
 
 // One KV block payload: [layer][k|v][kv_head][token][dim] elements of
-// dtype, i.e. L x 2 x H x T x D elements (index/block_layout.h).
+// dtype, i.e. L x 2 x H x T x D elements (index/summary/block_layout.h).
 struct KvBlockShape {
   int32_t num_layers = 0;    // L
   int32_t num_kv_heads = 0;  // H
@@ -153,7 +153,7 @@ struct TopKParams {
 // affinities). Segments are stacked in order: segments[0].out_offset == 0
 // and out_offset[s + 1] = out_offset[s] + num_rows[s], total_rows in all.
 // The launcher cannot read the device-side segment table: callers build it
-// consistently (index/gpu_scoring.cc does).
+// consistently (index/select/gpu_scoring.cc does).
 struct RowSegment {
   const uint16_t* rows = nullptr;  // device, fp16 bits [num_rows][dim]
   int64_t num_rows = 0;            // >= 1

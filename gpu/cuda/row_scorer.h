@@ -1,6 +1,6 @@
 // CudaRowScorer: fp16 row tables kept in HBM and scored, many tables at
 // once, against one anchor each: the device half of the index's GPU level
-// scoring (index/gpu_scoring.h keeps each open context's grid, chunk and
+// scoring (index/select/gpu_scoring.h keeps each open context's grid, chunk and
 // page rows in such tables and scores a whole Select batch here).
 //
 // CudaRowTable: device memory for capacity_rows rows of dim fp16 elements

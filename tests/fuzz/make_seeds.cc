@@ -18,7 +18,7 @@
 
 #include "daemon/config.h"
 #include "grpc/health/v1/health.pb.h"
-#include "index/summary_codec.h"
+#include "index/summary/summary_codec.h"
 #include "kvtier/v1/admin.pb.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "storage/catalog/record_format.h"

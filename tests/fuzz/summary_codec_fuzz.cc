@@ -1,4 +1,4 @@
-// Fuzz target: the block summary codec (index/summary_codec.h).
+// Fuzz target: the block summary codec (index/summary/summary_codec.h).
 //
 // Input: byte 0, bit 0 set: the checksum field (bytes 20..23 of the blob)
 // is recomputed before decoding, so mutations reach the sections behind
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "index/summary_codec.h"
+#include "index/summary/summary_codec.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // GPU scoring in Select against the CPU, on the same contexts and anchors:
-// the CUDA level scorer (index/gpu_scoring.h) inside a Selector, and the
+// the CUDA level scorer (index/select/gpu_scoring.h) inside a Selector, and the
 // Selector's own CPU passes (descent and one-pass). The Cuda instances skip
 // without a device; the Host instances (the host row backend, bitwise the
 // CPU's kernel) run everywhere and check the tests' own logic.
@@ -27,10 +27,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "index/gpu_scoring.h"
-#include "index/selector.h"
-#include "index/simd.h"
-#include "index/unit_vector.h"
+#include "index/select/gpu_scoring.h"
+#include "index/select/selector.h"
+#include "index/kernels/simd.h"
+#include "index/kernels/unit_vector.h"
 
 namespace kvtier::index {
 namespace {

@@ -25,7 +25,7 @@
 #include "daemon/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 #include "tests/integration/test_daemon.h"
 #include "tests/testutil/status_matchers.h"
 #include "tests/testutil/synthetic.h"

@@ -20,7 +20,7 @@
 #include "daemon/config.h"
 #include "daemon/server.h"
 #include "gtest/gtest.h"
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 #include "proto/auth/token.h"
 #include "tests/integration/test_daemon.h"
 #include "tests/testutil/status_matchers.h"

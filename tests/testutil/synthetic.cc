@@ -6,7 +6,7 @@
 #include <numeric>
 #include <random>
 
-#include "index/simd.h"
+#include "index/kernels/simd.h"
 
 namespace kvtier::testutil {
 namespace {

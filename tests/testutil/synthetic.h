@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "index/block_layout.h"
+#include "index/summary/block_layout.h"
 
 namespace kvtier::testutil {
 

@@ -1,0 +1,318 @@
+// The mass scorer's sparse path on synthetic keys: the prior alone ranks
+// exactly as the flat pass, a target planted far back is found and given
+// the flat pass's share, and the tree reads a small part of a long
+// context. Real keys: bench/quality/mass_tree_test.cc.
+#include "index/select/mass_tree.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "index/context_index.h"
+#include "index/select/key_scorers.h"
+#include "index/select/mass_test_util.h"
+#include "index/select/selector.h"
+#include "index/summary/summary.h"
+
+namespace kvtier::index {
+namespace {
+
+using namespace mass_test;  // NOLINT(google-build-using-namespace): the shared fixtures
+
+// The shared retrieval head and prior, a head weight and the gate.
+SelectionCalibration Calibration() {
+  SelectionCalibration c = BaseCalibration();
+  c.head_weights = {0.9f};
+  c.head_min_mass = 0.4f;
+  return c;
+}
+
+std::unique_ptr<ContextIndex> NewContext() { return mass_test::NewContext(Calibration()); }
+
+// A page of noise keys; `target` (if not null) is written into its token 5
+// scaled by `strength`.
+BlockSummary Page(std::mt19937* rng, const float* target = nullptr, float strength = 0) {
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  std::vector<float> keys(kT * kD);
+  for (float& k : keys) k = noise(*rng);
+  if (target != nullptr) {
+    for (int d = 0; d < kD; ++d) keys[5 * kD + d] = strength * target[d];
+  }
+  return PageOfKeys(keys);
+}
+
+SelectorOptions Options(int64_t min_pages) {
+  SelectorOptions o;
+  o.sink_blocks = 1;
+  o.local_blocks = 1;
+  o.stability.theta = 0.8f;
+  o.mass_tree.min_pages = min_pages;
+  return o;
+}
+
+// Without head queries the estimate is the prior of each block's distance:
+// the sparse ranking must be the flat pass's, block for block, score for
+// score, prefetch for prefetch, while blocks are appended.
+TEST(MassTreeTest, PriorAloneRanksExactlyAsTheFlatPass) {
+  std::mt19937 rng(1);
+  auto flat = NewContext(), sparse = NewContext();
+  auto flat_sel = *Selector::Create(Options(int64_t{1} << 40));
+  auto sparse_sel = *Selector::Create(Options(0));
+  std::vector<BlockSummary> pages;
+  pages.reserve(700);
+  for (int i = 0; i < 700; ++i) pages.push_back(Page(&rng));
+  ASSERT_TRUE(flat->AddSegment(absl::MakeConstSpan(pages).subspan(0, 600)).ok());
+  ASSERT_TRUE(sparse->AddSegment(absl::MakeConstSpan(pages).subspan(0, 600)).ok());
+  for (int step = 0; step < 100; ++step) {
+    ASSERT_TRUE(flat->Append(pages[600 + step]).ok());
+    ASSERT_TRUE(sparse->Append(pages[600 + step]).ok());
+    for (int64_t budget : {3, 40, 300}) {
+      SelectRequest r;
+      r.scorer = ScorerKind::kMass;
+      r.stability = false;
+      r.budget_blocks = budget;
+      r.step = step;
+      SelectResult a, b;
+      r.context = flat.get();
+      ASSERT_TRUE(flat_sel->Select(r, &a).ok());
+      r.context = sparse.get();
+      ASSERT_TRUE(sparse_sel->Select(r, &b).ok());
+      EXPECT_FALSE(a.mass_sparse);
+      EXPECT_TRUE(b.mass_sparse);
+      EXPECT_EQ(a.blocks, b.blocks) << "step " << step << " budget " << budget;
+      EXPECT_EQ(a.scores, b.scores) << "step " << step << " budget " << budget;
+      EXPECT_EQ(a.prefetch, b.prefetch) << "step " << step << " budget " << budget;
+      EXPECT_LT(b.rows_scored, 10) << "the prior alone reads no keys";
+    }
+  }
+}
+
+// A page far back whose token 5 is the query's direction: the flat pass
+// gives it more than head_min_mass of the head's attention; the tree must
+// find it, give it nearly the same share, choose it, and read a small part
+// of the context.
+TEST(MassTreeTest, FindsATargetFarBackAndReadsLittle) {
+  std::mt19937 rng(2);
+  std::vector<float> q(kD);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  for (float& x : q) x = noise(rng);
+  auto ctx = NewContext();
+  std::vector<BlockSummary> pages;
+  constexpr int64_t kPages = 4096, kTarget = 700;
+  for (int64_t i = 0; i < kPages; ++i) {
+    pages.push_back(i == kTarget ? Page(&rng, q.data(), 1.5f) : Page(&rng));
+  }
+  ASSERT_TRUE(ctx->AddSegment(pages).ok());
+  std::vector<float> est(kPages);
+  KeyScorerScratch scratch;
+  ASSERT_TRUE(MassScores(ctx->keys(), ctx->calibration(), ctx->key_slots(), kD, kPages, q, &scratch,
+                         absl::MakeSpan(est))
+                  .ok());
+  const float prior = Calibration().prior.back();
+  ASSERT_GT(est[kTarget] - prior, 0.9f * 0.4f) << "the flat pass gates the planted page";
+
+  MassTreeScratch s;
+  std::vector<MassBump> bumps;
+  MassTreeStats stats;
+  ASSERT_TRUE(MassTreeBumps(*ctx->keys(), ctx->calibration(), ctx->key_slots(), kD, q,
+                            MassTreeOptions(), &s, &bumps, &stats)
+                  .ok());
+  ASSERT_EQ(bumps.size(), 1u);
+  EXPECT_EQ(bumps[0].page, kTarget);
+  EXPECT_NEAR(bumps[0].mass, est[kTarget] - prior, 0.05);
+  EXPECT_LT(stats.pages_opened, kPages / 10) << "pages read";
+  EXPECT_LT(stats.pages_screened, kPages / 2) << "pages screened";
+
+  auto sel = *Selector::Create(Options(0));
+  SelectRequest r;
+  r.context = ctx.get();
+  r.scorer = ScorerKind::kMass;
+  r.stability = false;
+  r.head_queries = q;
+  r.budget_blocks = 8;
+  SelectResult out;
+  ASSERT_TRUE(sel->Select(r, &out).ok());
+  EXPECT_TRUE(out.mass_sparse);
+  EXPECT_TRUE(std::binary_search(out.blocks.begin(), out.blocks.end(), kTarget));
+  EXPECT_EQ(out.mass_pages_opened, stats.pages_opened);
+}
+
+// Requests the sparse path does not serve fall back to the flat pass:
+// stability ranking, an ungated calibration, short contexts.
+TEST(MassTreeTest, OtherRequestsScoreFlat) {
+  std::mt19937 rng(3);
+  auto ctx = NewContext();
+  std::vector<BlockSummary> pages;
+  pages.reserve(64);
+  for (int i = 0; i < 64; ++i) pages.push_back(Page(&rng));
+  ASSERT_TRUE(ctx->AddSegment(pages).ok());
+  std::vector<float> q(kD, 0.5f);
+  SelectRequest r;
+  r.context = ctx.get();
+  r.scorer = ScorerKind::kMass;
+  r.head_queries = q;
+  r.budget_blocks = 8;
+  SelectResult out;
+  auto short_ctx = *Selector::Create(Options(512));
+  r.stability = false;
+  ASSERT_TRUE(short_ctx->Select(r, &out).ok());
+  EXPECT_FALSE(out.mass_sparse) << "64 blocks is below min_pages";
+  auto any = *Selector::Create(Options(0));
+  r.stability = true;
+  r.step = 1;
+  ASSERT_TRUE(any->Select(r, &out).ok());
+  EXPECT_FALSE(out.mass_sparse) << "a stability-ranked request";
+}
+
+// The calibration's step-to-step terms (calibration.h), on the flat pass
+// and the sparse path alike.
+class MassCalibrationTest : public ::testing::TestWithParam<int64_t /*min_pages*/> {
+ protected:
+  void Build(const SelectionCalibration& c, std::vector<int64_t> targets, int64_t pages = 800) {
+    std::mt19937 rng(4);
+    std::normal_distribution<float> noise(0.0f, 1.0f);
+    q_.resize(kD);
+    for (float& x : q_) x = noise(rng);
+    ctx_ = mass_test::NewContext(c);
+    ASSERT_NE(ctx_, nullptr);
+    std::vector<BlockSummary> ps;
+    for (int64_t i = 0; i < pages; ++i) {
+      const bool t = std::find(targets.begin(), targets.end(), i) != targets.end();
+      ps.push_back(t ? Page(&rng, q_.data(), 1.5f) : Page(&rng));
+    }
+    ASSERT_TRUE(ctx_->AddSegment(ps).ok());
+    sel_ = std::move(*Selector::Create(Options(GetParam())));
+  }
+  SelectResult Select(int64_t step, int64_t budget) {
+    SelectRequest r;
+    r.context = ctx_.get();
+    r.scorer = ScorerKind::kMass;
+    r.stability = false;
+    r.head_queries = q_;
+    r.budget_blocks = budget;
+    r.step = step;
+    SelectResult out;
+    EXPECT_TRUE(sel_->Select(r, &out).ok());
+    EXPECT_EQ(out.mass_sparse, GetParam() == 0);
+    return out;
+  }
+  static bool Has(const SelectResult& r, int64_t page) {
+    return std::binary_search(r.blocks.begin(), r.blocks.end(), page);
+  }
+  std::vector<float> q_;
+  std::unique_ptr<ContextIndex> ctx_;
+  std::unique_ptr<Selector> sel_;
+};
+
+// A target counts unconfirmed_weight (here 0) until the head has followed
+// it for confirm_steps Selects; a repeated Select of one step does not
+// count twice.
+TEST_P(MassCalibrationTest, ConfirmStepsHoldANewTargetBack) {
+  SelectionCalibration c = Calibration();
+  c.unconfirmed_weight = 0.0f;
+  c.confirm_steps = 3;
+  Build(c, {300});
+  EXPECT_FALSE(Has(Select(1, 4), 300));
+  EXPECT_FALSE(Has(Select(1, 4), 300)) << "the same step again";
+  EXPECT_FALSE(Has(Select(2, 4), 300));
+  EXPECT_TRUE(Has(Select(3, 4), 300)) << "followed for 3 steps";
+  EXPECT_TRUE(Has(Select(4, 4), 300));
+}
+
+// successor_weight lends the block after a target part of its term: with a
+// budget of one free block the target wins; with two, the next block too.
+TEST_P(MassCalibrationTest, SuccessorFollowsTheTarget) {
+  SelectionCalibration c = Calibration();
+  c.successor_weight = 0.9f;
+  Build(c, {300});
+  SelectResult one = Select(1, 3);
+  EXPECT_TRUE(Has(one, 300));
+  EXPECT_FALSE(Has(one, 301));
+  SelectResult two = Select(2, 4);
+  EXPECT_TRUE(Has(two, 300));
+  EXPECT_TRUE(Has(two, 301)) << "the successor outranks the recent blocks";
+  c.successor_weight = 0.0f;
+  Build(c, {300});
+  EXPECT_FALSE(Has(Select(1, 4), 301));
+}
+
+// retrieval_share caps how many free slots go to targets: planted targets
+// (at least two clear the gate), 4 free slots, share 0.25: one target, the
+// rest of the budget by the prior.
+TEST_P(MassCalibrationTest, RetrievalShareCapsTheTargets) {
+  SelectionCalibration c = Calibration();
+  c.head_min_mass = 0.2f;
+  Build(c, {200, 300, 400});
+  SelectResult all = Select(1, 6);
+  EXPECT_GE(Has(all, 200) + Has(all, 300) + Has(all, 400), 2)
+      << ::testing::PrintToString(all.blocks);
+  c.retrieval_share = 0.25f;
+  Build(c, {200, 300, 400});
+  SelectResult capped = Select(1, 6);
+  EXPECT_EQ(Has(capped, 200) + Has(capped, 300) + Has(capped, 400), 1);
+  EXPECT_TRUE(Has(capped, ctx_->tree().num_pages() - 2)) << "recent blocks take the rest";
+}
+
+// A calibrated sink competes with its own mass instead of being forced.
+TEST_P(MassCalibrationTest, ACalibratedSinkCompetes) {
+  SelectionCalibration c = Calibration();
+  c.sink_blocks = 0;
+  c.sink_mass = c.sink_mass_all = 0.01f;  // below every prior
+  Build(c, {});
+  EXPECT_FALSE(Has(Select(1, 4), 0));
+  c.sink_mass = c.sink_mass_all = 5.0f;  // above every prior
+  Build(c, {});
+  EXPECT_TRUE(Has(Select(1, 4), 0));
+  c.sink_blocks = -1;  // the options' sink (1): forced whatever its mass
+  c.sink_mass = c.sink_mass_all = -1.0f;
+  Build(c, {});
+  EXPECT_TRUE(Has(Select(1, 4), 0));
+}
+
+INSTANTIATE_TEST_SUITE_P(FlatAndSparse, MassCalibrationTest,
+                         ::testing::Values(int64_t{1} << 40, int64_t{0}),
+                         [](const auto& info) { return info.param == 0 ? "Sparse" : "Flat"; });
+
+TEST(MassTreeTest, BadCalibrationFieldsNameTheField) {
+  BlockLayout layout;
+  layout.num_layers = kLayers;
+  layout.num_kv_heads = kKv;
+  layout.head_dim = kD;
+  layout.block_size_tokens = kT;
+  auto message = [&](auto mutate) {
+    SelectionCalibration c = Calibration();
+    mutate(c);
+    return std::string(ValidateCalibration(c, layout).message());
+  };
+  EXPECT_EQ(message([](SelectionCalibration&) {}), "");
+  EXPECT_NE(message([](auto& c) { c.retrieval_share = 0; }).find("retrieval_share"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& c) { c.successor_weight = 2; }).find("successor_weight"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& c) { c.unconfirmed_weight = -1; }).find("unconfirmed_weight"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& c) { c.confirm_steps = 0; }).find("confirm_steps"), std::string::npos);
+  EXPECT_NE(message([](auto& c) { c.sink_blocks = 5000; }).find("sink_blocks"), std::string::npos);
+  EXPECT_NE(message([](auto& c) { c.sink_mass = 1; }).find("both or neither"), std::string::npos);
+}
+
+TEST(MassTreeTest, BadOptionsNameTheField) {
+  MassTreeOptions o;
+  o.max_open_fraction = 0;
+  EXPECT_NE(ValidateMassTreeOptions(o).message().find("max_open_fraction"), std::string::npos);
+  o = MassTreeOptions();
+  o.bound_mix = 2;
+  EXPECT_NE(ValidateMassTreeOptions(o).message().find("bound_mix"), std::string::npos);
+  o = MassTreeOptions();
+  o.min_open = 0;
+  EXPECT_NE(ValidateMassTreeOptions(o).message().find("min_open"), std::string::npos);
+  SelectorOptions so;
+  so.mass_tree.recent_pages = -1;
+  EXPECT_NE(ValidateSelectorOptions(so).message().find("options.mass_tree.recent_pages"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::index
