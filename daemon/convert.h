@@ -4,8 +4,8 @@
 #define KVTIER_DAEMON_CONVERT_H_
 
 #include "absl/status/statusor.h"
-#include "index/summary/block_layout.h"
 #include "index/select/calibration.h"
+#include "index/summary/block_layout.h"
 #include "kvtier/v1/kvtier.pb.h"
 #include "kvtier/v1/types.pb.h"
 #include "storage/catalog/records.h"

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "index/placement.h"
 #include "index/kernels/simd.h"
+#include "index/placement.h"
 #include "index/summary/summary_codec.h"
 
 namespace kvtier::daemon {

@@ -30,11 +30,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "index/select/calibration.h"
 #include "index/context_tree.h"
+#include "index/select/calibration.h"
 #include "index/select/key_scorers.h"
-#include "index/summary/key_table.h"
 #include "index/select/stability.h"
+#include "index/summary/key_table.h"
 #include "index/summary/summary.h"
 
 namespace kvtier::index {

@@ -5,8 +5,8 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "index/summary/block_layout.h"
 #include "index/kernels/simd.h"
+#include "index/summary/block_layout.h"
 #include "index/validate.h"
 
 namespace kvtier::index {

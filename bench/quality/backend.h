@@ -27,9 +27,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "index/summary/block_layout.h"
 #include "index/select/calibration.h"
 #include "index/select/selector.h"
+#include "index/summary/block_layout.h"
 #include "index/summary/summary.h"
 #include "index/summary/summary_codec.h"
 

@@ -9,8 +9,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bench/quality/backend.h"
-#include "index/select/rank.h"
 #include "index/kernels/simd.h"
+#include "index/select/rank.h"
 
 namespace kvtier::quality {
 namespace {
@@ -325,9 +325,9 @@ class ScoreMethod final : public Method {
       index::RankOptions ro;
       ro.stability = options_.stability;
       ro.max_prefetch = options_.max_prefetch_blocks;
-      if (absl::Status s = index::SelectFlat(ro, options_.sink_blocks, options_.local_blocks, aff_,
-                                             budget, in.step, &tracker_, &rank_, &scored_,
-                                             &ranked_);
+      if (absl::Status s =
+              index::SelectFlat(ro, options_.sink_blocks, options_.local_blocks, aff_, budget,
+                                in.step, &tracker_, &rank_, &scored_, &ranked_);
           !s.ok()) {
         return s;
       }

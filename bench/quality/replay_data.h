@@ -37,9 +37,9 @@
 #include "bench/quality/attention.h"
 #include "bench/quality/kv_dump.h"
 #include "bench/quality/metrics.h"
-#include "index/summary/block_layout.h"
 #include "index/select/calibration.h"
 #include "index/select/scorer.h"
+#include "index/summary/block_layout.h"
 #include "index/summary/summary.h"
 
 namespace kvtier::quality {

@@ -44,8 +44,8 @@
 #include "bench/select/long_scenario.h"
 #include "faiss/IndexFlat.h"
 #include "faiss/IndexHNSW.h"
-#include "index/select/selector.h"
 #include "index/kernels/simd.h"
+#include "index/select/selector.h"
 #include "index/summary/summary.h"
 #include "index/summary/summary_codec.h"
 #include "tests/testutil/synthetic.h"
@@ -445,14 +445,10 @@ void Batch(int contexts, int64_t n, int queries, std::vector<Row>* rows) {
               }
             }
           }
-          Row r{"batch",
-                alg == SelectAlgorithm::kGemm ? "kvtier_gemm" : "kvtier_descent",
-                cfg.name,
-                n,
-                contexts,
-                k,
-                threads,
-                Summarise(us, rec, scored),
+          Row r{"batch",  alg == SelectAlgorithm::kGemm ? "kvtier_gemm" : "kvtier_descent",
+                cfg.name, n,
+                contexts, k,
+                threads,  Summarise(us, rec, scored),
                 flat_us};
           rows->push_back(r);
           Print(r);

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "index/select/gpu_scoring.h"
-#include "index/select/selector.h"
 #include "index/kernels/simd.h"
 #include "index/kernels/unit_vector.h"
+#include "index/select/gpu_scoring.h"
+#include "index/select/selector.h"
 #include "tests/testutil/status_matchers.h"
 
 using ::kvtier::testing::StatusIs;

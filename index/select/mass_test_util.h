@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "index/select/calibration.h"
 #include "index/context_index.h"
+#include "index/select/calibration.h"
 #include "index/summary/summary.h"
 
 namespace kvtier::index::mass_test {

@@ -192,9 +192,10 @@ class HeadDescent {
     for (int64_t cc = 0; cc < C; ++cc) {
       if (w_->chunk_pot[cc] >= keep) cand.push_back({w_->chunk_pot[cc], 1, cc});
     }
-    const size_t cap = std::max<size_t>(
-        static_cast<size_t>(o_.min_candidate_chunks), static_cast<size_t>(
-                std::ceil(std::min(1.0, 2 * o_.max_open_fraction) * static_cast<double>(C))));
+    const size_t cap =
+        std::max<size_t>(static_cast<size_t>(o_.min_candidate_chunks),
+                         static_cast<size_t>(std::ceil(std::min(1.0, 2 * o_.max_open_fraction) *
+                                                       static_cast<double>(C))));
     if (cand.size() > cap) {
       std::nth_element(cand.begin(), cand.begin() + cap, cand.end(), BetterUnit());
       cand.resize(cap);
@@ -318,9 +319,8 @@ class HeadDescent {
 // Steps 5's shares of one head whose descent ran (r): opened pages with a
 // share >= the head's gate add to s->bumps (and their successors), in the
 // flat pass's arithmetic; memory's copy track is updated (ObserveCopy).
-void AddShares(const SelectionCalibration& cal, int32_t head, float weight, int64_t n,
-               int32_t T, const MassTreeScratch::HeadResult& r, MassTreeScratch* s,
-               MassMemory* memory) {
+void AddShares(const SelectionCalibration& cal, int32_t head, float weight, int64_t n, int32_t T,
+               const MassTreeScratch::HeadResult& r, MassTreeScratch* s, MassMemory* memory) {
   const HeadGate gate = ObserveCopy(cal, memory, head, r.strongest, n, T);
   if (!(gate.weight > 0)) return;
   // Each opened page's share, its last lead tokens' moved to the page

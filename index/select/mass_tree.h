@@ -68,8 +68,8 @@
 #include "absl/types/span.h"
 #include "index/select/calibration.h"
 #include "index/select/key_scorers.h"
-#include "index/summary/key_table.h"
 #include "index/select/worker_pool.h"
+#include "index/summary/key_table.h"
 
 namespace kvtier::index {
 
@@ -86,8 +86,8 @@ struct MassTreeOptions {
   // candidate chunks min_candidate_chunks, whatever the fractions say.
   int32_t min_open_cap = 128;
   int32_t min_candidate_chunks = 32;
-  float stop_margin_nats = 3.0f;    // see step 4
-  float bound_mix = 0.25f;          // alpha of step 2, in [0, 1]
+  float stop_margin_nats = 3.0f;  // see step 4
+  float bound_mix = 0.25f;        // alpha of step 2, in [0, 1]
 };
 
 // InvalidArgument naming the field when out of range.

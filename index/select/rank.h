@@ -90,14 +90,13 @@ void RankScored(const RankOptions& options, const RankShape& shape,
 // scratch->pool ranked into out (nth-partitioned at free already when
 // `partitioned`).
 void RankPool(const RankOptions& options, const RankShape& shape, absl::Span<const float> affinity,
-              bool partitioned, StabilityTracker* tracker, RankScratch* scratch,
-              SelectResult* out);
+              bool partitioned, StabilityTracker* tracker, RankScratch* scratch, SelectResult* out);
 
 // Every page of affinity ([shape.n]) scored: observes the sinks and local
 // window, lists the other pages in *scored (scratch), then RankScored.
-void RankFlat(const RankOptions& options, const RankShape& shape,
-              absl::Span<const float> affinity, StabilityTracker* tracker, RankScratch* scratch,
-              std::vector<int32_t>* scored, SelectResult* out);
+void RankFlat(const RankOptions& options, const RankShape& shape, absl::Span<const float> affinity,
+              StabilityTracker* tracker, RankScratch* scratch, std::vector<int32_t>* scored,
+              SelectResult* out);
 
 // One step over affinity (every page, n = its size), as the Selector runs
 // a flat scorer: resizes the tracker and begins `step` (InvalidArgument,

@@ -4,10 +4,10 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "index/select/key_scorers.h"
-#include "index/select/selector_internal.h"
 #include "index/kernels/simd.h"
 #include "index/kernels/unit_vector.h"
+#include "index/select/key_scorers.h"
+#include "index/select/selector_internal.h"
 #include "index/validate.h"
 
 namespace kvtier::index {
@@ -594,7 +594,8 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals, 
     }
   }
   if (k < s->rank.pool.size()) {
-    std::nth_element(s->rank.pool.begin(), s->rank.pool.begin() + k, s->rank.pool.end(), ByBetterRecent());
+    std::nth_element(s->rank.pool.begin(), s->rank.pool.begin() + k, s->rank.pool.end(),
+                     ByBetterRecent());
   }
   // A page at or below theta scores at most (1 - w) * affinity(above - 1)
   // + w; the k-th best must reach that (a tie goes to the pool's more

@@ -27,10 +27,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "index/select/gpu_scoring.h"
-#include "index/select/selector.h"
 #include "index/kernels/simd.h"
 #include "index/kernels/unit_vector.h"
+#include "index/select/gpu_scoring.h"
+#include "index/select/selector.h"
 
 namespace kvtier::index {
 namespace {
