@@ -7,7 +7,7 @@ kvtier_add_test(kvtier_index_summary_test
 kvtier_add_test(kvtier_index_scorer_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/select/scorer_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/placement_test.cc
-  LIBS kvtier_index LABELS index)
+  LIBS kvtier_index kvtier_testutil LABELS index)
 kvtier_add_test(kvtier_index_tree_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/context_tree_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/select/stability_test.cc

@@ -324,7 +324,7 @@ TEST_F(MassTreeTest, TwoThreadsChooseExactlyAsOne) {
   lo.tokens = 131072;
   lo.passage_key_scale = 2;
   absl::StatusOr<LongContext> lc = LongContext::Build(ptrs, lo);
-  ASSERT_TRUE(lc.ok()) << lc.status();
+  ASSERT_OK(lc.status());
   const index::SelectionCalibration& c = shipped_;
   auto one = NewContext(c, lc->dim(), lc->num_layers(), lc->num_kv_heads());
   auto two = NewContext(c, lc->dim(), lc->num_layers(), lc->num_kv_heads());

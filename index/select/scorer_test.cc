@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::index {
 namespace {
@@ -124,7 +125,7 @@ TEST(ScorerTest, NamesParseBack) {
   ScoreInput in;
   in.anchor = anchor;
   std::vector<float> out(1);
-  ASSERT_TRUE(ScoreBlocks(ScorerKind::kKeyKey, View2(mean, 1), in, absl::MakeSpan(out)).ok());
+  ASSERT_OK(ScoreBlocks(ScorerKind::kKeyKey, View2(mean, 1), in, absl::MakeSpan(out)));
   EXPECT_FLOAT_EQ(out[0], 1.0f);
 }
 
