@@ -37,4 +37,4 @@ kvtier_add_test(kvtier_index_int8_dot_test
 kvtier_add_test(kvtier_index_mass_tree_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/select/mass_tree_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/select/copy_tracking_test.cc
-  LIBS kvtier_index LABELS index)
+  LIBS kvtier_index kvtier_testutil LABELS index)

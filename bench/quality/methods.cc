@@ -325,10 +325,13 @@ class ScoreMethod final : public Method {
       index::RankOptions ro;
       ro.stability = options_.stability;
       ro.max_prefetch = options_.max_prefetch_blocks;
-      if (absl::Status s =
-              index::SelectFlat(ro, options_.sink_blocks, options_.local_blocks, aff_, budget,
-                                in.step, &tracker_, &rank_, &scored_, &ranked_);
-          !s.ok()) {
+      index::FlatStep step;
+      step.affinity = aff_;
+      step.sink_blocks = options_.sink_blocks;
+      step.local_blocks = options_.local_blocks;
+      step.budget = budget;
+      step.step = in.step;
+      if (absl::Status s = index::SelectFlat(ro, step, &tracker_, &rank_, &ranked_); !s.ok()) {
         return s;
       }
       blocks->assign(ranked_.blocks.begin(), ranked_.blocks.end());
@@ -378,7 +381,6 @@ class ScoreMethod final : public Method {
   std::vector<float> aff_;
   // The Selector's own ranking (index/select/rank.h): its buffers and last result.
   index::RankScratch rank_;
-  std::vector<int32_t> scored_;
   index::SelectResult ranked_;
 };
 

@@ -387,11 +387,19 @@ absl::Status ValidateMassTreeOptions(const MassTreeOptions& o) {
   return absl::OkStatus();
 }
 
-absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& c,
-                           absl::Span<const int32_t> slots, int32_t dim,
-                           absl::Span<const float> head_queries, const MassTreeOptions& options,
-                           MassTreeScratch* s, std::vector<MassBump>* bumps, MassTreeStats* stats,
-                           MassMemory* memory, WorkerPool* pool, int32_t max_slots) {
+absl::Status MassTreeBumps(const MassTreeInput& in, const MassTreeOptions& options,
+                           MassTreeScratch* s, std::vector<MassBump>* bumps, MassTreeStats* stats) {
+  if (in.table == nullptr || in.calibration == nullptr) {
+    return absl::InvalidArgumentError("the mass tree needs a KeyTable and a calibration");
+  }
+  const KeyTable& table = *in.table;
+  const SelectionCalibration& c = *in.calibration;
+  const absl::Span<const int32_t> slots = in.slots;
+  const int32_t dim = in.dim;
+  const absl::Span<const float> head_queries = in.head_queries;
+  MassMemory* const memory = in.memory;
+  WorkerPool* const pool = in.pool;
+  const int32_t max_slots = in.max_slots;
   const size_t R = c.retrieval_heads.size();
   const size_t D = static_cast<size_t>(dim);
   const int64_t n = table.size();

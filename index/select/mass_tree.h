@@ -147,23 +147,35 @@ struct MassTreeScratch {
   std::vector<MassBump> bumps;    // before merging
 };
 
+// One context's step: what the descent reads.
+struct MassTreeInput {
+  // A calibrated context whose KeyTable holds the calibration's head keys
+  // (ContextIndex::keys(), calibration(), key_slots(): one slot per
+  // retrieval head); both required.
+  const KeyTable* table = nullptr;
+  const SelectionCalibration* calibration = nullptr;
+  absl::Span<const int32_t> slots;
+  int32_t dim = 0;
+  // R x dim finite values with no all-zero row (the Selector validates).
+  absl::Span<const float> head_queries;
+  // As MassScores' (key_scorers.h; the strongest key is the strongest of
+  // the pages opened); may be null.
+  MassMemory* memory = nullptr;
+  // With max_slots > 1, the heads' descents (steps 2-5 up to z) run on up
+  // to max_slots threads of the pool (the scratch's work has a slot each);
+  // the gates and shares then follow in head order on the caller's thread,
+  // so the result is the same whatever the threads.
+  WorkerPool* pool = nullptr;
+  int32_t max_slots = 1;
+};
+
 // Appends to *bumps (cleared first) the pages with a retrieval term, in
-// ascending page order, one entry per page. Requires a calibrated context
-// whose KeyTable holds the calibration's head keys for n == table.size()
-// pages, head_queries of R x dim finite values with no all-zero row (the
-// Selector validates), MinHeadMass(calibration) > 0.
-// memory: as MassScores' (key_scorers.h; the strongest key is the
-// strongest of the pages opened); may be null.
-// pool: with max_slots > 1, the heads' descents (steps 2-5 up to z) run on
-// up to max_slots threads of it (scratch->work has a slot each); the gates
-// and shares then follow in head order on the caller's thread, so the
-// result is the same whatever the threads.
-absl::Status MassTreeBumps(const KeyTable& table, const SelectionCalibration& calibration,
-                           absl::Span<const int32_t> slots, int32_t dim,
-                           absl::Span<const float> head_queries, const MassTreeOptions& options,
+// ascending page order, one entry per page, and adds to *stats.
+// InvalidArgument when the input is not as MassTreeInput says or
+// MinHeadMass(calibration) is not > 0.
+absl::Status MassTreeBumps(const MassTreeInput& in, const MassTreeOptions& options,
                            MassTreeScratch* scratch, std::vector<MassBump>* bumps,
-                           MassTreeStats* stats, MassMemory* memory = nullptr,
-                           WorkerPool* pool = nullptr, int32_t max_slots = 1);
+                           MassTreeStats* stats);
 
 }  // namespace kvtier::index
 

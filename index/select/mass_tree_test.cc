@@ -15,11 +15,13 @@
 #include "index/select/mass_test_util.h"
 #include "index/select/selector.h"
 #include "index/summary/summary.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::index {
 namespace {
 
 using namespace mass_test;  // NOLINT(google-build-using-namespace): the shared fixtures
+using ::kvtier::testing::StatusIs;
 
 // The shared retrieval head and prior, a head weight and the gate.
 SelectionCalibration Calibration() {
@@ -116,9 +118,16 @@ TEST(MassTreeTest, FindsATargetFarBackAndReadsLittle) {
   MassTreeScratch s;
   std::vector<MassBump> bumps;
   MassTreeStats stats;
-  ASSERT_TRUE(MassTreeBumps(*ctx->keys(), ctx->calibration(), ctx->key_slots(), kD, q,
-                            MassTreeOptions(), &s, &bumps, &stats)
-                  .ok());
+  MassTreeInput in;
+  in.table = ctx->keys();
+  in.calibration = &ctx->calibration();
+  in.slots = ctx->key_slots();
+  in.dim = kD;
+  in.head_queries = q;
+  ASSERT_OK(MassTreeBumps(in, MassTreeOptions(), &s, &bumps, &stats));
+  in.table = nullptr;
+  EXPECT_THAT(MassTreeBumps(in, MassTreeOptions(), &s, &bumps, &stats),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   ASSERT_EQ(bumps.size(), 1u);
   EXPECT_EQ(bumps[0].page, kTarget);
   EXPECT_NEAR(bumps[0].mass, est[kTarget] - prior, 0.05);

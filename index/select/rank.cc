@@ -8,9 +8,11 @@
 
 namespace kvtier::index {
 
-void RankScored(const RankOptions& o, const RankShape& sh, absl::Span<const float> affinity,
-                absl::Span<const int32_t> scored, StabilityTracker* st, RankScratch* s,
-                SelectResult* out) {
+void RankScored(const RankOptions& o, const RankInput& in, absl::Span<const int32_t> scored,
+                RankScratch* s, SelectResult* out) {
+  const RankShape& sh = in.shape;
+  const absl::Span<const float> affinity = in.affinity;
+  StabilityTracker* st = in.tracker;
   const StabilityOptions& so = o.stability;
   const float w = o.use_stability ? so.weight : 0.0f;
   const int32_t window = so.window_steps;
@@ -28,11 +30,13 @@ void RankScored(const RankOptions& o, const RankShape& sh, absl::Span<const floa
     s->pool.push_back({w * st->Stability(p, window), static_cast<int32_t>(p)});
     ++out->held;
   }
-  RankPool(o, sh, affinity, /*partitioned=*/false, st, s, out);
+  RankPool(o, in, /*partitioned=*/false, s, out);
 }
 
-void RankPool(const RankOptions& o, const RankShape& sh, absl::Span<const float> affinity,
-              bool partitioned, StabilityTracker* st, RankScratch* s, SelectResult* out) {
+void RankPool(const RankOptions& o, const RankInput& in, bool partitioned, RankScratch* s,
+              SelectResult* out) {
+  const RankShape& sh = in.shape;
+  StabilityTracker* st = in.tracker;
   const int32_t window = o.stability.window_steps;
   std::vector<ScoredIndex>& pool = s->pool;
   out->candidates = static_cast<int64_t>(pool.size());
@@ -50,7 +54,7 @@ void RankPool(const RankOptions& o, const RankShape& sh, absl::Span<const float>
   std::sort(out->blocks.begin(), out->blocks.end());
   st->SetChosen(out->blocks);
   for (int64_t p : out->blocks) {
-    out->scores.push_back(st->ObservedThisStep(p) ? affinity[p] : 0.0f);
+    out->scores.push_back(st->ObservedThisStep(p) ? in.affinity[p] : 0.0f);
   }
 
   // Prefetch: rising pages that lost this step.
@@ -73,48 +77,48 @@ void RankPool(const RankOptions& o, const RankShape& sh, absl::Span<const float>
   for (size_t i = 0; i < keep; ++i) out->prefetch.push_back(s->rising[i].second);
 }
 
-void RankFlat(const RankOptions& o, const RankShape& sh, absl::Span<const float> affinity,
-              StabilityTracker* st, RankScratch* s, std::vector<int32_t>* scored,
-              SelectResult* out) {
-  scored->clear();
+void RankFlat(const RankOptions& o, const RankInput& in, RankScratch* s, SelectResult* out) {
+  const RankShape& sh = in.shape;
+  std::vector<int32_t>& scored = s->scored;
+  scored.clear();
   for (int64_t p = 0; p < sh.n; ++p) {
     if (p < sh.sinks || p >= sh.local_first) {
-      st->Observe(p, affinity[p] > o.stability.theta);
+      in.tracker->Observe(p, in.affinity[p] > o.stability.theta);
     } else {
-      scored->push_back(static_cast<int32_t>(p));
+      scored.push_back(static_cast<int32_t>(p));
     }
   }
-  RankScored(o, sh, affinity, *scored, st, s, out);
+  RankScored(o, in, scored, s, out);
 }
 
-absl::Status SelectFlat(const RankOptions& o, int64_t sink_blocks, int64_t local_blocks,
-                        absl::Span<const float> affinity, int64_t budget, int64_t step,
-                        StabilityTracker* st, RankScratch* s, std::vector<int32_t>* scored,
-                        SelectResult* out) {
-  const int64_t n = static_cast<int64_t>(affinity.size());
+absl::Status SelectFlat(const RankOptions& o, const FlatStep& f, StabilityTracker* st,
+                        RankScratch* s, SelectResult* out) {
+  const int64_t n = static_cast<int64_t>(f.affinity.size());
   out->blocks.clear();
   out->scores.clear();
   out->prefetch.clear();
   out->candidates = out->held = 0;
-  if (step < st->step() && st->begun()) {
+  if (st->begun() && f.step < st->step()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("step (", step, ") is before the last step begun (", st->step(), ")"));
+        absl::StrCat("step (", f.step, ") is before the last step begun (", st->step(), ")"));
   }
   st->Resize(n);
-  if (absl::Status status = st->BeginStep(step); !status.ok()) return status;
-  if (budget >= n) {
+  if (absl::Status status = st->BeginStep(f.step); !status.ok()) return status;
+  if (f.budget >= n) {
     for (int64_t p = 0; p < n; ++p) out->blocks.push_back(p);
     out->scores.assign(n, 0.0f);
     st->SetChosen(out->blocks);
     return absl::OkStatus();
   }
-  RankShape sh;
-  sh.n = n;
-  sh.sinks = std::clamp<int64_t>(sink_blocks, 0, n);
-  const int64_t locals = std::clamp<int64_t>(local_blocks, 0, n - sh.sinks);
-  sh.local_first = n - locals;
-  sh.free = budget - sh.sinks - locals;
-  RankFlat(o, sh, affinity, st, s, scored, out);
+  RankInput in;
+  in.shape.n = n;
+  in.shape.sinks = std::clamp<int64_t>(f.sink_blocks, 0, n);
+  const int64_t locals = std::clamp<int64_t>(f.local_blocks, 0, n - in.shape.sinks);
+  in.shape.local_first = n - locals;
+  in.shape.free = f.budget - in.shape.sinks - locals;
+  in.affinity = f.affinity;
+  in.tracker = st;
+  RankFlat(o, in, s, out);
   return absl::OkStatus();
 }
 

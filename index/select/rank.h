@@ -72,42 +72,53 @@ struct RankShape {
   int64_t n = 0, sinks = 0, local_first = 0, free = 0;
 };
 
+// What a ranking reads: the shape, one affinity per page ([shape.n], read
+// at the scored, held and chosen pages) and the context's stability
+// windows (updated).
+struct RankInput {
+  RankShape shape;
+  absl::Span<const float> affinity;
+  StabilityTracker* tracker = nullptr;
+};
+
 // Reused buffers (grown, never shrunk).
 struct RankScratch {
   std::vector<ScoredIndex> pool;
   std::vector<int64_t> held;
   std::vector<std::pair<float, int64_t>> rising;
+  std::vector<int32_t> scored;  // RankFlat's list of the pages it scores
 };
 
-// See the file comment. `affinity` has one value per page ([n]), read at
-// the scored, held and chosen pages; `scored` lists pages outside the
-// sinks and local window. out's blocks, scores and prefetch are appended
-// to (the caller clears them); out->candidates is set, out->held added to.
-void RankScored(const RankOptions& options, const RankShape& shape,
-                absl::Span<const float> affinity, absl::Span<const int32_t> scored,
-                StabilityTracker* tracker, RankScratch* scratch, SelectResult* out);
+// See the file comment. `scored` lists pages outside the sinks and local
+// window. out's blocks, scores and prefetch are appended to (the caller
+// clears them); out->candidates is set, out->held added to.
+void RankScored(const RankOptions& options, const RankInput& in, absl::Span<const int32_t> scored,
+                RankScratch* scratch, SelectResult* out);
 
 // scratch->pool ranked into out (nth-partitioned at free already when
 // `partitioned`).
-void RankPool(const RankOptions& options, const RankShape& shape, absl::Span<const float> affinity,
-              bool partitioned, StabilityTracker* tracker, RankScratch* scratch, SelectResult* out);
+void RankPool(const RankOptions& options, const RankInput& in, bool partitioned,
+              RankScratch* scratch, SelectResult* out);
 
-// Every page of affinity ([shape.n]) scored: observes the sinks and local
-// window, lists the other pages in *scored (scratch), then RankScored.
-void RankFlat(const RankOptions& options, const RankShape& shape, absl::Span<const float> affinity,
-              StabilityTracker* tracker, RankScratch* scratch, std::vector<int32_t>* scored,
+// Every page scored: observes the sinks and local window, lists the other
+// pages in scratch->scored, then RankScored.
+void RankFlat(const RankOptions& options, const RankInput& in, RankScratch* scratch,
               SelectResult* out);
 
-// One step over affinity (every page, n = its size), as the Selector runs
-// a flat scorer: resizes the tracker and begins `step` (InvalidArgument,
-// nothing changed, when it is before the last step begun), keeps
-// min(sink_blocks, n) sinks and the last min(local_blocks, n - sinks)
-// pages, the rest of `budget` by RankFlat; budget >= n keeps every page.
-// out's blocks, scores and prefetch are cleared first.
-absl::Status SelectFlat(const RankOptions& options, int64_t sink_blocks, int64_t local_blocks,
-                        absl::Span<const float> affinity, int64_t budget, int64_t step,
-                        StabilityTracker* tracker, RankScratch* scratch,
-                        std::vector<int32_t>* scored, SelectResult* out);
+// One step of a flat scorer's affinities, as the Selector runs it.
+struct FlatStep {
+  absl::Span<const float> affinity;  // one per page: n = its size
+  int64_t sink_blocks = 0;           // min(sink_blocks, n) are kept
+  int64_t local_blocks = 0;          // and the last min(local_blocks, n - sinks)
+  int64_t budget = 0;                // >= n keeps every page
+  int64_t step = 0;
+};
+
+// Resizes the tracker and begins step.step (InvalidArgument, nothing
+// changed, when it is before the last step begun), then RankFlat. out's
+// blocks, scores and prefetch are cleared first.
+absl::Status SelectFlat(const RankOptions& options, const FlatStep& step, StabilityTracker* tracker,
+                        RankScratch* scratch, SelectResult* out);
 
 }  // namespace kvtier::index
 

@@ -16,6 +16,17 @@ namespace {
 
 using ::kvtier::testing::StatusIs;
 
+FlatStep Step(const std::vector<float>& aff, int64_t sinks, int64_t locals, int64_t budget,
+              int64_t step) {
+  FlatStep f;
+  f.affinity = aff;
+  f.sink_blocks = sinks;
+  f.local_blocks = locals;
+  f.budget = budget;
+  f.step = step;
+  return f;
+}
+
 RankOptions Plain() {
   RankOptions o;
   o.use_stability = false;
@@ -27,14 +38,13 @@ TEST(RankTest, KeepsSinksTheLocalWindowAndTheBestOfTheRest) {
   const std::vector<float> aff = {0.1f, 0.9f, 0.3f, 0.8f, 0.2f, 0.05f};
   StabilityTracker st;
   RankScratch s;
-  std::vector<int32_t> scored;
   SelectResult out;
-  ASSERT_OK(SelectFlat(Plain(), 1, 1, aff, 4, 0, &st, &s, &scored, &out));
+  ASSERT_OK(SelectFlat(Plain(), Step(aff, 1, 1, 4, 0), &st, &s, &out));
   EXPECT_EQ(out.blocks, (std::vector<int64_t>{0, 1, 3, 5}));
   EXPECT_EQ(out.scores, (std::vector<float>{0.1f, 0.9f, 0.8f, 0.05f}));
   EXPECT_EQ(out.candidates, 4) << "pages 1-4 competed";
   // A budget of every page keeps them all.
-  ASSERT_OK(SelectFlat(Plain(), 1, 1, aff, 6, 1, &st, &s, &scored, &out));
+  ASSERT_OK(SelectFlat(Plain(), Step(aff, 1, 1, 6, 1), &st, &s, &out));
   EXPECT_EQ(out.blocks.size(), 6u);
 }
 
@@ -42,13 +52,12 @@ TEST(RankTest, TiesGoToTheLowerPageOrForTheMassScorerTheMoreRecent) {
   const std::vector<float> aff = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
   StabilityTracker st;
   RankScratch s;
-  std::vector<int32_t> scored;
   SelectResult out;
-  ASSERT_OK(SelectFlat(Plain(), 0, 0, aff, 2, 0, &st, &s, &scored, &out));
+  ASSERT_OK(SelectFlat(Plain(), Step(aff, 0, 0, 2, 0), &st, &s, &out));
   EXPECT_EQ(out.blocks, (std::vector<int64_t>{0, 1}));
   RankOptions recent = Plain();
   recent.recent_ties = true;
-  ASSERT_OK(SelectFlat(recent, 0, 0, aff, 2, 1, &st, &s, &scored, &out));
+  ASSERT_OK(SelectFlat(recent, Step(aff, 0, 0, 2, 1), &st, &s, &out));
   EXPECT_EQ(out.blocks, (std::vector<int64_t>{3, 4}));
 }
 
@@ -56,13 +65,12 @@ TEST(RankTest, AStepBeforeTheLastIsRefusedAndChangesNothing) {
   const std::vector<float> aff = {0.2f, 0.9f, 0.1f};
   StabilityTracker st;
   RankScratch s;
-  std::vector<int32_t> scored;
   SelectResult out;
-  ASSERT_OK(SelectFlat(Plain(), 0, 0, aff, 1, 5, &st, &s, &scored, &out));
-  EXPECT_THAT(SelectFlat(Plain(), 0, 0, aff, 1, 4, &st, &s, &scored, &out),
+  ASSERT_OK(SelectFlat(Plain(), Step(aff, 0, 0, 1, 5), &st, &s, &out));
+  EXPECT_THAT(SelectFlat(Plain(), Step(aff, 0, 0, 1, 4), &st, &s, &out),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(st.step(), 5);
-  EXPECT_OK(SelectFlat(Plain(), 0, 0, aff, 1, 5, &st, &s, &scored, &out)) << "the same step again";
+  EXPECT_OK(SelectFlat(Plain(), Step(aff, 0, 0, 1, 5), &st, &s, &out)) << "the same step again";
 }
 
 // A page above theta for many steps keeps its place for a while when a
@@ -76,19 +84,18 @@ TEST(RankTest, StabilityHoldsAPageAndPrefetchesTheRisingLoser) {
   o.max_prefetch = 4;
   StabilityTracker st;
   RankScratch s;
-  std::vector<int32_t> scored;
   SelectResult out;
   std::vector<float> aff = {0.1f, 0.9f, 0.2f, 0.1f};
   for (int64_t step = 0; step < 8; ++step) {
-    ASSERT_OK(SelectFlat(o, 0, 0, aff, 1, step, &st, &s, &scored, &out));
+    ASSERT_OK(SelectFlat(o, Step(aff, 0, 0, 1, step), &st, &s, &out));
     EXPECT_EQ(out.blocks, (std::vector<int64_t>{1}));
   }
   aff = {0.1f, 0.7f, 0.8f, 0.1f};
-  ASSERT_OK(SelectFlat(o, 0, 0, aff, 1, 8, &st, &s, &scored, &out));
+  ASSERT_OK(SelectFlat(o, Step(aff, 0, 0, 1, 8), &st, &s, &out));
   EXPECT_EQ(out.blocks, (std::vector<int64_t>{1})) << "held by its history";
   EXPECT_EQ(out.prefetch, (std::vector<int64_t>{2})) << "the newcomer rises";
   StabilityTracker fresh;
-  ASSERT_OK(SelectFlat(Plain(), 0, 0, aff, 1, 8, &fresh, &s, &scored, &out));
+  ASSERT_OK(SelectFlat(Plain(), Step(aff, 0, 0, 1, 8), &fresh, &s, &out));
   EXPECT_EQ(out.blocks, (std::vector<int64_t>{2}));
 }
 
@@ -120,7 +127,6 @@ TEST(RankTest, SelectFlatRanksAsTheSelector) {
   ro.max_prefetch = so.max_prefetch_blocks;
   StabilityTracker st;
   RankScratch s;
-  std::vector<int32_t> scored;
   SelectResult flat, daemon;
   std::vector<float> aff(kPages);
   int64_t prefetched = 0;
@@ -133,8 +139,8 @@ TEST(RankTest, SelectFlatRanksAsTheSelector) {
     in.seed = 11;
     in.step = step;
     ASSERT_OK(ScoreBlocks(ScorerKind::kRandom, view, in, absl::MakeSpan(aff)));
-    ASSERT_OK(SelectFlat(ro, so.sink_blocks, so.local_blocks, aff, budget, step, &st, &s, &scored,
-                         &flat));
+    ASSERT_OK(
+        SelectFlat(ro, Step(aff, so.sink_blocks, so.local_blocks, budget, step), &st, &s, &flat));
     SelectRequest r;
     r.context = ctx.get();
     r.scorer = ScorerKind::kRandom;

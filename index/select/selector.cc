@@ -312,15 +312,16 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s, SelectRes
     return;
   }
   s->scored.clear();
-  const RankShape shape{n, plan.sinks, plan.local_first, plan.free};
-  StabilityTracker& tracker = ctx.stability();
-  const absl::Span<const float> affinity(s->affinity.data(), n);
+  RankInput in;
+  in.shape = RankShape{n, plan.sinks, plan.local_first, plan.free};
+  in.affinity = absl::MakeConstSpan(s->affinity.data(), n);
+  in.tracker = &ctx.stability();
   if (TreeKeyKey(r)) {
     ScoreTree(r, plan, gemm, s, out);
-    RankScored(RankOptionsFor(r), shape, affinity, s->scored, &tracker, &s->rank, out);
+    RankScored(RankOptionsFor(r), in, s->scored, &s->rank, out);
   } else {
     ScoreFlat(r, plan, s, out);
-    RankFlat(RankOptionsFor(r), shape, affinity, &tracker, &s->rank, &s->scored, out);
+    RankFlat(RankOptionsFor(r), in, &s->rank, out);
   }
 }
 
@@ -613,9 +614,11 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals, 
 
 void Selector::FinishRanking(const SelectRequest& r, int64_t sinks, int64_t local_first, int64_t n,
                              int64_t free, bool partitioned, Scratch* s, SelectResult* out) {
-  RankPool(RankOptionsFor(r), RankShape{n, sinks, local_first, free},
-           absl::MakeConstSpan(s->affinity.data(), n), partitioned, &r.context->stability(),
-           &s->rank, out);
+  RankInput in;
+  in.shape = RankShape{n, sinks, local_first, free};
+  in.affinity = absl::MakeConstSpan(s->affinity.data(), n);
+  in.tracker = &r.context->stability();
+  RankPool(RankOptionsFor(r), in, partitioned, &s->rank, out);
 }
 
 // ---- entry points

@@ -254,10 +254,16 @@ bool Selector::RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t loca
     MassTreeStats stats;
     MassMemory& memory = ctx.mass_memory();
     memory.Begin(r.step);
-    if (!MassTreeBumps(*ctx.keys(), c, ctx.key_slots(), ctx.tree().dim(), r.head_queries,
-                       options_.mass_tree, &s->mass, &bumps, &stats, &memory, pool_.get(),
-                       s->head_slots)
-             .ok()) {
+    MassTreeInput in;
+    in.table = ctx.keys();
+    in.calibration = &c;
+    in.slots = ctx.key_slots();
+    in.dim = ctx.tree().dim();
+    in.head_queries = r.head_queries;
+    in.memory = &memory;
+    in.pool = pool_.get();
+    in.max_slots = s->head_slots;
+    if (!MassTreeBumps(in, options_.mass_tree, &s->mass, &bumps, &stats).ok()) {
       return false;  // validated before; the flat pass reports anything left
     }
     out->mass_pages_opened = stats.pages_opened;
