@@ -304,11 +304,10 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s, SelectRes
   }
   if (s->affinity.size() < static_cast<size_t>(n)) s->affinity.resize(n);
   if (options_.window_fast_path && r.scorer == ScorerKind::kMass && r.head_queries.empty() &&
-      !ctx.calibration().calibrated() && RunWindow(r, plan.sinks, plan.locals, plan.free, s, out)) {
+      !ctx.calibration().calibrated() && RunWindow(r, plan, s, out)) {
     return;
   }
-  if (r.scorer == ScorerKind::kMass &&
-      RunMassSparse(r, plan.sinks, plan.locals, plan.free, s, out)) {
+  if (r.scorer == ScorerKind::kMass && RunMassSparse(r, plan, s, out)) {
     return;
   }
   s->scored.clear();
@@ -498,8 +497,9 @@ void Selector::ScoreFlat(const SelectRequest& r, const RunPlan& plan, Scratch* s
 // always-chosen sinks and local window. Returns false, with nothing in
 // *out, when those pages cannot decide the budget exactly; the caller
 // then runs the flat pass (which observes every page again).
-bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals, int64_t free,
-                         Scratch* s, SelectResult* out) {
+bool Selector::RunWindow(const SelectRequest& r, const RunPlan& plan, Scratch* s,
+                         SelectResult* out) {
+  const int64_t sinks = plan.sinks, locals = plan.locals, free = plan.free;
   StabilityTracker& st = r.context->stability();
   const StabilityOptions& so = options_.stability;
   const int64_t n = r.context->tree().num_pages();
@@ -607,16 +607,16 @@ bool Selector::RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals, 
     if (kth < (1.0f - w) * affinity(above - 1) + w) return false;
   }
   out->rows_scored = (above - first) + static_cast<int64_t>(s->rank.pool.size());
-  FinishRanking(r, sinks, local_first, n, free, /*partitioned=*/true, s, out);
+  FinishRanking(r, RankShape{n, sinks, local_first, free}, /*partitioned=*/true, s, out);
   out->candidates = pool_size;
   return true;
 }
 
-void Selector::FinishRanking(const SelectRequest& r, int64_t sinks, int64_t local_first, int64_t n,
-                             int64_t free, bool partitioned, Scratch* s, SelectResult* out) {
+void Selector::FinishRanking(const SelectRequest& r, const RankShape& shape, bool partitioned,
+                             Scratch* s, SelectResult* out) {
   RankInput in;
-  in.shape = RankShape{n, sinks, local_first, free};
-  in.affinity = absl::MakeConstSpan(s->affinity.data(), n);
+  in.shape = shape;
+  in.affinity = absl::MakeConstSpan(s->affinity.data(), shape.n);
   in.tracker = &r.context->stability();
   RankPool(RankOptionsFor(r), in, partitioned, &s->rank, out);
 }

@@ -217,14 +217,15 @@ class Selector {
   absl::Status Validate(const SelectRequest& r, int64_t* budget) const;
   void ScoreAllLevels(const SelectRequest& r, Scratch* s);
   void Run(const SelectRequest& r, int64_t budget, Scratch* s, SelectResult* out);
-  bool RunWindow(const SelectRequest& r, int64_t sinks, int64_t locals, int64_t free, Scratch* s,
-                 SelectResult* out);
   // Run's steps: the shape of the request's budget, the scores (the
   // key-key tree descent, or every page by its scorer), then stability and
   // the ranking.
   struct RunPlan {
     int64_t n = 0, sinks = 0, locals = 0, local_first = 0, free = 0;
   };
+  // The uncalibrated mass scorer's window path (selector.cc says when it
+  // decides the budget exactly); false, with nothing in *out, when not.
+  bool RunWindow(const SelectRequest& r, const RunPlan& plan, Scratch* s, SelectResult* out);
   void ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm, Scratch* s,
                  SelectResult* out);
   void ScoreFlat(const SelectRequest& r, const RunPlan& plan, Scratch* s, SelectResult* out);
@@ -234,12 +235,12 @@ class Selector {
   int32_t LocalBlocks(const SelectRequest& r) const;
   // The mass scorer's sparse path (selector_mass.cc); false, with nothing
   // changed, when the request is not one it serves.
-  bool RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t locals, int64_t free,
-                     Scratch* s, SelectResult* out);
-  // RankPool (rank.h) of s->rank.pool with this request's options.
+  bool RunMassSparse(const SelectRequest& r, const RunPlan& plan, Scratch* s, SelectResult* out);
+  // The final ranking's options for this request (rank.h).
   RankOptions RankOptionsFor(const SelectRequest& r) const;
-  void FinishRanking(const SelectRequest& r, int64_t sinks, int64_t local_first, int64_t n,
-                     int64_t free, bool partitioned, Scratch* s, SelectResult* out);
+  // RankPool (rank.h) of s->rank.pool over s->affinity with those options.
+  void FinishRanking(const SelectRequest& r, const RankShape& shape, bool partitioned, Scratch* s,
+                     SelectResult* out);
 
   const SelectorOptions options_;
   std::vector<std::unique_ptr<Scratch>> scratch_;  // one per thread

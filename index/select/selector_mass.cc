@@ -234,8 +234,9 @@ int32_t Selector::LocalBlocks(const SelectRequest& r) const {
   return r.scorer == ScorerKind::kMass && own >= 0 ? own : options_.local_blocks;
 }
 
-bool Selector::RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t locals, int64_t free,
-                             Scratch* s, SelectResult* out) {
+bool Selector::RunMassSparse(const SelectRequest& r, const RunPlan& plan, Scratch* s,
+                             SelectResult* out) {
+  const int64_t sinks = plan.sinks, locals = plan.locals, free = plan.free;
   ContextIndex& ctx = *r.context;
   const SelectionCalibration& c = ctx.calibration();
   const int64_t n = ctx.tree().num_pages();
@@ -289,7 +290,7 @@ bool Selector::RunMassSparse(const SelectRequest& r, int64_t sinks, int64_t loca
   out->rows_scored =
       out->mass_pages_opened * tokens + 3 * (out->mass_pages_screened + out->mass_chunks_screened);
   out->mass_sparse = true;
-  FinishRanking(r, sinks, sh.local_first, n, free, /*partitioned=*/false, s, out);
+  FinishRanking(r, RankShape{n, sinks, sh.local_first, free}, /*partitioned=*/false, s, out);
   return true;
 }
 
