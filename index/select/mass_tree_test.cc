@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -283,6 +284,54 @@ TEST_P(MassCalibrationTest, ACalibratedSinkCompetes) {
 INSTANTIATE_TEST_SUITE_P(FlatAndSparse, MassCalibrationTest,
                          ::testing::Values(int64_t{1} << 40, int64_t{0}),
                          [](const auto& info) { return info.param == 0 ? "Sparse" : "Flat"; });
+
+// Bad head queries are refused before the sparse path runs, naming the
+// field, and leave the context as it was: a later good request chooses as
+// on a context that never saw them.
+TEST(MassTreeTest, BadHeadQueriesAreRefusedOnTheSparsePath) {
+  std::mt19937 rng(4);
+  auto ctx = NewContext(), twin = NewContext();
+  auto empty = NewContext();
+  std::vector<BlockSummary> pages;
+  pages.reserve(1024);
+  for (int i = 0; i < 1024; ++i) pages.push_back(Page(&rng));
+  ASSERT_OK(ctx->AddSegment(pages));
+  ASSERT_OK(twin->AddSegment(pages));
+  auto sel = *Selector::Create(Options(0));
+  std::vector<float> q(kD, 0.5f);
+  SelectRequest r;
+  r.scorer = ScorerKind::kMass;
+  r.stability = false;
+  r.budget_blocks = 16;
+  r.context = ctx.get();
+  SelectResult out;
+  const std::vector<float> short_q(kD - 1, 0.5f);
+  r.head_queries = short_q;
+  EXPECT_THAT(sel->Select(r, &out), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             ::testing::HasSubstr("head_queries has 63 values")));
+  std::vector<float> nan_q = q;
+  nan_q[7] = std::numeric_limits<float>::quiet_NaN();
+  r.head_queries = nan_q;
+  EXPECT_THAT(sel->Select(r, &out),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("head_queries")));
+  const std::vector<float> zero_q(kD, 0.0f);
+  r.head_queries = zero_q;
+  EXPECT_THAT(sel->Select(r, &out),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("all zero")));
+  r.head_queries = q;
+  r.context = empty.get();
+  EXPECT_THAT(sel->Select(r, &out), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             ::testing::HasSubstr("context is empty")));
+  SelectResult a, b;
+  r.context = ctx.get();
+  ASSERT_OK(sel->Select(r, &a));
+  auto fresh = *Selector::Create(Options(0));
+  r.context = twin.get();
+  ASSERT_OK(fresh->Select(r, &b));
+  EXPECT_TRUE(a.mass_sparse);
+  EXPECT_EQ(a.blocks, b.blocks);
+  EXPECT_EQ(a.scores, b.scores);
+}
 
 TEST(MassTreeTest, BadCalibrationFieldsNameTheField) {
   BlockLayout layout;
