@@ -86,7 +86,9 @@ struct RankScratch {
   std::vector<ScoredIndex> pool;
   std::vector<int64_t> held;
   std::vector<std::pair<float, int64_t>> rising;
-  std::vector<int32_t> scored;  // RankFlat's list of the pages it scores
+  // Pages scored this step outside the sinks and local window (RankFlat
+  // fills it; the Selector's tree descent too, before RankScored).
+  std::vector<int32_t> scored;
 };
 
 // See the file comment. `scored` lists pages outside the sinks and local

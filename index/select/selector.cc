@@ -310,14 +310,14 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s, SelectRes
   if (r.scorer == ScorerKind::kMass && RunMassSparse(r, plan, s, out)) {
     return;
   }
-  s->scored.clear();
+  s->rank.scored.clear();
   RankInput in;
   in.shape = RankShape{n, plan.sinks, plan.local_first, plan.free};
   in.affinity = absl::MakeConstSpan(s->affinity.data(), n);
   in.tracker = &ctx.stability();
   if (TreeKeyKey(r)) {
     ScoreTree(r, plan, gemm, s, out);
-    RankScored(RankOptionsFor(r), in, s->scored, &s->rank, out);
+    RankScored(RankOptionsFor(r), in, s->rank.scored, &s->rank, out);
   } else {
     ScoreFlat(r, plan, s, out);
     RankFlat(RankOptionsFor(r), in, &s->rank, out);
@@ -399,7 +399,7 @@ void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm,
     for (int64_t p = p0; p < p1; ++p) {
       if (forced(p)) continue;
       s->affinity[p] = Affinity(dots[p - p0]);
-      s->scored.push_back(static_cast<int32_t>(p));
+      s->rank.scored.push_back(static_cast<int32_t>(p));
     }
   }
   // Sinks and local pages are scored too: their history matters once

@@ -77,9 +77,8 @@ struct Selector::Scratch {
   std::vector<float> q;  // normalised anchor
   std::vector<float> dots;
   std::vector<ScoredIndex> grids, chunks;
-  RankScratch rank;             // the final ranking's pool, held and rising pages
+  RankScratch rank;             // the final ranking's pool, held, rising and scored pages
   std::vector<float> affinity;  // [N]; valid for pages scored this step
-  std::vector<int32_t> scored;  // non-forced pages scored this step
   KeyScorerScratch keys;        // per-layer key-key and mass
   // The mass tree (mass_tree.h): its buffers and this step's bumps.
   MassTreeScratch mass;
