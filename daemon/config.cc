@@ -220,6 +220,8 @@ const std::vector<Field>& Fields() {
         KV_NUM("select.mass_tree_min_blocks", Kind::kUint, select.mass_tree_min_blocks),
         KV_FLOAT("select.mass_tree_max_read_fraction", select.mass_tree_max_read_fraction),
         KV_NUM("select.mass_tree_recent_blocks", Kind::kUint, select.mass_tree_recent_blocks),
+        KV_NUM("select.mass_tree_reuse_steps", Kind::kUint, select.mass_tree_reuse_steps),
+        KV_FLOAT("select.mass_tree_reuse_min_cosine", select.mass_tree_reuse_min_cosine),
     };
     all->insert(all->end(), std::make_move_iterator(rest.begin()),
                 std::make_move_iterator(rest.end()));
@@ -482,6 +484,11 @@ absl::Status ValidateSelect(const Config& c) {
   if (s.mass_tree_recent_blocks > 65536) {
     return Invalid("select.mass_tree_recent_blocks", "must be at most 65536");
   }
+  if (s.mass_tree_reuse_steps > 1024) {
+    return Invalid("select.mass_tree_reuse_steps", "must be at most 1024 (0 = no reuse)");
+  }
+  KVTIER_RETURN_IF_ERROR(InRange("select.mass_tree_reuse_min_cosine", s.mass_tree_reuse_min_cosine,
+                                 -1, 1, /*lo_open=*/false));
   return absl::OkStatus();
 }
 

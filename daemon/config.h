@@ -165,6 +165,8 @@ struct Config {
     uint64_t mass_tree_min_blocks = 0;
     double mass_tree_max_read_fraction = 0;
     uint64_t mass_tree_recent_blocks = 0;
+    uint64_t mass_tree_reuse_steps = 0;
+    double mass_tree_reuse_min_cosine = 0;
   } select;
 
   uint64_t nvme_capacity_bytes() const { return nvme.file_count * nvme.file_size_bytes; }

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "daemon/options.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
@@ -230,6 +231,8 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {
       {"index.pages_per_chunk=0", "'index.pages_per_chunk'"},
       {"index.summary_encoding=int8", "'index.summary_encoding'"},
       {"index.q8_page_rows=true", "'index.q8_page_rows': was removed"},
+      {"select.mass_tree_reuse_steps=1025", "'select.mass_tree_reuse_steps'"},
+      {"select.mass_tree_reuse_min_cosine=1.5", "'select.mass_tree_reuse_min_cosine'"},
   };
   for (const auto& [item, key] : cases) {
     auto config = LoadConfig("", {item});
@@ -241,6 +244,20 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {
       Write("[index]\nsummary_per_layer = false\nsummary_per_layer_bounds = true\n"), {});
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(config.status().message(), HasSubstr("'index.summary_per_layer_bounds'"));
+}
+
+// The shipped file's mass tree reuse is the library's default (what a
+// caller of index::Selector gets without a config).
+TEST_F(ConfigTest, ShippedMassTreeReuseIsTheLibraryDefault) {
+  auto config = LoadConfig("", {});
+  ASSERT_OK(config.status());
+  const index::SelectorOptions o = SelectorOptionsOf(*config);
+  const index::MassTreeOptions lib;
+  EXPECT_EQ(o.mass_tree.reuse_max_steps, lib.reuse_max_steps);
+  EXPECT_EQ(o.mass_tree.reuse_min_cosine, lib.reuse_min_cosine);
+  auto off = LoadConfig("", {"select.mass_tree_reuse_steps=0"});
+  ASSERT_OK(off.status());
+  EXPECT_EQ(SelectorOptionsOf(*off).mass_tree.reuse_max_steps, 0);
 }
 
 // A removed key still loads when it asks for what the daemon does anyway.

@@ -45,6 +45,8 @@ index::SelectorOptions SelectorOptionsOf(const Config& config) {
       static_cast<int64_t>(std::min<uint64_t>(s.mass_tree_min_blocks, uint64_t{1} << 40));
   options.mass_tree.max_open_fraction = s.mass_tree_max_read_fraction;
   options.mass_tree.recent_pages = static_cast<int32_t>(s.mass_tree_recent_blocks);
+  options.mass_tree.reuse_max_steps = static_cast<int32_t>(s.mass_tree_reuse_steps);
+  options.mass_tree.reuse_min_cosine = static_cast<float>(s.mass_tree_reuse_min_cosine);
   // One Selector per stream; the contexts of one request are spread over
   // at most num_threads threads: the stream's and those of the runtime's
   // one shared pool (Runtime::Create sets options.pool).

@@ -73,7 +73,8 @@ absl::Status ContextIndex::Append(const BlockSummary& page) {
 
 size_t ContextIndex::MemoryBytes() const {
   return sizeof(*this) + tree_->MemoryBytes() + stability_.MemoryBytes() +
-         (keys_ != nullptr ? keys_->MemoryBytes() : 0) + key_slots_.capacity() * sizeof(int32_t);
+         (keys_ != nullptr ? keys_->MemoryBytes() : 0) + key_slots_.capacity() * sizeof(int32_t) +
+         mass_reuse_.MemoryBytes();
 }
 
 }  // namespace kvtier::index

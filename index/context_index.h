@@ -33,6 +33,7 @@
 #include "index/context_tree.h"
 #include "index/select/calibration.h"
 #include "index/select/key_scorers.h"
+#include "index/select/mass_tree.h"
 #include "index/select/stability.h"
 #include "index/summary/key_table.h"
 #include "index/summary/summary.h"
@@ -78,12 +79,14 @@ class ContextIndex {
   StabilityTracker& stability() { return stability_; }
   const StabilityTracker& stability() const { return stability_; }
   MassMemory& mass_memory() { return mass_memory_; }
+  // The mass tree's step-to-step reuse (mass_tree.h).
+  MassReuse& mass_reuse() { return mass_reuse_; }
   // The attachment (null when none); replacing it destroys the old one.
   ContextAttachment* attachment() { return attachment_.get(); }
   void set_attachment(std::unique_ptr<ContextAttachment> attachment) {
     attachment_ = std::move(attachment);
   }
-  // Host bytes of the tree, key table and stability windows (an
+  // Host bytes of the tree, key table, stability windows and reuse state (an
   // attachment's memory is its owner's to count).
   size_t MemoryBytes() const;
 
@@ -96,6 +99,7 @@ class ContextIndex {
   const std::vector<int32_t> key_slots_;
   StabilityTracker stability_;
   MassMemory mass_memory_;
+  MassReuse mass_reuse_;
   std::unique_ptr<ContextAttachment> attachment_;
 };
 

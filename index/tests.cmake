@@ -36,5 +36,6 @@ kvtier_add_test(kvtier_index_int8_dot_test
   LIBS kvtier_index LABELS index)
 kvtier_add_test(kvtier_index_mass_tree_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/select/mass_tree_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/select/mass_reuse_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/select/copy_tracking_test.cc
   LIBS kvtier_index kvtier_testutil LABELS index)

@@ -14,9 +14,11 @@ absl::StatusOr<LongContext> LongContext::Build(const std::vector<const KvDump*>&
     return absl::InvalidArgumentError(
         absl::StrCat("long context: tokens (", o.tokens, ") must be >= 2048, a multiple of 16"));
   }
-  if (o.query_steps < 1 || o.query_steps > 16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("long context: query_steps (", o.query_steps, ") must be in [1, 16]"));
+  if (o.query_stride < 1 || o.query_stride > 256 || o.query_steps < 1 ||
+      o.query_steps > 256 / o.query_stride) {
+    return absl::InvalidArgumentError(absl::StrCat("long context: query_stride (", o.query_stride,
+                                                   ") must be in [1, 256] and ", "query_steps (",
+                                                   o.query_steps, ") in [1, 256 / query_stride]"));
   }
   LongContext c;
   c.options_ = o;
@@ -123,7 +125,7 @@ void LongContext::Keys(int32_t layer, int32_t kv_head, int64_t p0, int64_t n, fl
 void LongContext::Query(int32_t s, int32_t layer, int32_t q_head, float* out) const {
   // The tail segment moves the recall dump by the same N - 1024 positions.
   const Segment& tail = segments_.back();
-  const int64_t src = 768 + 16 * int64_t{s};
+  const int64_t src = 768 + int64_t{options_.query_stride} * s;
   Rotated(tail, recall_->Q(layer, q_head, src), 1.0, out);
   if (options_.pair_heads) {
     Rotated(tail, recall_->Q(layer, q_head + group_, src), 1.0, out + src_dim_);

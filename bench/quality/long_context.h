@@ -9,8 +9,8 @@
 //                         (its positions [0, 256)), far back
 //   [N - 512, N)          the recall dump's positions [512, 1024): filler,
 //                         then the passage read again
-// and its queries are the recall dump's queries at positions 768 + 16 s
-// (the re-reading), placed at N - 256 + 16 s. Keys and queries are moved to
+// and its queries are the recall dump's queries at positions 768 + stride s
+// (the re-reading), placed at N - 256 + stride s. Keys and queries are moved to
 // their new positions by the dumps' rotary embedding (rope_theta, half-split
 // pairs (i, i + D/2)): q . k then depends on the new relative position as it
 // would in the model. The copy heads' targets are therefore real and far
@@ -37,8 +37,11 @@
 namespace kvtier::quality {
 
 struct LongContextOptions {
-  int64_t tokens = 131072;   // >= 2048, a multiple of 16
-  int32_t query_steps = 16;  // in [1, 16]: queries 16 tokens apart
+  int64_t tokens = 131072;  // >= 2048, a multiple of 16
+  // Queries query_stride tokens apart (1: consecutive decode steps), at
+  // most 256 / query_stride of them.
+  int32_t query_steps = 16;   // in [1, 256 / query_stride]
+  int32_t query_stride = 16;  // in [1, 256]
   bool pair_heads = false;
   int64_t far_position = -1;  // -1: tokens / 7 rounded down to 256
   // Multiplies the far passage's keys: > 1 sharpens the copy heads'
@@ -61,7 +64,9 @@ class LongContext {
   int32_t num_q_heads() const { return q_heads_; }
   int32_t query_steps() const { return options_.query_steps; }
   // Token position of query step s.
-  int64_t QueryPosition(int32_t s) const { return tokens() - 256 + 16 * int64_t{s}; }
+  int64_t QueryPosition(int32_t s) const {
+    return tokens() - 256 + int64_t{options_.query_stride} * s;
+  }
 
   // Keys of (layer, kv_head) at positions [p0, p0 + n): out[n][dim].
   void Keys(int32_t layer, int32_t kv_head, int64_t p0, int64_t n, float* out) const;

@@ -10,11 +10,21 @@
 //          layer side by side), 8 retrieval heads on 4 key heads
 //   small  the shared model's own shape (head_dim 64) and its calibration
 //          (3 retrieval heads on 3 KV heads)
-// Per (shape, tokens, batch) and method: Select latency p50/p99 (one
-// SelectBatch of the batch's contexts on 2 threads; the flat pass and scan
-// once per query when they are slow), pages read per head (tokens visited),
+// Driven as an engine drives the daemon: per (shape, tokens, batch), 64
+// consecutive decode steps (32 with --quick), the query of each the
+// model's own at that token; each step first appends the pages its
+// position completes, then one SelectBatch of the batch's contexts per
+// method, each method on its own copy of the contexts. Methods: the flat
+// pass (the reference), the sparse path as shipped (reuse from step to
+// step, mass_tree.h), the sparse path descending at every step, and the
+// sparse path reusing at any query drift (what reuse would save, and
+// lose, without its cosine gate); the pooled key-key tree and an exact
+// int8 scan of every retrieval key on the same threads. Reported per
+// method: Select latency p50/p99, pages read per head, key bytes touched,
 // expected mass of the choice against the flat pass's (the flat pass's own
-// estimates), index bytes per token and as a share of a 7B-class KV cache.
+// estimates), the retrieval targets of the flat pass's choice it keeps,
+// the share of head-steps that reused, index bytes per token and as a
+// share of a 7B-class KV cache.
 #ifndef KVTIER_BENCH_SELECT_LONG_SCENARIO_H_
 #define KVTIER_BENCH_SELECT_LONG_SCENARIO_H_
 
@@ -26,7 +36,7 @@ namespace kvtier::bench {
 struct LongScenarioOptions {
   std::string dumps_dir;        // the shared realkv dumps
   std::string calibration_dir;  // bench/quality/calibration
-  bool quick = false;           // 16K and 128K only, fewer queries
+  bool quick = false;           // 16K, 128K and 64 x 32K, 32 steps
   int threads = 2;
 };
 

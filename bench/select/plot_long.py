@@ -18,7 +18,8 @@ def main(path, out):
     shapes = sorted({r["shape"] for r in rows})
     fig, axes = plt.subplots(1, len(shapes), figsize=(6 * len(shapes), 4.2), squeeze=False)
     for ax, shape in zip(axes[0], shapes):
-        for method in ["mass flat pass", "exact int8 scan", "mass sparse (shipped)", "pooled key-key tree"]:
+        for method in ["mass flat pass", "exact int8 scan", "mass sparse (shipped)",
+                       "mass sparse (any drift)", "pooled key-key tree"]:
             pts = sorted((int(r["tokens"]), float(r["p50_us"])) for r in rows
                          if r["shape"] == shape and r["method"] == method and r["batch"] == "1")
             if pts:

@@ -67,19 +67,9 @@ class HeadDescent {
   // logit scale c, down to h: the smallest share any term may count from
   // (StepMinHeadMass). lead: copy_lead while copy tracking, else 0.
   void Run(float c, float h, int32_t lead) {
-    c_ = c;
-    lead_ = lead;
-    NextStamp();
-    best_logit_ = -INFINITY;
-    r_->strongest = -1;
-    r_->opened.clear();
-    r_->lse.clear();
-    r_->tail.clear();
-    r_->stats = MassTreeStats();
-    w_->heap.clear();
-    lz_open_ = -INFINITY;
-    const double log_h = std::log(static_cast<double>(h));
-    log_h_ = log_h;
+    Start(c, h, lead);
+    r_->reused = false;
+    const double log_h = log_h_;
     // Phase 1: chunks. Those that may hold a target are expanded (their
     // pages screened), and so are the chunks of the pages always opened.
     ScreenChunks(log_h);
@@ -96,13 +86,9 @@ class HeadDescent {
     // A systematic sample of chunks (every stride-th), expanded whatever
     // their screens say: it measures how far the lower bounds are below
     // the truth for the pages and chunks the screen leaves (step 5).
-    const int64_t C = t_.num_chunks();
-    const int64_t sampled = std::min<int64_t>(C, std::max<int64_t>(4, C / 32));
-    const int64_t stride = std::max<int64_t>(1, C / sampled);
-    w_->sample_chunks.clear();
-    for (int64_t cc = stride / 2; cc < C; cc += stride) {
+    SampleChunks();
+    for (int64_t cc : w_->sample_chunks) {
       if (w_->chunk_stamp[cc] != stamp_) Expand(cc);
-      w_->sample_chunks.push_back(cc);
     }
     // Phase 2: pages. The first and the recent ones are opened, then the
     // best screened pages while one may still hold a target.
@@ -126,8 +112,90 @@ class HeadDescent {
       if (i + 1 < want) Prefetch(pages[i + 1].index);
       Open(pages[i].index);
     }
-    // The sample's pages: every 4th page of the sampled chunks, opened if
-    // nothing above opened it (those stand for the pages left unopened).
+    OpenSample();
+    r_->stats.heads_descended = 1;
+  }
+
+  // The reusing step (see mass_tree.h): the first, recent and appended
+  // pages, the kept pages and the page after each, then the sample. False
+  // when the sample found a page holding h of the attention outside them:
+  // the caller then runs the full descent.
+  bool Reuse(float c, float h, int32_t lead, const MassReuse::Head& prev) {
+    Start(c, h, lead);
+    r_->reused = true;
+    Open(0);
+    const int64_t recent_first = std::max<int64_t>(0, n_ - o_.recent_pages);
+    for (int64_t b = std::max<int64_t>(1, std::min(recent_first, prev.pages)); b < n_; ++b) {
+      Open(b);
+    }
+    for (int64_t b : prev.kept) {
+      if (b < n_) Open(b);
+      if (b + 1 < n_) Open(b + 1);
+    }
+    SampleChunks();
+    OpenSample();
+    for (size_t i = screened_; i < r_->opened.size(); ++i) {
+      if (r_->lse[i] - r_->lz >= log_h_) return false;
+    }
+    r_->stats.heads_reused = 1;
+    return true;
+  }
+
+  // The pages the next step reuses (see mass_tree.h), into *head with the
+  // unit query q.
+  void Keep(absl::Span<const float> q, int32_t age, MassReuse::Head* head) const {
+    std::vector<Unit>& best = w_->chunk_units;  // free after the descent
+    best.clear();
+    const double floor = log_h_ + r_->lz - o_.reuse_keep_nats;
+    const int64_t recent_first = n_ - o_.recent_pages;
+    for (size_t i = 0; i < r_->opened.size(); ++i) {
+      const int64_t b = r_->opened[i];
+      if (b == 0 || b >= recent_first || r_->lse[i] < floor) continue;
+      best.push_back({static_cast<float>(r_->lse[i]), 0, b});
+    }
+    const size_t cap = static_cast<size_t>(o_.reuse_max_kept);
+    if (best.size() > cap) {
+      std::nth_element(best.begin(), best.begin() + cap, best.end(), BetterUnit());
+      best.resize(cap);
+    }
+    head->kept.clear();
+    for (const Unit& u : best) head->kept.push_back(u.index);
+    std::sort(head->kept.begin(), head->kept.end());
+    head->query.assign(q.begin(), q.end());
+    head->pages = n_;
+    head->age = age;
+    head->valid = true;
+  }
+
+ private:
+  void Start(float c, float h, int32_t lead) {
+    c_ = c;
+    lead_ = lead;
+    NextStamp();
+    best_logit_ = -INFINITY;
+    r_->strongest = -1;
+    r_->opened.clear();
+    r_->lse.clear();
+    r_->tail.clear();
+    r_->stats = MassTreeStats();
+    w_->heap.clear();
+    lz_open_ = -INFINITY;
+    log_h_ = std::log(static_cast<double>(h));
+  }
+
+  // A systematic sample of the chunks: every stride-th, at least 4.
+  void SampleChunks() {
+    const int64_t C = t_.num_chunks();
+    const int64_t sampled = std::min<int64_t>(C, std::max<int64_t>(4, C / 32));
+    const int64_t stride = std::max<int64_t>(1, C / sampled);
+    w_->sample_chunks.clear();
+    for (int64_t cc = stride / 2; cc < C; cc += stride) w_->sample_chunks.push_back(cc);
+  }
+
+  // The sample's pages: every 4th page of the sampled chunks, opened if
+  // nothing before opened it (those stand for the pages left unopened);
+  // then z (step 5).
+  void OpenSample() {
     screened_ = r_->opened.size();
     for (int64_t cc : w_->sample_chunks) {
       const int64_t p1 = std::min<int64_t>(n_, (cc + 1) * P_);
@@ -137,7 +205,6 @@ class HeadDescent {
     r_->lz = LogZ();
   }
 
- private:
   void NextStamp() {
     if (++w_->stamp == 0) {  // wrapped: every stamp left would look current
       std::fill(w_->open_stamp.begin(), w_->open_stamp.end(), 0u);
@@ -355,7 +422,35 @@ void AddShares(const SelectionCalibration& cal, int32_t head, float weight, int6
   }
 }
 
+// Whether a head whose previous step left prev may reuse it at this step
+// for query q (unit or not) over n pages (see mass_tree.h).
+bool Reusable(const MassReuse::Head& prev, absl::Span<const float> q, int64_t n,
+              const MassTreeOptions& o) {
+  if (!prev.valid || prev.age >= o.reuse_max_steps || n < prev.pages ||
+      n - prev.pages > o.recent_pages || prev.query.size() != q.size()) {
+    return false;
+  }
+  double dot = 0, qq = 0, pp = 0;
+  for (size_t d = 0; d < q.size(); ++d) {
+    dot += double{q[d]} * prev.query[d];
+    qq += double{q[d]} * q[d];
+    pp += double{prev.query[d]} * prev.query[d];
+  }
+  return qq > 0 && pp > 0 && dot >= o.reuse_min_cosine * std::sqrt(qq * pp);
+}
+
 }  // namespace
+
+size_t MassReuse::MemoryBytes() const {
+  size_t bytes = 0;
+  for (const std::vector<Head>* v : {&before, &now}) {
+    for (const Head& h : *v) {
+      bytes +=
+          sizeof(Head) + h.query.capacity() * sizeof(float) + h.kept.capacity() * sizeof(int64_t);
+    }
+  }
+  return bytes;
+}
 
 absl::Status ValidateMassTreeOptions(const MassTreeOptions& o) {
   if (o.min_pages < 0) {
@@ -379,6 +474,18 @@ absl::Status ValidateMassTreeOptions(const MassTreeOptions& o) {
   if (!(o.stop_margin_nats >= 0.0f && o.stop_margin_nats <= 1e6f)) {
     return absl::InvalidArgumentError(
         absl::StrCat("mass_tree.stop_margin_nats (", o.stop_margin_nats, ") must be in [0, 1e6]"));
+  }
+  if (o.reuse_max_steps < 0 || o.reuse_max_steps > 1024 || o.reuse_max_kept < 1 ||
+      o.reuse_max_kept > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mass_tree.reuse_max_steps (", o.reuse_max_steps, ") must be in [0, 1024] and ",
+        "reuse_max_kept (", o.reuse_max_kept, ") in [1, 4096]"));
+  }
+  if (!(o.reuse_min_cosine >= -1.0f && o.reuse_min_cosine <= 1.0f) ||
+      !(o.reuse_keep_nats >= 0.0f && o.reuse_keep_nats <= 30.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mass_tree.reuse_min_cosine (", o.reuse_min_cosine, ") must be in [-1, 1] and ",
+        "reuse_keep_nats (", o.reuse_keep_nats, ") in [0, 30]"));
   }
   if (!(o.bound_mix >= 0.0f && o.bound_mix <= 1.0f)) {
     return absl::InvalidArgumentError(
@@ -440,14 +547,35 @@ absl::Status MassTreeBumps(const MassTreeInput& in, const MassTreeOptions& optio
     r.q_bound.resize(2 * D);
     const float qs = QuantizeInt8(&head_queries[i * D], D, r.q.data());
     r.ran = qs > 0;  // an all-zero query attends uniformly: no target
-    if (!r.ran) return;
+    if (!r.ran) {
+      if (in.reuse != nullptr) in.reuse->now[i].valid = false;
+      return;
+    }
     for (size_t d = 0; d < D; ++d) {
       r.q_bound[d] = std::max<int8_t>(r.q[d], 0);
       r.q_bound[D + d] = std::min<int8_t>(r.q[d], 0);
     }
     HeadDescent head(table, slots[i], options, &s->work[w], &r);
-    head.Run(static_cast<float>(softmax_scale * qs),
-             StepMinHeadMass(c, memory, static_cast<int32_t>(i)), lead);
+    const float scale = static_cast<float>(softmax_scale * qs);
+    const float h_i = StepMinHeadMass(c, memory, static_cast<int32_t>(i));
+    const absl::Span<const float> q = head_queries.subspan(i * D, D);
+    if (in.reuse == nullptr) {
+      head.Run(scale, h_i, lead);
+      return;
+    }
+    const MassReuse::Head& prev = in.reuse->before[i];
+    MassReuse::Head& next = in.reuse->now[i];
+    int64_t read = 0;  // by a reuse the sample refused
+    if (Reusable(prev, q, n, options)) {
+      if (head.Reuse(scale, h_i, lead, prev)) {
+        head.Keep(prev.query, prev.age + 1, &next);
+        return;
+      }
+      read = r.stats.pages_opened;
+    }
+    head.Run(scale, h_i, lead);
+    r.stats.pages_opened += read;
+    head.Keep(q, 0, &next);
   };
   if (threads > 1 && R > 1) {
     pool->ParallelFor(static_cast<int64_t>(R), threads, descend);
@@ -461,6 +589,8 @@ absl::Status MassTreeBumps(const MassTreeInput& in, const MassTreeOptions& optio
     stats->pages_opened += r.stats.pages_opened;
     stats->pages_screened += r.stats.pages_screened;
     stats->chunks_screened += r.stats.chunks_screened;
+    stats->heads_reused += r.stats.heads_reused;
+    stats->heads_descended += r.stats.heads_descended;
     const float w = c.head_weights.empty() ? 1.0f : c.head_weights[i];
     AddShares(c, static_cast<int32_t>(i), w, n, T, r, s, memory);
   }

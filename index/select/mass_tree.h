@@ -48,6 +48,18 @@
 //      a copying head's shares are moved copy_lead tokens forward (the
 //      last tokens' share of an opened page goes to the page after it).
 //
+// Reuse from step to step (MassReuse): a head whose query is within
+// reuse_min_cosine of the query of its last full descent (steps 2-5), at
+// most reuse_max_steps steps ago and with at most recent_pages pages
+// appended since, skips steps 2-3: it opens the first and recent pages,
+// the pages it kept (those whose share was >= h e^-reuse_keep_nats at its
+// previous step, at most reuse_max_kept, the best) and the page after each
+// (a copying head's target moves forward), then the sample of step 4, and
+// estimates z as step 5. When the sample finds a page holding h of the
+// attention that was not kept (the target moved where reuse does not
+// look), the head runs the full descent in the same step. Either way it
+// keeps its pages for the next step.
+//
 // What it gives up against the flat pass: a page never opened gets no
 // retrieval term, and the shares of opened pages rest on an estimated z.
 // The selection it leads to is measured against the flat pass's by the
@@ -88,6 +100,12 @@ struct MassTreeOptions {
   int32_t min_candidate_chunks = 32;
   float stop_margin_nats = 3.0f;  // see step 4
   float bound_mix = 0.25f;        // alpha of step 2, in [0, 1]
+  // Reuse from step to step (see the file comment); reuse_max_steps 0
+  // descends fully at every step.
+  int32_t reuse_max_steps = 8;    // [0, 1024]
+  float reuse_min_cosine = 0.8f;  // [-1, 1]
+  float reuse_keep_nats = 3.0f;   // [0, 30]
+  int32_t reuse_max_kept = 64;    // [1, 4096]
 };
 
 // InvalidArgument naming the field when out of range.
@@ -103,6 +121,35 @@ struct MassTreeStats {
   int64_t pages_opened = 0;     // summed over heads: pages whose keys were read
   int64_t pages_screened = 0;   // page summaries scored
   int64_t chunks_screened = 0;  // chunk summaries scored
+  int64_t heads_reused = 0;     // heads that reused their kept pages
+  int64_t heads_descended = 0;  // heads that ran the full descent
+};
+
+// A context's state from step to step (see the file comment): per
+// retrieval head, the query of its last full descent and the pages it
+// kept. Like MassMemory, a step starts from the state the last earlier
+// step left (Begin), so repeating a step repeats its choice. Bounded: per
+// head dim floats and reuse_max_kept pages. Thread safety: as the
+// context's (the caller serialises per context).
+struct MassReuse {
+  struct Head {
+    bool valid = false;
+    std::vector<float> query;   // the last full descent's, unit length
+    std::vector<int64_t> kept;  // pages to open again, ascending
+    int64_t pages = 0;          // context pages when they were kept
+    int32_t age = 0;            // reusing steps since the full descent
+  };
+  int64_t step = INT64_MIN;
+  std::vector<Head> before, now;  // what this step starts from, and leaves
+  void Begin(int64_t s, size_t heads) {
+    if (s != step) {
+      before.swap(now);
+      step = s;
+    }
+    before.resize(heads);
+    now.resize(heads);
+  }
+  size_t MemoryBytes() const;
 };
 
 // Reused buffers (grown, never shrunk).
@@ -135,6 +182,7 @@ struct MassTreeScratch {
     std::vector<double> tail;        // its last copy_lead tokens' lse, same order
     double lz = 0;                   // log z (step 5)
     int64_t strongest = -1;          // the strongest opened key's token
+    bool reused = false;             // opened the kept pages, not the tree's
     MassTreeStats stats;
   };
   std::vector<Work> work;         // per worker slot
@@ -161,6 +209,9 @@ struct MassTreeInput {
   // As MassScores' (key_scorers.h; the strongest key is the strongest of
   // the pages opened); may be null.
   MassMemory* memory = nullptr;
+  // The context's reuse state, Begin(step) called; null: every head
+  // descends fully.
+  MassReuse* reuse = nullptr;
   // With max_slots > 1, the heads' descents (steps 2-5 up to z) run on up
   // to max_slots threads of the pool (the scratch's work has a slot each);
   // the gates and shares then follow in head order on the caller's thread,

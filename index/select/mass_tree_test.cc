@@ -366,6 +366,18 @@ TEST(MassTreeTest, BadOptionsNameTheField) {
   o = MassTreeOptions();
   o.min_open = 0;
   EXPECT_NE(ValidateMassTreeOptions(o).message().find("min_open"), std::string::npos);
+  o = MassTreeOptions();
+  o.reuse_max_steps = -1;
+  EXPECT_NE(ValidateMassTreeOptions(o).message().find("reuse_max_steps"), std::string::npos);
+  o = MassTreeOptions();
+  o.reuse_max_kept = 0;
+  EXPECT_NE(ValidateMassTreeOptions(o).message().find("reuse_max_kept"), std::string::npos);
+  o = MassTreeOptions();
+  o.reuse_min_cosine = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_NE(ValidateMassTreeOptions(o).message().find("reuse_min_cosine"), std::string::npos);
+  o = MassTreeOptions();
+  o.reuse_keep_nats = -1;
+  EXPECT_NE(ValidateMassTreeOptions(o).message().find("reuse_keep_nats"), std::string::npos);
   SelectorOptions so;
   so.mass_tree.recent_pages = -1;
   EXPECT_NE(ValidateSelectorOptions(so).message().find("options.mass_tree.recent_pages"),

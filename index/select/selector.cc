@@ -284,6 +284,7 @@ void Selector::Run(const SelectRequest& r, int64_t budget, Scratch* s, SelectRes
   out->candidates = 0;
   out->held = 0;
   out->mass_pages_opened = out->mass_pages_screened = out->mass_chunks_screened = 0;
+  out->mass_heads_reused = out->mass_heads_descended = 0;
   out->mass_sparse = false;
 
   RunPlan plan;

@@ -51,7 +51,8 @@
 // requests ranked without stability (select.stability_scorers does not
 // list mass, the shipped default), calibrated contexts with
 // head_min_mass > 0 or without head queries (the prior alone); others score
-// flat.
+// flat. The tree's step-to-step reuse state is the context's
+// (ContextIndex::mass_reuse(), mass_tree.h), started at request.step.
 //
 // kGemm scores every level of every context of a batch in one pass over the
 // stacked rows (the shape a GPU kernel takes), then masks. kDescent scores
@@ -177,6 +178,10 @@ struct SelectResult {
   int64_t mass_pages_opened = 0;
   int64_t mass_pages_screened = 0;
   int64_t mass_chunks_screened = 0;
+  // Of the retrieval heads with a query: those that reused their last
+  // steps' pages and those that descended the tree (mass_tree.h).
+  int64_t mass_heads_reused = 0;
+  int64_t mass_heads_descended = 0;
   bool mass_sparse = false;  // the sparse path ranked this request
 };
 

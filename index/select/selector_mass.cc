@@ -262,6 +262,9 @@ bool Selector::RunMassSparse(const SelectRequest& r, const RunPlan& plan, Scratc
     in.dim = ctx.tree().dim();
     in.head_queries = r.head_queries;
     in.memory = &memory;
+    MassReuse& reuse = ctx.mass_reuse();
+    reuse.Begin(r.step, c.retrieval_heads.size());
+    in.reuse = &reuse;
     in.pool = pool_.get();
     in.max_slots = s->head_slots;
     if (!MassTreeBumps(in, options_.mass_tree, &s->mass, &bumps, &stats).ok()) {
@@ -270,6 +273,8 @@ bool Selector::RunMassSparse(const SelectRequest& r, const RunPlan& plan, Scratc
     out->mass_pages_opened = stats.pages_opened;
     out->mass_pages_screened = stats.pages_screened;
     out->mass_chunks_screened = stats.chunks_screened;
+    out->mass_heads_reused = stats.heads_reused;
+    out->mass_heads_descended = stats.heads_descended;
   }
   const SparseShape sh{c, prior, with_queries, n, last, sinks, n - locals, free};
   SumBumpsPerPage(sh, &bumps);
