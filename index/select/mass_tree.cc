@@ -68,7 +68,6 @@ class HeadDescent {
   // (StepMinHeadMass). lead: copy_lead while copy tracking, else 0.
   void Run(float c, float h, int32_t lead) {
     Start(c, h, lead);
-    r_->reused = false;
     const double log_h = log_h_;
     // Phase 1: chunks. Those that may hold a target are expanded (their
     // pages screened), and so are the chunks of the pages always opened.
@@ -122,7 +121,6 @@ class HeadDescent {
   // the caller then runs the full descent.
   bool Reuse(float c, float h, int32_t lead, const MassReuse::Head& prev) {
     Start(c, h, lead);
-    r_->reused = true;
     Open(0);
     const int64_t recent_first = std::max<int64_t>(0, n_ - o_.recent_pages);
     for (int64_t b = std::max<int64_t>(1, std::min(recent_first, prev.pages)); b < n_; ++b) {
@@ -142,7 +140,7 @@ class HeadDescent {
   }
 
   // The pages the next step reuses (see mass_tree.h), into *head with the
-  // unit query q.
+  // query q they were found for.
   void Keep(absl::Span<const float> q, int32_t age, MassReuse::Head* head) const {
     std::vector<Unit>& best = w_->chunk_units;  // free after the descent
     best.clear();

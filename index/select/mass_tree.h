@@ -134,7 +134,7 @@ struct MassTreeStats {
 struct MassReuse {
   struct Head {
     bool valid = false;
-    std::vector<float> query;   // the last full descent's, unit length
+    std::vector<float> query;   // the last full descent's (any norm)
     std::vector<int64_t> kept;  // pages to open again, ascending
     int64_t pages = 0;          // context pages when they were kept
     int32_t age = 0;            // reusing steps since the full descent
@@ -182,7 +182,6 @@ struct MassTreeScratch {
     std::vector<double> tail;        // its last copy_lead tokens' lse, same order
     double lz = 0;                   // log z (step 5)
     int64_t strongest = -1;          // the strongest opened key's token
-    bool reused = false;             // opened the kept pages, not the tree's
     MassTreeStats stats;
   };
   std::vector<Work> work;         // per worker slot
