@@ -82,21 +82,6 @@ index::SelectorOptions Shipped(int64_t min_pages, int threads,
   return o;
 }
 
-// The 7B-class calibration: the copy model's prior, every (layer, query
-// head) of the paired shape a retrieval head (8 on 4 key heads), the model's
-// own softmax scale.
-index::SelectionCalibration PairedCalibration(const index::SelectionCalibration& copy) {
-  index::SelectionCalibration c = copy;
-  c.num_q_heads = 2;
-  c.retrieval_heads.clear();
-  for (int32_t l = 0; l < 4; ++l) {
-    for (int32_t h = 0; h < 2; ++h) c.retrieval_heads.push_back({l, h});
-  }
-  c.head_weights.assign(8, 0.5f);
-  c.softmax_scale = 0.125f;
-  return c;
-}
-
 class LongBench {
  public:
   LongBench(const LongScenarioOptions& o, std::vector<quality::KvDump> dumps)
@@ -337,8 +322,23 @@ class LongBench {
 
 }  // namespace
 
-bool RunLongScenario(const LongScenarioOptions& o, const std::string& out_dir) {
-  std::vector<quality::KvDump> dumps;
+// The 7B-class calibration: the copy model's prior, every (layer, query
+// head) of the paired shape a retrieval head (8 on 4 key heads), the model's
+// own softmax scale.
+index::SelectionCalibration PairedCalibration(const index::SelectionCalibration& copy) {
+  index::SelectionCalibration c = copy;
+  c.num_q_heads = 2;
+  c.retrieval_heads.clear();
+  for (int32_t l = 0; l < 4; ++l) {
+    for (int32_t h = 0; h < 2; ++h) c.retrieval_heads.push_back({l, h});
+  }
+  c.head_weights.assign(8, 0.5f);
+  c.softmax_scale = 0.125f;
+  return c;
+}
+
+bool LoadLongInputs(const LongScenarioOptions& o, std::vector<quality::KvDump>* dumps,
+                    index::SelectionCalibration* copy) {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(o.dumps_dir, ec)) {
     const std::string name = e.path().filename().string();
@@ -348,13 +348,13 @@ bool RunLongScenario(const LongScenarioOptions& o, const std::string& out_dir) {
       std::fprintf(stderr, "long: %s\n", d.status().ToString().c_str());
       return false;
     }
-    dumps.push_back(std::move(*d));
+    dumps->push_back(std::move(*d));
   }
-  if (dumps.empty()) {
+  if (dumps->empty()) {
     std::fprintf(stderr, "long: no rkc-* dumps in %s\n", o.dumps_dir.c_str());
     return false;
   }
-  std::sort(dumps.begin(), dumps.end(),
+  std::sort(dumps->begin(), dumps->end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
   auto cals = quality::LoadCalibrations(o.calibration_dir);
   if (!cals.ok() || !cals->count("austen-copy")) {
@@ -364,8 +364,15 @@ bool RunLongScenario(const LongScenarioOptions& o, const std::string& out_dir) {
   // Copy tracking off: every head's terms count at every step, the most
   // work the descent does (with it on, a head that is not copying opens
   // pages down to head_min_mass only, as here).
-  index::SelectionCalibration copy = cals->at("austen-copy");
-  copy.copy_run = 0;
+  *copy = cals->at("austen-copy");
+  copy->copy_run = 0;
+  return true;
+}
+
+bool RunLongScenario(const LongScenarioOptions& o, const std::string& out_dir) {
+  std::vector<quality::KvDump> dumps;
+  index::SelectionCalibration copy;
+  if (!LoadLongInputs(o, &dumps, &copy)) return false;
   std::vector<Shape> shapes = {{"7b", true, PairedCalibration(copy)}, {"small", false, copy}};
   std::vector<Case> cases = {{16384, 1},  {131072, 1},  {1 << 20, 1},
                              {16384, 16}, {131072, 16}, {32768, 64}};

@@ -16,13 +16,16 @@
 //   long     the mass scorer at 16K-1M tokens, batches of 1-64, against its
 //            flat pass, the pooled tree and an exact scan (long_scenario.h;
 //            run only when named: it takes minutes).
+//   reps     which per-block representative of a retrieval head's keys ranks
+//            the blocks holding its attention (rep_scenario.h; only when
+//            named).
 //
 // Every method runs single-threaded (FAISS's OpenMP pool is set to 1 thread
 // for searches) unless a row says threads=2. Ratios are FlatIP latency /
 // method latency in the same run.
 //
 // Usage: kvtier_select_bench --out DIR [--quick] [--queries N] [--hnsw-all]
-//                             [--scenario single|batch|window|long|all]
+//                             [--scenario single|batch|window|long|reps|all]
 //                             [--config NAME] [--blocks N]  (one config / size)
 //                             [--threads N]  (long: the selector's threads, 2)
 #include <omp.h>
@@ -42,6 +45,7 @@
 
 #include "absl/types/span.h"
 #include "bench/select/long_scenario.h"
+#include "bench/select/rep_scenario.h"
 #include "faiss/IndexFlat.h"
 #include "faiss/IndexHNSW.h"
 #include "index/kernels/simd.h"
@@ -588,7 +592,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s --out DIR [--quick] [--queries N] [--hnsw-all] "
-                   "[--scenario single|batch|window|long|all] [--config NAME] [--blocks N] "
+                   "[--scenario single|batch|window|long|reps|all] [--config NAME] [--blocks N] "
                    "[--threads N (long)]\n",
                    argv[0]);
       return 2;
@@ -607,12 +611,13 @@ int main(int argc, char** argv) {
   std::vector<int64_t> sizes = {8192, 65536, 262144};
   if (quick) sizes = {8192, 65536};
   if (g_only_blocks > 0) sizes = {g_only_blocks};
-  if (g_scenario == "long") {
+  if (g_scenario == "long" || g_scenario == "reps") {
     kvtier::bench::LongScenarioOptions lo;
     lo.dumps_dir = KVTIER_REALKV_DIR;
     lo.calibration_dir = KVTIER_CALIBRATION_DIR;
     lo.quick = quick;
     lo.threads = long_threads;
+    if (g_scenario == "reps") return kvtier::bench::RunRepScenario(lo, out_dir) ? 0 : 1;
     return kvtier::bench::RunLongScenario(lo, out_dir) ? 0 : 1;
   }
   const bool all = g_scenario == "all";
