@@ -132,6 +132,16 @@ absl::StatusOr<PutOutcome> BlockStoreImpl::PutPrivate(const BlockKey& key,
         return absl::AlreadyExistsError(absl::StrCat(
             Describe(key), ": different bytes are already stored under this block_id"));
       } else {
+        if (put.retain && !e->retained && e->persisting) {
+          // The persist in flight writes the record it read before this
+          // mark: wait for it, then look again, so that the mark is
+          // written with the block before it is acknowledged.
+          ++e->busy;  // nothing frees a busy entry while we wait
+          while (e->persisting) idle_cv_.Wait(&mu_);
+          --e->busy;
+          idle_cv_.SignalAll();
+          continue;
+        }
         outcome.existed = true;
         policy_->Touch(*e->Fastest(), e);
         if (put.retain && !e->retained) {

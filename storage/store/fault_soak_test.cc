@@ -793,5 +793,42 @@ TEST_F(FaultSoakTest, DeleteWhoseWalSyncFailedLeavesTheBlockNotDurable) {
   ExpectReadable(1);
 }
 
+// A put with retain of a block whose persist is in flight: the persist
+// writes the record it read before the mark, so an acknowledged mark was
+// lost at the next restart (the crash loop's "acknowledged retained but is
+// no longer retained"). The put now waits for the persist and writes the
+// mark itself: block 0 is retained after a restart.
+TEST_F(FaultSoakTest, RetainDuringAPersistSurvivesARestart) {
+  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());  // host only
+  env_->HoldNextIo(FaultInjectionEnv::FileOp::kWrite);
+  absl::Status durable;
+  std::thread persister(
+      [&] { durable = store_->Put(Key(0), Payload(0), {.durable = true}).status(); });
+  env_->WaitForHeldIo();
+  absl::StatusOr<PutOutcome> retained = absl::UnknownError("not run");
+  std::atomic<pid_t> tid{0};
+  std::atomic<bool> done{false};
+  std::thread retainer([&] {
+    tid = ::gettid();
+    retained = store_->Put(Key(0), Payload(0), {.retain = true});
+    done = true;
+  });
+  // It waits for the persist (or, as before the fix, finishes at once).
+  while (!done && (tid == 0 || !InFutexWait(tid))) std::this_thread::yield();
+  env_->ReleaseHeldIo();
+  persister.join();
+  retainer.join();
+  ASSERT_TRUE(durable.ok()) << durable;
+  ASSERT_TRUE(retained.ok()) << retained.status();
+  ASSERT_TRUE(retained->retained);
+  EXPECT_TRUE(retained->durable) << "acknowledged before the persist finished";
+  store_.reset();
+  Reopen();
+  const BlockLocation info = store_->Lookup(Key(0));
+  ASSERT_TRUE(info.present);
+  EXPECT_TRUE(info.retained) << "acknowledged retained, not retained after a restart";
+  ExpectReadable(0);
+}
+
 }  // namespace
 }  // namespace kvtier
