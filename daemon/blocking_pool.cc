@@ -87,13 +87,13 @@ absl::Status BlockingPool::QueueFullStatus(const std::string& tenant) const {
   auto it = lanes_.find(tenant);
   if (it != lanes_.end() && it->second->items.size() >= options_.max_queued_per_tenant &&
       options_.max_queued_per_tenant < options_.max_queued) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("server.io_queue_limit_per_tenant: ", options_.max_queued_per_tenant,
-                     " calls of this tenant already wait for block I/O; retry later"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        options_.queue_limit_per_tenant_key, ": ", options_.max_queued_per_tenant,
+        " calls of this tenant already wait for ", options_.waits_for, "; retry later"));
   }
-  return absl::ResourceExhaustedError(
-      absl::StrCat("server.io_queue_limit: ", options_.max_queued,
-                   " calls already wait for block I/O; retry later"));
+  return absl::ResourceExhaustedError(absl::StrCat(options_.queue_limit_key, ": ",
+                                                   options_.max_queued, " calls already wait for ",
+                                                   options_.waits_for, "; retry later"));
 }
 
 BlockingPoolStats BlockingPool::stats() const {

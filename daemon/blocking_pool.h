@@ -69,6 +69,11 @@ struct BlockingPoolOptions {
   size_t max_queued = 4096;           // all tenants together
   size_t max_queued_per_tenant = 0;   // 0: max_queued
   size_t max_running_per_tenant = 0;  // 0: threads
+  // What QueueFullStatus names: the config keys of the two queue limits
+  // and what the calls wait for.
+  std::string queue_limit_key = "server.io_queue_limit";
+  std::string queue_limit_per_tenant_key = "server.io_queue_limit_per_tenant";
+  std::string waits_for = "block I/O";
 };
 
 class BlockingPool {
@@ -79,7 +84,7 @@ class BlockingPool {
 
   explicit BlockingPool(const BlockingPoolOptions& options);
   BlockingPool(size_t threads, size_t max_queued)
-      : BlockingPool(BlockingPoolOptions{threads, max_queued, 0, 0}) {}
+      : BlockingPool(MakeOptions(threads, max_queued)) {}
   ~BlockingPool();
 
   BlockingPool(const BlockingPool&) = delete;
@@ -102,14 +107,20 @@ class BlockingPool {
     return SubmitIfIdle("", std::move(work));
   }
 
-  // RESOURCE_EXHAUSTED naming server.io_queue_limit_per_tenant when
-  // `tenant`'s lane is full, else server.io_queue_limit: what a call
+  // RESOURCE_EXHAUSTED naming options.queue_limit_per_tenant_key when
+  // `tenant`'s lane is full, else options.queue_limit_key: what a call
   // refused by Submit should finish with.
   absl::Status QueueFullStatus(const std::string& tenant = "") const;
 
   BlockingPoolStats stats() const;
 
  private:
+  static BlockingPoolOptions MakeOptions(size_t threads, size_t max_queued) {
+    BlockingPoolOptions o;
+    o.threads = threads;
+    o.max_queued = max_queued;
+    return o;
+  }
   struct Item {
     absl::AnyInvocable<void() &&> work;
     uint64_t cost = 0;

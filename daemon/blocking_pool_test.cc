@@ -169,6 +169,32 @@ TEST(BlockingPoolTest, PerTenantQueueLimitNamesItsKey) {
   gate.Notify();
 }
 
+// The Select pool names its own keys (Runtime::select_pool).
+TEST(BlockingPoolTest, QueueFullNamesTheConfiguredKeys) {
+  absl::Notification gate, gate_started;
+  BlockingPoolOptions o{1, 2, 1, 0};
+  o.queue_limit_key = "select.queue_limit";
+  o.queue_limit_per_tenant_key = "select.queue_limit_per_tenant";
+  o.waits_for = "a Select thread";
+  BlockingPool pool(o);
+  ASSERT_TRUE(pool.Submit("a", [&] {
+    gate_started.Notify();
+    gate.WaitForNotification();
+  }));
+  gate_started.WaitForNotification();
+  ASSERT_TRUE(pool.Submit("a", [] {}));
+  EXPECT_FALSE(pool.Submit("a", [] {}));
+  EXPECT_THAT(pool.QueueFullStatus("a"), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(std::string(pool.QueueFullStatus("a").message()),
+              ::testing::HasSubstr("select.queue_limit_per_tenant: 1 calls of this tenant "
+                                   "already wait for a Select thread"));
+  ASSERT_TRUE(pool.Submit("b", [] {}));
+  EXPECT_FALSE(pool.Submit("c", [] {}));
+  EXPECT_THAT(std::string(pool.QueueFullStatus("c").message()),
+              ::testing::HasSubstr("select.queue_limit: 2"));
+  gate.Notify();
+}
+
 TEST(BlockingPoolTest, ManySubmittersManyThreads) {
   std::atomic<uint64_t> sum{0};
   {

@@ -216,6 +216,10 @@ const std::vector<Field>& Fields() {
         KV_NUM("select.inline_promotion_bytes", Kind::kSize, select.inline_promotion_bytes),
         KV_NUM("select.max_contexts_per_request", Kind::kUint, select.max_contexts_per_request),
         KV_NUM("select.batch_threads", Kind::kUint, select.batch_threads),
+        KV_NUM("select.threads", Kind::kUint, select.threads),
+        KV_NUM("select.queue_limit", Kind::kUint, select.queue_limit),
+        KV_NUM("select.queue_limit_per_tenant", Kind::kUint, select.queue_limit_per_tenant),
+        KV_NUM("select.threads_per_tenant", Kind::kUint, select.threads_per_tenant),
         KV_NUM("select.max_queued_responses", Kind::kUint, select.max_queued_responses),
         KV_NUM("select.mass_tree_min_blocks", Kind::kUint, select.mass_tree_min_blocks),
         KV_FLOAT("select.mass_tree_max_read_fraction", select.mass_tree_max_read_fraction),
@@ -475,6 +479,20 @@ absl::Status ValidateSelect(const Config& c) {
   }
   if (s.batch_threads > 64) {
     return Invalid("select.batch_threads", "must be at most 64 (0 = min(4, cores))");
+  }
+  if (s.threads > 256) {
+    return Invalid("select.threads", "must be at most 256 (0 = on gRPC's threads)");
+  }
+  if (s.queue_limit == 0 || s.queue_limit > 1000000) {
+    return Invalid("select.queue_limit", "must be between 1 and 1000000");
+  }
+  if (s.queue_limit_per_tenant > s.queue_limit) {
+    return Invalid("select.queue_limit_per_tenant",
+                   "must be at most select.queue_limit (0 = a quarter of it)");
+  }
+  if (s.threads_per_tenant > s.threads) {
+    return Invalid("select.threads_per_tenant",
+                   "must be at most select.threads (0 = threads - 1 with auth on)");
   }
   if (s.max_queued_responses == 0 || s.max_queued_responses > 1024) {
     return Invalid("select.max_queued_responses", "must be between 1 and 1024");

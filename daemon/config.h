@@ -162,6 +162,12 @@ struct Config {
     uint64_t max_contexts_per_request = 0;
     uint64_t max_queued_responses = 0;
     uint64_t batch_threads = 0;  // 0 = min(4, cores)
+    // Threads that answer Select requests, shared by tenants in deficit
+    // round robin (0: on gRPC's callback threads, first come first served).
+    uint64_t threads = 0;
+    uint64_t queue_limit = 0;             // requests waiting for a thread
+    uint64_t queue_limit_per_tenant = 0;  // 0: queue_limit / 4
+    uint64_t threads_per_tenant = 0;      // 0: threads - 1 with auth on
     uint64_t mass_tree_min_blocks = 0;
     double mass_tree_max_read_fraction = 0;
     uint64_t mass_tree_recent_blocks = 0;

@@ -232,6 +232,10 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {
       {"index.summary_encoding=int8", "'index.summary_encoding'"},
       {"index.q8_page_rows=true", "'index.q8_page_rows': was removed"},
       {"select.mass_tree_reuse_steps=1025", "'select.mass_tree_reuse_steps'"},
+      {"select.threads=257", "'select.threads'"},
+      {"select.queue_limit=0", "'select.queue_limit'"},
+      {"select.queue_limit_per_tenant=5000", "'select.queue_limit_per_tenant'"},
+      {"select.threads_per_tenant=5", "'select.threads_per_tenant'"},
       {"select.mass_tree_reuse_min_cosine=1.5", "'select.mass_tree_reuse_min_cosine'"},
   };
   for (const auto& [item, key] : cases) {

@@ -104,6 +104,25 @@ BlockingPoolOptions BlockingPoolOptionsOf(const Config& config, bool per_tenant)
   return pool;
 }
 
+// The Select pool: as the I/O pool's, from the select.* keys.
+BlockingPoolOptions SelectPoolOptionsOf(const Config& config, bool per_tenant) {
+  const Config::Select& s = config.select;
+  BlockingPoolOptions pool;
+  pool.threads = static_cast<size_t>(s.threads);
+  pool.max_queued = static_cast<size_t>(s.queue_limit);
+  pool.max_queued_per_tenant = s.queue_limit_per_tenant != 0
+                                   ? static_cast<size_t>(s.queue_limit_per_tenant)
+                                   : std::max<size_t>(1, pool.max_queued / 4);
+  pool.max_running_per_tenant =
+      s.threads_per_tenant != 0
+          ? static_cast<size_t>(s.threads_per_tenant)
+          : (per_tenant && pool.threads > 1 ? pool.threads - 1 : pool.threads);
+  pool.queue_limit_key = "select.queue_limit";
+  pool.queue_limit_per_tenant_key = "select.queue_limit_per_tenant";
+  pool.waits_for = "a Select thread";
+  return pool;
+}
+
 StreamLimits StreamLimitsOf(const Config& config) {
   StreamLimits limits;
   limits.max_streams = config.server.max_streams;
@@ -262,6 +281,8 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
   }
   rt->blocking_pool_ =
       std::make_unique<BlockingPool>(BlockingPoolOptionsOf(config, rt->tenants_->enabled()));
+  rt->select_pool_ =
+      std::make_unique<BlockingPool>(SelectPoolOptionsOf(config, rt->tenants_->enabled()));
   rt->streams_ = std::make_unique<StreamTable>(StreamLimitsOf(config));
   rt->ApplyTenantQuotas();
   {
@@ -392,7 +413,8 @@ Runtime::~Runtime() {
   }
   if (reaper_.joinable()) reaper_.join();
   fd_server_.reset();
-  blocking_pool_.reset();  // runs what is queued (the gRPC server is gone)
+  select_pool_.reset();  // runs what is queued (the gRPC server is gone)
+  blocking_pool_.reset();
   prefetcher_.reset();
   compactor_.reset();
   versions_.reset();

@@ -94,6 +94,9 @@ class Runtime {
   Compactor* compactor() const { return compactor_.get(); }
   // Where RPC handlers run work that may wait on a disk (server.io_threads).
   BlockingPool* blocking_pool() const { return blocking_pool_.get(); }
+  // Where Select requests are answered (select.threads): tenants' requests
+  // take turns by deficit round robin, each costing the blocks it scores.
+  BlockingPool* select_pool() const { return select_pool_.get(); }
   // Open streaming calls and their per-tenant limits (server.max_streams*,
   // stream_write_timeout_ms, max_queued_bytes*).
   StreamTable* streams() const { return streams_.get(); }
@@ -137,6 +140,7 @@ class Runtime {
   std::unique_ptr<VersionStore> versions_;
   std::unique_ptr<Compactor> compactor_;
   std::unique_ptr<BlockingPool> blocking_pool_;
+  std::unique_ptr<BlockingPool> select_pool_;
   std::unique_ptr<StreamTable> streams_;  // outlives every reactor (the server's)
   std::unique_ptr<FdServer> fd_server_;
   std::unique_ptr<DaemonMetrics> metrics_;

@@ -209,6 +209,16 @@ SelectHandler::SelectHandler(Runtime* runtime, std::string tenant,
 
 SelectHandler::~SelectHandler() = default;
 
+uint64_t SelectHandler::Cost(const v1::SelectRequest& request) const {
+  uint64_t blocks = 0;
+  for (const v1::ContextSelect& entry : request.contexts()) {
+    absl::StatusOr<std::shared_ptr<Context>> ctx =
+        runtime_->contexts()->Find(tenant_, entry.context_id());
+    blocks += ctx.ok() ? std::max<uint64_t>(1, (*ctx)->num_blocks_snapshot()) : 1;
+  }
+  return 64 * std::max<uint64_t>(1, blocks);
+}
+
 absl::Status SelectHandler::Check(const v1::ContextSelect& entry, int i, Item* item) {
   const Config& config = runtime_->config();
   const FieldName id_field(i, "context_id");

@@ -91,6 +91,12 @@ class SelectHandler {
   // request, in order, and request_id copied.
   void Handle(const v1::SelectRequest& request, v1::SelectResponse* response);
 
+  // What answering `request` costs in the Select pool's deficit round
+  // robin (Runtime::select_pool): 64 per block its contexts hold (a
+  // context it cannot find counts one block), so a context of 4,096 blocks
+  // costs one turn's quantum. Lock-free reads of the contexts' sizes.
+  uint64_t Cost(const v1::SelectRequest& request) const;
+
   // Where the last Handle spent its time, microseconds (steady clock).
   struct Timings {
     double check_us = 0;   // entry checks, context locks, Prepare

@@ -2,8 +2,10 @@
 
 #include <google/protobuf/arena.h>
 
+#include <atomic>
 #include <deque>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -22,8 +24,8 @@ namespace {
 class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse>,
                             public StreamTable::Stream {
  public:
-  SelectReactor(grpc::CallbackServerContext* ctx, size_t max_queued)
-      : ctx_(ctx), max_queued_(max_queued) {}
+  SelectReactor(Runtime* runtime, grpc::CallbackServerContext* ctx, size_t max_queued)
+      : runtime_(runtime), ctx_(ctx), max_queued_(max_queued) {}
 
   // Registers with the stream table and starts reading, or finishes with
   // why it cannot.
@@ -39,6 +41,7 @@ class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1
     }
     handler_ = std::move(*handler);
     ticket_ = std::move(*ticket);
+    tenant_ = tenant.name;
     if (!finished_) StartRead(&request_);  // else aborted since Open
   }
 
@@ -59,16 +62,23 @@ class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1
       MaybeFinishLocked();
       return;
     }
+    // Answered on a Select thread, the tenants taking turns (inline when
+    // select.threads is 0); the next read starts once it is answered.
+    BlockingPool* pool = runtime_->select_pool();
     std::unique_ptr<Outgoing> out = TakeOutgoing();
-    handler_->Handle(request_, out->response);
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-    queue_.push_back(std::move(out));
-    if (!writing_) StartNextWriteLocked();
-    if (queue_.size() < max_queued_) {
-      StartRead(&request_);
-    } else {
-      read_paused_ = true;
+    Ref();  // the queued answer's
+    if (!pool->Submit(
+            tenant_,
+            [this, out = std::move(out)]() mutable {
+              Answer(std::move(out));
+              Unref();
+            },
+            handler_->Cost(request_))) {
+      {
+        absl::MutexLock lock(&mu_);
+        FinishLocked(ToGrpcStatus(pool->QueueFullStatus(tenant_)));
+      }
+      Unref();
     }
   }
 
@@ -92,7 +102,7 @@ class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1
     MaybeFinishLocked();
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override { Unref(); }
 
  private:
   // A response with its own arena. Responses are built on an arena with an
@@ -129,6 +139,26 @@ class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1
     return std::make_unique<Outgoing>();
   }
 
+  void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void Unref() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  // Answers request_ into out, queues it for writing and reads the next
+  // request (or pauses reading while max_queued responses wait).
+  void Answer(std::unique_ptr<Outgoing> out) {
+    handler_->Handle(request_, out->response);
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    queue_.push_back(std::move(out));
+    if (!writing_) StartNextWriteLocked();
+    if (queue_.size() < max_queued_) {
+      StartRead(&request_);
+    } else {
+      read_paused_ = true;
+    }
+  }
+
   void StartNextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     writing_ = true;
     ticket_->WriteStarted();
@@ -145,7 +175,12 @@ class SelectReactor final : public grpc::ServerBidiReactor<v1::SelectRequest, v1
     Finish(status);
   }
 
+  Runtime* const runtime_;
   grpc::CallbackServerContext* const ctx_;  // valid until OnDone
+  std::string tenant_;                      // set by Start
+  // One for gRPC (until OnDone), one per queued answer: the reactor is
+  // deleted when both are done.
+  std::atomic<int> refs_{1};
   std::unique_ptr<SelectHandler> handler_;  // set by Start, before the first read
   const size_t max_queued_;
   v1::SelectRequest request_;  // the one outstanding read's target
@@ -170,7 +205,7 @@ grpc::ServerBidiReactor<v1::SelectRequest, v1::SelectResponse>* NewSelectReactor
     return new FinishedBidiReactor<v1::SelectRequest, v1::SelectResponse>(
         ToGrpcStatus(caller.status()));
   }
-  auto* reactor = new SelectReactor(ctx, runtime->config().select.max_queued_responses);
+  auto* reactor = new SelectReactor(runtime, ctx, runtime->config().select.max_queued_responses);
   reactor->Start(runtime, **caller, CredentialsOf(ctx));
   return reactor;
 }

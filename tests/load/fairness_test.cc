@@ -392,5 +392,154 @@ TEST_F(FairnessTest, StalledReadersOfOneTenantDoNotDelayAnothersReads) {
   EXPECT_EQ(daemon_->Stop(std::chrono::seconds(30)), std::optional<int>(0));
 }
 
+// Issue 46, finding 4: tenant a floods Select (KVTIER_FAIRNESS_SELECTORS
+// streams, 16 by default, each request naming 32 contexts of 2,048 blocks
+// scored key-key); tenant b selects one context of 256 blocks, alone and
+// then under the flood. Shipped select.* settings: the Select pool's
+// deficit round robin, one thread left for others. b's p50 must stay
+// within KVTIER_FAIRNESS_MAX_RATIO (10) of alone, and its p99 within that
+// ratio or KVTIER_FAIRNESS_SELECT_FLOOR_MS (5 ms), whichever is larger: on
+// a 2-core VM the flood, its 16 client threads and b share the cores, so
+// b's p99 is bounded below by the scheduler's time slices, not by the
+// daemon (docs/RELIABILITY.md has the figures; answered on gRPC's threads,
+// first come first served, b's p50 was 8 ms and its p99 11 ms).
+TEST_F(FairnessTest, OneTenantsSelectFloodDoesNotStarveAnothersSelects) {
+  const auto phase = std::chrono::milliseconds(
+      static_cast<int64_t>(EnvDouble("KVTIER_FAIRNESS_SECONDS", 3) * 1000));
+  const double max_ratio = EnvDouble("KVTIER_FAIRNESS_MAX_RATIO", 10);
+  const int selectors = static_cast<int>(EnvDouble("KVTIER_FAIRNESS_SELECTORS", 16));
+  const double floor_ms = EnvDouble("KVTIER_FAIRNESS_SELECT_FLOOR_MS", 5);
+  daemon_ = std::make_unique<LoadDaemon>(KVTIERD_PATH, dir_, Settings());
+  std::string error;
+  ASSERT_TRUE(daemon_->Start(std::chrono::seconds(60), &error)) << error;
+  // Blocks of one layer (16 KiB); contexts over them: a's 32 share 2,048
+  // blocks, b's one holds 256.
+  auto open = [&](Client* c, uint32_t stream, uint64_t blocks, int contexts,
+                  std::vector<uint64_t>* ids) {
+    auto profile = c->RegisterProfile(LoadProfile(kBytesPerLayer));
+    ASSERT_OK(profile.status());
+    for (uint64_t first = 0; first < blocks; first += 128) {
+      v1::PutBlocksRequest put;
+      put.set_profile_id(profile->profile_id());
+      for (uint64_t i = first; i < std::min(blocks, first + 128); ++i) {
+        v1::BlockPut* blk = put.add_blocks();
+        blk->set_block_id(BlockId(stream, i));
+        blk->set_data(Payload(blk->block_id(), kBytesPerLayer));
+      }
+      ASSERT_OK(c->PutBlocks({put}));
+    }
+    for (int k = 0; k < contexts; ++k) {
+      v1::OpenContextRequest req;
+      req.set_profile_id(profile->profile_id());
+      v1::Segment* seg = req.add_segments();
+      for (uint64_t i = 0; i < blocks; ++i) seg->add_block_ids(BlockId(stream, i));
+      auto opened = c->OpenContext(req);
+      ASSERT_OK(opened.status());
+      ASSERT_EQ(opened->num_blocks(), blocks);
+      ids->push_back(opened->context_id());
+    }
+  };
+  auto a = As("a");
+  auto b = As("b");
+  std::vector<uint64_t> a_contexts, b_contexts;
+  ASSERT_NO_FATAL_FAILURE(open(a.get(), 20, 2048, 32, &a_contexts));
+  ASSERT_NO_FATAL_FAILURE(open(b.get(), 21, 256, 1, &b_contexts));
+  const std::vector<float> anchor(kHeadDim, 0.125f);
+  auto request = [&](const std::vector<uint64_t>& contexts, uint64_t id) {
+    v1::SelectRequest req;
+    req.set_request_id(id);
+    for (uint64_t c : contexts) {
+      v1::ContextSelect* e = req.add_contexts();
+      e->set_context_id(c);
+      e->set_scorer(v1::SCORER_KEY_KEY);
+      e->set_max_blocks(8);
+      for (float x : anchor) e->add_anchor(x);
+    }
+    return req;
+  };
+  // b's loop: one request at a time on one stream, until `until`.
+  auto select_b = [&](Clock::time_point until, Phase* out) {
+    grpc::ClientContext ctx;
+    auto stream = b->kvtier_stub()->Select(&ctx);
+    for (uint64_t id = 1; Clock::now() < until; ++id) {
+      const v1::SelectRequest req = request(b_contexts, id);
+      v1::SelectResponse resp;
+      const auto t0 = Clock::now();
+      if (!stream->Write(req) || !stream->Read(&resp)) {
+        out->Fail("b's Select stream broke");
+        break;
+      }
+      const auto t1 = Clock::now();
+      if (resp.contexts_size() != 1 || resp.contexts(0).status().code() != 0 ||
+          resp.contexts(0).blocks_size() != 8) {
+        out->Fail(resp.ShortDebugString().substr(0, 300));
+        continue;
+      }
+      out->get_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    }
+    stream->WritesDone();
+    const grpc::Status st = stream->Finish();
+    if (!st.ok()) out->Fail("b's Select stream: " + st.error_message());
+  };
+  Phase warm, alone, flooded;
+  select_b(Clock::now() + std::chrono::milliseconds(300), &warm);
+  select_b(Clock::now() + phase, &alone);
+
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> a_selects{0}, a_failed{0};
+  std::vector<std::thread> flood;
+  flood.reserve(selectors);
+  for (int f = 0; f < selectors; ++f) {
+    flood.emplace_back([&] {
+      auto c = As("a");
+      if (c == nullptr) return;
+      grpc::ClientContext ctx;
+      auto stream = c->kvtier_stub()->Select(&ctx);
+      for (uint64_t id = 1; !stop.load(); ++id) {
+        v1::SelectResponse resp;
+        if (!stream->Write(request(a_contexts, id)) || !stream->Read(&resp)) {
+          a_failed.fetch_add(1);
+          break;
+        }
+        a_selects.fetch_add(1);
+      }
+      stream->WritesDone();
+      (void)stream->Finish();
+    });
+  }
+  while (a_selects.load() < static_cast<uint64_t>(selectors) && a_failed.load() == 0) {
+    std::this_thread::yield();
+  }
+  select_b(Clock::now() + phase, &flooded);
+  stop = true;
+  for (std::thread& t : flood) t.join();
+
+  const double p99_alone = Quantile(alone.get_ms, 0.99);
+  const double p99_flood = Quantile(flooded.get_ms, 0.99);
+  std::cout << absl::StrCat("fairness: b's Selects alone: ", alone.get_ms.size(), " p50 ",
+                            Quantile(alone.get_ms, 0.5), " ms p99 ", p99_alone,
+                            " ms\nfairness: b's Selects under a's flood (", selectors, " streams, ",
+                            a_selects.load(), " requests of 32 x 2048 blocks, ", a_failed.load(),
+                            " failed): ", flooded.get_ms.size(), " p50 ",
+                            Quantile(flooded.get_ms, 0.5), " ms p99 ", p99_flood,
+                            " ms\nfairness: Select p99 ratio ", p99_flood / p99_alone)
+            << std::endl;
+  if (const char* path = std::getenv("KVTIER_FAIRNESS_REPORT")) {
+    std::ofstream(path) << absl::StrCat("{\"selectors\": ", selectors,
+                                        ", \"a_selects\": ", a_selects.load(),
+                                        ", \"b_select_p99_alone_ms\": ", p99_alone,
+                                        ", \"b_select_p99_flood_ms\": ", p99_flood, "}\n");
+  }
+  EXPECT_EQ(alone.failures, 0u) << alone.first_failure;
+  EXPECT_EQ(flooded.failures, 0u) << flooded.first_failure;
+  EXPECT_EQ(a_failed.load(), 0u);
+  ASSERT_GT(alone.get_ms.size(), 10u);
+  ASSERT_GT(flooded.get_ms.size(), 10u) << "b's Selects were starved";
+  EXPECT_GT(a_selects.load(), static_cast<uint64_t>(selectors)) << "the flood did not run";
+  EXPECT_LE(Quantile(flooded.get_ms, 0.5), max_ratio * Quantile(alone.get_ms, 0.5));
+  EXPECT_LE(p99_flood, std::max(max_ratio * p99_alone, floor_ms));
+  EXPECT_EQ(daemon_->Stop(std::chrono::seconds(30)), std::optional<int>(0));
+}
+
 }  // namespace
 }  // namespace kvtier::load
