@@ -799,7 +799,7 @@ TEST_F(FaultSoakTest, DeleteWhoseWalSyncFailedLeavesTheBlockNotDurable) {
 // no longer retained"). The put now waits for the persist and writes the
 // mark itself: block 0 is retained after a restart.
 TEST_F(FaultSoakTest, RetainDuringAPersistSurvivesARestart) {
-  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());  // host only
+  ASSERT_OK(store_->Put(Key(0), Payload(0)).status());  // host only
   env_->HoldNextIo(FaultInjectionEnv::FileOp::kWrite);
   absl::Status durable;
   std::thread persister(
@@ -818,8 +818,8 @@ TEST_F(FaultSoakTest, RetainDuringAPersistSurvivesARestart) {
   env_->ReleaseHeldIo();
   persister.join();
   retainer.join();
-  ASSERT_TRUE(durable.ok()) << durable;
-  ASSERT_TRUE(retained.ok()) << retained.status();
+  ASSERT_OK(durable);
+  ASSERT_OK(retained.status());
   ASSERT_TRUE(retained->retained);
   EXPECT_TRUE(retained->durable) << "acknowledged before the persist finished";
   store_.reset();
