@@ -366,6 +366,9 @@ void SelectHandler::Collect(Item* item, v1::ContextSelection* out,
   for (int64_t p : ctx->NewPrefetch(result.prefetch)) prefetch->push_back(ctx->KeyAt(p));
   selected_blocks_ += result.blocks.size();
   new_blocks_ += ctx->CountNewSelected(result.blocks);
+  mass_.reused += static_cast<uint64_t>(result.mass_heads_reused);
+  mass_.descended += static_cast<uint64_t>(result.mass_heads_descended);
+  mass_.opened += static_cast<uint64_t>(result.mass_pages_opened);
 }
 
 void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Item* item,
@@ -472,6 +475,7 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
   timings_ = Timings();
   selected_blocks_ = 0;
   new_blocks_ = 0;
+  mass_ = MassWork();
   const absl::Time start = absl::Now();  // wait_ms counts from here
   auto lap = std::chrono::steady_clock::now();
   response->Clear();
@@ -580,6 +584,9 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
                                     timings_.build_us * 1e-6, timings_.pin_us * 1e-6,
                                     request.contexts_size());
   runtime_->metrics()->SelectChurn(selected_blocks_, new_blocks_);
+  if (mass_.reused + mass_.descended > 0) {
+    runtime_->metrics()->SelectMassTree(mass_.reused, mass_.descended, mass_.opened);
+  }
 }
 
 }  // namespace kvtier::daemon

@@ -145,7 +145,12 @@ class SelectHandler {
   Timings timings_;
   uint64_t selected_blocks_ = 0;  // blocks this request returned (all contexts)
   uint64_t new_blocks_ = 0;       // of those, not in their context's previous set
-  PromotionBudget promotion_;     // this request's inline host -> arena promotions
+  // The mass tree's work in this request (all contexts).
+  struct MassWork {
+    uint64_t reused = 0, descended = 0, opened = 0;  // heads; pages opened
+  };
+  MassWork mass_;
+  PromotionBudget promotion_;  // this request's inline host -> arena promotions
 };
 
 }  // namespace kvtier::daemon

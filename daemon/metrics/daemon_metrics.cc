@@ -288,6 +288,18 @@ DaemonMetrics::DaemonMetrics(Runtime* runtime) {
                       "promoted to the arena off the response path",
                       {})
           ->With({});
+  metrics::CounterFamily* mass_heads = registry_.AddCounter(
+      "kvtier_select_mass_heads_total",
+      "Retrieval heads the mass scorer's tree served: descended (screened the summaries) or "
+      "reused (reopened the pages of earlier steps; select.mass_tree_reuse_steps)",
+      {"path"});
+  mass_reused_ = mass_heads->With({"reused"});
+  mass_descended_ = mass_heads->With({"descended"});
+  mass_pages_opened_ =
+      registry_
+          .AddCounter("kvtier_select_mass_pages_opened_total",
+                      "Blocks whose retrieval-head keys the mass scorer's tree read, per head", {})
+          ->With({});
   put_bytes_ =
       registry_.AddCounter("kvtier_put_bytes_total", "Bytes of blocks newly stored", {})->With({});
   put_blocks_ =
@@ -324,6 +336,13 @@ void DaemonMetrics::SelectChurn(uint64_t selected, uint64_t fresh) {
 
 void DaemonMetrics::SelectPromotionsDeferred(uint64_t blocks) {
   select_deferred_->Add(static_cast<double>(blocks));
+}
+
+void DaemonMetrics::SelectMassTree(uint64_t heads_reused, uint64_t heads_descended,
+                                   uint64_t pages_opened) {
+  mass_reused_->Add(static_cast<double>(heads_reused));
+  mass_descended_->Add(static_cast<double>(heads_descended));
+  mass_pages_opened_->Add(static_cast<double>(pages_opened));
 }
 
 void DaemonMetrics::BlocksPut(uint64_t blocks, uint64_t bytes) {

@@ -24,6 +24,12 @@
 //   kvtier_select_blocks_total, kvtier_select_new_blocks_total  (churn)
 //   kvtier_select_promotions_deferred_total    chosen blocks past the
 //                                              inline promotion budget
+//   kvtier_select_mass_heads_total{path}       retrieval heads the mass
+//                                              tree served: "descended" the
+//                                              tree or "reused" the pages
+//                                              of earlier steps
+//   kvtier_select_mass_pages_opened_total      blocks whose retrieval keys
+//                                              the mass tree read (per head)
 //   kvtier_put_bytes_total, kvtier_put_blocks_total   blocks newly stored
 //   kvtier_get_bytes_total                     bytes returned by GetBlocks
 // Planned (not exported yet): per-tenant labels.
@@ -64,6 +70,9 @@ class DaemonMetrics {
   // Chosen blocks answered PENDING because the request's inline promotion
   // budget was spent.
   void SelectPromotionsDeferred(uint64_t blocks);
+  // The mass tree's work in a Select request (index::SelectResult's
+  // mass_heads_reused, mass_heads_descended, mass_pages_opened, summed).
+  void SelectMassTree(uint64_t heads_reused, uint64_t heads_descended, uint64_t pages_opened);
   void BlocksPut(uint64_t blocks, uint64_t bytes);
   void BytesGot(uint64_t bytes);
 
@@ -76,6 +85,9 @@ class DaemonMetrics {
   metrics::Counter* select_blocks_;
   metrics::Counter* select_new_blocks_;
   metrics::Counter* select_deferred_;
+  metrics::Counter* mass_reused_;
+  metrics::Counter* mass_descended_;
+  metrics::Counter* mass_pages_opened_;
   metrics::Counter* put_bytes_;
   metrics::Counter* put_blocks_;
   metrics::Counter* get_bytes_;

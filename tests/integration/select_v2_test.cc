@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -16,6 +17,8 @@
 #include "client/anchor.h"
 #include "client/client.h"
 #include "daemon/config.h"
+#include "daemon/metrics/daemon_metrics.h"
+#include "daemon/runtime.h"
 #include "daemon/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -27,6 +30,7 @@ namespace kvtier {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::StatusIs;
 
 constexpr int kLayers = 2, kKvHeads = 2, kQHeads = 4, kTokens = 16, kDim = 32;
@@ -104,6 +108,7 @@ class SelectV2Test : public ::testing::Test {
     p.set_block_size_tokens(kTokens);
     p.set_dtype(v1::DTYPE_FP16);
     if (calibrated) *p.mutable_calibration() = Calibration();
+    if (calibrated && gated_) p.mutable_calibration()->set_head_min_mass(0.4f);
     return p;
   }
 
@@ -153,6 +158,7 @@ class SelectV2Test : public ::testing::Test {
   std::unique_ptr<daemon::Server> server_;
   std::unique_ptr<Client> client_;
   uint64_t profile_id_ = 0;
+  bool gated_ = false;  // the calibration's head_min_mass 0.4: the mass tree may serve it
   std::vector<std::string> blocks_;
   std::vector<float> query_;
 };
@@ -187,6 +193,51 @@ TEST_F(SelectV2Test, DefaultMassScorerFollowsTheRetrievalHeadsQuery) {
   EXPECT_EQ(Positions(resp.contexts(0)), (std::vector<uint32_t>{0, 36, 37, 38, 39}));
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
+}
+
+// The mass tree's work is exported (kvtier_select_mass_heads_total,
+// kvtier_select_mass_pages_opened_total): with a gated calibration and
+// select.mass_tree_min_blocks 0 the tree serves the retrieval head; the
+// first step descends, the same query at the next two steps reuses the
+// pages it found, and every step chooses the planted block.
+TEST_F(SelectV2Test, MassTreeWorkIsExported) {
+  client_.reset();
+  server_.reset();
+  auto daemon = testing::StartTestDaemon(
+      dir_, {"index.summary_per_layer=true", "select.mass_tree_min_blocks=0"});
+  ASSERT_OK(daemon);
+  server_ = std::move(daemon->server);
+  client_ = std::move(daemon->client);
+  gated_ = true;
+  const uint64_t id = OpenContext(/*calibrated=*/true);
+  std::vector<float> all_queries(kLayers * kQHeads * kDim, 0.5f);
+  std::copy(query_.begin(), query_.end(), all_queries.begin() + (1 * kQHeads + 3) * kDim);
+  auto hq = GatherHeadQueries(all_queries, kLayers, kQHeads, kDim, Calibration());
+  ASSERT_OK(hq.status());
+  grpc::ClientContext ctx;
+  auto stream = client_->kvtier_stub()->Select(&ctx);
+  for (int step = 1; step <= 3; ++step) {
+    v1::SelectRequest req;
+    req.set_request_id(step);
+    v1::ContextSelect* e = req.add_contexts();
+    e->set_context_id(id);
+    e->set_max_blocks(5);
+    for (float x : *hq) e->add_head_queries(x);
+    v1::SelectResponse resp;
+    ASSERT_TRUE(stream->Write(req));
+    ASSERT_TRUE(stream->Read(&resp));
+    ASSERT_EQ(resp.contexts(0).status().code(), 0) << resp.contexts(0).status().message();
+    const std::vector<uint32_t> chosen = Positions(resp.contexts(0));
+    EXPECT_NE(std::find(chosen.begin(), chosen.end(), kPlanted), chosen.end()) << "step " << step;
+  }
+  stream->WritesDone();
+  const grpc::Status finished = stream->Finish();
+  EXPECT_EQ(finished.error_code(), grpc::StatusCode::OK) << finished.error_message();
+  const std::string text = server_->runtime()->metrics()->Render();
+  EXPECT_THAT(text, HasSubstr("kvtier_select_mass_heads_total{path=\"descended\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("kvtier_select_mass_heads_total{path=\"reused\"} 2\n"));
+  EXPECT_THAT(text, Not(HasSubstr("kvtier_select_mass_pages_opened_total 0\n")));
+  EXPECT_THAT(text, HasSubstr("kvtier_select_mass_pages_opened_total "));
 }
 
 TEST_F(SelectV2Test, PerLayerAnchorsFromTheClientHelper) {
