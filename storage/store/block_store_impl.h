@@ -217,15 +217,15 @@ class BlockStoreImpl final : public BlockStore {
   // for MakeTenantHostRoomLocked.
   absl::StatusOr<HostSlot> MakeRoomHostLocked(uint64_t size_bytes, bool memory_only = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands e's host bytes to release_listener_ (if any) before its last
+  // in-memory copy goes.
+  void NotifyReleaseLocked(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives up one host copy among those `accept` allows (never one in
   // *stuck): drops it when the block has another copy, else demotes the
   // block to NVMe, else (NVMe has no room) evicts the block unless it is
   // retained or pinned. A victim that could not go is added to *stuck and
   // *why says why. Returns false when no candidate is left. May release
   // mu_.
-  // Hands e's host bytes to release_listener_ (if any) before its last
-  // in-memory copy goes.
-  void NotifyReleaseLocked(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool FreeOneHostCopyLocked(const std::function<bool(const Entry&)>& accept,
                              absl::flat_hash_set<BlockKey>* stuck, absl::Status* why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
