@@ -22,8 +22,13 @@
 // size, and the client-side cost of computing the anchor from the last 8
 // tokens' keys (client/anchor.h) or gathering the head queries.
 //
+// With --keys real it runs select_v2_real.h instead: the shipped mass
+// Select through kvtierd on real keys, driven as an engine drives it.
+//
 // Usage: kvtier_select_v2_bench [--out FILE.md] [--blocks N] [--heads R]
 //            [--requests N] [--budget B] [--quick]
+//        kvtier_select_v2_bench --keys real [--tokens N] [--steps S]
+//            [--threads T ...] [--out FILE.md]
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +44,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/echo/select_v2_real.h"
 #include "client/anchor.h"
 #include "client/client.h"
 #include "daemon/config.h"
@@ -152,7 +158,21 @@ int main(int argc, char** argv) {
                  "7b: 28 layers, 4 KV / 28 query heads, head_dim 128; small: the shared "
                  "models' 4 layers, 2 KV / 4 query heads, head_dim 64")
       ->capture_default_str();
+  std::string keys = "noise";
+  RealKeysOptions real;
+  app.add_option("--keys", keys, "noise: uniform bf16 noise; real: select_v2_real.h")
+      ->check(CLI::IsMember({"noise", "real"}))
+      ->capture_default_str();
+  app.add_option("--tokens", real.tokens, "--keys real: context tokens")->capture_default_str();
+  app.add_option("--steps", real.steps, "--keys real: decode steps")->capture_default_str();
+  app.add_option("--threads", real.threads, "--keys real: select.batch_threads values");
   CLI11_PARSE(app, argc, argv);
+  if (keys == "real") {
+    real.out = args.out;
+    real.dumps_dir = KVTIER_REALKV_DIR;
+    real.calibration_dir = KVTIER_CALIBRATION_DIR;
+    return RunRealKeys(real);
+  }
   if (args.shape == "small") {
     kLayers = 4, kKvHeads = 2, kQHeads = 4, kDim = 64;
     kShapeName =

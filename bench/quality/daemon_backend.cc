@@ -44,38 +44,6 @@ v1::Scorer ToProto(index::ScorerKind k) {
   return v1::SCORER_UNSPECIFIED;
 }
 
-v1::SelectionCalibration ToProto(const index::SelectionCalibration& c) {
-  v1::SelectionCalibration p;
-  p.set_num_q_heads(static_cast<uint32_t>(c.num_q_heads));
-  for (const index::HeadRef& h : c.retrieval_heads) {
-    v1::HeadRef* r = p.add_retrieval_heads();
-    r->set_layer(static_cast<uint32_t>(h.layer));
-    r->set_q_head(static_cast<uint32_t>(h.q_head));
-  }
-  for (float x : c.prior) p.add_prior(x);
-  for (float x : c.prior_all) p.add_prior_all(x);
-  for (float x : c.head_weights) p.add_head_weights(x);
-  p.set_softmax_scale(c.softmax_scale);
-  p.set_head_min_mass(c.head_min_mass);
-  if (c.sink_blocks >= 0) p.set_sink_blocks(static_cast<uint32_t>(c.sink_blocks));
-  if (c.local_blocks >= 0) p.set_local_blocks(static_cast<uint32_t>(c.local_blocks));
-  if (c.retrieval_share != 1.0f) p.set_retrieval_share(c.retrieval_share);
-  if (c.unconfirmed_weight != 1.0f) p.set_unconfirmed_weight(c.unconfirmed_weight);
-  if (c.confirm_steps != 1) p.set_confirm_steps(static_cast<uint32_t>(c.confirm_steps));
-  if (c.sink_mass >= 0) p.set_sink_mass(c.sink_mass);
-  if (c.sink_mass_all >= 0) p.set_sink_mass_all(c.sink_mass_all);
-  p.set_successor_weight(c.successor_weight);
-  if (c.copy_run != 0) {
-    p.set_copy_run(static_cast<uint32_t>(c.copy_run));
-    p.set_copy_hold(static_cast<uint32_t>(c.copy_hold));
-    p.set_copy_min_blocks(static_cast<uint32_t>(c.copy_min_blocks));
-    if (c.copy_min_mass >= 0) p.set_copy_min_mass(c.copy_min_mass);
-    p.set_uncopied_weight(c.uncopied_weight);
-    p.set_copy_lead(static_cast<uint32_t>(c.copy_lead));
-  }
-  return p;
-}
-
 // Where a daemon keeps its files, and how big its tiers are: the only
 // settings a shipped-defaults daemon gets.
 std::vector<std::string> Housekeeping(const std::string& data_dir) {
@@ -216,7 +184,7 @@ class DaemonBackend final : public SelectionBackend {
     p.set_block_size_tokens(config_.layout.block_size_tokens);
     p.set_dtype(v1::DTYPE_FP16);
     if (config_.calibration.calibrated()) {
-      *p.mutable_calibration() = ToProto(config_.calibration);
+      *p.mutable_calibration() = CalibrationToProto(config_.calibration);
       // One profile per calibration (a calibration is part of the profile).
       p.set_revision(
           absl::StrCat("1-", std::hash<std::string>()(p.calibration().SerializeAsString())));
@@ -364,6 +332,38 @@ class DaemonBackend final : public SelectionBackend {
 };
 
 }  // namespace
+
+v1::SelectionCalibration CalibrationToProto(const index::SelectionCalibration& c) {
+  v1::SelectionCalibration p;
+  p.set_num_q_heads(static_cast<uint32_t>(c.num_q_heads));
+  for (const index::HeadRef& h : c.retrieval_heads) {
+    v1::HeadRef* r = p.add_retrieval_heads();
+    r->set_layer(static_cast<uint32_t>(h.layer));
+    r->set_q_head(static_cast<uint32_t>(h.q_head));
+  }
+  for (float x : c.prior) p.add_prior(x);
+  for (float x : c.prior_all) p.add_prior_all(x);
+  for (float x : c.head_weights) p.add_head_weights(x);
+  p.set_softmax_scale(c.softmax_scale);
+  p.set_head_min_mass(c.head_min_mass);
+  if (c.sink_blocks >= 0) p.set_sink_blocks(static_cast<uint32_t>(c.sink_blocks));
+  if (c.local_blocks >= 0) p.set_local_blocks(static_cast<uint32_t>(c.local_blocks));
+  if (c.retrieval_share != 1.0f) p.set_retrieval_share(c.retrieval_share);
+  if (c.unconfirmed_weight != 1.0f) p.set_unconfirmed_weight(c.unconfirmed_weight);
+  if (c.confirm_steps != 1) p.set_confirm_steps(static_cast<uint32_t>(c.confirm_steps));
+  if (c.sink_mass >= 0) p.set_sink_mass(c.sink_mass);
+  if (c.sink_mass_all >= 0) p.set_sink_mass_all(c.sink_mass_all);
+  p.set_successor_weight(c.successor_weight);
+  if (c.copy_run != 0) {
+    p.set_copy_run(static_cast<uint32_t>(c.copy_run));
+    p.set_copy_hold(static_cast<uint32_t>(c.copy_hold));
+    p.set_copy_min_blocks(static_cast<uint32_t>(c.copy_min_blocks));
+    if (c.copy_min_mass >= 0) p.set_copy_min_mass(c.copy_min_mass);
+    p.set_uncopied_weight(c.uncopied_weight);
+    p.set_copy_lead(static_cast<uint32_t>(c.copy_lead));
+  }
+  return p;
+}
 
 absl::StatusOr<BackendConfig> ShippedDefaults(const index::BlockLayout& layout) {
   absl::StatusOr<daemon::Config> config = daemon::LoadConfig("", {});

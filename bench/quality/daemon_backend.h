@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/quality/backend.h"
+#include "kvtier/v1/types.pb.h"
 
 namespace kvtier::quality {
 
@@ -32,6 +33,10 @@ absl::StatusOr<std::unique_ptr<SelectionBackend>> MakeKvtierdBackend(const Backe
 // for `layout`, from the same option builders the daemon uses
 // (daemon/options.h).
 absl::StatusOr<BackendConfig> ShippedDefaults(const index::BlockLayout& layout);
+
+// The calibration as RegisterProfile carries it (the fields left at their
+// defaults are not set).
+v1::SelectionCalibration CalibrationToProto(const index::SelectionCalibration& c);
 
 // Installs MakeKvtierdBackend and ShippedDefaults as the harness's
 // factories (SetDaemonBackendFactory, SetShippedDefaultsFactory).

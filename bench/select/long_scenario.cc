@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "bench/quality/calibrate.h"
 #include "bench/quality/kv_dump.h"
 #include "bench/quality/long_context.h"
+#include "bench/quality/long_inputs.h"
 #include "index/context_index.h"
 #include "index/kernels/int8_dot.h"
 #include "index/select/key_scorers.h"
@@ -325,55 +324,19 @@ class LongBench {
 // The 7B-class calibration: the copy model's prior, every (layer, query
 // head) of the paired shape a retrieval head (8 on 4 key heads), the model's
 // own softmax scale.
-index::SelectionCalibration PairedCalibration(const index::SelectionCalibration& copy) {
-  index::SelectionCalibration c = copy;
-  c.num_q_heads = 2;
-  c.retrieval_heads.clear();
-  for (int32_t l = 0; l < 4; ++l) {
-    for (int32_t h = 0; h < 2; ++h) c.retrieval_heads.push_back({l, h});
-  }
-  c.head_weights.assign(8, 0.5f);
-  c.softmax_scale = 0.125f;
-  return c;
-}
-
 bool LoadLongInputs(const LongScenarioOptions& o, std::vector<quality::KvDump>* dumps,
                     index::SelectionCalibration* copy) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(o.dumps_dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("rkc-", 0) != 0 || e.path().extension() != ".safetensors") continue;
-    absl::StatusOr<quality::KvDump> d = quality::LoadKvDump(e.path().string());
-    if (!d.ok()) {
-      std::fprintf(stderr, "long: %s\n", d.status().ToString().c_str());
-      return false;
-    }
-    dumps->push_back(std::move(*d));
-  }
-  if (dumps->empty()) {
-    std::fprintf(stderr, "long: no rkc-* dumps in %s\n", o.dumps_dir.c_str());
-    return false;
-  }
-  std::sort(dumps->begin(), dumps->end(),
-            [](const auto& a, const auto& b) { return a.name < b.name; });
-  auto cals = quality::LoadCalibrations(o.calibration_dir);
-  if (!cals.ok() || !cals->count("austen-copy")) {
-    std::fprintf(stderr, "long: no austen-copy calibration in %s\n", o.calibration_dir.c_str());
-    return false;
-  }
-  // Copy tracking off: every head's terms count at every step, the most
-  // work the descent does (with it on, a head that is not copying opens
-  // pages down to head_min_mass only, as here).
-  *copy = cals->at("austen-copy");
-  copy->copy_run = 0;
-  return true;
+  const absl::Status st = quality::LoadLongInputs(o.dumps_dir, o.calibration_dir, dumps, copy);
+  if (!st.ok()) std::fprintf(stderr, "long: %s\n", st.ToString().c_str());
+  return st.ok();
 }
 
 bool RunLongScenario(const LongScenarioOptions& o, const std::string& out_dir) {
   std::vector<quality::KvDump> dumps;
   index::SelectionCalibration copy;
   if (!LoadLongInputs(o, &dumps, &copy)) return false;
-  std::vector<Shape> shapes = {{"7b", true, PairedCalibration(copy)}, {"small", false, copy}};
+  std::vector<Shape> shapes = {{"7b", true, quality::PairedCalibration(copy)},
+                               {"small", false, copy}};
   std::vector<Case> cases = {{16384, 1},  {131072, 1},  {1 << 20, 1},
                              {16384, 16}, {131072, 16}, {32768, 64}};
   if (o.quick) cases = {{16384, 1}, {131072, 1}, {32768, 64}};

@@ -44,16 +44,10 @@ struct LongScenarioOptions {
   int threads = 2;
 };
 
-// The shared copy model's 1,024-token dumps (rkc-*, sorted by name) and
-// its committed calibration with copy tracking off. False (after a message
-// on stderr) when they cannot be read.
+// quality::LoadLongInputs from the options' folders; false (after a
+// message on stderr) when they cannot be read.
 bool LoadLongInputs(const LongScenarioOptions& options, std::vector<quality::KvDump>* dumps,
                     index::SelectionCalibration* copy);
-
-// The 7B-class calibration: the copy model's prior, every (layer, query
-// head) of the paired shape a retrieval head (8 on 4 key heads), the
-// model's own softmax scale.
-index::SelectionCalibration PairedCalibration(const index::SelectionCalibration& copy);
 
 // Prints rows, writes OUT_DIR/select_long.csv and select_long.md. Returns
 // false (after a message on stderr) when the dumps cannot be read.

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/quality/long_context.h"
+#include "bench/quality/long_inputs.h"
 
 namespace kvtier::bench {
 namespace {
@@ -249,7 +250,7 @@ bool RunRepScenario(const LongScenarioOptions& o, const std::string& out_dir) {
   std::vector<const quality::KvDump*> ptrs;
   ptrs.reserve(dumps.size());
   for (const auto& d : dumps) ptrs.push_back(&d);
-  const index::SelectionCalibration c = PairedCalibration(copy);
+  const index::SelectionCalibration c = quality::PairedCalibration(copy);
   FILE* md = std::fopen((out_dir + "/select_reps.md").c_str(), "w");
   FILE* csv = std::fopen((out_dir + "/select_reps.csv").c_str(), "w");
   if (md == nullptr || csv == nullptr) {
