@@ -18,6 +18,8 @@ PACKAGES=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev libfaiss-dev
   redis-server fio prometheus python3-matplotlib
+  # the Austen novels (bench/quality/make_dumps.py's text; pulls in R's core)
+  r-cran-janeaustenr
   # fuzzing (tests/fuzz): clang, and libFuzzer with the sanitizer runtimes
   clang libclang-rt-14-dev
   # format and lint (deploy/lint.sh, the Python package's type check)

@@ -41,9 +41,9 @@ import kv_engine  # noqa: E402
 import safetensors_io  # noqa: E402
 import kvtier  # noqa: E402
 
-# key: (weights in models/, dump prefix, dump folder, texts of each kind there)
-MODELS = {"byte": ("model-austen-byte", "rk", "realkv", 4), "copy": ("model-austen-copy", "rkc", "realkv", 4),
-          "copy2k": ("model-austen-copy-2k", "rkl", "realkv-2k", 3)}
+# key: (weights in models/, dump prefix, dump folder)
+MODELS = {"byte": ("model-austen-byte", "rk", "realkv"), "copy": ("model-austen-copy", "rkc", "realkv"),
+          "copy2k": ("model-austen-copy-2k", "rkl", "realkv-2k")}
 SCORERS = ("unspecified", "recency", "key_key", "mass")
 LOSS_TOLERANCE_NATS = 1e-3
 
@@ -59,7 +59,8 @@ def parse_args(argv):
     p.add_argument("--models", default="byte,copy")
     p.add_argument("--scorers", default=",".join(SCORERS))
     p.add_argument("--budgets", default="1/16,1/8,1/4")
-    p.add_argument("--texts", type=int, default=4, help="texts of each kind (window, recall) per model")
+    p.add_argument("--texts", type=int, default=4,
+                   help="texts of each kind (window, recall) per model, at most as many as --data holds")
     p.add_argument("--prompt", type=int, default=512, help="prefilled bytes (multiple of 16)")
     p.add_argument("--max-steps", type=int, default=None, help="decode steps per text (default: to the end)")
     p.add_argument("--anchor", default="pooled", choices=("pooled", "layer", "head"),
@@ -89,11 +90,13 @@ def fraction(text):
 
 
 def load_texts(data, model_key, per_kind):
-    weights, prefix, folder, available = MODELS[model_key]
+    weights, prefix, folder = MODELS[model_key]
     out = []
     for kind in ("window", "recall"):
-        for i in range(min(per_kind, available)):
+        for i in range(per_kind):
             path = os.path.join(data, folder, f"{prefix}-persuasion-{kind}-{i:02d}.safetensors")
+            if i > 0 and not os.path.exists(path):
+                break  # the folder has fewer texts of this kind
             tensors, meta = safetensors_io.read(path)
             out.append({"name": os.path.basename(path), "kind": kind, "model": meta.get("model", ""),
                         "tokens": torch.from_numpy(np.array(tensors["tokens"], dtype=np.int64)),

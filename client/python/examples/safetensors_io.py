@@ -8,6 +8,7 @@ raw little-endian data. The file is memory-mapped; arrays are read-only views.
 
 import json
 import mmap
+import os
 import struct
 
 import numpy as np
@@ -57,3 +58,32 @@ def read(path):
         tensors[name] = np.frombuffer(data, dtype=dtype, count=count,
                                       offset=base + begin).reshape(shape)
     return tensors, metadata
+
+
+def write(path, tensors, metadata=None):
+    """Writes tensors (dict name -> np.ndarray of a dtype read() knows, in
+    the dict's order) and metadata (values written as strings) to path.
+
+    Written to path + ".tmp" and renamed, so a reader never sees half a file.
+    """
+    names = {np.dtype(v): k for k, v in _DTYPES.items()}
+    header, blobs, offset = {}, [], 0
+    for name, array in tensors.items():
+        a = np.ascontiguousarray(array)
+        if a.dtype not in names:
+            raise SafetensorsError(f"{path}: tensor {name}: unsupported dtype {a.dtype}")
+        header[name] = {"dtype": names[a.dtype], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        blobs.append(a.tobytes())
+        offset += a.nbytes
+    if metadata:
+        header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
