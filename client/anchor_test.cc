@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 #include "tests/testutil/synthetic.h"
 
 namespace kvtier {
@@ -51,13 +52,13 @@ TEST_P(AnchorTest, EqualsTheMeanOfTheLastTokensKeys) {
   const testutil::SyntheticPayload a = testutil::MakeBlockPayload(Layout(GetParam()), 1, {});
   const testutil::SyntheticPayload b = testutil::MakeBlockPayload(Layout(GetParam()), 2, {});
   AnchorBuilder builder(Profile(GetParam()));
-  ASSERT_TRUE(builder.AddTokens(a.bytes, kT - 5, 5).ok());
-  ASSERT_TRUE(builder.AddTokens(b.bytes, 0, 3).ok());
+  ASSERT_OK(builder.AddTokens(a.bytes, kT - 5, 5));
+  ASSERT_OK(builder.AddTokens(b.bytes, 0, 3));
   EXPECT_EQ(builder.tokens(), 8u);
   absl::StatusOr<std::vector<float>> pooled = builder.Finish(AnchorLayout::kPooled);
   absl::StatusOr<std::vector<float>> layered = builder.Finish(AnchorLayout::kPerLayer);
-  ASSERT_TRUE(pooled.ok()) << pooled.status();
-  ASSERT_TRUE(layered.ok()) << layered.status();
+  ASSERT_OK(pooled) << pooled.status();
+  ASSERT_OK(layered) << layered.status();
   ASSERT_EQ(pooled->size(), kD);
   ASSERT_EQ(layered->size(), kL * kD);
   for (uint32_t d = 0; d < kD; ++d) {
@@ -106,7 +107,7 @@ TEST(HeadQueriesTest, GathersTheCalibrationsHeadsInOrder) {
   h->set_layer(0);
   h->set_q_head(3);
   absl::StatusOr<std::vector<float>> out = GatherHeadQueries(q, L, Hq, D, c);
-  ASSERT_TRUE(out.ok());
+  ASSERT_OK(out);
   EXPECT_EQ(*out, (std::vector<float>{18, 19, 20, 9, 10, 11}));
   EXPECT_THAT(
       std::string(

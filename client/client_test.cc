@@ -47,7 +47,7 @@ TEST(ClientTest, NoDaemonIsUnavailable) {
   ClientOptions options;
   options.call_timeout = std::chrono::milliseconds(500);
   auto client = Client::Connect("/nonexistent/kvtier.sock", options);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   auto health = (*client)->Health();
   ASSERT_FALSE(health.ok());
   EXPECT_TRUE(health.status().code() == absl::StatusCode::kUnavailable ||
@@ -66,7 +66,7 @@ TEST(ClientTest, TokensThatCannotBeMetadataAreRefused) {
   }
   ClientOptions options;
   options.token = std::string(kMaxTokenBytes, 'x');
-  EXPECT_TRUE(Client::Connect("/run/kvtier.sock", options).ok());
+  EXPECT_OK(Client::Connect("/run/kvtier.sock", options));
 }
 
 TEST(ClientTest, SharedFileSourcesFollowTheResponse) {
@@ -187,15 +187,15 @@ class FakeDaemon {
 // Unary, client-streaming, server-streaming and bidirectional calls, via the
 // wrappers and via the raw stubs.
 std::vector<std::string> MakeEveryKindOfCall(Client& client) {
-  EXPECT_TRUE(client.Stats().ok());
-  EXPECT_TRUE(client.PutBlocks({v1::PutBlocksRequest()}).ok());
+  EXPECT_OK(client.Stats());
+  EXPECT_OK(client.PutBlocks({v1::PutBlocksRequest()}));
   {
     grpc::ClientContext ctx;
     auto reader = client.admin_stub()->Drain(&ctx, v1::DrainRequest());
     v1::DrainProgress progress;
     while (reader->Read(&progress)) {
     }
-    EXPECT_TRUE(reader->Finish().ok());
+    EXPECT_OK(reader->Finish());
   }
   {
     grpc::ClientContext ctx;
@@ -207,7 +207,7 @@ std::vector<std::string> MakeEveryKindOfCall(Client& client) {
     EXPECT_TRUE(stream->Read(&resp));
     EXPECT_EQ(resp.request_id(), 7u);
     stream->WritesDone();
-    EXPECT_TRUE(stream->Finish().ok());
+    EXPECT_OK(stream->Finish());
   }
   return {"Stats", "PutBlocks", "Drain", "Select"};
 }

@@ -29,7 +29,7 @@ class ClientCallsTest : public ::testing::Test {
     dir_ = testing::TestDataDir("client-calls");
     std::filesystem::remove_all(dir_);
     auto daemon = testing::StartTestDaemon(dir_, {"tiers.device.backend=shm"});
-    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    ASSERT_OK(daemon) << daemon.status();
     server_ = std::move(daemon->server);
     client_ = std::move(daemon->client);
     v1::ModelProfile p;
@@ -40,7 +40,7 @@ class ClientCallsTest : public ::testing::Test {
     p.set_block_size_tokens(kTokens);
     p.set_dtype(v1::DTYPE_FP16);
     auto reg = client_->RegisterProfile(p);
-    ASSERT_TRUE(reg.ok()) << reg.status();
+    ASSERT_OK(reg) << reg.status();
     profile_id_ = reg->profile_id();
   }
   void TearDown() override {
@@ -68,7 +68,7 @@ class ClientCallsTest : public ::testing::Test {
     PutDataOptions options;
     options.message_blocks = 2;  // several messages
     auto put = client_->PutBlocksStaged(profile_id_, blocks, options);
-    EXPECT_TRUE(put.ok()) << put.status();
+    EXPECT_OK(put) << put.status();
     if (put.ok()) {
       EXPECT_EQ(put->results_size(), n);
       for (const auto& r : put->results()) EXPECT_EQ(r.status().code(), 0) << r.status().message();
@@ -82,7 +82,7 @@ class ClientCallsTest : public ::testing::Test {
     open.set_profile_id(profile_id_);
     for (const auto& id : ids) open.add_segments()->add_block_ids(id);
     auto opened = client_->OpenContext(open);
-    EXPECT_TRUE(opened.ok()) << opened.status();
+    EXPECT_OK(opened) << opened.status();
     return opened.ok() ? opened->context_id() : 0;
   }
 
@@ -109,20 +109,20 @@ TEST_F(ClientCallsTest, StagedPutsReadBackAndAppendGrowsTheContext) {
     dst.push_back({ids[i], {reinterpret_cast<uint8_t*>(got[i].data()), got[i].size()}});
   }
   auto read = client_->GetBlockData(profile_id_, dst);
-  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_OK(read) << read.status();
   for (size_t i = 0; i < ids.size(); ++i) {
-    EXPECT_TRUE((*read)[i].status.ok()) << (*read)[i].status;
+    EXPECT_OK((*read)[i].status) << (*read)[i].status;
     EXPECT_EQ(got[i], payloads_[i]) << ids[i];
   }
   const uint64_t ctx = Open({ids[0], ids[1], ids[2]});
   auto appended = client_->AppendBlocks(ctx, {ids[3], ids[4]});
-  ASSERT_TRUE(appended.ok()) << appended.status();
+  ASSERT_OK(appended) << appended.status();
   EXPECT_EQ(appended->num_blocks(), 5u);
   auto contexts = client_->ListContexts();
-  ASSERT_TRUE(contexts.ok()) << contexts.status();
+  ASSERT_OK(contexts) << contexts.status();
   ASSERT_EQ(contexts->contexts_size(), 1);
   EXPECT_EQ(contexts->contexts(0).context_id(), ctx);
-  EXPECT_TRUE(client_->CloseContext(ctx).ok());
+  EXPECT_OK(client_->CloseContext(ctx));
   EXPECT_THAT(client_->CloseContext(ctx), StatusIs(absl::StatusCode::kNotFound));
 }
 
@@ -142,14 +142,16 @@ TEST_F(ClientCallsTest, PipelinedRequestsAreAnsweredInOrder) {
   auto first = stream->Send({Entry(ctx, 2)});
   auto second = stream->Send({Entry(ctx, 3), Entry(ctx + 1000, 2)});
   auto third = stream->Send({Entry(ctx, 4)});
-  ASSERT_TRUE(first.ok() && second.ok() && third.ok());
+  ASSERT_OK(first);
+  ASSERT_OK(second);
+  ASSERT_OK(third);
   EXPECT_EQ(*first, 1u);
   EXPECT_EQ(*third, 3u);
   EXPECT_EQ(stream->outstanding(), 3u);
   for (int want : {2, 3, 4}) {
     auto sel = stream->Receive();
-    ASSERT_TRUE(sel.ok()) << sel.status();
-    ASSERT_TRUE((*sel)[0].status.ok()) << (*sel)[0].status;
+    ASSERT_OK(sel) << sel.status();
+    ASSERT_OK((*sel)[0].status) << (*sel)[0].status;
     EXPECT_EQ((*sel)[0].blocks.size(), want);  // the budget of that request
     if (want == 3) {
       ASSERT_EQ(sel->size(), 2u);
@@ -158,11 +160,11 @@ TEST_F(ClientCallsTest, PipelinedRequestsAreAnsweredInOrder) {
     }
   }
   EXPECT_THAT(stream->Receive().status(), StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_TRUE(stream->Close().ok());
+  EXPECT_OK(stream->Close());
   v1::ReleaseRequest release;
   release.set_context_id(ctx);
   auto released = client_->Release(release);
-  ASSERT_TRUE(released.ok()) << released.status();
+  ASSERT_OK(released) << released.status();
   EXPECT_EQ(released->blocks_unpinned(), 4u);  // the last Select's set
 }
 
@@ -178,7 +180,7 @@ TEST_F(ClientCallsTest, BadAnchorsAreRefusedBeforeSending) {
   EXPECT_THAT(stream->Send({no_id}).status().message(), HasSubstr("contexts[0].context_id"));
   EXPECT_THAT(stream->Send({}).status(), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(stream->outstanding(), 0u);
-  EXPECT_TRUE(stream->Close().ok());
+  EXPECT_OK(stream->Close());
 }
 
 TEST_F(ClientCallsTest, CancelledStreamReportsCancelled) {
@@ -190,31 +192,31 @@ TEST_F(ClientCallsTest, CancelledStreamReportsCancelled) {
 TEST_F(ClientCallsTest, AdminCalls) {
   std::vector<std::string> ids = PutStaged(3);
   auto profiles = client_->ListProfiles();
-  ASSERT_TRUE(profiles.ok()) << profiles.status();
+  ASSERT_OK(profiles) << profiles.status();
   ASSERT_EQ(profiles->profiles_size(), 1);
   v1::ListBlocksRequest list;
   list.set_profile_id(profile_id_);
   list.set_limit(10);
   auto blocks = client_->ListBlocks(list);
-  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  ASSERT_OK(blocks) << blocks.status();
   EXPECT_EQ(blocks->blocks_size(), 3);
   int progress_messages = 0;
   auto drained =
       client_->Drain(v1::DrainRequest(), [&](const v1::DrainProgress&) { ++progress_messages; });
-  ASSERT_TRUE(drained.ok()) << drained.status();
+  ASSERT_OK(drained) << drained.status();
   EXPECT_GE(progress_messages, 1);
   EXPECT_EQ(drained->blocks_done(), drained->blocks_total());
   auto verified = client_->Verify(v1::VerifyRequest());
-  ASSERT_TRUE(verified.ok()) << verified.status();
+  ASSERT_OK(verified) << verified.status();
   EXPECT_EQ(verified->corrupt_blocks(), 0u);
   v1::EvictRequest evict;
   evict.set_profile_id(profile_id_);
   evict.add_block_ids(ids[0]);
   evict.add_block_ids("missing");
   auto evicted = client_->Evict(evict);
-  ASSERT_TRUE(evicted.ok()) << evicted.status();
+  ASSERT_OK(evicted) << evicted.status();
   ASSERT_EQ(evicted->statuses_size(), 2);
-  EXPECT_TRUE(FromItemStatus(evicted->statuses(0), "block_ids[0]").ok());
+  EXPECT_OK(FromItemStatus(evicted->statuses(0), "block_ids[0]"));
   absl::Status missing = FromItemStatus(evicted->statuses(1), "block_ids[1]");
   EXPECT_THAT(missing, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(missing.message(), HasSubstr("block_ids[1]: "));

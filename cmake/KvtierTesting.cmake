@@ -8,7 +8,10 @@ function(kvtier_add_test name)
     return()
   endif()
   add_executable(${name} ${T_SOURCES})
-  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
+  # absl status and strings: tests/testutil/status_matchers.h, which any
+  # test may include.
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main
+    absl::status absl::statusor absl::strings)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   # A list value would be split into separate PROPERTIES arguments.
   string(REPLACE ";" "\\;" labels "${T_LABELS}")

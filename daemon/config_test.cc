@@ -149,7 +149,7 @@ TEST_F(ConfigTest, OverridesApplyInOrderAndAreChecked) {
 
 TEST_F(ConfigTest, FlattenListsEveryKey) {
   auto config = LoadConfig("", {});
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   auto flat = config->Flatten();
   EXPECT_EQ(flat.at("server.socket_mode"), "0660");
   EXPECT_EQ(flat.at("tiers.nvme.direct_io"), "true");
@@ -158,7 +158,7 @@ TEST_F(ConfigTest, FlattenListsEveryKey) {
 
 TEST_F(ConfigTest, TenantLeaseLimitHasADefaultAndABound) {
   auto config = LoadConfig("", {});
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   EXPECT_EQ(config->auth.tenant_max_leases, 4096u);
   EXPECT_EQ(config->Flatten().at("auth.tenant_max_leases"), "4096");
   config = LoadConfig("", {"auth.tenant_max_leases=0"});
@@ -171,7 +171,7 @@ TEST_F(ConfigTest, TenantLeaseLimitHasADefaultAndABound) {
 
 TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
   auto config = LoadConfig("", {});
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   // Measured best by bench/placement (docs/QUALITY.md, "Placement").
   EXPECT_EQ(config->placement.policy, "stability");
   EXPECT_FALSE(config->placement.unwanted_first);
@@ -189,16 +189,15 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
   for (const char* policy : {"stability", "keydiff", "lru"}) {
     config = LoadConfig(
         "", {std::string("tiers.placement=") + policy, "tiers.stability.unwanted_first=true"});
-    ASSERT_TRUE(config.ok()) << policy << ": " << config.status();
+    ASSERT_OK(config) << policy << ": " << config.status();
     EXPECT_EQ(config->placement.policy, policy);
     EXPECT_TRUE(config->placement.unwanted_first);
   }
   auto fifo = LoadConfig("", {"tiers.placement=fifo"});
   ASSERT_FALSE(fifo.ok());
   EXPECT_THAT(std::string(fifo.status().message()), HasSubstr("stability"));
-  EXPECT_TRUE(LoadConfig("", {"select.default_scorer=quest", "index.keep_summaries=true",
-                              "index.summary_bounds=true"})
-                  .ok());
+  EXPECT_OK(LoadConfig("", {"select.default_scorer=quest", "index.keep_summaries=true",
+                            "index.summary_bounds=true"}));
   EXPECT_FALSE(LoadConfig("", {"select.default_scorer=quest", "index.keep_summaries=true"}).ok());
   // The weighted scorer needs its summaries; unknown stability scorers are
   // named.

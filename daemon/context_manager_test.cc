@@ -46,8 +46,7 @@ class ContextManagerTest : public ::testing::Test {
     env_->SetNowMicros(1'000'000);
     shm_prefix_ = "/dev/shm/kvtier-cmt-" + std::to_string(::getpid()) + "-" +
                   ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    ASSERT_TRUE(
-        gpu::ShmDeviceOps::Create(shm_prefix_ + "-arena", 256 << 10, {}, &device_ops_).ok());
+    ASSERT_OK(gpu::ShmDeviceOps::Create(shm_prefix_ + "-arena", 256 << 10, {}, &device_ops_));
     summarizer_ = std::make_unique<Summarizer>(SummarizerOptions{});
     BlockStoreOptions options;
     options.data_dir = dir_.path();
@@ -73,7 +72,7 @@ class ContextManagerTest : public ::testing::Test {
     ASSERT_OK(store);
     store_ = std::move(*store);
     auto profile = store_->RegisterProfile(SmallProfile(), "t");
-    ASSERT_TRUE(profile.ok());
+    ASSERT_OK(profile);
     profile_ = profile->first;
     Make(ContextManagerOptions{});
   }
@@ -100,7 +99,7 @@ class ContextManagerTest : public ::testing::Test {
       auto put = store_->Put(
           key,
           absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(p.bytes.data()), p.bytes.size()));
-      EXPECT_TRUE(put.ok()) << put.status();
+      EXPECT_OK(put) << put.status();
       ids.push_back(id);
     }
     return ids;
@@ -109,13 +108,13 @@ class ContextManagerTest : public ::testing::Test {
   // Pins the first n blocks of the context as a Select would.
   void Pin(uint64_t id, int n) {
     auto ctx = contexts_->Find("t", id);
-    ASSERT_TRUE(ctx.ok());
+    ASSERT_OK(ctx);
     absl::MutexLock lock(&(*ctx)->mu);
     std::vector<BlockKey> keys;
     for (int i = 0; i < n; ++i) keys.push_back((*ctx)->KeyAt(i));
     std::vector<absl::StatusOr<DeviceHandle>> handles;
     auto lease = store_->AcquireHandles("t", keys, (*ctx)->ttl_ms(), &handles);
-    ASSERT_TRUE(lease.ok()) << lease.status();
+    ASSERT_OK(lease) << lease.status();
     (*ctx)->SetSelection(*lease, n, 1);
   }
 
@@ -140,7 +139,7 @@ TEST_F(ContextManagerTest, OpenBuildsTheTreeFromStoredSummaries) {
   EXPECT_EQ(opened->num_blocks, 40u);
   EXPECT_NE(opened->context_id, 0u);
   auto ctx = contexts_->Find("t", opened->context_id);
-  ASSERT_TRUE(ctx.ok());
+  ASSERT_OK(ctx);
   absl::MutexLock lock(&(*ctx)->mu);
   EXPECT_EQ((*ctx)->index().tree().num_pages(), 40);
   EXPECT_EQ((*ctx)->index().tree().num_segments(), 2);
@@ -202,12 +201,10 @@ TEST_F(ContextManagerTest, OpenNamesWhatIsWrong) {
   auto nan_payload = testutil::MakeBlockPayload(LayoutOf(profile_), 99, {});
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(nan_payload.bytes.data(), &nan, 4);
-  ASSERT_TRUE(
-      store_
-          ->Put(BlockKey{"t", profile_.profile_id, "nan"},
-                absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(nan_payload.bytes.data()),
-                                    nan_payload.bytes.size()))
-          .ok());
+  ASSERT_OK(
+      store_->Put(BlockKey{"t", profile_.profile_id, "nan"},
+                  absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(nan_payload.bytes.data()),
+                                      nan_payload.bytes.size())));
   st = contexts_->Open("t", profile_.profile_id, {{ids[0], "nan"}}, 0).status();
   EXPECT_THAT(st, StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(st.message(),
@@ -230,14 +227,15 @@ TEST_F(ContextManagerTest, LimitAndIdsThatAreNeverReused) {
   auto ids = Put(0, 4);
   auto a = contexts_->Open("t", profile_.profile_id, {ids}, 0);
   auto b = contexts_->Open("t", profile_.profile_id, {ids}, 0);
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   auto c = contexts_->Open("t", profile_.profile_id, {ids}, 0);
   EXPECT_THAT(c, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(c.status().message(), HasSubstr("limits.max_contexts"));
-  ASSERT_TRUE(contexts_->Close("t", a->context_id).ok());
+  ASSERT_OK(contexts_->Close("t", a->context_id));
   EXPECT_THAT(contexts_->Close("t", a->context_id), StatusIs(absl::StatusCode::kNotFound));
   c = contexts_->Open("t", profile_.profile_id, {ids}, 0);
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   EXPECT_NE(c->context_id, a->context_id);
   EXPECT_NE(c->context_id, b->context_id);
 }
@@ -245,7 +243,7 @@ TEST_F(ContextManagerTest, LimitAndIdsThatAreNeverReused) {
 TEST_F(ContextManagerTest, AppendExtendsTheLastSegmentOfThatTenantsContext) {
   auto ids = Put(0, 20);
   auto opened = contexts_->Open("t", profile_.profile_id, {{ids.begin(), ids.begin() + 10}}, 0);
-  ASSERT_TRUE(opened.ok());
+  ASSERT_OK(opened);
   EXPECT_THAT(contexts_->Append("u", opened->context_id, {ids[10]}),
               StatusIs(absl::StatusCode::kNotFound));
   auto st = contexts_->Append("t", opened->context_id, {ids[10], "never-stored"}).status();
@@ -267,16 +265,17 @@ TEST_F(ContextManagerTest, ReleaseAndCloseUnpin) {
   auto ids = Put(0, 10);
   auto a = contexts_->Open("t", profile_.profile_id, {ids}, 0);
   auto b = contexts_->Open("t", profile_.profile_id, {ids}, 0);
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   Pin(a->context_id, 4);
   Pin(b->context_id, 6);
   EXPECT_EQ(PinnedBytes(), 6u * 512);  // a's 4 are among b's 6
   auto released = contexts_->Release("t", a->context_id);
-  ASSERT_TRUE(released.ok());
+  ASSERT_OK(released);
   EXPECT_EQ(*released, 4u);
   EXPECT_EQ(*contexts_->Release("t", a->context_id), 0u);
   EXPECT_EQ(PinnedBytes(), 6u * 512);
-  ASSERT_TRUE(contexts_->Close("t", b->context_id).ok());
+  ASSERT_OK(contexts_->Close("t", b->context_id));
   EXPECT_EQ(PinnedBytes(), 0u);
   EXPECT_THAT(contexts_->Release("t", b->context_id), StatusIs(absl::StatusCode::kNotFound));
   auto list = contexts_->List();
@@ -289,16 +288,17 @@ TEST_F(ContextManagerTest, IdleContextsAreClosedAfterTheirTtl) {
   auto ids = Put(0, 10);
   auto idle = contexts_->Open("t", profile_.profile_id, {ids}, 1000);
   auto busy = contexts_->Open("t", profile_.profile_id, {ids}, 1000);
-  ASSERT_TRUE(idle.ok() && busy.ok());
+  ASSERT_OK(idle);
+  ASSERT_OK(busy);
   Pin(idle->context_id, 5);
   EXPECT_GT(PinnedBytes(), 0u);
   env_->AdvanceMicros(600'000);
   EXPECT_EQ(contexts_->ReapIdle(), 0u);
-  ASSERT_TRUE(contexts_->Release("t", busy->context_id).ok());  // counts as use
+  ASSERT_OK(contexts_->Release("t", busy->context_id));  // counts as use
   env_->AdvanceMicros(600'000);
   EXPECT_EQ(contexts_->ReapIdle(), 1u);
   EXPECT_THAT(contexts_->Find("t", idle->context_id), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_TRUE(contexts_->Find("t", busy->context_id).ok());
+  EXPECT_OK(contexts_->Find("t", busy->context_id));
   EXPECT_EQ(PinnedBytes(), 0u);
   auto list = contexts_->List();
   ASSERT_EQ(list.size(), 1u);
@@ -310,14 +310,12 @@ TEST_F(ContextManagerTest, PrefetcherBringsNvmeOnlyBlocksIntoHostMemory) {
   for (int i = 0; i < 5; ++i) {
     auto p = testutil::MakeBlockPayload(LayoutOf(profile_), 500 + i, {});
     keys.push_back(BlockKey{"t", profile_.profile_id, "cold" + std::to_string(i)});
-    ASSERT_TRUE(store_
-                    ->Put(keys.back(),
-                          absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(p.bytes.data()),
-                                              p.bytes.size()),
-                          {.durable = true})
-                    .ok());
+    ASSERT_OK(store_->Put(
+        keys.back(),
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(p.bytes.data()), p.bytes.size()),
+        {.durable = true}));
   }
-  ASSERT_TRUE(store_->Drain([](uint64_t, uint64_t) {}).ok());
+  ASSERT_OK(store_->Drain([](uint64_t, uint64_t) {}));
   for (const BlockKey& k : keys) ASSERT_EQ(store_->Lookup(k).tier, TierId::kNvme);
   Prefetcher prefetcher(store_.get(), /*max_pending_keys=*/4);
   EXPECT_FALSE(prefetcher.Submit(keys));  // over the bound: dropped

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "index/summary/summary.h"
 #include "index/summary/summary_codec.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -36,7 +37,7 @@ class KeyDiffPlacementTest : public ::testing::Test {
       }
       auto encoded = index::EncodeSummary(
           s, full_summaries_ ? index::SummaryEncoding::kFp16 : index::SummaryEncoding::kFp32);
-      EXPECT_TRUE(encoded.ok()) << encoded.status();
+      EXPECT_OK(encoded) << encoded.status();
       e->summary = *encoded;
     }
     Entry* raw = e.get();

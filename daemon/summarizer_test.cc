@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "index/summary/summary_codec.h"
+#include "tests/testutil/status_matchers.h"
 #include "tests/testutil/synthetic.h"
 
 namespace kvtier::daemon {
@@ -40,9 +41,9 @@ TEST(SummarizerTest, SummaryHoldsTheMeansOfThePayloadKeys) {
   const ModelProfile profile = Profile();
   testutil::SyntheticPayload payload = testutil::MakeBlockPayload(LayoutOf(profile), 3, {});
   auto blob = summarizer.Summarize(profile, Bytes(payload.bytes));
-  ASSERT_TRUE(blob.ok()) << blob.status();
+  ASSERT_OK(blob) << blob.status();
   auto summary = index::DecodeSummary(*blob);
-  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_OK(summary) << summary.status();
   ASSERT_EQ(summary->mean.size(), 8u);
   for (int d = 0; d < 8; ++d) {
     EXPECT_NEAR(summary->mean[d], payload.mean[d], 1e-5) << d;
@@ -64,12 +65,12 @@ TEST(SummarizerTest, HeadWeightsAreEstimatedAfterMinBlocksAndFavourVariedHeads) 
   const std::vector<float> scale = {1, 4, 1, 1};
   for (int i = 0; i < 3; ++i) {
     auto p = testutil::MakeBlockPayload(LayoutOf(profile), 10 + i, scale);
-    ASSERT_TRUE(summarizer.Summarize(profile, Bytes(p.bytes)).ok());
+    ASSERT_OK(summarizer.Summarize(profile, Bytes(p.bytes)));
   }
   EXPECT_EQ(summarizer.HeadWeightsOf("t", profile.profile_id).version, 0u);
   EXPECT_TRUE(summarizer.HeadWeightsOf("t", profile.profile_id).weights.empty());
   auto p = testutil::MakeBlockPayload(LayoutOf(profile), 13, scale);
-  ASSERT_TRUE(summarizer.Summarize(profile, Bytes(p.bytes)).ok());
+  ASSERT_OK(summarizer.Summarize(profile, Bytes(p.bytes)));
   index::HeadWeights w = summarizer.HeadWeightsOf("t", profile.profile_id);
   EXPECT_EQ(w.version, 1u);
   ASSERT_EQ(w.weights.size(), 4u);
@@ -78,7 +79,7 @@ TEST(SummarizerTest, HeadWeightsAreEstimatedAfterMinBlocksAndFavourVariedHeads) 
   // The next summary is weighted with version 1.
   p = testutil::MakeBlockPayload(LayoutOf(profile), 14, scale);
   auto blob = summarizer.Summarize(profile, Bytes(p.bytes));
-  ASSERT_TRUE(blob.ok());
+  ASSERT_OK(blob);
   EXPECT_EQ(index::DecodeSummary(*blob)->weights_version, 1u);
   EXPECT_EQ(summarizer.HeadWeightsOf("t", 999).version, 0u);
   // Another tenant's profile under the same id has weights of its own.
@@ -87,7 +88,7 @@ TEST(SummarizerTest, HeadWeightsAreEstimatedAfterMinBlocksAndFavourVariedHeads) 
   theirs.owner = "u";
   auto q = testutil::MakeBlockPayload(LayoutOf(theirs), 15, scale);
   blob = summarizer.Summarize(theirs, Bytes(q.bytes));
-  ASSERT_TRUE(blob.ok());
+  ASSERT_OK(blob);
   EXPECT_EQ(index::DecodeSummary(*blob)->weights_version, 0u);
   EXPECT_EQ(summarizer.HeadWeightsOf("t", profile.profile_id).version, 1u);
 }
@@ -103,7 +104,7 @@ TEST(SummarizerTest, ConcurrentPutsReestimateAtEachDoubling) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 50; ++i) {
         auto p = testutil::MakeBlockPayload(LayoutOf(profile), t * 1000 + i, {});
-        EXPECT_TRUE(summarizer.Summarize(profile, Bytes(p.bytes)).ok());
+        EXPECT_OK(summarizer.Summarize(profile, Bytes(p.bytes)));
       }
     });
   }
@@ -121,7 +122,7 @@ TEST(SummarizerTest, NonFiniteKeysStoreTheBlockWithoutSummary) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(p.bytes.data() + 12, &nan, 4);  // a key of layer 0, head 0
   auto blob = summarizer.Summarize(profile, Bytes(p.bytes));
-  ASSERT_TRUE(blob.ok()) << blob.status();
+  ASSERT_OK(blob) << blob.status();
   EXPECT_TRUE(blob->empty());
   EXPECT_EQ(summarizer.blocks_without_summary(), 1u);
   // It did not count towards the head statistics.
@@ -131,7 +132,7 @@ TEST(SummarizerTest, NonFiniteKeysStoreTheBlockWithoutSummary) {
   const size_t v_offset = size_t{2} * 4 * 8 * 4;  // layer 0: K of 2 heads, then V
   std::memcpy(p.bytes.data() + v_offset, &nan, 4);
   blob = summarizer.Summarize(profile, Bytes(p.bytes));
-  ASSERT_TRUE(blob.ok());
+  ASSERT_OK(blob);
   EXPECT_FALSE(blob->empty());
   EXPECT_EQ(summarizer.HeadWeightsOf("t", profile.profile_id).version, 1u);
 }
@@ -145,9 +146,9 @@ TEST(SummarizerTest, ValuesBeyondFp16AreKeptInFp32) {
     std::memcpy(p.bytes.data() + i, &big, 4);
   }
   auto blob = summarizer.Summarize(profile, Bytes(p.bytes));
-  ASSERT_TRUE(blob.ok()) << blob.status();
+  ASSERT_OK(blob) << blob.status();
   auto summary = index::DecodeSummary(*blob);
-  ASSERT_TRUE(summary.ok());
+  ASSERT_OK(summary);
   EXPECT_FLOAT_EQ(summary->mean[0], 1e6f);
 }
 
@@ -163,14 +164,14 @@ TEST(SummarizerTest, StreamedSummaryEqualsTheWholePayloads) {
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     auto p = testutil::MakeBlockPayload(LayoutOf(profile), seed, {});
     auto want = whole.Summarize(profile, Bytes(p.bytes));
-    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_OK(want) << want.status();
     std::unique_ptr<SummaryStream> stream = streamed.Begin(profile);
     for (size_t written = 0; written < p.bytes.size();) {
       written = std::min(p.bytes.size(), written + 37);
       stream->Advance(Bytes(p.bytes).first(written));
     }
     auto got = stream->Finish(Bytes(p.bytes));
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got) << got.status();
     EXPECT_EQ(*got, *want) << "seed " << seed;
   }
   EXPECT_EQ(streamed.HeadWeightsOf("t", 7).version, whole.HeadWeightsOf("t", 7).version);
@@ -183,7 +184,7 @@ TEST(SummarizerTest, StreamedSummaryEqualsTheWholePayloads) {
   std::unique_ptr<SummaryStream> stream = streamed.Begin(fp32);
   stream->Advance(Bytes(bad.bytes));
   auto blob = stream->Finish(Bytes(bad.bytes));
-  ASSERT_TRUE(blob.ok()) << blob.status();
+  ASSERT_OK(blob) << blob.status();
   EXPECT_TRUE(blob->empty());
   EXPECT_EQ(streamed.blocks_without_summary(), 1u);
 }

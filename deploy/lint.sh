@@ -5,7 +5,8 @@
 #
 # 1. clang-format (.clang-format) on every tracked C++ file: any file that
 #    is not formatted fails the check (cheap: a second or two).
-# 2. clang-tidy (.clang-tidy, with clang's -Wthread-safety) on the .cc files
+# 2. No bare ASSERT_TRUE(x.ok()) / EXPECT_TRUE(x.ok()) in any C++ file.
+# 3. clang-tidy (.clang-tidy, with clang's -Wthread-safety) on the .cc files
 #    changed since REV (default HEAD~1; --all: every file in the build's
 #    compile_commands.json). A finding fails the check unless the file
 #    already had at least that many findings of that check in
@@ -42,6 +43,18 @@ if [[ -n "$unformatted" ]]; then
   status=1
 else
   echo "lint: clang-format clean ($(git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | wc -l) files)"
+fi
+
+# Bare status asserts: ASSERT_TRUE(x.ok()) / EXPECT_TRUE(x.ok()) print
+# nothing when they fail; ASSERT_OK / EXPECT_OK (tests/testutil/
+# status_matchers.h) print the status.
+bare=$(git grep -nE '(ASSERT|EXPECT)_TRUE\([^;]*\.ok\(\)\)' -- '*.cc' '*.h' || true)
+if [[ -n "$bare" ]]; then
+  echo "lint: bare status asserts (use ASSERT_OK / EXPECT_OK from tests/testutil/status_matchers.h):"
+  echo "$bare" | sed 's/^/  /'
+  status=1
+else
+  echo "lint: no bare status asserts"
 fi
 
 # Sources clang-tidy can check: .cc files compiled in this build.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::gpu {
 namespace {
@@ -13,18 +14,18 @@ void* At(uintptr_t address) { return reinterpret_cast<void*>(address); }
 
 TEST(HostRegionsTest, RefusesOverlapsAcrossKindsAndStates) {
   HostRegions regions;
-  ASSERT_TRUE(regions.AddAllocation(At(0x10000), 0x1000).ok());
+  ASSERT_OK(regions.AddAllocation(At(0x10000), 0x1000));
   GpuStatus status = regions.BeginRegister(At(0x10800), 0x1000);
   EXPECT_EQ(status.code, GpuStatus::kInvalidArgument);
   EXPECT_NE(status.message.find("AllocHost"), std::string::npos) << status.message;
-  ASSERT_TRUE(regions.BeginRegister(At(0x20000), 0x2000).ok());
+  ASSERT_OK(regions.BeginRegister(At(0x20000), 0x2000));
   // A reservation that is still being pinned already blocks overlaps.
   status = regions.BeginRegister(At(0x21000), 0x2000);
   EXPECT_NE(status.message.find("registered range"), std::string::npos) << status.message;
   EXPECT_EQ(regions.AddAllocation(At(0x1f000), 0x1001).code, GpuStatus::kInvalidArgument);
   // Adjacent on both sides is fine.
-  EXPECT_TRUE(regions.BeginRegister(At(0x22000), 0x1000).ok());
-  EXPECT_TRUE(regions.AddAllocation(At(0x1f000), 0x1000).ok());
+  EXPECT_OK(regions.BeginRegister(At(0x22000), 0x1000));
+  EXPECT_OK(regions.AddAllocation(At(0x1f000), 0x1000));
   EXPECT_EQ(regions.BeginRegister(nullptr, 16).code, GpuStatus::kInvalidArgument);
   EXPECT_EQ(regions.BeginRegister(At(0x90000), 0).code, GpuStatus::kInvalidArgument);
   EXPECT_EQ(regions.BeginRegister(At(UINTPTR_MAX - 8), 64).code, GpuStatus::kInvalidArgument);
@@ -33,7 +34,7 @@ TEST(HostRegionsTest, RefusesOverlapsAcrossKindsAndStates) {
 
 TEST(HostRegionsTest, TwoPhaseRegistrationAndUnregistration) {
   HostRegions regions;
-  ASSERT_TRUE(regions.BeginRegister(At(0x10000), 0x1000).ok());
+  ASSERT_OK(regions.BeginRegister(At(0x10000), 0x1000));
   uintptr_t end = 0;
   EXPECT_EQ(regions.RegionOf(0x10000, &end), 0u) << "a range being pinned is no copy's region";
   EXPECT_EQ(regions.BeginUnregister(At(0x10000)).code, GpuStatus::kInvalidArgument)
@@ -42,34 +43,34 @@ TEST(HostRegionsTest, TwoPhaseRegistrationAndUnregistration) {
   EXPECT_EQ(regions.RegionOf(0x10fff, &end), 0x10000u);
   EXPECT_EQ(end, 0x11000u);
 
-  ASSERT_TRUE(regions.BeginUnregister(At(0x10000)).ok());
+  ASSERT_OK(regions.BeginUnregister(At(0x10000)));
   EXPECT_EQ(regions.BeginUnregister(At(0x10000)).code, GpuStatus::kInvalidArgument)
       << "a second unregistration of the same range must wait for the first";
   EXPECT_EQ(regions.BeginRegister(At(0x10000), 0x10).code, GpuStatus::kInvalidArgument)
       << "the range is still pinned until unpinning finishes";
   regions.FinishUnregister(At(0x10000), /*unpinned=*/false);  // unpinning failed
   EXPECT_EQ(regions.RegionOf(0x10000, &end), 0x10000u);
-  ASSERT_TRUE(regions.BeginUnregister(At(0x10000)).ok());
+  ASSERT_OK(regions.BeginUnregister(At(0x10000)));
   regions.FinishUnregister(At(0x10000), /*unpinned=*/true);
   EXPECT_EQ(regions.size(), 0u);
 
-  ASSERT_TRUE(regions.BeginRegister(At(0x30000), 0x1000).ok());
+  ASSERT_OK(regions.BeginRegister(At(0x30000), 0x1000));
   regions.AbortRegister(At(0x30000));
   EXPECT_EQ(regions.size(), 0u);
   EXPECT_EQ(regions.BeginUnregister(At(0x30000)).code, GpuStatus::kInvalidArgument);
 
-  ASSERT_TRUE(regions.AddAllocation(At(0x40000), 0x100).ok());
+  ASSERT_OK(regions.AddAllocation(At(0x40000), 0x100));
   EXPECT_EQ(regions.BeginUnregister(At(0x40000)).code, GpuStatus::kInvalidArgument)
       << "an AllocHost buffer is not a registration";
   uint64_t size = 0;
-  ASSERT_TRUE(regions.RemoveAllocation(At(0x40000), &size).ok());
+  ASSERT_OK(regions.RemoveAllocation(At(0x40000), &size));
   EXPECT_EQ(size, 0x100u);
   EXPECT_EQ(regions.RemoveAllocation(At(0x40000), &size).code, GpuStatus::kInvalidArgument);
 }
 
 TEST(HostRegionsTest, RegionOfOutsideNamesTheNextRegion) {
   HostRegions regions;
-  ASSERT_TRUE(regions.AddAllocation(At(0x10000), 0x1000).ok());
+  ASSERT_OK(regions.AddAllocation(At(0x10000), 0x1000));
   uintptr_t end = 0;
   EXPECT_EQ(regions.RegionOf(0x8000, &end), 0u);
   EXPECT_EQ(end, 0x10000u);
@@ -88,9 +89,9 @@ std::vector<PlannedCopy> Plan(const HostRegions& regions,
 
 TEST(PlanCopyTest, MergesOnlyInsideOneRegion) {
   HostRegions regions;
-  ASSERT_TRUE(regions.BeginRegister(At(0x10000), 0x1000).ok());
+  ASSERT_OK(regions.BeginRegister(At(0x10000), 0x1000));
   regions.CommitRegister(At(0x10000));
-  ASSERT_TRUE(regions.BeginRegister(At(0x11000), 0x1000).ok());
+  ASSERT_OK(regions.BeginRegister(At(0x11000), 0x1000));
   regions.CommitRegister(At(0x11000));
   std::byte* arena = static_cast<std::byte*>(At(0x7000000));
 
@@ -130,8 +131,8 @@ TEST(PlanCopyTest, MergesOnlyInsideOneRegion) {
 
 TEST(PlanCopyTest, ArenaToHostFollowsTheDestination) {
   HostRegions regions;
-  ASSERT_TRUE(regions.AddAllocation(At(0x10000), 0x1000).ok());
-  ASSERT_TRUE(regions.AddAllocation(At(0x11000), 0x1000).ok());
+  ASSERT_OK(regions.AddAllocation(At(0x10000), 0x1000));
+  ASSERT_OK(regions.AddAllocation(At(0x11000), 0x1000));
   const std::byte* arena = static_cast<const std::byte*>(At(0x7000000));
   std::vector<PlannedCopy> plan;
   PlanCopy(regions, At(0x10000), arena, 0x800, /*host_is_src=*/false, &plan);

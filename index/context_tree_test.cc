@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "index/kernels/simd.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::index {
 namespace {
@@ -38,10 +39,10 @@ TreeOptions SmallOptions() {
 
 TEST(ContextTreeTest, SegmentsStartNewChunksAndGrids) {
   auto tree = ContextTree::Create(SmallOptions());
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   ContextTree& t = **tree;
-  ASSERT_TRUE(t.AddSegment(RandomVectors(10, 8, 1)).ok());
-  ASSERT_TRUE(t.AddSegment(RandomVectors(5, 8, 2)).ok());
+  ASSERT_OK(t.AddSegment(RandomVectors(10, 8, 1)));
+  ASSERT_OK(t.AddSegment(RandomVectors(5, 8, 2)));
   EXPECT_EQ(t.num_pages(), 15);
   EXPECT_EQ(t.num_segments(), 2);
   EXPECT_EQ(t.SegmentFirstPage(1), 10);
@@ -57,10 +58,10 @@ TEST(ContextTreeTest, SegmentsStartNewChunksAndGrids) {
 
 TEST(ContextTreeTest, LevelMeansAreMeansOfUnitChildren) {
   auto tree = ContextTree::Create(SmallOptions());
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   ContextTree& t = **tree;
   const std::vector<float> v = RandomVectors(11, 8, 3);
-  ASSERT_TRUE(t.AddSegment(v).ok());
+  ASSERT_OK(t.AddSegment(v));
   std::vector<std::vector<double>> chunk_means;
   for (int64_t c = 0; c < t.num_chunks(); ++c) {
     std::vector<double> ref(8, 0.0);
@@ -102,13 +103,14 @@ TEST(ContextTreeTest, AppendEqualsRebuild) {
   const std::vector<float> run = RandomVectors(13, 8, 5);
   auto built = ContextTree::Create(SmallOptions());
   auto grown = ContextTree::Create(SmallOptions());
-  ASSERT_TRUE(built.ok() && grown.ok());
-  ASSERT_TRUE((*built)->AddSegment(doc).ok());
-  ASSERT_TRUE((*built)->AddSegment(run).ok());
-  ASSERT_TRUE((*grown)->AddSegment(doc).ok());
-  ASSERT_TRUE((*grown)->AddSegment(absl::MakeConstSpan(run).subspan(0, 8)).ok());
+  ASSERT_OK(built);
+  ASSERT_OK(grown);
+  ASSERT_OK((*built)->AddSegment(doc));
+  ASSERT_OK((*built)->AddSegment(run));
+  ASSERT_OK((*grown)->AddSegment(doc));
+  ASSERT_OK((*grown)->AddSegment(absl::MakeConstSpan(run).subspan(0, 8)));
   for (int64_t p = 1; p < 13; ++p) {
-    ASSERT_TRUE((*grown)->Append(absl::MakeConstSpan(run).subspan(p * 8, 8)).ok());
+    ASSERT_OK((*grown)->Append(absl::MakeConstSpan(run).subspan(p * 8, 8)));
   }
   const ContextTree& a = **built;
   const ContextTree& b = **grown;
@@ -125,9 +127,9 @@ TEST(ContextTreeTest, AppendEqualsRebuild) {
 
 TEST(ContextTreeTest, AppendToEmptyTreeStartsASegment) {
   auto tree = ContextTree::Create(SmallOptions());
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   const std::vector<float> v = RandomVectors(1, 8, 6);
-  ASSERT_TRUE((*tree)->Append(v).ok());
+  ASSERT_OK((*tree)->Append(v));
   EXPECT_EQ((*tree)->num_segments(), 1);
   EXPECT_EQ((*tree)->num_grids(), 1);
   EXPECT_GT((*tree)->MemoryBytes(), 8u * 2);
@@ -137,7 +139,7 @@ TEST(ContextTreeTest, KeepsSummariesForFlatScorers) {
   TreeOptions o = SmallOptions();
   o.keep_summaries = true;
   auto tree = ContextTree::Create(o);
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   EXPECT_EQ((*tree)->AddSegment(RandomVectors(2, 8, 7)).code(),
             absl::StatusCode::kFailedPrecondition);
   BlockSummary s;
@@ -147,8 +149,8 @@ TEST(ContextTreeTest, KeepsSummariesForFlatScorers) {
   s.max.assign(8, 2.0f);
   s.radius = 1.5f;
   std::vector<BlockSummary> pages(3, s);
-  ASSERT_TRUE((*tree)->AddSegment(pages).ok());
-  ASSERT_TRUE((*tree)->Append(s).ok());
+  ASSERT_OK((*tree)->AddSegment(pages));
+  ASSERT_OK((*tree)->Append(s));
   const SummaryView v = (*tree)->summaries();
   EXPECT_EQ(v.num_blocks, 4);
   EXPECT_EQ(v.radius[3], 1.5f);
@@ -165,7 +167,7 @@ TEST(ContextTreeTest, BadInputNamesTheField) {
   EXPECT_NE(ContextTree::Create(o).status().message().find("options.pages_per_chunk"),
             std::string::npos);
   auto tree = ContextTree::Create(SmallOptions());
-  ASSERT_TRUE(tree.ok());
+  ASSERT_OK(tree);
   EXPECT_NE((*tree)->AddSegment(std::vector<float>{}).message().find("segment is empty"),
             std::string::npos);
   EXPECT_NE((*tree)->AddSegment(std::vector<float>(12, 1.0f)).message().find("multiple of dim"),

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::index {
 namespace {
@@ -20,7 +21,7 @@ TEST(PlacementTest, RedundantBlocksAreDemotedFirst) {
   in.last_access = access;
   std::vector<float> prio;
   auto order = RankForDemotion(in, {}, &prio);
-  ASSERT_TRUE(order.ok()) << order.status();
+  ASSERT_OK(order) << order.status();
   ASSERT_EQ(order->size(), 4u);
   EXPECT_EQ(order->back(), 3);  // the distinct block goes last
   EXPECT_GT(prio[2], prio[3]);
@@ -37,7 +38,7 @@ TEST(PlacementTest, LruWhenOnlyAgeCounts) {
   lru.stability_weight = 0;
   lru.age_weight = 1;
   auto order = RankForDemotion(in, lru, nullptr);
-  ASSERT_TRUE(order.ok());
+  ASSERT_OK(order);
   EXPECT_EQ(*order, (std::vector<int32_t>{1, 3, 2, 0}));
 }
 
@@ -50,7 +51,7 @@ TEST(PlacementTest, StableBlocksAreProtected) {
   in.last_access = access;
   in.stability = stability;
   auto order = RankForDemotion(in, {}, nullptr);
-  ASSERT_TRUE(order.ok());
+  ASSERT_OK(order);
   EXPECT_EQ(order->back(), 1);
 }
 

@@ -47,7 +47,7 @@ CompactOptions Options(float rho, Importance importance, Merge merge, Bias bias)
 
 CompactedHead MustCompact(const HeadKv& head, const CompactOptions& options) {
   absl::StatusOr<CompactedHead> c = CompactHead(head, options);
-  EXPECT_TRUE(c.ok()) << c.status();
+  EXPECT_OK(c) << c.status();
   return c.ok() ? *std::move(c) : CompactedHead{};
 }
 

@@ -39,10 +39,10 @@ TEST_F(CalibrateTest, ACompetingSinkCountsSinkWeightTimesItsAttention) {
   CalibrateOptions o = Options();
   o.sink_weight = 1.0;
   absl::StatusOr<CalibrationResult> one = Calibrate(dump_, o);
-  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_OK(one) << one.status();
   o.sink_weight = 2.0;
   absl::StatusOr<CalibrationResult> two = Calibrate(dump_, o);
-  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_OK(two) << two.status();
   EXPECT_LT(one->sink_share, o.min_sink_share);
   EXPECT_EQ(two->calibration.sink_blocks, 0);
   EXPECT_GT(one->calibration.sink_mass, 0.0f);
@@ -53,7 +53,7 @@ TEST_F(CalibrateTest, ACompetingSinkCountsSinkWeightTimesItsAttention) {
   // carries no sink mass, whatever the weight.
   o.min_sink_share = 0.0;
   absl::StatusOr<CalibrationResult> kept = Calibrate(dump_, o);
-  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_OK(kept) << kept.status();
   EXPECT_EQ(kept->calibration.sink_blocks, 1);
   EXPECT_EQ(kept->calibration.sink_mass, -1.0f);
   o.sink_weight = -1;
@@ -70,28 +70,28 @@ TEST_F(CalibrateTest, CopyFieldsAreWrittenAndReadBack) {
   o.copy_min_mass = 0.05f;
   o.uncopied_weight = 0.0f;
   absl::StatusOr<CalibrationResult> r = Calibrate(dump_, o);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r) << r.status();
   EXPECT_EQ(r->calibration.copy_run, 6);
   EXPECT_EQ(r->calibration.copy_lead, 1);
   const std::string json = CalibrationToJson(*r);
   EXPECT_NE(json.find("\"copy_run\": 6"), std::string::npos) << json;
   absl::StatusOr<CalibrationResult> back = CalibrationFromJson(json);
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back) << back.status();
   EXPECT_EQ(back->calibration, r->calibration);
   // Without copy tracking the fields are left out and read back as off.
   o.copy_run = 0;
   absl::StatusOr<CalibrationResult> off = Calibrate(dump_, o);
-  ASSERT_TRUE(off.ok()) << off.status();
+  ASSERT_OK(off) << off.status();
   const std::string plain = CalibrationToJson(*off);
   EXPECT_EQ(plain.find("copy_"), std::string::npos) << plain;
   back = CalibrationFromJson(plain);
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back) << back.status();
   EXPECT_EQ(back->calibration, off->calibration);
 }
 
 TEST_F(CalibrateTest, CommittedCalibrationsFitTheirModels) {
   auto all = LoadCalibrations(KVTIER_CALIBRATION_DIR);
-  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_OK(all) << all.status();
   ASSERT_EQ(all->count("austen-copy"), 1u);
   index::BlockLayout layout;
   layout.num_layers = dump_.num_layers;
@@ -99,7 +99,7 @@ TEST_F(CalibrateTest, CommittedCalibrationsFitTheirModels) {
   layout.head_dim = dump_.head_dim;
   layout.block_size_tokens = 16;
   for (const auto& [model, c] : *all) {
-    EXPECT_TRUE(index::ValidateCalibration(c, layout).ok()) << model;
+    EXPECT_OK(index::ValidateCalibration(c, layout)) << model;
   }
   // The shipped copy model tracks copies one step ahead.
   const index::SelectionCalibration& copy = all->at("austen-copy");

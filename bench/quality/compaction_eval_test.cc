@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::quality {
 namespace {
@@ -20,7 +21,7 @@ KvDump Synthetic(bool recall, uint64_t seed) {
   o.recall = recall;
   o.seed = seed;
   absl::StatusOr<KvDump> d = MakeSyntheticDump(o);
-  EXPECT_TRUE(d.ok()) << d.status();
+  EXPECT_OK(d) << d.status();
   return *d;
 }
 
@@ -35,7 +36,7 @@ CompactionEvalOptions Options(std::vector<double> rhos) {
 TEST(CompactionEvalTest, FullRetentionIsExactForEveryMethod) {
   const KvDump d = Synthetic(true, 3);
   absl::StatusOr<CompactionDumpResult> r = EvaluateCompaction(d, Options({1.0}));
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r) << r.status();
   ASSERT_EQ(r->runs.size(), DefaultCompactionMethods().size());
   for (const CompactionRun& run : r->runs) {
     EXPECT_EQ(run.kept_tokens, 128);
@@ -50,7 +51,7 @@ TEST(CompactionEvalTest, FullRetentionIsExactForEveryMethod) {
 TEST(CompactionEvalTest, CompactionLosesSomethingButStaysFinite) {
   const KvDump d = Synthetic(false, 5);
   absl::StatusOr<CompactionDumpResult> r = EvaluateCompaction(d, Options({0.25}));
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r) << r.status();
   for (const CompactionRun& run : r->runs) {
     EXPECT_EQ(run.kept_tokens, 32);
     std::vector<float> all;
@@ -75,7 +76,7 @@ TEST(CompactionEvalTest, ReportsNameEveryMethodAndScope) {
   for (bool recall : {false, true}) {
     KvDump d = Synthetic(recall, 7);
     absl::StatusOr<CompactionDumpResult> r = EvaluateCompaction(d, Options({0.25, 0.5}));
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r) << r.status();
     results.push_back(*std::move(r));
   }
   ASSERT_NE(results[0].group, results[1].group);

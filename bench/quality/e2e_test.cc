@@ -7,6 +7,7 @@
 #include "bench/quality/daemon_backend.h"
 #include "bench/quality/replay.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::quality {
 namespace {
@@ -21,7 +22,7 @@ TEST_F(EndToEndTest, DaemonSelectionsEqualInProcessOnes) {
   SyntheticDumpOptions so;
   so.seq_len = 256;
   absl::StatusOr<KvDump> d = MakeSyntheticDump(so);
-  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_OK(d) << d.status();
   ReplayConfig c;
   c.max_steps = 40;
   c.claims = false;
@@ -33,7 +34,7 @@ TEST_F(EndToEndTest, DaemonSelectionsEqualInProcessOnes) {
   c.runs = StandardRuns({"keykey", "quest", "arkvale", "keydiff", "streamingllm", "h2o"},
                         {1.0 / 8, 1.0 / 4}, mo, /*stab_variant=*/true);
   absl::StatusOr<ReplayResult> r = RunReplay(*d, c);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r) << r.status();
   int64_t compared = 0;
   for (const auto& [key, run] : r->runs) {
     if (!IsDaemonMethod(run->spec.method)) {
@@ -55,7 +56,7 @@ TEST_F(EndToEndTest, PerLayerMassAndShippedDefaultsEqualInProcess) {
   SyntheticDumpOptions so;
   so.seq_len = 256;
   absl::StatusOr<KvDump> d = MakeSyntheticDump(so);
-  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_OK(d) << d.status();
   ReplayConfig c;
   c.max_steps = 40;
   c.claims = false;
@@ -73,7 +74,7 @@ TEST_F(EndToEndTest, PerLayerMassAndShippedDefaultsEqualInProcess) {
   c.runs = StandardRuns({"keykey_perlayer", "mass", "mass_prior", "default"}, {1.0 / 8}, mo,
                         /*stab_variant=*/true, {false, true});
   absl::StatusOr<ReplayResult> r = RunReplay(*d, c);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r) << r.status();
   int64_t compared = 0;
   for (const auto& [key, run] : r->runs) {
     EXPECT_EQ(run->e2e_steps, 40) << key;
@@ -88,7 +89,7 @@ TEST_F(EndToEndTest, UnreachableDaemonIsAnError) {
   SyntheticDumpOptions so;
   so.seq_len = 128;
   absl::StatusOr<KvDump> d = MakeSyntheticDump(so);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   ReplayConfig c;
   c.max_steps = 2;
   c.claims = false;

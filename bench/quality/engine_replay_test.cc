@@ -12,6 +12,7 @@
 #include "bench/quality/daemon_backend.h"
 #include "bench/quality/replay.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::quality {
 namespace {
@@ -35,7 +36,7 @@ class EngineReplayTest : public ::testing::Test {
     if (dumps_.empty()) GTEST_SKIP() << "no dumps in " << KVTIER_REALKV_DIR;
     absl::StatusOr<std::map<std::string, index::SelectionCalibration>> cal =
         LoadCalibrations(KVTIER_CALIBRATION_DIR);
-    ASSERT_TRUE(cal.ok()) << cal.status();
+    ASSERT_OK(cal) << cal.status();
     calibrations_ = std::move(*cal);
   }
   void TearDown() override { StopInProcessDaemons(); }
@@ -73,10 +74,10 @@ void CheckAgainstSimplePolicies(const std::vector<std::string>& dumps,
   int calibrated = 0;
   for (const std::string& path : dumps) {
     absl::StatusOr<KvDump> d = LoadKvDump(path);
-    ASSERT_TRUE(d.ok()) << d.status();
+    ASSERT_OK(d) << d.status();
     calibrated += cal.count(d->metadata["model"]) > 0;
     absl::StatusOr<ReplayResult> r = RunReplay(*d, c);
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r) << r.status();
     for (bool ahead : {false, true}) {
       for (double b : budgets) {
         const double def = Get(*r, {"default", "raw", b, mo, ahead}).recall;
@@ -134,7 +135,7 @@ TEST_F(EngineReplayTest, ShippedDaemonChoosesWhatTheReplayChooses) {
   }
   if (path.empty()) GTEST_SKIP() << "rkc-persuasion-recall-00 is not in " << KVTIER_REALKV_DIR;
   absl::StatusOr<KvDump> d = LoadKvDump(path);
-  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_OK(d) << d.status();
   ReplayConfig c;
   c.claims = false;
   c.max_steps = 96;
@@ -144,7 +145,7 @@ TEST_F(EngineReplayTest, ShippedDaemonChoosesWhatTheReplayChooses) {
   mo.endpoint = "inprocess";
   c.runs = StandardRuns({"default"}, {1.0 / 8}, mo, false, {false, true});
   absl::StatusOr<ReplayResult> r = RunReplay(*d, c);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r) << r.status();
   for (const auto& [key, run] : r->runs) {
     EXPECT_EQ(run->e2e_steps, 96) << key;
     EXPECT_EQ(run->e2e_mismatches, 0) << key;

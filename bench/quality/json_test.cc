@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::quality {
 namespace {
@@ -14,7 +15,7 @@ TEST(JsonTest, ParsesObjectsArraysAndScalars) {
   absl::StatusOr<JsonValue> v = ParseJson(
       R"( {"a": [1, -2, 3.5e1], "b": {"c": "x\"y\\z\u00e9\ud83d\ude00"},
            "t": true, "f": false, "n": null, "big": 9007199254740993} )");
-  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_OK(v) << v.status();
   const JsonValue* a = v->Find("a");
   ASSERT_NE(a, nullptr);
   ASSERT_EQ(a->array.size(), 3u);
@@ -55,7 +56,7 @@ TEST(JsonTest, LimitsNesting) {
   EXPECT_THAT(v.status().message(), HasSubstr("nesting"));
   std::string ok(kMaxJsonDepth, '[');
   ok += std::string(kMaxJsonDepth, ']');
-  EXPECT_TRUE(ParseJson(ok).ok());
+  EXPECT_OK(ParseJson(ok));
 }
 
 }  // namespace

@@ -71,7 +71,7 @@ std::unique_ptr<index::ContextIndex> NewContext(const index::SelectionCalibratio
   o.block_size_tokens = kT;
   o.calibration = c;
   auto ctx = index::ContextIndex::Create(o);
-  EXPECT_TRUE(ctx.ok()) << ctx.status();
+  EXPECT_OK(ctx) << ctx.status();
   return ctx.ok() ? std::move(*ctx) : nullptr;
 }
 
@@ -103,16 +103,15 @@ void Step(index::ContextIndex* flat, index::ContextIndex* sparse, index::Selecto
   r.step = step;
   index::SelectResult a, b;
   r.context = sparse;
-  ASSERT_TRUE(sparse_sel->Select(r, &b).ok());
+  ASSERT_OK(sparse_sel->Select(r, &b));
   r.context = flat;
-  ASSERT_TRUE(flat_sel->Select(r, &a).ok());
+  ASSERT_OK(flat_sel->Select(r, &a));
   ASSERT_FALSE(a.mass_sparse);
   const int64_t n = flat->tree().num_pages();
   std::vector<float> est(n);
   index::KeyScorerScratch scratch;
-  ASSERT_TRUE(index::MassScores(flat->keys(), flat->calibration(), flat->key_slots(),
-                                flat->tree().dim(), n, queries, &scratch, absl::MakeSpan(est))
-                  .ok());
+  ASSERT_OK(index::MassScores(flat->keys(), flat->calibration(), flat->key_slots(),
+                              flat->tree().dim(), n, queries, &scratch, absl::MakeSpan(est)));
   for (int64_t p : a.blocks) tally->mass_flat += est[p];
   for (int64_t p : b.blocks) tally->mass_sparse += est[p];
   const index::SelectionCalibration& c = flat->calibration();
@@ -134,7 +133,7 @@ class MassTreeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto cal = LoadCalibrations(KVTIER_CALIBRATION_DIR);
-    ASSERT_TRUE(cal.ok()) << cal.status();
+    ASSERT_OK(cal) << cal.status();
     ASSERT_TRUE(cal->count("austen-copy")) << "no austen-copy calibration";
     shipped_ = cal->at("austen-copy");
     // The tree's retrieval path against the flat pass wherever a head has
@@ -144,7 +143,7 @@ class MassTreeTest : public ::testing::Test {
     copy_.copy_run = 0;
     for (const std::string& path : Dumps(KVTIER_REALKV_DIR, "rkc-")) {
       absl::StatusOr<KvDump> d = LoadKvDump(path);
-      ASSERT_TRUE(d.ok()) << d.status();
+      ASSERT_OK(d) << d.status();
       dumps_.push_back(std::move(*d));
     }
     if (dumps_.empty()) GTEST_SKIP() << "no rkc dumps in " << KVTIER_REALKV_DIR;
@@ -202,7 +201,7 @@ TEST_F(MassTreeTest, SharedDumpsKeepTheFlatPassesExpectedMass) {
           const int64_t n = t / kT;  // complete pages at step t
           for (; have < n; ++have) {
             for (auto* ctx : {flat.get(), sparse.get(), defaults.get()}) {
-              ASSERT_TRUE(ctx->Append(pages[have]).ok());
+              ASSERT_OK(ctx->Append(pages[have]));
             }
           }
           if (n < 3) continue;
@@ -225,7 +224,7 @@ TEST_F(MassTreeTest, SharedDumpsKeepTheFlatPassesExpectedMass) {
           r.budget_blocks = budget;
           r.step = t;
           index::SelectResult got;
-          ASSERT_TRUE(default_sel->Select(r, &got).ok());
+          ASSERT_OK(default_sel->Select(r, &got));
           EXPECT_FALSE(got.mass_sparse) << d.name << " step " << t;
           EXPECT_EQ(got.blocks, flat_blocks) << d.name << " step " << t;
         }
@@ -257,7 +256,7 @@ void RunLong(const std::vector<KvDump>& dumps, const index::SelectionCalibration
   lo.tokens = tokens;
   lo.passage_key_scale = passage_key_scale;
   absl::StatusOr<LongContext> lc = LongContext::Build(ptrs, lo);
-  ASSERT_TRUE(lc.ok()) << lc.status();
+  ASSERT_OK(lc) << lc.status();
   std::unique_ptr<index::ContextIndex> flat =
       NewContext(c, lc->dim(), lc->num_layers(), lc->num_kv_heads());
   std::unique_ptr<index::ContextIndex> own;
@@ -277,7 +276,7 @@ void RunLong(const std::vector<KvDump>& dumps, const index::SelectionCalibration
       if (add.size() == 4096 || have + 1 == n) {
         for (auto* ctx : {flat.get(), own.get()}) {
           if (ctx == nullptr) continue;
-          for (const index::BlockSummary& b : add) ASSERT_TRUE(ctx->Append(b).ok());
+          for (const index::BlockSummary& b : add) ASSERT_OK(ctx->Append(b));
         }
         add.clear();
       }

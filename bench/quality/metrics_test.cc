@@ -7,6 +7,7 @@
 #include "bench/quality/claims.h"
 #include "bench/quality/kv_dump.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::quality {
 namespace {
@@ -133,7 +134,7 @@ TEST(MetricsTest, WorstCaseAndGqaAcrossHeads) {
 
   MetricAccumulator other(4, 2);
   EXPECT_FALSE(acc.Merge(other).ok());
-  EXPECT_TRUE(acc.Merge(acc2).ok());
+  EXPECT_OK(acc.Merge(acc2));
   EXPECT_EQ(acc.steps(), 2);
 }
 

@@ -44,7 +44,7 @@ KvDump Synthetic(bool recall, int64_t tokens = 256) {
   o.recall = recall;
   o.seq_len = tokens;
   absl::StatusOr<KvDump> d = MakeSyntheticDump(o);
-  EXPECT_TRUE(d.ok()) << d.status();
+  EXPECT_OK(d) << d.status();
   return *d;
 }
 
@@ -63,7 +63,7 @@ TEST(ReplayTest, OracleRecallsEverythingAtFullBudget) {
   MethodOptions mo;
   c.runs = StandardRuns({"oracle", "streamingllm", "keykey"}, {1.0}, mo, false);
   absl::StatusOr<ReplayResult> r = RunReplay(d, c);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r) << r.status();
   EXPECT_EQ(r->steps, 24);
   for (const RunSpec& spec : c.runs) {
     const MetricSummary s = Get(*r, spec);
@@ -85,7 +85,7 @@ TEST(ReplayTest, OracleBoundsEveryMethodAndEveryMethodRuns) {
   methods.push_back("keykey_head_centered+recency:0.3");
   c.runs = StandardRuns(methods, {1.0 / 8, 1.0 / 4}, mo, true);
   absl::StatusOr<ReplayResult> r = RunReplay(d, c);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r) << r.status();
   for (double b : {1.0 / 8, 1.0 / 4}) {
     const MetricSummary oracle = Get(*r, RunSpec{"oracle", "raw", b, mo});
     EXPECT_NEAR(oracle.share, 1.0, 1e-9);
@@ -169,7 +169,7 @@ TEST(ReplayTest, RejectsBadRunsAndReportsTheDaemonSeam) {
   EXPECT_THAT(RunReplay(d, c).status(), StatusIs(absl::StatusCode::kUnimplemented));
   // Harness scorers have no daemon twin and run.
   c.runs = {RunSpec{"h2o", "raw", 0.25, mo}};
-  EXPECT_TRUE(RunReplay(d, c).ok());
+  EXPECT_OK(RunReplay(d, c));
 }
 
 // A prefix of one real dump through every default method (CI-sized).
@@ -179,7 +179,7 @@ TEST(ReplayTest, RealDumpPrefix) {
     GTEST_SKIP() << path << " is absent";
   }
   absl::StatusOr<KvDump> full = LoadKvDump(path);
-  ASSERT_TRUE(full.ok()) << full.status();
+  ASSERT_OK(full) << full.status();
   EXPECT_EQ(full->num_layers, 4);
   EXPECT_EQ(full->num_q_heads, 4);
   EXPECT_EQ(full->num_kv_heads, 2);
@@ -190,7 +190,7 @@ TEST(ReplayTest, RealDumpPrefix) {
   // it they differ. This pins the rotary convention of replay_data.h.
   {
     absl::StatusOr<ReplayData> data = BuildReplayData(*full, ReplayOptions());
-    ASSERT_TRUE(data.ok()) << data.status();
+    ASSERT_OK(data) << data.status();
     ASSERT_GT(data->rope_theta, 0);
     const int32_t D = full->head_dim;
     int64_t pairs = 0;
@@ -221,7 +221,7 @@ TEST(ReplayTest, RealDumpPrefix) {
     EXPECT_LT(worst_rope, 0.9);
   }
   absl::StatusOr<KvDump> d = TruncateDump(*full, 384);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   ReplayConfig c;
   c.max_steps = 48;
   c.step_stride = 2;
@@ -230,7 +230,7 @@ TEST(ReplayTest, RealDumpPrefix) {
   methods.push_back("oracle_head");
   c.runs = StandardRuns(methods, {1.0 / 8}, mo, true);
   absl::StatusOr<ReplayResult> r = RunReplay(*d, c);
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r) << r.status();
   EXPECT_EQ(r->steps, 48);
   const MetricSummary oracle = Get(*r, RunSpec{"oracle", "raw", 1.0 / 8, mo});
   const MetricSummary recent = Get(*r, RunSpec{"streamingllm", "raw", 1.0 / 8, mo});

@@ -44,15 +44,15 @@ TEST(SafetensorsTest, RoundTripsTensorsAndMetadata) {
   std::memcpy(half.data(), h, 4);
   t.push_back({"b", TensorDtype::kF16, {2}, half});
   absl::StatusOr<std::string> bytes = SerializeSafetensors(t, {{"k", "v \"quoted\""}});
-  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  ASSERT_OK(bytes) << bytes.status();
   absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Parse(*bytes, "mem");
-  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_OK(f) << f.status();
   EXPECT_EQ(f->metadata().at("k"), "v \"quoted\"");
   absl::StatusOr<std::vector<float>> a = f->ReadFloat("a", {2, 3});
-  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_OK(a) << a.status();
   EXPECT_EQ(*a, (std::vector<float>{1, 2, 3, 4, 5, 6}));
   absl::StatusOr<std::vector<float>> b = f->ReadFloat("b", {});
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   EXPECT_EQ(*b, (std::vector<float>{0.5f, -2.0f}));
   // Wrong expected shape and missing tensors are named.
   EXPECT_THAT(f->ReadFloat("a", {3, 2}).status().message(), HasSubstr("shape mismatch"));
@@ -108,25 +108,25 @@ TEST(SafetensorsTest, RejectsTruncatedDumpFile) {
   SyntheticDumpOptions o;
   o.seq_len = 64;
   absl::StatusOr<KvDump> d = MakeSyntheticDump(o);
-  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_OK(d) << d.status();
   absl::StatusOr<std::string> bytes = SerializeKvDump(*d);
-  ASSERT_TRUE(bytes.ok());
+  ASSERT_OK(bytes);
   const std::string path = TempPath("dump");
-  ASSERT_TRUE(WriteFile(path, *bytes).ok());
+  ASSERT_OK(WriteFile(path, *bytes));
   absl::StatusOr<KvDump> back = LoadKvDump(path);
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back) << back.status();
   EXPECT_EQ(back->seq_len, 64);
   EXPECT_EQ(back->k.size(), d->k.size());
   EXPECT_EQ(back->tokens, d->tokens);
 
   // Cut the data: the last tensor's offsets run past the end.
-  ASSERT_TRUE(WriteFile(path, bytes->substr(0, bytes->size() - 10)).ok());
+  ASSERT_OK(WriteFile(path, bytes->substr(0, bytes->size() - 10)));
   absl::Status s = LoadKvDump(path).status();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(s.message(), HasSubstr(path));
   EXPECT_THAT(s.message(), HasSubstr("out of range"));
   // Cut inside the header.
-  ASSERT_TRUE(WriteFile(path, bytes->substr(0, 40)).ok());
+  ASSERT_OK(WriteFile(path, bytes->substr(0, 40)));
   EXPECT_THAT(LoadKvDump(path).status().message(), HasSubstr("bad header length"));
   ::unlink(path.c_str());
   EXPECT_THAT(LoadKvDump(path).status(), StatusIs(absl::StatusCode::kNotFound));
@@ -136,14 +136,14 @@ TEST(KvDumpTest, RejectsInconsistentShapesAndMetadata) {
   SyntheticDumpOptions o;
   o.seq_len = 32;
   absl::StatusOr<KvDump> d = MakeSyntheticDump(o);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   d->metadata["layers"] = "7";
   absl::StatusOr<std::string> bytes = SerializeKvDump(*d);
-  ASSERT_TRUE(bytes.ok());
+  ASSERT_OK(bytes);
   // SerializeKvDump rewrites the shape fields: corrupt one by hand.
   absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Parse(*bytes, "m");
-  ASSERT_TRUE(f.ok());
-  EXPECT_TRUE(KvDumpFromSafetensors(*f, "m").ok());
+  ASSERT_OK(f);
+  EXPECT_OK(KvDumpFromSafetensors(*f, "m"));
   std::map<std::string, std::string> meta = f->metadata();
   meta["head_dim"] = "31";
   std::vector<TensorToWrite> t;
@@ -151,18 +151,18 @@ TEST(KvDumpTest, RejectsInconsistentShapesAndMetadata) {
     t.push_back({ti.name, ti.dtype, ti.shape, std::string(f->Data(ti))});
   }
   absl::StatusOr<std::string> bad = SerializeSafetensors(t, meta);
-  ASSERT_TRUE(bad.ok());
+  ASSERT_OK(bad);
   absl::StatusOr<SafetensorsFile> fb = SafetensorsFile::Parse(*bad, "m");
-  ASSERT_TRUE(fb.ok());
+  ASSERT_OK(fb);
   EXPECT_THAT(KvDumpFromSafetensors(*fb, "m").status().message(),
               HasSubstr("metadata \"head_dim\" is 31"));
   // v with a different shape than k.
   t[3].shape[2] = 16;
   t[3].data.resize(t[3].data.size() / 2);
   absl::StatusOr<std::string> bad_v = SerializeSafetensors(t, f->metadata());
-  ASSERT_TRUE(bad_v.ok());
+  ASSERT_OK(bad_v);
   absl::StatusOr<SafetensorsFile> fv = SafetensorsFile::Parse(*bad_v, "m");
-  ASSERT_TRUE(fv.ok());
+  ASSERT_OK(fv);
   absl::Status s = KvDumpFromSafetensors(*fv, "m").status();
   EXPECT_THAT(s.message(), HasSubstr("tensor \"v\""));
   EXPECT_THAT(s.message(), HasSubstr("shape mismatch"));

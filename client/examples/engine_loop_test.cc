@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
 #include "tests/integration/test_daemon.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 namespace {
@@ -19,7 +20,7 @@ TEST(EngineLoopExampleTest, ReadsTheBytesItPutThroughSelectHandles) {
   const std::string dir = testing::TestDataDir("engine-loop");
   std::filesystem::remove_all(dir);
   auto daemon = testing::StartTestDaemon(dir, {"tiers.device.backend=shm"});
-  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  ASSERT_OK(daemon) << daemon.status();
   testing::CommandResult run =
       testing::RunCommand({KVTIER_ENGINE_LOOP_PATH, daemon->server->socket_path()});
   EXPECT_EQ(run.exit_code, 0) << run.err;
@@ -28,7 +29,7 @@ TEST(EngineLoopExampleTest, ReadsTheBytesItPutThroughSelectHandles) {
   EXPECT_THAT(run.out, ::testing::Not(HasSubstr(" 0 block reads")));
   // The example released its pins and closed its context.
   auto contexts = daemon->client->ListContexts();
-  ASSERT_TRUE(contexts.ok()) << contexts.status();
+  ASSERT_OK(contexts) << contexts.status();
   EXPECT_EQ(contexts->contexts_size(), 0);
   daemon->client.reset();
   daemon->server.reset();

@@ -333,17 +333,17 @@ TEST_F(TenantsTest, ListOfAMissingFileFails) {
 
 TEST(TenantsFileTest, ParseQuotaArgument) {
   auto q = ParseQuotaArgument("device_bytes = 64 MiB");
-  ASSERT_TRUE(q.ok()) << q.status();
+  ASSERT_OK(q) << q.status();
   EXPECT_EQ(q->value, "64 MiB");
   EXPECT_TRUE(q->is_size_string);
   q = ParseQuotaArgument("profiles=16");
-  ASSERT_TRUE(q.ok());
+  ASSERT_OK(q);
   EXPECT_FALSE(q->is_size_string);
   EXPECT_FALSE(ParseQuotaArgument("profiles").ok());
   EXPECT_FALSE(ParseQuotaArgument("nvme_bytes=-1").ok());
   EXPECT_FALSE(ParseQuotaArgument("nvme_bytes=99999999999TiB").ok()) << "overflows 64 bits";
   EXPECT_FALSE(ParseQuotaArgument("nvme_bytes=9223372036854775808").ok()) << "over int64";
-  EXPECT_TRUE(ParseQuotaArgument("nvme_bytes=9223372036854775807").ok());
+  EXPECT_OK(ParseQuotaArgument("nvme_bytes=9223372036854775807"));
 }
 
 TEST(TenantsFileTest, FormattedFileParsesBackEqual) {
@@ -354,7 +354,7 @@ TEST(TenantsFileTest, FormattedFileParsesBackEqual) {
   t.cert_names = {"back\\slash", "tab\there"};
   t.quotas = {{"pinned_bytes", "1GiB", true}, {"contexts", "3", false}};
   auto back = ParseTenants(FormatTenantsFile({t}), "mem");
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back) << back.status();
   ASSERT_EQ(back->size(), 1u);
   EXPECT_EQ((*back)[0], t);
 }

@@ -19,6 +19,7 @@
 
 #include "client/shm/shm_mapping.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::client {
 namespace {
@@ -135,7 +136,7 @@ int OpenFdCount() {
 TEST(FetchSharedFdTest, ArenaDescriptorCarriesTheFile) {
   FakeFdServer server("ok " + std::to_string(kFileBytes) + "\n", PatternMemfd(11));
   FetchedFd fetched = FetchSharedFd(server.path(), SharedFileKind::kArena, "tok-A_1");
-  ASSERT_TRUE(fetched.ok()) << fetched.ToString();
+  ASSERT_OK(fetched) << fetched.ToString();
   EXPECT_EQ(fetched.size_bytes(), kFileBytes);
   ASSERT_GE(fetched.fd(), 0);
   uint8_t bytes[4];
@@ -148,7 +149,7 @@ TEST(FetchSharedFdTest, ArenaDescriptorCarriesTheFile) {
 TEST(FetchSharedFdTest, NoTokenIsSentAsDash) {
   FakeFdServer server("ok " + std::to_string(kFileBytes) + "\n", PatternMemfd(1));
   FetchedFd fetched = FetchSharedFd(server.path(), SharedFileKind::kStaging, "");
-  ASSERT_TRUE(fetched.ok()) << fetched.ToString();
+  ASSERT_OK(fetched) << fetched.ToString();
   EXPECT_EQ(server.request(), "staging -\n");
 }
 

@@ -8,6 +8,7 @@
 #include "gpu/cpu/shm_device_ops.h"
 #include "gpu/cpu/shm_file.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::client {
 namespace {
@@ -15,7 +16,7 @@ namespace {
 constexpr uint64_t kFileBytes = 1 << 20;
 
 std::string ShmPath(const std::string& tag) {
-  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   return "/dev/shm/kvtier-test-" + std::to_string(getpid()) + "-" + info->name() + "-" + tag;
 }
 
@@ -28,7 +29,7 @@ std::vector<std::byte> Pattern(size_t n, uint8_t seed) {
 std::unique_ptr<gpu::DeviceOps> MakeArena(const std::string& path) {
   std::unique_ptr<gpu::DeviceOps> ops;
   gpu::GpuStatus status = gpu::NewShmDeviceOps(path, kFileBytes, {}, &ops);
-  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_OK(status) << status.ToString();
   return ops;
 }
 
@@ -41,7 +42,7 @@ TEST(ShmArenaViewTest, SlotShowsWhatTheDaemonCopiedIn) {
 
   const auto block = Pattern(8192, 3);
   const gpu::HostToArenaCopy in{block.data(), 65536, block.size()};
-  ASSERT_TRUE(ops->CopyToArena({&in, 1}).ok());
+  ASSERT_OK(ops->CopyToArena({&in, 1}));
   std::span<const std::byte> slot = view->Slot(65536, block.size());
   ASSERT_EQ(slot.size(), block.size());
   EXPECT_EQ(std::memcmp(slot.data(), block.data(), block.size()), 0);
@@ -84,7 +85,7 @@ TEST(ShmArenaViewTest, ViewOutlivesTheDaemonsFile) {
   {
     auto ops = MakeArena(ShmPath("arena"));
     const gpu::HostToArenaCopy in{block.data(), 0, block.size()};
-    ASSERT_TRUE(ops->CopyToArena({&in, 1}).ok());
+    ASSERT_OK(ops->CopyToArena({&in, 1}));
     std::string error;
     view = ShmArenaView::Open(ops->arena().shm_path, kFileBytes, &error);
     ASSERT_NE(view, nullptr) << error;
@@ -98,7 +99,7 @@ std::unique_ptr<gpu::ShmFile> SealedFile() {
   gpu::ShmFileOptions options;
   options.sealed = true;
   std::unique_ptr<gpu::ShmFile> file;
-  EXPECT_TRUE(gpu::ShmFile::Create(ShmPath("staging"), kFileBytes, options, &file).ok());
+  EXPECT_OK(gpu::ShmFile::Create(ShmPath("staging"), kFileBytes, options, &file));
   return file;
 }
 
@@ -145,7 +146,7 @@ TEST(ShmStagingFileTest, WritesOutsideTheSlotAreRefused) {
 // one the daemon made: the client refuses it instead of risking SIGBUS.
 TEST(ShmStagingFileTest, UnsealedFileIsRefused) {
   std::unique_ptr<gpu::ShmFile> file;
-  ASSERT_TRUE(gpu::ShmFile::Create(ShmPath("plain"), kFileBytes, {}, &file).ok());
+  ASSERT_OK(gpu::ShmFile::Create(ShmPath("plain"), kFileBytes, {}, &file));
   std::string error;
   EXPECT_EQ(MapStaging(*file, kFileBytes, &error), nullptr);
   EXPECT_NE(error.find("not sealed"), std::string::npos) << error;

@@ -98,7 +98,7 @@ class VersionStoreTest : public ::testing::Test {
   void OpenCatalog() {
     catalog_.reset();
     auto c = Catalog::Open((dir_ / "catalog").string(), CatalogOptions());
-    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_OK(c) << c.status();
     catalog_ = std::move(*c);
   }
   std::string legacy() const { return (dir_ / "compaction").string(); }
@@ -107,8 +107,8 @@ class VersionStoreTest : public ::testing::Test {
     rocksdb::Options options;
     options.create_if_missing = true;
     rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(options, legacy(), &db).ok());
-    for (const auto& [k, v] : records) ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), k, v).ok());
+    ASSERT_OK(rocksdb::DB::Open(options, legacy(), &db));
+    for (const auto& [k, v] : records) ASSERT_OK(db->Put(rocksdb::WriteOptions(), k, v));
     delete db;
   }
 
@@ -118,17 +118,15 @@ class VersionStoreTest : public ::testing::Test {
 
 TEST_F(VersionStoreTest, RecordsRoundTripThroughTheCatalog) {
   auto store = VersionStore::Open(catalog_.get(), legacy());
-  ASSERT_TRUE(store.ok()) << store.status();
-  ASSERT_TRUE(
-      (*store)
-          ->Put("t", 3, {VersionRecord(0, "b0"), VersionRecord(1, "c0")}, {{"c0", SlotsRecord()}})
-          .ok());
+  ASSERT_OK(store) << store.status();
+  ASSERT_OK((*store)->Put("t", 3, {VersionRecord(0, "b0"), VersionRecord(1, "c0")},
+                          {{"c0", SlotsRecord()}}));
   store->reset();
   OpenCatalog();
   store = VersionStore::Open(catalog_.get(), legacy());
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_OK(store) << store.status();
   auto versions = (*store)->Versions("t", 3, "0123456789abcdef");
-  ASSERT_TRUE(versions.ok()) << versions.status();
+  ASSERT_OK(versions) << versions.status();
   ASSERT_EQ(versions->size(), 2u);
   EXPECT_EQ((*versions)[1], VersionRecord(1, "c0"));
   EXPECT_TRUE((*store)->IsCompacted("t", 3, "c0"));
@@ -138,7 +136,7 @@ TEST_F(VersionStoreTest, RecordsRoundTripThroughTheCatalog) {
   ContextVersionRecord dropped = VersionRecord(1, "c0");
   dropped.block_ids.clear();
   dropped.dropped = true;
-  ASSERT_TRUE((*store)->MarkDropped("t", 3, dropped, {"c0"}).ok());
+  ASSERT_OK((*store)->MarkDropped("t", 3, dropped, {"c0"}));
   EXPECT_FALSE((*store)->IsCompacted("t", 3, "c0"));
   EXPECT_THAT((*store)->Slots("t", 3, "c0").status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE((*(*store)->AllVersions("t", 3))[1].dropped);
@@ -150,12 +148,12 @@ TEST_F(VersionStoreTest, OlderSeparateStoreIsMovedIntoTheCatalogAndRemoved) {
                {LegacyVersionKey(v1), v1.SerializeAsString()},
                {LegacyPrefix('s', "tenant-a", 7) + "c0", Slots().SerializeAsString()}});
   auto store = VersionStore::Open(catalog_.get(), legacy());
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_OK(store) << store.status();
   EXPECT_FALSE(fs::exists(legacy()));
   EXPECT_FALSE(fs::exists(legacy() + ".removing"));
 
   auto all = (*store)->AllVersions("tenant-a", 7);
-  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_OK(all) << all.status();
   ASSERT_EQ(all->size(), 2u);
   // The old messages and the records they became say the same.
   EXPECT_EQ(ToProto((*all)[0]).SerializeAsString(), v0.SerializeAsString());
@@ -167,7 +165,7 @@ TEST_F(VersionStoreTest, OlderSeparateStoreIsMovedIntoTheCatalogAndRemoved) {
   store->reset();
   OpenCatalog();
   store = VersionStore::Open(catalog_.get(), legacy());
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_OK(store) << store.status();
   EXPECT_EQ((*store)->AllVersions("tenant-a", 7)->size(), 2u);
 }
 

@@ -103,7 +103,7 @@ TEST(HttpListenerTest, ServesMetricsAndRefusesEverythingElse) {
     ++renders;
     return std::string("kvtier_up 1\n");
   });
-  ASSERT_TRUE(listener.ok()) << listener.status();
+  ASSERT_OK(listener) << listener.status();
   const int port = (*listener)->port();
   ASSERT_GT(port, 0);
 
@@ -135,7 +135,7 @@ TEST(HttpListenerTest, BadAddressesNameTheSetting) {
   }
   // A port in use is refused with the bind error, naming the setting.
   auto first = HttpListener::Start("127.0.0.1:0", [] { return std::string(); });
-  ASSERT_TRUE(first.ok());
+  ASSERT_OK(first);
   auto second = HttpListener::Start("127.0.0.1:" + std::to_string((*first)->port()),
                                     [] { return std::string(); });
   ASSERT_FALSE(second.ok());

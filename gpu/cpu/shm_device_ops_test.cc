@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::gpu {
 namespace {
@@ -20,7 +21,7 @@ constexpr uint64_t kArenaBytes = 1 << 20;
 
 // A fresh path under /dev/shm (the production location) per test.
 std::string ShmPath(const std::string& tag) {
-  const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   return "/dev/shm/kvtier-test-" + std::to_string(getpid()) + "-" + info->name() + "-" + tag;
 }
 
@@ -37,7 +38,7 @@ std::unique_ptr<ShmDeviceOps> MakeOps(const std::string& path, bool async = fals
   options.max_inflight_batches = max_inflight;
   std::unique_ptr<ShmDeviceOps> ops;
   GpuStatus status = ShmDeviceOps::Create(path, kArenaBytes, options, &ops);
-  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_OK(status) << status.ToString();
   return ops;
 }
 
@@ -70,18 +71,18 @@ TEST(ShmDeviceOpsTest, BatchedCopiesRoundTrip) {
   const auto c = Pattern(1, 3);
   const HostToArenaCopy in[] = {
       {a.data(), 0, a.size()}, {b.data(), 8192, b.size()}, {c.data(), kArenaBytes - 1, 1}};
-  ASSERT_TRUE(ops->CopyToArena(in).ok());
+  ASSERT_OK(ops->CopyToArena(in));
 
   std::vector<uint8_t> ra(a.size()), rb(b.size()), rc(1);
   const ArenaToHostCopy out[] = {
       {0, ra.data(), ra.size()}, {8192, rb.data(), rb.size()}, {kArenaBytes - 1, rc.data(), 1}};
-  ASSERT_TRUE(ops->CopyToHost(out).ok());
+  ASSERT_OK(ops->CopyToHost(out));
   EXPECT_EQ(ra, a);
   EXPECT_EQ(rb, b);
   EXPECT_EQ(rc, c);
 
   std::vector<std::byte> bytes;
-  ASSERT_TRUE(ops->ReadArena(8192, b.size(), &bytes).ok());
+  ASSERT_OK(ops->ReadArena(8192, b.size(), &bytes));
   ASSERT_EQ(bytes.size(), b.size());
   EXPECT_EQ(std::memcmp(bytes.data(), b.data(), b.size()), 0);
 }
@@ -98,13 +99,13 @@ TEST(ShmDeviceOpsTest, ReadOnlyClientMappingSeesTheSameBytes) {
 
   const auto data = Pattern(3000, 9);
   const HostToArenaCopy in{data.data(), 12345, data.size()};
-  ASSERT_TRUE(ops->CopyToArena({&in, 1}).ok());
+  ASSERT_OK(ops->CopyToArena({&in, 1}));
   EXPECT_EQ(std::memcmp(client + 12345, data.data(), data.size()), 0);
 
   // A later write is visible through the same mapping, without remapping.
   const auto again = Pattern(3000, 77);
   const HostToArenaCopy in2{again.data(), 12345, again.size()};
-  ASSERT_TRUE(ops->CopyToArena({&in2, 1}).ok());
+  ASSERT_OK(ops->CopyToArena({&in2, 1}));
   EXPECT_EQ(std::memcmp(client + 12345, again.data(), again.size()), 0);
   munmap(view, kArenaBytes);
 }
@@ -119,7 +120,7 @@ TEST(ShmDeviceOpsTest, BadRangesAreInvalidAndCopyNothing) {
   EXPECT_NE(status.message.find("copy 1"), std::string::npos) << status.message;
   EXPECT_EQ(fence.value, 12345u) << "fence written on failure";
   std::vector<std::byte> head;
-  ASSERT_TRUE(ops->ReadArena(0, 64, &head).ok());
+  ASSERT_OK(ops->ReadArena(0, 64, &head));
   for (std::byte b : head) ASSERT_EQ(b, std::byte{0}) << "first copy ran";
 
   const HostToArenaCopy wraps{data.data(), 1, UINT64_MAX};
@@ -140,17 +141,17 @@ TEST(ShmDeviceOpsTest, SynchronousFencesAreCompleteOnReturn) {
   const auto data = Pattern(16, 1);
   Fence f1, f2;
   const HostToArenaCopy in{data.data(), 0, 16};
-  ASSERT_TRUE(ops->SubmitToArena({&in, 1}, &f1).ok());
-  ASSERT_TRUE(ops->SubmitToArena({&in, 1}, &f2).ok());
+  ASSERT_OK(ops->SubmitToArena({&in, 1}, &f1));
+  ASSERT_OK(ops->SubmitToArena({&in, 1}, &f2));
   EXPECT_LT(f1.value, f2.value);
   EXPECT_TRUE(ops->IsComplete(f1));
-  EXPECT_TRUE(ops->Wait(f2, std::chrono::nanoseconds(0)).ok());
+  EXPECT_OK(ops->Wait(f2, std::chrono::nanoseconds(0)));
   EXPECT_TRUE(ops->IsComplete(Fence{0}));
   EXPECT_FALSE(ops->IsComplete(Fence{f2.value + 1}));
   EXPECT_EQ(ops->Wait(Fence{f2.value + 1}, kWaitForever).code, GpuStatus::kInvalidArgument);
 
   Fence empty{99};
-  ASSERT_TRUE(ops->SubmitToArena({}, &empty).ok());
+  ASSERT_OK(ops->SubmitToArena({}, &empty));
   EXPECT_TRUE(ops->IsComplete(empty));
 }
 
@@ -160,7 +161,7 @@ TEST(ShmDeviceOpsTest, AsyncFencesCompleteOnlyAfterTheCopy) {
   ops->PauseCopiesForTesting(true);
   Fence fence;
   const HostToArenaCopy in{data.data(), 4096, data.size()};
-  ASSERT_TRUE(ops->SubmitToArena({&in, 1}, &fence).ok());
+  ASSERT_OK(ops->SubmitToArena({&in, 1}, &fence));
   EXPECT_FALSE(ops->IsComplete(fence));
   EXPECT_EQ(ops->Wait(fence, std::chrono::nanoseconds(0)).code, GpuStatus::kDeadlineExceeded);
   EXPECT_EQ(ops->Wait(fence, std::chrono::milliseconds(1)).code, GpuStatus::kDeadlineExceeded);
@@ -172,10 +173,10 @@ TEST(ShmDeviceOpsTest, AsyncFencesCompleteOnlyAfterTheCopy) {
   close(fd);
   EXPECT_EQ(before, std::vector<uint8_t>(16, 0)) << "copy ran before its turn";
   ops->PauseCopiesForTesting(false);
-  ASSERT_TRUE(ops->Wait(fence, kWaitForever).ok());
+  ASSERT_OK(ops->Wait(fence, kWaitForever));
   EXPECT_TRUE(ops->IsComplete(fence));
   std::vector<std::byte> after;
-  ASSERT_TRUE(ops->ReadArena(4096, data.size(), &after).ok());
+  ASSERT_OK(ops->ReadArena(4096, data.size(), &after));
   EXPECT_EQ(std::memcmp(after.data(), data.data(), data.size()), 0);
 }
 
@@ -185,14 +186,14 @@ TEST(ShmDeviceOpsTest, AsyncInflightLimitGivesUnavailable) {
   const HostToArenaCopy in{data.data(), 0, 8};
   ops->PauseCopiesForTesting(true);
   Fence f1, f2, f3;
-  ASSERT_TRUE(ops->SubmitToArena({&in, 1}, &f1).ok());
-  ASSERT_TRUE(ops->SubmitToArena({&in, 1}, &f2).ok());
+  ASSERT_OK(ops->SubmitToArena({&in, 1}, &f1));
+  ASSERT_OK(ops->SubmitToArena({&in, 1}, &f2));
   EXPECT_EQ(ops->SubmitToArena({&in, 1}, &f3).code, GpuStatus::kUnavailable);
   ops->PauseCopiesForTesting(false);
-  EXPECT_TRUE(ops->Wait(f2, kWaitForever).ok());
+  EXPECT_OK(ops->Wait(f2, kWaitForever));
   EXPECT_TRUE(ops->IsComplete(f1));
-  ASSERT_TRUE(ops->SubmitToArena({&in, 1}, &f3).ok());
-  EXPECT_TRUE(ops->Wait(f3, kWaitForever).ok());  // data must outlive the copy
+  ASSERT_OK(ops->SubmitToArena({&in, 1}, &f3));
+  EXPECT_OK(ops->Wait(f3, kWaitForever));  // data must outlive the copy
 }
 
 TEST(ShmDeviceOpsTest, DestructionFinishesQueuedCopies) {
@@ -201,12 +202,12 @@ TEST(ShmDeviceOpsTest, DestructionFinishesQueuedCopies) {
   options.async_copies = true;
   options.file.unlink_on_close = false;
   std::unique_ptr<ShmDeviceOps> ops;
-  ASSERT_TRUE(ShmDeviceOps::Create(path, kArenaBytes, options, &ops).ok());
+  ASSERT_OK(ShmDeviceOps::Create(path, kArenaBytes, options, &ops));
   const auto data = Pattern(256, 8);
   ops->PauseCopiesForTesting(true);
   Fence fence;
   const HostToArenaCopy in{data.data(), 512, data.size()};
-  ASSERT_TRUE(ops->SubmitToArena({&in, 1}, &fence).ok());
+  ASSERT_OK(ops->SubmitToArena({&in, 1}, &fence));
   ops.reset();
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
@@ -248,7 +249,7 @@ TEST(ShmDeviceOpsTest, ConcurrentAsyncCopiesToDisjointSlots) {
 TEST(ShmDeviceOpsTest, HostAllocationAndRegistration) {
   auto ops = MakeOps(ShmPath("arena"));
   HostBuffer buf;
-  ASSERT_TRUE(ops->AllocHost(10000, &buf).ok());
+  ASSERT_OK(ops->AllocHost(10000, &buf));
   ASSERT_NE(buf.data, nullptr);
   EXPECT_EQ(buf.size_bytes, 10000u);
   EXPECT_FALSE(buf.pinned);
@@ -259,22 +260,22 @@ TEST(ShmDeviceOpsTest, HostAllocationAndRegistration) {
   // Host buffers take part in copies.
   std::memset(buf.data, 0xAB, 10000);
   const HostToArenaCopy in{buf.data, 0, 10000};
-  ASSERT_TRUE(ops->CopyToArena({&in, 1}).ok());
+  ASSERT_OK(ops->CopyToArena({&in, 1}));
 
   EXPECT_EQ(ops->AllocHost(0, &buf).code, GpuStatus::kInvalidArgument);
   HostBuffer bogus{reinterpret_cast<void*>(0x1000), 10, false};
   EXPECT_EQ(ops->FreeHost(bogus).code, GpuStatus::kInvalidArgument);
 
   std::vector<uint8_t> region(8192);
-  EXPECT_TRUE(ops->RegisterHost(region.data(), 4096).ok());
+  EXPECT_OK(ops->RegisterHost(region.data(), 4096));
   EXPECT_EQ(ops->RegisterHost(region.data() + 100, 10).code, GpuStatus::kInvalidArgument);
-  EXPECT_TRUE(ops->RegisterHost(region.data() + 4096, 4096).ok());
+  EXPECT_OK(ops->RegisterHost(region.data() + 4096, 4096));
   EXPECT_EQ(ops->RegisterHost(nullptr, 10).code, GpuStatus::kInvalidArgument);
-  EXPECT_TRUE(ops->UnregisterHost(region.data()).ok());
+  EXPECT_OK(ops->UnregisterHost(region.data()));
   EXPECT_EQ(ops->UnregisterHost(region.data()).code, GpuStatus::kInvalidArgument);
-  EXPECT_TRUE(ops->UnregisterHost(region.data() + 4096).ok());
+  EXPECT_OK(ops->UnregisterHost(region.data() + 4096));
 
-  EXPECT_TRUE(ops->FreeHost(buf).ok());
+  EXPECT_OK(ops->FreeHost(buf));
   EXPECT_EQ(ops->FreeHost(buf).code, GpuStatus::kInvalidArgument);
 }
 
@@ -303,7 +304,7 @@ TEST(ShmFileTest, ExistingFileIsReplacedOrRefused) {
   struct stat st;
   ASSERT_EQ(stat(path.c_str(), &st), 0) << "refusal removed the existing file";
 
-  ASSERT_TRUE(ShmFile::Create(path, 4096, {}, &file).ok());
+  ASSERT_OK(ShmFile::Create(path, 4096, {}, &file));
   EXPECT_EQ(file->size_bytes(), 4096u);
   EXPECT_EQ(file->data()[0], std::byte{0}) << "old contents survived";
 }
@@ -311,8 +312,8 @@ TEST(ShmFileTest, ExistingFileIsReplacedOrRefused) {
 TEST(ShmFileTest, CloseDoesNotRemoveAReplacement) {
   const std::string path = ShmPath("f");
   std::unique_ptr<ShmFile> old_file, new_file;
-  ASSERT_TRUE(ShmFile::Create(path, 4096, {}, &old_file).ok());
-  ASSERT_TRUE(ShmFile::Create(path, 8192, {}, &new_file).ok());
+  ASSERT_OK(ShmFile::Create(path, 4096, {}, &old_file));
+  ASSERT_OK(ShmFile::Create(path, 8192, {}, &new_file));
   old_file.reset();
   struct stat st;
   ASSERT_EQ(stat(path.c_str(), &st), 0);
@@ -330,7 +331,7 @@ TEST(ShmFileTest, SealedFileCannotBeResizedThroughAnyDescriptor) {
   options.sealed = true;
   const std::string name = ShmPath("sealed");
   std::unique_ptr<ShmFile> file;
-  ASSERT_TRUE(ShmFile::Create(name, 1 << 16, options, &file).ok());
+  ASSERT_OK(ShmFile::Create(name, 1 << 16, options, &file));
   EXPECT_TRUE(file->sealed());
   struct stat st;
   EXPECT_NE(stat(name.c_str(), &st), 0) << "a sealed file must have no path";

@@ -151,7 +151,7 @@ class CopyContext {
 
   std::unique_ptr<ContextIndex> NewIndex(const SelectionCalibration& c) const {
     std::unique_ptr<ContextIndex> ctx = NewContext(c);
-    EXPECT_TRUE(ctx->AddSegment(pages_).ok());
+    EXPECT_OK(ctx->AddSegment(pages_));
     return ctx;
   }
 
@@ -185,9 +185,8 @@ TEST(CopyTrackTest, FlatPassCountsTheHeadOnlyWhileItCopies) {
     const int64_t token = kFirst * kT + 11 + s;
     const std::vector<float> q = cc.QueryFor(token);
     ctx->mass_memory().Begin(s);
-    ASSERT_TRUE(MassScores(ctx->keys(), c, slots, kD, kPages, q, &scratch, absl::MakeSpan(out),
-                           &ctx->mass_memory())
-                    .ok());
+    ASSERT_OK(MassScores(ctx->keys(), c, slots, kD, kPages, q, &scratch, absl::MakeSpan(out),
+                         &ctx->mass_memory()));
     const int64_t next_page = (token + 1) / kT;
     if (s < c.copy_run) {
       EXPECT_EQ(out, prior) << "step " << s << ": not copying yet";
@@ -226,9 +225,9 @@ TEST(CopyTrackTest, TreeAndFlatPassAgreeWhileTheHeadCopies) {
     r.head_queries = q;
     SelectResult a, b;
     r.context = flat.get();
-    ASSERT_TRUE(flat_sel->Select(r, &a).ok());
+    ASSERT_OK(flat_sel->Select(r, &a));
     r.context = sparse.get();
-    ASSERT_TRUE(sparse_sel->Select(r, &b).ok());
+    ASSERT_OK(sparse_sel->Select(r, &b));
     EXPECT_FALSE(a.mass_sparse);
     EXPECT_TRUE(b.mass_sparse);
     EXPECT_EQ(a.blocks, b.blocks) << "step " << s;
@@ -251,7 +250,7 @@ TEST(CopyTrackTest, ValidationNamesTheCopyFields) {
     EXPECT_THAT(ValidateCalibration(c, layout),
                 StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr(field)));
   };
-  EXPECT_TRUE(ValidateCalibration(Calibration(), layout).ok());
+  EXPECT_OK(ValidateCalibration(Calibration(), layout));
   check([](SelectionCalibration& c) { c.copy_run = -1; }, "calibration.copy_run");
   check([](SelectionCalibration& c) { c.copy_run = 5000; }, "calibration.copy_run");
   check([](SelectionCalibration& c) { c.copy_hold = -2; }, "calibration.copy_hold");

@@ -63,7 +63,7 @@ BlockSummary Summarise(const SyntheticPayload& p, bool keys = true) {
   o.per_layer = true;
   if (keys) o.key_heads = KeyHeadsOf(Calibration(), kH);
   auto s = ComputeBlockSummary(Layout(), p.bytes, o, nullptr);
-  EXPECT_TRUE(s.ok()) << s.status();
+  EXPECT_OK(s) << s.status();
   return *s;
 }
 
@@ -115,8 +115,8 @@ TEST(CalibrationTest, BadCalibrationsNameTheField) {
   auto message = [](SelectionCalibration c) {
     return std::string(ValidateCalibration(c, Layout()).message());
   };
-  EXPECT_TRUE(ValidateCalibration(Calibration(), Layout()).ok());
-  EXPECT_TRUE(ValidateCalibration(SelectionCalibration(), Layout()).ok());
+  EXPECT_OK(ValidateCalibration(Calibration(), Layout()));
+  EXPECT_OK(ValidateCalibration(SelectionCalibration(), Layout()));
   SelectionCalibration c = Calibration();
   c.num_q_heads = 3;
   EXPECT_THAT(message(c), HasSubstr("calibration.num_q_heads (3)"));
@@ -176,12 +176,12 @@ TEST(KeySummaryTest, CodecKeepsHeadKeysExactlyAndLayerMeansInInt8) {
   o.encoding = SummaryEncoding::kFp16;
   o.layer_int8 = true;
   auto blob = EncodeSummary(s, o);
-  ASSERT_TRUE(blob.ok()) << blob.status();
+  ASSERT_OK(blob) << blob.status();
   EXPECT_EQ(static_cast<uint8_t>((*blob)[4]), 2);  // version 2 sections
   // header + mean fp16 + per-layer int8 (scales + values) + head keys.
   EXPECT_EQ(blob->size(), kSummaryHeaderBytes + kD * 2 + kL * (4 + kD) + 8 + 2 * 8 + 2 * kT * kD);
   auto back = DecodeSummary(*blob);
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back) << back.status();
   EXPECT_EQ(back->head_keys, s.head_keys);
   EXPECT_EQ(back->key_scales, s.key_scales);
   EXPECT_EQ(back->key_heads, s.key_heads);
@@ -201,9 +201,9 @@ TEST(KeySummaryTest, CodecKeepsHeadKeysExactlyAndLayerMeansInInt8) {
   plain.key_scales.clear();
   plain.key_tokens = 0;
   auto v1 = EncodeSummary(plain, SummaryEncoding::kFp16);
-  ASSERT_TRUE(v1.ok());
+  ASSERT_OK(v1);
   EXPECT_EQ(static_cast<uint8_t>((*v1)[4]), 1);
-  EXPECT_TRUE(DecodeSummary(*v1).ok());
+  EXPECT_OK(DecodeSummary(*v1));
   // A flipped byte in the head keys is caught by the checksum.
   std::string bad = *blob;
   bad[bad.size() - 3] ^= 0x40;
@@ -228,7 +228,7 @@ TEST(KeyTableTest, RefusesSummariesWithoutWhatTheContextNeeds) {
   EXPECT_THAT(std::string(table.Add(pages).message()),
               HasSubstr("summaries[1] has 0 per-layer means"));
   pages[1] = Summarise(MakeBlockPayload(Layout(), 2, {}));
-  ASSERT_TRUE(table.Add(pages).ok());
+  ASSERT_OK(table.Add(pages));
   EXPECT_EQ(table.size(), 2);
 }
 
@@ -274,7 +274,7 @@ class KeyScorerTest : public ::testing::Test {
     o.key_tokens = kT;
     table_ = std::make_unique<KeyTable>(o);
     for (const SyntheticPayload& p : Payloads(6)) pages_.push_back(Summarise(p));
-    ASSERT_TRUE(table_->Add(pages_).ok());
+    ASSERT_OK(table_->Add(pages_));
     anchor_.resize(kL * kD);
     for (size_t i = 0; i < anchor_.size(); ++i) anchor_[i] = std::sin(0.7 * i) + 0.2f;
   }
@@ -287,7 +287,7 @@ class KeyScorerTest : public ::testing::Test {
 TEST_F(KeyScorerTest, LayerKeyKeyIsTheMeanOfPerLayerCosines) {
   for (bool centered : {false, true}) {
     std::vector<float> out(6);
-    ASSERT_TRUE(LayerKeyKeyScores(*table_, anchor_, centered, &scratch_, absl::MakeSpan(out)).ok());
+    ASSERT_OK(LayerKeyKeyScores(*table_, anchor_, centered, &scratch_, absl::MakeSpan(out)));
     for (int64_t b = 0; b < 6; ++b) {
       double want = 0;
       for (int32_t l = 0; l < kL; ++l) {
@@ -304,7 +304,7 @@ TEST_F(KeyScorerTest, MassIsThePriorPlusWeightedRetrievalSoftmax) {
   std::vector<float> q(2 * kD);
   for (size_t i = 0; i < q.size(); ++i) q[i] = 3.0f * std::cos(1.3 * i);
   std::vector<float> out(6);
-  ASSERT_TRUE(MassScores(table_.get(), c, slots, kD, 6, q, &scratch_, absl::MakeSpan(out)).ok());
+  ASSERT_OK(MassScores(table_.get(), c, slots, kD, 6, q, &scratch_, absl::MakeSpan(out)));
   std::vector<double> want(6);
   for (int64_t b = 0; b < 6; ++b) want[b] = c.prior[std::min<int64_t>(5 - b, 2)];
   for (int i = 0; i < 2; ++i) {
@@ -327,12 +327,11 @@ TEST_F(KeyScorerTest, MassIsThePriorPlusWeightedRetrievalSoftmax) {
   }
   for (int64_t b = 0; b < 6; ++b) EXPECT_NEAR(out[b], want[b], 1e-5) << b;
   // Without queries: prior_all alone; uncalibrated: recency.
-  ASSERT_TRUE(MassScores(table_.get(), c, slots, kD, 6, {}, &scratch_, absl::MakeSpan(out)).ok());
+  ASSERT_OK(MassScores(table_.get(), c, slots, kD, 6, {}, &scratch_, absl::MakeSpan(out)));
   EXPECT_FLOAT_EQ(out[5], c.prior_all[0]);
   EXPECT_FLOAT_EQ(out[0], c.prior_all[2]);
-  ASSERT_TRUE(
-      MassScores(nullptr, SelectionCalibration(), {}, kD, 6, {}, &scratch_, absl::MakeSpan(out))
-          .ok());
+  ASSERT_OK(
+      MassScores(nullptr, SelectionCalibration(), {}, kD, 6, {}, &scratch_, absl::MakeSpan(out)));
   EXPECT_FLOAT_EQ(out[0], 1.0f / 6);
   EXPECT_FLOAT_EQ(out[5], 1.0f);
 }
@@ -341,15 +340,14 @@ TEST_F(KeyScorerTest, HugeFiniteInputsStayFinite) {
   const SelectionCalibration c = Calibration();
   std::vector<float> q(2 * kD, 3e38f);
   std::vector<float> out(6);
-  ASSERT_TRUE(
-      MassScores(table_.get(), c, KeyHeadSlots(c, kH), kD, 6, q, &scratch_, absl::MakeSpan(out))
-          .ok());
+  ASSERT_OK(
+      MassScores(table_.get(), c, KeyHeadSlots(c, kH), kD, 6, q, &scratch_, absl::MakeSpan(out)));
   for (float x : out) EXPECT_TRUE(std::isfinite(x));
   std::vector<float> a1 = anchor_, a2 = anchor_;
   for (float& x : a2) x *= 1e30f;
   std::vector<float> o1(6), o2(6);
-  ASSERT_TRUE(LayerKeyKeyScores(*table_, a1, true, &scratch_, absl::MakeSpan(o1)).ok());
-  ASSERT_TRUE(LayerKeyKeyScores(*table_, a2, true, &scratch_, absl::MakeSpan(o2)).ok());
+  ASSERT_OK(LayerKeyKeyScores(*table_, a1, true, &scratch_, absl::MakeSpan(o1)));
+  ASSERT_OK(LayerKeyKeyScores(*table_, a2, true, &scratch_, absl::MakeSpan(o2)));
   for (int b = 0; b < 6; ++b) EXPECT_NEAR(o1[b], o2[b], 1e-6) << b;
 }
 
@@ -365,7 +363,7 @@ std::unique_ptr<ContextIndex> MassContext(int n, int target, const std::vector<f
   o.keep_layer_means = true;
   o.calibration = Calibration();
   auto ctx = ContextIndex::Create(o);
-  EXPECT_TRUE(ctx.ok()) << ctx.status();
+  EXPECT_OK(ctx) << ctx.status();
   std::vector<BlockSummary> pages;
   for (int i = 0; i < n; ++i) {
     BlockSummary s = Summarise(MakeBlockPayload(Layout(), 500 + i, {}));
@@ -381,7 +379,7 @@ std::unique_ptr<ContextIndex> MassContext(int n, int target, const std::vector<f
     }
     pages.push_back(std::move(s));
   }
-  EXPECT_TRUE((*ctx)->AddSegment(pages).ok());
+  EXPECT_OK((*ctx)->AddSegment(pages));
   return std::move(*ctx);
 }
 
@@ -393,7 +391,7 @@ TEST(SelectorKeyTest, MassFindsTheBlockTheRetrievalHeadLooksFor) {
   so.sink_blocks = 1;
   so.local_blocks = 1;
   auto selector = Selector::Create(so);
-  ASSERT_TRUE(selector.ok());
+  ASSERT_OK(selector);
   SelectRequest r;
   r.context = ctx.get();
   r.scorer = ScorerKind::kMass;
@@ -401,7 +399,7 @@ TEST(SelectorKeyTest, MassFindsTheBlockTheRetrievalHeadLooksFor) {
   r.head_queries = q;
   r.step = 1;
   SelectResult out;
-  ASSERT_TRUE((*selector)->Select(r, &out).ok());
+  ASSERT_OK((*selector)->Select(r, &out));
   EXPECT_EQ(out.blocks, (std::vector<int64_t>{0, 5, 22, 23}));
   ASSERT_EQ(out.scores.size(), 4u);
   EXPECT_FLOAT_EQ(out.scores[1], 1.0f);  // the best page after min-max
@@ -412,7 +410,7 @@ TEST(SelectorKeyTest, MassFindsTheBlockTheRetrievalHeadLooksFor) {
   r.stability = false;
   r.step = 2;
   r.budget_blocks = 5;
-  ASSERT_TRUE((*selector)->Select(r, &out).ok());
+  ASSERT_OK((*selector)->Select(r, &out));
   EXPECT_EQ(out.blocks, (std::vector<int64_t>{0, 20, 21, 22, 23}));
 }
 
@@ -420,7 +418,7 @@ TEST(SelectorKeyTest, BadAnchorsAndHeadQueriesNameTheExpectedSizes) {
   std::vector<float> q(2 * kD, 1.0f);
   auto ctx = MassContext(8, 3, q);
   auto selector = Selector::Create(SelectorOptions());
-  ASSERT_TRUE(selector.ok());
+  ASSERT_OK(selector);
   SelectResult out;
   SelectRequest r;
   r.context = ctx.get();
@@ -450,7 +448,7 @@ TEST(SelectorKeyTest, BadAnchorsAndHeadQueriesNameTheExpectedSizes) {
   r.head_queries = {};
   r.anchor = good;
   r.recency_weight = 0.0f;
-  ASSERT_TRUE((*selector)->Select(r, &out).ok()) << (*selector)->Select(r, &out);
+  ASSERT_OK((*selector)->Select(r, &out)) << (*selector)->Select(r, &out);
   EXPECT_EQ(out.blocks.size(), 6u);
   r.recency_weight = 2.0f;
   r.step = 5;
@@ -472,15 +470,15 @@ TEST(SelectorKeyTest, ScaleDoesNotChangeTheSelection) {
   const std::vector<const std::vector<float>*> anchors = {&syn.anchor, &big, &tiny};
   for (const std::vector<float>* a : anchors) {
     auto ctx = ContextIndex::Create(to);
-    ASSERT_TRUE(ctx.ok());
-    ASSERT_TRUE((*ctx)->tree().AddSegment(syn.vectors).ok());
+    ASSERT_OK(ctx);
+    ASSERT_OK((*ctx)->tree().AddSegment(syn.vectors));
     auto selector = Selector::Create(SelectorOptions());
     SelectRequest r;
     r.context = ctx->get();
     r.anchor = *a;
     r.budget_blocks = 20;
     SelectResult out;
-    ASSERT_TRUE((*selector)->Select(r, &out).ok());
+    ASSERT_OK((*selector)->Select(r, &out));
     chosen.push_back(out.blocks);
     for (float s : out.scores) EXPECT_TRUE(std::isfinite(s));
   }
@@ -499,7 +497,7 @@ TEST(SelectorKeyTest, QuestRanksTheSameAtAnyQueryScale) {
   o.tree.dim = 2;
   o.tree.keep_summaries = true;
   auto ctx = ContextIndex::Create(o);
-  ASSERT_TRUE(ctx.ok());
+  ASSERT_OK(ctx);
   std::vector<BlockSummary> pages(8);
   for (int i = 0; i < 8; ++i) {
     pages[i].dim = 2;
@@ -508,7 +506,7 @@ TEST(SelectorKeyTest, QuestRanksTheSameAtAnyQueryScale) {
     pages[i].max = {1.0f, 1.0f + (i == 3 ? 9.0f : 0.5f * (i % 3))};
     pages[i].radius = 1;
   }
-  ASSERT_TRUE((*ctx)->AddSegment(pages).ok());
+  ASSERT_OK((*ctx)->AddSegment(pages));
   SelectorOptions so;
   so.stability.weight = 0;
   std::vector<std::vector<int64_t>> chosen;
@@ -522,7 +520,7 @@ TEST(SelectorKeyTest, QuestRanksTheSameAtAnyQueryScale) {
     r.budget_blocks = 7;
     r.step = scale > 1 ? 2 : 1;
     SelectResult out;
-    ASSERT_TRUE((*selector)->Select(r, &out).ok());
+    ASSERT_OK((*selector)->Select(r, &out));
     chosen.push_back(out.blocks);
   }
   EXPECT_EQ(chosen[0], chosen[1]);

@@ -37,8 +37,8 @@ std::unique_ptr<ContextIndex> MakeContext(int32_t dim, int64_t pages, std::mt199
   o.pages_per_chunk = pages_per_chunk;
   o.chunks_per_grid = chunks_per_grid;
   auto ctx = ContextIndex::Create(o);
-  EXPECT_TRUE(ctx.ok());
-  EXPECT_TRUE((*ctx)->tree().AddSegment(RandomRows(pages, dim, rng)).ok());
+  EXPECT_OK(ctx);
+  EXPECT_OK((*ctx)->tree().AddSegment(RandomRows(pages, dim, rng)));
   return std::move(*ctx);
 }
 
@@ -102,7 +102,7 @@ class CountingBackend final : public RowBackend {
 
 std::unique_ptr<Selector> MakeSelector(const SelectorOptions& o) {
   auto s = Selector::Create(o);
-  EXPECT_TRUE(s.ok()) << s.status();
+  EXPECT_OK(s) << s.status();
   return std::move(*s);
 }
 
@@ -120,7 +120,7 @@ class LevelScorerTest : public ::testing::Test {
       want.insert(want.end(), one.begin(), one.end());
     }
     std::vector<float> got(want.size(), -7.0f);
-    ASSERT_TRUE(scorer->ScoreLevels(jobs, got.data()).ok());
+    ASSERT_OK(scorer->ScoreLevels(jobs, got.data()));
     ASSERT_EQ(got, want);
   }
 };
@@ -149,10 +149,10 @@ TEST_F(LevelScorerTest, MirrorFollowsAppendsSegmentsAndGrowth) {
     for (size_t i = 0; i < owned.size(); ++i) {
       const int32_t dim = owned[i]->tree().dim();
       for (int a = appends(rng); a > 0; --a) {
-        ASSERT_TRUE(owned[i]->tree().Append(RandomRows(1, dim, &rng)).ok());
+        ASSERT_OK(owned[i]->tree().Append(RandomRows(1, dim, &rng)));
       }
       if (step % 17 == 5) {  // a new document
-        ASSERT_TRUE(owned[i]->tree().AddSegment(RandomRows(7, dim, &rng)).ok());
+        ASSERT_OK(owned[i]->tree().AddSegment(RandomRows(7, dim, &rng)));
       }
     }
   }
@@ -176,7 +176,7 @@ TEST_F(LevelScorerTest, FailuresMarkTheCopiesStaleAndResendInFull) {
   const int64_t all_rows = t.num_grids() + t.num_chunks() + t.num_pages();
   EXPECT_EQ(shared.rows_written, all_rows);
 
-  ASSERT_TRUE(ctx->tree().Append(RandomRows(1, 32, &rng)).ok());
+  ASSERT_OK(ctx->tree().Append(RandomRows(1, 32, &rng)));
   shared.fail_next_score = true;
   std::vector<float> out(all_rows + 3);
   const LevelJob job{ctx.get(), anchor.data()};
@@ -188,7 +188,7 @@ TEST_F(LevelScorerTest, FailuresMarkTheCopiesStaleAndResendInFull) {
   EXPECT_EQ(shared.rows_written, t.num_grids() + t.num_chunks() + t.num_pages())
       << "after a failure every row is sent again";
 
-  ASSERT_TRUE(ctx->tree().Append(RandomRows(1, 32, &rng)).ok());
+  ASSERT_OK(ctx->tree().Append(RandomRows(1, 32, &rng)));
   shared.fail_next_write = true;
   EXPECT_FALSE(scorer->ScoreLevels({&job, 1}, out.data()).ok());
   ExpectMatchesCpu(scorer.get(), {ctx.get()}, {anchor});
@@ -202,8 +202,7 @@ TEST_F(LevelScorerTest, ContextSharedByTwoScorersStaysInSync) {
   auto b = NewMirroredLevelScorer(NewHostRowBackend());
   for (int step = 0; step < 20; ++step) {
     ExpectMatchesCpu(step % 2 == 0 ? a.get() : b.get(), {ctx.get()}, {anchor});
-    for (int i = 0; i < step % 4; ++i)
-      ASSERT_TRUE(ctx->tree().Append(RandomRows(1, 16, &rng)).ok());
+    for (int i = 0; i < step % 4; ++i) ASSERT_OK(ctx->tree().Append(RandomRows(1, 16, &rng)));
   }
 }
 
@@ -254,10 +253,9 @@ TEST(SelectorLevelScorerTest, SelectsWhatTheCpuSelects) {
         requests.push_back(r);
       }
       results[k].resize(requests.size());
-      ASSERT_TRUE(selectors[k]->SelectBatch(requests, absl::MakeSpan(results[k])).ok());
+      ASSERT_OK(selectors[k]->SelectBatch(requests, absl::MakeSpan(results[k])));
       for (int i = 0; i < kContexts; ++i) {
-        ASSERT_TRUE(
-            sets[k][i]->tree().Append(absl::MakeConstSpan(appended).subspan(i * 64, 64)).ok());
+        ASSERT_OK(sets[k][i]->tree().Append(absl::MakeConstSpan(appended).subspan(i * 64, 64)));
       }
     }
     for (int i = 0; i < kContexts; ++i) {
@@ -271,7 +269,7 @@ TEST(SelectorLevelScorerTest, SelectsWhatTheCpuSelects) {
     }
   }
   EXPECT_EQ(selectors[2]->level_scorer_batches(), 25);
-  EXPECT_TRUE(selectors[2]->last_level_scorer_status().ok());
+  EXPECT_OK(selectors[2]->last_level_scorer_status());
 }
 
 TEST(SelectorLevelScorerTest, FailureFallsBackToTheCpuAndIsReported) {
@@ -295,9 +293,9 @@ TEST(SelectorLevelScorerTest, FailureFallsBackToTheCpuAndIsReported) {
     r.step = step;
     SelectResult want, got;
     r.context = a.get();
-    ASSERT_TRUE(cpu->Select(r, &want).ok());
+    ASSERT_OK(cpu->Select(r, &want));
     r.context = b.get();
-    ASSERT_TRUE(dev->Select(r, &got).ok()) << "a scorer failure never fails Select";
+    ASSERT_OK(dev->Select(r, &got)) << "a scorer failure never fails Select";
     EXPECT_EQ(got.blocks, want.blocks);
     EXPECT_EQ(got.scores, want.scores);
     EXPECT_EQ(dev->last_level_scorer_status().ok(), step != 1);
@@ -328,7 +326,7 @@ TEST(SelectorLevelScorerTest, FactoryErrorsAndSmallBatchesStayOnTheCpu) {
   r.anchor = anchor;
   r.budget_blocks = 10;
   SelectResult out;
-  ASSERT_TRUE(gated->Select(r, &out).ok());
+  ASSERT_OK(gated->Select(r, &out));
   EXPECT_EQ(gated->level_scorer_batches(), 0);
   EXPECT_EQ(ctx->attachment(), nullptr) << "nothing was mirrored";
 

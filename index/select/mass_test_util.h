@@ -14,6 +14,7 @@
 #include "index/context_index.h"
 #include "index/select/calibration.h"
 #include "index/summary/summary.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::index::mass_test {
 
@@ -42,7 +43,7 @@ inline std::unique_ptr<ContextIndex> NewContext(const SelectionCalibration& c) {
   o.block_size_tokens = kT;
   o.calibration = c;
   auto ctx = ContextIndex::Create(o);
-  EXPECT_TRUE(ctx.ok()) << ctx.status();
+  EXPECT_OK(ctx) << ctx.status();
   return ctx.ok() ? std::move(*ctx) : nullptr;
 }
 

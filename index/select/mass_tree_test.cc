@@ -66,11 +66,11 @@ TEST(MassTreeTest, PriorAloneRanksExactlyAsTheFlatPass) {
   std::vector<BlockSummary> pages;
   pages.reserve(700);
   for (int i = 0; i < 700; ++i) pages.push_back(Page(&rng));
-  ASSERT_TRUE(flat->AddSegment(absl::MakeConstSpan(pages).subspan(0, 600)).ok());
-  ASSERT_TRUE(sparse->AddSegment(absl::MakeConstSpan(pages).subspan(0, 600)).ok());
+  ASSERT_OK(flat->AddSegment(absl::MakeConstSpan(pages).subspan(0, 600)));
+  ASSERT_OK(sparse->AddSegment(absl::MakeConstSpan(pages).subspan(0, 600)));
   for (int step = 0; step < 100; ++step) {
-    ASSERT_TRUE(flat->Append(pages[600 + step]).ok());
-    ASSERT_TRUE(sparse->Append(pages[600 + step]).ok());
+    ASSERT_OK(flat->Append(pages[600 + step]));
+    ASSERT_OK(sparse->Append(pages[600 + step]));
     for (int64_t budget : {3, 40, 300}) {
       SelectRequest r;
       r.scorer = ScorerKind::kMass;
@@ -79,9 +79,9 @@ TEST(MassTreeTest, PriorAloneRanksExactlyAsTheFlatPass) {
       r.step = step;
       SelectResult a, b;
       r.context = flat.get();
-      ASSERT_TRUE(flat_sel->Select(r, &a).ok());
+      ASSERT_OK(flat_sel->Select(r, &a));
       r.context = sparse.get();
-      ASSERT_TRUE(sparse_sel->Select(r, &b).ok());
+      ASSERT_OK(sparse_sel->Select(r, &b));
       EXPECT_FALSE(a.mass_sparse);
       EXPECT_TRUE(b.mass_sparse);
       EXPECT_EQ(a.blocks, b.blocks) << "step " << step << " budget " << budget;
@@ -107,12 +107,11 @@ TEST(MassTreeTest, FindsATargetFarBackAndReadsLittle) {
   for (int64_t i = 0; i < kPages; ++i) {
     pages.push_back(i == kTarget ? Page(&rng, q.data(), 1.5f) : Page(&rng));
   }
-  ASSERT_TRUE(ctx->AddSegment(pages).ok());
+  ASSERT_OK(ctx->AddSegment(pages));
   std::vector<float> est(kPages);
   KeyScorerScratch scratch;
-  ASSERT_TRUE(MassScores(ctx->keys(), ctx->calibration(), ctx->key_slots(), kD, kPages, q, &scratch,
-                         absl::MakeSpan(est))
-                  .ok());
+  ASSERT_OK(MassScores(ctx->keys(), ctx->calibration(), ctx->key_slots(), kD, kPages, q, &scratch,
+                       absl::MakeSpan(est)));
   const float prior = Calibration().prior.back();
   ASSERT_GT(est[kTarget] - prior, 0.9f * 0.4f) << "the flat pass gates the planted page";
 
@@ -143,7 +142,7 @@ TEST(MassTreeTest, FindsATargetFarBackAndReadsLittle) {
   r.head_queries = q;
   r.budget_blocks = 8;
   SelectResult out;
-  ASSERT_TRUE(sel->Select(r, &out).ok());
+  ASSERT_OK(sel->Select(r, &out));
   EXPECT_TRUE(out.mass_sparse);
   EXPECT_TRUE(std::binary_search(out.blocks.begin(), out.blocks.end(), kTarget));
   EXPECT_EQ(out.mass_pages_opened, stats.pages_opened);
@@ -157,7 +156,7 @@ TEST(MassTreeTest, OtherRequestsScoreFlat) {
   std::vector<BlockSummary> pages;
   pages.reserve(64);
   for (int i = 0; i < 64; ++i) pages.push_back(Page(&rng));
-  ASSERT_TRUE(ctx->AddSegment(pages).ok());
+  ASSERT_OK(ctx->AddSegment(pages));
   std::vector<float> q(kD, 0.5f);
   SelectRequest r;
   r.context = ctx.get();
@@ -167,12 +166,12 @@ TEST(MassTreeTest, OtherRequestsScoreFlat) {
   SelectResult out;
   auto short_ctx = *Selector::Create(Options(512));
   r.stability = false;
-  ASSERT_TRUE(short_ctx->Select(r, &out).ok());
+  ASSERT_OK(short_ctx->Select(r, &out));
   EXPECT_FALSE(out.mass_sparse) << "64 blocks is below min_pages";
   auto any = *Selector::Create(Options(0));
   r.stability = true;
   r.step = 1;
-  ASSERT_TRUE(any->Select(r, &out).ok());
+  ASSERT_OK(any->Select(r, &out));
   EXPECT_FALSE(out.mass_sparse) << "a stability-ranked request";
 }
 
@@ -192,7 +191,7 @@ class MassCalibrationTest : public ::testing::TestWithParam<int64_t /*min_pages*
       const bool t = std::find(targets.begin(), targets.end(), i) != targets.end();
       ps.push_back(t ? Page(&rng, q_.data(), 1.5f) : Page(&rng));
     }
-    ASSERT_TRUE(ctx_->AddSegment(ps).ok());
+    ASSERT_OK(ctx_->AddSegment(ps));
     sel_ = std::move(*Selector::Create(Options(GetParam())));
   }
   SelectResult Select(int64_t step, int64_t budget) {
@@ -204,7 +203,7 @@ class MassCalibrationTest : public ::testing::TestWithParam<int64_t /*min_pages*
     r.budget_blocks = budget;
     r.step = step;
     SelectResult out;
-    EXPECT_TRUE(sel_->Select(r, &out).ok());
+    EXPECT_OK(sel_->Select(r, &out));
     EXPECT_EQ(out.mass_sparse, GetParam() == 0);
     return out;
   }

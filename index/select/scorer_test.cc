@@ -24,7 +24,7 @@ TEST(ScorerTest, KeyKeyIsCosineMappedToUnitInterval) {
   ScoreInput in;
   in.anchor = anchor;
   std::vector<float> out(5);
-  ASSERT_TRUE(ScoreBlocks(ScorerKind::kKeyKey, View2(mean, 5), in, absl::MakeSpan(out)).ok());
+  ASSERT_OK(ScoreBlocks(ScorerKind::kKeyKey, View2(mean, 5), in, absl::MakeSpan(out)));
   EXPECT_FLOAT_EQ(out[0], 1.0f);
   EXPECT_FLOAT_EQ(out[1], 0.5f);
   EXPECT_FLOAT_EQ(out[2], 0.0f);
@@ -41,7 +41,7 @@ TEST(ScorerTest, WeightedUsesWeightedMean) {
   ScoreInput in;
   in.anchor = anchor;
   std::vector<float> out(1);
-  ASSERT_TRUE(ScoreBlocks(ScorerKind::kKeyKeyWeighted, v, in, absl::MakeSpan(out)).ok());
+  ASSERT_OK(ScoreBlocks(ScorerKind::kKeyKeyWeighted, v, in, absl::MakeSpan(out)));
   EXPECT_FLOAT_EQ(out[0], 1.0f);
   v.weighted_mean = nullptr;
   absl::Status s = ScoreBlocks(ScorerKind::kKeyKeyWeighted, v, in, absl::MakeSpan(out));
@@ -60,7 +60,7 @@ TEST(ScorerTest, QuestBound) {
   ScoreInput in;
   in.query = q;
   std::vector<float> out(2);
-  ASSERT_TRUE(ScoreBlocks(ScorerKind::kQuest, v, in, absl::MakeSpan(out)).ok());
+  ASSERT_OK(ScoreBlocks(ScorerKind::kQuest, v, in, absl::MakeSpan(out)));
   EXPECT_FLOAT_EQ(out[0], 2.0f + 2.0f);  // max(2,-1) + max(-6, 2)
   EXPECT_FLOAT_EQ(out[1], 1.0f + 0.0f);  // max(1, 0) + max(-2, 0)
   EXPECT_FALSE(ScoresInUnitInterval(ScorerKind::kQuest));
@@ -75,14 +75,14 @@ TEST(ScorerTest, ArkValeSphereBound) {
   ScoreInput in;
   in.query = q;
   std::vector<float> out(1);
-  ASSERT_TRUE(ScoreBlocks(ScorerKind::kArkVale, v, in, absl::MakeSpan(out)).ok());
+  ASSERT_OK(ScoreBlocks(ScorerKind::kArkVale, v, in, absl::MakeSpan(out)));
   EXPECT_FLOAT_EQ(out[0], 3.0f + 5.0f * 2.0f);
 }
 
 TEST(ScorerTest, KeyDiffFavoursDistinctBlocks) {
   const std::vector<float> mean = {1, 0, 2, 0, 1, 0, 0, 1};
   std::vector<float> out(4);
-  ASSERT_TRUE(ScoreBlocks(ScorerKind::kKeyDiff, View2(mean, 4), {}, absl::MakeSpan(out)).ok());
+  ASSERT_OK(ScoreBlocks(ScorerKind::kKeyDiff, View2(mean, 4), {}, absl::MakeSpan(out)));
   // m = (3, 1): cos to (1,0) = 3/sqrt(10), to (0,1) = 1/sqrt(10).
   EXPECT_NEAR(out[0], 0.5 * (1 - 3 / std::sqrt(10.0)), 1e-6);
   EXPECT_NEAR(out[3], 0.5 * (1 - 1 / std::sqrt(10.0)), 1e-6);
@@ -94,16 +94,16 @@ TEST(ScorerTest, RecencyAndRandom) {
   v.dim = 4;
   v.num_blocks = 4;
   std::vector<float> out(4);
-  ASSERT_TRUE(ScoreBlocks(ScorerKind::kRecency, v, {}, absl::MakeSpan(out)).ok());
+  ASSERT_OK(ScoreBlocks(ScorerKind::kRecency, v, {}, absl::MakeSpan(out)));
   EXPECT_EQ(out, (std::vector<float>{0.25f, 0.5f, 0.75f, 1.0f}));
   ScoreInput in;
   in.seed = 42;
   in.step = 3;
   std::vector<float> a(4), b(4), c(4);
-  ASSERT_TRUE(ScoreBlocks(ScorerKind::kRandom, v, in, absl::MakeSpan(a)).ok());
-  ASSERT_TRUE(ScoreBlocks(ScorerKind::kRandom, v, in, absl::MakeSpan(b)).ok());
+  ASSERT_OK(ScoreBlocks(ScorerKind::kRandom, v, in, absl::MakeSpan(a)));
+  ASSERT_OK(ScoreBlocks(ScorerKind::kRandom, v, in, absl::MakeSpan(b)));
   in.step = 4;
-  ASSERT_TRUE(ScoreBlocks(ScorerKind::kRandom, v, in, absl::MakeSpan(c)).ok());
+  ASSERT_OK(ScoreBlocks(ScorerKind::kRandom, v, in, absl::MakeSpan(c)));
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   for (float x : a) {
@@ -116,7 +116,7 @@ TEST(ScorerTest, NamesParseBack) {
   for (int k = 0; k <= static_cast<int>(ScorerKind::kMass); ++k) {
     const auto kind = static_cast<ScorerKind>(k);
     auto parsed = ParseScorerKind(ScorerName(kind));
-    ASSERT_TRUE(parsed.ok());
+    ASSERT_OK(parsed);
     EXPECT_EQ(*parsed, kind);
   }
   EXPECT_FALSE(ParseScorerKind("h2o").ok());
@@ -178,8 +178,8 @@ TEST(ScorerTest, SummaryTableBuildsViewsPerLayer) {
   b.mean = {2, 2};
   b.layer_mean = {0, 1, 1, 0};
   SummaryTable whole(2);
-  ASSERT_TRUE(whole.Add(a).ok());
-  ASSERT_TRUE(whole.Add(b).ok());
+  ASSERT_OK(whole.Add(a));
+  ASSERT_OK(whole.Add(b));
   SummaryView v = whole.view();
   EXPECT_EQ(v.num_blocks, 2);
   EXPECT_EQ(v.mean[2], 2.0f);
@@ -187,8 +187,8 @@ TEST(ScorerTest, SummaryTableBuildsViewsPerLayer) {
   EXPECT_EQ(v.radius[1], 1.0f);
 
   SummaryTable layer1(2, 1);
-  ASSERT_TRUE(layer1.Add(a).ok());
-  ASSERT_TRUE(layer1.Add(b).ok());
+  ASSERT_OK(layer1.Add(a));
+  ASSERT_OK(layer1.Add(b));
   v = layer1.view();
   EXPECT_EQ(v.mean[0], 0.0f);
   EXPECT_EQ(v.mean[1], 1.0f);

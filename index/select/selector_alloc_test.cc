@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "index/context_index.h"
 #include "index/select/selector.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace {
 // Global, not per thread: SelectBatch's worker threads count too.
@@ -60,14 +61,14 @@ int64_t AllocationsOverSteps(const Case& c, int contexts, int32_t threads) {
     TreeOptions t;
     t.dim = kDim;
     auto ctx = ContextIndex::Create(t);
-    EXPECT_TRUE(ctx.ok());
-    EXPECT_TRUE((*ctx)->tree().AddSegment(vectors).ok());
+    EXPECT_OK(ctx);
+    EXPECT_OK((*ctx)->tree().AddSegment(vectors));
     ctxs.push_back(std::move(*ctx));
   }
   SelectorOptions o;
   o.num_threads = threads;
   auto selector = Selector::Create(o);
-  EXPECT_TRUE(selector.ok());
+  EXPECT_OK(selector);
   std::vector<SelectResult> results(contexts);
   std::vector<SelectRequest> requests(contexts);
   std::vector<std::vector<float>> anchors(contexts, std::vector<float>(kDim));
@@ -89,7 +90,7 @@ int64_t AllocationsOverSteps(const Case& c, int contexts, int32_t threads) {
                                 ? (*selector)->Select(requests[0], &results[0])
                                 : (*selector)->SelectBatch(requests, absl::MakeSpan(results));
     counting = false;
-    EXPECT_TRUE(st.ok()) << c.name << ": " << st;
+    EXPECT_OK(st) << c.name << ": " << st;
     counted += allocations.load();
   }
   return counted;

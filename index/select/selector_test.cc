@@ -61,7 +61,7 @@ TEST(SelectorTest, FindsPlantedRunsWithinBudget) {
     r.anchor = syn.anchor;
     r.budget_blocks = 1 + 4 + 16;
     SelectResult out;
-    ASSERT_TRUE(selector->Select(r, &out).ok());
+    ASSERT_OK(selector->Select(r, &out));
     EXPECT_EQ(out.blocks.size(), 21u);
     EXPECT_TRUE(std::is_sorted(out.blocks.begin(), out.blocks.end()));
     for (int64_t p : syn.planted) EXPECT_TRUE(Contains(out.blocks, p)) << p;
@@ -81,7 +81,7 @@ TEST(SelectorTest, FindsScatteredPlantedBlocksWithFlatFractions) {
   r.anchor = syn.anchor;
   r.budget_tokens = 21 * 16;
   SelectResult out;
-  ASSERT_TRUE(selector->Select(r, &out).ok());
+  ASSERT_OK(selector->Select(r, &out));
   EXPECT_EQ(out.blocks.size(), 21u);
   for (int64_t p : syn.planted) EXPECT_TRUE(Contains(out.blocks, p)) << p;
 }
@@ -100,11 +100,11 @@ TEST(SelectorTest, SinksAndLocalWindowAlwaysChosen) {
   r.anchor = away;
   r.budget_blocks = 5;
   SelectResult out;
-  ASSERT_TRUE(selector->Select(r, &out).ok());
+  ASSERT_OK(selector->Select(r, &out));
   EXPECT_EQ(out.blocks, (std::vector<int64_t>{0, 1, 2045, 2046, 2047}));
   r.budget_blocks = 12;
   r.step = 1;
-  ASSERT_TRUE(selector->Select(r, &out).ok());
+  ASSERT_OK(selector->Select(r, &out));
   EXPECT_EQ(out.blocks.size(), 12u);
   for (int64_t p : {0, 1, 2045, 2046, 2047}) {
     EXPECT_TRUE(Contains(out.blocks, p));
@@ -114,7 +114,7 @@ TEST(SelectorTest, SinksAndLocalWindowAlwaysChosen) {
       MakeContext(std::vector<float>(syn.vectors.begin(), syn.vectors.begin() + 6 * 128), 128);
   r.context = small.get();
   r.budget_blocks = 100;
-  ASSERT_TRUE(selector->Select(r, &out).ok());
+  ASSERT_OK(selector->Select(r, &out));
   EXPECT_EQ(out.blocks, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
 }
 
@@ -144,7 +144,7 @@ TEST(SelectorTest, ChildOfDroppedParentIsNeverChosen) {
     r.anchor = anchor;
     r.budget_blocks = 1;
     SelectResult out;
-    ASSERT_TRUE(selector->Select(r, &out).ok());
+    ASSERT_OK(selector->Select(r, &out));
     ASSERT_EQ(out.blocks.size(), 1u);
     EXPECT_LT(out.blocks[0], 4);  // grid 1 was dropped, page 4 with it
     // Flat fractions (everything kept) choose page 4: the mask did it.
@@ -152,7 +152,7 @@ TEST(SelectorTest, ChildOfDroppedParentIsNeverChosen) {
     o.grid_keep_fraction = o.chunk_keep_fraction = 1.0;
     auto flat = MakeSelector(o);
     r.context = ctx2.get();
-    ASSERT_TRUE(flat->Select(r, &out).ok());
+    ASSERT_OK(flat->Select(r, &out));
     EXPECT_EQ(out.blocks, std::vector<int64_t>{4});
   }
 }
@@ -177,13 +177,13 @@ TEST(SelectorTest, OneStepSpikeDoesNotEvictStableBlock) {
     r.anchor = steady;
     for (int64_t step = 1; step <= 20; ++step) {
       r.step = step;
-      ASSERT_TRUE(selector->Select(r, &out).ok());
+      ASSERT_OK(selector->Select(r, &out));
       ASSERT_EQ(out.blocks, std::vector<int64_t>{0});
     }
     EXPECT_FLOAT_EQ(ctx->stability().Stability(0, 20), 1.0f);
     r.anchor = spike;
     r.step = 21;
-    ASSERT_TRUE(selector->Select(r, &out).ok());
+    ASSERT_OK(selector->Select(r, &out));
     if (weight > 0) {
       EXPECT_EQ(out.blocks, std::vector<int64_t>{0});
       // The newcomer is reported for prefetch.
@@ -227,14 +227,14 @@ TEST(SelectorTest, StableBlockIsHeldWhenItsChunkIsDropped) {
     SelectResult out;
     for (int64_t step = 1; step <= 20; ++step) {
       r.step = step;
-      ASSERT_TRUE(flat->Select(r, &out).ok());
+      ASSERT_OK(flat->Select(r, &out));
       ASSERT_EQ(out.blocks, std::vector<int64_t>{4});
     }
     o.grid_keep_fraction = o.chunk_keep_fraction = 0.5;
     o.stability.weight = 0.6f;
     auto masked = MakeSelector(o);
     r.step = 21;
-    ASSERT_TRUE(masked->Select(r, &out).ok());
+    ASSERT_OK(masked->Select(r, &out));
     if (hold <= 1.0f) {
       EXPECT_EQ(out.held, 1);
       EXPECT_EQ(out.blocks, std::vector<int64_t>{4});
@@ -287,14 +287,14 @@ TEST(SelectorTest, BatchEqualsPerContextAndGemmEqualsDescent) {
       r.budget_blocks = 20 + 5 * i;
       r.step = step;
       r.context = single[i].get();
-      ASSERT_TRUE(one->Select(r, &expected[i]).ok());
+      ASSERT_OK(one->Select(r, &expected[i]));
       rb[i] = r;
       rb[i].context = batched[i].get();
       rg[i] = r;
       rg[i].context = gemm[i].get();
     }
-    ASSERT_TRUE(two->SelectBatch(rb, absl::MakeSpan(ob)).ok());
-    ASSERT_TRUE(all->SelectBatch(rg, absl::MakeSpan(og)).ok());
+    ASSERT_OK(two->SelectBatch(rb, absl::MakeSpan(ob)));
+    ASSERT_OK(all->SelectBatch(rg, absl::MakeSpan(og)));
     for (int i = 0; i < kContexts; ++i) {
       EXPECT_EQ(ob[i].blocks, expected[i].blocks) << "step " << step;
       EXPECT_EQ(ob[i].prefetch, expected[i].prefetch) << "step " << step;
@@ -310,7 +310,7 @@ TEST(SelectorTest, FlatScorers) {
   to.dim = 2;
   to.keep_summaries = true;
   auto ctx = ContextIndex::Create(to);
-  ASSERT_TRUE(ctx.ok());
+  ASSERT_OK(ctx);
   std::vector<BlockSummary> pages(8);
   for (int i = 0; i < 8; ++i) {
     pages[i].dim = 2;
@@ -319,7 +319,7 @@ TEST(SelectorTest, FlatScorers) {
     pages[i].max = {1.0f, i == 5 ? 9.0f : 1.0f};
     pages[i].radius = 1;
   }
-  ASSERT_TRUE((*ctx)->tree().AddSegment(pages).ok());
+  ASSERT_OK((*ctx)->tree().AddSegment(pages));
   SelectorOptions o;
   o.sink_blocks = 1;
   o.local_blocks = 1;
@@ -335,15 +335,15 @@ TEST(SelectorTest, FlatScorers) {
   r.query = q;
   r.scorer = ScorerKind::kQuest;
   SelectResult out;
-  ASSERT_TRUE(selector->Select(r, &out).ok()) << selector->Select(r, &out);
+  ASSERT_OK(selector->Select(r, &out)) << selector->Select(r, &out);
   EXPECT_EQ(out.blocks, (std::vector<int64_t>{0, 5, 7}));
   r.scorer = ScorerKind::kRecency;
   r.step = 1;
-  ASSERT_TRUE(selector->Select(r, &out).ok());
+  ASSERT_OK(selector->Select(r, &out));
   EXPECT_EQ(out.blocks, (std::vector<int64_t>{0, 6, 7}));
   r.scorer = ScorerKind::kKeyDiff;
   r.step = 2;
-  ASSERT_TRUE(selector->Select(r, &out).ok());
+  ASSERT_OK(selector->Select(r, &out));
   EXPECT_EQ(out.blocks.size(), 3u);
   // Quest on a context without summaries is a precondition failure.
   auto bare = MakeContext(std::vector<float>(16, 1.0f), 2);
@@ -363,7 +363,7 @@ TEST(SelectorTest, InvalidInputNamesTheField) {
   good.anchor = syn.anchor;
   good.budget_blocks = 10;
   good.step = 5;
-  ASSERT_TRUE(selector->Select(good, &out).ok());
+  ASSERT_OK(selector->Select(good, &out));
 
   SelectRequest r = good;
   r.context = nullptr;
@@ -391,7 +391,7 @@ TEST(SelectorTest, InvalidInputNamesTheField) {
   r.step = 4;
   EXPECT_NE(message(r).find("step (4)"), std::string::npos);
   auto empty = ContextIndex::Create(TreeOptions());
-  ASSERT_TRUE(empty.ok());
+  ASSERT_OK(empty);
   r = good;
   r.context = empty->get();
   EXPECT_NE(message(r).find("context is empty"), std::string::npos);
@@ -459,8 +459,8 @@ void ExpectWindowPathEqualsTheFlatPass(int32_t window_steps, int64_t other_every
   for (int64_t step = 1; step <= steps; ++step) {
     if (step % 3 == 0) {
       const std::vector<float> v = vector();
-      ASSERT_TRUE(fast_ctx->tree().Append(v).ok());
-      ASSERT_TRUE(flat_ctx->tree().Append(v).ok());
+      ASSERT_OK(fast_ctx->tree().Append(v));
+      ASSERT_OK(flat_ctx->tree().Append(v));
     }
     const int64_t n = fast_ctx->tree().num_pages();
     SelectRequest r;
@@ -488,9 +488,9 @@ void ExpectWindowPathEqualsTheFlatPass(int32_t window_steps, int64_t other_every
     r.budget_blocks = step % big_budget_every == 0 ? n / 2 : 5 + step % 40;
     SelectResult a, b;
     r.context = fast_ctx.get();
-    ASSERT_TRUE(fast->Select(r, &a).ok()) << step;
+    ASSERT_OK(fast->Select(r, &a)) << step;
     r.context = flat_ctx.get();
-    ASSERT_TRUE(flat->Select(r, &b).ok()) << step;
+    ASSERT_OK(flat->Select(r, &b)) << step;
     ASSERT_EQ(a.blocks, b.blocks) << "step " << step;
     ASSERT_EQ(a.scores, b.scores) << "step " << step;
     ASSERT_EQ(a.prefetch, b.prefetch) << "step " << step;

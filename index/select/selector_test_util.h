@@ -10,21 +10,22 @@
 #include "gtest/gtest.h"
 #include "index/context_index.h"
 #include "index/select/selector.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::index {
 
 inline std::unique_ptr<ContextIndex> MakeTestContext(const std::vector<float>& vectors,
                                                      const TreeOptions& options) {
   auto ctx = ContextIndex::Create(options);
-  EXPECT_TRUE(ctx.ok()) << ctx.status();
+  EXPECT_OK(ctx) << ctx.status();
   if (!ctx.ok()) return nullptr;
-  EXPECT_TRUE((*ctx)->tree().AddSegment(vectors).ok());
+  EXPECT_OK((*ctx)->tree().AddSegment(vectors));
   return std::move(*ctx);
 }
 
 inline std::unique_ptr<Selector> MakeTestSelector(const SelectorOptions& options) {
   auto s = Selector::Create(options);
-  EXPECT_TRUE(s.ok()) << s.status();
+  EXPECT_OK(s) << s.status();
   return s.ok() ? std::move(*s) : nullptr;
 }
 

@@ -18,7 +18,7 @@ TEST(StabilityTest, CountsRelevantStepsInTheWindow) {
   StabilityTracker t;
   t.Resize(3);
   for (int64_t step = 1; step <= 20; ++step) {
-    ASSERT_TRUE(t.BeginStep(step).ok());
+    ASSERT_OK(t.BeginStep(step));
     t.Observe(0, true);
     t.Observe(1, step % 2 == 0);
   }
@@ -27,9 +27,9 @@ TEST(StabilityTest, CountsRelevantStepsInTheWindow) {
   EXPECT_FLOAT_EQ(t.Stability(2, 20), 0.0f);
   EXPECT_FLOAT_EQ(t.Stability(0, 10), 1.0f);
   // Ten steps without observing page 0: half its window is empty.
-  ASSERT_TRUE(t.BeginStep(30).ok());
+  ASSERT_OK(t.BeginStep(30));
   EXPECT_FLOAT_EQ(t.Stability(0, 20), 0.5f);
-  ASSERT_TRUE(t.BeginStep(200).ok());
+  ASSERT_OK(t.BeginStep(200));
   EXPECT_FLOAT_EQ(t.Stability(0, 20), 0.0f);
 }
 
@@ -53,8 +53,8 @@ TEST(StabilityTest, RangesEqualObservingEveryPage) {
       if (call % 150 == 149) step += 70;
       ranged.Resize(n);
       plain.Resize(n);
-      ASSERT_TRUE(ranged.BeginStep(step).ok());
-      ASSERT_TRUE(plain.BeginStep(step).ok());
+      ASSERT_OK(ranged.BeginStep(step));
+      ASSERT_OK(plain.BeginStep(step));
       if (rng() % 4 != 0) {
         // A window step: a range, plus a few pages observed one by one.
         const int64_t edge = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
@@ -101,19 +101,19 @@ TEST(StabilityTest, NewPagesAreJudgedOverTheirOwnLife) {
   StabilityTracker t;
   t.Resize(1);
   for (int64_t step = 1; step <= 30; ++step) {
-    ASSERT_TRUE(t.BeginStep(step).ok());
+    ASSERT_OK(t.BeginStep(step));
     t.Observe(0, true);
     if (step == 27) t.Resize(2);  // appended at step 27
     if (step >= 27) t.Observe(1, true);
   }
   EXPECT_FLOAT_EQ(t.Stability(0, 20), 1.0f);
   EXPECT_FLOAT_EQ(t.Stability(1, 20), 1.0f);  // 4 of its 4 steps
-  ASSERT_TRUE(t.BeginStep(31).ok());
+  ASSERT_OK(t.BeginStep(31));
   t.Observe(1, false);
   EXPECT_FLOAT_EQ(t.Stability(1, 20), 4.0f / 5.0f);
   // Once older than the window it is judged over the window.
   for (int64_t step = 32; step <= 60; ++step) {
-    ASSERT_TRUE(t.BeginStep(step).ok());
+    ASSERT_OK(t.BeginStep(step));
     t.Observe(1, step % 4 == 0);
   }
   EXPECT_FLOAT_EQ(t.Stability(1, 20), 5.0f / 20.0f);
@@ -127,13 +127,13 @@ TEST(StabilityTest, RisingMeansNewerHalfBeatsOlderHalf) {
   StabilityTracker t;
   t.Resize(2);
   for (int64_t step = 1; step <= 20; ++step) {
-    ASSERT_TRUE(t.BeginStep(step).ok());
+    ASSERT_OK(t.BeginStep(step));
     t.Observe(0, true);        // steady
     t.Observe(1, step >= 18);  // new in the last three steps
   }
   EXPECT_FALSE(t.Rising(0, 20));
   EXPECT_TRUE(t.Rising(1, 20));
-  ASSERT_TRUE(t.BeginStep(21).ok());
+  ASSERT_OK(t.BeginStep(21));
   t.Observe(1, false);
   EXPECT_FALSE(t.Rising(1, 20));  // not relevant now
 }
@@ -142,20 +142,20 @@ TEST(StabilityTest, HeldAreStableChosenPagesNotObserved) {
   StabilityTracker t;
   t.Resize(4);
   for (int64_t step = 1; step <= 10; ++step) {
-    ASSERT_TRUE(t.BeginStep(step).ok());
+    ASSERT_OK(t.BeginStep(step));
     t.Observe(0, true);
     t.Observe(1, true);
     t.Observe(2, step == 1);
     t.Observe(3, true);
   }
   t.SetChosen({0, 1, 2});
-  ASSERT_TRUE(t.BeginStep(11).ok());
+  ASSERT_OK(t.BeginStep(11));
   t.Observe(1, true);
   std::vector<int64_t> held;
   t.CollectHeld(0.4f, 20, &held);
   // 1 was observed, 2 is not stable, 3 was not chosen.
   EXPECT_EQ(held, std::vector<int64_t>{0});
-  ASSERT_TRUE(t.BeginStep(100).ok());
+  ASSERT_OK(t.BeginStep(100));
   held.clear();
   t.CollectHeld(0.1f, 20, &held);
   EXPECT_TRUE(held.empty());  // its history aged out
@@ -164,8 +164,8 @@ TEST(StabilityTest, HeldAreStableChosenPagesNotObserved) {
 TEST(StabilityTest, StepsNeverGoBack) {
   StabilityTracker t;
   t.Resize(1);
-  ASSERT_TRUE(t.BeginStep(5).ok());
-  ASSERT_TRUE(t.BeginStep(5).ok());
+  ASSERT_OK(t.BeginStep(5));
+  ASSERT_OK(t.BeginStep(5));
   absl::Status s = t.BeginStep(4);
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(s.message().find("step (4)"), std::string::npos);
@@ -173,7 +173,7 @@ TEST(StabilityTest, StepsNeverGoBack) {
 
 TEST(StabilityTest, OptionsAreValidated) {
   StabilityOptions o;
-  EXPECT_TRUE(ValidateStabilityOptions(o).ok());
+  EXPECT_OK(ValidateStabilityOptions(o));
   o.window_steps = 65;
   EXPECT_NE(ValidateStabilityOptions(o).message().find("window_steps"), std::string::npos);
   o = StabilityOptions();

@@ -96,7 +96,7 @@ TEST_P(SummaryBuilderTest, AnyChunkingGivesTheWholePayloadsBits) {
   opt.key_heads = {1, 6, 11};
   HeadStats want_stats;
   absl::StatusOr<BlockSummary> want = ComputeBlockSummary(layout, p.bytes, opt, &want_stats);
-  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_OK(want) << want.status();
 
   std::mt19937 rng(3);
   std::vector<size_t> random_steps;
@@ -108,7 +108,7 @@ TEST_P(SummaryBuilderTest, AnyChunkingGivesTheWholePayloadsBits) {
     SCOPED_TRACE(::testing::Message() << "first step " << steps[0]);
     HeadStats stats;
     absl::StatusOr<BlockSummary> got = BuildInSteps(layout, p.bytes, opt, &stats, steps);
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got) << got.status();
     ExpectIdentical(*got, *want);
     ExpectIdentical(stats, want_stats);
   }
@@ -129,27 +129,27 @@ TEST(SummaryBuilder, SummarisesEachHeadOnceItsKeysAreComplete) {
   const size_t head_bytes = 4 * 8 * 2;  // tokens x dim x fp16
   const SummaryOptions opt;
   absl::StatusOr<BlockSummaryBuilder> b = BlockSummaryBuilder::Create(layout, opt, nullptr);
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(b) << b.status();
   const absl::string_view all(p.bytes);
-  ASSERT_TRUE(b->Advance(all.substr(0, head_bytes - 1)).ok());
+  ASSERT_OK(b->Advance(all.substr(0, head_bytes - 1)));
   EXPECT_EQ(b->heads_done(), 0);
-  ASSERT_TRUE(b->Advance(all.substr(0, head_bytes)).ok());
+  ASSERT_OK(b->Advance(all.substr(0, head_bytes)));
   EXPECT_EQ(b->heads_done(), 1);
-  ASSERT_TRUE(b->Advance(all.substr(0, 2 * head_bytes)).ok());
+  ASSERT_OK(b->Advance(all.substr(0, 2 * head_bytes)));
   EXPECT_EQ(b->heads_done(), 2);
   // Layer 0's values: nothing new. Layer 1's first head: one more.
-  ASSERT_TRUE(b->Advance(all.substr(0, 4 * head_bytes)).ok());
+  ASSERT_OK(b->Advance(all.substr(0, 4 * head_bytes)));
   EXPECT_EQ(b->heads_done(), 2);
-  ASSERT_TRUE(b->Advance(all.substr(0, 5 * head_bytes)).ok());
+  ASSERT_OK(b->Advance(all.substr(0, 5 * head_bytes)));
   EXPECT_EQ(b->heads_done(), 3);
   // A shorter prefix than before reads nothing again.
-  ASSERT_TRUE(b->Advance(all.substr(0, 1)).ok());
+  ASSERT_OK(b->Advance(all.substr(0, 1)));
   EXPECT_EQ(b->heads_done(), 3);
   absl::StatusOr<BlockSummary> got = b->Finish(all);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got) << got.status();
   EXPECT_EQ(b->heads_done(), 4);
   absl::StatusOr<BlockSummary> want = ComputeBlockSummary(layout, p.bytes, opt, nullptr);
-  ASSERT_TRUE(want.ok());
+  ASSERT_OK(want);
   ExpectIdentical(*got, *want);
 }
 
@@ -169,15 +169,15 @@ TEST(SummaryBuilder, ErrorsStickAndNameTheirCause) {
   std::memcpy(&bad[4 * head_bytes + 3 * 4], &nan, 4);
   const SummaryOptions opt;
   absl::StatusOr<BlockSummaryBuilder> b = BlockSummaryBuilder::Create(layout, opt, nullptr);
-  ASSERT_TRUE(b.ok());
-  EXPECT_TRUE(b->Advance(absl::string_view(bad).substr(0, 4 * head_bytes)).ok());
+  ASSERT_OK(b);
+  EXPECT_OK(b->Advance(absl::string_view(bad).substr(0, 4 * head_bytes)));
   absl::Status s = b->Advance(bad);
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(std::string(s.message()).find("layer 1 head 0"), std::string::npos) << s;
   EXPECT_THAT(b->Finish(bad).status(), StatusIs(absl::StatusCode::kInvalidArgument));
 
   absl::StatusOr<BlockSummaryBuilder> fresh = BlockSummaryBuilder::Create(layout, opt, nullptr);
-  ASSERT_TRUE(fresh.ok());
+  ASSERT_OK(fresh);
   absl::Status short_payload = fresh->Finish(absl::string_view(p.bytes).substr(1)).status();
   EXPECT_THAT(short_payload, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(std::string(short_payload.message()).find("payload size"), std::string::npos);

@@ -46,7 +46,7 @@ TEST_P(SummaryDtypeTest, EqualsScalarReference) {
     opt.per_layer = true;
     opt.per_layer_bounds = true;
     auto s = ComputeBlockSummary(layout, p.bytes, opt, nullptr);
-    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_OK(s) << s.status();
     ASSERT_EQ(s->mean.size(), static_cast<size_t>(dim));
     std::vector<float> lo(dim, 1e30f), hi(dim, -1e30f);
     for (int32_t l = 0; l < 3; ++l) {
@@ -100,8 +100,8 @@ TEST(SummaryTest, HeadVarianceWeightsFavourHighVarianceHeads) {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     HeadStats stats;
     const SyntheticPayload p = MakeBlockPayload(layout, seed, scale);
-    ASSERT_TRUE(ComputeBlockSummary(layout, p.bytes, {}, &stats).ok());
-    ASSERT_TRUE(tracker.Merge(stats).ok());
+    ASSERT_OK(ComputeBlockSummary(layout, p.bytes, {}, &stats));
+    ASSERT_OK(tracker.Merge(stats));
   }
   EXPECT_EQ(tracker.Count(1, 0), 20 * 32);
   EXPECT_GT(tracker.Variance(1, 0), 10 * tracker.Variance(0, 0));
@@ -123,8 +123,8 @@ TEST(SummaryTest, WelfordMergeEqualsOnePass) {
   for (uint64_t seed = 1; seed <= 3; ++seed) {
     HeadStats stats;
     const SyntheticPayload p = MakeBlockPayload(layout, seed, {2.0f});
-    ASSERT_TRUE(ComputeBlockSummary(layout, p.bytes, {}, &stats).ok());
-    ASSERT_TRUE(tracker.Merge(stats).ok());
+    ASSERT_OK(ComputeBlockSummary(layout, p.bytes, {}, &stats));
+    ASSERT_OK(tracker.Merge(stats));
     all.insert(all.end(), p.keys.begin(), p.keys.end());
   }
   std::vector<double> mean(8, 0.0);
@@ -148,7 +148,7 @@ TEST(SummaryTest, WeightedMeanUsesHeadWeights) {
   SummaryOptions opt;
   opt.head_weights = &w;
   auto s = ComputeBlockSummary(layout, p.bytes, opt, nullptr);
-  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_OK(s) << s.status();
   EXPECT_EQ(s->weights_version, 7u);
   for (int32_t d = 0; d < 4; ++d) {
     double h0 = 0, h1 = 0;
@@ -161,7 +161,7 @@ TEST(SummaryTest, WeightedMeanUsesHeadWeights) {
   // The same weights reduce a per-head anchor alike.
   std::vector<float> per_head = {1, 0, 0, 0, 0, 1, 0, 0};
   auto a = WeightedAnchor(per_head, 4, w);
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   EXPECT_FLOAT_EQ((*a)[0], 0.75f);
   EXPECT_FLOAT_EQ((*a)[1], 0.25f);
   EXPECT_FALSE(WeightedAnchor({1, 2, 3}, 4, w).ok());
@@ -196,7 +196,7 @@ TEST(SummaryTest, BadInputNamesTheField) {
 
   HeadVarianceTracker tracker(2, 2, 4);
   HeadStats stats;
-  ASSERT_TRUE(ComputeBlockSummary(layout, p.bytes, {}, &stats).ok());
+  ASSERT_OK(ComputeBlockSummary(layout, p.bytes, {}, &stats));
   EXPECT_THAT(tracker.Merge(stats), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
@@ -218,10 +218,10 @@ BlockSummary FullSummary() {
 TEST(SummaryCodecTest, RoundTripFp32IsExact) {
   const BlockSummary s = FullSummary();
   auto blob = EncodeSummary(s, SummaryEncoding::kFp32);
-  ASSERT_TRUE(blob.ok()) << blob.status();
+  ASSERT_OK(blob) << blob.status();
   EXPECT_EQ(blob->size(), kSummaryHeaderBytes + (4 * 24 + 9 * 24) * 4);
   auto back = DecodeSummary(*blob);
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back) << back.status();
   EXPECT_EQ(back->dim, s.dim);
   EXPECT_EQ(back->num_layers, 3);
   EXPECT_EQ(back->weights_version, 3u);
@@ -242,10 +242,10 @@ TEST(SummaryCodecTest, RoundTripFp16IsClose) {
   s.layer_max.clear();
   s.num_layers = 0;
   auto blob = EncodeSummary(s, SummaryEncoding::kFp16);
-  ASSERT_TRUE(blob.ok()) << blob.status();
+  ASSERT_OK(blob) << blob.status();
   EXPECT_EQ(blob->size(), kSummaryHeaderBytes + 4 * 24 * 2);
   auto back = DecodeSummary(*blob);
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back) << back.status();
   EXPECT_TRUE(back->layer_mean.empty());
   for (int d = 0; d < 24; ++d) {
     EXPECT_NEAR(back->mean[d], s.mean[d], 2e-3 * (1 + std::fabs(s.mean[d])));
@@ -258,7 +258,7 @@ TEST(SummaryCodecTest, RoundTripFp16IsClose) {
 
 TEST(SummaryCodecTest, CorruptInputIsRejected) {
   auto blob = EncodeSummary(FullSummary(), SummaryEncoding::kFp32);
-  ASSERT_TRUE(blob.ok());
+  ASSERT_OK(blob);
   // Every truncation and every single-byte change is caught.
   for (size_t len = 0; len < blob->size(); len += 7) {
     EXPECT_FALSE(DecodeSummary(blob->substr(0, len)).ok()) << len;

@@ -102,7 +102,7 @@ TEST(WireTest, PutBlocksParsesAsLibprotobufAtEveryCut) {
   for (size_t a = 0; a <= bytes.size(); ++a) {
     for (size_t b : {a, (a + 1 <= bytes.size() ? a + 1 : a), bytes.size()}) {
       PutBlocksView got;
-      ASSERT_TRUE(ParsePutBlocks(Cut(bytes, {a, b}), 100, "max", &got).ok()) << a << "," << b;
+      ASSERT_OK(ParsePutBlocks(Cut(bytes, {a, b}), 100, "max", &got)) << a << "," << b;
       ExpectSame(req, got);
       if (HasFatalFailure()) return;
     }
@@ -123,7 +123,7 @@ TEST(WireTest, PutBlocksFollowsLastValueOneofAndMergeRules) {
   v1::PutBlocksRequest merged;
   ASSERT_TRUE(merged.ParseFromString(bytes));
   PutBlocksView got;
-  ASSERT_TRUE(ParsePutBlocks(Cut(bytes, {}), 100, "max", &got).ok());
+  ASSERT_OK(ParsePutBlocks(Cut(bytes, {}), 100, "max", &got));
   ExpectSame(merged, got);
 
   // Inside one BlockPut: data then slot keeps the slot; slot then slot
@@ -143,7 +143,7 @@ TEST(WireTest, PutBlocksFollowsLastValueOneofAndMergeRules) {
     msg += inner;
     v1::PutBlocksRequest want;
     ASSERT_TRUE(want.ParseFromString(msg));
-    ASSERT_TRUE(ParsePutBlocks(Cut(msg, {msg.size() / 2}), 100, "max", &got).ok());
+    ASSERT_OK(ParsePutBlocks(Cut(msg, {msg.size() / 2}), 100, "max", &got));
     ExpectSame(want, got);
   }
 }
@@ -165,7 +165,7 @@ TEST(WireTest, UnknownFieldsAreSkipped) {
   v1::PutBlocksRequest want;
   ASSERT_TRUE(want.ParseFromString(msg));
   PutBlocksView got;
-  ASSERT_TRUE(ParsePutBlocks(Cut(msg, {3, 9}), 100, "max", &got).ok());
+  ASSERT_OK(ParsePutBlocks(Cut(msg, {3, 9}), 100, "max", &got));
   ExpectSame(want, got);
 }
 
@@ -234,7 +234,7 @@ TEST(WireTest, PutBlocksRefusesMoreBlocksThanAllowed) {
   for (int i = 0; i < 4; ++i) req.add_blocks()->set_block_id("b");
   const std::string bytes = req.SerializeAsString();
   PutBlocksView got;
-  EXPECT_TRUE(ParsePutBlocks(Cut(bytes, {}), 4, "max", &got).ok());
+  EXPECT_OK(ParsePutBlocks(Cut(bytes, {}), 4, "max", &got));
   absl::Status st = ParsePutBlocks(Cut(bytes, {}), 3, "max", &got);
   EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE(st.message().find("blocks: more than max = 3"), std::string::npos) << st.message();
@@ -260,7 +260,7 @@ TEST(WireTest, GetBlocksResponseParsesAsLibprotobufAtEveryCut) {
   const std::string bytes = resp.SerializeAsString();
   for (size_t cut = 0; cut <= bytes.size(); ++cut) {
     GetBlocksView got;
-    ASSERT_TRUE(ParseGetBlocksResponse(Cut(bytes, {cut}), &got).ok()) << cut;
+    ASSERT_OK(ParseGetBlocksResponse(Cut(bytes, {cut}), &got)) << cut;
     EXPECT_EQ(got.lease_id, 99u);
     ASSERT_EQ(got.results.size(), 3u);
     EXPECT_EQ(got.results[0].block_id, "a");
@@ -277,8 +277,8 @@ TEST(WireTest, GetBlocksResponseParsesAsLibprotobufAtEveryCut) {
   }
   // Responses accumulate, and truncation is refused.
   GetBlocksView two;
-  ASSERT_TRUE(ParseGetBlocksResponse(Cut(bytes, {}), &two).ok());
-  ASSERT_TRUE(ParseGetBlocksResponse(Cut(bytes, {}), &two).ok());
+  ASSERT_OK(ParseGetBlocksResponse(Cut(bytes, {}), &two));
+  ASSERT_OK(ParseGetBlocksResponse(Cut(bytes, {}), &two));
   EXPECT_EQ(two.results.size(), 6u);
   GetBlocksView cut_short;
   absl::Status st = ParseGetBlocksResponse(Cut(bytes.substr(0, bytes.size() - 1), {}), &cut_short);

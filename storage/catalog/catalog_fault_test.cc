@@ -55,20 +55,20 @@ class CatalogFaultTest : public ::testing::Test {
   void Reopen() {
     catalog_.reset();
     auto opened = Open();
-    ASSERT_TRUE(opened.ok()) << opened.status();
+    ASSERT_OK(opened) << opened.status();
     catalog_ = std::move(*opened);
   }
   // A power loss: a clean close keeps the WAL's unsynced tail unsynced,
   // the drop then removes it.
   void PowerLossAndReopen() {
     catalog_.reset();
-    ASSERT_TRUE(faults_.DropUnsyncedData().ok());
+    ASSERT_OK(faults_.DropUnsyncedData());
     Reopen();
   }
 
   void ExpectStored(int n, bool durable) {
     absl::StatusOr<BlockRecord> got = catalog_->GetBlock(Key(n));
-    ASSERT_TRUE(got.ok()) << "block " << n << ": " << got.status();
+    ASSERT_OK(got) << "block " << n << ": " << got.status();
     EXPECT_EQ(*got, Record(n, durable)) << "block " << n;
   }
   void ExpectAbsent(int n) {
@@ -115,11 +115,11 @@ TEST_F(CatalogFaultTest, WriteErrorsFailPutsClearlyAndOnlyAcknowledgedOnesSurviv
   Reopen();
   for (int n : acked) ExpectStored(n, n % 2 == 0);
   for (int n : failed) ExpectAbsent(n);
-  ASSERT_TRUE(catalog_->PutBlock(Key(100), Record(100, true)).ok()) << "writable again";
+  ASSERT_OK(catalog_->PutBlock(Key(100), Record(100, true))) << "writable again";
 }
 
 TEST_F(CatalogFaultTest, NoSpaceIsResourceExhaustedAndLeavesEarlierRecords) {
-  for (int n = 0; n < 5; ++n) ASSERT_TRUE(catalog_->PutBlock(Key(n), Record(n, true)).ok());
+  for (int n = 0; n < 5; ++n) ASSERT_OK(catalog_->PutBlock(Key(n), Record(n, true)));
   faults_.SetNoSpace(true);
   absl::Status put = catalog_->PutBlock(Key(5), Record(5, true));
   EXPECT_THAT(put, StatusIs(absl::StatusCode::kResourceExhausted)) << put;
@@ -142,25 +142,25 @@ TEST_F(CatalogFaultTest, PowerLossKeepsEverySyncedRecordAndDropsTheUnsyncedTail)
   for (int cycle = 0; cycle < 3; ++cycle) {
     for (int i = 0; i < 30; ++i, ++next) {
       const bool is_durable = i % 3 == 0;
-      ASSERT_TRUE(catalog_->PutBlock(Key(next), Record(next, is_durable)).ok());
+      ASSERT_OK(catalog_->PutBlock(Key(next), Record(next, is_durable)));
       if (is_durable) durable.push_back(next);
       if (i == 15) {
-        ASSERT_TRUE(catalog_->Flush().ok());  // an SST and a MANIFEST edit
+        ASSERT_OK(catalog_->Flush());  // an SST and a MANIFEST edit
       }
     }
     // Written after the last synced write: nothing syncs them.
     const int tail_begin = next;
     for (int i = 0; i < 5; ++i, ++next) {
-      ASSERT_TRUE(catalog_->PutBlock(Key(next), Record(next, false)).ok());
+      ASSERT_OK(catalog_->PutBlock(Key(next), Record(next, false)));
     }
-    ASSERT_TRUE(catalog_->DeleteBlock(Key(durable.front()), /*sync=*/false).ok());
+    ASSERT_OK(catalog_->DeleteBlock(Key(durable.front()), /*sync=*/false));
 
     PowerLossAndReopen();
     for (int n : durable) ExpectStored(n, true);
     for (int n = tail_begin; n < next; ++n) ExpectAbsent(n);
   }
   // The synced record deleted without sync came back; a synced delete holds.
-  ASSERT_TRUE(catalog_->DeleteBlock(Key(durable.front())).ok());
+  ASSERT_OK(catalog_->DeleteBlock(Key(durable.front())));
   PowerLossAndReopen();
   ExpectAbsent(durable.front());
 }
@@ -169,22 +169,22 @@ TEST_F(CatalogFaultTest, PowerLossKeepsEverySyncedRecordAndDropsTheUnsyncedTail)
 // synced by SyncWal or by any later synced write, and until then a power
 // loss undoes it.
 TEST_F(CatalogFaultTest, UnsyncedRemovalsAreSyncedBySyncWalOrALaterSyncedWrite) {
-  for (int n = 1; n <= 3; ++n) ASSERT_TRUE(catalog_->PutBlock(Key(n), Record(n, true)).ok());
+  for (int n = 1; n <= 3; ++n) ASSERT_OK(catalog_->PutBlock(Key(n), Record(n, true)));
   EXPECT_EQ(catalog_->synced_through(), catalog_->writes_done() - 1)
       << "a synced write covers the writes before it";
-  ASSERT_TRUE(catalog_->DeleteBlock(Key(1), /*sync=*/false).ok());
+  ASSERT_OK(catalog_->DeleteBlock(Key(1), /*sync=*/false));
   const uint64_t first = catalog_->writes_done();
   EXPECT_GT(first, catalog_->synced_through());
-  ASSERT_TRUE(catalog_->SyncWal().ok());
+  ASSERT_OK(catalog_->SyncWal());
   EXPECT_GE(catalog_->synced_through(), first);
 
-  ASSERT_TRUE(catalog_->DeleteBlock(Key(2), /*sync=*/false).ok());
+  ASSERT_OK(catalog_->DeleteBlock(Key(2), /*sync=*/false));
   const uint64_t second = catalog_->writes_done();
   EXPECT_GT(second, catalog_->synced_through());
-  ASSERT_TRUE(catalog_->PutBlock(Key(4), Record(4, true)).ok());  // synced
+  ASSERT_OK(catalog_->PutBlock(Key(4), Record(4, true)));  // synced
   EXPECT_GE(catalog_->synced_through(), second);
 
-  ASSERT_TRUE(catalog_->DeleteBlock(Key(3), /*sync=*/false).ok());
+  ASSERT_OK(catalog_->DeleteBlock(Key(3), /*sync=*/false));
   EXPECT_GT(catalog_->writes_done(), catalog_->synced_through());
   faults_.SetSyncErrorOneIn(1);
   const uint64_t before = catalog_->synced_through();
@@ -200,7 +200,7 @@ TEST_F(CatalogFaultTest, UnsyncedRemovalsAreSyncedBySyncWalOrALaterSyncedWrite) 
 }
 
 TEST_F(CatalogFaultTest, SyncErrorsFailDurablePutsAndPowerLossRemovesThem) {
-  ASSERT_TRUE(catalog_->PutBlock(Key(1), Record(1, true)).ok());
+  ASSERT_OK(catalog_->PutBlock(Key(1), Record(1, true)));
   faults_.SetSyncErrorOneIn(1);
   ExpectInjected(catalog_->PutBlock(Key(2), Record(2, true)), absl::StatusCode::kInternal);
   faults_.SetSyncErrorOneIn(0);
@@ -211,8 +211,8 @@ TEST_F(CatalogFaultTest, SyncErrorsFailDurablePutsAndPowerLossRemovesThem) {
 }
 
 TEST_F(CatalogFaultTest, ReadErrorsSurfaceAsErrors) {
-  for (int n = 0; n < 20; ++n) ASSERT_TRUE(catalog_->PutBlock(Key(n), Record(n, true)).ok());
-  ASSERT_TRUE(catalog_->Flush().ok());
+  for (int n = 0; n < 20; ++n) ASSERT_OK(catalog_->PutBlock(Key(n), Record(n, true)));
+  ASSERT_OK(catalog_->Flush());
   Reopen();  // a cold block cache: reads go to the SST
   faults_.SetReadErrorOneIn(1);
   absl::StatusOr<BlockRecord> got = catalog_->GetBlock(Key(3));
@@ -281,8 +281,8 @@ TEST_F(CatalogFaultTest, CompactionVersionsAckedSurvivePowerLossFailedAreAbsent)
   std::set<int> acked, failed;
   for (int n = 0; n < 30; ++n) {
     CatalogBatch batch;
-    ASSERT_TRUE(batch.PutContextVersion("tenant", 1, FaultVersion(n)).ok());
-    ASSERT_TRUE(batch.PutCompactedSlots(Key(n), CompactedSlotsRecord{1, {n}, {0.5f}, {1}}).ok());
+    ASSERT_OK(batch.PutContextVersion("tenant", 1, FaultVersion(n)));
+    ASSERT_OK(batch.PutCompactedSlots(Key(n), CompactedSlotsRecord{1, {n}, {0.5f}, {1}}));
     absl::Status st = catalog_->Write(batch);
     if (st.ok()) {
       acked.insert(n);
@@ -298,7 +298,7 @@ TEST_F(CatalogFaultTest, CompactionVersionsAckedSurvivePowerLossFailedAreAbsent)
 
   absl::StatusOr<std::vector<ContextVersionRecord>> versions =
       catalog_->ContextVersions("tenant", 1, "context");
-  ASSERT_TRUE(versions.ok()) << versions.status();
+  ASSERT_OK(versions) << versions.status();
   std::set<int> stored;
   for (const ContextVersionRecord& v : *versions) {
     stored.insert(static_cast<int>(v.version));
@@ -307,7 +307,7 @@ TEST_F(CatalogFaultTest, CompactionVersionsAckedSurvivePowerLossFailedAreAbsent)
   EXPECT_EQ(stored, acked);
   for (int n : acked) {
     absl::StatusOr<CompactedSlotsRecord> slots = catalog_->GetCompactedSlots(Key(n));
-    ASSERT_TRUE(slots.ok()) << n << ": " << slots.status();
+    ASSERT_OK(slots) << n << ": " << slots.status();
     EXPECT_EQ(slots->positions, std::vector<int32_t>{n});
   }
   for (int n : failed) {

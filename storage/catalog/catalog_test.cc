@@ -59,13 +59,12 @@ class CatalogTest : public ::testing::Test {
     }
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(
-        rocksdb::DB::Open(rocksdb::DBOptions(), dir_.string(), families, &handles, &db).ok());
+    ASSERT_OK(rocksdb::DB::Open(rocksdb::DBOptions(), dir_.string(), families, &handles, &db));
     size_t index = 0;
     while (families[index].name != family) ++index;
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[index], key, value).ok());
-    for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
-    ASSERT_TRUE(db->Close().ok());
+    ASSERT_OK(db->Put(rocksdb::WriteOptions(), handles[index], key, value));
+    for (auto* h : handles) ASSERT_OK(db->DestroyColumnFamilyHandle(h));
+    ASSERT_OK(db->Close());
     delete db;
   }
 
@@ -102,19 +101,19 @@ ModelProfile Profile(const std::string& name, uint32_t layers) {
 TEST_F(CatalogTest, BlockPutGetDelete) {
   const BlockKey key{"t", 1, "block-1"};
   EXPECT_THAT(catalog_->GetBlock(key), StatusIs(absl::StatusCode::kNotFound));
-  ASSERT_TRUE(catalog_->PutBlock(key, Record(11, /*durable=*/true)).ok());
+  ASSERT_OK(catalog_->PutBlock(key, Record(11, /*durable=*/true)));
   auto got = catalog_->GetBlock(key);
   ASSERT_OK(got);
   EXPECT_EQ(*got, Record(11, true));
 
   BlockRecord touched = *got;
   touched.last_access_micros = 3000;
-  ASSERT_TRUE(catalog_->PutBlock(key, touched).ok());
+  ASSERT_OK(catalog_->PutBlock(key, touched));
   EXPECT_EQ(catalog_->GetBlock(key)->last_access_micros, 3000);
 
-  ASSERT_TRUE(catalog_->DeleteBlock(key).ok());
+  ASSERT_OK(catalog_->DeleteBlock(key));
   EXPECT_THAT(catalog_->GetBlock(key), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_TRUE(catalog_->DeleteBlock(key).ok()) << "deleting an absent block";
+  EXPECT_OK(catalog_->DeleteBlock(key)) << "deleting an absent block";
 }
 
 TEST_F(CatalogTest, InvalidInputIsRefusedBeforeWriting) {
@@ -130,9 +129,9 @@ TEST_F(CatalogTest, InvalidInputIsRefusedBeforeWriting) {
 }
 
 TEST_F(CatalogTest, RecordsSurviveRestart) {
-  ASSERT_TRUE(catalog_->PutBlock({"t", 1, "durable"}, Record(1, true)).ok());
-  ASSERT_TRUE(catalog_->PutBlock({"t", 1, "volatile"}, Record(2)).ok());
-  ASSERT_TRUE(catalog_->PutContext({"t", 1, "ctx"}, {{{"durable", "volatile"}}}).ok());
+  ASSERT_OK(catalog_->PutBlock({"t", 1, "durable"}, Record(1, true)));
+  ASSERT_OK(catalog_->PutBlock({"t", 1, "volatile"}, Record(2)));
+  ASSERT_OK(catalog_->PutContext({"t", 1, "ctx"}, {{{"durable", "volatile"}}}));
   Reopen();
   EXPECT_EQ(*catalog_->GetBlock({"t", 1, "durable"}), Record(1, true));
   EXPECT_EQ(*catalog_->GetBlock({"t", 1, "volatile"}), Record(2));
@@ -141,17 +140,17 @@ TEST_F(CatalogTest, RecordsSurviveRestart) {
   EXPECT_EQ(ctx->segments.at(0).at(1), "volatile");
 
   // Also after the memtables went to SST files.
-  ASSERT_TRUE(catalog_->Flush().ok());
+  ASSERT_OK(catalog_->Flush());
   Reopen();
   EXPECT_EQ(*catalog_->GetBlock({"t", 1, "durable"}), Record(1, true));
 }
 
 TEST_F(CatalogTest, SameBlockIdUnderOtherTenantsAndProfilesIsDistinct) {
-  ASSERT_TRUE(catalog_->PutBlock({"alice", 1, "same"}, Record(1)).ok());
-  ASSERT_TRUE(catalog_->PutBlock({"bob", 1, "same"}, Record(2)).ok());
-  ASSERT_TRUE(catalog_->PutBlock({"alice", 2, "same"}, Record(3)).ok());
-  ASSERT_TRUE(catalog_->PutBlock({"alice", 1, "other"}, Record(4)).ok());
-  ASSERT_TRUE(catalog_->PutBlock({"alicebob", 1, "same"}, Record(5)).ok());
+  ASSERT_OK(catalog_->PutBlock({"alice", 1, "same"}, Record(1)));
+  ASSERT_OK(catalog_->PutBlock({"bob", 1, "same"}, Record(2)));
+  ASSERT_OK(catalog_->PutBlock({"alice", 2, "same"}, Record(3)));
+  ASSERT_OK(catalog_->PutBlock({"alice", 1, "other"}, Record(4)));
+  ASSERT_OK(catalog_->PutBlock({"alicebob", 1, "same"}, Record(5)));
   EXPECT_EQ(catalog_->GetBlock({"alice", 1, "same"})->checksum, 1u);
   EXPECT_EQ(catalog_->GetBlock({"bob", 1, "same"})->checksum, 2u);
   EXPECT_EQ(catalog_->GetBlock({"alice", 2, "same"})->checksum, 3u);
@@ -167,16 +166,14 @@ TEST_F(CatalogTest, SameBlockIdUnderOtherTenantsAndProfilesIsDistinct) {
   EXPECT_EQ(stats->records, 2u);
   EXPECT_EQ(seen, (std::vector<uint64_t>{4, 1}));  // "other" < "same"
 
-  ASSERT_TRUE(catalog_->DeleteBlock({"bob", 1, "same"}).ok());
-  EXPECT_TRUE(catalog_->GetBlock({"alice", 1, "same"}).ok());
+  ASSERT_OK(catalog_->DeleteBlock({"bob", 1, "same"}));
+  EXPECT_OK(catalog_->GetBlock({"alice", 1, "same"}));
 
   uint64_t all = 0;
-  ASSERT_TRUE(catalog_
-                  ->ForEachBlock([&](const BlockKey&, const auto&) {
-                    ++all;
-                    return true;
-                  })
-                  .ok());
+  ASSERT_OK(catalog_->ForEachBlock([&](const BlockKey&, const auto&) {
+    ++all;
+    return true;
+  }));
   EXPECT_EQ(all, 4u);
 
   uint64_t first_only = 0;
@@ -198,7 +195,7 @@ TEST_F(CatalogTest, ProfileIdsAreStableAndConflictsRefused) {
   ModelProfile with_id = Profile("llama", 32);
   with_id.profile_id = 77;  // ignored on input
   auto again = catalog_->RegisterProfile(with_id);
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   EXPECT_FALSE(again->created);
   EXPECT_EQ(again->profile.profile_id, llama);
 
@@ -208,17 +205,17 @@ TEST_F(CatalogTest, ProfileIdsAreStableAndConflictsRefused) {
   ModelProfile next_rev = Profile("llama", 40);
   next_rev.revision = "r2";
   auto b = catalog_->RegisterProfile(next_rev);
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   const uint64_t r2 = b->profile.profile_id;
   EXPECT_NE(r2, llama);
 
   Reopen();
   auto after = catalog_->RegisterProfile(Profile("llama", 32));
-  ASSERT_TRUE(after.ok());
+  ASSERT_OK(after);
   EXPECT_FALSE(after->created);
   EXPECT_EQ(after->profile.profile_id, llama);
   auto c = catalog_->RegisterProfile(Profile("qwen", 28));
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   const uint64_t qwen = c->profile.profile_id;
 
   auto got = catalog_->GetProfile("", r2);
@@ -227,12 +224,12 @@ TEST_F(CatalogTest, ProfileIdsAreStableAndConflictsRefused) {
   EXPECT_EQ(got->layers, 40u);
   EXPECT_THAT(catalog_->GetProfile("", r2 ^ 1), StatusIs(absl::StatusCode::kNotFound));
   auto found = catalog_->FindProfile("", "qwen", "r1");
-  ASSERT_TRUE(found.ok());
+  ASSERT_OK(found);
   EXPECT_EQ(found->profile_id, qwen);
   EXPECT_THAT(catalog_->FindProfile("", "qwen", "r9"), StatusIs(absl::StatusCode::kNotFound));
 
   auto all = catalog_->ListProfiles();
-  ASSERT_TRUE(all.ok());
+  ASSERT_OK(all);
   ASSERT_EQ(all->size(), 3u);
   for (size_t i = 1; i < all->size(); ++i) {
     EXPECT_LT((*all)[i - 1].profile_id, (*all)[i].profile_id) << "listed by id";
@@ -249,7 +246,8 @@ TEST_F(CatalogTest, ProfilesBelongToOneTenant) {
   bobs.owner = "bob";
   auto a = catalog_->RegisterProfile(alices);
   auto b = catalog_->RegisterProfile(bobs);
-  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   EXPECT_TRUE(b->created);
   EXPECT_NE(a->profile.profile_id, b->profile.profile_id);
   EXPECT_EQ(b->profile.owner, "bob");
@@ -257,7 +255,7 @@ TEST_F(CatalogTest, ProfilesBelongToOneTenant) {
   ModelProfile carols = bobs;
   carols.owner = "carol";
   auto c = catalog_->RegisterProfile(carols);
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   EXPECT_TRUE(c->created);
   EXPECT_NE(c->profile.profile_id, b->profile.profile_id);
 
@@ -268,7 +266,7 @@ TEST_F(CatalogTest, ProfilesBelongToOneTenant) {
   EXPECT_EQ(catalog_->FindProfile("alice", "llama", "r1")->layers, 1u);
   EXPECT_THAT(catalog_->FindProfile("dave", "llama", "r1"), StatusIs(absl::StatusCode::kNotFound));
   auto all = catalog_->ListProfiles();
-  ASSERT_TRUE(all.ok());
+  ASSERT_OK(all);
   std::set<std::string> owners;
   for (const ModelProfile& p : *all) owners.insert(p.owner);
   EXPECT_EQ(owners, (std::set<std::string>{"alice", "bob", "carol"}));
@@ -323,28 +321,24 @@ TEST_F(CatalogTest, Format1CatalogIsMigrated) {
     options.create_missing_column_families = true;
     std::vector<rocksdb::ColumnFamilyHandle*> h;
     rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(options, dir_.string(), families, &h, &db).ok());
+    ASSERT_OK(rocksdb::DB::Open(options, dir_.string(), families, &h, &db));
     namespace fmt = catalog_format;
     rocksdb::WriteOptions w;
-    ASSERT_TRUE(db->Put(w, h[0], fmt::kFormatVersionKey, fmt::EncodeU32(1)).ok());
-    ASSERT_TRUE(db->Put(w, h[0], fmt::kLegacyNextProfileIdKey, fmt::EncodeU64(4)).ok());
+    ASSERT_OK(db->Put(w, h[0], fmt::kFormatVersionKey, fmt::EncodeU32(1)));
+    ASSERT_OK(db->Put(w, h[0], fmt::kLegacyNextProfileIdKey, fmt::EncodeU64(4)));
     for (const ModelProfile* p : {&shared, &unowned, &bobs}) {
-      ASSERT_TRUE(
-          db->Put(w, h[2], legacy_id_key(p->profile_id), fmt::EncodeProfileRecord(*p)).ok());
-      ASSERT_TRUE(
-          db->Put(w, h[2], legacy_name_key(p->name, p->revision), fmt::EncodeU64(p->profile_id))
-              .ok());
+      ASSERT_OK(db->Put(w, h[2], legacy_id_key(p->profile_id), fmt::EncodeProfileRecord(*p)));
+      ASSERT_OK(
+          db->Put(w, h[2], legacy_name_key(p->name, p->revision), fmt::EncodeU64(p->profile_id)));
     }
     for (const BlockKey& key :
          {BlockKey{"alice", 1, "a0"}, BlockKey{"bob", 1, "b0"}, BlockKey{"bob", 3, "b1"}}) {
-      ASSERT_TRUE(
-          db->Put(w, h[1], fmt::EncodeBlockKey(key), fmt::EncodeBlockRecord(Record(7))).ok());
+      ASSERT_OK(db->Put(w, h[1], fmt::EncodeBlockKey(key), fmt::EncodeBlockRecord(Record(7))));
     }
-    ASSERT_TRUE(db->Put(w, h[3], fmt::EncodeContextKey({"carol", 1, "ctx"}),
-                        fmt::EncodeContextRecord({{{"c0"}}}))
-                    .ok());
-    for (auto* handle : h) ASSERT_TRUE(db->DestroyColumnFamilyHandle(handle).ok());
-    ASSERT_TRUE(db->Close().ok());
+    ASSERT_OK(db->Put(w, h[3], fmt::EncodeContextKey({"carol", 1, "ctx"}),
+                      fmt::EncodeContextRecord({{{"c0"}}})));
+    for (auto* handle : h) ASSERT_OK(db->DestroyColumnFamilyHandle(handle));
+    ASSERT_OK(db->Close());
     delete db;
   }
   for (int open = 0; open < 2; ++open) {  // the second open finds format 2
@@ -353,7 +347,7 @@ TEST_F(CatalogTest, Format1CatalogIsMigrated) {
     ASSERT_NE(catalog_, nullptr);
     for (const char* tenant : {"alice", "bob", "carol"}) {
       auto p = catalog_->GetProfile(tenant, 1);
-      ASSERT_TRUE(p.ok()) << tenant << ": " << p.status();
+      ASSERT_OK(p) << tenant << ": " << p.status();
       EXPECT_EQ(p->owner, tenant);
       EXPECT_TRUE(SameDefinition(*p, shared));
       auto by_name = catalog_->FindProfile(tenant, "llama", "r1");
@@ -367,8 +361,8 @@ TEST_F(CatalogTest, Format1CatalogIsMigrated) {
     auto all = catalog_->ListProfiles();
     ASSERT_OK(all);
     EXPECT_EQ(all->size(), 5u);  // llama x3, qwen, mistral
-    EXPECT_TRUE(catalog_->GetBlock({"bob", 1, "b0"}).ok());
-    EXPECT_TRUE(catalog_->GetContext({"carol", 1, "ctx"}).ok());
+    EXPECT_OK(catalog_->GetBlock({"bob", 1, "b0"}));
+    EXPECT_OK(catalog_->GetContext({"carol", 1, "ctx"}));
   }
   // New registrations get random ids beside the migrated ones.
   ModelProfile newer = Profile("llama", 32);
@@ -380,33 +374,33 @@ TEST_F(CatalogTest, Format1CatalogIsMigrated) {
 }
 
 TEST_F(CatalogTest, BatchIsAtomicAndSyncsWhenDurable) {
-  ASSERT_TRUE(catalog_->PutBlock({"t", 1, "old"}, Record(1)).ok());
+  ASSERT_OK(catalog_->PutBlock({"t", 1, "old"}, Record(1)));
   CatalogBatch batch;
-  ASSERT_TRUE(batch.PutBlock({"t", 1, "new"}, Record(2)).ok());
+  ASSERT_OK(batch.PutBlock({"t", 1, "new"}, Record(2)));
   EXPECT_FALSE(batch.sync());
-  ASSERT_TRUE(batch.PutBlock({"t", 1, "new2"}, Record(3, true)).ok());
+  ASSERT_OK(batch.PutBlock({"t", 1, "new2"}, Record(3, true)));
   EXPECT_TRUE(batch.sync());
-  ASSERT_TRUE(batch.DeleteBlock({"t", 1, "old"}).ok());
-  ASSERT_TRUE(batch.PutContext({"t", 1, "c"}, {{{"new", "new2"}}}).ok());
+  ASSERT_OK(batch.DeleteBlock({"t", 1, "old"}));
+  ASSERT_OK(batch.PutContext({"t", 1, "c"}, {{{"new", "new2"}}}));
   EXPECT_THAT(batch.PutBlock({"t", 1, ""}, Record(4)),
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(batch.size(), 4u) << "a refused write entered the batch";
 
-  EXPECT_TRUE(catalog_->GetBlock({"t", 1, "old"}).ok()) << "applied before Write";
-  ASSERT_TRUE(catalog_->Write(batch).ok());
+  EXPECT_OK(catalog_->GetBlock({"t", 1, "old"})) << "applied before Write";
+  ASSERT_OK(catalog_->Write(batch));
   EXPECT_THAT(catalog_->GetBlock({"t", 1, "old"}), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(catalog_->GetBlock({"t", 1, "new"})->checksum, 2u);
   EXPECT_EQ(catalog_->GetBlock({"t", 1, "new2"})->checksum, 3u);
-  EXPECT_TRUE(catalog_->GetContext({"t", 1, "c"}).ok());
+  EXPECT_OK(catalog_->GetContext({"t", 1, "c"}));
 }
 
 TEST_F(CatalogTest, ContextsAreScopedAndDeletable) {
   ContextRecord rec{{{"a", "b"}, {"c"}}};
-  ASSERT_TRUE(catalog_->PutContext({"t", 1, "ctx"}, rec).ok());
+  ASSERT_OK(catalog_->PutContext({"t", 1, "ctx"}, rec));
   EXPECT_EQ(*catalog_->GetContext({"t", 1, "ctx"}), rec);
   EXPECT_THAT(catalog_->GetContext({"u", 1, "ctx"}), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(catalog_->GetContext({"t", 2, "ctx"}), StatusIs(absl::StatusCode::kNotFound));
-  ASSERT_TRUE(catalog_->DeleteContext({"t", 1, "ctx"}).ok());
+  ASSERT_OK(catalog_->DeleteContext({"t", 1, "ctx"}));
   EXPECT_THAT(catalog_->GetContext({"t", 1, "ctx"}), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(catalog_->PutContext({"t", 1, ""}, rec),
               StatusIs(absl::StatusCode::kInvalidArgument));
@@ -429,36 +423,34 @@ ContextVersionRecord Version(const std::string& context_key, uint32_t version) {
 
 TEST_F(CatalogTest, ContextVersionsRoundTripAndSurviveRestart) {
   CatalogBatch batch;
-  ASSERT_TRUE(batch.PutContextVersion("t", 1, Version("ctx-b", 1)).ok());
-  ASSERT_TRUE(batch.PutContextVersion("t", 1, Version("ctx-a", 2)).ok());
-  ASSERT_TRUE(batch.PutContextVersion("t", 1, Version("ctx-a", 0)).ok());
-  ASSERT_TRUE(batch.PutContextVersion("u", 1, Version("ctx-a", 5)).ok());
+  ASSERT_OK(batch.PutContextVersion("t", 1, Version("ctx-b", 1)));
+  ASSERT_OK(batch.PutContextVersion("t", 1, Version("ctx-a", 2)));
+  ASSERT_OK(batch.PutContextVersion("t", 1, Version("ctx-a", 0)));
+  ASSERT_OK(batch.PutContextVersion("u", 1, Version("ctx-a", 5)));
   const CompactedSlotsRecord slots{1, {0, 7, -1}, {0.5f, -2.0f, 0}, {1, 3, 1}};
-  ASSERT_TRUE(batch.PutCompactedSlots({"t", 1, "c0"}, slots).ok());
+  ASSERT_OK(batch.PutCompactedSlots({"t", 1, "c0"}, slots));
   EXPECT_TRUE(batch.sync());
-  ASSERT_TRUE(catalog_->Write(batch).ok());
+  ASSERT_OK(catalog_->Write(batch));
   Reopen();
 
   auto one = catalog_->ContextVersions("t", 1, "ctx-a");
-  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_OK(one) << one.status();
   ASSERT_EQ(one->size(), 2u);
   EXPECT_EQ((*one)[0], Version("ctx-a", 0));
   EXPECT_EQ((*one)[1], Version("ctx-a", 2));
   auto all = catalog_->ContextVersions("t", 1, "");
-  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_OK(all) << all.status();
   EXPECT_EQ(all->size(), 3u);
   EXPECT_TRUE(catalog_->ContextVersions("t", 2, "")->empty());
   EXPECT_EQ(*catalog_->GetCompactedSlots({"t", 1, "c0"}), slots);
   std::vector<std::string> compacted;
-  ASSERT_TRUE(catalog_
-                  ->ForEachCompactedBlock(
-                      [&](const BlockKey& k) { compacted.push_back(k.tenant + "/" + k.block_id); })
-                  .ok());
+  ASSERT_OK(catalog_->ForEachCompactedBlock(
+      [&](const BlockKey& k) { compacted.push_back(k.tenant + "/" + k.block_id); }));
   EXPECT_EQ(compacted, std::vector<std::string>{"t/c0"});
 
   CatalogBatch drop;
-  ASSERT_TRUE(drop.DeleteCompactedSlots({"t", 1, "c0"}).ok());
-  ASSERT_TRUE(catalog_->Write(drop).ok());
+  ASSERT_OK(drop.DeleteCompactedSlots({"t", 1, "c0"}));
+  ASSERT_OK(catalog_->Write(drop));
   EXPECT_THAT(catalog_->GetCompactedSlots({"t", 1, "c0"}).status(),
               StatusIs(absl::StatusCode::kNotFound));
   CatalogBatch bad;
@@ -468,13 +460,11 @@ TEST_F(CatalogTest, ContextVersionsRoundTripAndSurviveRestart) {
 }
 
 TEST_F(CatalogTest, CorruptVersionRecordIsDataLossNamingTheKey) {
-  ASSERT_TRUE(catalog_
-                  ->Write([] {
-                    CatalogBatch b;
-                    EXPECT_TRUE(b.PutContextVersion("t", 1, Version("good", 1)).ok());
-                    return b;
-                  }())
-                  .ok());
+  ASSERT_OK(catalog_->Write([] {
+    CatalogBatch b;
+    EXPECT_OK(b.PutContextVersion("t", 1, Version("good", 1)));
+    return b;
+  }()));
   std::string damaged = catalog_format::EncodeContextVersionRecord(Version("ctx", 3));
   damaged[6] ^= 0x01;
   PutRaw("versions", catalog_format::EncodeContextVersionKey({"t", 1, "ctx", 3}), damaged);
@@ -485,14 +475,14 @@ TEST_F(CatalogTest, CorruptVersionRecordIsDataLossNamingTheKey) {
   ASSERT_THAT(listed.status(), StatusIs(absl::StatusCode::kDataLoss)) << listed.status();
   EXPECT_NE(listed.status().message().find("context_key 637478 version 3"), std::string::npos)
       << listed.status();
-  EXPECT_TRUE(catalog_->ContextVersions("t", 1, "good").ok());
+  EXPECT_OK(catalog_->ContextVersions("t", 1, "good"));
   auto slots = catalog_->GetCompactedSlots({"t", 1, "c9"});
   ASSERT_THAT(slots.status(), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_NE(slots.status().message().find("block 6339"), std::string::npos) << slots.status();
 }
 
 TEST_F(CatalogTest, CorruptRecordIsDataLossNotACrash) {
-  ASSERT_TRUE(catalog_->PutBlock({"t", 1, "good"}, Record(1)).ok());
+  ASSERT_OK(catalog_->PutBlock({"t", 1, "good"}, Record(1)));
   const std::string bad_key = catalog_format::EncodeBlockKey({"t", 1, "bad"});
   std::string damaged = catalog_format::EncodeBlockRecord(Record(2));
   damaged[5] ^= 0x10;
@@ -501,7 +491,7 @@ TEST_F(CatalogTest, CorruptRecordIsDataLossNotACrash) {
   Reopen();
 
   EXPECT_THAT(catalog_->GetBlock({"t", 1, "bad"}), StatusIs(absl::StatusCode::kDataLoss));
-  EXPECT_TRUE(catalog_->GetBlock({"t", 1, "good"}).ok());
+  EXPECT_OK(catalog_->GetBlock({"t", 1, "good"}));
   std::vector<std::string> corrupt;
   auto stats = catalog_->ForEachBlock([&](const BlockKey& key, const auto& rec) {
     if (!rec.ok()) {
@@ -516,7 +506,7 @@ TEST_F(CatalogTest, CorruptRecordIsDataLossNotACrash) {
   EXPECT_EQ(stats->corrupt_keys, 1u);
   EXPECT_EQ(corrupt, std::vector<std::string>{"bad"});
   // The damaged entry can be removed by key.
-  ASSERT_TRUE(catalog_->DeleteBlock({"t", 1, "bad"}).ok());
+  ASSERT_OK(catalog_->DeleteBlock({"t", 1, "bad"}));
   EXPECT_THAT(catalog_->GetBlock({"t", 1, "bad"}), StatusIs(absl::StatusCode::kNotFound));
 }
 
@@ -528,12 +518,11 @@ void DamageSst(const fs::path& dir, const std::string& family) {
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
-  ASSERT_TRUE(
-      rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), dir.string(), families, &handles, &db)
-          .ok());
+  ASSERT_OK(
+      rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), dir.string(), families, &handles, &db));
   std::vector<rocksdb::LiveFileMetaData> files;
   db->GetLiveFilesMetaData(&files);
-  for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
+  for (auto* h : handles) ASSERT_OK(db->DestroyColumnFamilyHandle(h));
   delete db;
   int damaged = 0;
   for (const auto& file : files) {
@@ -553,8 +542,8 @@ void DamageSst(const fs::path& dir, const std::string& family) {
 }
 
 TEST_F(CatalogTest, DamagedBlocksSstIsDataLossOnRead) {
-  ASSERT_TRUE(catalog_->PutBlock({"t", 1, "block"}, Record(1, true)).ok());
-  ASSERT_TRUE(catalog_->Flush().ok());
+  ASSERT_OK(catalog_->PutBlock({"t", 1, "block"}, Record(1, true)));
+  ASSERT_OK(catalog_->Flush());
   catalog_.reset();
   DamageSst(dir_, "blocks");
   auto opened = Catalog::Open(dir_.string(), SmallOptions());
@@ -566,7 +555,7 @@ TEST_F(CatalogTest, DamagedBlocksSstIsDataLossOnRead) {
 }
 
 TEST_F(CatalogTest, DamagedMetaSstFailsOpenWithDataLoss) {
-  ASSERT_TRUE(catalog_->Flush().ok());
+  ASSERT_OK(catalog_->Flush());
   catalog_.reset();
   DamageSst(dir_, "default");
   auto opened = Catalog::Open(dir_.string(), SmallOptions());
@@ -600,10 +589,10 @@ TEST_F(CatalogTest, BadOptionsNameTheOption) {
 
 TEST_F(CatalogTest, MemoryUsageIsReported) {
   for (int i = 0; i < 1000; ++i) {
-    ASSERT_TRUE(catalog_->PutBlock({"t", 1, "b" + std::to_string(i)}, Record(i)).ok());
+    ASSERT_OK(catalog_->PutBlock({"t", 1, "b" + std::to_string(i)}, Record(i)));
   }
   auto usage = catalog_->MemoryUsage();
-  ASSERT_TRUE(usage.ok());
+  ASSERT_OK(usage);
   EXPECT_GT(usage->memtable_bytes, 0u);
   EXPECT_LE(usage->memtable_bytes, 8u << 20);
   EXPECT_GT(usage->estimated_blocks, 0u);

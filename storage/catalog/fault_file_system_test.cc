@@ -32,18 +32,18 @@ bool Exists(const std::string& path) { return std::filesystem::exists(path); }
 class FaultFileSystemTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(fs_->NewDirectory(dir_.path(), IOOptions(), &dir_handle_, nullptr).ok());
+    ASSERT_OK(fs_->NewDirectory(dir_.path(), IOOptions(), &dir_handle_, nullptr));
   }
 
   // Creates `name` holding `data`, synced; its name durable iff dir_sync.
   void WriteSynced(const std::string& name, const std::string& data, bool dir_sync) {
     std::unique_ptr<rocksdb::FSWritableFile> file;
-    ASSERT_TRUE(fs_->NewWritableFile(dir_.File(name), FileOptions(), &file, nullptr).ok());
-    ASSERT_TRUE(file->Append(data, IOOptions(), nullptr).ok());
-    ASSERT_TRUE(file->Sync(IOOptions(), nullptr).ok());
-    ASSERT_TRUE(file->Close(IOOptions(), nullptr).ok());
+    ASSERT_OK(fs_->NewWritableFile(dir_.File(name), FileOptions(), &file, nullptr));
+    ASSERT_OK(file->Append(data, IOOptions(), nullptr));
+    ASSERT_OK(file->Sync(IOOptions(), nullptr));
+    ASSERT_OK(file->Close(IOOptions(), nullptr));
     if (dir_sync) {
-      ASSERT_TRUE(SyncDir().ok());
+      ASSERT_OK(SyncDir());
     }
   }
   IOStatus SyncDir() { return dir_handle_->Fsync(IOOptions(), nullptr); }
@@ -56,17 +56,17 @@ class FaultFileSystemTest : public ::testing::Test {
 
 TEST_F(FaultFileSystemTest, DropTruncatesToLastSyncAndRemovesNamesNeverDirSynced) {
   std::unique_ptr<rocksdb::FSWritableFile> log;
-  ASSERT_TRUE(fs_->NewWritableFile(dir_.File("000004.log"), FileOptions(), &log, nullptr).ok());
-  ASSERT_TRUE(log->Append("synced|", IOOptions(), nullptr).ok());
-  ASSERT_TRUE(log->Sync(IOOptions(), nullptr).ok());
-  ASSERT_TRUE(SyncDir().ok());
-  ASSERT_TRUE(log->Append("lost", IOOptions(), nullptr).ok());
-  ASSERT_TRUE(log->Close(IOOptions(), nullptr).ok());
+  ASSERT_OK(fs_->NewWritableFile(dir_.File("000004.log"), FileOptions(), &log, nullptr));
+  ASSERT_OK(log->Append("synced|", IOOptions(), nullptr));
+  ASSERT_OK(log->Sync(IOOptions(), nullptr));
+  ASSERT_OK(SyncDir());
+  ASSERT_OK(log->Append("lost", IOOptions(), nullptr));
+  ASSERT_OK(log->Close(IOOptions(), nullptr));
   WriteSynced("000005.sst", "table", /*dir_sync=*/false);
   EXPECT_EQ(Contents(dir_.File("000004.log")), "synced|lost");
   EXPECT_EQ(env_.tracked_file_count(), 2u);
 
-  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  ASSERT_OK(env_.DropUnsyncedData());
   EXPECT_EQ(Contents(dir_.File("000004.log")), "synced|");
   EXPECT_FALSE(Exists(dir_.File("000005.sst"))) << "its directory was never synced";
   EXPECT_EQ(env_.tracked_file_count(), 0u);
@@ -76,18 +76,15 @@ TEST_F(FaultFileSystemTest, RenamesFollowTheirDirectory) {
   WriteSynced("CURRENT", "MANIFEST-000001\n", /*dir_sync=*/true);
   // Replacing an existing name keeps the new contents (CURRENT's protocol).
   WriteSynced("000002.dbtmp", "MANIFEST-000002\n", /*dir_sync=*/false);
-  ASSERT_TRUE(
-      fs_->RenameFile(dir_.File("000002.dbtmp"), dir_.File("CURRENT"), IOOptions(), nullptr).ok());
+  ASSERT_OK(fs_->RenameFile(dir_.File("000002.dbtmp"), dir_.File("CURRENT"), IOOptions(), nullptr));
   // A new name needs a directory sync: one renamed file gets it, one not.
   WriteSynced("a.tmp", "kept", /*dir_sync=*/false);
-  ASSERT_TRUE(
-      fs_->RenameFile(dir_.File("a.tmp"), dir_.File("OPTIONS-1"), IOOptions(), nullptr).ok());
-  ASSERT_TRUE(SyncDir().ok());
+  ASSERT_OK(fs_->RenameFile(dir_.File("a.tmp"), dir_.File("OPTIONS-1"), IOOptions(), nullptr));
+  ASSERT_OK(SyncDir());
   WriteSynced("b.tmp", "lost", /*dir_sync=*/true);
-  ASSERT_TRUE(
-      fs_->RenameFile(dir_.File("b.tmp"), dir_.File("OPTIONS-2"), IOOptions(), nullptr).ok());
+  ASSERT_OK(fs_->RenameFile(dir_.File("b.tmp"), dir_.File("OPTIONS-2"), IOOptions(), nullptr));
 
-  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  ASSERT_OK(env_.DropUnsyncedData());
   EXPECT_EQ(Contents(dir_.File("CURRENT")), "MANIFEST-000002\n");
   EXPECT_EQ(Contents(dir_.File("OPTIONS-1")), "kept");
   EXPECT_FALSE(Exists(dir_.File("OPTIONS-2")));
@@ -97,23 +94,23 @@ TEST_F(FaultFileSystemTest, RenamesFollowTheirDirectory) {
 TEST_F(FaultFileSystemTest, FilesFromBeforeCountAsSyncedAndDeletesAreFinal) {
   { std::ofstream(dir_.File("old.log"), std::ios::binary) << "before"; }
   std::unique_ptr<rocksdb::FSWritableFile> file;
-  ASSERT_TRUE(fs_->ReopenWritableFile(dir_.File("old.log"), FileOptions(), &file, nullptr).ok());
-  ASSERT_TRUE(file->Append("+after", IOOptions(), nullptr).ok());
-  ASSERT_TRUE(file->Close(IOOptions(), nullptr).ok());
+  ASSERT_OK(fs_->ReopenWritableFile(dir_.File("old.log"), FileOptions(), &file, nullptr));
+  ASSERT_OK(file->Append("+after", IOOptions(), nullptr));
+  ASSERT_OK(file->Close(IOOptions(), nullptr));
   WriteSynced("gone.sst", "x", /*dir_sync=*/true);
-  ASSERT_TRUE(fs_->DeleteFile(dir_.File("gone.sst"), IOOptions(), nullptr).ok());
+  ASSERT_OK(fs_->DeleteFile(dir_.File("gone.sst"), IOOptions(), nullptr));
 
-  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  ASSERT_OK(env_.DropUnsyncedData());
   EXPECT_EQ(Contents(dir_.File("old.log")), "before");
   EXPECT_FALSE(Exists(dir_.File("gone.sst")));
 }
 
 TEST_F(FaultFileSystemTest, KnobsFailAppendsSyncsReadsAndCreation) {
   std::unique_ptr<rocksdb::FSWritableFile> file;
-  ASSERT_TRUE(fs_->NewWritableFile(dir_.File("f.log"), FileOptions(), &file, nullptr).ok());
-  ASSERT_TRUE(SyncDir().ok());
-  ASSERT_TRUE(file->Append("one|", IOOptions(), nullptr).ok());
-  ASSERT_TRUE(file->Sync(IOOptions(), nullptr).ok());
+  ASSERT_OK(fs_->NewWritableFile(dir_.File("f.log"), FileOptions(), &file, nullptr));
+  ASSERT_OK(SyncDir());
+  ASSERT_OK(file->Append("one|", IOOptions(), nullptr));
+  ASSERT_OK(file->Sync(IOOptions(), nullptr));
 
   env_.SetWriteErrorOneIn(1);
   IOStatus s = file->Append("two|", IOOptions(), nullptr);
@@ -132,29 +129,29 @@ TEST_F(FaultFileSystemTest, KnobsFailAppendsSyncsReadsAndCreation) {
   env_.SetNoSpace(false);
 
   // A failed sync syncs nothing: the drop takes the append back.
-  ASSERT_TRUE(file->Append("three", IOOptions(), nullptr).ok());
+  ASSERT_OK(file->Append("three", IOOptions(), nullptr));
   env_.SetSyncErrorOneIn(1);
   EXPECT_TRUE(file->Sync(IOOptions(), nullptr).IsIOError());
   EXPECT_TRUE(file->Fsync(IOOptions(), nullptr).IsIOError());
   EXPECT_TRUE(SyncDir().IsIOError());
   env_.SetSyncErrorOneIn(0);
-  ASSERT_TRUE(file->Close(IOOptions(), nullptr).ok());
+  ASSERT_OK(file->Close(IOOptions(), nullptr));
 
   env_.SetReadErrorOneIn(1);
   std::unique_ptr<rocksdb::FSRandomAccessFile> reader;
-  ASSERT_TRUE(fs_->NewRandomAccessFile(dir_.File("f.log"), FileOptions(), &reader, nullptr).ok());
+  ASSERT_OK(fs_->NewRandomAccessFile(dir_.File("f.log"), FileOptions(), &reader, nullptr));
   char scratch[16];
   Slice result;
   EXPECT_TRUE(reader->Read(0, 4, IOOptions(), &result, scratch, nullptr).IsIOError());
   std::unique_ptr<rocksdb::FSSequentialFile> sequential;
-  ASSERT_TRUE(fs_->NewSequentialFile(dir_.File("f.log"), FileOptions(), &sequential, nullptr).ok());
+  ASSERT_OK(fs_->NewSequentialFile(dir_.File("f.log"), FileOptions(), &sequential, nullptr));
   EXPECT_TRUE(sequential->Read(4, IOOptions(), &result, scratch, nullptr).IsIOError());
   env_.SetReadErrorOneIn(0);
-  ASSERT_TRUE(reader->Read(0, 4, IOOptions(), &result, scratch, nullptr).ok());
+  ASSERT_OK(reader->Read(0, 4, IOOptions(), &result, scratch, nullptr));
   EXPECT_EQ(result.ToString(), "one|");
   EXPECT_EQ(env_.injected_error_count(), 6u);  // write, 3 syncs, 2 reads
 
-  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  ASSERT_OK(env_.DropUnsyncedData());
   EXPECT_EQ(Contents(dir_.File("f.log")), "one|");
 }
 
@@ -163,13 +160,13 @@ TEST_F(FaultFileSystemTest, SyncKnobFailsBlockFileSyncsToo) {
   options.size_bytes = kDirectIoAlignmentBytes;
   options.direct_io = false;
   auto file = env_.OpenBlockFile(dir_.File("nvme-000.dat"), options);
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_OK(file) << file.status();
   env_.SetSyncErrorOneIn(1);
   absl::Status st = (*file)->Sync();
   EXPECT_THAT(st, StatusIs(absl::StatusCode::kInternal)) << st;
   EXPECT_NE(st.message().find("nvme-000.dat"), absl::string_view::npos) << st;
   env_.SetSyncErrorOneIn(0);
-  EXPECT_TRUE((*file)->Sync().ok());
+  EXPECT_OK((*file)->Sync());
 }
 
 TEST_F(FaultFileSystemTest, CallsOutsideTheSimulationAreRefused) {

@@ -166,7 +166,7 @@ TEST(RecordFormatTest, ContextRecordRoundTrips) {
 
   const ContextKey key{"t", 9, "ctx-1"};
   auto key_back = DecodeContextKey(EncodeContextKey(key));
-  ASSERT_TRUE(key_back.ok());
+  ASSERT_OK(key_back);
   EXPECT_EQ(key_back->tenant, "t");
   EXPECT_EQ(key_back->profile_id, 9u);
   EXPECT_EQ(key_back->context_id, "ctx-1");
@@ -186,7 +186,7 @@ TEST(RecordFormatTest, CompactionVersionRecordsRoundTripAndRejectDamage) {
   v.dropped = true;
   const std::string bytes = EncodeContextVersionRecord(v);
   auto back = DecodeContextVersionRecord(bytes);
-  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_OK(back) << back.status();
   EXPECT_EQ(*back, v);
   for (size_t n = 0; n < bytes.size(); ++n) {
     EXPECT_THAT(DecodeContextVersionRecord(bytes.substr(0, n)).status(),
@@ -203,7 +203,7 @@ TEST(RecordFormatTest, CompactionVersionRecordsRoundTripAndRejectDamage) {
   const CompactedSlotsRecord s{1, {0, -3, 70000}, {1.5f, -0.25f, 0}, {1, 2, 3}};
   const std::string slot_bytes = EncodeCompactedSlotsRecord(s);
   auto slots = DecodeCompactedSlotsRecord(slot_bytes);
-  ASSERT_TRUE(slots.ok()) << slots.status();
+  ASSERT_OK(slots) << slots.status();
   EXPECT_EQ(*slots, s);
   for (size_t n = 0; n < slot_bytes.size(); ++n) {
     EXPECT_THAT(DecodeCompactedSlotsRecord(slot_bytes.substr(0, n)).status(),
@@ -215,7 +215,7 @@ TEST(RecordFormatTest, CompactionVersionRecordsRoundTripAndRejectDamage) {
 
   const ContextVersionKey key{"t", 9, "ctx", 7};
   auto key_back = DecodeContextVersionKey(EncodeContextVersionKey(key));
-  ASSERT_TRUE(key_back.ok()) << key_back.status();
+  ASSERT_OK(key_back) << key_back.status();
   EXPECT_EQ(key_back->tenant, "t");
   EXPECT_EQ(key_back->profile_id, 9u);
   EXPECT_EQ(key_back->context_key, "ctx");
@@ -224,7 +224,7 @@ TEST(RecordFormatTest, CompactionVersionRecordsRoundTripAndRejectDamage) {
   EXPECT_FALSE(absl::StartsWith(EncodeContextVersionKey({"t", 9, "ctx-2", 1}),
                                 ContextVersionPrefix("t", 9, "ctx")));
   auto slot_key = DecodeCompactedSlotsKey(EncodeCompactedSlotsKey({"t", 9, "c0"}));
-  ASSERT_TRUE(slot_key.ok());
+  ASSERT_OK(slot_key);
   EXPECT_EQ(slot_key->block_id, "c0");
 }
 
@@ -254,12 +254,12 @@ TEST(RecordsTest, ValidationNamesTheField) {
   r.nvme = NvmeExtent{0, 0, 99};
   EXPECT_NE(ValidateBlockRecord(r).message().find("length"), absl::string_view::npos);
   r.nvme->length = 100;
-  EXPECT_TRUE(ValidateBlockRecord(r).ok());
+  EXPECT_OK(ValidateBlockRecord(r));
   r.summary.assign(kMaxSummaryBytes + 1, 's');
   EXPECT_NE(ValidateBlockRecord(r).message().find("summary"), absl::string_view::npos);
 
   ModelProfile p = Qwen();
-  EXPECT_TRUE(ValidateProfile(p).ok());
+  EXPECT_OK(ValidateProfile(p));
   EXPECT_EQ(BlockSizeBytes(p), 28u * 2 * 4 * 16 * 128 * 2);
   p.head_dim = 0;
   EXPECT_NE(ValidateProfile(p).message().find("head_dim"), absl::string_view::npos);

@@ -19,7 +19,7 @@ namespace {
 
 TEST(AlignedBufferTest, AllocatesAlignedZeroedRoundedMemory) {
   absl::StatusOr<AlignedBuffer> buffer = AlignedBuffer::Allocate(5000);
-  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  ASSERT_OK(buffer) << buffer.status();
   EXPECT_EQ(buffer->size(), 8192u);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer->data()) % 4096, 0u);
   for (uint8_t byte : buffer->span()) ASSERT_EQ(byte, 0);
@@ -34,7 +34,7 @@ TEST(AlignedBufferTest, ZeroSizeIsInvalid) {
 
 TEST(AlignedBufferPoolTest, AcquireReleaseAndContains) {
   auto pool = AlignedBufferPool::Create(64 * 1024);
-  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_OK(pool) << pool.status();
   auto a = (*pool)->TryAcquire(100);
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->size(), 4096u);
@@ -55,7 +55,7 @@ TEST(AlignedBufferPoolTest, AcquireReleaseAndContains) {
 
 TEST(AlignedBufferPoolTest, BlockingAcquireReturnsOnceSpaceIsReleased) {
   auto pool = AlignedBufferPool::Create(8192);
-  ASSERT_TRUE(pool.ok());
+  ASSERT_OK(pool);
   auto held = (*pool)->TryAcquire(8192);
   ASSERT_TRUE(held.has_value());
   absl::Span<uint8_t> got;
@@ -71,7 +71,7 @@ TEST(AlignedBufferPoolTest, BlockingAcquireReturnsOnceSpaceIsReleased) {
 // slices until every thread blocked forever.
 TEST(AlignedBufferPoolTest, ContendedBlockingAcquireLeaksNothing) {
   auto pool = AlignedBufferPool::Create(16 * 1024);
-  ASSERT_TRUE(pool.ok());
+  ASSERT_OK(pool);
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {

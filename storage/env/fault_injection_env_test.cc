@@ -27,13 +27,13 @@ class FaultInjectionEnvTest : public ::testing::Test {
     options.size_bytes = kFileBytes;
     options.direct_io = DirectIoSupported(Env::Default(), dir_.path());
     auto file = env_.OpenBlockFile(dir_.File("f.dat"), options);
-    ASSERT_TRUE(file.ok()) << file.status();
+    ASSERT_OK(file) << file.status();
     file_ = std::move(file).value();
     auto queue = env_.NewIoQueue(IoQueueOptions{.depth = 4});
-    ASSERT_TRUE(queue.ok()) << queue.status();
+    ASSERT_OK(queue) << queue.status();
     queue_ = std::move(queue).value();
     auto buffer = AlignedBuffer::Allocate(kFileBytes);
-    ASSERT_TRUE(buffer.ok());
+    ASSERT_OK(buffer);
     buffer_ = std::move(buffer).value();
   }
 
@@ -48,7 +48,7 @@ class FaultInjectionEnvTest : public ::testing::Test {
   }
 
   // Reads the whole file into buffer_ with ordinary (unfaulted) I/O.
-  void ReadAll() { ASSERT_TRUE(file_->ReadAt(0, buffer_.span()).ok()); }
+  void ReadAll() { ASSERT_OK(file_->ReadAt(0, buffer_.span())); }
 
   ScopedTempDir dir_;
   FaultInjectionEnv env_{Env::Default(), /*seed=*/42};
@@ -59,25 +59,25 @@ class FaultInjectionEnvTest : public ::testing::Test {
 
 TEST_F(FaultInjectionEnvTest, DropUnsyncedDataRestoresLastSyncedContents) {
   std::memset(buffer_.data(), 0x11, 8192);
-  ASSERT_TRUE(Run(IoOp::kWrite, 0, 8192).ok());
-  ASSERT_TRUE(Run(IoOp::kSync, 0, 0).ok());
+  ASSERT_OK(Run(IoOp::kWrite, 0, 8192));
+  ASSERT_OK(Run(IoOp::kSync, 0, 0));
   EXPECT_EQ(env_.unsynced_write_count(), 0u);
 
   // Overwrite the synced block, and write a new one, without syncing.
   std::memset(buffer_.data(), 0x22, 4096);
   std::memset(buffer_.data() + 65536, 0x33, 4096);
-  ASSERT_TRUE(Run(IoOp::kWrite, 0, 4096).ok());
-  ASSERT_TRUE(Run(IoOp::kWrite, 65536, 4096).ok());
+  ASSERT_OK(Run(IoOp::kWrite, 0, 4096));
+  ASSERT_OK(Run(IoOp::kWrite, 65536, 4096));
   // The same range written twice unwinds to the oldest contents.
   std::memset(buffer_.data() + 65536, 0x44, 4096);
-  ASSERT_TRUE(Run(IoOp::kWrite, 65536, 4096).ok());
+  ASSERT_OK(Run(IoOp::kWrite, 65536, 4096));
   EXPECT_EQ(env_.unsynced_write_count(), 3u);
 
   ReadAll();
   EXPECT_EQ(buffer_.data()[0], 0x22);
   EXPECT_EQ(buffer_.data()[65536], 0x44);
 
-  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  ASSERT_OK(env_.DropUnsyncedData());
   ReadAll();
   EXPECT_EQ(buffer_.data()[0], 0x11) << "synced contents come back";
   EXPECT_EQ(buffer_.data()[4096], 0x11);
@@ -89,18 +89,18 @@ TEST_F(FaultInjectionEnvTest, SynchronousWritesAreTrackedToo) {
   std::vector<uint8_t> ones(4096, 1);
   auto aligned = AlignedBuffer::Allocate(4096);
   std::memcpy(aligned->data(), ones.data(), 4096);
-  ASSERT_TRUE(file_->WriteAt(8192, aligned->span()).ok());
-  ASSERT_TRUE(file_->Sync().ok());
+  ASSERT_OK(file_->WriteAt(8192, aligned->span()));
+  ASSERT_OK(file_->Sync());
   std::memset(aligned->data(), 2, 4096);
-  ASSERT_TRUE(file_->WriteAt(8192, aligned->span()).ok());
-  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  ASSERT_OK(file_->WriteAt(8192, aligned->span()));
+  ASSERT_OK(env_.DropUnsyncedData());
   ReadAll();
   EXPECT_EQ(buffer_.data()[8192], 1);
 }
 
 TEST_F(FaultInjectionEnvTest, OneInNErrorsFailWithoutTransferringBytes) {
   std::memset(buffer_.data(), 0x7e, kFileBytes);
-  ASSERT_TRUE(Run(IoOp::kWrite, 0, kFileBytes).ok());
+  ASSERT_OK(Run(IoOp::kWrite, 0, kFileBytes));
 
   env_.SetReadErrorOneIn(3);
   constexpr int kReads = 60;
@@ -127,13 +127,13 @@ TEST_F(FaultInjectionEnvTest, OneInNErrorsFailWithoutTransferringBytes) {
   env_.SetReadErrorOneIn(0);
   env_.SetWriteErrorOneIn(1);
   EXPECT_THAT(Run(IoOp::kWrite, 0, 4096), StatusIs(absl::StatusCode::kInternal));
-  EXPECT_TRUE(Run(IoOp::kRead, 0, 4096).ok());
+  EXPECT_OK(Run(IoOp::kRead, 0, 4096));
 }
 
 TEST_F(FaultInjectionEnvTest, NoSpaceFailsWritesAndCreation) {
   env_.SetNoSpace(true);
   EXPECT_THAT(Run(IoOp::kWrite, 0, 4096), StatusIs(absl::StatusCode::kResourceExhausted));
-  EXPECT_TRUE(Run(IoOp::kRead, 0, 4096).ok());
+  EXPECT_OK(Run(IoOp::kRead, 0, 4096));
   EXPECT_EQ(env_.no_space_fault_count(), 1u);
   EXPECT_EQ(env_.injected_error_count(), 0u) << "ENOSPC is not a one-in-N error";
 
@@ -143,13 +143,13 @@ TEST_F(FaultInjectionEnvTest, NoSpaceFailsWritesAndCreation) {
   EXPECT_THAT(env_.OpenBlockFile(dir_.File("new.dat"), options).status(),
               StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_FALSE(*env_.FileExists(dir_.File("new.dat")));
-  EXPECT_TRUE(env_.OpenBlockFile(dir_.File("f.dat"), options).ok())
+  EXPECT_OK(env_.OpenBlockFile(dir_.File("f.dat"), options))
       << "an existing preallocated file needs no space";
   EXPECT_THAT(env_.CreateDir(dir_.File("sub"), false),
               StatusIs(absl::StatusCode::kResourceExhausted));
 
   env_.SetNoSpace(false);
-  EXPECT_TRUE(Run(IoOp::kWrite, 0, 4096).ok());
+  EXPECT_OK(Run(IoOp::kWrite, 0, 4096));
 }
 
 TEST_F(FaultInjectionEnvTest, SlowIoSleepsRealTimeAndLeavesErrorsAlone) {
@@ -158,9 +158,9 @@ TEST_F(FaultInjectionEnvTest, SlowIoSleepsRealTimeAndLeavesErrorsAlone) {
   env_.SetNowMicros(1000);  // Slow I/O must not touch the manual clock.
   env_.SetSlowIoOneIn(1, kDelayMicros);
   const Clock::time_point start = Clock::now();
-  ASSERT_TRUE(Run(IoOp::kRead, 0, 4096).ok());
-  ASSERT_TRUE(Run(IoOp::kWrite, 0, 4096).ok());
-  ASSERT_TRUE(Run(IoOp::kSync, 0, 0).ok());
+  ASSERT_OK(Run(IoOp::kRead, 0, 4096));
+  ASSERT_OK(Run(IoOp::kWrite, 0, 4096));
+  ASSERT_OK(Run(IoOp::kSync, 0, 0));
   EXPECT_EQ(env_.ChooseFileFault(FaultInjectionEnv::FileOp::kRead),
             FaultInjectionEnv::Fault::kNone);
   const auto elapsed = Clock::now() - start;
@@ -169,7 +169,7 @@ TEST_F(FaultInjectionEnvTest, SlowIoSleepsRealTimeAndLeavesErrorsAlone) {
   EXPECT_EQ(env_.NowMicros(), 1000u);
 
   env_.SetSlowIoOneIn(0, kDelayMicros);
-  ASSERT_TRUE(Run(IoOp::kRead, 0, 4096).ok());
+  ASSERT_OK(Run(IoOp::kRead, 0, 4096));
   EXPECT_EQ(env_.slow_io_count(), 4u) << "0 disables";
 
   // One in 3, beside one-in-3 read errors: the same operations fail as in
@@ -193,9 +193,9 @@ TEST_F(FaultInjectionEnvTest, SlowIoSleepsRealTimeAndLeavesErrorsAlone) {
 
 TEST_F(FaultInjectionEnvTest, HeldIoWaitsUntilReleased) {
   env_.HoldNextIo(FaultInjectionEnv::FileOp::kWrite);
-  ASSERT_TRUE(Run(IoOp::kRead, 0, 4096).ok()) << "another kind is not held";
+  ASSERT_OK(Run(IoOp::kRead, 0, 4096)) << "another kind is not held";
   auto data = AlignedBuffer::Allocate(4096);
-  ASSERT_TRUE(data.ok());
+  ASSERT_OK(data);
   std::memset(data->data(), 0x5a, 4096);
   absl::Status written = absl::UnknownError("not run");
   std::thread writer([&] { written = file_->WriteAt(0, data->span()); });
@@ -209,7 +209,7 @@ TEST_F(FaultInjectionEnvTest, HeldIoWaitsUntilReleased) {
   writer.join();
   EXPECT_THAT(written, StatusIs(absl::StatusCode::kInternal)) << written;
   env_.SetWriteErrorOneIn(0);
-  EXPECT_TRUE(file_->WriteAt(0, data->span()).ok()) << "one hold only";
+  EXPECT_OK(file_->WriteAt(0, data->span())) << "one hold only";
   ReadAll();
   EXPECT_EQ(buffer_.data()[0], 0x5a);
 }

@@ -38,31 +38,31 @@ TEST_F(PosixEnvTest, DefaultIsASingleton) { EXPECT_EQ(Env::Default(), Env::Defau
 
 TEST_F(PosixEnvTest, DirectoryAndFileOperations) {
   const std::string nested = dir_.File("a/b/c");
-  ASSERT_TRUE(env_->CreateDir(nested, /*recursive=*/true).ok());
-  ASSERT_TRUE(env_->CreateDir(nested, /*recursive=*/false).ok()) << "existing directory is OK";
+  ASSERT_OK(env_->CreateDir(nested, /*recursive=*/true));
+  ASSERT_OK(env_->CreateDir(nested, /*recursive=*/false)) << "existing directory is OK";
   EXPECT_FALSE(env_->CreateDir(dir_.File("x/y"), /*recursive=*/false).ok());
 
   auto file = env_->OpenBlockFile(nested + "/f1", FileOptions(8192));
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_OK(file) << file.status();
   file->reset();
   EXPECT_EQ(*env_->FileExists(nested + "/f1"), true);
   EXPECT_EQ(*env_->FileExists(nested + "/nope"), false);
   EXPECT_EQ(*env_->GetFileSize(nested + "/f1"), 8192u);
   EXPECT_THAT(env_->GetFileSize(nested + "/nope").status(), StatusIs(absl::StatusCode::kNotFound));
 
-  ASSERT_TRUE(env_->RenameFile(nested + "/f1", nested + "/f2").ok());
+  ASSERT_OK(env_->RenameFile(nested + "/f1", nested + "/f2"));
   auto names = env_->ListDir(nested);
-  ASSERT_TRUE(names.ok());
+  ASSERT_OK(names);
   EXPECT_EQ(*names, std::vector<std::string>{"f2"});
-  ASSERT_TRUE(env_->SyncDir(nested).ok());
-  ASSERT_TRUE(env_->DeleteFile(nested + "/f2").ok());
+  ASSERT_OK(env_->SyncDir(nested));
+  ASSERT_OK(env_->DeleteFile(nested + "/f2"));
   EXPECT_THAT(env_->DeleteFile(nested + "/f2"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(env_->ListDir(nested)->empty());
-  EXPECT_TRUE(env_->DeleteDir(nested).ok());
+  EXPECT_OK(env_->DeleteDir(nested));
   EXPECT_THAT(env_->ListDir(nested).status(), StatusIs(absl::StatusCode::kNotFound));
 
   auto regular = env_->OpenBlockFile(dir_.File("plain"), FileOptions(4096));
-  ASSERT_TRUE(regular.ok());
+  ASSERT_OK(regular);
   EXPECT_THAT(env_->CreateDir(dir_.File("plain"), false),
               StatusIs(absl::StatusCode::kFailedPrecondition));
 }
@@ -74,7 +74,7 @@ TEST_F(PosixEnvTest, BlockFileIsPreallocatedAndSizeIsChecked) {
   EXPECT_THAT(env_->OpenBlockFile(path, missing).status(), StatusIs(absl::StatusCode::kNotFound));
 
   auto file = env_->OpenBlockFile(path, FileOptions(1 << 20));
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_OK(file) << file.status();
   EXPECT_EQ((*file)->size_bytes(), 1u << 20);
   EXPECT_EQ((*file)->direct_io(), direct_io_);
   EXPECT_TRUE((*file)->preallocated());
@@ -84,19 +84,19 @@ TEST_F(PosixEnvTest, BlockFileIsPreallocatedAndSizeIsChecked) {
               StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(env_->OpenBlockFile(path, FileOptions(0)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_TRUE(env_->OpenBlockFile(path, FileOptions(1 << 20)).ok());
+  EXPECT_OK(env_->OpenBlockFile(path, FileOptions(1 << 20)));
 }
 
 TEST_F(PosixEnvTest, SynchronousReadWriteAtChecksRangeAndAlignment) {
   auto file = env_->OpenBlockFile(dir_.File("sync.dat"), FileOptions(16384));
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   auto buffer = AlignedBuffer::Allocate(8192);
-  ASSERT_TRUE(buffer.ok());
+  ASSERT_OK(buffer);
   std::memset(buffer->data(), 0xab, 8192);
-  ASSERT_TRUE((*file)->WriteAt(4096, buffer->span()).ok());
-  ASSERT_TRUE((*file)->Sync().ok());
+  ASSERT_OK((*file)->WriteAt(4096, buffer->span()));
+  ASSERT_OK((*file)->Sync());
   auto back = AlignedBuffer::Allocate(8192);
-  ASSERT_TRUE((*file)->ReadAt(4096, back->span()).ok());
+  ASSERT_OK((*file)->ReadAt(4096, back->span()));
   EXPECT_EQ(std::memcmp(buffer->data(), back->data(), 8192), 0);
 
   EXPECT_THAT((*file)->ReadAt(12288, back->span()), StatusIs(absl::StatusCode::kOutOfRange));
@@ -110,10 +110,10 @@ class UringQueueTest : public PosixEnvTest {
  protected:
   void SetUp() override {
     auto queue = env_->NewIoQueue(IoQueueOptions{.depth = 8});
-    ASSERT_TRUE(queue.ok()) << queue.status();
+    ASSERT_OK(queue) << queue.status();
     queue_ = std::move(queue).value();
     auto file = env_->OpenBlockFile(dir_.File("q.dat"), FileOptions(1 << 20));
-    ASSERT_TRUE(file.ok()) << file.status();
+    ASSERT_OK(file) << file.status();
     file_ = std::move(file).value();
   }
 
@@ -134,8 +134,8 @@ class UringQueueTest : public PosixEnvTest {
 TEST_F(UringQueueTest, BatchedWriteSyncReadRoundTripWithMoreRequestsThanDepth) {
   constexpr int kBlocks = 20;  // More than depth 8: the helper refills.
   auto pool = AlignedBufferPool::Create(2 * kBlocks * 8192);
-  ASSERT_TRUE(pool.ok());
-  ASSERT_TRUE(queue_->RegisterBuffers({(*pool)->region()}).ok());
+  ASSERT_OK(pool);
+  ASSERT_OK(queue_->RegisterBuffers({(*pool)->region()}));
   EXPECT_TRUE(queue_->has_registered_buffers());
 
   std::vector<IoRequest> writes;
@@ -146,17 +146,17 @@ TEST_F(UringQueueTest, BatchedWriteSyncReadRoundTripWithMoreRequestsThanDepth) {
     sources.push_back(source);
     writes.push_back(Request(IoOp::kWrite, uint64_t(i) * 8192, source));
   }
-  ASSERT_TRUE(RunIoRequests(*queue_, absl::MakeSpan(writes)).ok());
+  ASSERT_OK(RunIoRequests(*queue_, absl::MakeSpan(writes)));
   IoRequest sync;
   sync.op = IoOp::kSync;
   sync.file = file_.get();
-  ASSERT_TRUE(RunIoRequests(*queue_, absl::MakeSpan(&sync, 1)).ok());
+  ASSERT_OK(RunIoRequests(*queue_, absl::MakeSpan(&sync, 1)));
 
   std::vector<IoRequest> reads;
   for (int i = 0; i < kBlocks; ++i) {
     reads.push_back(Request(IoOp::kRead, uint64_t(i) * 8192, *(*pool)->TryAcquire(8192)));
   }
-  ASSERT_TRUE(RunIoRequests(*queue_, absl::MakeSpan(reads)).ok());
+  ASSERT_OK(RunIoRequests(*queue_, absl::MakeSpan(reads)));
   for (int i = 0; i < kBlocks; ++i) {
     ASSERT_EQ(std::memcmp(reads[i].buffer, sources[i].data(), 8192), 0) << i;
   }
@@ -170,10 +170,10 @@ TEST_F(UringQueueTest, UnregisteredBuffersWork) {
   auto buffer = AlignedBuffer::Allocate(4096);
   std::memset(buffer->data(), 0x5a, 4096);
   IoRequest write = Request(IoOp::kWrite, 0, buffer->span());
-  ASSERT_TRUE(RunIoRequests(*queue_, absl::MakeSpan(&write, 1)).ok());
+  ASSERT_OK(RunIoRequests(*queue_, absl::MakeSpan(&write, 1)));
   auto back = AlignedBuffer::Allocate(4096);
   IoRequest read = Request(IoOp::kRead, 0, back->span());
-  ASSERT_TRUE(RunIoRequests(*queue_, absl::MakeSpan(&read, 1)).ok());
+  ASSERT_OK(RunIoRequests(*queue_, absl::MakeSpan(&read, 1)));
   EXPECT_EQ(back->data()[4095], 0x5a);
   EXPECT_EQ(queue_->stats().fixed_buffer_ops, 0u);
 }
@@ -211,7 +211,7 @@ TEST_F(UringQueueTest, WakeFromAnotherThreadEndsAWaitingPoll) {
   std::vector<IoRequest*> completed;
   std::thread waker([this] { queue_->Wake(); });
   // Nothing is in flight: only the Wake can end this wait.
-  ASSERT_TRUE(queue_->Poll(/*wait=*/true, &completed).ok());
+  ASSERT_OK(queue_->Poll(/*wait=*/true, &completed));
   waker.join();
   EXPECT_TRUE(completed.empty());
 }

@@ -66,7 +66,7 @@ TEST(HostTierTest, CapacityIsAHardLimit) {
   std::vector<HostSlot> slots;
   for (int i = 0; i < 16; ++i) {
     auto slot = tier->Allocate(4 * 4096 - 1);  // rounds up to 4 pages
-    ASSERT_TRUE(slot.ok()) << i << ": " << slot.status();
+    ASSERT_OK(slot) << i << ": " << slot.status();
     slots.push_back(*slot);
   }
   HostTierStats stats = tier->stats();
@@ -80,7 +80,7 @@ TEST(HostTierTest, CapacityIsAHardLimit) {
   EXPECT_THAT(tier->Allocate(kCapacity + 1), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(tier->Allocate(0), StatusIs(absl::StatusCode::kInvalidArgument));
 
-  ASSERT_TRUE(tier->Free(slots[3]).ok());
+  ASSERT_OK(tier->Free(slots[3]));
   auto again = tier->Allocate(4 * 4096);
   ASSERT_OK(again);
   EXPECT_EQ(again->offset, slots[3].offset);
@@ -90,19 +90,19 @@ TEST(HostTierTest, CapacityIsAHardLimit) {
 TEST(HostTierTest, StaleSlotsAreDetected) {
   auto tier = OpenTier(ShmPath("host"));
   auto first = tier->Allocate(4096);
-  ASSERT_TRUE(first.ok());
+  ASSERT_OK(first);
   ASSERT_TRUE(tier->IsLive(*first));
-  ASSERT_TRUE(tier->Free(*first).ok());
+  ASSERT_OK(tier->Free(*first));
   EXPECT_FALSE(tier->IsLive(*first));
   EXPECT_THAT(tier->Free(*first), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(tier->Data(*first), StatusIs(absl::StatusCode::kFailedPrecondition));
 
   auto second = tier->Allocate(4096);  // same place, new generation
-  ASSERT_TRUE(second.ok());
+  ASSERT_OK(second);
   ASSERT_EQ(second->offset, first->offset);
   EXPECT_FALSE(tier->IsLive(*first));
   EXPECT_THAT(tier->Data(*first), StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_TRUE(tier->Data(*second).ok());
+  EXPECT_OK(tier->Data(*second));
 
   HostSlot wrong_size = *second;
   wrong_size.size_bytes = 100;
@@ -132,7 +132,7 @@ TEST(HostTierTest, BadOptionsNameTheField) {
 
 TEST(HostTierTest, PinsItsRegionAndFeedsDeviceCopies) {
   std::unique_ptr<gpu::DeviceOps> ops;
-  ASSERT_TRUE(gpu::NewShmDeviceOps(ShmPath("arena"), 1 << 20, {}, &ops).ok());
+  ASSERT_OK(gpu::NewShmDeviceOps(ShmPath("arena"), 1 << 20, {}, &ops));
   auto tier = OpenTier(ShmPath("host"), kCapacity, ops.get());
   ASSERT_NE(tier, nullptr);
   // The region is registered: registering it again overlaps.
@@ -140,14 +140,14 @@ TEST(HostTierTest, PinsItsRegionAndFeedsDeviceCopies) {
   EXPECT_EQ(ops->RegisterHost(region.data(), 4096).code, gpu::GpuStatus::kInvalidArgument);
 
   auto slot = tier->Allocate(8192);
-  ASSERT_TRUE(slot.ok());
+  ASSERT_OK(slot);
   auto data = tier->Data(*slot);
-  ASSERT_TRUE(data.ok());
+  ASSERT_OK(data);
   for (size_t i = 0; i < data->size(); ++i) (*data)[i] = static_cast<std::byte>(i % 251);
   const gpu::HostToArenaCopy up{data->data(), 4096, data->size()};
-  ASSERT_TRUE(ops->CopyToArena({&up, 1}).ok());
+  ASSERT_OK(ops->CopyToArena({&up, 1}));
   std::vector<std::byte> back;
-  ASSERT_TRUE(ops->ReadArena(4096, 8192, &back).ok());
+  ASSERT_OK(ops->ReadArena(4096, 8192, &back));
   EXPECT_EQ(std::memcmp(back.data(), data->data(), 8192), 0);
 
   void* base = region.data();
@@ -193,7 +193,7 @@ TEST(HostTierTest, ConcurrentAllocateWriteFree) {
 
 TEST(GpuStatusTest, MapsEveryCode) {
   using gpu::GpuStatus;
-  EXPECT_TRUE(GpuToStatus(GpuStatus::Ok()).ok());
+  EXPECT_OK(GpuToStatus(GpuStatus::Ok()));
   const std::pair<GpuStatus::Code, absl::StatusCode> cases[] = {
       {GpuStatus::kInvalidArgument, absl::StatusCode::kInvalidArgument},
       {GpuStatus::kOutOfMemory, absl::StatusCode::kResourceExhausted},

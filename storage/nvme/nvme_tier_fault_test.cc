@@ -23,7 +23,7 @@ class NvmeTierFaultTest : public ::testing::Test {
   void Reopen() {
     tier_.reset();
     auto tier = NvmeTier::Open(options_);
-    ASSERT_TRUE(tier.ok()) << tier.status();
+    ASSERT_OK(tier) << tier.status();
     tier_ = std::move(tier).value();
   }
 
@@ -37,23 +37,23 @@ TEST_F(NvmeTierFaultTest, PowerLossDropsOnlyUnsyncedBlocks) {
   const auto synced = RandomBytes(100000, 1);
   const auto unsynced = RandomBytes(200000, 2);
   auto synced_at = tier_->Write(synced);
-  ASSERT_TRUE(synced_at.ok());
-  ASSERT_TRUE(tier_->Sync().ok());
+  ASSERT_OK(synced_at);
+  ASSERT_OK(tier_->Sync());
   auto unsynced_at = tier_->Write(unsynced);
-  ASSERT_TRUE(unsynced_at.ok());
+  ASSERT_OK(unsynced_at);
   // Before the crash both read back.
   std::vector<uint8_t> out(unsynced.size());
-  ASSERT_TRUE(tier_->Read(*unsynced_at, NvmeChecksum(unsynced), absl::MakeSpan(out)).ok());
+  ASSERT_OK(tier_->Read(*unsynced_at, NvmeChecksum(unsynced), absl::MakeSpan(out)));
 
   // Crash: close, lose what was not synced, restart from the catalog.
   tier_.reset();
-  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  ASSERT_OK(env_.DropUnsyncedData());
   Reopen();
-  ASSERT_TRUE(tier_->Reserve(*synced_at).ok());
-  ASSERT_TRUE(tier_->Reserve(*unsynced_at).ok());
+  ASSERT_OK(tier_->Reserve(*synced_at));
+  ASSERT_OK(tier_->Reserve(*unsynced_at));
 
   std::vector<uint8_t> back(synced.size());
-  EXPECT_TRUE(tier_->Read(*synced_at, NvmeChecksum(synced), absl::MakeSpan(back)).ok());
+  EXPECT_OK(tier_->Read(*synced_at, NvmeChecksum(synced), absl::MakeSpan(back)));
   EXPECT_EQ(back, synced);
   absl::Status lost = tier_->Read(*unsynced_at, NvmeChecksum(unsynced), absl::MakeSpan(out));
   EXPECT_THAT(lost, StatusIs(absl::StatusCode::kDataLoss)) << lost;
@@ -66,16 +66,16 @@ TEST_F(NvmeTierFaultTest, SyncedBlocksSurvivePowerLoss) {
   for (int i = 0; i < 10; ++i) payloads.push_back(RandomBytes(50000 + i, i));
   for (const auto& p : payloads) spans.push_back(p);
   auto locations = tier_->WriteBatch(spans);
-  ASSERT_TRUE(tier_->Sync().ok());
+  ASSERT_OK(tier_->Sync());
   EXPECT_EQ(env_.unsynced_write_count(), 0u);
   tier_.reset();
-  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  ASSERT_OK(env_.DropUnsyncedData());
   Reopen();
   for (size_t i = 0; i < payloads.size(); ++i) {
-    ASSERT_TRUE(locations[i].ok());
-    ASSERT_TRUE(tier_->Reserve(*locations[i]).ok());
+    ASSERT_OK(locations[i]);
+    ASSERT_OK(tier_->Reserve(*locations[i]));
     std::vector<uint8_t> out(payloads[i].size());
-    ASSERT_TRUE(tier_->Read(*locations[i], NvmeChecksum(payloads[i]), absl::MakeSpan(out)).ok());
+    ASSERT_OK(tier_->Read(*locations[i], NvmeChecksum(payloads[i]), absl::MakeSpan(out)));
     EXPECT_EQ(out, payloads[i]);
   }
 }
@@ -133,7 +133,7 @@ TEST_F(NvmeTierFaultTest, NoSpaceIsResourceExhausted) {
   EXPECT_THAT(NvmeTier::Open(elsewhere).status(), StatusIs(absl::StatusCode::kResourceExhausted));
 
   env_.SetNoSpace(false);
-  EXPECT_TRUE(tier_->Write(RandomBytes(8192, 1)).ok());
+  EXPECT_OK(tier_->Write(RandomBytes(8192, 1)));
 }
 
 // A failed Sync is counted and not sticky: the next Sync syncs the same
@@ -142,7 +142,7 @@ TEST_F(NvmeTierFaultTest, SyncErrorIsCountedAndTheNextSyncWorks) {
   const auto a = RandomBytes(50000, 3);
   const uint64_t before_a = tier_->sync_failures();
   auto a_at = tier_->Write(a);
-  ASSERT_TRUE(a_at.ok());
+  ASSERT_OK(a_at);
   env_.SetSyncErrorOneIn(1);
   absl::Status failed = tier_->Sync();
   EXPECT_FALSE(failed.ok());
@@ -150,23 +150,23 @@ TEST_F(NvmeTierFaultTest, SyncErrorIsCountedAndTheNextSyncWorks) {
   env_.SetSyncErrorOneIn(0);
   EXPECT_EQ(tier_->sync_failures(), before_a + 1);
   // The retry succeeds, but a's caller saw the failure in between.
-  ASSERT_TRUE(tier_->Sync().ok());
+  ASSERT_OK(tier_->Sync());
   EXPECT_NE(tier_->sync_failures(), before_a);
   EXPECT_EQ(env_.unsynced_write_count(), 0u) << "the retry synced the file again";
 
   const auto b = RandomBytes(50000, 4);
   const uint64_t before_b = tier_->sync_failures();
   auto b_at = tier_->Write(b);
-  ASSERT_TRUE(b_at.ok());
-  ASSERT_TRUE(tier_->Sync().ok());
+  ASSERT_OK(b_at);
+  ASSERT_OK(tier_->Sync());
   EXPECT_EQ(tier_->sync_failures(), before_b) << "b is durable";
   // A power loss keeps b.
   tier_.reset();
-  ASSERT_TRUE(env_.DropUnsyncedData().ok());
+  ASSERT_OK(env_.DropUnsyncedData());
   Reopen();
-  ASSERT_TRUE(tier_->Reserve(*b_at).ok());
+  ASSERT_OK(tier_->Reserve(*b_at));
   std::vector<uint8_t> back(b.size());
-  ASSERT_TRUE(tier_->Read(*b_at, NvmeChecksum(b), absl::MakeSpan(back)).ok());
+  ASSERT_OK(tier_->Read(*b_at, NvmeChecksum(b), absl::MakeSpan(back)));
   EXPECT_EQ(back, b);
 }
 

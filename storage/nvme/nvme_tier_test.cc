@@ -27,7 +27,7 @@ class NvmeTierTest : public ::testing::Test {
   void Reopen() {
     tier_.reset();
     auto tier = NvmeTier::Open(options_);
-    ASSERT_TRUE(tier.ok()) << tier.status();
+    ASSERT_OK(tier) << tier.status();
     tier_ = std::move(tier).value();
   }
 
@@ -35,7 +35,7 @@ class NvmeTierTest : public ::testing::Test {
   // buffer.
   void ExpectReadsBack(const NvmeLocation& location, const std::vector<uint8_t>& data) {
     std::vector<uint8_t> out(data.size());
-    ASSERT_TRUE(tier_->Read(location, NvmeChecksum(data), absl::MakeSpan(out)).ok())
+    ASSERT_OK(tier_->Read(location, NvmeChecksum(data), absl::MakeSpan(out)))
         << location.ToString();
     ASSERT_EQ(out, data) << location.ToString();
   }
@@ -74,7 +74,7 @@ TEST_F(NvmeTierTest, RoundTripsManySizesThroughStagingAndInPlace) {
   auto locations = tier_->WriteBatch(spans);
   ASSERT_EQ(locations.size(), spans.size());
   for (size_t i = 0; i < spans.size(); ++i) {
-    ASSERT_TRUE(locations[i].ok()) << locations[i].status();
+    ASSERT_OK(locations[i]) << locations[i].status();
     EXPECT_EQ(locations[i]->length_bytes, spans[i].size());
     EXPECT_EQ(locations[i]->offset_bytes % 4096, 0u);
   }
@@ -84,10 +84,10 @@ TEST_F(NvmeTierTest, RoundTripsManySizesThroughStagingAndInPlace) {
   // Aligned reads of the aligned writes (in place both ways).
   for (size_t i = payloads.size(), a = 0; i < spans.size(); ++i, ++a) {
     auto out = AlignedBuffer::Allocate(spans[i].size());
-    ASSERT_TRUE(tier_->Read(*locations[i], NvmeChecksum(spans[i]), out->span()).ok());
+    ASSERT_OK(tier_->Read(*locations[i], NvmeChecksum(spans[i]), out->span()));
     EXPECT_EQ(std::memcmp(out->data(), aligned[a].data(), spans[i].size()), 0);
   }
-  ASSERT_TRUE(tier_->Sync().ok());
+  ASSERT_OK(tier_->Sync());
 
   const NvmeTierStats stats = tier_->stats();
   EXPECT_EQ(stats.writes, spans.size());
@@ -165,19 +165,19 @@ TEST_F(NvmeTierTest, FreedSpaceIsReused) {
   const auto a = RandomBytes(10000, 1);
   const auto b = RandomBytes(10000, 2);
   auto first = tier_->Write(a);
-  ASSERT_TRUE(first.ok());
+  ASSERT_OK(first);
   const uint64_t used = tier_->stats().used_bytes;
   EXPECT_EQ(used, 12288u);
-  ASSERT_TRUE(tier_->Free(*first).ok());
+  ASSERT_OK(tier_->Free(*first));
   EXPECT_EQ(tier_->stats().used_bytes, 0u);
   EXPECT_THAT(tier_->Free(*first), StatusIs(absl::StatusCode::kNotFound))
       << "double free is refused";
 
   // Fill both files to one block each so the freed range is the fit.
   auto second = tier_->Write(b);
-  ASSERT_TRUE(second.ok());
+  ASSERT_OK(second);
   auto third = tier_->Write(b);
-  ASSERT_TRUE(third.ok());
+  ASSERT_OK(third);
   EXPECT_TRUE(*second == *first || *third == *first)
       << "freed extent reused: " << first->ToString() << " vs " << second->ToString() << ", "
       << third->ToString();
@@ -191,16 +191,16 @@ TEST_F(NvmeTierTest, RestartWithReserveKeepsDataReadable) {
   for (int i = 0; i < 12; ++i) {
     payloads.push_back(RandomBytes(30000 * (i + 1), 100 + i));
     auto location = tier_->Write(payloads.back());
-    ASSERT_TRUE(location.ok());
+    ASSERT_OK(location);
     locations.push_back(*location);
   }
-  ASSERT_TRUE(tier_->Sync().ok());
+  ASSERT_OK(tier_->Sync());
   const uint64_t used = tier_->stats().used_bytes;
 
   Reopen();
   EXPECT_EQ(tier_->stats().used_bytes, 0u);
   for (const NvmeLocation& location : locations) {
-    ASSERT_TRUE(tier_->Reserve(location).ok()) << location.ToString();
+    ASSERT_OK(tier_->Reserve(location)) << location.ToString();
   }
   EXPECT_EQ(tier_->stats().used_bytes, used);
   EXPECT_THAT(tier_->Reserve(locations[3]), StatusIs(absl::StatusCode::kAlreadyExists));
@@ -209,7 +209,7 @@ TEST_F(NvmeTierTest, RestartWithReserveKeepsDataReadable) {
   }
   // New blocks do not land on reserved ones.
   auto fresh = tier_->Write(RandomBytes(50000, 9));
-  ASSERT_TRUE(fresh.ok());
+  ASSERT_OK(fresh);
   for (const NvmeLocation& location : locations) {
     if (location.file_index != fresh->file_index) continue;
     const bool disjoint =
@@ -222,8 +222,8 @@ TEST_F(NvmeTierTest, RestartWithReserveKeepsDataReadable) {
 TEST_F(NvmeTierTest, FlippedByteOnDiskIsDataLoss) {
   const auto data = RandomBytes(70000, 3);
   auto location = tier_->Write(data);
-  ASSERT_TRUE(location.ok());
-  ASSERT_TRUE(tier_->Sync().ok());
+  ASSERT_OK(location);
+  ASSERT_OK(tier_->Sync());
 
   // Corrupt one byte in the middle of the block behind the tier's back.
   BlockFileOptions raw;
@@ -231,13 +231,13 @@ TEST_F(NvmeTierTest, FlippedByteOnDiskIsDataLoss) {
   raw.create_if_missing = false;
   raw.direct_io = false;
   auto file = Env::Default()->OpenBlockFile(tier_->FilePaths()[location->file_index], raw);
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   uint8_t byte = 0;
   const uint64_t at = location->offset_bytes + 12345;
-  ASSERT_TRUE((*file)->ReadAt(at, absl::MakeSpan(&byte, 1)).ok());
+  ASSERT_OK((*file)->ReadAt(at, absl::MakeSpan(&byte, 1)));
   byte ^= 0x40;
-  ASSERT_TRUE((*file)->WriteAt(at, absl::MakeConstSpan(&byte, 1)).ok());
-  ASSERT_TRUE((*file)->Sync().ok());
+  ASSERT_OK((*file)->WriteAt(at, absl::MakeConstSpan(&byte, 1)));
+  ASSERT_OK((*file)->Sync());
 
   std::vector<uint8_t> out(data.size(), 0xee);
   absl::Status status = tier_->Read(*location, NvmeChecksum(data), absl::MakeSpan(out));
@@ -287,12 +287,12 @@ TEST_F(NvmeTierTest, OrphanFilesAreRemovedAndForeignOnesReported) {
   tier_.reset();
   NvmeTierOptions larger = options_;
   larger.num_files = 4;
-  ASSERT_TRUE(NvmeTier::Open(larger).ok());
-  ASSERT_TRUE(Env::Default()->CreateDir(options_.directory + "/catalog", false).ok());
+  ASSERT_OK(NvmeTier::Open(larger));
+  ASSERT_OK(Env::Default()->CreateDir(options_.directory + "/catalog", false));
   Reopen();
 
   auto report = tier_->RemoveOrphanFiles();
-  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_OK(report) << report.status();
   EXPECT_EQ(report->removed, (std::vector<std::string>{"nvme-002.dat", "nvme-003.dat"}));
   EXPECT_EQ(report->foreign, std::vector<std::string>{"catalog"});
   auto names = Env::Default()->ListDir(options_.directory);

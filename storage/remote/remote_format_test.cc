@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "storage/common/checksum.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::remote {
 namespace {
@@ -62,7 +63,7 @@ TEST(RemoteFormat, RoundTripAndEveryCheck) {
   const std::string payload(64, 'p');
   const std::string good = Value(key, 1, payload);
   auto v = DecodeRemoteValue(good, key, 1, 64);
-  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_OK(v) << v.status();
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(v->payload.data()), v->payload.size()),
             payload);
   EXPECT_EQ(v->payload_checksum,
@@ -87,7 +88,7 @@ TEST(RemoteFormat, RoundTripAndEveryCheck) {
   std::string bad = good;
   bad[kRemoteHeaderBytes + 3] ^= 1;
   auto flipped = DecodeRemoteValue(bad, key, 1, 64);
-  ASSERT_TRUE(flipped.ok());
+  ASSERT_OK(flipped);
   EXPECT_NE(BlockChecksum(flipped->payload), flipped->payload_checksum);
 }
 

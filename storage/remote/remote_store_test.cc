@@ -44,7 +44,7 @@ class Node {
     gpu::ShmDeviceOpsOptions arena_options;
     gpu::GpuStatus created =
         gpu::ShmDeviceOps::Create(prefix_ + "-arena", 16 * kBlockBytes, arena_options, &device_);
-    EXPECT_TRUE(created.ok()) << created.ToString();
+    EXPECT_OK(created) << created.ToString();
     BlockStoreOptions o;
     o.data_dir = dir_.path();
     o.env = Env::Default();
@@ -62,14 +62,14 @@ class Node {
       return absl::StatusOr<std::string>(std::to_string(payload[0]));
     };
     auto local = BlockStore::Open(o);
-    EXPECT_TRUE(local.ok()) << local.status();
+    EXPECT_OK(local) << local.status();
     remote.cluster.seeds = seeds;
     remote.log_warning = [this](const std::string& m) {
       absl::MutexLock lock(&mu_);
       warnings_.push_back(m);
     };
     auto store = RemoteStore::Create(std::move(*local), std::move(remote));
-    EXPECT_TRUE(store.ok()) << store.status();
+    EXPECT_OK(store) << store.status();
     store_ = std::move(*store);
   }
 
@@ -80,7 +80,7 @@ class Node {
   }
   uint64_t Register(const ModelProfile& p, const std::string& tenant = "default") {
     auto r = store_->RegisterProfile(p, tenant);
-    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_OK(r) << r.status();
     return r.ok() ? r->first.profile_id : 0;
   }
 
@@ -105,17 +105,17 @@ class RemoteStoreTest : public ::testing::Test {
     // others keep answering while the replica takes over.
     o.require_full_coverage = false;
     auto cluster = RedisClusterFixture::Start(o);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    ASSERT_OK(cluster) << cluster.status();
     cluster_ = cluster->release();
   }
   // Tests share one cluster per process and reuse block ids: each starts
   // from an empty cluster.
   void SetUp() override {
     auto masters = cluster_->Masters();
-    ASSERT_TRUE(masters.ok()) << masters.status();
+    ASSERT_OK(masters) << masters.status();
     for (const std::string& m : *masters) {
       auto flushed = cluster_->Command(m, {"FLUSHALL"});
-      ASSERT_TRUE(flushed.ok()) << flushed.status();
+      ASSERT_OK(flushed) << flushed.status();
     }
   }
   static void TearDownTestSuite() {
@@ -135,7 +135,7 @@ class RemoteStoreTest : public ::testing::Test {
   static void PutBlock(Node* node, const std::string& tenant, uint64_t pid, uint64_t n) {
     const std::vector<uint8_t> data = Payload(n);
     auto put = node->store()->Put(BlockKey{tenant, pid, Id(n)}, data);
-    ASSERT_TRUE(put.ok()) << put.status();
+    ASSERT_OK(put) << put.status();
   }
 
   static void ExpectBytes(const std::string& got, uint64_t n) {
@@ -172,11 +172,11 @@ TEST_F(RemoteStoreTest, BlockPutOnOneStoreIsServedByAnother) {
   for (uint64_t n = 0; n < 24; ++n) {
     std::string out;
     TierId from = TierId::kDevice;
-    ASSERT_TRUE(b->store()->Get(BlockKey{"default", pb, Id(n)}, &out, &from).ok()) << n;
+    ASSERT_OK(b->store()->Get(BlockKey{"default", pb, Id(n)}, &out, &from)) << n;
     EXPECT_EQ(from, TierId::kRemote);
     ExpectBytes(out, n);
     // Now local: the second read does not go to the cluster.
-    ASSERT_TRUE(b->store()->Get(BlockKey{"default", pb, Id(n)}, &out, &from).ok());
+    ASSERT_OK(b->store()->Get(BlockKey{"default", pb, Id(n)}, &out, &from));
     EXPECT_EQ(from, TierId::kHost);
   }
   RemoteTierStats s = b->store()->remote_stats();
@@ -201,7 +201,7 @@ TEST_F(RemoteStoreTest, TenantsDoNotShare) {
   TierId from;
   EXPECT_THAT(b->store()->Get(BlockKey{"bob", pb_bob, Id(1)}, &out, &from),
               StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_TRUE(b->store()->Get(BlockKey{"alice", pb_alice, Id(1)}, &out, &from).ok());
+  EXPECT_OK(b->store()->Get(BlockKey{"alice", pb_alice, Id(1)}, &out, &from));
 }
 
 TEST_F(RemoteStoreTest, BlocksEvictedLocallyComeBackFromTheCluster) {
@@ -214,7 +214,7 @@ TEST_F(RemoteStoreTest, BlocksEvictedLocallyComeBackFromTheCluster) {
   ASSERT_FALSE(a->store()->Lookup(BlockKey{"default", pa, Id(100)}).present);
   std::string out;
   TierId from;
-  ASSERT_TRUE(a->store()->Get(BlockKey{"default", pa, Id(100)}, &out, &from).ok());
+  ASSERT_OK(a->store()->Get(BlockKey{"default", pa, Id(100)}, &out, &from));
   EXPECT_EQ(from, TierId::kRemote);
   ExpectBytes(out, 100);
 }
@@ -229,17 +229,17 @@ TEST_F(RemoteStoreTest, SelectPathAnswersUnavailableAndPrefetchBringsItIn) {
                                       BlockKey{"default", pb, Id(8)}};  // 8: nowhere
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = b->store()->AcquireHandles("default", keys, 0, &handles, {.memory_only = true});
-  ASSERT_TRUE(lease.ok());
+  ASSERT_OK(lease);
   EXPECT_THAT(handles[0].status(), StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_EQ(b->store()->remote_stats().hits, 0u) << "memory_only must not contact the cluster";
   EXPECT_EQ(b->store()->Prefetch(keys), 1u);
   // 8 was looked up and missed: now NOT_FOUND, not "looking".
   handles.clear();
   lease = b->store()->AcquireHandles("default", keys, 0, &handles, {.memory_only = true});
-  ASSERT_TRUE(lease.ok());
-  ASSERT_TRUE(handles[0].ok()) << handles[0].status();
+  ASSERT_OK(lease);
+  ASSERT_OK(handles[0]) << handles[0].status();
   EXPECT_THAT(handles[1].status(), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_TRUE(b->store()->Release("default", *lease).ok());
+  EXPECT_OK(b->store()->Release("default", *lease));
 }
 
 TEST_F(RemoteStoreTest, SummariesOfSharedBlocksAreComputedOnArrival) {
@@ -268,8 +268,8 @@ TEST_F(RemoteStoreTest, CorruptValueIsQuarantinedNeverServed) {
   for (auto [n, offset] : {std::pair<uint64_t, int>{21, 1000}, {22, 5}}) {
     const std::string key = RemoteKeyOf("default", n);
     auto master = cluster_->MasterOf(RedisCluster::KeySlot(key));
-    ASSERT_TRUE(master.ok()) << master.status();
-    ASSERT_TRUE(cluster_->Command(*master, {"SETRANGE", key, std::to_string(offset), "XYZ"}).ok());
+    ASSERT_OK(master) << master.status();
+    ASSERT_OK(cluster_->Command(*master, {"SETRANGE", key, std::to_string(offset), "XYZ"}));
   }
   for (uint64_t n : {21, 22}) {
     std::string out;
@@ -281,9 +281,9 @@ TEST_F(RemoteStoreTest, CorruptValueIsQuarantinedNeverServed) {
     // Deleted from the cluster, so nobody else reads it either.
     const std::string key = RemoteKeyOf("default", n);
     auto master = cluster_->MasterOf(RedisCluster::KeySlot(key));
-    ASSERT_TRUE(master.ok());
+    ASSERT_OK(master);
     auto exists = cluster_->Command(*master, {"EXISTS", key});
-    ASSERT_TRUE(exists.ok());
+    ASSERT_OK(exists);
     EXPECT_EQ(*exists, "0");
   }
   int listed = 0;
@@ -295,7 +295,7 @@ TEST_F(RemoteStoreTest, CorruptValueIsQuarantinedNeverServed) {
   // The writer still has the good bytes and can publish them again.
   std::string out;
   TierId from;
-  ASSERT_TRUE(a->store()->Get(BlockKey{"default", pa, Id(21)}, &out, &from).ok());
+  ASSERT_OK(a->store()->Get(BlockKey{"default", pa, Id(21)}, &out, &from));
   ExpectBytes(out, 21);
 }
 
@@ -309,8 +309,8 @@ TEST_F(RemoteStoreTest, ViewManyFetchesTheMissingBlocksTogether) {
   // Block 31's remote copy is corrupt; block 99 exists nowhere.
   const std::string bad = RemoteKeyOf("default", 31);
   auto master = cluster_->MasterOf(RedisCluster::KeySlot(bad));
-  ASSERT_TRUE(master.ok());
-  ASSERT_TRUE(cluster_->Command(*master, {"SETRANGE", bad, "900", "XYZ"}).ok());
+  ASSERT_OK(master);
+  ASSERT_OK(cluster_->Command(*master, {"SETRANGE", bad, "900", "XYZ"}));
 
   std::vector<BlockKey> keys;
   for (uint64_t n = 30; n < 50; ++n) keys.push_back(BlockKey{"default", pb, Id(n)});
@@ -319,13 +319,13 @@ TEST_F(RemoteStoreTest, ViewManyFetchesTheMissingBlocksTogether) {
   auto views = b->store()->ViewMany(keys, &from);
   ASSERT_EQ(views.size(), keys.size());
   ASSERT_EQ(from.size(), keys.size());
-  ASSERT_TRUE(views[0].ok()) << views[0].status();
+  ASSERT_OK(views[0]) << views[0].status();
   EXPECT_NE(from[0], TierId::kRemote);  // its own copy
   EXPECT_THAT(views[1].status(), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_TRUE(absl::StartsWith(views[1].status().message(), "DATA_LOSS")) << views[1].status();
   for (uint64_t n = 32; n < 50; ++n) {
     const size_t i = n - 30;
-    ASSERT_TRUE(views[i].ok()) << n << ": " << views[i].status();
+    ASSERT_OK(views[i]) << n << ": " << views[i].status();
     EXPECT_EQ(from[i], TierId::kRemote) << n;
     const absl::Span<const uint8_t> bytes = (*views[i])->bytes();
     ExpectBytes(std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size()), n);
@@ -350,7 +350,7 @@ TEST_F(RemoteStoreTest, DeleteRemovesTheSharedCopy) {
   const uint64_t pa = a->Register(SmallProfile()), pb = b->Register(SmallProfile());
   PutBlock(a.get(), "default", pa, 31);
   a->store()->WaitPublished();
-  EXPECT_TRUE(a->store()->Delete(BlockKey{"default", pa, Id(31)}).ok());
+  EXPECT_OK(a->store()->Delete(BlockKey{"default", pa, Id(31)}));
   std::string out;
   TierId from;
   EXPECT_THAT(b->store()->Get(BlockKey{"default", pb, Id(31)}, &out, &from),
@@ -358,7 +358,7 @@ TEST_F(RemoteStoreTest, DeleteRemovesTheSharedCopy) {
   // Deleting a block only the cluster had is OK; nowhere at all, NOT_FOUND.
   PutBlock(a.get(), "default", pa, 32);
   a->store()->WaitPublished();
-  EXPECT_TRUE(b->store()->Delete(BlockKey{"default", pb, Id(32)}).ok());
+  EXPECT_OK(b->store()->Delete(BlockKey{"default", pb, Id(32)}));
   EXPECT_THAT(b->store()->Delete(BlockKey{"default", pb, Id(32)}),
               StatusIs(absl::StatusCode::kNotFound));
 }
@@ -498,7 +498,7 @@ TEST_F(RemoteStoreTest, UnreachableClusterIsAMissAndLocalWorkGoesOn) {
   EXPECT_EQ(node.store()->remote_stats().publish_failed, 1u);
   std::string out;
   TierId from;
-  ASSERT_TRUE(node.store()->Get(BlockKey{"default", p, Id(41)}, &out, &from).ok());
+  ASSERT_OK(node.store()->Get(BlockKey{"default", p, Id(41)}, &out, &from));
   ExpectBytes(out, 41);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_THAT(node.store()->Get(BlockKey{"default", p, Id(42)}, &out, &from),
@@ -521,9 +521,9 @@ TEST_F(RemoteStoreTest, MasterFailureGivesMissesThenHitsAfterFailover) {
   // Pick a master and make sure its replica has the writes.
   const uint16_t slot = RedisCluster::KeySlot(RemoteKeyOf("default", 200));
   auto victim = cluster_->MasterOf(slot);
-  ASSERT_TRUE(victim.ok()) << victim.status();
-  ASSERT_TRUE(cluster_->WaitForReplication(std::chrono::seconds(10)).ok());
-  ASSERT_TRUE(cluster_->Kill(*victim).ok());
+  ASSERT_OK(victim) << victim.status();
+  ASSERT_OK(cluster_->WaitForReplication(std::chrono::seconds(10)));
+  ASSERT_OK(cluster_->Kill(*victim));
 
   // While the master is down: misses for its keys, hits for the others,
   // never wrong bytes, never a hang.
@@ -543,7 +543,7 @@ TEST_F(RemoteStoreTest, MasterFailureGivesMissesThenHitsAfterFailover) {
     }
   }
   EXPECT_GE(misses, 1) << "block 200 lives on the killed master";
-  ASSERT_TRUE(cluster_->WaitForFailover(slot, *victim, std::chrono::seconds(20)).ok());
+  ASSERT_OK(cluster_->WaitForFailover(slot, *victim, std::chrono::seconds(20)));
   // The client learns the new master on its next refresh; a key may miss
   // once more until then, but within a few seconds every key is served.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -555,7 +555,7 @@ TEST_F(RemoteStoreTest, MasterFailureGivesMissesThenHitsAfterFailover) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));  // poll, bounded by deadline
       st = b->store()->Get(BlockKey{"default", pb, Id(n)}, &out, &from);
     }
-    ASSERT_TRUE(st.ok()) << n << ": " << st;
+    ASSERT_OK(st) << n << ": " << st;
     ExpectBytes(out, n);
   }
   EXPECT_EQ(b->store()->remote_stats().hits, 30u);

@@ -48,7 +48,7 @@ void FlipBytes(const std::string& path, uint64_t first, uint64_t end, uint64_t s
 // that mapped it would.
 void WriteStaging(BlockStore& store, const StagingSlot& slot, const std::vector<uint8_t>& data) {
   absl::StatusOr<StagingFile> file = store.OpenStagingFile("default");
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_OK(file) << file.status();
   ASSERT_EQ(
       ::pwrite(file->fd.get(), data.data(), data.size(), static_cast<off_t>(slot.offset_bytes)),
       static_cast<ssize_t>(data.size()));
@@ -56,7 +56,7 @@ void WriteStaging(BlockStore& store, const StagingSlot& slot, const std::vector<
 
 TEST_F(BlockStoreTest, PutGetLookupRoundTrip) {
   auto outcome = store_->Put(Key(1), Payload(1));
-  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  ASSERT_OK(outcome) << outcome.status();
   EXPECT_EQ(outcome->tier, TierId::kHost);
   EXPECT_FALSE(outcome->durable);
   EXPECT_FALSE(outcome->existed);
@@ -71,9 +71,9 @@ TEST_F(BlockStoreTest, PutGetLookupRoundTrip) {
 }
 
 TEST_F(BlockStoreTest, IdenticalPutIsIdempotentDifferentBytesRefused) {
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1)).ok());
+  ASSERT_OK(store_->Put(Key(1), Payload(1)));
   auto again = store_->Put(Key(1), Payload(1));
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   EXPECT_TRUE(again->existed);
   auto other = store_->Put(Key(1), Payload(2));
   EXPECT_THAT(other.status(), StatusIs(absl::StatusCode::kAlreadyExists));
@@ -103,11 +103,11 @@ TEST_F(BlockStoreTest, PutPiecesStoresTheConcatenation) {
   EXPECT_THAT(short_put.status().message(), HasSubstr("data"));
 
   auto put = store_->PutPieces(Key(3), pieces, {.expected_xxh3 = xxh3});
-  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_OK(put) << put.status();
   EXPECT_FALSE(put->existed);
   ExpectReadable(3);
   auto again = store_->PutPieces(Key(3), pieces, {.expected_xxh3 = xxh3});
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again) << again.status();
   EXPECT_TRUE(again->existed);
   const std::vector<uint8_t> other = Payload(4);
   auto differs = store_->PutPieces(Key(3), pieces_of(other));
@@ -150,7 +150,7 @@ TEST_F(BlockStoreTest, AnotherTenantsProfileIsNotFoundLikeAMissingOne) {
   ModelProfile bogus = SmallProfile();  // same block size, another dtype
   bogus.dtype = KvDtype::kBf16;
   auto theirs = store_->RegisterProfile(bogus, "other");
-  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  ASSERT_OK(theirs) << theirs.status();
   EXPECT_TRUE(theirs->second);
   EXPECT_NE(theirs->first.profile_id, profile_id_);
   EXPECT_EQ(store_->GetProfile("default", profile_id_)->dtype, KvDtype::kFp16);
@@ -161,7 +161,7 @@ TEST_F(BlockStoreTest, AnotherTenantsProfileIsNotFoundLikeAMissingOne) {
 
   // Both survive a restart, each its tenant's.
   const uint64_t other_id = theirs->first.profile_id;
-  ASSERT_TRUE(store_->Put(BlockKey{"other", other_id, "x"}, Payload(77), {.durable = true}).ok());
+  ASSERT_OK(store_->Put(BlockKey{"other", other_id, "x"}, Payload(77), {.durable = true}));
   Reopen();
   EXPECT_EQ(store_->GetProfile("other", other_id)->dtype, KvDtype::kBf16);
   EXPECT_THAT(store_->GetProfile("default", other_id).status(),
@@ -174,11 +174,12 @@ TEST_F(BlockStoreTest, LeasesPerTenantStopAtTheLimit) {
   TenantLimits limits;
   limits.leases = 2;
   store_->SetTenantLimits("default", limits);
-  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
+  ASSERT_OK(store_->Put(Key(0), Payload(0)));
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto first = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
   auto second = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
-  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_OK(first);
+  ASSERT_OK(second);
   auto third = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
   EXPECT_THAT(third.status(), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(third.status().message(), HasSubstr("quota leases"));
@@ -187,31 +188,31 @@ TEST_F(BlockStoreTest, LeasesPerTenantStopAtTheLimit) {
   // until the old one goes; a lease that is not the tenant's does not count.
   auto replacing =
       store_->AcquireHandles("default", {Key(0)}, 0, &handles, {.replaces_lease = *first});
-  ASSERT_TRUE(replacing.ok()) << replacing.status();
-  ASSERT_TRUE(store_->Release("default", *first).ok());
+  ASSERT_OK(replacing) << replacing.status();
+  ASSERT_OK(store_->Release("default", *first));
   EXPECT_THAT(
       store_->AcquireHandles("default", {Key(0)}, 0, &handles, {.replaces_lease = *first}).status(),
       StatusIs(absl::StatusCode::kResourceExhausted));
   // Released and expired leases free their places.
-  ASSERT_TRUE(store_->Release("default", *second).ok());
+  ASSERT_OK(store_->Release("default", *second));
   auto short_lived = store_->AcquireHandles("default", {Key(0)}, 1, &handles);
-  ASSERT_TRUE(short_lived.ok());
+  ASSERT_OK(short_lived);
   EXPECT_THAT(store_->AcquireHandles("default", {Key(0)}, 0, &handles).status(),
               StatusIs(absl::StatusCode::kResourceExhausted));
   env_->AdvanceMicros(2000);
-  EXPECT_TRUE(store_->AcquireHandles("default", {Key(0)}, 0, &handles).ok());
+  EXPECT_OK(store_->AcquireHandles("default", {Key(0)}, 0, &handles));
   EXPECT_EQ(store_->UsageOf("default").leases, 2u);
   // Other tenants are not held back.
   const uint64_t other = ProfileOf("other");
-  ASSERT_TRUE(store_->Put(BlockKey{"other", other, Id(0)}, Payload(0)).ok());
-  EXPECT_TRUE(store_->AcquireHandles("other", {BlockKey{"other", other, Id(0)}}, 0, &handles).ok());
+  ASSERT_OK(store_->Put(BlockKey{"other", other, Id(0)}, Payload(0)));
+  EXPECT_OK(store_->AcquireHandles("other", {BlockKey{"other", other, Id(0)}}, 0, &handles));
 }
 
 TEST_F(BlockStoreTest, ThreeTimesHostCapacityStaysWithinLimitsAndReadable) {
   const int n = 24;  // host holds 8
   for (int i = 0; i < n; ++i) {
     auto outcome = store_->Put(Key(i), Payload(i));
-    ASSERT_TRUE(outcome.ok()) << i << ": " << outcome.status();
+    ASSERT_OK(outcome) << i << ": " << outcome.status();
     ExpectWithinCapacity();
   }
   BlockStoreStats stats = store_->Stats();
@@ -242,29 +243,28 @@ TEST_F(BlockStoreTest, FullRetainedCacheFailsFastAndKeepsEveryBlock) {
   EXPECT_FALSE(store_->Lookup(Key(stored)).present);
   EXPECT_EQ(store_->Stats().evicted_blocks, 0u);
   // Deleting makes room again.
-  ASSERT_TRUE(store_->Delete(Key(0)).ok());
-  EXPECT_TRUE(store_->Put(Key(stored), Payload(stored), {.retain = true}).ok());
+  ASSERT_OK(store_->Delete(Key(0)));
+  EXPECT_OK(store_->Put(Key(stored), Payload(stored), {.retain = true}));
 }
 
 TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i)));
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(0), Key(1), Key(2), Key(3)}, 0, &handles);
-  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_OK(lease) << lease.status();
   ASSERT_EQ(handles.size(), 4u);
   for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(handles[i].ok()) << handles[i].status();
+    ASSERT_OK(handles[i]) << handles[i].status();
     std::vector<std::byte> bytes;
-    ASSERT_TRUE(
-        device_ops_->ReadArena(handles[i]->offset_bytes, handles[i]->size_bytes, &bytes).ok());
+    ASSERT_OK(device_ops_->ReadArena(handles[i]->offset_bytes, handles[i]->size_bytes, &bytes));
     EXPECT_EQ(std::memcmp(bytes.data(), Payload(i).data(), kBlockBytes), 0);
   }
   EXPECT_EQ(store_->Stats().tiers[0].pinned_bytes, 4 * kBlockBytes);
   // The device tier (4 blocks) is full of pinned blocks: a fifth fails fast.
-  ASSERT_TRUE(store_->Put(Key(4), Payload(4)).ok());
+  ASSERT_OK(store_->Put(Key(4), Payload(4)));
   std::vector<absl::StatusOr<DeviceHandle>> more;
   auto none = store_->AcquireHandles("default", {Key(4)}, 0, &more);
-  ASSERT_TRUE(none.ok());
+  ASSERT_OK(none);
   EXPECT_EQ(*none, 0u);
   EXPECT_THAT(more[0].status(), StatusIs(absl::StatusCode::kResourceExhausted));
   // Pinned blocks cannot be deleted.
@@ -277,33 +277,33 @@ TEST_F(BlockStoreTest, HandlesPinAndReleaseAndExpire) {
   EXPECT_EQ(store_->Stats().tiers[0].pinned_bytes, 0u);
   EXPECT_THAT(store_->Release("default", *lease).status(), StatusIs(absl::StatusCode::kNotFound));
   auto fifth = store_->AcquireHandles("default", {Key(4)}, 0, &more);
-  ASSERT_TRUE(fifth.ok());
-  ASSERT_TRUE(more[0].ok()) << more[0].status();
-  ASSERT_TRUE(store_->Release("default", *fifth).ok());
-  EXPECT_TRUE(store_->Delete(Key(0)).ok());
+  ASSERT_OK(fifth);
+  ASSERT_OK(more[0]) << more[0].status();
+  ASSERT_OK(store_->Release("default", *fifth));
+  EXPECT_OK(store_->Delete(Key(0)));
 }
 
 // A promotion budget: host -> arena copies stop at its limit; the blocks
 // left are deferred (not pinned, still in host memory), and blocks already
 // in the arena never count against it.
 TEST_F(BlockStoreTest, PromotionBudgetDefersCopiesPastItsLimit) {
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i)));
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto warm = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
-  ASSERT_TRUE(warm.ok() && handles[0].ok());
-  ASSERT_TRUE(store_->Release("default", *warm).ok());
+  ASSERT_OK(warm);
+  ASSERT_OK(handles[0]);
+  ASSERT_OK(store_->Release("default", *warm));
   PromotionBudget budget;
   budget.limit_bytes = kBlockBytes + kBlockBytes / 2;  // room for one copy
   auto lease = store_->AcquireHandles("default", {Key(0), Key(1), Key(2), Key(3)}, 0, &handles,
                                       {.memory_only = true, .budget = &budget});
-  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_OK(lease) << lease.status();
   ASSERT_EQ(handles.size(), 4u);
-  ASSERT_TRUE(handles[0].ok()) << handles[0].status();  // already in the arena
-  ASSERT_TRUE(handles[1].ok()) << handles[1].status();  // promoted
+  ASSERT_OK(handles[0]) << handles[0].status();  // already in the arena
+  ASSERT_OK(handles[1]) << handles[1].status();  // promoted
   for (int i : {0, 1}) {
     std::vector<std::byte> bytes;
-    ASSERT_TRUE(
-        device_ops_->ReadArena(handles[i]->offset_bytes, handles[i]->size_bytes, &bytes).ok());
+    ASSERT_OK(device_ops_->ReadArena(handles[i]->offset_bytes, handles[i]->size_bytes, &bytes));
     EXPECT_EQ(std::memcmp(bytes.data(), Payload(i).data(), kBlockBytes), 0);
   }
   for (int i : {2, 3}) {
@@ -317,13 +317,14 @@ TEST_F(BlockStoreTest, PromotionBudgetDefersCopiesPastItsLimit) {
   EXPECT_EQ(store_->Stats().tiers[0].pinned_bytes, 2 * kBlockBytes);
   // Other UNAVAILABLE answers (a block on NVMe only) are not deferrals.
   EXPECT_FALSE(IsPromotionDeferred(absl::UnavailableError("on NVMe only")));
-  ASSERT_TRUE(store_->Release("default", *lease).ok());
+  ASSERT_OK(store_->Release("default", *lease));
   // Without a budget the same call promotes everything.
   auto all =
       store_->AcquireHandles("default", {Key(2), Key(3)}, 0, &handles, {.memory_only = true});
-  ASSERT_TRUE(all.ok());
-  EXPECT_TRUE(handles[0].ok() && handles[1].ok());
-  ASSERT_TRUE(store_->Release("default", *all).ok());
+  ASSERT_OK(all);
+  EXPECT_OK(handles[0]);
+  EXPECT_OK(handles[1]);
+  ASSERT_OK(store_->Release("default", *all));
 }
 
 // View lends a block's host copy in place: verified, and kept there while
@@ -336,13 +337,13 @@ TEST_F(BlockStoreTest, ViewsLendHostCopiesInPlaceAndVerifyThem) {
     return v.bytes().size() == want.size() &&
            std::memcmp(v.bytes().data(), want.data(), want.size()) == 0;
   };
-  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
+  ASSERT_OK(store_->Put(Key(0), Payload(0)));
   TierId from = TierId::kNvme;
   auto view = store_->View(Key(0), &from);
-  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_OK(view) << view.status();
   EXPECT_EQ(from, TierId::kHost);
   EXPECT_TRUE(same(**view, 0));
-  for (int i = 1; i < 25; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
+  for (int i = 1; i < 25; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i)));
   EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kHost);
   EXPECT_TRUE(same(**view, 0));
   view->reset();
@@ -353,7 +354,7 @@ TEST_F(BlockStoreTest, ViewsLendHostCopiesInPlaceAndVerifyThem) {
   }
   ASSERT_GE(on_nvme, 0);
   auto copy = store_->View(Key(on_nvme), &from);
-  ASSERT_TRUE(copy.ok()) << copy.status();
+  ASSERT_OK(copy) << copy.status();
   EXPECT_TRUE(same(**copy, on_nvme));
   copy->reset();
   // Damage byte 100 of every slot of the host tier file, in place.
@@ -372,14 +373,15 @@ TEST_F(BlockStoreTest, ViewsLendHostCopiesInPlaceAndVerifyThem) {
 // quarter of 8 blocks); past it a view is a private copy with the same
 // bytes, and lending resumes as views are released.
 TEST_F(BlockStoreTest, ViewsLendAtMostTheirCapAndCopyPastIt) {
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i)));
   TierId from;
   auto a = store_->View(Key(0), &from);
   auto b = store_->View(Key(1), &from);
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   EXPECT_EQ(store_->Stats().view_bytes, 2 * kBlockBytes);
   auto c = store_->View(Key(2), &from);
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c) << c.status();
   const std::vector<uint8_t> want = Payload(2);
   ASSERT_EQ((*c)->bytes().size(), want.size());
   EXPECT_EQ(std::memcmp((*c)->bytes().data(), want.data(), want.size()), 0);
@@ -389,7 +391,7 @@ TEST_F(BlockStoreTest, ViewsLendAtMostTheirCapAndCopyPastIt) {
   a->reset();
   EXPECT_EQ(store_->Stats().view_bytes, kBlockBytes);
   auto d = store_->View(Key(3), &from);
-  ASSERT_TRUE(d.ok());
+  ASSERT_OK(d);
   EXPECT_EQ(store_->Stats().view_bytes, 2 * kBlockBytes);
   b->reset();
   c->reset();
@@ -400,20 +402,21 @@ TEST_F(BlockStoreTest, ViewsLendAtMostTheirCapAndCopyPastIt) {
 }
 
 TEST_F(BlockStoreTest, PinnedBlocksSurvivePressure) {
-  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
+  ASSERT_OK(store_->Put(Key(0), Payload(0)));
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(0)}, 5000, &handles);
-  ASSERT_TRUE(lease.ok() && handles[0].ok());
+  ASSERT_OK(lease);
+  ASSERT_OK(handles[0]);
   DeviceHandle pinned = *handles[0];
   for (int i = 1; i < 12; ++i) {
-    ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
+    ASSERT_OK(store_->Put(Key(i), Payload(i)));
     std::vector<absl::StatusOr<DeviceHandle>> h;
     auto l = store_->AcquireHandles("default", {Key(i)}, 0, &h);
-    ASSERT_TRUE(l.ok());
-    if (*l != 0) ASSERT_TRUE(store_->Release("default", *l).ok());
+    ASSERT_OK(l);
+    if (*l != 0) ASSERT_OK(store_->Release("default", *l));
   }
   std::vector<std::byte> bytes;
-  ASSERT_TRUE(device_ops_->ReadArena(pinned.offset_bytes, pinned.size_bytes, &bytes).ok());
+  ASSERT_OK(device_ops_->ReadArena(pinned.offset_bytes, pinned.size_bytes, &bytes));
   EXPECT_EQ(std::memcmp(bytes.data(), Payload(0).data(), kBlockBytes), 0);
   EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kDevice);
   EXPECT_TRUE(store_->Lookup(Key(0)).pinned);
@@ -423,7 +426,7 @@ TEST_F(BlockStoreTest, PinnedBlocksSurvivePressure) {
 TEST_F(BlockStoreTest, DurableBlocksSurviveRestart) {
   for (int i = 0; i < 6; ++i) {
     auto outcome = store_->Put(Key(i), Payload(i), {.durable = i % 2 == 0});
-    ASSERT_TRUE(outcome.ok());
+    ASSERT_OK(outcome);
     EXPECT_EQ(outcome->durable, i % 2 == 0);
   }
   Reopen();
@@ -452,7 +455,7 @@ TEST_F(BlockStoreTest, DeferredSummariesAreReadyWhenAskedForAndComputedOnce) {
   for (int round = 0; round < 3; ++round) {  // 18 puts into a host tier of 8 blocks
     for (int i = 0; i < 6; ++i) {
       const int b = round * 6 + i;
-      ASSERT_TRUE(store_->Put(Key(b), Payload(b), {.durable = b % 6 == 5}).ok()) << b;
+      ASSERT_OK(store_->Put(Key(b), Payload(b), {.durable = b % 6 == 5}));
       keys.push_back(Key(b));
     }
   }
@@ -465,13 +468,13 @@ TEST_F(BlockStoreTest, DeferredSummariesAreReadyWhenAskedForAndComputedOnce) {
   EXPECT_EQ(calls->load(), 18);
   EXPECT_GT(store_->Stats().summaries_deferred, 0u);
   EXPECT_EQ(store_->Stats().summaries_pending, 0u);
-  ASSERT_TRUE(store_->Put(Key(20), Payload(20)).ok());
-  EXPECT_TRUE(store_->Delete(Key(20)).ok());
+  ASSERT_OK(store_->Put(Key(20), Payload(20)));
+  EXPECT_OK(store_->Delete(Key(20)));
   EXPECT_EQ(calls->load(), 19);
   ExpectWithinCapacity();
   // Made durable later: the record carries the summary.
-  ASSERT_TRUE(store_->Put(Key(21), Payload(21)).ok());
-  ASSERT_TRUE(store_->Put(Key(21), Payload(21), {.durable = true}).ok());
+  ASSERT_OK(store_->Put(Key(21), Payload(21)));
+  ASSERT_OK(store_->Put(Key(21), Payload(21), {.durable = true}));
   Reopen();
   summaries = store_->GetSummaries({Key(21)}, &missing);
   EXPECT_EQ(summaries[0], std::to_string(Payload(21)[0]));
@@ -483,8 +486,8 @@ TEST_F(BlockStoreTest, SummariesAreComputedKeptAndPersisted) {
                                        std::to_string(data[0]));
   };
   Reopen();
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());
-  ASSERT_TRUE(store_->Put(Key(2), Payload(2)).ok());
+  ASSERT_OK(store_->Put(Key(1), Payload(1), {.durable = true}));
+  ASSERT_OK(store_->Put(Key(2), Payload(2)));
   std::vector<BlockKey> missing;
   auto summaries = store_->GetSummaries({Key(1), Key(2), Key(3)}, &missing);
   ASSERT_EQ(summaries.size(), 3u);
@@ -510,7 +513,7 @@ TEST_F(BlockStoreTest, SummariesAreComputedKeptAndPersisted) {
 }
 
 TEST_F(BlockStoreTest, RestartDropsRecordsWhoseFileIsGone) {
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.durable = true}).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i), {.durable = true}));
   store_.reset();
   // Remove every tier file: no catalog entry may survive without its file.
   for (int f = 0; f < 2; ++f) {
@@ -524,7 +527,7 @@ TEST_F(BlockStoreTest, RestartDropsRecordsWhoseFileIsGone) {
 }
 
 TEST_F(BlockStoreTest, FlippedByteIsDetectedAndQuarantined) {
-  ASSERT_TRUE(store_->Put(Key(7), Payload(7), {.durable = true}).ok());
+  ASSERT_OK(store_->Put(Key(7), Payload(7), {.durable = true}));
   Reopen();  // NVMe copy only
   store_.reset();
   // Flip one byte in the middle of the data area of every tier file: the
@@ -545,13 +548,13 @@ TEST_F(BlockStoreTest, FlippedByteIsDetectedAndQuarantined) {
   EXPECT_FALSE(store_->Lookup(Key(7)).present);
   EXPECT_EQ(store_->Stats().quarantined_blocks, 1u);
   // Putting the right bytes again restores it.
-  ASSERT_TRUE(store_->Put(Key(7), Payload(7), {.durable = true}).ok());
+  ASSERT_OK(store_->Put(Key(7), Payload(7), {.durable = true}));
   ExpectReadable(7);
   EXPECT_EQ(store_->Stats().quarantined_blocks, 0u);
 }
 
 TEST_F(BlockStoreTest, VerifyFindsCorruption) {
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.durable = true}).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i), {.durable = true}));
   uint64_t last_done = 0, total = 0, corrupt = 0;
   ASSERT_TRUE(store_
                   ->Verify(0,
@@ -568,9 +571,9 @@ TEST_F(BlockStoreTest, VerifyFindsCorruption) {
 
 TEST_F(BlockStoreTest, DroppedUnsyncedDataNeverLosesAcknowledgedDurableBlocks) {
   // Durable puts are synced before they are acknowledged.
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.durable = true}).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i), {.durable = true}));
   store_.reset();
-  ASSERT_TRUE(env_->DropUnsyncedData().ok());
+  ASSERT_OK(env_->DropUnsyncedData());
   Reopen();
   for (int i = 0; i < 4; ++i) ExpectReadable(i);
 }
@@ -582,12 +585,12 @@ TEST_F(BlockStoreTest, InjectedWriteErrorsFailDurablePutsClearly) {
   EXPECT_NE(outcome.status().code(), absl::StatusCode::kOk);
   EXPECT_FALSE(store_->Lookup(Key(1)).present);  // not acknowledged, not kept
   env_->SetWriteErrorOneIn(0);
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());
+  ASSERT_OK(store_->Put(Key(1), Payload(1), {.durable = true}));
   ExpectReadable(1);
 }
 
 TEST_F(BlockStoreTest, InjectedReadErrorsNeverServeWrongBytes) {
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.durable = true}).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i), {.durable = true}));
   Reopen();  // NVMe copies only
   env_->SetReadErrorOneIn(2);
   int failures = 0;
@@ -615,17 +618,17 @@ TEST_F(BlockStoreTest, NoSpaceIsResourceExhausted) {
   ASSERT_FALSE(outcome.ok());
   EXPECT_THAT(outcome.status(), StatusIs(absl::StatusCode::kResourceExhausted));
   env_->SetNoSpace(false);
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());
+  ASSERT_OK(store_->Put(Key(1), Payload(1), {.durable = true}));
 }
 
 TEST_F(BlockStoreTest, StagingSlotsPutWithoutGrpcCopies) {
   auto slots = store_->ReserveStaging("default", profile_id_, 2, 0);
-  ASSERT_TRUE(slots.ok()) << slots.status();
+  ASSERT_OK(slots) << slots.status();
   ASSERT_EQ(slots->size(), 2u);
   // A client maps the staging file and writes into its slot.
   WriteStaging(*store_, (*slots)[0], Payload(9));
   auto outcome = store_->PutFromStaging(Key(9), (*slots)[0]);
-  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  ASSERT_OK(outcome) << outcome.status();
   ExpectReadable(9);
   // A used slot cannot be used twice.
   EXPECT_THAT(store_->PutFromStaging(Key(10), (*slots)[0]).status(),
@@ -646,7 +649,7 @@ TEST_F(BlockStoreTest, ClientChecksumMismatchIsRefused) {
   EXPECT_THAT(bad.status(), StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_THAT(bad.status().message(), HasSubstr("xxh3"));
   EXPECT_FALSE(store_->Lookup(Key(5)).present);
-  EXPECT_TRUE(store_->Put(Key(5), data, {.expected_xxh3 = good}).ok());
+  EXPECT_OK(store_->Put(Key(5), data, {.expected_xxh3 = good}));
 }
 
 // A put of a new block writes straight into its host slot: every way it can
@@ -668,7 +671,7 @@ TEST_F(BlockStoreTest, FailedPutsOfNewBlocksLeaveNoHostSpaceBehind) {
       ASSERT_THAT(bad.status(), StatusIs(absl::StatusCode::kDataLoss)) << bad.status();
     } else {
       auto slots = store_->ReserveStaging("default", profile_id_, 1, 0);
-      ASSERT_TRUE(slots.ok()) << slots.status();
+      ASSERT_OK(slots) << slots.status();
       WriteStaging(*store_, (*slots)[0], data);
       auto bad = store_->PutFromStaging(Key(n), (*slots)[0], {.expected_xxh3 = wrong});
       ASSERT_THAT(bad.status(), StatusIs(absl::StatusCode::kDataLoss)) << bad.status();
@@ -695,7 +698,7 @@ TEST_F(BlockStoreTest, FailedPutsOfNewBlocksLeaveNoHostSpaceBehind) {
   options_.summarize = nullptr;
   Reopen();
   // Every slot is free: the host tier takes a full load again.
-  for (uint64_t n = 0; n < host_slots; ++n) ASSERT_TRUE(store_->Put(Key(n), Payload(n)).ok());
+  for (uint64_t n = 0; n < host_slots; ++n) ASSERT_OK(store_->Put(Key(n), Payload(n)));
   EXPECT_EQ(host_used(), host_slots * kBlockBytes);
   for (uint64_t n = 0; n < host_slots; ++n) ExpectReadable(n);
 }
@@ -703,15 +706,15 @@ TEST_F(BlockStoreTest, FailedPutsOfNewBlocksLeaveNoHostSpaceBehind) {
 // A staged put of a block already stored compares against it: the same
 // bytes are accepted as a repeat, different bytes are refused.
 TEST_F(BlockStoreTest, StagedPutOfAStoredBlockIsComparedNotStoredTwice) {
-  ASSERT_TRUE(store_->Put(Key(7), Payload(7)).ok());
+  ASSERT_OK(store_->Put(Key(7), Payload(7)));
   auto stage = [&](const std::vector<uint8_t>& data) {
     auto slots = store_->ReserveStaging("default", profile_id_, 1, 0);
-    EXPECT_TRUE(slots.ok()) << slots.status();
+    EXPECT_OK(slots) << slots.status();
     WriteStaging(*store_, (*slots)[0], data);
     return (*slots)[0];
   };
   auto again = store_->PutFromStaging(Key(7), stage(Payload(7)));
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again) << again.status();
   EXPECT_TRUE(again->existed);
   auto other = store_->PutFromStaging(Key(7), stage(Payload(8)));
   EXPECT_THAT(other.status(), StatusIs(absl::StatusCode::kAlreadyExists));
@@ -744,9 +747,9 @@ TEST_F(BlockStoreTest, ConcurrentPutsAndGets) {
 }
 
 TEST_F(BlockStoreTest, DrainMakesEverythingDurable) {
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i)));
   uint64_t done = 0;
-  ASSERT_TRUE(store_->Drain([&](uint64_t d, uint64_t) { done = d; }).ok());
+  ASSERT_OK(store_->Drain([&](uint64_t d, uint64_t) { done = d; }));
   EXPECT_EQ(done, 5u);
   for (int i = 0; i < 5; ++i) {
     EXPECT_TRUE(store_->Lookup(Key(i)).durable);
@@ -767,14 +770,14 @@ TEST_F(BlockStoreTest, DeleteSyncsItsRecordWithoutTheStoreLock) {
   options_.catalog_env = catalog_env.get();
   Reopen();
   for (uint64_t n = 1; n <= 2; ++n) {
-    ASSERT_TRUE(store_->Put(Key(n), Payload(n), {.durable = true}).ok()) << n;
+    ASSERT_OK(store_->Put(Key(n), Payload(n), {.durable = true})) << n;
   }
   catalog_faults.HoldNextIo(FaultInjectionEnv::FileOp::kSync);
-  std::thread deleter([&] { EXPECT_TRUE(store_->Delete(Key(1)).ok()); });
+  std::thread deleter([&] { EXPECT_OK(store_->Delete(Key(1))); });
   catalog_faults.WaitForHeldIo();
   EXPECT_FALSE(store_->Lookup(Key(1)).present) << "a block being deleted is hidden";
   ExpectReadable(2);
-  EXPECT_TRUE(store_->Put(Key(3), Payload(3)).ok());
+  EXPECT_OK(store_->Put(Key(3), Payload(3)));
   EXPECT_TRUE(store_->Lookup(Key(3)).present);
   EXPECT_EQ(store_->Stats().blocks, 3u) << "the deleted block is still counted until it is gone";
   catalog_faults.ReleaseHeldIo();

@@ -31,7 +31,7 @@ int CheckEveryBlock(BlockStore& store, const std::function<BlockKey(uint64_t)>& 
       EXPECT_FALSE(store.Lookup(key(i)).present) << i;
       continue;
     }
-    EXPECT_TRUE(st.ok()) << i << ": " << st;
+    EXPECT_OK(st) << i << ": " << st;
     std::vector<uint8_t> want = Payload(i);
     EXPECT_EQ(out.size(), want.size());
     EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size()), 0) << "block " << i;
@@ -45,7 +45,7 @@ TEST_F(BlockStoreTest, FullCacheEvictsLeastRecentlyUsedAndNeverRefuses) {
   const int n = 200;
   for (int i = 0; i < n; ++i) {
     auto outcome = store_->Put(Key(i), Payload(i));
-    ASSERT_TRUE(outcome.ok()) << i << ": " << outcome.status();
+    ASSERT_OK(outcome) << i << ": " << outcome.status();
     ExpectWithinCapacity();
   }
   BlockStoreStats stats = store_->Stats();
@@ -68,7 +68,7 @@ TEST_F(BlockStoreTest, DurableBlocksSurviveUntilEvictedAndEvictionIsDurable) {
   const int n = 150;
   for (int i = 0; i < n; ++i) {
     auto outcome = store_->Put(Key(i), Payload(i), {.durable = true});
-    ASSERT_TRUE(outcome.ok()) << i << ": " << outcome.status();
+    ASSERT_OK(outcome) << i << ": " << outcome.status();
     EXPECT_TRUE(outcome->durable);
   }
   const uint64_t evicted = store_->Stats().evicted_blocks;
@@ -91,11 +91,11 @@ TEST_F(BlockStoreTest, DurableBlocksSurviveUntilEvictedAndEvictionIsDurable) {
 TEST_F(BlockStoreTest, RetainedBlocksAreNeverEvicted) {
   for (int i = 0; i < 10; ++i) {
     auto outcome = store_->Put(Key(i), Payload(i), {.durable = true, .retain = true});
-    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    ASSERT_OK(outcome) << outcome.status();
     EXPECT_TRUE(outcome->retained);
   }
   for (int i = 10; i < 300; ++i) {
-    ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.durable = i % 2 == 0}).ok()) << i;
+    ASSERT_OK(store_->Put(Key(i), Payload(i), {.durable = i % 2 == 0}));
   }
   EXPECT_GT(store_->Stats().evicted_blocks, 0u);
   for (int i = 0; i < 10; ++i) {
@@ -112,18 +112,18 @@ TEST_F(BlockStoreTest, RetainedBlocksAreNeverEvicted) {
 }
 
 TEST_F(BlockStoreTest, RePutWithRetainMarksAStoredBlock) {
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());
+  ASSERT_OK(store_->Put(Key(1), Payload(1), {.durable = true}));
   EXPECT_FALSE(store_->Lookup(Key(1)).retained);
   auto again = store_->Put(Key(1), Payload(1), {.durable = true, .retain = true});
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again) << again.status();
   EXPECT_TRUE(again->existed);
   EXPECT_TRUE(again->retained);
   auto plain = store_->Put(Key(1), Payload(1), {.durable = true});  // never clears the mark
-  ASSERT_TRUE(plain.ok());
+  ASSERT_OK(plain);
   EXPECT_TRUE(plain->retained);
   Reopen();
   EXPECT_TRUE(store_->Lookup(Key(1)).retained);
-  ASSERT_TRUE(store_->Delete(Key(1)).ok());
+  ASSERT_OK(store_->Delete(Key(1)));
   EXPECT_EQ(store_->Stats().retained_bytes, 0u);
 }
 
@@ -131,16 +131,16 @@ TEST_F(BlockStoreTest, RetainedBytesQuotaNamesItself) {
   TenantLimits limits;
   limits.retained_bytes = 3 * kBlockBytes;
   store_->SetTenantLimits("default", limits);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.retain = true}).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i), {.retain = true}));
   auto refused = store_->Put(Key(3), Payload(3), {.retain = true});
   ASSERT_THAT(refused.status(), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(refused.status().message(), HasSubstr("retained_bytes"));
   EXPECT_FALSE(store_->Lookup(Key(3)).present);
-  EXPECT_TRUE(store_->Put(Key(3), Payload(3)).ok()) << "without retain it is a cache put";
+  EXPECT_OK(store_->Put(Key(3), Payload(3))) << "without retain it is a cache put";
   auto upgrade = store_->Put(Key(3), Payload(3), {.retain = true});
   EXPECT_THAT(upgrade.status(), StatusIs(absl::StatusCode::kResourceExhausted));
-  ASSERT_TRUE(store_->Delete(Key(0)).ok());
-  EXPECT_TRUE(store_->Put(Key(3), Payload(3), {.retain = true}).ok());
+  ASSERT_OK(store_->Delete(Key(0)));
+  EXPECT_OK(store_->Put(Key(3), Payload(3), {.retain = true}));
   EXPECT_EQ(store_->UsageOf("default").retained_bytes, 3 * kBlockBytes);
 }
 
@@ -150,10 +150,10 @@ TEST_F(BlockStoreTest, NvmeQuotaEvictsTheTenantsOwnBlocksOnly) {
   store_->SetTenantLimits("small", limits);
   const uint64_t small_profile = ProfileOf("small");
   auto small_key = [&](uint64_t i) { return BlockKey{"small", small_profile, Id(i)}; };
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i), {.durable = true}).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i), {.durable = true}));
   for (int i = 0; i < 12; ++i) {
     auto outcome = store_->Put(small_key(i), Payload(i), {.durable = true});
-    ASSERT_TRUE(outcome.ok()) << i << ": " << outcome.status();
+    ASSERT_OK(outcome) << i << ": " << outcome.status();
     EXPECT_LE(store_->UsageOf("small").nvme_bytes, 4 * kBlockBytes);
   }
   for (int i = 0; i < 5; ++i) ExpectReadable(i);  // the other tenant's blocks stay
@@ -165,7 +165,7 @@ TEST_F(BlockStoreTest, NvmeQuotaEvictsTheTenantsOwnBlocksOnly) {
   limits.retained_bytes = 0;
   store_->SetTenantLimits("small", limits);
   for (int i = 8; i < 12; ++i) {
-    ASSERT_TRUE(store_->Put(small_key(i), Payload(i), {.durable = true, .retain = true}).ok()) << i;
+    ASSERT_OK(store_->Put(small_key(i), Payload(i), {.durable = true, .retain = true})) << i;
   }
   auto refused = store_->Put(small_key(20), Payload(20), {.durable = true});
   ASSERT_THAT(refused.status(), StatusIs(absl::StatusCode::kResourceExhausted));
@@ -206,17 +206,17 @@ TEST_F(BlockStoreTest, ConcurrentPutsOfOneTenantStayWithinItsQuotas) {
 
 // The read, promotion and demotion counters the metrics endpoint exports.
 TEST_F(BlockStoreTest, ReadsPromotionsAndDemotionsAreCounted) {
-  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
+  ASSERT_OK(store_->Put(Key(0), Payload(0)));
   std::string out;
   TierId from;
-  ASSERT_TRUE(store_->Get(Key(0), &out, &from).ok());    // from host
+  ASSERT_OK(store_->Get(Key(0), &out, &from));           // from host
   EXPECT_FALSE(store_->Get(Key(99), &out, &from).ok());  // a miss
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(0)}, 0, &handles);  // host -> device
-  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_OK(lease) << lease.status();
   handles.clear();
   auto again = store_->AcquireHandles("default", {Key(0)}, 0, &handles);  // device hit
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again) << again.status();
   BlockStoreStats s = store_->Stats();
   EXPECT_EQ(s.reads_from[static_cast<int>(TierId::kHost)], 2u);
   EXPECT_EQ(s.reads_from[static_cast<int>(TierId::kDevice)], 1u);
@@ -226,13 +226,13 @@ TEST_F(BlockStoreTest, ReadsPromotionsAndDemotionsAreCounted) {
   // Twice the host tier: the oldest last copies move to NVMe.
   const uint64_t host_slots = options_.host_capacity_bytes / kBlockBytes;
   for (uint64_t n = 1; n <= 2 * host_slots; ++n) {
-    ASSERT_TRUE(store_->Put(Key(n), Payload(n)).ok()) << n;
+    ASSERT_OK(store_->Put(Key(n), Payload(n))) << n;
   }
   s = store_->Stats();
   EXPECT_GE(s.demotions, host_slots - 1);
   // A read of a demoted block is an NVMe read that promotes it to host.
   ASSERT_EQ(store_->Lookup(Key(1)).tier, TierId::kNvme);
-  ASSERT_TRUE(store_->Get(Key(1), &out, &from).ok());
+  ASSERT_OK(store_->Get(Key(1), &out, &from));
   const BlockStoreStats after = store_->Stats();
   EXPECT_EQ(after.reads_from[static_cast<int>(TierId::kNvme)], 1u);
   EXPECT_EQ(after.promotions[static_cast<int>(TierId::kHost)], 1u);
@@ -240,11 +240,11 @@ TEST_F(BlockStoreTest, ReadsPromotionsAndDemotionsAreCounted) {
 }
 
 TEST_F(BlockStoreTest, PinnedBlocksAreNotEvicted) {
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i)));
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(0), Key(1)}, 5000, &handles);
-  ASSERT_TRUE(lease.ok()) << lease.status();
-  for (int i = 2; i < 200; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
+  ASSERT_OK(lease) << lease.status();
+  for (int i = 2; i < 200; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i))) << i;
   EXPECT_GT(store_->Stats().evicted_blocks, 0u);
   ExpectReadable(0);
   ExpectReadable(1);
@@ -252,22 +252,22 @@ TEST_F(BlockStoreTest, PinnedBlocksAreNotEvicted) {
 }
 
 TEST_F(BlockStoreTest, MemoryOnlyHandlesNeverReadNvmeAndPrefetchBringsBlocksBack) {
-  for (int i = 0; i < 20; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
+  for (int i = 0; i < 20; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i))) << i;
   ASSERT_EQ(store_->Lookup(Key(0)).tier, TierId::kNvme);  // demoted by the later puts
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease =
       store_->AcquireHandles("default", {Key(0), Key(19)}, 1000, &handles, {.memory_only = true});
-  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_OK(lease) << lease.status();
   ASSERT_EQ(handles.size(), 2u);
   EXPECT_THAT(handles[0].status(), StatusIs(absl::StatusCode::kUnavailable)) << handles[0].status();
-  EXPECT_TRUE(handles[1].ok()) << handles[1].status();
+  EXPECT_OK(handles[1]) << handles[1].status();
   EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kNvme) << "not read";
-  ASSERT_TRUE(store_->Release("default", *lease).ok());
+  ASSERT_OK(store_->Release("default", *lease));
   EXPECT_EQ(store_->Prefetch({Key(0)}), 1u);
   EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kHost);
   lease = store_->AcquireHandles("default", {Key(0)}, 1000, &handles, {.memory_only = true});
-  ASSERT_TRUE(lease.ok()) << lease.status();
-  EXPECT_TRUE(handles[0].ok()) << handles[0].status();
+  ASSERT_OK(lease) << lease.status();
+  EXPECT_OK(handles[0]) << handles[0].status();
 }
 
 // The Select path (memory_only) makes device room from last copies too,
@@ -276,33 +276,33 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesNeverReadNvmeAndPrefetchBringsBlocksBack
 TEST_F(BlockStoreTest, MemoryOnlyHandlesMoveLastDeviceCopiesToHostMemoryOnly) {
   // Device holds 4 blocks, host 8. Blocks 0-3 end up with their only copy
   // in the arena.
-  for (int i = 0; i < 6; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
+  for (int i = 0; i < 6; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i))) << i;
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(0), Key(1), Key(2), Key(3)}, 0, &handles,
                                       {.memory_only = true});
-  ASSERT_TRUE(lease.ok()) << lease.status();
-  for (const auto& h : handles) ASSERT_TRUE(h.ok()) << h.status();
-  ASSERT_TRUE(store_->Release("default", *lease).ok());
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_->Evict(Key(i), TierId::kHost).ok()) << i;
+  ASSERT_OK(lease) << lease.status();
+  for (const auto& h : handles) ASSERT_OK(h) << h.status();
+  ASSERT_OK(store_->Release("default", *lease));
+  for (int i = 0; i < 4; ++i) ASSERT_OK(store_->Evict(Key(i), TierId::kHost)) << i;
   for (int i = 0; i < 4; ++i) ASSERT_EQ(store_->Lookup(Key(i)).tier, TierId::kDevice) << i;
 
   // Host memory has room: one last copy moves there, block 4 is pinned.
   const uint64_t nvme_used = store_->Stats().tiers[2].used_bytes;
   lease = store_->AcquireHandles("default", {Key(4)}, 0, &handles, {.memory_only = true});
-  ASSERT_TRUE(lease.ok()) << lease.status();
-  ASSERT_TRUE(handles[0].ok()) << handles[0].status();
+  ASSERT_OK(lease) << lease.status();
+  ASSERT_OK(handles[0]) << handles[0].status();
   int moved = 0;
   for (int i = 0; i < 4; ++i) moved += store_->Lookup(Key(i)).tier == TierId::kHost;
   EXPECT_EQ(moved, 1);
   EXPECT_EQ(store_->Stats().tiers[2].used_bytes, nvme_used) << "nothing written to NVMe";
   EXPECT_EQ(store_->Stats().demotions, 0u);
-  ASSERT_TRUE(store_->Release("default", *lease).ok());
+  ASSERT_OK(store_->Release("default", *lease));
 
   // Pin 4 device blocks' worth again, then fill host memory with last
   // copies (these puts may demote to NVMe: they are not the Select path).
   lease = store_->AcquireHandles("default", {Key(4)}, 0, &handles, {.memory_only = true});
-  ASSERT_TRUE(lease.ok());
-  for (int i = 6; i < 20; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
+  ASSERT_OK(lease);
+  for (int i = 6; i < 20; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i))) << i;
   ExpectWithinCapacity();
   std::vector<BlockKey> host_only;
   for (int i = 0; i < 20; ++i) {
@@ -313,7 +313,7 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesMoveLastDeviceCopiesToHostMemoryOnly) {
   const BlockStoreStats before = store_->Stats();
   std::vector<absl::StatusOr<DeviceHandle>> more;
   auto second = store_->AcquireHandles("default", host_only, 0, &more, {.memory_only = true});
-  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_OK(second) << second.status();
   const BlockStoreStats after = store_->Stats();
   EXPECT_EQ(after.tiers[2].used_bytes, before.tiers[2].used_bytes) << "nothing written to NVMe";
   EXPECT_EQ(after.demotions, before.demotions);
@@ -330,24 +330,24 @@ TEST_F(BlockStoreTest, MemoryOnlyHandlesMoveLastDeviceCopiesToHostMemoryOnly) {
 }
 
 TEST_F(BlockStoreTest, EvictGivesUpOneTierAsTheCacheWould) {
-  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.retain = true}).ok());
+  ASSERT_OK(store_->Put(Key(0), Payload(0)));
+  ASSERT_OK(store_->Put(Key(1), Payload(1), {.retain = true}));
   EXPECT_THAT(store_->Evict(Key(0), TierId::kDevice), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(store_->Evict(Key(9), TierId::kNvme), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(store_->Evict(Key(0), TierId::kRemote), StatusIs(absl::StatusCode::kInvalidArgument));
 
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(0)}, 0, &handles);
-  ASSERT_TRUE(lease.ok()) << lease.status();
-  ASSERT_TRUE(handles[0].ok());
+  ASSERT_OK(lease) << lease.status();
+  ASSERT_OK(handles[0]);
   EXPECT_THAT(store_->Evict(Key(0), TierId::kDevice),
               StatusIs(absl::StatusCode::kFailedPrecondition));
-  ASSERT_TRUE(store_->Release("default", *lease).ok());
-  ASSERT_TRUE(store_->Evict(Key(0), TierId::kDevice).ok());
+  ASSERT_OK(store_->Release("default", *lease));
+  ASSERT_OK(store_->Evict(Key(0), TierId::kDevice));
   EXPECT_EQ(store_->Lookup(Key(0)).tier, TierId::kHost);
 
   // The host copy is the last one: it is written to NVMe first (durable).
-  ASSERT_TRUE(store_->Evict(Key(0), TierId::kHost).ok());
+  ASSERT_OK(store_->Evict(Key(0), TierId::kHost));
   BlockLocation loc = store_->Lookup(Key(0));
   EXPECT_EQ(loc.tier, TierId::kNvme);
   EXPECT_TRUE(loc.durable);
@@ -355,7 +355,7 @@ TEST_F(BlockStoreTest, EvictGivesUpOneTierAsTheCacheWould) {
 
   // nvme: the block leaves the store; a retained one stays.
   const uint64_t evicted = store_->Stats().evicted_blocks;
-  ASSERT_TRUE(store_->Evict(Key(0), TierId::kNvme).ok());
+  ASSERT_OK(store_->Evict(Key(0), TierId::kNvme));
   EXPECT_FALSE(store_->Lookup(Key(0)).present);
   EXPECT_EQ(store_->Stats().evicted_blocks, evicted + 1);
   EXPECT_THAT(store_->Evict(Key(1), TierId::kNvme),
@@ -363,10 +363,10 @@ TEST_F(BlockStoreTest, EvictGivesUpOneTierAsTheCacheWould) {
   ExpectReadable(1);
   // A device copy that is a block's only copy goes to the host tier first.
   lease = store_->AcquireHandles("default", {Key(1)}, 0, &handles);
-  ASSERT_TRUE(lease.ok());
-  ASSERT_TRUE(store_->Release("default", *lease).ok());
-  ASSERT_TRUE(store_->Evict(Key(1), TierId::kHost).ok());  // the device copy remains
-  ASSERT_TRUE(store_->Evict(Key(1), TierId::kDevice).ok());
+  ASSERT_OK(lease);
+  ASSERT_OK(store_->Release("default", *lease));
+  ASSERT_OK(store_->Evict(Key(1), TierId::kHost));  // the device copy remains
+  ASSERT_OK(store_->Evict(Key(1), TierId::kDevice));
   ExpectReadable(1);
 
   const std::vector<ModelProfile> profiles = store_->ListProfiles();

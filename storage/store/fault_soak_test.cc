@@ -396,7 +396,7 @@ void FaultSoakTest::RunOp(std::mt19937_64& rng, uint64_t* lease, uint32_t* lease
     for (uint64_t k = 0, count = 1 + rng() % 3; k < count; ++k) keys.push_back(Key((n + k) % kIds));
     std::vector<absl::StatusOr<DeviceHandle>> handles;
     absl::StatusOr<uint64_t> id = store_->AcquireHandles("default", keys, 0, &handles);
-    ASSERT_TRUE(id.ok()) << id.status();
+    ASSERT_OK(id) << id.status();
     ASSERT_EQ(handles.size(), keys.size());
     uint32_t pinned = 0;
     for (size_t k = 0; k < keys.size(); ++k) {
@@ -406,7 +406,7 @@ void FaultSoakTest::RunOp(std::mt19937_64& rng, uint64_t* lease, uint32_t* lease
       // A pinned device copy stays put until released: it must be the block.
       std::string copy(kBlockBytes, '\0');
       gpu::ArenaToHostCopy c{handles[k]->offset_bytes, copy.data(), kBlockBytes};
-      ASSERT_TRUE(device_ops_->CopyToHost({&c, 1}).ok());
+      ASSERT_OK(device_ops_->CopyToHost({&c, 1}));
       CheckBytes((n + k) % kIds, copy, "pinned device copy");
       ++t->verified_handles;
     }
@@ -516,7 +516,7 @@ void FaultSoakTest::ReopenAndCheck(uint64_t round, Tally* t) {
   absl::StatusOr<PutOutcome> put = store_->Put(Key(probe), Bytes(probe), {.durable = true});
   if (put.ok()) {
     // Not stuck: the delete works too, and the next probe is a fresh put.
-    EXPECT_TRUE(store_->Delete(Key(probe)).ok());
+    EXPECT_OK(store_->Delete(Key(probe)));
   } else {
     // Stuck: the NVMe tier after a failed sync, the catalog after a failed
     // write, or NVMe full of extents kept after failed catalog writes.
@@ -600,7 +600,7 @@ void FaultSoakTest::RunSoak() {
     }
     {
       absl::StatusOr<StagingFile> staging = store_->OpenStagingFile("default");
-      ASSERT_TRUE(staging.ok()) << staging.status();
+      ASSERT_OK(staging) << staging.status();
       staging_fd_ = staging->fd.Release();
     }
     next_op_ = 0;
@@ -711,7 +711,7 @@ absl::Status RaceWithEvictingDemotion(FaultInjectionEnv* env, BlockStore* store,
   demoter.join();
   other.join();
   env->SetNoSpace(false);
-  EXPECT_TRUE(put.ok()) << put;
+  EXPECT_OK(put) << put;
   return result;
 }
 
@@ -723,7 +723,7 @@ absl::Status RaceWithEvictingDemotion(FaultInjectionEnv* env, BlockStore* store,
 // heap-use-after-free in Delete; without it a crash, or OK for a block
 // that was evicted. Expected: NOT_FOUND.
 TEST_F(FaultSoakTest, DeleteWaitingOnADemotionThatEvictsTheBlock) {
-  for (uint64_t n = 0; n < 8; ++n) ASSERT_TRUE(store_->Put(Key(n), Payload(n)).ok());
+  for (uint64_t n = 0; n < 8; ++n) ASSERT_OK(store_->Put(Key(n), Payload(n)));
   absl::Status deleted = RaceWithEvictingDemotion(env_.get(), store_.get(), profile_id_,
                                                   [&] { return store_->Delete(Key(0)); });
   EXPECT_THAT(deleted, StatusIs(absl::StatusCode::kNotFound)) << deleted;
@@ -733,7 +733,7 @@ TEST_F(FaultSoakTest, DeleteWaitingOnADemotionThatEvictsTheBlock) {
 // The same through Put: a durable put of block 0 waits while its demotion
 // is persisting it, then uses the freed Entry.
 TEST_F(FaultSoakTest, DurablePutWaitingOnADemotionThatEvictsTheBlock) {
-  for (uint64_t n = 0; n < 8; ++n) ASSERT_TRUE(store_->Put(Key(n), Payload(n)).ok());
+  for (uint64_t n = 0; n < 8; ++n) ASSERT_OK(store_->Put(Key(n), Payload(n)));
   absl::Status put = RaceWithEvictingDemotion(env_.get(), store_.get(), profile_id_, [&] {
     return store_->Put(Key(0), Payload(0), {.durable = true}).status();
   });
@@ -750,7 +750,7 @@ TEST_F(FaultSoakTest, DurablePutWaitingOnADemotionThatEvictsTheBlock) {
 // 0 is either gone or back bit-exact, never other bytes.
 TEST_F(FaultSoakTest, EvictionWhoseWalSyncFailedKeepsTheVictimsExtent) {
   for (uint64_t n = 0; n < 64; ++n) {
-    ASSERT_TRUE(store_->Put(Key(n), Payload(n), {.durable = true}).ok()) << n;
+    ASSERT_OK(store_->Put(Key(n), Payload(n), {.durable = true})) << n;
   }
   env_->SetSyncErrorOneIn(1);
   absl::StatusOr<PutOutcome> put = store_->Put(Key(64), Payload(64), {.durable = true});
@@ -775,7 +775,7 @@ TEST_F(FaultSoakTest, EvictionWhoseWalSyncFailedKeepsTheVictimsExtent) {
 // longer durable; a durable put makes it durable again (its record is
 // written again), and then it survives a restart.
 TEST_F(FaultSoakTest, DeleteWhoseWalSyncFailedLeavesTheBlockNotDurable) {
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());
+  ASSERT_OK(store_->Put(Key(1), Payload(1), {.durable = true}));
   env_->SetSyncErrorOneIn(1);
   absl::Status deleted = store_->Delete(Key(1));
   env_->SetSyncErrorOneIn(0);
@@ -786,7 +786,7 @@ TEST_F(FaultSoakTest, DeleteWhoseWalSyncFailedLeavesTheBlockNotDurable) {
   store_.reset();
   Reopen();  // RocksDB refuses writes after a WAL error until reopened
   if (store_->Lookup(Key(1)).present) ExpectReadable(1);
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());
+  ASSERT_OK(store_->Put(Key(1), Payload(1), {.durable = true}));
   EXPECT_TRUE(store_->Lookup(Key(1)).durable);
   store_.reset();
   Reopen();

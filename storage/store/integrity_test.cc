@@ -87,13 +87,13 @@ class IntegrityTest : public BlockStoreTest {
     uint64_t corrupt = 0;
     absl::Status st = store_->Verify(
         0, [&](uint64_t, uint64_t, const BlockKey* bad) { corrupt += bad != nullptr; });
-    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_OK(st) << st;
     return corrupt;
   }
 };
 
 TEST_F(IntegrityTest, DamagedHostCopyIsNeverServedAndIsReported) {
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1)).ok());
+  ASSERT_OK(store_->Put(Key(1), Payload(1)));
   std::vector<uint64_t> at = FindCopies(HostPath(), 1);
   ASSERT_EQ(at.size(), 1u);
   Damage(HostPath(), at[0] + 5000, 1, -1);
@@ -116,19 +116,19 @@ TEST_F(IntegrityTest, DamagedHostCopyIsNeverServedAndIsReported) {
   EXPECT_THAT(warnings.back(), HasSubstr("tenant \"default\""));
   EXPECT_THAT(warnings.back(), HasSubstr("host slot @"));
   // The correct bytes restore it.
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1)).ok());
+  ASSERT_OK(store_->Put(Key(1), Payload(1)));
   ExpectReadable(1);
   EXPECT_EQ(store_->Stats().quarantined_blocks, 0u);
 }
 
 TEST_F(IntegrityTest, DamagedHostCopyIsNotDemotedToNvme) {
-  ASSERT_TRUE(store_->Put(Key(0), Payload(0)).ok());
+  ASSERT_OK(store_->Put(Key(0), Payload(0)));
   std::vector<uint64_t> at = FindCopies(HostPath(), 0);
   ASSERT_EQ(at.size(), 1u);
   Damage(HostPath(), at[0] + 100, 1, -1);
   // Filling the host tier demotes block 0 (least recently used) to NVMe:
   // the demotion checks what it writes.
-  for (int i = 1; i < 12; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
+  for (int i = 1; i < 12; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i))) << i;
   EXPECT_EQ(store_->Stats().quarantined_blocks, 1u);
   for (int f = 0; f < 2; ++f) EXPECT_TRUE(FindCopies(NvmePath(f), 0).empty());
   ExpectQuarantinedRead(0);
@@ -136,13 +136,13 @@ TEST_F(IntegrityTest, DamagedHostCopyIsNotDemotedToNvme) {
 }
 
 TEST_F(IntegrityTest, DamagedHostCopyIsNotPromotedToTheArena) {
-  ASSERT_TRUE(store_->Put(Key(2), Payload(2)).ok());
+  ASSERT_OK(store_->Put(Key(2), Payload(2)));
   std::vector<uint64_t> at = FindCopies(HostPath(), 2);
   ASSERT_EQ(at.size(), 1u);
   Damage(HostPath(), at[0] + 9000, 4096 - 9000 % 4096, 0);
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(2)}, 1000, &handles);
-  ASSERT_TRUE(lease.ok());
+  ASSERT_OK(lease);
   EXPECT_EQ(*lease, 0u) << "nothing pinned";
   ASSERT_EQ(handles.size(), 1u);
   EXPECT_THAT(handles[0].status(), StatusIs(absl::StatusCode::kNotFound));
@@ -151,13 +151,13 @@ TEST_F(IntegrityTest, DamagedHostCopyIsNotPromotedToTheArena) {
 }
 
 TEST_F(IntegrityTest, DamagedArenaCopyIsNeverServed) {
-  ASSERT_TRUE(store_->Put(Key(3), Payload(3)).ok());
+  ASSERT_OK(store_->Put(Key(3), Payload(3)));
   std::vector<absl::StatusOr<DeviceHandle>> handles;
   auto lease = store_->AcquireHandles("default", {Key(3)}, 1000, &handles);
   ASSERT_TRUE(lease.ok() && *lease != 0);
-  ASSERT_TRUE(store_->Release("default", *lease).ok());
+  ASSERT_OK(store_->Release("default", *lease));
   // Drop the host copy so the arena copy is the one read: fill the host.
-  for (int i = 10; i < 20; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok());
+  for (int i = 10; i < 20; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i)));
   std::vector<uint64_t> at = FindCopies(ArenaPath(), 3);
   ASSERT_EQ(at.size(), 1u);
   Damage(ArenaPath(), at[0] + 12345, 1, -1);
@@ -172,12 +172,12 @@ TEST_F(IntegrityTest, DamagedArenaCopyIsNeverServed) {
 }
 
 TEST_F(IntegrityTest, VerifyChecksEveryCopyAndListsEarlierQuarantines) {
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1), {.durable = true}).ok());  // host + NVMe
-  ASSERT_TRUE(store_->Put(Key(2), Payload(2)).ok());                     // host only
-  ASSERT_TRUE(store_->Put(Key(3), Payload(3), {.durable = true}).ok());
+  ASSERT_OK(store_->Put(Key(1), Payload(1), {.durable = true}));  // host + NVMe
+  ASSERT_OK(store_->Put(Key(2), Payload(2)));                     // host only
+  ASSERT_OK(store_->Put(Key(3), Payload(3), {.durable = true}));
   // Block 3's NVMe copy is damaged and found by a read after a restart.
   Reopen();
-  ASSERT_TRUE(store_->Put(Key(2), Payload(2)).ok());
+  ASSERT_OK(store_->Put(Key(2), Payload(2)));
   bool damaged = false;
   for (int f = 0; f < 2; ++f) {
     for (uint64_t at : FindCopies(NvmePath(f), 3)) {
@@ -203,7 +203,7 @@ TEST_F(IntegrityTest, VerifyChecksEveryCopyAndListsEarlierQuarantines) {
   q = Quarantined();
   EXPECT_EQ(q.size(), 1u) << "block 3's verdict was persisted; block 2 was never durable";
   // A quarantined block can be deleted.
-  ASSERT_TRUE(store_->Delete(Key(3)).ok());
+  ASSERT_OK(store_->Delete(Key(3)));
   EXPECT_EQ(store_->Stats().quarantined_blocks, 0u);
 }
 
@@ -224,12 +224,12 @@ TEST_F(IntegrityTest, RandomDamageSweep) {
     auto key = [&](uint64_t i) { return Key(base + i); };
     const int n = 24;
     for (int i = 0; i < n; ++i) {
-      ASSERT_TRUE(store_->Put(key(i), Payload(base + i), {.durable = i % 3 != 0}).ok());
+      ASSERT_OK(store_->Put(key(i), Payload(base + i), {.durable = i % 3 != 0}));
     }
     std::vector<absl::StatusOr<DeviceHandle>> handles;
     auto lease = store_->AcquireHandles("default", {key(n - 1), key(n - 2)}, 1000, &handles);
-    ASSERT_TRUE(lease.ok());
-    if (*lease != 0) ASSERT_TRUE(store_->Release("default", *lease).ok());
+    ASSERT_OK(lease);
+    if (*lease != 0) ASSERT_OK(store_->Release("default", *lease));
     // Damage every copy of a random third of the blocks.
     std::vector<bool> damaged(n, false);
     for (int i = 0; i < n; ++i) {
@@ -262,7 +262,7 @@ TEST_F(IntegrityTest, RandomDamageSweep) {
             << "round " << round << " block " << i;
         EXPECT_TRUE(out.empty());
       } else {
-        ASSERT_TRUE(st.ok()) << st;
+        ASSERT_OK(st) << st;
         std::vector<uint8_t> want = Payload(base + i);
         EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size()), 0);
       }
@@ -274,7 +274,7 @@ TEST_F(IntegrityTest, RandomDamageSweep) {
     }
     detected_total += listed;
     // Clean up so the next round starts with room (no eviction).
-    for (int i = 0; i < n; ++i) ASSERT_TRUE(store_->Delete(key(i)).ok()) << i;
+    for (int i = 0; i < n; ++i) ASSERT_OK(store_->Delete(key(i))) << i;
     EXPECT_EQ(store_->Stats().quarantined_blocks, 0u);
   }
   EXPECT_EQ(detected_total, damaged_total);

@@ -195,14 +195,14 @@ class StorePlacementTest : public BlockStoreTest {
 
   void KeepWantingBlockZeroUnderPressure(bool stability) {
     const std::vector<BlockKey> wanted = {Key(0)};
-    for (int i = 0; i < 8; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
+    for (int i = 0; i < 8; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i))) << i;
     int next = 8;
     for (int round = 0; round < 6; ++round) {
       env_->AdvanceMicros(1000);
       store_->MarkWanted(wanted);
       store_->MarkWanted({});  // nothing to do
       for (int k = 0; k < 4; ++k, ++next) {
-        ASSERT_TRUE(store_->Put(Key(next), Payload(next)).ok()) << next;
+        ASSERT_OK(store_->Put(Key(next), Payload(next))) << next;
         ExpectWithinCapacity();
       }
       const BlockLocation w = store_->Lookup(Key(0));
@@ -236,24 +236,24 @@ TEST_F(StorePlacementTest, AcquireHandlesCanMarkWhatItPinsWanted) {
     SCOPED_TRACE(mark ? "mark_wanted" : "no mark");
     options_.make_placement = [] { return NewStabilityPolicy({.unwanted_first = true}); };
     Reopen();
-    for (int i = 0; i < 8; ++i) ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
+    for (int i = 0; i < 8; ++i) ASSERT_OK(store_->Put(Key(i), Payload(i))) << i;
     std::vector<absl::StatusOr<DeviceHandle>> handles;
     absl::StatusOr<uint64_t> lease = store_->AcquireHandles(
         Key(0).tenant, {Key(0), Key(999)}, 0, &handles, {.memory_only = true, .mark_wanted = mark});
-    ASSERT_TRUE(lease.ok()) << lease.status();
+    ASSERT_OK(lease) << lease.status();
     ASSERT_EQ(handles.size(), 2u);
-    EXPECT_TRUE(handles[0].ok()) << handles[0].status();
+    EXPECT_OK(handles[0]) << handles[0].status();
     EXPECT_THAT(handles[1].status(), StatusIs(absl::StatusCode::kNotFound));
-    ASSERT_TRUE(store_->Release(Key(0).tenant, *lease).ok());
-    ASSERT_TRUE(store_->Evict(Key(0), TierId::kDevice).ok());  // its host copy is what counts
+    ASSERT_OK(store_->Release(Key(0).tenant, *lease));
+    ASSERT_OK(store_->Evict(Key(0), TierId::kDevice));  // its host copy is what counts
     for (int i = 8; i < 24; ++i) {
       env_->AdvanceMicros(1000);
-      ASSERT_TRUE(store_->Put(Key(i), Payload(i)).ok()) << i;
+      ASSERT_OK(store_->Put(Key(i), Payload(i))) << i;
       ExpectWithinCapacity();
     }
     EXPECT_EQ(store_->Lookup(Key(0)).tier, mark ? TierId::kHost : TierId::kNvme);
     ExpectReadable(0);
-    for (int i = 0; i < 24; ++i) ASSERT_TRUE(store_->Delete(Key(i)).ok()) << i;
+    for (int i = 0; i < 24; ++i) ASSERT_OK(store_->Delete(Key(i))) << i;
   }
 }
 

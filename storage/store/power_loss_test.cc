@@ -60,7 +60,7 @@ class PowerLossTest : public ::testing::Test {
                   ::testing::UnitTest::GetInstance()->current_test_info()->name();
     gpu::GpuStatus created = gpu::ShmDeviceOps::Create(shm_prefix_ + "-arena", 8 * kBlockBytes,
                                                        gpu::ShmDeviceOpsOptions(), &device_ops_);
-    ASSERT_TRUE(created.ok()) << created.ToString();
+    ASSERT_OK(created) << created.ToString();
     options_.data_dir = dir_.path();
     options_.env = &faults_;
     options_.catalog_env = catalog_env_.get();
@@ -81,17 +81,17 @@ class PowerLossTest : public ::testing::Test {
 
   void Open() {
     auto store = BlockStore::Open(options_);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store) << store.status();
     store_ = std::move(*store);
     auto profile = store_->RegisterProfile(SmallProfile(), "default");
-    ASSERT_TRUE(profile.ok()) << profile.status();
+    ASSERT_OK(profile) << profile.status();
     profile_id_ = profile->first.profile_id;
   }
   // The store goes away without Drain; then every unsynced byte of both
   // tiers is lost.
   void PowerLossAndReopen() {
     store_.reset();
-    ASSERT_TRUE(faults_.DropUnsyncedData().ok());
+    ASSERT_OK(faults_.DropUnsyncedData());
     Open();
   }
 
@@ -180,7 +180,7 @@ class PowerLossTest : public ::testing::Test {
                     message.find("/catalog") != std::string::npos)
             << st;
       } else {
-        ASSERT_TRUE(st.ok()) << "op " << i << ": " << st;
+        ASSERT_OK(st) << "op " << i << ": " << st;
       }
     }
   }
@@ -209,7 +209,7 @@ class PowerLossTest : public ::testing::Test {
         continue;
       }
       if (phase == Phase::kRunningWithFaults && !st.ok()) continue;
-      ASSERT_TRUE(st.ok()) << id << ": " << st;
+      ASSERT_OK(st) << id << ": " << st;
       ASSERT_EQ(out.size(), kBlockBytes) << id;
       EXPECT_TRUE(out == e.bytes) << id << " came back with other bytes";
       if (phase == Phase::kAfterRestart) e.state = State::kDurable;
@@ -300,7 +300,7 @@ TEST_F(PowerLossTest, SyncErrorsOnBothTiersFailPutsCleanly) {
 // back after a restart, its NVMe extent possibly reused by then.
 TEST_F(PowerLossTest, DeleteWhoseCatalogWriteFailsKeepsTheBlock) {
   std::mt19937_64 rng(7);
-  ASSERT_TRUE(PutFresh(rng, /*durable=*/true).ok());
+  ASSERT_OK(PutFresh(rng, /*durable=*/true));
   const std::string id = oracle_.begin()->first;
   faults_.SetWriteErrorOneIn(1);
   EXPECT_FALSE(Delete(id).ok()) << "the catalog refused the delete";
@@ -355,7 +355,7 @@ TEST_F(PowerLossTest, EvictionsNeverLeaveARecordOnReusedSpace) {
   Open();
   std::mt19937_64 rng(77);
   for (uint32_t i = 0; i < 2 * kNvmeBlocks; ++i) {
-    ASSERT_TRUE(PutFresh(rng, /*durable=*/true).ok()) << "put " << i;
+    ASSERT_OK(PutFresh(rng, /*durable=*/true)) << "put " << i;
   }
   size_t evicted = 0;
   std::string evicted_then_deleted;
@@ -388,8 +388,8 @@ TEST_F(PowerLossTest, EvictionsNeverLeaveARecordOnReusedSpace) {
   // Power loss with the catalog's syncs still failing (its clean close
   // cannot sync either).
   store_.reset();
-  ASSERT_TRUE(faults_.DropUnsyncedData().ok());
-  ASSERT_TRUE(catalog_faults.DropUnsyncedData().ok());
+  ASSERT_OK(faults_.DropUnsyncedData());
+  ASSERT_OK(catalog_faults.DropUnsyncedData());
   catalog_faults.SetSyncErrorOneIn(0);
   Open();
   ExpectAllReadable(Phase::kAfterRestart);

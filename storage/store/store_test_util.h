@@ -19,6 +19,7 @@
 #include "storage/env/fault_injection_env.h"
 #include "storage/env/test_util.h"
 #include "storage/store/block_store.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier {
 
@@ -58,7 +59,7 @@ class BlockStoreTest : public ::testing::Test {
     gpu::ShmDeviceOpsOptions arena_options;
     gpu::GpuStatus created = gpu::ShmDeviceOps::Create(shm_prefix_ + "-arena", 8 * kBlockBytes,
                                                        arena_options, &device_ops_);
-    ASSERT_TRUE(created.ok()) << created.ToString();
+    ASSERT_OK(created) << created.ToString();
     options_.data_dir = dir_.path();
     options_.env = env_.get();
     options_.device_ops = device_ops_.get();
@@ -85,10 +86,10 @@ class BlockStoreTest : public ::testing::Test {
   void Reopen() {
     store_.reset();
     auto store = BlockStore::Open(options_);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store) << store.status();
     store_ = std::move(*store);
     auto profile = store_->RegisterProfile(SmallProfile(), "default");
-    ASSERT_TRUE(profile.ok()) << profile.status();
+    ASSERT_OK(profile) << profile.status();
     profile_id_ = profile->first.profile_id;
   }
 
@@ -98,7 +99,7 @@ class BlockStoreTest : public ::testing::Test {
   // tenant: "default"'s profile_id_ is not another tenant's).
   uint64_t ProfileOf(const std::string& tenant) {
     auto profile = store_->RegisterProfile(SmallProfile(), tenant);
-    EXPECT_TRUE(profile.ok()) << profile.status();
+    EXPECT_OK(profile) << profile.status();
     return profile.ok() ? profile->first.profile_id : 0;
   }
 
@@ -106,7 +107,7 @@ class BlockStoreTest : public ::testing::Test {
     std::string out;
     TierId from;
     absl::Status st = store_->Get(Key(n), &out, &from);
-    ASSERT_TRUE(st.ok()) << "block " << n << ": " << st;
+    ASSERT_OK(st) << "block " << n << ": " << st;
     std::vector<uint8_t> want = Payload(n);
     ASSERT_EQ(out.size(), want.size());
     EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size()), 0) << "block " << n;

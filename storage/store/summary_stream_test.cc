@@ -93,24 +93,24 @@ class SummaryStreamTest : public BlockStoreTest {
 
 TEST_F(SummaryStreamTest, NewBlocksAreSummarisedChunkByChunkAsTheyAreCopied) {
   UseHooks(/*defer=*/false);
-  ASSERT_TRUE(store_->Put(Key(1), Payload(1)).ok());
+  ASSERT_OK(store_->Put(Key(1), Payload(1)));
   // In pieces (a gRPC message's slices): a chunk ends at every piece's end.
   const std::vector<uint8_t> two = Payload(2);
   const std::vector<absl::Span<const uint8_t>> pieces = {
       {two.data(), 5000}, {two.data() + 5000, 3000}, {two.data() + 8000, kBlockBytes - 8000}};
-  ASSERT_TRUE(store_->PutPieces(Key(2), pieces).ok());
+  ASSERT_OK(store_->PutPieces(Key(2), pieces));
   // Staged in shared memory.
   auto slots = store_->ReserveStaging("default", profile_id_, 1, 0);
-  ASSERT_TRUE(slots.ok()) << slots.status();
+  ASSERT_OK(slots) << slots.status();
   const std::vector<uint8_t> three = Payload(3);
   {
     absl::StatusOr<StagingFile> file = store_->OpenStagingFile("default");
-    ASSERT_TRUE(file.ok()) << file.status();
+    ASSERT_OK(file) << file.status();
     ASSERT_EQ(::pwrite(file->fd.get(), three.data(), three.size(),
                        static_cast<off_t>((*slots)[0].offset_bytes)),
               static_cast<ssize_t>(three.size()));
   }
-  ASSERT_TRUE(store_->PutFromStaging(Key(3), (*slots)[0], {.durable = true}).ok());
+  ASSERT_OK(store_->PutFromStaging(Key(3), (*slots)[0], {.durable = true}));
   {
     absl::MutexLock lock(&log_->mu);
     ASSERT_EQ(log_->prefixes.size(), 3u);
@@ -138,10 +138,10 @@ TEST_F(SummaryStreamTest, OtherPathsUseThePlainHook) {
       StatusIs(absl::StatusCode::kDataLoss));
   EXPECT_FALSE(store_->Lookup(Key(1)).present);
   // Non-durable: deferred to the summary thread, which uses the plain hook.
-  ASSERT_TRUE(store_->Put(Key(2), Payload(2)).ok());
+  ASSERT_OK(store_->Put(Key(2), Payload(2)));
   EXPECT_EQ(StoredSummary(2), SummaryOf(Payload(2)));
   // Durable: summarised by the put, through a stream.
-  ASSERT_TRUE(store_->Put(Key(3), Payload(3), {.durable = true}).ok());
+  ASSERT_OK(store_->Put(Key(3), Payload(3), {.durable = true}));
   EXPECT_EQ(StoredSummary(3), SummaryOf(Payload(3)));
   {
     absl::MutexLock lock(&log_->mu);
@@ -153,7 +153,7 @@ TEST_F(SummaryStreamTest, OtherPathsUseThePlainHook) {
   UseHooks(/*defer=*/false);
   for (bool durable : {false, true}) {
     auto again = store_->Put(Key(3), Payload(3), {.durable = durable});
-    ASSERT_TRUE(again.ok()) << again.status();
+    ASSERT_OK(again) << again.status();
     EXPECT_TRUE(again->existed);
   }
   absl::MutexLock lock(&log_->mu);

@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "tests/crash/crash_fixture.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::crash {
 namespace {
@@ -202,7 +203,7 @@ class CompactionCrashTest : public CrashFixture {
     get.set_profile_id(profile_id);
     for (const std::string& id : ids) get.add_block_ids(id);
     auto got = client->GetBlocks(get);
-    EXPECT_TRUE(got.ok()) << got.status();
+    EXPECT_OK(got) << got.status();
     if (!got.ok()) return {};
     EXPECT_EQ(got->size(), ids.size());
     return std::move(*got);
@@ -216,7 +217,7 @@ class CompactionCrashTest : public CrashFixture {
       list.set_profile_id(profile_id);
       list.set_context_key(a.context_key);
       auto versions = client->ListContextVersions(list);
-      ASSERT_TRUE(versions.ok()) << "cycle " << cycle << ": " << versions.status();
+      ASSERT_OK(versions) << "cycle " << cycle << ": " << versions.status();
       const v1::ContextVersion* found = nullptr;
       for (const v1::ContextVersion& v : versions->versions()) {
         if (v.version() == a.version) found = &v;
@@ -245,7 +246,7 @@ class CompactionCrashTest : public CrashFixture {
     v1::ListContextVersionsRequest all;
     all.set_profile_id(profile_id);
     auto versions = client->ListContextVersions(all);
-    ASSERT_TRUE(versions.ok()) << versions.status();
+    ASSERT_OK(versions) << versions.status();
     for (const v1::ContextVersion& v : versions->versions()) {
       if (v.dropped() || (v.version() == 0 && v.context_key() == drop_in_flight)) continue;
       const std::vector<std::string> ids(v.block_ids().begin(), v.block_ids().end());
@@ -305,7 +306,7 @@ TEST_F(CompactionCrashTest, AcknowledgedCompactionsAndDropsSurviveSigkill) {
       request.set_context_key(life.drop_in_flight);
       request.set_version(0);
       auto dropped = client->DropContextVersion(request);
-      ASSERT_TRUE(dropped.ok()) << "cycle " << cycle << ": repeated drop: " << dropped.status();
+      ASSERT_OK(dropped) << "cycle " << cycle << ": repeated drop: " << dropped.status();
       for (Acked& a : acked) {
         if (a.context_key == life.drop_in_flight) a.originals_dropped = true;
       }

@@ -26,6 +26,7 @@
 #include "tests/crash/crash_daemon.h"
 #include "tests/crash/failure_log.h"
 #include "tests/crash/restart_check.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::crash {
 
@@ -69,7 +70,7 @@ class CrashFixture : public ::testing::Test {
     options.token = token_;
     options.call_timeout = std::chrono::seconds(60);
     auto client = Client::Connect(daemon_->socket_path(), options);
-    EXPECT_TRUE(client.ok()) << client.status();
+    EXPECT_OK(client) << client.status();
     return client.ok() ? std::move(*client) : nullptr;
   }
 
@@ -107,7 +108,7 @@ class CrashFixture : public ::testing::Test {
     *admin = Connect();
     ASSERT_NE(*admin, nullptr);
     auto registered = (*admin)->RegisterProfile(CrashProfile());
-    ASSERT_TRUE(registered.ok()) << registered.status();
+    ASSERT_OK(registered) << registered.status();
     ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
     *profile_id = registered->profile_id();
   }

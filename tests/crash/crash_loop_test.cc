@@ -34,6 +34,7 @@
 #include "tests/crash/load.h"
 #include "tests/crash/oracle.h"
 #include "tests/crash/restart_check.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::crash {
 namespace {
@@ -70,7 +71,7 @@ TEST_F(CrashLoopTest, RestartCheckReportsLostGhostAndCorruptBlocks) {
   b->set_block_id(ghost);
   b->set_data(Payload(ghost));
   auto stored = admin->PutBlocks({put});
-  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_OK(stored) << stored.status();
   for (const v1::PutResult& r : stored->results()) {
     ASSERT_EQ(r.status().code(), 0) << r.status().message();
     if (r.block_id() != ghost) oracle.PutAcked(r.block_id(), r.durable(), r.retained());
@@ -79,7 +80,7 @@ TEST_F(CrashLoopTest, RestartCheckReportsLostGhostAndCorruptBlocks) {
   del.set_profile_id(profile_id);
   del.add_block_ids(ids[3]);
   auto deleted = admin->DeleteBlocks(del);
-  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  ASSERT_OK(deleted) << deleted.status();
   ASSERT_EQ(deleted->statuses(0).code(), 0);
   std::string error;
   ASSERT_TRUE(daemon_->Kill(&error)) << error;
@@ -123,7 +124,7 @@ TEST_F(CrashLoopTest, DurableBlockIsEitherDurableOrEvicted) {
     b->set_block_id(id);
     b->set_data(Payload(id));
     auto stored = admin->PutBlocks({put});
-    ASSERT_TRUE(stored.ok()) << stored.status();
+    ASSERT_OK(stored) << stored.status();
     ASSERT_EQ(stored->results(0).status().code(), 0) << stored->results(0).status().message();
     ASSERT_TRUE(stored->results(0).durable());
   };
@@ -140,9 +141,9 @@ TEST_F(CrashLoopTest, DurableBlockIsEitherDurableOrEvicted) {
   for (uint64_t i = 0; present && i < 2 * nvme_blocks; ++i) {
     ASSERT_NO_FATAL_FAILURE(put_durable(oracle.NewId(0)));
     auto got = admin->GetBlocks(get);  // keeps its host copy the most recently used
-    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_OK(got) << got.status();
     auto found = admin->Lookup(lookup);
-    ASSERT_TRUE(found.ok()) << found.status();
+    ASSERT_OK(found) << found.status();
     present = found->entries(0).present();
     if ((*got)[0].status().code() == 0) {
       ASSERT_EQ((*got)[0].data(), Payload(kept)) << "put " << i;
@@ -152,7 +153,7 @@ TEST_F(CrashLoopTest, DurableBlockIsEitherDurableOrEvicted) {
   }
   ASSERT_FALSE(present) << "the NVMe tier never evicted the block";
   auto stats = admin->Stats();
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats) << stats.status();
   EXPECT_GT(stats->evicted_blocks(), 0u);
   // A kill now loses nothing acknowledged: the block was evicted, counted.
   std::string error;
@@ -161,7 +162,7 @@ TEST_F(CrashLoopTest, DurableBlockIsEitherDurableOrEvicted) {
   admin = Connect();
   ASSERT_NE(admin, nullptr);
   auto got = admin->GetBlocks(get);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got) << got.status();
   EXPECT_EQ((*got)[0].status().code(), grpc::StatusCode::NOT_FOUND)
       << "block " << Hex(kept) << " was evicted before the kill and must not come back";
 }
@@ -219,7 +220,7 @@ TEST_F(CrashLoopTest, AcknowledgedDurableBlocksSurviveSigkillUnderMixedLoad) {
     admin = Connect();
     ASSERT_NE(admin, nullptr);
     auto again = admin->RegisterProfile(CrashProfile());
-    ASSERT_TRUE(again.ok()) << again.status();
+    ASSERT_OK(again) << again.status();
     ASSERT_EQ(again->profile_id(), profile_id) << "profile id changed across a restart";
     const RestartFigures figures = CheckAfterRestart(
         admin.get(), CheckOptions(static_cast<int>(cycle), profile_id, seed ^ cycle), &oracle,

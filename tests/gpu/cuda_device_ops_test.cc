@@ -17,6 +17,7 @@
 #ifdef KVTIER_HAVE_CUDA
 #include "gpu/cuda/cuda_status.h"
 #include "gpu/cuda/kernels.h"
+#include "tests/testutil/status_matchers.h"
 #endif
 
 namespace kvtier::gpu {
@@ -77,7 +78,7 @@ TEST(CudaDeviceOpsTest, OneArenaPerDeviceAllOrNothing) {
   CudaDeviceOpsOptions options;
   options.arena_bytes = 1 << 20;
   std::vector<std::unique_ptr<DeviceOps>> arenas;
-  ASSERT_TRUE(NewCudaDeviceOpsPerDevice(ordinals, options, &arenas).ok());
+  ASSERT_OK(NewCudaDeviceOpsPerDevice(ordinals, options, &arenas));
   ASSERT_EQ(arenas.size(), ordinals.size());
   std::set<uint64_t> ids;
   for (size_t i = 0; i < arenas.size(); ++i) {
@@ -102,13 +103,13 @@ TEST(DeviceOpsFactoryTest, PicksBackendAndExplainsWhy) {
   std::string why;
 
   options.backend = DeviceBackend::kShm;
-  ASSERT_TRUE(NewDeviceOps(options, &ops, &why).ok());
+  ASSERT_OK(NewDeviceOps(options, &ops, &why));
   EXPECT_EQ(ops->arena().backend, kShmArenaBackend);
   EXPECT_EQ(why, "configured: shm");
   ops.reset();
 
   options.backend = DeviceBackend::kAuto;
-  ASSERT_TRUE(NewDeviceOps(options, &ops, &why).ok());
+  ASSERT_OK(NewDeviceOps(options, &ops, &why));
   if (HaveDevice()) {
     EXPECT_EQ(ops->arena().backend, "cuda:0");
   } else {
@@ -120,7 +121,7 @@ TEST(DeviceOpsFactoryTest, PicksBackendAndExplainsWhy) {
   options.backend = DeviceBackend::kCuda;
   GpuStatus status = NewDeviceOps(options, &ops, &why);
   if (HaveDevice()) {
-    ASSERT_TRUE(status.ok()) << status.ToString();
+    ASSERT_OK(status) << status.ToString();
     EXPECT_EQ(ops->arena().backend, "cuda:0");
   } else {
     EXPECT_EQ(status.code, GpuStatus::kUnavailable) << status.ToString();
@@ -135,14 +136,14 @@ TEST(DeviceOpsFactoryTest, ArenaIdIsPassedThrough) {
   options.arena_id = 0x1234;
   options.shm_path = ShmPath();
   std::unique_ptr<DeviceOps> ops;
-  ASSERT_TRUE(NewDeviceOps(options, &ops, nullptr).ok());
+  ASSERT_OK(NewDeviceOps(options, &ops, nullptr));
   EXPECT_EQ(ops->arena().arena_id, 0x1234u);
 }
 
 #ifdef KVTIER_HAVE_CUDA
 
 TEST(CudaStatusTest, MapsErrorClasses) {
-  EXPECT_TRUE(CudaErrorToGpuStatus(cudaSuccess, "x").ok());
+  EXPECT_OK(CudaErrorToGpuStatus(cudaSuccess, "x"));
   GpuStatus oom = CudaErrorToGpuStatus(cudaErrorMemoryAllocation, "cudaMalloc arena");
   EXPECT_EQ(oom.code, GpuStatus::kOutOfMemory);
   EXPECT_EQ(oom.message.rfind("cudaMalloc arena: cudaErrorMemoryAllocation: ", 0), 0u)
@@ -178,7 +179,7 @@ PoolKeysParams ValidPool() {
 std::string PoolError(const PoolKeysParams& p) { return CheckPoolKeysParams(p).message; }
 
 TEST(KernelShapeCheckTest, PoolKeysNamesTheBadField) {
-  ASSERT_TRUE(CheckPoolKeysParams(ValidPool()).ok());
+  ASSERT_OK(CheckPoolKeysParams(ValidPool()));
   PoolKeysParams p = ValidPool();
   p.shape.head_dim = kMaxKernelHeadDim + 1;
   EXPECT_NE(PoolError(p).find("shape.head_dim"), std::string::npos);
@@ -215,7 +216,7 @@ TEST(KernelShapeCheckTest, ScoreAndTopKNameTheBadField) {
   s.anchors = buffer;
   s.num_anchors = 1;
   s.scores = buffer;
-  ASSERT_TRUE(CheckScoreParams(s).ok());
+  ASSERT_OK(CheckScoreParams(s));
   ScoreParams bad = s;
   bad.row_stride = 0;
   EXPECT_NE(CheckScoreParams(bad).message.find("row_stride"), std::string::npos);
@@ -238,7 +239,7 @@ TEST(KernelShapeCheckTest, ScoreAndTopKNameTheBadField) {
   t.num_anchors = 1;
   t.k = 4;
   t.indices = indices;
-  ASSERT_TRUE(CheckTopKParams(t).ok());
+  ASSERT_OK(CheckTopKParams(t));
   TopKParams bad_t = t;
   bad_t.k = 5;
   EXPECT_NE(CheckTopKParams(bad_t).message.find("k must be in 1..4"), std::string::npos);
@@ -256,7 +257,7 @@ TEST(KernelShapeCheckTest, ScoreAndTopKNameTheBadField) {
   g.num_anchors = 1;
   g.dim = 1;
   g.scores = buffer;
-  ASSERT_TRUE(CheckSegmentScoreParams(g).ok());
+  ASSERT_OK(CheckSegmentScoreParams(g));
   SegmentScoreParams bad_g = g;
   bad_g.num_segments = 0;
   EXPECT_NE(CheckSegmentScoreParams(bad_g).message.find("num_segments"), std::string::npos);

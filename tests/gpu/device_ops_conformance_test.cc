@@ -23,6 +23,7 @@
 #include "gpu/cuda/cuda_device_ops.h"
 #include "gpu/device_ops.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::gpu {
 namespace {
@@ -128,7 +129,7 @@ class DeviceOpsConformanceTest : public ::testing::TestWithParam<Implementation>
   void* HostBuffer(DeviceOps* ops, uint64_t size_bytes) {
     gpu::HostBuffer buffer;
     GpuStatus status = ops->AllocHost(size_bytes, &buffer);
-    EXPECT_TRUE(status.ok()) << status.ToString();
+    EXPECT_OK(status) << status.ToString();
     return status.ok() ? buffer.data : nullptr;
   }
 };
@@ -159,7 +160,7 @@ TEST_P(DeviceOpsConformanceTest, DescribesArena) {
 TEST_P(DeviceOpsConformanceTest, FreshArenaReadsAsZeros) {
   MAKE_OR_SKIP(inst);
   std::vector<std::byte> bytes;
-  ASSERT_TRUE(inst.ops->ReadArena(kArenaBytes - 4096, 4096, &bytes).ok());
+  ASSERT_OK(inst.ops->ReadArena(kArenaBytes - 4096, 4096, &bytes));
   EXPECT_EQ(bytes, std::vector<std::byte>(4096, std::byte{0}));
 }
 
@@ -173,7 +174,7 @@ TEST_P(DeviceOpsConformanceTest, BatchedCopiesRoundTripAtArenaEdges) {
                                 {adjacent.data(), 65536, 4096},
                                 {adjacent.data() + 4096, 65536 + 4096, 4096},
                                 {c.data(), kArenaBytes - 1, 1}};
-  ASSERT_TRUE(inst.ops->CopyToArena(in).ok());
+  ASSERT_OK(inst.ops->CopyToArena(in));
 
   std::vector<uint8_t> ra(a.size()), rb(b.size()), rc(1), radj(adjacent.size());
   const ArenaToHostCopy out[] = {{0, ra.data(), ra.size()},
@@ -181,7 +182,7 @@ TEST_P(DeviceOpsConformanceTest, BatchedCopiesRoundTripAtArenaEdges) {
                                  {65536, radj.data(), 4096},
                                  {65536 + 4096, radj.data() + 4096, 4096},
                                  {kArenaBytes - 1, rc.data(), 1}};
-  ASSERT_TRUE(inst.ops->CopyToHost(out).ok());
+  ASSERT_OK(inst.ops->CopyToHost(out));
   EXPECT_EQ(ra, a);
   EXPECT_EQ(rb, b);
   EXPECT_EQ(rc, c);
@@ -201,20 +202,20 @@ TEST_P(DeviceOpsConformanceTest, ManyScatteredCopiesInOneBatch) {
     in.push_back({src.data() + i * kBytes, offset, kBytes});
     out.push_back({offset, dst.data() + i * kBytes, kBytes});
   }
-  ASSERT_TRUE(inst.ops->CopyToArena(in).ok());
-  ASSERT_TRUE(inst.ops->CopyToHost(out).ok());
+  ASSERT_OK(inst.ops->CopyToArena(in));
+  ASSERT_OK(inst.ops->CopyToHost(out));
   EXPECT_EQ(dst, src);
 }
 
 TEST_P(DeviceOpsConformanceTest, EmptyBatchGivesCompleteFence) {
   MAKE_OR_SKIP(inst);
   Fence fence{77};
-  ASSERT_TRUE(inst.ops->SubmitToArena({}, &fence).ok());
+  ASSERT_OK(inst.ops->SubmitToArena({}, &fence));
   EXPECT_EQ(fence, Fence{0});
   EXPECT_TRUE(inst.ops->IsComplete(fence));
-  EXPECT_TRUE(inst.ops->Wait(fence, std::chrono::nanoseconds(0)).ok());
+  EXPECT_OK(inst.ops->Wait(fence, std::chrono::nanoseconds(0)));
   fence = Fence{77};
-  ASSERT_TRUE(inst.ops->SubmitToHost({}, &fence).ok());
+  ASSERT_OK(inst.ops->SubmitToHost({}, &fence));
   EXPECT_EQ(fence, Fence{0});
 }
 
@@ -246,7 +247,7 @@ TEST_P(DeviceOpsConformanceTest, RejectsBadBatchesAndCopiesNothing) {
   EXPECT_EQ(sink, std::vector<uint8_t>(64, 0)) << "a rejected batch copied bytes";
 
   std::vector<std::byte> arena;
-  ASSERT_TRUE(inst.ops->ReadArena(0, 64, &arena).ok());
+  ASSERT_OK(inst.ops->ReadArena(0, 64, &arena));
   EXPECT_EQ(arena, std::vector<std::byte>(64, std::byte{0})) << "a rejected batch copied bytes";
   EXPECT_EQ(inst.ops->ReadArena(kArenaBytes - 8, 16, &arena).code, GpuStatus::kInvalidArgument);
   EXPECT_TRUE(arena.empty());
@@ -259,13 +260,13 @@ TEST_P(DeviceOpsConformanceTest, FencesIncreaseAndUnknownFencesAreRefused) {
   for (int i = 0; i < 10; ++i) {
     Fence fence;
     const HostToArenaCopy copy{data.data(), static_cast<uint64_t>(i) * 256, 256};
-    ASSERT_TRUE(inst.ops->SubmitToArena({&copy, 1}, &fence).ok());
+    ASSERT_OK(inst.ops->SubmitToArena({&copy, 1}, &fence));
     EXPECT_GT(fence.value, last);
     last = fence.value;
   }
-  ASSERT_TRUE(inst.ops->Wait(Fence{last}, kWaitForever).ok());
+  ASSERT_OK(inst.ops->Wait(Fence{last}, kWaitForever));
   EXPECT_TRUE(inst.ops->IsComplete(Fence{last}));
-  EXPECT_TRUE(inst.ops->Wait(Fence{last}, kWaitForever).ok()) << "a second Wait must agree";
+  EXPECT_OK(inst.ops->Wait(Fence{last}, kWaitForever)) << "a second Wait must agree";
   const Fence never{last + 1000};
   EXPECT_FALSE(inst.ops->IsComplete(never));
   EXPECT_EQ(inst.ops->Wait(never, kShortWait).code, GpuStatus::kInvalidArgument);
@@ -283,14 +284,14 @@ TEST_P(DeviceOpsConformanceTest, WaitTimesOutUntilCopiesRun) {
   // The arena -> host copy reads a range the paused write does not touch.
   const std::vector<uint8_t> resident(4096, 0x5a);
   const HostToArenaCopy fill{resident.data(), 65536, 4096};
-  ASSERT_TRUE(inst.ops->CopyToArena({&fill, 1}).ok());
+  ASSERT_OK(inst.ops->CopyToArena({&fill, 1}));
 
   inst.pause(true);
   Fence in_fence, out_fence;
   const HostToArenaCopy in{src, 8192, 4096};
-  ASSERT_TRUE(inst.ops->SubmitToArena({&in, 1}, &in_fence).ok());
+  ASSERT_OK(inst.ops->SubmitToArena({&in, 1}, &in_fence));
   const ArenaToHostCopy out{65536, dst, 4096};
-  ASSERT_TRUE(inst.ops->SubmitToHost({&out, 1}, &out_fence).ok());
+  ASSERT_OK(inst.ops->SubmitToHost({&out, 1}, &out_fence));
   EXPECT_FALSE(inst.ops->IsComplete(in_fence));
   EXPECT_FALSE(inst.ops->IsComplete(out_fence));
   EXPECT_EQ(inst.ops->Wait(in_fence, std::chrono::nanoseconds(0)).code,
@@ -299,13 +300,13 @@ TEST_P(DeviceOpsConformanceTest, WaitTimesOutUntilCopiesRun) {
   EXPECT_EQ(dst[0], 0) << "an arena -> host copy ran while paused";
   inst.pause(false);
 
-  ASSERT_TRUE(inst.ops->Wait(in_fence, kWaitForever).ok());
+  ASSERT_OK(inst.ops->Wait(in_fence, kWaitForever));
   EXPECT_TRUE(inst.ops->IsComplete(in_fence));
-  ASSERT_TRUE(inst.ops->Wait(out_fence, std::chrono::seconds(10)).ok());
+  ASSERT_OK(inst.ops->Wait(out_fence, std::chrono::seconds(10)));
   EXPECT_TRUE(inst.ops->IsComplete(out_fence));
   EXPECT_EQ(std::vector<uint8_t>(dst, dst + 4096), resident);
   std::vector<std::byte> arena;
-  ASSERT_TRUE(inst.ops->ReadArena(8192, 4096, &arena).ok());
+  ASSERT_OK(inst.ops->ReadArena(8192, 4096, &arena));
   EXPECT_EQ(std::memcmp(arena.data(), pattern.data(), 4096), 0);
 }
 
@@ -317,16 +318,16 @@ TEST_P(DeviceOpsConformanceTest, InflightLimitRefusesThenRecovers) {
   const HostToArenaCopy copy{src, 0, 4096};
   inst.pause(true);
   Fence f1, f2, f3{99};
-  ASSERT_TRUE(inst.ops->SubmitToArena({&copy, 1}, &f1).ok());
-  ASSERT_TRUE(inst.ops->SubmitToArena({&copy, 1}, &f2).ok());
+  ASSERT_OK(inst.ops->SubmitToArena({&copy, 1}, &f1));
+  ASSERT_OK(inst.ops->SubmitToArena({&copy, 1}, &f2));
   GpuStatus status = inst.ops->SubmitToArena({&copy, 1}, &f3);
   EXPECT_EQ(status.code, GpuStatus::kUnavailable) << status.ToString();
   EXPECT_EQ(f3, Fence{99});
   inst.pause(false);
-  ASSERT_TRUE(inst.ops->Wait(f1, kWaitForever).ok());
-  ASSERT_TRUE(inst.ops->Wait(f2, kWaitForever).ok());
-  EXPECT_TRUE(inst.ops->SubmitToArena({&copy, 1}, &f3).ok());
-  EXPECT_TRUE(inst.ops->Wait(f3, kWaitForever).ok());
+  ASSERT_OK(inst.ops->Wait(f1, kWaitForever));
+  ASSERT_OK(inst.ops->Wait(f2, kWaitForever));
+  EXPECT_OK(inst.ops->SubmitToArena({&copy, 1}, &f3));
+  EXPECT_OK(inst.ops->Wait(f3, kWaitForever));
 }
 
 TEST_P(DeviceOpsConformanceTest, AllocHostIsZeroedAlignedAndOwned) {
@@ -336,7 +337,7 @@ TEST_P(DeviceOpsConformanceTest, AllocHostIsZeroedAlignedAndOwned) {
   EXPECT_EQ(inst.ops->AllocHost(kMaxHostAllocBytes + 1, &buffer).code, GpuStatus::kInvalidArgument);
   EXPECT_EQ(buffer.data, nullptr) << "*out set on failure";
 
-  ASSERT_TRUE(inst.ops->AllocHost(10000, &buffer).ok());
+  ASSERT_OK(inst.ops->AllocHost(10000, &buffer));
   ASSERT_NE(buffer.data, nullptr);
   EXPECT_EQ(buffer.size_bytes, 10000u);
   EXPECT_EQ(buffer.pinned, inst.pinned_host);
@@ -347,14 +348,14 @@ TEST_P(DeviceOpsConformanceTest, AllocHostIsZeroedAlignedAndOwned) {
   // Usable as a copy source and destination.
   std::memset(buffer.data, 0xab, 10000);
   const HostToArenaCopy in{buffer.data, 4096, 10000};
-  ASSERT_TRUE(inst.ops->CopyToArena({&in, 1}).ok());
+  ASSERT_OK(inst.ops->CopyToArena({&in, 1}));
   std::memset(buffer.data, 0, 10000);
   const ArenaToHostCopy out{4096, buffer.data, 10000};
-  ASSERT_TRUE(inst.ops->CopyToHost({&out, 1}).ok());
+  ASSERT_OK(inst.ops->CopyToHost({&out, 1}));
   EXPECT_EQ(bytes[0], 0xab);
   EXPECT_EQ(bytes[9999], 0xab);
 
-  ASSERT_TRUE(inst.ops->FreeHost(buffer).ok());
+  ASSERT_OK(inst.ops->FreeHost(buffer));
   EXPECT_EQ(inst.ops->FreeHost(buffer).code, GpuStatus::kInvalidArgument);
   int local = 0;
   EXPECT_EQ(inst.ops->FreeHost(gpu::HostBuffer{&local, 4, false}).code,
@@ -371,23 +372,23 @@ TEST_P(DeviceOpsConformanceTest, RegisterHostRefusesOverlapsAndPinsForCopies) {
 
   EXPECT_EQ(inst.ops->RegisterHost(nullptr, page).code, GpuStatus::kInvalidArgument);
   EXPECT_EQ(inst.ops->RegisterHost(bytes, 0).code, GpuStatus::kInvalidArgument);
-  ASSERT_TRUE(inst.ops->RegisterHost(bytes, 2 * page).ok());
+  ASSERT_OK(inst.ops->RegisterHost(bytes, 2 * page));
   EXPECT_EQ(inst.ops->RegisterHost(bytes + page, 2 * page).code, GpuStatus::kInvalidArgument);
   EXPECT_EQ(inst.ops->RegisterHost(bytes, page).code, GpuStatus::kInvalidArgument);
-  ASSERT_TRUE(inst.ops->RegisterHost(bytes + 2 * page, 2 * page).ok()) << "adjacent is fine";
+  ASSERT_OK(inst.ops->RegisterHost(bytes + 2 * page, 2 * page)) << "adjacent is fine";
 
   const auto pattern = Pattern(3 * page, 8);
   std::memcpy(bytes, pattern.data(), pattern.size());
   const HostToArenaCopy in{bytes, 0, 3 * page};  // spans both registrations
-  ASSERT_TRUE(inst.ops->CopyToArena({&in, 1}).ok());
+  ASSERT_OK(inst.ops->CopyToArena({&in, 1}));
   std::vector<std::byte> arena;
-  ASSERT_TRUE(inst.ops->ReadArena(0, 3 * page, &arena).ok());
+  ASSERT_OK(inst.ops->ReadArena(0, 3 * page, &arena));
   EXPECT_EQ(std::memcmp(arena.data(), pattern.data(), pattern.size()), 0);
 
-  EXPECT_TRUE(inst.ops->UnregisterHost(bytes).ok());
+  EXPECT_OK(inst.ops->UnregisterHost(bytes));
   EXPECT_EQ(inst.ops->UnregisterHost(bytes).code, GpuStatus::kInvalidArgument);
   EXPECT_EQ(inst.ops->UnregisterHost(bytes + page).code, GpuStatus::kInvalidArgument);
-  EXPECT_TRUE(inst.ops->UnregisterHost(bytes + 2 * page).ok());
+  EXPECT_OK(inst.ops->UnregisterHost(bytes + 2 * page));
   munmap(region, 4 * page);
 }
 
@@ -429,18 +430,18 @@ TEST_P(DeviceOpsConformanceTest, FenceOfOneDirectionCompletesBeforeAnEarlierOneO
   inst.pause_direction(CopyDirection::kToArena, true);
   Fence in_fence, out_fence;
   const HostToArenaCopy in{src, 0, 4096};
-  ASSERT_TRUE(inst.ops->SubmitToArena({&in, 1}, &in_fence).ok());
+  ASSERT_OK(inst.ops->SubmitToArena({&in, 1}, &in_fence));
   const ArenaToHostCopy out{65536, dst, 4096};
-  ASSERT_TRUE(inst.ops->SubmitToHost({&out, 1}, &out_fence).ok());
+  ASSERT_OK(inst.ops->SubmitToHost({&out, 1}, &out_fence));
   ASSERT_GT(out_fence.value, in_fence.value);
   // The later fence completes while the earlier one is held back.
-  ASSERT_TRUE(inst.ops->Wait(out_fence, kWaitForever).ok());
+  ASSERT_OK(inst.ops->Wait(out_fence, kWaitForever));
   EXPECT_TRUE(inst.ops->IsComplete(out_fence));
   EXPECT_FALSE(inst.ops->IsComplete(in_fence));
   inst.pause_direction(CopyDirection::kToArena, false);
-  ASSERT_TRUE(inst.ops->Wait(in_fence, kWaitForever).ok());
+  ASSERT_OK(inst.ops->Wait(in_fence, kWaitForever));
   std::vector<std::byte> arena;
-  ASSERT_TRUE(inst.ops->ReadArena(0, 4096, &arena).ok());
+  ASSERT_OK(inst.ops->ReadArena(0, 4096, &arena));
   EXPECT_EQ(arena, std::vector<std::byte>(4096, std::byte{0x11}));
 }
 
@@ -460,30 +461,30 @@ TEST_P(DeviceOpsConformanceTest, DemotionAndPromotionOfOneSlotAreOrderedByFences
   const HostToArenaCopy promote{incoming, kSlot, kBytes};
 
   // Waiting for the demotion before promoting: each side gets its bytes.
-  ASSERT_TRUE(inst.ops->CopyToArena({&fill, 1}).ok());
+  ASSERT_OK(inst.ops->CopyToArena({&fill, 1}));
   Fence demote_fence, promote_fence;
-  ASSERT_TRUE(inst.ops->SubmitToHost({&demote, 1}, &demote_fence).ok());
-  ASSERT_TRUE(inst.ops->Wait(demote_fence, kWaitForever).ok());
-  ASSERT_TRUE(inst.ops->SubmitToArena({&promote, 1}, &promote_fence).ok());
-  ASSERT_TRUE(inst.ops->Wait(promote_fence, kWaitForever).ok());
+  ASSERT_OK(inst.ops->SubmitToHost({&demote, 1}, &demote_fence));
+  ASSERT_OK(inst.ops->Wait(demote_fence, kWaitForever));
+  ASSERT_OK(inst.ops->SubmitToArena({&promote, 1}, &promote_fence));
+  ASSERT_OK(inst.ops->Wait(promote_fence, kWaitForever));
   EXPECT_EQ(std::vector<uint8_t>(demoted, demoted + kBytes), resident);
   std::vector<std::byte> arena;
-  ASSERT_TRUE(inst.ops->ReadArena(kSlot, kBytes, &arena).ok());
+  ASSERT_OK(inst.ops->ReadArena(kSlot, kBytes, &arena));
   EXPECT_EQ(std::memcmp(arena.data(), next.data(), kBytes), 0);
 
   if (!inst.independent_directions) return;
   // Submission order alone does not order the directions: with the
   // demotion held back, the promotion lands first and the demotion then
   // reads the promoted bytes. A caller must wait for the demotion's fence.
-  ASSERT_TRUE(inst.ops->CopyToArena({&fill, 1}).ok());
+  ASSERT_OK(inst.ops->CopyToArena({&fill, 1}));
   std::memset(demoted, 0, kBytes);
   inst.pause_direction(CopyDirection::kToHost, true);
-  ASSERT_TRUE(inst.ops->SubmitToHost({&demote, 1}, &demote_fence).ok());
-  ASSERT_TRUE(inst.ops->SubmitToArena({&promote, 1}, &promote_fence).ok());
-  ASSERT_TRUE(inst.ops->Wait(promote_fence, kWaitForever).ok());
+  ASSERT_OK(inst.ops->SubmitToHost({&demote, 1}, &demote_fence));
+  ASSERT_OK(inst.ops->SubmitToArena({&promote, 1}, &promote_fence));
+  ASSERT_OK(inst.ops->Wait(promote_fence, kWaitForever));
   EXPECT_FALSE(inst.ops->IsComplete(demote_fence));
   inst.pause_direction(CopyDirection::kToHost, false);
-  ASSERT_TRUE(inst.ops->Wait(demote_fence, kWaitForever).ok());
+  ASSERT_OK(inst.ops->Wait(demote_fence, kWaitForever));
   EXPECT_EQ(std::vector<uint8_t>(demoted, demoted + kBytes), next)
       << "the demotion ran after the later promotion";
 }
@@ -497,38 +498,38 @@ TEST_P(DeviceOpsConformanceTest, AdjacentCopiesAcrossTwoRegistrationsRoundTrip) 
       mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(region, MAP_FAILED);
   auto* bytes = static_cast<uint8_t*>(region);
-  ASSERT_TRUE(inst.ops->RegisterHost(bytes, 2 * page).ok());
-  ASSERT_TRUE(inst.ops->RegisterHost(bytes + 2 * page, 2 * page).ok());
+  ASSERT_OK(inst.ops->RegisterHost(bytes, 2 * page));
+  ASSERT_OK(inst.ops->RegisterHost(bytes + 2 * page, 2 * page));
   const auto pattern = Pattern(4 * page, 31);
   std::memcpy(bytes, pattern.data(), pattern.size());
   // Pages 1 and 2 (one in each registration) to arena pages 0 and 1, then
   // one copy over all four pages (both registrations).
   const HostToArenaCopy in[] = {
       {bytes + page, 0, page}, {bytes + 2 * page, page, page}, {bytes, 4 * page, 4 * page}};
-  ASSERT_TRUE(inst.ops->CopyToArena(in).ok());
+  ASSERT_OK(inst.ops->CopyToArena(in));
   std::vector<std::byte> arena;
-  ASSERT_TRUE(inst.ops->ReadArena(0, 2 * page, &arena).ok());
+  ASSERT_OK(inst.ops->ReadArena(0, 2 * page, &arena));
   EXPECT_EQ(std::memcmp(arena.data(), pattern.data() + page, 2 * page), 0);
-  ASSERT_TRUE(inst.ops->ReadArena(4 * page, 4 * page, &arena).ok());
+  ASSERT_OK(inst.ops->ReadArena(4 * page, 4 * page, &arena));
   EXPECT_EQ(std::memcmp(arena.data(), pattern.data(), 4 * page), 0);
 
   std::memset(bytes, 0, 4 * page);
   const ArenaToHostCopy out[] = {{0, bytes + page, page}, {page, bytes + 2 * page, page}};
-  ASSERT_TRUE(inst.ops->CopyToHost(out).ok());
+  ASSERT_OK(inst.ops->CopyToHost(out));
   EXPECT_EQ(std::memcmp(bytes + page, pattern.data() + page, 2 * page), 0);
-  EXPECT_TRUE(inst.ops->UnregisterHost(bytes).ok());
-  EXPECT_TRUE(inst.ops->UnregisterHost(bytes + 2 * page).ok());
+  EXPECT_OK(inst.ops->UnregisterHost(bytes));
+  EXPECT_OK(inst.ops->UnregisterHost(bytes + 2 * page));
   munmap(region, 4 * page);
 }
 
 TEST_P(DeviceOpsConformanceTest, RegisterHostRefusesBuffersFromAllocHost) {
   MAKE_OR_SKIP(inst);
   gpu::HostBuffer buffer;
-  ASSERT_TRUE(inst.ops->AllocHost(8192, &buffer).ok());
+  ASSERT_OK(inst.ops->AllocHost(8192, &buffer));
   GpuStatus status = inst.ops->RegisterHost(buffer.data, 4096);
   EXPECT_EQ(status.code, GpuStatus::kInvalidArgument) << status.ToString();
   EXPECT_NE(status.message.find("AllocHost"), std::string::npos) << status.message;
-  ASSERT_TRUE(inst.ops->FreeHost(buffer).ok());
+  ASSERT_OK(inst.ops->FreeHost(buffer));
 }
 
 TEST_P(DeviceOpsConformanceTest, ConcurrentOverlappingRegistrationsLetExactlyOneIn) {

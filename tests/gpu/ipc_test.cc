@@ -18,6 +18,7 @@
 #include "gpu/cuda/cuda_device_ops.h"
 #include "gtest/gtest.h"
 #include "tests/gpu/cuda_test_util.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::gpu {
 namespace {
@@ -113,13 +114,13 @@ class IpcTest : public ::testing::Test {
     CudaDeviceOpsOptions options;
     options.arena_bytes = kArenaBytes;
     GpuStatus status = CudaDeviceOps::Create(options, &ops_);
-    ASSERT_TRUE(status.ok()) << status.ToString();
+    ASSERT_OK(status) << status.ToString();
     block_.resize(kBlockBytes);
     for (size_t i = 0; i < block_.size(); ++i) {
       block_[i] = static_cast<char>((i * 2654435761u) >> 13);
     }
     const HostToArenaCopy copy{block_.data(), kOffset, kBlockBytes};
-    ASSERT_TRUE(ops_->CopyToArena({&copy, 1}).ok());
+    ASSERT_OK(ops_->CopyToArena({&copy, 1}));
     const std::string base = ::testing::TempDir() + "kvtier-ipc-" + std::to_string(getpid());
     out_path_ = base + ".out";
     err_path_ = base + ".err";

@@ -17,6 +17,7 @@
 #include "tests/gpu/cuda_test_util.h"
 #include "tests/gpu/half.h"
 #include "tests/gpu/kernel_reference.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::gpu::testing {
 namespace {
@@ -124,7 +125,7 @@ class PoolKeysTest : public KernelTest {
       p.layer_max = d_lmax.get<float>();
     }
     GpuStatus status = PoolKeys(p, stream_);
-    ASSERT_TRUE(status.ok()) << status.ToString();
+    ASSERT_OK(status) << status.ToString();
     KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
 
     std::vector<float> mean, wmean, mn, mx, lmean, lmin, lmax;
@@ -201,7 +202,7 @@ TEST_F(PoolKeysTest, FlagsNonFiniteKeysAndBlocksOutsideTheArena) {
   p.mean = d_mean.get<float>();
   p.layer_mean = d_lmean.get<float>();
   p.flags = d_flags.get<uint32_t>();
-  ASSERT_TRUE(PoolKeys(p, stream_).ok());
+  ASSERT_OK(PoolKeys(p, stream_));
   KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
   std::vector<uint32_t> flags;
   std::vector<float> mean;
@@ -255,7 +256,7 @@ class ScoreLevelsTest : public KernelTest {
     p.kind = c.kind;
     p.scores = d_scores.get<float>();
     GpuStatus status = ScoreLevels(p, stream_);
-    ASSERT_TRUE(status.ok()) << status.ToString();
+    ASSERT_OK(status) << status.ToString();
     KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
     std::vector<float> got;
     KVTIER_ASSERT_CUDA(d_scores.Download(&got, static_cast<size_t>(c.anchors) * c.rows));
@@ -307,7 +308,7 @@ TEST_F(ScoreLevelsTest, NonFiniteRowsAndAnchorsScoreNaNLikeTheReference) {
       p.num_anchors = anchors;
       p.kind = kind;
       p.scores = d_scores.get<float>();
-      ASSERT_TRUE(ScoreLevels(p, stream_).ok());
+      ASSERT_OK(ScoreLevels(p, stream_));
       KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
       std::vector<float> got;
       KVTIER_ASSERT_CUDA(d_scores.Download(&got, static_cast<size_t>(anchors) * rows));
@@ -347,10 +348,10 @@ TEST_F(ScoreLevelsTest, LaunchReportsOnlyItsOwnError) {
   t.indices = d_indices.get<int32_t>();
   ASSERT_EQ(cudaSetDevice(-1), cudaErrorInvalidDevice);  // leaves a last error behind
   GpuStatus status = ScoreLevels(p, stream_);
-  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_OK(status) << status.ToString();
   ASSERT_EQ(cudaSetDevice(-1), cudaErrorInvalidDevice);
   status = TopK(t, stream_);
-  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_OK(status) << status.ToString();
   cudaGetLastError();
   KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
 }
@@ -417,7 +418,7 @@ class TopKTest : public KernelTest {
     std::vector<int32_t> first;
     for (int run = 0; run < 2; ++run) {
       GpuStatus status = TopK(p, stream_);
-      ASSERT_TRUE(status.ok()) << status.ToString();
+      ASSERT_OK(status) << status.ToString();
       KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
       std::vector<int32_t> indices;
       std::vector<float> values;
@@ -525,8 +526,8 @@ TEST_F(TopKTest, ScoreThenSelectOnOneStream) {
   t.num_anchors = anchors;
   t.k = k;
   t.indices = d_indices.get<int32_t>();
-  ASSERT_TRUE(ScoreLevels(s, stream_).ok());
-  ASSERT_TRUE(TopK(t, stream_).ok());
+  ASSERT_OK(ScoreLevels(s, stream_));
+  ASSERT_OK(TopK(t, stream_));
   KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
   std::vector<float> scores;
   std::vector<int32_t> indices;
@@ -584,7 +585,7 @@ TEST_F(KernelTest, ScoreSegmentsMatchesReference) {
     p.dim = dim;
     p.scores = d_scores.get<float>();
     GpuStatus status = ScoreSegments(p, stream_);
-    ASSERT_TRUE(status.ok()) << status.ToString();
+    ASSERT_OK(status) << status.ToString();
     KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
     std::vector<float> got;
     KVTIER_ASSERT_CUDA(d_scores.Download(&got, total));
@@ -604,9 +605,9 @@ TEST_F(KernelTest, PoolingAfterOrderStreamAfterSeesThePromotedBytes) {
   options.arena_bytes = 4 * block_bytes;
   std::unique_ptr<CudaDeviceOps> ops;
   GpuStatus status = CudaDeviceOps::Create(options, &ops);
-  ASSERT_TRUE(status.ok()) << status.ToString();
+  ASSERT_OK(status) << status.ToString();
   HostBuffer host;
-  ASSERT_TRUE(ops->AllocHost(block_bytes, &host).ok());
+  ASSERT_OK(ops->AllocHost(block_bytes, &host));
   auto* keys = static_cast<float*>(host.data);
   for (int64_t i = 0; i < shape.BlockElements(); ++i) keys[i] = 2.0f;
 
@@ -626,21 +627,21 @@ TEST_F(KernelTest, PoolingAfterOrderStreamAfterSeesThePromotedBytes) {
   ops->PauseDirectionForTesting(CopyDirection::kToArena, true);
   Fence fence;
   const HostToArenaCopy copy{host.data, offset, block_bytes};
-  ASSERT_TRUE(ops->SubmitToArena({&copy, 1}, &fence).ok());
-  ASSERT_TRUE(ops->OrderStreamAfter(fence, stream_).ok());
-  ASSERT_TRUE(PoolKeys(p, stream_).ok());
+  ASSERT_OK(ops->SubmitToArena({&copy, 1}, &fence));
+  ASSERT_OK(ops->OrderStreamAfter(fence, stream_));
+  ASSERT_OK(PoolKeys(p, stream_));
   EXPECT_EQ(cudaStreamQuery(stream_), cudaErrorNotReady) << "the kernel ran before the copy";
   ops->PauseDirectionForTesting(CopyDirection::kToArena, false);
   KVTIER_ASSERT_CUDA(cudaStreamSynchronize(stream_));
-  ASSERT_TRUE(ops->Wait(fence, kWaitForever).ok());
+  ASSERT_OK(ops->Wait(fence, kWaitForever));
   std::vector<float> mean;
   KVTIER_ASSERT_CUDA(d_mean.Download(&mean, shape.head_dim));
   EXPECT_EQ(mean, std::vector<float>(shape.head_dim, 2.0f));
   // A finished fence orders nothing and is fine to pass again.
-  EXPECT_TRUE(ops->OrderStreamAfter(fence, stream_).ok());
+  EXPECT_OK(ops->OrderStreamAfter(fence, stream_));
   EXPECT_EQ(ops->OrderStreamAfter(Fence{fence.value + 100}, stream_).code,
             GpuStatus::kInvalidArgument);
-  EXPECT_TRUE(ops->OrderCopiesAfter(stream_).ok());
+  EXPECT_OK(ops->OrderCopiesAfter(stream_));
 }
 
 }  // namespace

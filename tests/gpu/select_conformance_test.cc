@@ -31,6 +31,7 @@
 #include "index/kernels/unit_vector.h"
 #include "index/select/gpu_scoring.h"
 #include "index/select/selector.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::index {
 namespace {
@@ -61,7 +62,7 @@ class SelectConformanceTest : public ::testing::TestWithParam<Backend> {
   std::unique_ptr<Selector> MakeSelector(SelectorOptions o, bool offload) {
     if (offload) o.level_scorer = GetParam().make;
     auto s = Selector::Create(o);
-    EXPECT_TRUE(s.ok()) << s.status();
+    EXPECT_OK(s) << s.status();
     if (offload) {
       EXPECT_NE((*s)->level_scorer(), nullptr) << (*s)->level_scorer_create_status();
     }
@@ -98,8 +99,8 @@ std::unique_ptr<ContextIndex> MakeContext(const std::vector<float>& vectors, int
   o.pages_per_chunk = kPagesPerChunk;
   o.chunks_per_grid = kChunksPerGrid;
   auto ctx = ContextIndex::Create(o);
-  EXPECT_TRUE(ctx.ok());
-  EXPECT_TRUE((*ctx)->tree().AddSegment(vectors).ok());
+  EXPECT_OK(ctx);
+  EXPECT_OK((*ctx)->tree().AddSegment(vectors));
   return std::move(*ctx);
 }
 
@@ -142,18 +143,16 @@ TEST_P(SelectConformanceTest, ExactInputsSelectIdenticallyWhileBlocksAreAppended
         requests.push_back(r);
       }
       results[k].resize(requests.size());
-      ASSERT_TRUE((k == 0 ? cpu : gpu)->SelectBatch(requests, absl::MakeSpan(results[k])).ok());
+      ASSERT_OK((k == 0 ? cpu : gpu)->SelectBatch(requests, absl::MakeSpan(results[k])));
       // A grid's worth of blocks to every third context, one at a time.
       for (size_t i = 0; i < sets[k].size(); i += 3) {
         for (int64_t p = 0; p < kGridPages; ++p) {
-          ASSERT_TRUE(sets[k][i]
-                          ->tree()
-                          .Append(absl::MakeConstSpan(appended).subspan(p * kDim, kDim))
-                          .ok());
+          ASSERT_OK(
+              sets[k][i]->tree().Append(absl::MakeConstSpan(appended).subspan(p * kDim, kDim)));
         }
       }
     }
-    ASSERT_TRUE(gpu->last_level_scorer_status().ok()) << gpu->last_level_scorer_status();
+    ASSERT_OK(gpu->last_level_scorer_status()) << gpu->last_level_scorer_status();
     for (size_t i = 0; i < results[0].size(); ++i) {
       ASSERT_EQ(results[1][i].blocks, results[0][i].blocks) << "context " << i;
       ASSERT_EQ(results[1][i].scores, results[0][i].scores) << "context " << i;
@@ -192,7 +191,7 @@ TEST_P(SelectConformanceTest, LevelScoresMatchTheCpuWithinRounding) {
     }
     std::vector<float> got(want.size());
     absl::Status status = scorer->ScoreLevels(jobs, got.data());
-    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_OK(status) << status;
     int reported = 0;
     for (size_t r = 0; r < want.size(); ++r) {
       if (!(std::fabs(got[r] - want[r]) <= 1e-5f) && reported++ < 5) {
@@ -203,10 +202,10 @@ TEST_P(SelectConformanceTest, LevelScoresMatchTheCpuWithinRounding) {
     for (size_t i = 0; i < contexts.size(); ++i) {
       const int32_t dim = contexts[i]->tree().dim();
       for (int a = 0; a < static_cast<int>(i % 5); ++a) {
-        ASSERT_TRUE(contexts[i]->tree().Append(NormalVectors(1, dim, &rng)).ok());
+        ASSERT_OK(contexts[i]->tree().Append(NormalVectors(1, dim, &rng)));
       }
       if (step == 4) {
-        ASSERT_TRUE(contexts[i]->tree().AddSegment(NormalVectors(3, dim, &rng)).ok());
+        ASSERT_OK(contexts[i]->tree().AddSegment(NormalVectors(3, dim, &rng)));
       }
     }
   }
@@ -221,7 +220,7 @@ double TimeBatch(Selector* selector, std::vector<SelectRequest> requests, int64_
   for (int rep = 0; rep <= reps; ++rep) {
     for (SelectRequest& r : requests) r.step = first_step + rep;
     const auto t0 = std::chrono::steady_clock::now();
-    EXPECT_TRUE(selector->SelectBatch(requests, absl::MakeSpan(results)).ok());
+    EXPECT_OK(selector->SelectBatch(requests, absl::MakeSpan(results)));
     const auto t1 = std::chrono::steady_clock::now();
     if (rep > 0) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }

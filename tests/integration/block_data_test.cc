@@ -116,7 +116,7 @@ TEST_F(BlockDataTest, PutAndGetFromCallerMemoryRoundTrip) {
   ASSERT_OK(got);
   ASSERT_EQ(got->size(), 24u);
   for (int i = 0; i < 24; ++i) {
-    EXPECT_TRUE((*got)[i].status.ok()) << i << ": " << (*got)[i].status;
+    EXPECT_OK((*got)[i].status) << i << ": " << (*got)[i].status;
     EXPECT_NE((*got)[i].tier, v1::TIER_UNSPECIFIED);
     EXPECT_TRUE(out[i] == payloads_[i]) << "block " << i << " differs";
   }
@@ -144,14 +144,14 @@ TEST_F(BlockDataTest, ProtobufPutsReadBackDirectly) {
     b->set_block_id(ids_[i]);
     b->set_data(payloads_[i].data(), payloads_[i].size());
   }
-  ASSERT_TRUE(client_->PutBlocks({req}).ok());
+  ASSERT_OK(client_->PutBlocks({req}));
   std::vector<std::vector<uint8_t>> out(4, std::vector<uint8_t>(kBlockBytes));
   std::vector<BlockDestination> dst;
   for (int i = 0; i < 4; ++i) dst.push_back({ids_[i], absl::MakeSpan(out[i])});
   auto got = client_->GetBlockData(profile_id_, dst);
   ASSERT_OK(got);
   for (int i = 0; i < 4; ++i) {
-    EXPECT_TRUE((*got)[i].status.ok()) << (*got)[i].status;
+    EXPECT_OK((*got)[i].status) << (*got)[i].status;
     EXPECT_TRUE(out[i] == payloads_[i]) << i;
   }
 }
@@ -178,7 +178,7 @@ TEST_F(BlockDataTest, PerBlockStatusesForMissesSizesAndChecksums) {
                                        {"nope", absl::MakeSpan(missing)}};
   auto got = client_->GetBlockData(profile_id_, dst);
   ASSERT_OK(got);
-  EXPECT_TRUE((*got)[0].status.ok()) << (*got)[0].status;
+  EXPECT_OK((*got)[0].status) << (*got)[0].status;
   EXPECT_TRUE(a == payloads_[0]);
   EXPECT_THAT((*got)[1].status, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_NE((*got)[1].status.message().find("blocks[1].dst"), std::string::npos)

@@ -94,9 +94,9 @@ class BlockRpcTest : public ::testing::Test {
 
 TEST_F(BlockRpcTest, RegisterProfileIsIdempotentAndChecked) {
   auto profile = client_->GetProfile(profile_id_);
-  ASSERT_TRUE(profile.ok());
+  ASSERT_OK(profile);
   auto again = client_->RegisterProfile(profile->profile());
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   EXPECT_EQ(again->profile_id(), profile_id_);
   EXPECT_FALSE(again->created());
   v1::ModelProfile other = profile->profile();
@@ -144,7 +144,7 @@ TEST_F(BlockRpcTest, PutGetLookupAcrossEveryTier) {
   ASSERT_OK(pinned);
   ASSERT_NE(lease, 0u);
   auto arena = client_->OpenArena();
-  ASSERT_TRUE(arena.ok());
+  ASSERT_OK(arena);
   std::string err;
   auto view = client::ShmArenaView::Open(client_->ArenaSource(*arena), arena->size_bytes(), &err);
   ASSERT_NE(view, nullptr) << err;
@@ -160,7 +160,7 @@ TEST_F(BlockRpcTest, PutGetLookupAcrossEveryTier) {
   v1::ReleaseRequest release;
   release.set_lease_id(lease);
   auto released = client_->Release(release);
-  ASSERT_TRUE(released.ok());
+  ASSERT_OK(released);
   EXPECT_EQ(released->blocks_unpinned(), 8u);
 
   // Bytes of every block, bit-exact, from whatever tier holds it.
@@ -176,7 +176,7 @@ TEST_F(BlockRpcTest, PutGetLookupAcrossEveryTier) {
   }
   // Every tier stayed within its capacity.
   auto stats = client_->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   for (const auto& t : stats->tiers()) EXPECT_LE(t.used_bytes(), t.capacity_bytes());
 }
 
@@ -258,19 +258,19 @@ TEST_F(BlockRpcTest, BadInputGetsFieldNamedErrors) {
 
 TEST_F(BlockRpcTest, DifferentBytesUnderSameIdAreRefused) {
   auto ids = Chain(1);
-  ASSERT_TRUE(Put(ids, 1).ok());
+  ASSERT_OK(Put(ids, 1));
   auto again = Put(ids, 2);
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   EXPECT_EQ(again->results(0).status().code(), grpc::StatusCode::ALREADY_EXISTS);
   auto same = Put(ids, 1);
-  ASSERT_TRUE(same.ok());
+  ASSERT_OK(same);
   EXPECT_EQ(same->results(0).status().code(), 0);
   EXPECT_TRUE(same->results(0).existed());
   v1::GetBlocksRequest get;
   get.set_profile_id(profile_id_);
   get.add_block_ids(ids[0]);
   auto got = client_->GetBlocks(get);
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   EXPECT_EQ((*got)[0].data(), Bytes(1));
 }
 
@@ -306,27 +306,27 @@ TEST_F(BlockRpcTest, StagingSlotPathStoresWithoutBytesInTheMessage) {
   get.set_profile_id(profile_id_);
   for (const auto& id : ids) get.add_block_ids(id);
   auto got = client_->GetBlocks(get);
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   EXPECT_EQ((*got)[0].data(), Bytes(100));
   EXPECT_EQ((*got)[1].data(), Bytes(101));
 }
 
 TEST_F(BlockRpcTest, DeleteRefusesPinnedBlocks) {
   auto ids = Chain(2);
-  ASSERT_TRUE(Put(ids, 0).ok());
+  ASSERT_OK(Put(ids, 0));
   v1::GetBlocksRequest handles;
   handles.set_profile_id(profile_id_);
   handles.set_mode(v1::RETURN_MODE_HANDLES);
   handles.add_block_ids(ids[0]);
   uint64_t lease = 0;
-  ASSERT_TRUE(client_->GetBlocks(handles, &lease).ok());
+  ASSERT_OK(client_->GetBlocks(handles, &lease));
   v1::DeleteBlocksRequest del;
   del.set_profile_id(profile_id_);
   del.add_block_ids(ids[0]);
   del.add_block_ids(ids[1]);
   del.add_block_ids(Chain(1, 99)[0]);
   auto deleted = client_->DeleteBlocks(del);
-  ASSERT_TRUE(deleted.ok());
+  ASSERT_OK(deleted);
   EXPECT_EQ(deleted->statuses(0).code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(deleted->statuses(1).code(), 0);
   EXPECT_EQ(deleted->statuses(2).code(), grpc::StatusCode::NOT_FOUND);
@@ -335,7 +335,7 @@ TEST_F(BlockRpcTest, DeleteRefusesPinnedBlocks) {
 TEST_F(BlockRpcTest, DurableBlocksSurviveDaemonRestart) {
   auto ids = Chain(10);
   auto put = Put(ids, 50, /*durable=*/true);
-  ASSERT_TRUE(put.ok());
+  ASSERT_OK(put);
   for (const auto& r : put->results()) EXPECT_TRUE(r.durable());
   std::string socket = server_->socket_path();
   client_.reset();

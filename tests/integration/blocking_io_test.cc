@@ -103,7 +103,7 @@ class BlockingIoTest : public ::testing::Test {
 
 TEST_F(BlockingIoTest, DaemonAnswersWhileADurablePutWaitsOnTheDisk) {
   Start("2", "64");
-  ASSERT_TRUE(client_->PutBlocks({PutRequest("a-resident", false)}).ok());
+  ASSERT_OK(client_->PutBlocks({PutRequest("a-resident", false)}));
   auto held = HeldDurablePut("d-durable");
 
   // The disk is stuck: everything that does not need it is still answered.
@@ -122,7 +122,7 @@ TEST_F(BlockingIoTest, DaemonAnswersWhileADurablePutWaitsOnTheDisk) {
   auto got = client_->GetBlocks(get);
   ASSERT_OK(got);
   EXPECT_EQ((*got)[0].data(), Bytes('a'));
-  ASSERT_TRUE(client_->Stats().ok());
+  ASSERT_OK(client_->Stats());
   EXPECT_EQ(held.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
       << "the durable put returned before its sync did";
 
@@ -165,10 +165,10 @@ TEST_F(BlockingIoTest, FullQueueIsRefusedAndQueuedCallsComplete) {
   lookup.add_block_ids("r-refused");
   lookup.add_block_ids("q-queued");
   auto found = client_->Lookup(lookup);
-  ASSERT_TRUE(found.ok());
+  ASSERT_OK(found);
   EXPECT_FALSE(found->entries(0).present());
   EXPECT_TRUE(found->entries(1).present());
-  EXPECT_TRUE(client_->DeleteBlocks(del).ok());
+  EXPECT_OK(client_->DeleteBlocks(del));
 }
 
 TEST_F(BlockingIoTest, InlineModeStillServes) {
@@ -190,7 +190,7 @@ TEST_F(BlockingIoTest, InlineModeStillServes) {
 // while the read is stuck, and the Select then answers the block RESIDENT.
 TEST_F(BlockingIoTest, SelectWaitingForNvmeDoesNotHoldItsContext) {
   Start("2", "64");
-  ASSERT_TRUE(client_->PutBlocks({PutRequest("n-nvme", /*durable=*/true)}).ok());
+  ASSERT_OK(client_->PutBlocks({PutRequest("n-nvme", /*durable=*/true)}));
   // Memory puts push the durable block's host copy out (LRU victim); its
   // NVMe copy stays.
   v1::LookupRequest lookup;
@@ -201,17 +201,17 @@ TEST_F(BlockingIoTest, SelectWaitingForNvmeDoesNotHoldItsContext) {
     ASSERT_OK(where);
     ASSERT_TRUE(where->entries(0).present());
     if (where->entries(0).tier() == v1::TIER_NVME) break;
-    ASSERT_TRUE(client_->PutBlocks({PutRequest("m" + std::to_string(i), false)}).ok());
+    ASSERT_OK(client_->PutBlocks({PutRequest("m" + std::to_string(i), false)}));
   }
   auto where = client_->Lookup(lookup);
-  ASSERT_TRUE(where.ok());
+  ASSERT_OK(where);
   ASSERT_EQ(where->entries(0).tier(), v1::TIER_NVME) << "the host copy was never evicted";
   std::vector<std::string> ids = {"n-nvme"};
   for (int i = 0; i < 4; ++i) {
     ids.push_back("r" + std::to_string(i));
-    ASSERT_TRUE(client_->PutBlocks({PutRequest(ids.back(), false)}).ok());
+    ASSERT_OK(client_->PutBlocks({PutRequest(ids.back(), false)}));
   }
-  ASSERT_TRUE(client_->PutBlocks({PutRequest("s-appended", false)}).ok());
+  ASSERT_OK(client_->PutBlocks({PutRequest("s-appended", false)}));
   v1::OpenContextRequest open;
   open.set_profile_id(profile_id_);
   for (const auto& id : ids) open.add_segments()->add_block_ids(id);
@@ -219,7 +219,7 @@ TEST_F(BlockingIoTest, SelectWaitingForNvmeDoesNotHoldItsContext) {
   {
     grpc::ClientContext call;
     grpc::Status st = client_->kvtier_stub()->OpenContext(&call, open, &opened);
-    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_OK(st) << st.error_message();
   }
 
   env_->HoldNextIo(FileOp::kRead);  // the prefetcher's read of n-nvme
@@ -236,7 +236,8 @@ TEST_F(BlockingIoTest, SelectWaitingForNvmeDoesNotHoldItsContext) {
     const bool ok = stream->Write(req) && stream->Read(&resp);
     stream->WritesDone();
     const grpc::Status st = stream->Finish();
-    EXPECT_TRUE(ok && st.ok()) << st.error_message();
+    EXPECT_TRUE(ok);
+    EXPECT_OK(st);
     return resp;
   });
   env_->WaitForHeldIo();
@@ -248,7 +249,7 @@ TEST_F(BlockingIoTest, SelectWaitingForNvmeDoesNotHoldItsContext) {
     v1::AppendBlocksResponse resp;
     grpc::ClientContext call;
     const grpc::Status st = client_->kvtier_stub()->AppendBlocks(&call, req, &resp);
-    EXPECT_TRUE(st.ok()) << st.error_message();
+    EXPECT_OK(st) << st.error_message();
     return resp.num_blocks();
   });
   const bool answered = appended.wait_for(std::chrono::seconds(5)) == std::future_status::ready;

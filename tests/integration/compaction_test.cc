@@ -103,7 +103,7 @@ class CompactionTest : public ::testing::Test {
     for (const std::string& id : ids) req.add_segments()->add_block_ids(id);
     v1::OpenContextResponse resp;
     grpc::Status st = client_->kvtier_stub()->OpenContext(&ctx, req, &resp);
-    EXPECT_TRUE(st.ok()) << st.error_message();
+    EXPECT_OK(st) << st.error_message();
     return resp.context_id();
   }
 
@@ -215,7 +215,7 @@ TEST_F(CompactionTest, CompactedBlocksMatchADirectComputationAndOriginalsAreDemo
   lookup.set_profile_id(profile_id_);
   for (const std::string& id : ids) lookup.add_block_ids(id);
   auto where = client_->Lookup(lookup);
-  ASSERT_TRUE(where.ok());
+  ASSERT_OK(where);
   for (const v1::LookupEntry& e : where->entries()) {
     EXPECT_TRUE(e.present());
     EXPECT_EQ(e.tier(), v1::TIER_NVME) << "originals are demoted, not deleted";
@@ -275,7 +275,7 @@ TEST_F(CompactionTest, BadInputGetsClearStatusesAndNothingIsStored) {
   v1::ListContextVersionsRequest list;
   list.set_profile_id(profile_id_);
   auto versions = client_->ListContextVersions(list);
-  ASSERT_TRUE(versions.ok());
+  ASSERT_OK(versions);
   EXPECT_EQ(versions->versions_size(), 0) << "failed calls store nothing";
   list.set_context_key(std::string(16, 'x'));
   EXPECT_THAT(client_->ListContextVersions(list), StatusIs(absl::StatusCode::kNotFound));
@@ -318,11 +318,11 @@ TEST_F(CompactionTest, AContextInUseBySelectIsRefusedUntilReleased) {
 
   v1::ReleaseRequest release;
   release.set_context_id(context);
-  ASSERT_TRUE(client_->Release(release).ok());
+  ASSERT_OK(client_->Release(release));
   auto done = Compact(context, 0.5f);
   EXPECT_OK(done);
   stream->WritesDone();
-  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_OK(stream->Finish());
 }
 
 TEST_F(CompactionTest, VersionsSurviveARestartAndDropsNeverLoseTheLastCopy) {
@@ -378,7 +378,7 @@ TEST_F(CompactionTest, VersionsSurviveARestartAndDropsNeverLoseTheLastCopy) {
     EXPECT_EQ(r.status().code(), 0);
   }
   versions = client_->ListContextVersions(list);
-  ASSERT_TRUE(versions.ok());
+  ASSERT_OK(versions);
   ASSERT_EQ(versions->versions_size(), 3) << "dropped versions keep their records";
   EXPECT_TRUE(versions->versions(0).dropped());
   EXPECT_EQ(versions->versions(0).block_ids_size(), 4) << "the originals' ids stay listed";

@@ -151,7 +151,7 @@ TEST_F(DaemonTest, SelectOfAnUnknownContextFailsOnlyThatEntry) {
   EXPECT_THAT(resp.contexts(0).status().message(), HasSubstr("contexts[0].context_id"));
   ASSERT_TRUE(stream->WritesDone());
   EXPECT_FALSE(stream->Read(&resp));
-  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_OK(stream->Finish());
 }
 
 TEST_F(DaemonTest, ShutdownRemovesSocketAndStopsServing) {
@@ -161,7 +161,7 @@ TEST_F(DaemonTest, ShutdownRemovesSocketAndStopsServing) {
   ClientOptions options;
   options.call_timeout = std::chrono::milliseconds(300);
   auto client = Client::Connect(path, options);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   EXPECT_FALSE((*client)->Health().ok());
 }
 

@@ -124,7 +124,7 @@ TEST_F(ProcessTest, PingsTheSystemdWatchdogWhileResponsive) {
 TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
   auto daemon = StartDaemon();
   auto client = Client::Connect(socket_);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   auto registered = (*client)->RegisterProfile(EightKiBProfile("ctl"));
   ASSERT_OK(registered);
   v1::PutBlocksRequest put;
@@ -190,7 +190,7 @@ TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
 TEST_F(ProcessTest, ContextsTopAndTierFilters) {
   auto daemon = StartDaemon();
   auto client = Client::Connect(socket_);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   auto registered = (*client)->RegisterProfile(EightKiBProfile("ctl-ctx"));
   ASSERT_OK(registered);
   v1::PutBlocksRequest put;
@@ -203,7 +203,7 @@ TEST_F(ProcessTest, ContextsTopAndTierFilters) {
     for (size_t k = 0; k < bytes.size(); k += 2) bytes[k] = static_cast<char>(k * 7 + i);
     b->set_data(bytes);
   }
-  ASSERT_TRUE((*client)->PutBlocks({put}).ok());
+  ASSERT_OK((*client)->PutBlocks({put}));
 
   auto none = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "contexts"});
   EXPECT_EQ(none.exit_code, 0) << none.err;
@@ -215,7 +215,7 @@ TEST_F(ProcessTest, ContextsTopAndTierFilters) {
   for (int i = 0; i < 3; ++i) segment->add_block_ids("ctx" + std::to_string(i));
   v1::OpenContextResponse opened;
   grpc::ClientContext ctx;
-  ASSERT_TRUE((*client)->kvtier_stub()->OpenContext(&ctx, open, &opened).ok());
+  ASSERT_OK((*client)->kvtier_stub()->OpenContext(&ctx, open, &opened));
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(opened.context_id()));
 
@@ -268,7 +268,7 @@ TEST_F(ProcessTest, ContextsTopAndTierFilters) {
 TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
   auto daemon = StartDaemon();
   auto client = Client::Connect(socket_);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   auto registered = (*client)->RegisterProfile(EightKiBProfile("ctl-evict"));
   ASSERT_OK(registered);
   const uint64_t pid = registered->profile_id();
@@ -279,7 +279,7 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
     b->set_block_id("ev" + std::to_string(i));
     b->set_data(std::string(8192, static_cast<char>('a' + i)));
   }
-  ASSERT_TRUE((*client)->PutBlocks({put}).ok());
+  ASSERT_OK((*client)->PutBlocks({put}));
   const std::string P = std::to_string(pid);
   auto hex = [](const std::string& id) { return absl::BytesToHexString(id); };
   auto tier_of = [&](const std::string& id) {
@@ -287,7 +287,7 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
     req.set_profile_id(pid);
     req.add_block_ids(id);
     auto r = (*client)->Lookup(req);
-    EXPECT_TRUE(r.ok());
+    EXPECT_OK(r);
     return r.ok() && r->entries(0).present() ? r->entries(0).tier() : v1::TIER_UNSPECIFIED;
   };
 
@@ -306,7 +306,7 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
   cal->set_successor_weight(0.5f);
   cal->set_copy_run(6);
   cal->set_copy_lead(1);
-  ASSERT_TRUE((*client)->RegisterProfile(calibrated).ok());
+  ASSERT_OK((*client)->RegisterProfile(calibrated));
 
   auto profiles = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "profiles"});
   EXPECT_EQ(profiles.exit_code, 0) << profiles.err;
@@ -327,10 +327,10 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
   get.add_block_ids("ev0");
   get.set_mode(v1::RETURN_MODE_HANDLES);
   uint64_t lease = 0;
-  ASSERT_TRUE((*client)->GetBlocks(get, &lease).ok());
+  ASSERT_OK((*client)->GetBlocks(get, &lease));
   v1::ReleaseRequest release;
   release.set_lease_id(lease);
-  ASSERT_TRUE((*client)->Release(release).ok());
+  ASSERT_OK((*client)->Release(release));
   ASSERT_EQ(tier_of("ev0"), v1::TIER_DEVICE);
   auto drained = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "drain", "device"});
   EXPECT_EQ(drained.exit_code, 0) << drained.err;
@@ -349,7 +349,7 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
   EXPECT_THAT(gone.out, HasSubstr("\"statuses\""));
   EXPECT_EQ(tier_of("ev2"), v1::TIER_UNSPECIFIED);
   auto stats = (*client)->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->evicted_blocks(), 1u);
 
   // Errors: an unknown block (exit 1, status named), ids not in hex and
@@ -381,7 +381,7 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
 TEST_F(ProcessTest, CompactVersionsAndDropVersion) {
   auto daemon = StartDaemon();
   auto client = Client::Connect(socket_);
-  ASSERT_TRUE(client.ok());
+  ASSERT_OK(client);
   auto registered = (*client)->RegisterProfile(EightKiBProfile("ctl-compact"));
   ASSERT_OK(registered);
   const std::string P = std::to_string(registered->profile_id());
@@ -402,7 +402,7 @@ TEST_F(ProcessTest, CompactVersionsAndDropVersion) {
     block->set_data(data);
     hex_ids.push_back(absl::BytesToHexString(block->block_id()));
   }
-  ASSERT_TRUE((*client)->PutBlocks({put}).ok());
+  ASSERT_OK((*client)->PutBlocks({put}));
 
   std::vector<std::string> cmd = {KVTIERCTL_PATH, "--socket", socket_,       "compact",
                                   "--profile",    P,          "--retention", "0.25"};

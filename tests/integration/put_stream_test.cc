@@ -147,7 +147,7 @@ const std::string kGarbage("\x08\xff\xff\xff", 4);
 TEST_F(PutStreamTest, CountsEveryMessageOfACompleteStream) {
   grpc::Status status;
   v1::PutBlocksResponse r = Put({PutMessage("a1"), PutMessage("b1"), PutMessage("c1")}, &status);
-  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_OK(status) << status.error_message();
   EXPECT_EQ(r.messages_received(), 3u);
   EXPECT_EQ(r.blocks_stored(), 3u);
   EXPECT_EQ(r.results_size(), 3);

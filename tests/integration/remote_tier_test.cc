@@ -160,11 +160,11 @@ TEST_F(RemoteTierTest, BlocksPutOnOneDaemonAreServedByAnother) {
   }
   // Second read: local.
   got = b.client->GetBlocks(get);
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   EXPECT_EQ((*got)[0].tier(), v1::TIER_HOST);
 
   auto stats = b.client->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->remote().hits(), ids.size());
   EXPECT_EQ(stats->remote().masters_size(), 3);
   const testing::HttpResponse page = testing::HttpGet(b.server->metrics_port(), "/metrics");
@@ -207,7 +207,7 @@ TEST_F(RemoteTierTest, ASecondDaemonOpensAContextOverSharedBlocksAndSelects) {
   for (const auto& id : ids) seg->add_block_ids(id);
   v1::OpenContextResponse opened;
   grpc::Status st = b.client->kvtier_stub()->OpenContext(&open_ctx, open, &opened);
-  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_OK(st) << st.error_message();
   EXPECT_EQ(opened.num_blocks(), ids.size());
 
   grpc::ClientContext select_ctx;
@@ -228,7 +228,7 @@ TEST_F(RemoteTierTest, ASecondDaemonOpensAContextOverSharedBlocksAndSelects) {
   for (const v1::SelectedBlock& blk : resp.contexts(0).blocks()) {
     EXPECT_EQ(blk.residency(), v1::RESIDENCY_RESIDENT) << blk.position();
   }
-  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_OK(stream->Finish());
 }
 
 TEST_F(RemoteTierTest, ADaemonWithoutPublishOnlyReads) {
@@ -236,14 +236,14 @@ TEST_F(RemoteTierTest, ADaemonWithoutPublishOnlyReads) {
   Daemon b = Start("b");
   Put(a, {"quiet-0"});
   auto stats = a.client->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->remote().published(), 0u);
   v1::GetBlocksRequest get;
   get.set_profile_id(b.profile_id);
   get.add_block_ids("quiet-0");
   get.set_mode(v1::RETURN_MODE_BYTES);
   auto got = b.client->GetBlocks(get);
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   EXPECT_EQ((*got)[0].status().code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
 }
 

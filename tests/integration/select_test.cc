@@ -99,7 +99,7 @@ class SelectTest : public ::testing::Test {
     ASSERT_EQ(registered->block_size_bytes(), kBlockBytes);
     profile_id_ = registered->profile_id();
     auto arena = client_->OpenArena();
-    ASSERT_TRUE(arena.ok());
+    ASSERT_OK(arena);
     std::string err;
     arena_ = client::ShmArenaView::Open(client_->ArenaSource(*arena), arena->size_bytes(), &err);
     ASSERT_NE(arena_, nullptr) << err;
@@ -190,7 +190,7 @@ class SelectTest : public ::testing::Test {
     EXPECT_TRUE(stream->Write(req));
     EXPECT_TRUE(stream->Read(&resp));
     EXPECT_TRUE(stream->WritesDone());
-    EXPECT_TRUE(stream->Finish().ok());
+    EXPECT_OK(stream->Finish());
     return resp;
   }
 
@@ -208,7 +208,7 @@ class SelectTest : public ::testing::Test {
 
   uint64_t PinnedBytes() {
     auto stats = client_->Stats();
-    EXPECT_TRUE(stats.ok());
+    EXPECT_OK(stats);
     return stats.ok() ? stats->tiers(0).pinned_bytes() : 0;
   }
 
@@ -260,7 +260,7 @@ TEST_F(SelectTest, FindsPlantedBlocksWithinBudgetAndHandlesHoldTheirBytes) {
   EXPECT_EQ(stats->open_contexts(), 1u);
   // Head weights were estimated from the stored blocks.
   auto profile = client_->GetProfile(profile_id_);
-  ASSERT_TRUE(profile.ok());
+  ASSERT_OK(profile);
   EXPECT_GE(profile->head_weights_version(), 1u);
   EXPECT_EQ(profile->head_weights_size(), kLayers * kHeads);
 }
@@ -291,7 +291,7 @@ TEST_F(SelectTest, EachSelectReplacesThePreviousPinsAndReleaseOrCloseFreesThem) 
     EXPECT_EQ(PinnedBytes(), resp.contexts(0).blocks_size() * kBlockBytes) << step;
     v1::ListContextsResponse list;
     grpc::ClientContext lc;
-    ASSERT_TRUE(client_->admin_stub()->ListContexts(&lc, {}, &list).ok());
+    ASSERT_OK(client_->admin_stub()->ListContexts(&lc, {}, &list));
     ASSERT_EQ(list.contexts_size(), 1);
     EXPECT_EQ(list.contexts(0).context_id(), *ctx);
     EXPECT_EQ(list.contexts(0).num_blocks(), 128u);
@@ -300,7 +300,7 @@ TEST_F(SelectTest, EachSelectReplacesThePreviousPinsAndReleaseOrCloseFreesThem) 
     EXPECT_EQ(list.contexts(0).last_step(), static_cast<uint64_t>(step * 10));
   }
   ASSERT_TRUE(stream->WritesDone());
-  ASSERT_TRUE(stream->Finish().ok());
+  ASSERT_OK(stream->Finish());
   // Pins belong to the context, not to the stream.
   EXPECT_EQ(PinnedBytes(), 12 * kBlockBytes);
   v1::ReleaseRequest release;
@@ -317,7 +317,7 @@ TEST_F(SelectTest, EachSelectReplacesThePreviousPinsAndReleaseOrCloseFreesThem) 
   v1::CloseContextRequest close;
   close.set_context_id(*ctx);
   v1::CloseContextResponse closed;
-  ASSERT_TRUE(client_->kvtier_stub()->CloseContext(&cc, close, &closed).ok());
+  ASSERT_OK(client_->kvtier_stub()->CloseContext(&cc, close, &closed));
   EXPECT_EQ(PinnedBytes(), 0u);
   EXPECT_EQ(client_->Stats()->open_contexts(), 0u);
   EXPECT_THAT(client_->Release(release), StatusIs(absl::StatusCode::kNotFound));
@@ -328,7 +328,8 @@ TEST_F(SelectTest, BadEntriesFailAloneAndTheStreamKeepsWorking) {
   auto ids = PutContext(synthetic, "doc");
   auto ctx = Open({ids});
   auto other = Open({ids});
-  ASSERT_TRUE(ctx.ok() && other.ok());
+  ASSERT_OK(ctx);
+  ASSERT_OK(other);
   const std::vector<float>& a = synthetic.anchor;
   std::vector<float> nan_anchor = a;
   nan_anchor[3] = std::numeric_limits<float>::quiet_NaN();
@@ -416,14 +417,14 @@ TEST_F(SelectTest, BadEntriesFailAloneAndTheStreamKeepsWorking) {
   for (size_t i = 1; i < recent.size(); ++i) EXPECT_GE(recent[i], 48u) << i;
   EXPECT_EQ(recent.back(), 63u);
   ASSERT_TRUE(stream->WritesDone());
-  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_OK(stream->Finish());
 }
 
 TEST_F(SelectTest, ResponsesStayInOrderWhenTheClientReadsLate) {
   auto synthetic = Synthetic(64, 14);
   auto ids = PutContext(synthetic, "doc");
   auto ctx = Open({ids});
-  ASSERT_TRUE(ctx.ok());
+  ASSERT_OK(ctx);
   grpc::ClientContext call;
   auto stream = client_->kvtier_stub()->Select(&call);
   // More requests than select.max_queued_responses before reading any.
@@ -442,7 +443,7 @@ TEST_F(SelectTest, ResponsesStayInOrderWhenTheClientReadsLate) {
     EXPECT_EQ(resp.contexts(0).status().code(), 0);
   }
   EXPECT_FALSE(stream->Read(&resp));
-  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_OK(stream->Finish());
   // A cancelled stream leaves the daemon serving.
   {
     grpc::ClientContext cancelled;
@@ -479,14 +480,14 @@ TEST_F(SelectTest, ContextRpcsNameWhatIsWrong) {
   }
   // Append: decode-time blocks join the local window.
   auto ctx = Open({{ids.begin(), ids.begin() + 24}});
-  ASSERT_TRUE(ctx.ok());
+  ASSERT_OK(ctx);
   {
     grpc::ClientContext c;
     v1::AppendBlocksRequest req;
     req.set_context_id(*ctx);
     for (int i = 24; i < 32; ++i) req.add_block_ids(ids[i]);
     v1::AppendBlocksResponse resp;
-    ASSERT_TRUE(client_->kvtier_stub()->AppendBlocks(&c, req, &resp).ok());
+    ASSERT_OK(client_->kvtier_stub()->AppendBlocks(&c, req, &resp));
     EXPECT_EQ(resp.num_blocks(), 32u);
   }
   {
@@ -522,7 +523,8 @@ TEST_F(SelectTest, BlocksThatFindNoDeviceSlotArePending) {
   auto ids = PutContext(synthetic, "doc");
   auto first = Open({ids});
   auto second = Open({ids});
-  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_OK(first);
+  ASSERT_OK(second);
   // Sinks + local = 5 of the same blocks in both; 8 distinct + 5 > 10.
   auto a = SelectOnce({Entry(*first, synthetic.anchor, 10)});
   ASSERT_EQ(a.contexts(0).status().code(), 0);
@@ -546,7 +548,7 @@ TEST_F(SelectTest, BlocksThatFindNoDeviceSlotArePending) {
   // Once the first context lets go, the second one gets every block.
   v1::ReleaseRequest release;
   release.set_context_id(*first);
-  ASSERT_TRUE(client_->Release(release).ok());
+  ASSERT_OK(client_->Release(release));
   b = SelectOnce({Entry(*second, away, 10)});
   ASSERT_EQ(b.contexts(0).status().code(), 0);
   ExpectHandlesHoldPutBytes(b.contexts(0));
@@ -732,7 +734,7 @@ TEST_P(SelectWantedTest, ABlockSelectKeepsWantingSurvivesPressureThatDemotesUnwa
   // The arena free again: the wanted blocks come from memory.
   v1::ReleaseRequest release;
   release.set_context_id(*a);
-  ASSERT_TRUE(client_->Release(release).ok());
+  ASSERT_OK(client_->Release(release));
   entry.set_step(5);
   v1::SelectResponse last = SelectOnce({entry});
   ASSERT_EQ(last.contexts(0).status().code(), 0) << last.contexts(0).status().message();
@@ -807,13 +809,13 @@ TEST_F(SelectTest, ConcurrentStreamsOverSharedContextsStayConsistent) {
   // everything.
   v1::ListContextsResponse list;
   grpc::ClientContext lc;
-  ASSERT_TRUE(client_->admin_stub()->ListContexts(&lc, {}, &list).ok());
+  ASSERT_OK(client_->admin_stub()->ListContexts(&lc, {}, &list));
   EXPECT_EQ(list.contexts_size(), kContexts);
   for (uint64_t c : contexts) {
     v1::ReleaseRequest release;
     release.set_context_id(c);
     auto released = client_->Release(release);
-    ASSERT_TRUE(released.ok());
+    ASSERT_OK(released);
     EXPECT_GE(released->blocks_unpinned(), 5u);
   }
   EXPECT_EQ(PinnedBytes(), 0u);

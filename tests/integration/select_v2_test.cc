@@ -135,14 +135,14 @@ class SelectV2Test : public ::testing::Test {
     v1::Segment* seg = open.add_segments();
     for (int b = 0; b < 30; ++b) seg->add_block_ids("b" + std::to_string(b));
     v1::OpenContextResponse opened;
-    EXPECT_TRUE(client_->kvtier_stub()->OpenContext(&ctx, open, &opened).ok());
+    EXPECT_OK(client_->kvtier_stub()->OpenContext(&ctx, open, &opened));
     for (int b = 30; b < kBlocks; ++b) {
       grpc::ClientContext actx;
       v1::AppendBlocksRequest app;
       app.set_context_id(opened.context_id());
       app.add_block_ids("b" + std::to_string(b));
       v1::AppendBlocksResponse appended;
-      EXPECT_TRUE(client_->kvtier_stub()->AppendBlocks(&actx, app, &appended).ok());
+      EXPECT_OK(client_->kvtier_stub()->AppendBlocks(&actx, app, &appended));
       EXPECT_EQ(appended.num_blocks(), static_cast<uint32_t>(b + 1));
     }
     return opened.context_id();
@@ -177,7 +177,7 @@ TEST_F(SelectV2Test, DefaultMassScorerFollowsTheRetrievalHeadsQuery) {
   std::vector<float> all_queries(kLayers * kQHeads * kDim, 0.5f);
   std::copy(query_.begin(), query_.end(), all_queries.begin() + (1 * kQHeads + 3) * kDim);
   auto hq = GatherHeadQueries(all_queries, kLayers, kQHeads, kDim, Calibration());
-  ASSERT_TRUE(hq.ok());
+  ASSERT_OK(hq);
   for (float x : *hq) e->add_head_queries(x);
   v1::SelectResponse resp;
   ASSERT_TRUE(stream->Write(req));
@@ -192,7 +192,7 @@ TEST_F(SelectV2Test, DefaultMassScorerFollowsTheRetrievalHeadsQuery) {
   ASSERT_TRUE(stream->Read(&resp));
   EXPECT_EQ(Positions(resp.contexts(0)), (std::vector<uint32_t>{0, 36, 37, 38, 39}));
   stream->WritesDone();
-  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_OK(stream->Finish());
 }
 
 // The mass tree's work is exported (kvtier_select_mass_heads_total,
@@ -243,9 +243,9 @@ TEST_F(SelectV2Test, MassTreeWorkIsExported) {
 TEST_F(SelectV2Test, PerLayerAnchorsFromTheClientHelper) {
   const uint64_t id = OpenContext(/*calibrated=*/false);
   AnchorBuilder builder(Profile(false));
-  ASSERT_TRUE(builder.AddTokens(blocks_[kBlocks - 1], kTokens - 8, 8).ok());
+  ASSERT_OK(builder.AddTokens(blocks_[kBlocks - 1], kTokens - 8, 8));
   auto anchor = builder.Finish(AnchorLayout::kPerLayer);
-  ASSERT_TRUE(anchor.ok());
+  ASSERT_OK(anchor);
   ASSERT_EQ(anchor->size(), static_cast<size_t>(kLayers * kDim));
   grpc::ClientContext ctx;
   auto stream = client_->kvtier_stub()->Select(&ctx);
@@ -268,7 +268,7 @@ TEST_F(SelectV2Test, PerLayerAnchorsFromTheClientHelper) {
   }
   // A pooled anchor from the same tokens works on the same context.
   auto pooled = builder.Finish(AnchorLayout::kPooled);
-  ASSERT_TRUE(pooled.ok());
+  ASSERT_OK(pooled);
   e->clear_anchor();
   for (float x : *pooled) e->add_anchor(x);
   req.set_request_id(2);
@@ -276,7 +276,7 @@ TEST_F(SelectV2Test, PerLayerAnchorsFromTheClientHelper) {
   ASSERT_TRUE(stream->Read(&resp));
   EXPECT_EQ(resp.contexts(0).status().code(), 0) << resp.contexts(0).status().message();
   stream->WritesDone();
-  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_OK(stream->Finish());
 }
 
 TEST_F(SelectV2Test, BadAnchorsAndHeadQueriesFailAloneNamingSizes) {
@@ -346,7 +346,7 @@ TEST_F(SelectV2Test, BadAnchorsAndHeadQueriesFailAloneNamingSizes) {
   EXPECT_EQ(resp.request_id(), 2u);
   EXPECT_EQ(resp.contexts(0).status().code(), 0);
   stream->WritesDone();
-  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_OK(stream->Finish());
 }
 
 TEST_F(SelectV2Test, CalibrationIsValidatedReturnedAndKeptAcrossRestarts) {
@@ -377,7 +377,7 @@ TEST_F(SelectV2Test, CalibrationIsValidatedReturnedAndKeptAcrossRestarts) {
   other.mutable_calibration()->set_prior(0, 0.7f);
   EXPECT_FALSE(client_->RegisterProfile(other).ok());
   auto got = client_->GetProfile(id);
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   EXPECT_EQ(got->profile().calibration().SerializeAsString(), Calibration().SerializeAsString());
   client_.reset();
   server_.reset();
@@ -386,7 +386,7 @@ TEST_F(SelectV2Test, CalibrationIsValidatedReturnedAndKeptAcrossRestarts) {
   ASSERT_OK(got);
   EXPECT_EQ(got->profile().calibration().SerializeAsString(), Calibration().SerializeAsString());
   auto again = client_->RegisterProfile(Profile(true));
-  ASSERT_TRUE(again.ok());
+  ASSERT_OK(again);
   EXPECT_EQ(again->profile_id(), id);
   EXPECT_FALSE(again->created());
 }

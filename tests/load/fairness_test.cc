@@ -93,7 +93,7 @@ class FairnessTest : public ::testing::Test {
     ClientOptions options;
     options.token = tokens_[tenant];
     auto c = Client::Connect(daemon_->socket_path(), options);
-    EXPECT_TRUE(c.ok()) << c.status();
+    EXPECT_OK(c) << c.status();
     return c.ok() ? std::move(*c) : nullptr;
   }
 
@@ -169,7 +169,7 @@ TEST_F(FairnessTest, OneTenantsFloodOfDurablePutsDoesNotStarveAnother) {
 
   auto b = As("b");
   auto profile_b = b->RegisterProfile(LoadProfile(kBlockBytes));
-  ASSERT_TRUE(profile_b.ok()) << profile_b.status();
+  ASSERT_OK(profile_b) << profile_b.status();
   uint64_t seq = 0;
   Phase warm, alone, flooded;
   Victim(b.get(), profile_b->profile_id(), Clock::now() + std::chrono::milliseconds(300), &seq,
@@ -180,7 +180,7 @@ TEST_F(FairnessTest, OneTenantsFloodOfDurablePutsDoesNotStarveAnother) {
   // and deleting what it put 64 messages ago (the tiers stay within size).
   auto a_setup = As("a");
   auto profile_a = a_setup->RegisterProfile(LoadProfile(kBlockBytes));
-  ASSERT_TRUE(profile_a.ok()) << profile_a.status();
+  ASSERT_OK(profile_a) << profile_a.status();
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> a_puts{0}, a_refused{0};
   absl::Mutex refusal_mu;
@@ -299,7 +299,7 @@ TEST_F(FairnessTest, StalledReadersOfOneTenantDoNotDelayAnothersReads) {
   // a: 32 blocks of 64 KiB (2 MiB, twice its queued-bytes cap); b: one.
   auto a = As("a");
   auto profile_a = a->RegisterProfile(LoadProfile(kBlockBytes));
-  ASSERT_TRUE(profile_a.ok()) << profile_a.status();
+  ASSERT_OK(profile_a) << profile_a.status();
   v1::PutBlocksRequest put_a;
   put_a.set_profile_id(profile_a->profile_id());
   for (uint64_t i = 0; i < 32; ++i) {
@@ -310,7 +310,7 @@ TEST_F(FairnessTest, StalledReadersOfOneTenantDoNotDelayAnothersReads) {
   ASSERT_OK(a->PutBlocks({put_a}));
   auto b = As("b");
   auto profile_b = b->RegisterProfile(LoadProfile(kBlockBytes));
-  ASSERT_TRUE(profile_b.ok()) << profile_b.status();
+  ASSERT_OK(profile_b) << profile_b.status();
   const std::string id_b = BlockId(9, 0);
   v1::PutBlocksRequest put_b;
   put_b.set_profile_id(profile_b->profile_id());

@@ -42,6 +42,7 @@
 #include "tests/load/report.h"
 #include "tests/load/resource_sampler.h"
 #include "tests/load/streams.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::load {
 namespace {
@@ -269,14 +270,14 @@ TEST_F(LoadTest, StreamsUnderConstantEvictionStayCorrectAndFlat) {
   ClientOptions admin_options;
   admin_options.token = token_;
   auto admin = Client::Connect(daemon_->socket_path(), admin_options);
-  ASSERT_TRUE(admin.ok()) << admin.status();
+  ASSERT_OK(admin) << admin.status();
   auto registered = (*admin)->RegisterProfile(LoadProfile(b));
-  ASSERT_TRUE(registered.ok()) << registered.status();
+  ASSERT_OK(registered) << registered.status();
   ASSERT_EQ(registered->block_size_bytes(), b);
   o.profile_id = registered->profile_id();
   o.socket_path = daemon_->socket_path();
   auto before = (*admin)->Stats();
-  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_OK(before) << before.status();
 
   ResourceSampler sampler(daemon_->pid(), admin->get(), kSamplePeriod);
   Streams streams(o);

@@ -64,7 +64,7 @@ TEST_F(AuthTest, AdminServiceNeedsTheAdminRole) {
   EXPECT_THAT(names, ::testing::UnorderedElementsAre("a", "b", "q", "ops"));
   // A data tenant still uses the data plane, and health.
   auto a = As("a");
-  EXPECT_TRUE(a->Health().ok());
+  EXPECT_OK(a->Health());
   EXPECT_NE(Register(a.get()), 0u);
 }
 
@@ -82,7 +82,7 @@ TEST_F(AuthTest, DescriptorSocketChecksTheToken) {
   }
   client::FetchedFd good = client::FetchSharedFd(
       arena->fd_socket_path(), client::SharedFileKind::kArena, tokens_["a"], 3000);
-  ASSERT_TRUE(good.ok()) << good.ToString();
+  ASSERT_OK(good) << good.ToString();
   EXPECT_EQ(good.size_bytes(), arena->size_bytes());
   // The arena descriptor is read-only: the client can see, not write.
   EXPECT_EQ(::fcntl(good.fd(), F_GETFL) & O_ACCMODE, O_RDONLY);
@@ -90,20 +90,20 @@ TEST_F(AuthTest, DescriptorSocketChecksTheToken) {
 
 TEST_F(AuthTest, ReloadTakesARotatedTokenAwayAtOnce) {
   auto a = As("a");
-  ASSERT_TRUE(a->Health().ok());
+  ASSERT_OK(a->Health());
   const std::string old_token = tokens_["a"];
   tokens_["a"] = auth::NewToken();
   WriteTenants();
-  ASSERT_TRUE(server_->runtime()->ReloadTenants().ok());
+  ASSERT_OK(server_->runtime()->ReloadTenants());
   auto health = a->Health();
   EXPECT_THAT(health, StatusIs(absl::StatusCode::kUnauthenticated)) << health.status();
-  EXPECT_TRUE(As("a")->Health().ok());
+  EXPECT_OK(As("a")->Health());
   // A bad file is refused and the table in force stays.
   std::ofstream(tenants_file_, std::ios::trunc) << "[[tenants]]\nname = \"bad name!\"\n";
   auto reload = server_->runtime()->ReloadTenants();
   EXPECT_THAT(reload, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(reload.message(), HasSubstr("tenants[0]"));
-  EXPECT_TRUE(As("a")->Health().ok());
+  EXPECT_OK(As("a")->Health());
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "tests/security/security_fixture.h"
+#include "tests/testutil/status_matchers.h"
 
 extern char** environ;
 
@@ -81,11 +82,11 @@ TEST_F(ChurnTest, KilledClientsLeaveNothingBehind) {
   auto a = As("a");
   const uint64_t p = Register(a.get());
   Put(a.get(), p, Ids("churn", 8), 1);
-  ASSERT_TRUE(a->OpenArena().ok());  // the tenant's one arena exists from here on
+  ASSERT_OK(a->OpenArena());  // the tenant's one arena exists from here on
   auto ops = As("ops");
   auto usage = [&] {
     auto stats = ops->Stats();
-    EXPECT_TRUE(stats.ok());
+    EXPECT_OK(stats);
     for (const auto& t : stats->tenants()) {
       if (t.name() == "a") return t;
     }
@@ -139,7 +140,7 @@ TEST_F(ChurnTest, KilledClientsLeaveNothingBehind) {
   EXPECT_EQ(now.staging_slots(), before.staging_slots());
   EXPECT_EQ(now.arena_bytes(), before.arena_bytes()) << "one arena per tenant, not per client";
   auto stats = ops->Stats();
-  ASSERT_TRUE(stats.ok());
+  ASSERT_OK(stats);
   EXPECT_EQ(stats->open_contexts(), 0u);
   EXPECT_EQ(stats->active_leases(), 0u);
   EXPECT_EQ(stats->staging_slots(), 0u);

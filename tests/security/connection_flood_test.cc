@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "tests/integration/subprocess.h"
 #include "tests/testutil/http_get.h"
+#include "tests/testutil/status_matchers.h"
 #include "tests/testutil/unix_connect.h"
 
 namespace kvtier::security {
@@ -209,7 +210,7 @@ TEST_F(ConnectionFloodTest, ASilentFloodKeepsNoOneOut) {
   // The descriptor socket serves too (authentication off: token "-").
   client::FetchedFd staging =
       client::FetchSharedFd(fd_socket_, client::SharedFileKind::kStaging, "-", 1000);
-  EXPECT_TRUE(staging.ok()) << staging.ToString();
+  EXPECT_OK(staging) << staging.ToString();
   // What the flood holds in the daemon: its pending lists, no more.
   EXPECT_LE(CountFds(daemon_->pid()) - before, 2 * kPending + 128 + 8);
 

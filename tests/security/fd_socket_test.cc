@@ -59,7 +59,7 @@ class FdSocketTest : public SecurityTest {
     const auto t0 = Clock::now();
     client::FetchedFd fd =
         client::FetchSharedFd(path_, client::SharedFileKind::kStaging, tokens_["b"], 10000);
-    EXPECT_TRUE(fd.ok()) << fd.ToString();
+    EXPECT_OK(fd) << fd.ToString();
     return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
   }
 

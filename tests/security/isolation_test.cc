@@ -52,7 +52,8 @@ TEST_F(IsolationTest, DirectBlockCallsCarryTheTenant) {
                                        {ids[1], absl::MakeSpan(out1)}};
   auto mine = a_->GetBlockData(pa_, dst);
   ASSERT_OK(mine);
-  EXPECT_TRUE((*mine)[0].status.ok() && (*mine)[1].status.ok());
+  EXPECT_OK((*mine)[0].status);
+  EXPECT_OK((*mine)[1].status);
   EXPECT_EQ(std::string(out0.begin(), out0.end()), p0);
   auto theirs = b_->GetBlockData(pb_, dst);
   ASSERT_OK(theirs);
@@ -60,7 +61,7 @@ TEST_F(IsolationTest, DirectBlockCallsCarryTheTenant) {
   EXPECT_THAT((*theirs)[1].status, StatusIs(absl::StatusCode::kNotFound));
 
   auto anonymous = Client::Connect(server_->socket_path());
-  ASSERT_TRUE(anonymous.ok());
+  ASSERT_OK(anonymous);
   EXPECT_THAT((*anonymous)->PutBlockData(pa_, blocks),
               StatusIs(absl::StatusCode::kUnauthenticated));
   EXPECT_THAT((*anonymous)->GetBlockData(pa_, dst), StatusIs(absl::StatusCode::kUnauthenticated));
@@ -82,7 +83,7 @@ TEST_F(IsolationTest, AnotherTenantsBlocksLookMissing) {
   v1::LookupRequest own_lookup = lookup;
   own_lookup.set_profile_id(pa_);
   auto own = a_->Lookup(own_lookup);
-  ASSERT_TRUE(own.ok());
+  ASSERT_OK(own);
   for (const auto& e : own->entries()) EXPECT_TRUE(e.present());
 
   for (auto mode : {v1::RETURN_MODE_BYTES, v1::RETURN_MODE_HANDLES}) {
@@ -105,7 +106,7 @@ TEST_F(IsolationTest, AnotherTenantsBlocksLookMissing) {
   ASSERT_OK(deleted);
   for (const auto& s : deleted->statuses()) EXPECT_EQ(s.code(), grpc::StatusCode::NOT_FOUND);
   own = a_->Lookup(own_lookup);
-  ASSERT_TRUE(own.ok());
+  ASSERT_OK(own);
   for (const auto& e : own->entries()) EXPECT_TRUE(e.present()) << "B's delete reached A's block";
 
   // B cannot open a context over A's blocks: they are not stored for B.
@@ -130,20 +131,20 @@ TEST_F(IsolationTest, IdenticalBytesAreTwoBlocks) {
     b->set_data(Payload(7 + i));
   }
   auto put = b_->PutBlocks({req});
-  ASSERT_TRUE(put.ok());
+  ASSERT_OK(put);
   for (const auto& r : put->results()) EXPECT_FALSE(r.existed()) << "a hit reveals A's prompt";
   // Different bytes under the same id from B are not a conflict with A's.
   v1::DeleteBlocksRequest del;
   del.set_profile_id(pb_);
   del.add_block_ids(ids[0]);
-  ASSERT_TRUE(b_->DeleteBlocks(del).ok());
+  ASSERT_OK(b_->DeleteBlocks(del));
   EXPECT_THAT(Put(b_.get(), pb_, {ids[0]}, 99), Each(0));
   v1::GetBlocksRequest get;
   get.set_profile_id(pa_);
   get.set_mode(v1::RETURN_MODE_BYTES);
   get.add_block_ids(ids[0]);
   auto got = a_->GetBlocks(get);
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   ASSERT_EQ(got->size(), 1u);
   EXPECT_EQ((*got)[0].data(), Payload(7)) << "A's bytes unchanged by B";
 }
@@ -156,7 +157,7 @@ TEST_F(IsolationTest, ContextsAndLeasesAreTheOwnersOnly) {
   for (const auto& id : ids) open.add_segments()->add_block_ids(id);
   grpc::ClientContext octx;
   v1::OpenContextResponse opened;
-  ASSERT_TRUE(a_->kvtier_stub()->OpenContext(&octx, open, &opened).ok());
+  ASSERT_OK(a_->kvtier_stub()->OpenContext(&octx, open, &opened));
   const uint64_t cid = opened.context_id();
 
   // A's handle lease.
@@ -166,7 +167,7 @@ TEST_F(IsolationTest, ContextsAndLeasesAreTheOwnersOnly) {
   get.add_block_ids(ids[0]);
   uint64_t lease = 0;
   auto got = a_->GetBlocks(get, &lease);
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   ASSERT_NE(lease, 0u);
 
   {  // Append
@@ -232,7 +233,7 @@ TEST_F(IsolationTest, ContextsAndLeasesAreTheOwnersOnly) {
   v1::CloseContextRequest close;
   close.set_context_id(cid);
   v1::CloseContextResponse out;
-  EXPECT_TRUE(a_->kvtier_stub()->CloseContext(&c, close, &out).ok());
+  EXPECT_OK(a_->kvtier_stub()->CloseContext(&c, close, &out));
 }
 
 TEST_F(IsolationTest, EveryTenantHasItsOwnPrivateFiles) {
@@ -240,26 +241,30 @@ TEST_F(IsolationTest, EveryTenantHasItsOwnPrivateFiles) {
   }, sb{};
   auto arena_a = a_->OpenArena();
   auto arena_b = b_->OpenArena();
-  ASSERT_TRUE(arena_a.ok() && arena_b.ok());
+  ASSERT_OK(arena_a);
+  ASSERT_OK(arena_b);
   EXPECT_NE(arena_a->arena_id(), arena_b->arena_id());
   auto fa = client::FetchSharedFd(arena_a->fd_socket_path(), client::SharedFileKind::kArena,
                                   tokens_["a"], 3000);
   auto fb = client::FetchSharedFd(arena_b->fd_socket_path(), client::SharedFileKind::kArena,
                                   tokens_["b"], 3000);
-  ASSERT_TRUE(fa.ok() && fb.ok()) << fa.ToString() << " " << fb.ToString();
+  ASSERT_OK(fa);
+  ASSERT_OK(fb);
   ASSERT_EQ(::fstat(fa.fd(), &sa), 0);
   ASSERT_EQ(::fstat(fb.fd(), &sb), 0);
   EXPECT_FALSE(sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino) << "one arena for two tenants";
   EXPECT_EQ(sa.st_mode & 0777, 0600u);
   auto slots_a = a_->ReserveSlots(pa_, 1);
   auto slots_b = b_->ReserveSlots(pb_, 1);
-  ASSERT_TRUE(slots_a.ok() && slots_b.ok());
+  ASSERT_OK(slots_a);
+  ASSERT_OK(slots_b);
   EXPECT_TRUE(slots_a->staging_path().empty());
   auto ga = client::FetchSharedFd(slots_a->fd_socket_path(), client::SharedFileKind::kStaging,
                                   tokens_["a"], 3000);
   auto gb = client::FetchSharedFd(slots_b->fd_socket_path(), client::SharedFileKind::kStaging,
                                   tokens_["b"], 3000);
-  ASSERT_TRUE(ga.ok() && gb.ok());
+  ASSERT_OK(ga);
+  ASSERT_OK(gb);
   ASSERT_EQ(::fstat(ga.fd(), &sa), 0);
   ASSERT_EQ(::fstat(gb.fd(), &sb), 0);
   EXPECT_FALSE(sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino) << "one staging file for two";
@@ -340,7 +345,7 @@ TEST_F(IsolationTest, RewritingAStagedSlotDuringThePutCannotCorruptIt) {
   auto reader = ops->admin_stub()->Verify(&vctx, vreq);
   v1::VerifyProgress progress, last;
   while (reader->Read(&progress)) last = progress;
-  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_OK(reader->Finish());
   EXPECT_TRUE(last.done());
   EXPECT_GE(last.blocks_checked(), 4u);
   EXPECT_EQ(last.corrupt_blocks(), 0u);
@@ -349,7 +354,7 @@ TEST_F(IsolationTest, RewritingAStagedSlotDuringThePutCannotCorruptIt) {
   get.set_mode(v1::RETURN_MODE_BYTES);
   for (const auto& id : ids) get.add_block_ids(id);
   auto got = a_->GetBlocks(get);
-  ASSERT_TRUE(got.ok());
+  ASSERT_OK(got);
   for (const auto& r : *got) {
     EXPECT_EQ(r.status().code(), 0);
     EXPECT_EQ(r.data().size(), kBlockBytes);

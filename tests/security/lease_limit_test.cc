@@ -76,7 +76,7 @@ class LeaseLimitTest : public SecurityTest {
     for (const auto& id : Ids(tag, 2)) seg->add_block_ids(id);
     v1::OpenContextResponse resp;
     grpc::Status st = c->kvtier_stub()->OpenContext(&ctx, req, &resp);
-    EXPECT_TRUE(st.ok()) << st.error_message();
+    EXPECT_OK(st) << st.error_message();
     return resp.context_id();
   }
 
@@ -94,7 +94,7 @@ class LeaseLimitTest : public SecurityTest {
     EXPECT_TRUE(stream->Write(req));
     EXPECT_TRUE(stream->Read(&resp));
     stream->WritesDone();
-    EXPECT_TRUE(stream->Finish().ok());
+    EXPECT_OK(stream->Finish());
     if (resp.contexts_size() != 1) {
       ADD_FAILURE() << "no selection for context " << context_id;
       return {};
@@ -110,7 +110,7 @@ TEST_F(LeaseLimitTest, ATenantPastItsLeasesIsRefusedAndOthersAreNot) {
   std::vector<uint64_t> held;
   for (uint64_t i = 0; i < kQuotaLeases; ++i) {
     auto [st, lease] = Pin(l_.get(), pl_, "l");
-    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_OK(st) << st.error_message();
     ASSERT_NE(lease, 0u);
     held.push_back(lease);
   }
@@ -125,7 +125,7 @@ TEST_F(LeaseLimitTest, ATenantPastItsLeasesIsRefusedAndOthersAreNot) {
   const uint64_t pa = Register(a.get());
   ASSERT_THAT(Put(a.get(), pa, Ids("a", 1), 5), Each(0));
   for (uint64_t i = 0; i < kDefaultLeases; ++i) {
-    ASSERT_TRUE(Pin(a.get(), pa, "a").first.ok()) << i;
+    ASSERT_OK(Pin(a.get(), pa, "a").first) << i;
   }
   grpc::Status over = Pin(a.get(), pa, "a").first;
   EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -136,7 +136,7 @@ TEST_F(LeaseLimitTest, ATenantPastItsLeasesIsRefusedAndOthersAreNot) {
   const uint64_t pb = Register(b.get());
   ASSERT_THAT(Put(b.get(), pb, Ids("b", 1), 9), Each(0));
   auto [mine, lease_b] = Pin(b.get(), pb, "b");
-  EXPECT_TRUE(mine.ok()) << mine.error_message();
+  EXPECT_OK(mine) << mine.error_message();
   EXPECT_NE(lease_b, 0u);
 
   auto stats = As("ops")->Stats();
@@ -153,14 +153,14 @@ TEST_F(LeaseLimitTest, ATenantPastItsLeasesIsRefusedAndOthersAreNot) {
   // A released lease frees its place.
   v1::ReleaseRequest release;
   release.set_lease_id(held[0]);
-  ASSERT_TRUE(l_->Release(release).ok());
-  EXPECT_TRUE(Pin(l_.get(), pl_, "l").first.ok());
+  ASSERT_OK(l_->Release(release));
+  EXPECT_OK(Pin(l_.get(), pl_, "l").first);
   EXPECT_EQ(LeasesOf("l"), kQuotaLeases);
 }
 
 TEST_F(LeaseLimitTest, ExpiredLeasesFreeTheQuota) {
   for (uint64_t i = 0; i < kQuotaLeases; ++i) {
-    ASSERT_TRUE(Pin(l_.get(), pl_, "l", /*ttl_ms=*/1).first.ok());
+    ASSERT_OK(Pin(l_.get(), pl_, "l", /*ttl_ms=*/1).first);
   }
   // Each lease ends 1 ms after it was taken. Long leases then take every
   // place the short ones held: each try is a real call, refused
@@ -186,7 +186,7 @@ TEST_F(LeaseLimitTest, AContextsNextSelectReplacesItsLeaseAtTheLimit) {
   const uint64_t second = OpenContext(l_.get(), pl_, "l");
   EXPECT_EQ(SelectOnce(l_.get(), first, 1).code(), 0);
   ASSERT_EQ(LeasesOf("l"), 1u) << "the Select pinned nothing";
-  for (uint64_t i = 1; i < kQuotaLeases; ++i) ASSERT_TRUE(Pin(l_.get(), pl_, "l").first.ok());
+  for (uint64_t i = 1; i < kQuotaLeases; ++i) ASSERT_OK(Pin(l_.get(), pl_, "l").first);
   EXPECT_EQ(Pin(l_.get(), pl_, "l").first.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
 
   // The first context's next Select trades its lease for a new one.
@@ -255,7 +255,7 @@ TEST_F(LeaseLimitTest, ErrorsEchoAtMostAFewBytesOfA1MiBName) {
     req.set_profile_id(pl_);
     req.add_block_ids(huge);
     v1::DeleteBlocksResponse resp;
-    ASSERT_TRUE(stub->DeleteBlocks(&ctx, req, &resp).ok());
+    ASSERT_OK(stub->DeleteBlocks(&ctx, req, &resp));
     ASSERT_EQ(resp.statuses_size(), 1);
     check("DeleteBlocks", resp.statuses(0).code(), resp.statuses(0).message(), "block_id");
   }
@@ -287,7 +287,7 @@ TEST_F(LeaseLimitTest, ErrorsEchoAtMostAFewBytesOfA1MiBName) {
     check("Evict item", resp.statuses(0).code(), resp.statuses(0).message(),
           huge_tenant ? "tenant" : "block_id");
   }
-  EXPECT_TRUE(l_->Health().ok());
+  EXPECT_OK(l_->Health());
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ TEST_F(PeerCredTest, TheUidCannotBeClaimedByMetadata) {
   ASSERT_TRUE(put->Write(put_req));
   put->WritesDone();
   grpc::Status st = put->Finish();
-  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_OK(st) << st.error_message();
   ASSERT_EQ(put_response.results_size(), 1);
   EXPECT_EQ(put_response.results(0).status().code(), 0);
   EXPECT_GT(server_->runtime()->store()->UsageOf("local").host_bytes, 0u);
@@ -152,7 +152,7 @@ TEST_F(PeerCredTest, AReloadThatRemovesTheUidEndsItsStreamsAndCalls) {
   ASSERT_TRUE(stream->Write(req) && stream->Read(&resp));
 
   WriteTenants(LocalTenant(false));
-  ASSERT_TRUE(server_->runtime()->ReloadTenants().ok());
+  ASSERT_OK(server_->runtime()->ReloadTenants());
   EXPECT_FALSE(stream->Read(&resp));
   grpc::Status st = stream->Finish();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED) << st.error_message();
@@ -183,7 +183,7 @@ TEST_F(PeerCredTest, BadUidListsAreRefusedWithTheFieldNamed) {
   EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(st.message(), HasSubstr("uid 5 is listed under two tenants"));
   // The table in force stays: this process is still "local".
-  EXPECT_TRUE(Peer()->Health().ok());
+  EXPECT_OK(Peer()->Health());
 }
 
 }  // namespace

@@ -250,7 +250,7 @@ TEST_F(ProfileScopeTest, IdsAreRandomAndQuotasCountEachTenantsOwn) {
   // The admin listing shows every tenant's profiles with their owner.
   grpc::ClientContext ctx;
   v1::ListProfilesResponse listed;
-  ASSERT_TRUE(As("ops")->admin_stub()->ListProfiles(&ctx, v1::ListProfilesRequest(), &listed).ok());
+  ASSERT_OK(As("ops")->admin_stub()->ListProfiles(&ctx, v1::ListProfilesRequest(), &listed));
   std::multiset<std::string> owners;
   for (const auto& p : listed.profiles()) owners.insert(p.owner());
   EXPECT_EQ(owners.count("a"), 4u);
@@ -270,7 +270,8 @@ TEST_F(ProfileScopeTest, IdsAreRandomAndQuotasCountEachTenantsOwn) {
 TEST_F(ProfileScopeTest, EveryTenantFindsItsProfilesAndBlocksAfterARestart) {
   auto pa = a_->RegisterProfile(Llama(1));
   auto pb = b_->RegisterProfile(Llama(kLayers));
-  ASSERT_TRUE(pa.ok() && pb.ok()) << pa.status() << " " << pb.status();
+  ASSERT_OK(pa);
+  ASSERT_OK(pb);
   EXPECT_THAT(Put(b_.get(), pb->profile_id(), Ids("b", 3), 10, /*durable=*/true), Each(0));
   const uint64_t pa2 = Register(a_.get());
   EXPECT_THAT(Put(a_.get(), pa2, Ids("a", 2), 20, /*durable=*/true), Each(0));

@@ -57,7 +57,7 @@ TEST_F(QuotaTest, ProfilesAndStagingSlots) {
   EXPECT_EQ(StatsOfQ().quotas().at("staging_slots"), 4u);
   // Another tenant is not held back by q's quota.
   auto a = As("a");
-  EXPECT_TRUE(a->ReserveSlots(Register(a.get()), 8).ok());
+  EXPECT_OK(a->ReserveSlots(Register(a.get()), 8));
 }
 
 TEST_F(QuotaTest, StoredBytesStayWithinHostAndNvmeQuotas) {
@@ -100,7 +100,7 @@ TEST_F(QuotaTest, ContextsBlocksPerContextAndPins) {
     return std::make_pair(st, out.context_id());
   };
   auto [st1, c1] = open(8);
-  ASSERT_TRUE(st1.ok()) << st1.error_message();
+  ASSERT_OK(st1) << st1.error_message();
   {  // blocks_per_context = 8
     grpc::ClientContext ctx;
     v1::AppendBlocksRequest req;
@@ -112,7 +112,7 @@ TEST_F(QuotaTest, ContextsBlocksPerContextAndPins) {
     EXPECT_THAT(st.error_message(), HasSubstr("blocks_per_context"));
   }
   auto [st2, c2] = open(2);
-  ASSERT_TRUE(st2.ok());
+  ASSERT_OK(st2);
   auto [st3, c3] = open(2);  // contexts = 2
   EXPECT_EQ(st3.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(st3.error_message(), HasSubstr("quota contexts"));
@@ -152,7 +152,7 @@ TEST_F(QuotaTest, OneRequestCannotNameAnIdOverAndOver) {
   auto looked = q_->Lookup(lookup);
   EXPECT_THAT(looked, StatusIs(absl::StatusCode::kInvalidArgument));
   // The daemon still answers.
-  EXPECT_TRUE(q_->Health().ok());
+  EXPECT_OK(q_->Health());
 }
 
 // Resident set size of this process (the daemon runs in it), bytes.

@@ -32,7 +32,7 @@ class SharedMemoryTest : public SecurityTest {
   client::FetchedFd StagingFd(const v1::ReserveSlotsResponse& slots) {
     client::FetchedFd fd = client::FetchSharedFd(
         slots.fd_socket_path(), client::SharedFileKind::kStaging, tokens_["a"], 3000);
-    EXPECT_TRUE(fd.ok()) << fd.ToString();
+    EXPECT_OK(fd) << fd.ToString();
     return fd;
   }
 
@@ -48,8 +48,8 @@ class SharedMemoryTest : public SecurityTest {
     ASSERT_OK(got);
     ASSERT_EQ(got->size(), 2u);
     EXPECT_EQ((*got)[0].data(), Payload(500));
-    EXPECT_TRUE(b_->OpenArena().ok());
-    EXPECT_TRUE(b_->ReserveSlots(pb_, 1).ok());
+    EXPECT_OK(b_->OpenArena());
+    EXPECT_OK(b_->ReserveSlots(pb_, 1));
   }
 
   std::unique_ptr<Client> a_, b_;
@@ -64,7 +64,7 @@ TEST_F(SharedMemoryTest, TruncatingTheStagingFileCannotCrashTheDaemon) {
   ASSERT_OK(slots);
   EXPECT_TRUE(slots->staging_path().empty()) << "staging files must have no path";
   client::FetchedFd fd = StagingFd(*slots);
-  ASSERT_TRUE(fd.ok());
+  ASSERT_OK(fd);
   const uint64_t size = slots->staging_size_bytes();
   ASSERT_GT(size, 0u);
 
@@ -110,7 +110,7 @@ TEST_F(SharedMemoryTest, StagingFileCannotGrowPastItsQuota) {
   auto slots = a_->ReserveSlots(pa_, 1);
   ASSERT_OK(slots);
   client::FetchedFd fd = StagingFd(*slots);
-  ASSERT_TRUE(fd.ok());
+  ASSERT_OK(fd);
   const uint64_t size = slots->staging_size_bytes();
   EXPECT_EQ(size, 256u * 1024) << "auth.tenant_staging_bytes";
 
@@ -138,7 +138,7 @@ TEST_F(SharedMemoryTest, ArenaDescriptorCannotResizeOrWriteTheArena) {
   ASSERT_OK(arena);
   client::FetchedFd fd = client::FetchSharedFd(arena->fd_socket_path(),
                                                client::SharedFileKind::kArena, tokens_["a"], 3000);
-  ASSERT_TRUE(fd.ok()) << fd.ToString();
+  ASSERT_OK(fd) << fd.ToString();
   EXPECT_EQ(::fcntl(fd.fd(), F_GETFL) & O_ACCMODE, O_RDONLY);
   EXPECT_NE(::ftruncate(fd.fd(), 0), 0);
   EXPECT_NE(::posix_fallocate(fd.fd(), 0, off_t{1} << 30), 0);

@@ -112,7 +112,7 @@ TEST_F(StreamsTest, SelectStreamsPerTenantAreCappedAndCostNoThreadEach) {
 
   // A stream that ends gives its place back.
   open.back().stream->WritesDone();
-  EXPECT_TRUE(open.back().stream->Finish().ok());
+  EXPECT_OK(open.back().stream->Finish());
   open.pop_back();
   ASSERT_TRUE(WaitFor([&] { return server_->runtime()->streams()->OpenOf("a") == 63; }));
   OpenSelect again = Select(stub.get(), "a");
@@ -215,7 +215,7 @@ TEST_F(StreamsTest, ARevokedTokenEndsItsOpenStreams) {
 
   tokens_["a"] = auth::NewToken();  // the old token is gone from the file
   WriteTenants();
-  ASSERT_TRUE(server_->runtime()->ReloadTenants().ok());
+  ASSERT_OK(server_->runtime()->ReloadTenants());
 
   v1::SelectResponse resp;
   EXPECT_FALSE(sel.stream->Read(&resp));

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "tests/security/security_fixture.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::security {
 namespace {
@@ -67,14 +68,14 @@ TEST_F(TimingTest, AnotherTenantsHitLooksLikeAMiss) {
         req.set_profile_id(pb);
         req.add_block_ids(id);
         auto r = b->Lookup(req);
-        ASSERT_TRUE(r.ok());
+        ASSERT_OK(r);
         ASSERT_FALSE(r->entries(0).present());
       } else {
         v1::GetBlocksRequest req;
         req.set_profile_id(pb);
         req.add_block_ids(id);
         auto r = b->GetBlocks(req);
-        ASSERT_TRUE(r.ok());
+        ASSERT_OK(r);
         ASSERT_EQ((*r)[0].status().code(), grpc::StatusCode::NOT_FOUND);
       }
       const double us =

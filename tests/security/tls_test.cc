@@ -56,7 +56,7 @@ class TlsTest : public SecurityTest {
     options.tls_private_key_pem = client.key;
     options.tls_server_name = "localhost";
     auto c = Client::Connect("127.0.0.1:" + std::to_string(server_->tcp_port()), options);
-    EXPECT_TRUE(c.ok());
+    EXPECT_OK(c);
     return std::move(*c);
   }
   testutil::PemPair ca_, server_cert_;
@@ -71,7 +71,7 @@ TEST_F(TlsTest, PlainTcpIsRefusedByTheConfig) {
 
 TEST_F(TlsTest, TlsWithATokenServesAndRefusesWithout) {
   StartTls(/*mtls=*/false);
-  EXPECT_TRUE(HealthOverTcp({}, tokens_["a"]).ok());
+  EXPECT_OK(HealthOverTcp({}, tokens_["a"]));
   EXPECT_THAT(HealthOverTcp({}), StatusIs(absl::StatusCode::kUnauthenticated));
   // A client that does not trust the daemon's CA does not connect.
   testutil::PemPair rogue = testutil::MakeCa("rogue CA");
@@ -81,14 +81,14 @@ TEST_F(TlsTest, TlsWithATokenServesAndRefusesWithout) {
   plain.call_timeout = std::chrono::milliseconds(2000);
   plain.token = tokens_["a"];
   auto c = Client::Connect("127.0.0.1:" + std::to_string(server_->tcp_port()), plain);
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   EXPECT_FALSE((*c)->Health().ok());
 }
 
 TEST_F(TlsTest, ClientCertificatesMapToTenants) {
   StartTls(/*mtls=*/true);
   testutil::PemPair cert_a = testutil::IssueCert(ca_, "a");
-  EXPECT_TRUE(HealthOverTcp(cert_a).ok());
+  EXPECT_OK(HealthOverTcp(cert_a));
   // The certificate's tenant is "a": it sees what "a" stored over the socket.
   auto a = As("a");
   const uint64_t p = Register(a.get());

@@ -72,5 +72,53 @@ TEST(StatusMatchersTest, FailingExpectationReportsTheStatus) {
               HasSubstr("RESOURCE_EXHAUSTED: quota host_bytes"));
 }
 
+TEST(StatusMatchersTest, IsOkAndHoldsMatchesTheValue) {
+  EXPECT_THAT(absl::StatusOr<int>(7), IsOkAndHolds(7));
+  EXPECT_THAT(absl::StatusOr<std::string>("abc"), IsOkAndHolds(HasSubstr("b")));
+  EXPECT_THAT(absl::StatusOr<int>(7), Not(IsOkAndHolds(8)));
+  ::testing::Matcher<const absl::StatusOr<int>&> m = IsOkAndHolds(7);
+  ::testing::StringMatchResultListener listener;
+  EXPECT_FALSE(m.MatchAndExplain(absl::StatusOr<int>(absl::NotFoundError("gone")), &listener));
+  EXPECT_THAT(listener.str(), HasSubstr("NOT_FOUND: gone"));
+}
+
+// Stand-ins with the shapes of the other status types the matchers take.
+struct GrpcLike {  // grpc::Status
+  int error_code() const { return code_; }
+  std::string error_message() const { return message_; }
+  int code_ = 0;
+  std::string message_;
+};
+struct GpuLike {  // gpu::GpuStatus
+  enum Code { kOk = 0, kInternal = 5 };
+  Code code = kOk;
+  std::string message;
+};
+struct FdLike {  // client::FetchedFd
+  int code() const { return code_; }
+  const std::string& message() const { return message_; }
+  int code_ = 0;
+  std::string message_;
+};
+struct RocksLike {  // rocksdb::Status
+  bool ok() const { return text.empty(); }
+  bool IsNotFound() const { return false; }
+  std::string ToString() const { return text; }
+  std::string text;
+};
+
+TEST(StatusMatchersTest, OtherStatusTypesAreMatchedByCodeAndMessage) {
+  EXPECT_OK(GrpcLike{});
+  EXPECT_THAT((GrpcLike{5, "no such context"}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("context")));
+  EXPECT_OK(GpuLike{});
+  EXPECT_THAT((GpuLike{GpuLike::kInternal, "driver"}),
+              StatusIs(absl::StatusCode::kUnknown, HasSubstr("code 5: driver")));
+  EXPECT_OK(FdLike{});
+  EXPECT_THAT((FdLike{16, "bad token"}), StatusIs(absl::StatusCode::kUnauthenticated));
+  EXPECT_OK(RocksLike{});
+  EXPECT_THAT(RocksLike{"IO error: disk"}, StatusIs(absl::StatusCode::kUnknown, "IO error: disk"));
+}
+
 }  // namespace
 }  // namespace kvtier::testing

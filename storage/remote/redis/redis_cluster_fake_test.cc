@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 std::unique_ptr<RedisCluster> Connect(const std::string& seed, RedisClusterOptions options = {}) {
   options.seeds = {seed};
   auto cluster = RedisCluster::Create(options);
-  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_OK(cluster) << cluster.status();
   return cluster.ok() ? std::move(*cluster) : nullptr;
 }
 
@@ -51,7 +51,7 @@ TEST(RedisClusterFakeTest, EmptyEndpointMeansTheNodeAsked) {
   });
   port = node.port();
   auto cluster = Connect(node.address());
-  ASSERT_TRUE(cluster->RefreshSlotMap().ok());
+  ASSERT_OK(cluster->RefreshSlotMap());
   EXPECT_EQ(cluster->Masters(), std::vector<std::string>{node.address()});
   EXPECT_EQ(GetString(*cluster, "k").value_or("error"), "v");
   EXPECT_EQ(cluster->stats().slot_map_refreshes, 1u);
@@ -119,7 +119,7 @@ TEST(RedisClusterFakeTest, StalledNodeTimesOutAndIsHeldDown) {
   options.command_timeout_ms = 100;
   options.down_backoff_ms = 5000;
   auto cluster = Connect(node.address(), options);
-  ASSERT_TRUE(cluster->RefreshSlotMap().ok());
+  ASSERT_OK(cluster->RefreshSlotMap());
 
   auto start = Clock::now();
   absl::Status status = GetString(*cluster, "k").status();
@@ -242,8 +242,8 @@ TEST(RedisClusterFakeTest, SetSendsConcatenatedPiecesAndTtl) {
     buffers.push_back(std::move(piece));
   }
   std::vector<absl::Span<const uint8_t>> pieces(buffers.begin(), buffers.end());
-  ASSERT_TRUE(cluster->Set("key", pieces, 1500).ok());
-  ASSERT_TRUE(cluster->Set("plain", {}).ok());
+  ASSERT_OK(cluster->Set("key", pieces, 1500));
+  ASSERT_OK(cluster->Set("plain", {}));
   const std::vector<Argv> commands = node.commands();
   ASSERT_EQ(commands.size(), 3u);
   EXPECT_EQ(commands[1], (Argv{"SET", "key", expected, "PX", "1500"}));

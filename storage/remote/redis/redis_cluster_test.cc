@@ -103,7 +103,7 @@ std::unique_ptr<RedisCluster> NewClient(const std::vector<std::string>& seeds,
                                         RedisClusterOptions options = {}) {
   options.seeds = seeds;
   auto cluster = RedisCluster::Create(options);
-  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  EXPECT_OK(cluster) << cluster.status();
   return cluster.ok() ? std::move(*cluster) : nullptr;
 }
 
@@ -152,7 +152,7 @@ TEST(RedisClusterOptionsTest, CreateRefusesBadOptionsNamingTheField) {
     EXPECT_TRUE(Contains(created.status(), c.field)) << created.status();
   }
   o.username.clear();
-  EXPECT_TRUE(RedisCluster::Create(o).ok());
+  EXPECT_OK(RedisCluster::Create(o));
 }
 
 TEST(RedisClusterOptionsTest, ArgumentsOverTheLimitsAreRefusedBeforeAnyIo) {
@@ -224,7 +224,8 @@ class RedisClusterTest : public ::testing::Test {
   std::pair<std::string, std::string> SourceAndTarget(uint16_t slot) {
     auto from = fixture_->MasterOf(slot);
     auto masters = fixture_->Masters();
-    EXPECT_TRUE(from.ok() && masters.ok());
+    EXPECT_OK(from);
+    EXPECT_OK(masters);
     for (const std::string& m : *masters) {
       if (m != *from) return {*from, m};
     }
@@ -265,7 +266,7 @@ TEST_F(RedisClusterTest, KeySlotEqualsClusterKeyslot) {
   const std::string node = fixture_->Seeds().front();
   for (const std::string& key : keys) {
     auto expected = fixture_->Command(node, {"CLUSTER", "KEYSLOT", key});
-    ASSERT_TRUE(expected.ok()) << expected.status();
+    ASSERT_OK(expected) << expected.status();
     EXPECT_EQ(absl::StrCat(RedisCluster::KeySlot(key)), *expected)
         << "key of " << key.size() << " bytes";
   }
@@ -280,7 +281,7 @@ TEST_F(RedisClusterTest, RoundTripOverAllMasters) {
                         : i % 10 == 0 ? (size_t{64} << 10) + i
                                       : static_cast<size_t>(i * 37 % 4096);
     const std::string key = absl::StrCat("rt:", i);
-    ASSERT_TRUE(SetPieces(*cluster, key, Pattern(size, i), i % 4).ok()) << key;
+    ASSERT_OK(SetPieces(*cluster, key, Pattern(size, i), i % 4)) << key;
     used_masters.insert(cluster->MasterOfSlot(RedisCluster::KeySlot(key)));
   }
   const std::vector<std::string> masters = cluster->Masters();
@@ -291,7 +292,7 @@ TEST_F(RedisClusterTest, RoundTripOverAllMasters) {
   for (int i = 0; i < kKeys; ++i) {
     const std::string key = absl::StrCat("rt:", i);
     auto value = GetBytes(*cluster, key);
-    ASSERT_TRUE(value.ok()) << key << ": " << value.status();
+    ASSERT_OK(value) << key << ": " << value.status();
     ASSERT_EQ(*value, Pattern(value->size(), i)) << key;
     const size_t size = i % 100 == 0  ? (size_t{1} << 20)
                         : i % 10 == 0 ? (size_t{64} << 10) + i
@@ -320,10 +321,10 @@ TEST_F(RedisClusterTest, RoundTripOverAllMasters) {
 
 TEST_F(RedisClusterTest, TtlBecomesPx) {
   auto cluster = NewClient(fixture_->Seeds());
-  ASSERT_TRUE(SetPieces(*cluster, "ttl:key", Pattern(10, 1), 1, 60000).ok());
+  ASSERT_OK(SetPieces(*cluster, "ttl:key", Pattern(10, 1), 1, 60000));
   auto pttl = fixture_->Command(cluster->MasterOfSlot(RedisCluster::KeySlot("ttl:key")),
                                 {"PTTL", "ttl:key"});
-  ASSERT_TRUE(pttl.ok()) << pttl.status();
+  ASSERT_OK(pttl) << pttl.status();
   int64_t ms = 0;
   ASSERT_TRUE(absl::SimpleAtoi(*pttl, &ms)) << *pttl;
   EXPECT_GT(ms, 50000);
@@ -334,21 +335,21 @@ TEST_F(RedisClusterTest, MovedAfterSlotMigrationIsFollowed) {
   const std::string key = "moved:key";
   const uint16_t slot = RedisCluster::KeySlot(key);
   auto cluster = NewClient(fixture_->Seeds());
-  ASSERT_TRUE(SetPieces(*cluster, key, Pattern(5000, 42), 2).ok());
+  ASSERT_OK(SetPieces(*cluster, key, Pattern(5000, 42), 2));
   const auto [from, to] = SourceAndTarget(slot);
   ASSERT_NE(from, to);
   ASSERT_EQ(cluster->MasterOfSlot(slot), from);
 
-  ASSERT_TRUE(fixture_->MoveSlot(slot, to, std::chrono::seconds(10)).ok());
+  ASSERT_OK(fixture_->MoveSlot(slot, to, std::chrono::seconds(10)));
   EXPECT_EQ(cluster->MasterOfSlot(slot), from);  // the client has not noticed yet
 
   auto value = GetBytes(*cluster, key);
-  ASSERT_TRUE(value.ok()) << value.status();
+  ASSERT_OK(value) << value.status();
   EXPECT_EQ(*value, Pattern(5000, 42));
   EXPECT_GE(cluster->stats().moved, 1u);
   EXPECT_EQ(cluster->MasterOfSlot(slot), to);  // MOVED updated the slot
   // Writes and deletes follow the new owner too.
-  ASSERT_TRUE(SetPieces(*cluster, key, Pattern(7, 43), 0).ok());
+  ASSERT_OK(SetPieces(*cluster, key, Pattern(7, 43), 0));
   EXPECT_EQ(fixture_->Command(to, {"STRLEN", key}).value_or("?"), "7");
   EXPECT_EQ(cluster->Del(key).value_or(false), true);
 }
@@ -363,13 +364,13 @@ TEST_F(RedisClusterTest, GetManyMatchesGetAcrossMastersSizesAndMigrations) {
     const size_t size =
         i % 9 == 4 ? 0 : std::vector<size_t>{0, 1, 65534, 65536, 300000, 3 << 20}[i % 6];
     values.push_back(i % 9 == 4 ? Bytes() : Pattern(size, 1000 + i));
-    if (i % 9 != 4) ASSERT_TRUE(SetPieces(*cluster, keys.back(), values.back(), 1).ok());
+    if (i % 9 != 4) ASSERT_OK(SetPieces(*cluster, keys.back(), values.back(), 1));
   }
   // One key's slot moves to another master behind the client's back.
   const uint16_t slot = RedisCluster::KeySlot(keys[7]);
   const auto [from, to] = SourceAndTarget(slot);
   ASSERT_NE(from, to);
-  ASSERT_TRUE(fixture_->MoveSlot(slot, to, std::chrono::seconds(10)).ok());
+  ASSERT_OK(fixture_->MoveSlot(slot, to, std::chrono::seconds(10)));
   const uint64_t moved_before = cluster->stats().moved;
 
   std::vector<Bytes> got(keys.size());
@@ -381,7 +382,7 @@ TEST_F(RedisClusterTest, GetManyMatchesGetAcrossMastersSizesAndMigrations) {
       });
   ASSERT_EQ(found.size(), keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    ASSERT_TRUE(found[i].ok()) << keys[i] << ": " << found[i].status();
+    ASSERT_OK(found[i]) << keys[i] << ": " << found[i].status();
     const bool present = i % 9 != 4;
     EXPECT_EQ(*found[i], present) << keys[i];
     EXPECT_EQ(calls[i], present ? 1 : 0) << keys[i];
@@ -389,7 +390,7 @@ TEST_F(RedisClusterTest, GetManyMatchesGetAcrossMastersSizesAndMigrations) {
   }
   EXPECT_GT(cluster->stats().moved, moved_before);  // the moved key went through Get
   EXPECT_EQ(cluster->MasterOfSlot(slot), to);
-  ASSERT_TRUE(fixture_->MoveSlot(slot, from, std::chrono::seconds(10)).ok());
+  ASSERT_OK(fixture_->MoveSlot(slot, from, std::chrono::seconds(10)));
   for (const std::string& key : keys) cluster->Del(key).IgnoreError();
 }
 
@@ -405,29 +406,29 @@ TEST_F(RedisClusterTest, GetManyFromReplicasReadsEveryValueIntact) {
   for (int i = 0; i < 60; ++i) {
     keys.push_back(absl::StrCat("replica-read:", i));
     values.push_back(Pattern(i % 3 == 0 ? 300000 : 1000 + i, 5000 + i));
-    ASSERT_TRUE(SetPieces(*cluster, keys.back(), values.back(), 1).ok());
+    ASSERT_OK(SetPieces(*cluster, keys.back(), values.back(), 1));
   }
-  ASSERT_TRUE(fixture_->WaitForReplication(std::chrono::seconds(10)).ok());
+  ASSERT_OK(fixture_->WaitForReplication(std::chrono::seconds(10)));
   const uint16_t slot = RedisCluster::KeySlot(keys[5]);
   const auto [from, to] = SourceAndTarget(slot);
   ASSERT_NE(from, to);
   // The client learns the map (with replicas) before the slot moves.
-  ASSERT_TRUE(cluster->RefreshSlotMap().ok());
-  ASSERT_TRUE(fixture_->MoveSlot(slot, to, std::chrono::seconds(10)).ok());
+  ASSERT_OK(cluster->RefreshSlotMap());
+  ASSERT_OK(fixture_->MoveSlot(slot, to, std::chrono::seconds(10)));
 
   for (int round = 0; round < 2; ++round) {  // the rotation reaches every copy
     std::vector<Bytes> got(keys.size());
     std::vector<absl::StatusOr<bool>> found = cluster->GetMany(
         keys, [&](size_t i, std::string_view v) { got[i].assign(v.begin(), v.end()); });
     for (size_t i = 0; i < keys.size(); ++i) {
-      ASSERT_TRUE(found[i].ok()) << keys[i] << ": " << found[i].status();
+      ASSERT_OK(found[i]) << keys[i] << ": " << found[i].status();
       EXPECT_TRUE(*found[i]) << keys[i];
       EXPECT_TRUE(got[i] == values[i]) << keys[i] << ": " << got[i].size() << " bytes";
     }
   }
   EXPECT_GT(cluster->stats().replica_reads, 0u);
   EXPECT_LT(cluster->stats().replica_reads, 2 * keys.size());
-  ASSERT_TRUE(fixture_->MoveSlot(slot, from, std::chrono::seconds(10)).ok());
+  ASSERT_OK(fixture_->MoveSlot(slot, from, std::chrono::seconds(10)));
   for (const std::string& key : keys) cluster->Del(key).IgnoreError();
 }
 
@@ -436,39 +437,37 @@ TEST_F(RedisClusterTest, AskDuringMigrationLeavesTheMapAlone) {
   const uint16_t slot = RedisCluster::KeySlot(key);
   ASSERT_NE(slot, RedisCluster::KeySlot("moved:key"));
   auto cluster = NewClient(fixture_->Seeds());
-  ASSERT_TRUE(SetPieces(*cluster, key, Pattern(3000, 7), 1).ok());
+  ASSERT_OK(SetPieces(*cluster, key, Pattern(3000, 7), 1));
   const auto [from, to] = SourceAndTarget(slot);
   ASSERT_NE(from, to);
   const std::string from_id = fixture_->NodeId(from).value_or("");
   const std::string to_id = fixture_->NodeId(to).value_or("");
   const std::string slot_text = absl::StrCat(slot);
-  ASSERT_TRUE(fixture_->Command(to, {"CLUSTER", "SETSLOT", slot_text, "IMPORTING", from_id}).ok());
-  ASSERT_TRUE(fixture_->Command(from, {"CLUSTER", "SETSLOT", slot_text, "MIGRATING", to_id}).ok());
+  ASSERT_OK(fixture_->Command(to, {"CLUSTER", "SETSLOT", slot_text, "IMPORTING", from_id}));
+  ASSERT_OK(fixture_->Command(from, {"CLUSTER", "SETSLOT", slot_text, "MIGRATING", to_id}));
   const size_t colon = to.rfind(':');
-  ASSERT_TRUE(
-      fixture_
-          ->Command(from, {"MIGRATE", to.substr(0, colon), to.substr(colon + 1), key, "0", "5000"})
-          .ok());
+  ASSERT_OK(fixture_->Command(
+      from, {"MIGRATE", to.substr(0, colon), to.substr(colon + 1), key, "0", "5000"}));
 
   auto value = GetBytes(*cluster, key);
-  ASSERT_TRUE(value.ok()) << value.status();
+  ASSERT_OK(value) << value.status();
   EXPECT_EQ(*value, Pattern(3000, 7));
   EXPECT_EQ(cluster->stats().ask, 1u);
   EXPECT_EQ(cluster->stats().moved, 0u);
   EXPECT_EQ(cluster->MasterOfSlot(slot), from);  // ASK does not change the map
   value = GetBytes(*cluster, key);
-  ASSERT_TRUE(value.ok()) << value.status();
+  ASSERT_OK(value) << value.status();
   EXPECT_EQ(cluster->stats().ask, 2u);
 
   // A new key of the migrating slot is written on the target, via ASK.
   const std::string fresh = "{ask:key}.fresh";
   ASSERT_EQ(RedisCluster::KeySlot(fresh), slot);
-  ASSERT_TRUE(SetPieces(*cluster, fresh, Pattern(11, 8), 0).ok());
+  ASSERT_OK(SetPieces(*cluster, fresh, Pattern(11, 8), 0));
   EXPECT_EQ(cluster->stats().ask, 3u);
   EXPECT_EQ(GetBytes(*cluster, fresh).value_or(Bytes{}), Pattern(11, 8));
 
   // Finish the migration; the client then follows MOVED to the target.
-  ASSERT_TRUE(fixture_->MoveSlot(slot, to, std::chrono::seconds(10)).ok());
+  ASSERT_OK(fixture_->MoveSlot(slot, to, std::chrono::seconds(10)));
   EXPECT_EQ(GetBytes(*cluster, key).value_or(Bytes{}), Pattern(3000, 7));
   EXPECT_GE(cluster->stats().moved, 1u);
   EXPECT_EQ(cluster->MasterOfSlot(slot), to);
@@ -554,7 +553,7 @@ TEST_F(RedisClusterTest, ConcurrentSetGetOnOverlappingKeys) {
   for (int k = 0; k < kKeys; ++k) {
     const std::string key = absl::StrCat("cc:", k);
     auto value = GetBytes(*cluster, key);
-    ASSERT_TRUE(value.ok()) << key << ": " << value.status();
+    ASSERT_OK(value) << key << ": " << value.status();
     EXPECT_TRUE(ValidValueFor(key, *value)) << key;
   }
   EXPECT_EQ(cluster->stats().errors, 0u);
@@ -574,15 +573,15 @@ TEST(RedisClusterFailoverTest, KilledMasterFailsFastThenItsReplicaServes) {
   // The other masters keep serving while the dead one's slots are orphaned.
   fixture_options.require_full_coverage = false;
   auto fixture = RedisClusterFixture::Start(fixture_options);
-  ASSERT_TRUE(fixture.ok()) << fixture.status();
+  ASSERT_OK(fixture) << fixture.status();
 
   auto cluster = NewClient((*fixture)->Seeds());
   constexpr int kKeys = 300;
   auto key_of = [](int i) { return absl::StrCat("fo:", i); };
   for (int i = 0; i < kKeys; ++i) {
-    ASSERT_TRUE(SetPieces(*cluster, key_of(i), Pattern(1000 + i, i), 1).ok());
+    ASSERT_OK(SetPieces(*cluster, key_of(i), Pattern(1000 + i, i), 1));
   }
-  ASSERT_TRUE((*fixture)->WaitForReplication(std::chrono::seconds(10)).ok());
+  ASSERT_OK((*fixture)->WaitForReplication(std::chrono::seconds(10)));
 
   const uint16_t slot = RedisCluster::KeySlot(key_of(0));
   const std::string victim = cluster->MasterOfSlot(slot);
@@ -595,7 +594,7 @@ TEST(RedisClusterFailoverTest, KilledMasterFailsFastThenItsReplicaServes) {
   ASSERT_FALSE(victim_keys.empty());
   ASSERT_FALSE(other_keys.empty());
 
-  ASSERT_TRUE((*fixture)->Kill(victim).ok());
+  ASSERT_OK((*fixture)->Kill(victim));
   // Right after the kill no replica has taken over (that takes at least
   // node_timeout_ms): the victim's keys fail UNAVAILABLE naming it, fast;
   // everyone else's keys are still served.
@@ -618,12 +617,12 @@ TEST(RedisClusterFailoverTest, KilledMasterFailsFastThenItsReplicaServes) {
   }
   for (int i : other_keys) {
     absl::StatusOr<Bytes> value = timed_get(i);
-    ASSERT_TRUE(value.ok()) << key_of(i) << ": " << value.status();
+    ASSERT_OK(value) << key_of(i) << ": " << value.status();
     EXPECT_EQ(*value, Pattern(1000 + i, i));
   }
   EXPECT_GE(cluster->stats().connect_failures, 1u);
 
-  ASSERT_TRUE((*fixture)->WaitForFailover(slot, victim, std::chrono::seconds(20)).ok());
+  ASSERT_OK((*fixture)->WaitForFailover(slot, victim, std::chrono::seconds(20)));
   const std::string promoted = (*fixture)->MasterOf(slot).value_or("");
   ASSERT_NE(promoted, victim);
 
@@ -635,11 +634,11 @@ TEST(RedisClusterFailoverTest, KilledMasterFailsFastThenItsReplicaServes) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     value = timed_get(victim_keys[0]);
   }
-  ASSERT_TRUE(value.ok()) << value.status();
+  ASSERT_OK(value) << value.status();
   EXPECT_EQ(cluster->MasterOfSlot(slot), promoted);
   for (int i = 0; i < kKeys; ++i) {
     absl::StatusOr<Bytes> v = timed_get(i);
-    ASSERT_TRUE(v.ok()) << key_of(i) << ": " << v.status();
+    ASSERT_OK(v) << key_of(i) << ": " << v.status();
     EXPECT_EQ(*v, Pattern(1000 + i, i)) << key_of(i);
   }
   const std::vector<std::string> masters = cluster->Masters();

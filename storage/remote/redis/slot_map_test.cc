@@ -48,14 +48,14 @@ TEST(KeySlotTest, MatchesRedisReferenceValues) {
 
 TEST(HostPortTest, ParsesAndRefuses) {
   auto v4 = ParseHostPort("10.0.0.5:7000");
-  ASSERT_TRUE(v4.ok()) << v4.status();
+  ASSERT_OK(v4) << v4.status();
   EXPECT_EQ(v4->host, "10.0.0.5");
   EXPECT_EQ(v4->port, 7000);
   auto name = ParseHostPort("redis-0.redis:6379");
-  ASSERT_TRUE(name.ok());
+  ASSERT_OK(name);
   EXPECT_EQ(name->host, "redis-0.redis");
   auto v6 = ParseHostPort("[::1]:7001");
-  ASSERT_TRUE(v6.ok());
+  ASSERT_OK(v6);
   EXPECT_EQ(v6->host, "::1");
   EXPECT_EQ(FormatHostPort(v6->host, v6->port), "::1:7001");
   for (const char* bad : {"", "x", ":7000", "host:", "host:0", "host:65536", "host:7x", "ho st:1",
@@ -90,7 +90,7 @@ TEST(SlotMapTest, ParsesRangesMastersFirstAndFillsEmptyEndpoints) {
   // clang-format on
   ReplyPtr reply = Parse(resp);
   auto map = SlotMap::FromClusterSlots(*reply, "10.9.9.9:7002");
-  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_OK(map) << map.status();
   EXPECT_EQ(map->served_slots(), kClusterSlots);
   ASSERT_NE(map->MasterOf(0), nullptr);
   EXPECT_EQ(*map->MasterOf(0), "10.0.0.1:7000");
@@ -124,7 +124,7 @@ TEST(SlotMapTest, ParsesRangesMastersFirstAndFillsEmptyEndpoints) {
 TEST(SlotMapTest, PartialCoverageLeavesSlotsWithoutMaster) {
   ReplyPtr reply = Parse("*1\r\n*3\r\n:100\r\n:199\r\n*2\r\n" + Bulk("127.0.0.1") + ":7000\r\n");
   auto map = SlotMap::FromClusterSlots(*reply, "127.0.0.1:7000");
-  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_OK(map) << map.status();
   EXPECT_EQ(map->served_slots(), 100);
   EXPECT_EQ(map->MasterOf(99), nullptr);
   EXPECT_NE(map->MasterOf(100), nullptr);
