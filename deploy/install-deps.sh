@@ -15,6 +15,7 @@ PACKAGES=(
   librocksdb-dev liburing-dev libxxhash-dev libhiredis-dev
   # base libraries
   libabsl-dev libssl-dev libsystemd-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
+  nlohmann-json3-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev libfaiss-dev
   redis-server fio prometheus python3-matplotlib

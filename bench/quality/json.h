@@ -1,10 +1,13 @@
-// A minimal JSON reader for the safetensors header (RFC 8259 subset that
-// safetensors writers produce): objects, arrays, strings with every escape
-// (\uXXXX surrogate pairs become UTF-8), numbers, true, false, null.
+// JSON values for the safetensors header and the calibration files, read
+// with nlohmann-json (Debian's nlohmann-json3-dev) into a plain value the
+// rest of the harness walks: objects (members in file order), arrays,
+// strings (every escape; \uXXXX surrogate pairs become UTF-8), numbers,
+// true, false, null.
 //
-// Limits: nesting depth <= kMaxJsonDepth; duplicate object keys are an
-// error (the safetensors header maps each tensor name once). Numbers without
-// fraction or exponent that fit int64 are kept exactly in `integer`.
+// Limits nlohmann-json does not set by itself: nesting depth <=
+// kMaxJsonDepth, and duplicate object keys are an error (the safetensors
+// header maps each tensor name once). Numbers without fraction or exponent
+// that fit int64 are kept exactly in `integer`.
 //
 // Thread safety: ParseJson is pure; a JsonValue is a plain value.
 #ifndef KVTIER_BENCH_QUALITY_JSON_H_
@@ -48,7 +51,8 @@ struct JsonMember {
 
 // Parses one JSON value that spans all of `text` (surrounding whitespace
 // allowed). InvalidArgument "JSON header parse error at byte N: <what>" on
-// malformed input, trailing bytes, too deep nesting or a duplicate key.
+// malformed input or trailing bytes, and "JSON header parse error: <what>"
+// on too deep nesting or a duplicate key.
 absl::StatusOr<JsonValue> ParseJson(absl::string_view text);
 
 }  // namespace kvtier::quality
