@@ -12,10 +12,8 @@ files; save() writes them in the input's exact layout (names, order, dtype).
 Not thread-safe; one model per process.
 """
 
-import json
 import math
 import os
-import struct
 import sys
 
 import numpy as np
@@ -54,22 +52,8 @@ def save(path, weights, names, meta):
 
     Written to path + ".tmp" and renamed, so a reader never sees half a file.
     """
-    header, blobs, offset = {}, [], 0
-    for name in names:
-        a = weights[name].detach().to("cpu", torch.float32).contiguous().numpy()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
-        blobs.append(a.tobytes())
-        offset += a.nbytes
-    header["__metadata__"] = {k: str(v) for k, v in meta.items()}
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
+    tensors = {name: weights[name].detach().to("cpu", torch.float32).contiguous().numpy() for name in names}
+    safetensors_io.write(path, tensors, meta)
 
 
 def rope_tables(cfg, positions, device):
