@@ -71,7 +71,7 @@ def _map_fd(fd: int, size_bytes: int | None, writable: bool, what: str, name: st
             return mmap.mmap(fd, size_bytes, flags=mmap.MAP_SHARED, prot=prot)
         except OSError as e:
             raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
-                              f"{what} {name}: cannot map: {e.strerror}") from None
+                              f"{what} {name}: cannot map: {e.strerror}") from e
     finally:
         os.close(fd)
 
@@ -81,7 +81,7 @@ def _map(path: str, size_bytes: int | None, writable: bool, what: str) -> mmap.m
         fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
     except OSError as e:
         raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
-                          f"{what} {path}: cannot open: {e.strerror}") from None
+                          f"{what} {path}: cannot open: {e.strerror}") from e
     return _map_fd(fd, size_bytes, writable, what, path)
 
 
@@ -220,15 +220,16 @@ class StagingFile:
                 size = os.stat(path).st_size
             except OSError as e:
                 raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
-                                  f"staging file {path}: {e.strerror}") from None
-            self._mm = _map(path, size, writable=True, what="staging file")
+                                  f"staging file {path}: {e.strerror}") from e
+            mm = _map(path, size, writable=True, what="staging file")
         elif fd_socket_path:
-            self._mm, self.path = _map_from_socket(fd_socket_path, "staging", token, size_bytes,
-                                                   writable=True, what="staging file")
+            mm, self.path = _map_from_socket(fd_socket_path, "staging", token, size_bytes,
+                                             writable=True, what="staging file")
         else:
             raise invalid_argument("path", "give a staging file path or an fd_socket_path")
-        self.size_bytes = len(self._mm)
-        self._bytes = np.frombuffer(self._mm, dtype=np.uint8)
+        self.size_bytes = len(mm)
+        self._mm: mmap.mmap | None = mm
+        self._bytes: npt.NDArray[np.uint8] | None = np.frombuffer(mm, dtype=np.uint8)
 
     @classmethod
     def open(cls, reserved: Any, token: str | None = None) -> StagingFile:
@@ -243,9 +244,27 @@ class StagingFile:
         raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
                           "ReserveSlots: the daemon named neither staging_path nor fd_socket_path")
 
+    def close(self) -> None:
+        """Unmaps the file (idempotent); write() then raises FAILED_PRECONDITION."""
+        mm, self._mm, self._bytes = self._mm, None, None
+        if mm is not None:
+            mm.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._mm is None
+
+    def __enter__(self) -> StagingFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def write(self, slot: Any, payload: bytes | bytearray | memoryview | npt.NDArray[Any],
               argument: str = "slot") -> None:
         """Copies a checked payload (see profile.block_payload) into the slot."""
+        if self._bytes is None:
+            raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION, f"staging file {self.path}: closed")
         offset, size = int(slot.offset_bytes), int(slot.size_bytes)
         src = np.frombuffer(payload, dtype=np.uint8) if not isinstance(payload, np.ndarray) else payload
         if offset + size > self.size_bytes or src.nbytes != size:

@@ -36,8 +36,8 @@ def _field(tag: bytes, data: bytes) -> bytes:
 def _token_bytes(tokens: Iterable[SupportsInt]) -> bytes:
     try:
         values = [int(t) for t in tokens]
-    except (TypeError, ValueError):
-        raise invalid_argument("tokens", "expected a sequence of integers") from None
+    except (TypeError, ValueError) as e:
+        raise invalid_argument("tokens", "expected a sequence of integers") from e
     for i, t in enumerate(values):
         if t < 0 or t > _U32_MAX:
             raise invalid_argument(f"tokens[{i}]", f"{t} is not a 32-bit unsigned token id")

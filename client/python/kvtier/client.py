@@ -26,6 +26,7 @@ Thread safety: a Client may be used from several threads (one gRPC channel).
 from __future__ import annotations
 
 import collections
+import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -102,8 +103,8 @@ def _writable_block(buf: Any, size: int, argument: str) -> memoryview:
         buf = buf.detach().reshape(-1).view(torch.uint8).numpy()
     try:
         view = memoryview(buf)
-    except TypeError:
-        raise invalid_argument(argument, f"{type(buf).__name__} is not a writable buffer") from None
+    except TypeError as e:
+        raise invalid_argument(argument, f"{type(buf).__name__} is not a writable buffer") from e
     if view.readonly or not view.c_contiguous:
         raise invalid_argument(argument, "must be writable and contiguous")
     view = view.cast("B")
@@ -221,18 +222,28 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _timeout(self, timeout_s: float | None, default_s: float | None = None) -> float:
+        """timeout_s as given (None: default_s, else call_timeout_s).
+        INVALID_ARGUMENT naming timeout_s unless it is a finite number > 0."""
+        if timeout_s is None:
+            return self.call_timeout_s if default_s is None else default_s
+        if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+            raise invalid_argument("timeout_s", f"{timeout_s!r}: expected seconds > 0, or None for the default")
+        return float(timeout_s)
+
     def _call(self, method: Any, request: Any, what: str, timeout_s: float | None = None,
               wait_for_ready: bool | None = None) -> Any:
+        timeout = self._timeout(timeout_s)
         try:
-            return method(request, timeout=timeout_s or self.call_timeout_s, wait_for_ready=wait_for_ready)
+            return method(request, timeout=timeout, wait_for_ready=wait_for_ready)
         except grpc.RpcError as e:
-            raise from_rpc_error(e, what, self.target) from None
+            raise from_rpc_error(e, what, self.target) from e
 
     def _stream(self, method: Any, request: Any, what: str, timeout_s: float | None = None) -> list[Any]:
         try:
-            return list(method(request, timeout=timeout_s or self.call_timeout_s))
+            return list(method(request, timeout=self._timeout(timeout_s)))
         except grpc.RpcError as e:
-            raise from_rpc_error(e, what, self.target) from None
+            raise from_rpc_error(e, what, self.target) from e
 
     # ---- health -------------------------------------------------------------
     def health(self, timeout_s: float | None = None, wait_for_ready: bool = False) -> str:
@@ -274,7 +285,7 @@ class Client:
             resp = self.get_profile(profile_id)
         except KvTierError as e:
             if e.code == grpc.StatusCode.NOT_FOUND:
-                raise invalid_argument(argument, f"profile {profile_id} is not registered with the daemon") from None
+                raise invalid_argument(argument, f"profile {profile_id} is not registered with the daemon") from e
             raise
         self._profiles[profile_id] = Profile.from_proto(resp.profile, profile_id)
         return self._profiles[profile_id]
@@ -361,7 +372,7 @@ class Client:
         try:
             resp = method(requests, timeout=self.call_timeout_s)
         except grpc.RpcError as e:
-            raise from_rpc_error(e, "PutBlocks", self.target) from None
+            raise from_rpc_error(e, "PutBlocks", self.target) from e
         # The daemon counts every message it read; a client compares it with
         # what it sent.
         if resp.messages_received != len(starts):
@@ -433,9 +444,9 @@ class Client:
                             status=types_pb2.ItemStatus(code=r.code, message=r.message)))
                         got += 1
             except grpc.RpcError as e:
-                raise from_rpc_error(e, "GetBlocks", self.target) from None
+                raise from_rpc_error(e, "GetBlocks", self.target) from e
             except wire.WireError as e:
-                raise KvTierError(grpc.StatusCode.INTERNAL, f"GetBlocks: {e}") from None
+                raise KvTierError(grpc.StatusCode.INTERNAL, f"GetBlocks: {e}") from e
             if got != len(chunk):
                 raise KvTierError(grpc.StatusCode.DATA_LOSS,
                                   f"GetBlocks: the daemon answered {got} of {len(chunk)} blocks")
@@ -493,7 +504,7 @@ class Client:
     def select(self, entries: Iterable[dict[str, Any]], timeout_s: float | None = None) -> list[Selection]:
         """One Select request on a short-lived stream: [Selection]."""
         with self.select_session() as session:
-            return session.select(entries, timeout_s or self.call_timeout_s)
+            return session.select(entries, self._timeout(timeout_s))
 
     def release(self, context_id: int | None = None, lease_id: int | None = None) -> Any:
         """Unpins a context's Select set or a GetBlocks lease: ReleaseResponse."""
@@ -530,7 +541,7 @@ class Client:
         request = kvtier_pb2.CompactContextRequest(context_id=context_id, retention=float(retention),
                                                    observation_queries=queries, **fields)
         return self._call(self._kvtier.CompactContext, request, "CompactContext",
-                          timeout_s or 10 * self.call_timeout_s)
+                          self._timeout(timeout_s, 10 * self.call_timeout_s))
 
     def list_context_versions(self, profile_id: int, context_key: bytes | bytearray = b"") -> Any:
         """ListContextVersionsResponse: the versions of one context (version 0 =
@@ -546,7 +557,7 @@ class Client:
         request = kvtier_pb2.DropContextVersionRequest(profile_id=profile_id,
                                                        context_key=bytes(context_key), version=version)
         return self._call(self._kvtier.DropContextVersion, request, "DropContextVersion",
-                          timeout_s or 10 * self.call_timeout_s)
+                          self._timeout(timeout_s, 10 * self.call_timeout_s))
 
     # ---- admin --------------------------------------------------------------
     def stats(self) -> Any:

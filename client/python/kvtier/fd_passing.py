@@ -120,11 +120,11 @@ def fetch_shared_fd(socket_path: str, kind: str, token: str | None = None,
                     raise KvTierError(grpc.StatusCode.UNAVAILABLE,
                                       f"{where}: the daemon closed the connection without a reply{got}")
                 data += msg
-        except socket.timeout:
+        except socket.timeout as e:
             raise KvTierError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                              f"{where}: no reply within {timeout_s} s") from None
+                              f"{where}: no reply within {timeout_s} s") from e
         except OSError as e:
-            raise KvTierError(grpc.StatusCode.UNAVAILABLE, f"{where}: {e.strerror or e}") from None
+            raise KvTierError(grpc.StatusCode.UNAVAILABLE, f"{where}: {e.strerror or e}") from e
     except BaseException:
         for fd in fds:
             os.close(fd)

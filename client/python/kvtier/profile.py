@@ -145,7 +145,7 @@ def set_fields(msg: Any, fields: Mapping[str, Any], argument: str) -> None:
             else:
                 setattr(msg, name, value)
         except (TypeError, ValueError) as e:
-            raise invalid_argument(where, str(e)) from None
+            raise invalid_argument(where, str(e)) from e
 
 
 def float_vector(value: Any, argument: str) -> npt.NDArray[np.float32]:
@@ -159,8 +159,8 @@ def float_vector(value: Any, argument: str) -> npt.NDArray[np.float32]:
         raise invalid_argument(argument, f"dtype {value.dtype}, expected a floating-point array")
     try:
         arr = np.asarray(value, dtype=np.float32)
-    except (TypeError, ValueError):
-        raise invalid_argument(argument, "expected a vector of numbers") from None
+    except (TypeError, ValueError) as e:
+        raise invalid_argument(argument, "expected a vector of numbers") from e
     if arr.ndim != 1:
         raise invalid_argument(argument, f"shape {arr.shape}, expected a 1-D vector")
     if not np.isfinite(arr).all():

@@ -132,9 +132,9 @@ class SelectFuture:
         the stream broke, DEADLINE_EXCEEDED after timeout_s."""
         try:
             return self._future.result(timeout=timeout_s)
-        except concurrent.futures.TimeoutError:
+        except concurrent.futures.TimeoutError as e:
             raise KvTierError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                              f"Select request {self.request_id}: no answer within {timeout_s} s") from None
+                              f"Select request {self.request_id}: no answer within {timeout_s} s") from e
 
     def done(self) -> bool:
         return self._future.done()

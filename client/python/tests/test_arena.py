@@ -1,5 +1,7 @@
 """Zero-copy views of the daemon's arena: same bytes, same memory, checked handles."""
 
+import fcntl
+import os
 import unittest
 
 import grpc
@@ -58,6 +60,26 @@ class ShmArenaTest(DaemonTestCase):
         other = small_profile("arena-other", head_dim=64)
         with self.assertKvTierError(grpc.StatusCode.INVALID_ARGUMENT, "handle: 8192 bytes at 0; profile 0 blocks are 16384"):
             self.arena.view(h, other)
+
+
+class StagingFileTest(unittest.TestCase):
+    def test_closes_and_refuses_writes_after(self):
+        # A sealed memfd, as the daemon hands out (StagingFile maps no other).
+        fd = os.memfd_create("staging-test", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        self.addCleanup(os.close, fd)
+        os.ftruncate(fd, 64)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+        path = f"/proc/self/fd/{fd}"
+        slot = types_pb2.SlotRef(offset_bytes=16, size_bytes=8)
+        with kvtier.StagingFile(path) as staging:
+            staging.write(slot, b"abcdefgh")
+            self.assertFalse(staging.closed)
+        self.assertTrue(staging.closed)
+        staging.close()  # idempotent
+        self.assertEqual(os.pread(fd, 8, 16), b"abcdefgh")
+        with self.assertRaises(kvtier.KvTierError) as cm:
+            staging.write(slot, b"abcdefgh")
+        self.assertEqual(cm.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
 
 
 class CudaArenaTest(DaemonTestCase):

@@ -34,6 +34,23 @@ class ProfileTest(DaemonTestCase):
         with self.assertKvTierError(grpc.StatusCode.NOT_FOUND):
             self.client.get_profile(987654)
 
+    def test_errors_keep_their_grpc_cause(self):
+        with self.assertRaises(kvtier.KvTierError) as cm:
+            self.client.get_profile(987654)
+        self.assertIsInstance(cm.exception.__cause__, grpc.RpcError)
+        self.assertEqual(cm.exception.__cause__.code(), grpc.StatusCode.NOT_FOUND)
+
+    def test_timeouts_mean_what_they_say(self):
+        # 0 or a negative timeout is refused, not silently the default.
+        for bad in (0, -1.0, float("nan")):
+            with self.assertKvTierError(INVALID, "timeout_s"):
+                self.client.compact_context(1, 0.5, timeout_s=bad)
+        # None is the default (the daemon answers the call itself).
+        with self.assertRaises(kvtier.KvTierError) as cm:
+            self.client.drop_context_version(987654, b"\0" * 16, 1, timeout_s=None)
+        self.assertNotIn("timeout_s", str(cm.exception))
+        self.assertIsInstance(cm.exception.__cause__, grpc.RpcError)
+
     def test_profile_fields_are_checked_and_passed_by_name(self):
         with self.assertKvTierError(INVALID, "profile.head_dim"):
             small_profile(head_dim=0)
