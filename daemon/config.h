@@ -2,6 +2,11 @@
 // an optional TOML file on top, then command-line overrides, then
 // validation. Every error message names the offending key.
 //
+// Every field's initialiser is its embedded default (the value
+// --print-default-config shows after loading; ConfigTest.
+// StructInitialisersEqualTheEmbeddedDefaults checks each key), so a Config
+// built in code is the shipped daemon's.
+//
 // Thread safety: a Config is a plain value; load once at start-up, then
 // share it read-only.
 #ifndef KVTIER_DAEMON_CONFIG_H_
@@ -20,31 +25,32 @@ namespace kvtier::daemon {
 
 struct Config {
   struct Server {
-    std::string data_dir;
-    std::string socket_path;  // resolved: never empty after Load()
-    uint32_t socket_mode = 0;
+    std::string data_dir = "./var/kvtier";
+    std::string socket_path = "./var/kvtier/kvtierd.sock";  // resolved: never empty after Load()
+    uint32_t socket_mode = 0660;
     std::string tcp_address;         // empty = TCP off; requires tls_cert_file
     std::string tls_cert_file;       // PEM chain of the TCP listener
     std::string tls_key_file;        // PEM private key of tls_cert_file
     std::string tls_client_ca_file;  // set: mTLS, client certs verified against it
-    uint64_t max_message_bytes = 0;
-    uint64_t shutdown_grace_ms = 0;
-    uint64_t max_concurrent_streams = 0;
-    uint64_t max_connections = 0;              // gRPC connections of the Unix sockets, in all
-    uint64_t max_connections_per_uid = 0;      // ... of one peer uid (SO_PEERCRED)
-    uint64_t max_pending_connections = 0;      // per socket, accepted but silent so far
-    uint64_t connection_setup_ms = 0;          // first bytes (or TLS handshake) within
-    uint64_t connection_idle_ms = 0;           // no call for this long: closed; 0 = never
+    uint64_t max_message_bytes = uint64_t{64} << 20;
+    uint64_t shutdown_grace_ms = 5000;
+    uint64_t max_concurrent_streams = 1024;
+    uint64_t max_connections = 4096;           // gRPC connections of the Unix sockets, in all
+    uint64_t max_connections_per_uid = 1024;   // ... of one peer uid (SO_PEERCRED)
+    uint64_t max_pending_connections = 256;    // per socket, accepted but silent so far
+    uint64_t connection_setup_ms = 2000;       // first bytes (or TLS handshake) within
+    uint64_t connection_idle_ms = 600000;      // no call for this long: closed; 0 = never
     bool reflection = false;                   // the gRPC reflection service
-    uint64_t max_streams_per_tenant = 0;       // open streaming calls of one tenant
-    uint64_t max_streams = 0;                  // ... of the daemon
-    uint64_t stream_write_timeout_ms = 0;      // an unread write is cancelled after
-    uint64_t max_queued_bytes_per_tenant = 0;  // unread GetBlocks bytes of one tenant
-    uint64_t max_queued_bytes = 0;             // ... of the daemon
-    uint64_t io_threads = 0;                   // 0: block I/O inline on gRPC threads
-    uint64_t io_queue_limit = 0;               // calls waiting for an I/O thread
-    uint64_t io_queue_limit_per_tenant = 0;    // 0: io_queue_limit / 4
-    uint64_t io_threads_per_tenant = 0;        // 0: io_threads - 1 with auth on
+    uint64_t max_streams_per_tenant = 256;     // open streaming calls of one tenant
+    uint64_t max_streams = 4096;               // ... of the daemon
+    uint64_t stream_write_timeout_ms = 30000;  // an unread write is cancelled after
+    // unread GetBlocks bytes of one tenant
+    uint64_t max_queued_bytes_per_tenant = uint64_t{256} << 20;
+    uint64_t max_queued_bytes = uint64_t{1} << 30;  // ... of the daemon
+    uint64_t io_threads = 4;                        // 0: block I/O inline on gRPC threads
+    uint64_t io_queue_limit = 4096;                 // calls waiting for an I/O thread
+    uint64_t io_queue_limit_per_tenant = 0;         // 0: io_queue_limit / 4
+    uint64_t io_threads_per_tenant = 0;             // 0: io_threads - 1 with auth on
     uint64_t put_parallelism = 0;  // threads storing one PutBlocks message; 0 = min(4, cores)
     bool defer_summaries = true;   // non-durable puts acknowledge before their summary
   } server;
@@ -55,36 +61,37 @@ struct Config {
   // auth.*: tenants (daemon/auth/tenants.h). tenants_file empty = off.
   struct Auth {
     std::string tenants_file;
-    std::string shm_dir;           // "" = a per-daemon directory in tiers.device.shm_dir
-    std::string fd_socket_path;    // resolved: never empty after Load()
-    std::string peer_socket_path;  // "" = off; SO_PEERCRED uid -> tenant
-    uint64_t tenant_arena_bytes = 0;
-    uint64_t tenant_staging_bytes = 0;
-    uint64_t tenant_max_leases = 0;  // per tenant without a leases quota; 0 = none
+    std::string shm_dir;  // "" = a per-daemon directory in tiers.device.shm_dir
+    std::string fd_socket_path =
+        "./var/kvtier/kvtierd.sock.fd";  // resolved: never empty after Load()
+    std::string peer_socket_path;        // "" = off; SO_PEERCRED uid -> tenant
+    uint64_t tenant_arena_bytes = uint64_t{256} << 20;
+    uint64_t tenant_staging_bytes = uint64_t{64} << 20;
+    uint64_t tenant_max_leases = 4096;  // per tenant without a leases quota; 0 = none
   } auth;
   struct Log {
-    std::string level;
-    std::string format;
+    std::string level = "info";
+    std::string format = "text";
   } log;
   struct Device {
-    std::string backend;  // auto | cuda | shm
-    uint64_t capacity_bytes = 0;
-    std::string shm_dir;
+    std::string backend = "auto";  // auto | cuda | shm
+    uint64_t capacity_bytes = uint64_t{256} << 20;
+    std::string shm_dir = "/dev/shm";
   } device;
   struct Host {
-    uint64_t capacity_bytes = 0;
-    std::string shm_dir;
-    uint64_t staging_bytes = 0;
+    uint64_t capacity_bytes = uint64_t{1} << 30;
+    std::string shm_dir = "/dev/shm";
+    uint64_t staging_bytes = uint64_t{256} << 20;
     uint64_t max_in_flight_get_bytes = 0;  // 0 = capacity_bytes / 4
     bool prefault = true;
   } host;
   struct Nvme {
-    std::string dir;  // resolved: never empty after Load()
-    uint64_t file_count = 0;
-    uint64_t file_size_bytes = 0;
+    std::string dir = "./var/kvtier/nvme";  // resolved: never empty after Load()
+    uint64_t file_count = 4;
+    uint64_t file_size_bytes = uint64_t{512} << 20;
     bool direct_io = true;
-    uint64_t io_threads = 0;
-    uint64_t queue_depth = 0;
+    uint64_t io_threads = 2;
+    uint64_t queue_depth = 64;
     bool write_through = false;
   } nvme;
   // The shared remote tier (storage/remote/remote_store.h); off when
@@ -92,87 +99,88 @@ struct Config {
   struct Remote {
     std::string redis_cluster;  // seed nodes, "host:port[,host:port...]"
     std::string password_file;  // first line = the AUTH password; "" = none
-    uint64_t connect_timeout_ms = 0;
-    uint64_t command_timeout_ms = 0;
-    uint64_t down_backoff_ms = 0;
+    uint64_t connect_timeout_ms = 100;
+    uint64_t command_timeout_ms = 250;
+    uint64_t down_backoff_ms = 500;
     bool read_from_replicas = false;  // promotions read replicas too
     bool publish = true;
-    std::string publish_policy;  // write-through | write-back
-    uint64_t writeback_buffer_bytes = 0;
-    uint64_t publish_threads = 0;
-    uint64_t publish_queue_blocks = 0;
+    std::string publish_policy = "write-through";  // write-through | write-back
+    uint64_t writeback_buffer_bytes = uint64_t{256} << 20;
+    uint64_t publish_threads = 2;
+    uint64_t publish_queue_blocks = 4096;
     uint64_t ttl_ms = 0;
-    uint64_t miss_cache_ms = 0;
+    uint64_t miss_cache_ms = 2000;
   } remote;
   struct Leases {
-    uint64_t default_ttl_ms = 0;
-    uint64_t max_ttl_ms = 0;
+    uint64_t default_ttl_ms = 30000;
+    uint64_t max_ttl_ms = 600000;
   } leases;
   struct Limits {
-    uint64_t max_batch_blocks = 0;
-    uint64_t max_contexts = 0;
+    uint64_t max_batch_blocks = 4096;
+    uint64_t max_contexts = 4096;
   } limits;
   // SelKV compaction (daemon/compaction/compactor.h).
   struct Compaction {
-    uint64_t max_context_bytes = 0;     // original payload one CompactContext may read
-    uint64_t max_observation_rows = 0;  // observation query rows per KV head
+    uint64_t max_context_bytes = uint64_t{1} << 30;  // original payload one CompactContext may read
+    uint64_t max_observation_rows = 4096;            // observation query rows per KV head
   } compaction;
   // tiers.placement, tiers.keydiff.* and tiers.stability.*: which copy a
   // full tier gives up (storage/store/placement.h).
   struct Placement {
-    std::string policy;  // stability | keydiff | lru
-    double redundancy_weight = 0;
-    double age_weight = 0;
-    uint64_t sample_blocks = 0;
-    double newest_protected = 0;
+    std::string policy = "stability";  // stability | keydiff | lru
+    double redundancy_weight = 1.0;
+    double age_weight = 0.5;
+    uint64_t sample_blocks = 16;
+    double newest_protected = 0.5;
     bool unwanted_first = false;  // tiers.stability.unwanted_first
   } placement;
   // index.*: block summaries computed at put time and context trees.
   struct Index {
-    std::string summary_encoding;  // fp16 | fp32
-    bool summary_bounds = true;
+    std::string summary_encoding = "fp16";  // fp16 | fp32
+    bool summary_bounds = false;
     bool summary_weighted = false;
     bool summary_per_layer = false;
-    std::string summary_layer_encoding;  // int8 | float (= summary_encoding)
+    std::string summary_layer_encoding = "int8";  // int8 | float (= summary_encoding)
     bool summary_per_layer_bounds = false;
-    uint64_t head_weights_min_blocks = 0;
-    uint64_t pages_per_chunk = 0;
-    uint64_t chunks_per_grid = 0;
+    uint64_t head_weights_min_blocks = 64;
+    uint64_t pages_per_chunk = 4;
+    uint64_t chunks_per_grid = 16;
     bool keep_summaries = false;
     bool q8_page_rows = false;  // removed: accepted only as false (Validate)
   } index;
   // select.*: selector defaults and per-stream limits.
   struct Select {
-    std::string default_scorer;  // index::ScorerName values
-    std::string algorithm;       // descent | gemm
-    double grid_keep_fraction = 0;
-    double chunk_keep_fraction = 0;
-    double page_keep_fraction = 0;
-    uint64_t sink_blocks = 0;
-    uint64_t local_blocks = 0;
-    uint64_t window_steps = 0;
-    double theta = 0;
-    double stability_weight = 0;
-    double hold_threshold = 0;
-    std::string stability_scorers;  // comma-separated ScorerName values, or ""
+    std::string default_scorer = "mass";  // index::ScorerName values
+    std::string algorithm = "descent";    // descent | gemm
+    double grid_keep_fraction = 0.5;
+    double chunk_keep_fraction = 0.2;
+    double page_keep_fraction = 1.0;
+    uint64_t sink_blocks = 1;
+    uint64_t local_blocks = 1;
+    uint64_t window_steps = 64;
+    double theta = 0.8;
+    double stability_weight = 0.5;
+    double hold_threshold = 0.5;
+    std::string stability_scorers =
+        "keykey,keykey_weighted";  // comma-separated ScorerName values, or ""
     bool keykey_centered = true;
-    double keykey_recency_weight = 0;
-    uint64_t max_prefetch_blocks = 0;
-    uint64_t inline_promotion_bytes = 0;
-    uint64_t max_contexts_per_request = 0;
-    uint64_t max_queued_responses = 0;
+    double keykey_recency_weight = 0.5;
+    uint64_t max_prefetch_blocks = 64;
+    uint64_t inline_promotion_bytes = uint64_t{64} << 20;
+    uint64_t max_contexts_per_request = 256;
+    uint64_t max_queued_responses = 8;
     uint64_t batch_threads = 0;  // 0 = min(4, cores)
     // Threads that answer Select requests, shared by tenants in deficit
     // round robin (0: on gRPC's callback threads, first come first served).
-    uint64_t threads = 0;
-    uint64_t queue_limit = 0;             // requests waiting for a thread
+    uint64_t threads = 4;
+    uint64_t queue_limit = 4096;          // requests waiting for a thread
     uint64_t queue_limit_per_tenant = 0;  // 0: queue_limit / 4
     uint64_t threads_per_tenant = 0;      // 0: threads - 1 with auth on
-    uint64_t mass_tree_min_blocks = 0;
-    double mass_tree_max_read_fraction = 0;
-    uint64_t mass_tree_recent_blocks = 0;
-    uint64_t mass_tree_reuse_steps = 0;
-    double mass_tree_reuse_min_cosine = 0;
+    uint64_t mass_tree_min_blocks = 512;
+    double mass_tree_max_read_fraction = 0.1;
+    uint64_t mass_tree_recent_blocks = 32;
+    uint64_t mass_tree_reuse_steps = 8;
+    double mass_tree_reuse_min_cosine = 0.8;
   } select;
 
   uint64_t nvme_capacity_bytes() const { return nvme.file_count * nvme.file_size_bytes; }

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "daemon/options.h"
@@ -247,6 +248,20 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementErrorsNameTheKey) {
       Write("[index]\nsummary_per_layer = false\nsummary_per_layer_bounds = true\n"), {});
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(config.status().message(), HasSubstr("'index.summary_per_layer_bounds'"));
+}
+
+// Defaults by construction: every key of the embedded defaults
+// (--print-default-config) equals the initialiser of its Config field, so
+// a Config built in code behaves as the shipped daemon does.
+TEST_F(ConfigTest, StructInitialisersEqualTheEmbeddedDefaults) {
+  auto shipped = LoadConfig("", {});
+  ASSERT_OK(shipped.status());
+  const std::map<std::string, std::string> want = shipped->Flatten();
+  const std::map<std::string, std::string> got = Config().Flatten();
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [key, value] : want) {
+    EXPECT_EQ(got.at(key), value) << key << ": the Config initialiser against the embedded default";
+  }
 }
 
 // The shipped file's mass tree reuse is the library's default (what a
