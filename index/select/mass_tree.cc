@@ -237,20 +237,20 @@ class HeadDescent {
     Summaries(t_.ChunkSummary(0, slot_), C);
     w_->chunk_pot.resize(C);
     double top = -INFINITY;
-    const double log_full = std::log(static_cast<double>(P_) * T_);
     for (int64_t cc = 0; cc < C; ++cc) {
       const int64_t pages = std::min<int64_t>(P_, n_ - cc * P_);
-      const double log_n = pages == P_ ? log_full : std::log(static_cast<double>(pages) * T_);
       const double m = double{c_} * t_.ChunkMeanScale(cc, slot_) * w_->dots[cc];
       const double best =
           double{c_} * t_.ChunkBoundScale(cc, slot_) * static_cast<double>(w_->dots2[cc]);
       const double top_logit = double{c_} * t_.ChunkTopScale(cc, slot_) * w_->dots3[cc];
-      w_->chunk_lb[cc] = static_cast<float>(std::max(log_n + m, top_logit));
+      w_->chunk_lb[cc] =
+          static_cast<float>(std::max(std::log(static_cast<double>(pages) * T_) + m, top_logit));
       w_->chunk_pot[cc] = static_cast<float>(std::max(log_t_ + best, top_logit));
       top = std::max(top, double{w_->chunk_lb[cc]});
     }
-    const float ftop = static_cast<float>(top);
-    lz_floor_ = ftop + std::log(double{simd::SumExpBelow(w_->chunk_lb.data(), C, 1.0f, ftop)});
+    double z0 = 0;
+    for (int64_t cc = 0; cc < C; ++cc) z0 += std::exp(w_->chunk_lb[cc] - top);
+    lz_floor_ = top + std::log(z0);
     const double keep = log_h + lz_floor_ - o_.stop_margin_nats;
     std::vector<Unit>& cand = w_->chunk_units;
     cand.clear();
@@ -343,34 +343,22 @@ class HeadDescent {
   // the attention is counted once, exactly, not as the many it would
   // stand for.
   double LogZ() const {
-    std::vector<double>& light = w_->light;
-    double lz_main = LogSumExp(r_->lse.data(), screened_);
+    double lz_main = -INFINITY;
+    for (size_t i = 0; i < screened_; ++i) lz_main = LogAddExp(lz_main, r_->lse[i]);
     const double heavy = lz_main + log_h_ - o_.stop_margin_nats;
-    light.clear();
+    double lz_sample = -INFINITY;
+    int64_t sampled = 0;
     for (size_t i = screened_; i < r_->opened.size(); ++i) {
       if (r_->lse[i] > heavy) {
         lz_main = LogAddExp(lz_main, r_->lse[i]);
       } else {
-        light.push_back(r_->lse[i]);
+        lz_sample = LogAddExp(lz_sample, r_->lse[i]);
+        ++sampled;
       }
     }
-    const int64_t sampled = static_cast<int64_t>(light.size());
     if (sampled == 0) return lz_main;
-    const double lz_sample = LogSumExp(light.data(), light.size());
     const int64_t rest = n_ - static_cast<int64_t>(r_->opened.size()) + sampled;
     return LogAddExp(lz_main, lz_sample + std::log(static_cast<double>(rest) / sampled));
-  }
-
-  // log sum_i exp(x[i]) (-inf for none), the exponents summed in float by
-  // the vectorised exp (relative error below 2e-7 per term).
-  double LogSumExp(const double* x, size_t n) const {
-    if (n == 0) return -INFINITY;
-    const double top = *std::max_element(x, x + n);
-    if (top == -INFINITY) return top;
-    std::vector<float>& e = w_->exps;
-    e.resize(n);
-    for (size_t i = 0; i < n; ++i) e[i] = static_cast<float>(x[i] - top);
-    return top + std::log(double{simd::SumExpBelow(e.data(), n, 1.0f, 0.0f)});
   }
 
   const KeyTable& t_;
@@ -404,13 +392,7 @@ void AddShares(const SelectionCalibration& cal, int32_t head, float weight, int6
   // after it when the head copies (key_scorers.h, ObserveCopy).
   std::vector<PageShare>& shares = s->shares;
   shares.clear();
-  // Without a lead a page's share is its own: those below the gate are
-  // skipped before their exponent is taken.
-  const double floor = gate.lead == 0 && gate.min_mass > 0
-                           ? r.lz + std::log(double{gate.min_mass}) - 1e-6
-                           : -INFINITY;
   for (size_t i = 0; i < r.opened.size(); ++i) {
-    if (r.lse[i] < floor) continue;
     const double p = std::exp(r.lse[i] - r.lz);
     const int64_t b = r.opened[i];
     if (gate.lead == 0) {

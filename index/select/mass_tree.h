@@ -167,8 +167,6 @@ struct MassTreeScratch {
     std::vector<int64_t> sample_chunks;
     std::vector<int32_t> dots, dots2, dots3;
     std::vector<float> logits;
-    std::vector<float> exps;    // LogSumExp's exponents
-    std::vector<double> light;  // the sample's pages z scales up
     std::vector<float> chunk_lb;
     std::vector<float> chunk_pot;       // log T + the best page mean
     std::vector<uint32_t> open_stamp;   // == stamp: opened
