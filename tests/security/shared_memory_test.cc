@@ -1,7 +1,7 @@
 // Shared memory a tenant holds a descriptor of is client-controlled: these
 // tests play a hostile tenant with the descriptors the fd socket hands out
 // and check that the daemon neither faults on the memory (SIGBUS) nor lets
-// it grow outside the tenant's quota (docs/SECURITY.md, findings 1 and 2).
+// it grow outside the tenant's quota (docs/SECURITY.md, "Client-controlled memory").
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>

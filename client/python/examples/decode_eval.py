@@ -75,6 +75,9 @@ def parse_args(argv):
                    "(default: the calibration's retrieval_heads)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     p.add_argument("--out", help="write results.json, results.md and results.png (with matplotlib) here")
+    p.add_argument("--oracle", action="store_true",
+                   help="also run the oracle policy (kv_engine.py): the blocks holding the most of each "
+                   "step's attention, a bound on selection by attention mass")
     p.add_argument("--ci", action="store_true", help="short run with checks, for CI")
     a = p.parse_args(argv)
     if a.ci:
@@ -181,6 +184,8 @@ def evaluate_model(client, model_key, args, log):
     runs = [("full", "recency", 1.0)]
     for budget in args.budgets.split(","):
         runs.append(("window", None, budget))
+        if args.oracle:
+            runs.append(("oracle", None, budget))
         runs += [("select", s, budget) for s in args.scorers.split(",")]
     rows = []
     for policy, scorer, budget in runs:

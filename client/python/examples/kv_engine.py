@@ -20,6 +20,12 @@ Policies (what attention reads at each decode step):
   window   the last `budget` blocks (partial included) from the host copies: the
            sliding-window baseline of the same budget.
   local    every block from the host copies (what "full" falls back to).
+  oracle   the blocks that hold the most of this step's attention, from the
+           host copies: the step is first run over every block, and each
+           finished block's attention (summed over layers, averaged over
+           query heads) ranks it; the budget's best are read. Not realisable
+           (it needs the step's own queries at every layer before choosing);
+           it bounds what any selection by attention mass can reach.
 
 Budget at a step with n visible blocks (finished + partial), as in
 bench/quality: max(ceil(fraction * n), forced + 1) capped at n, with forced =
@@ -93,7 +99,7 @@ class RunResult:
 class DecodeEngine:
     def __init__(self, model, client=None, profile=None, policy="full", fraction=1.0,
                  scorer="recency", anchor="pooled", retrieval_heads=(), select_fields=None, log=print):
-        if policy not in ("full", "select", "window", "local"):
+        if policy not in ("full", "select", "window", "local", "oracle"):
             raise ValueError(f"policy: unknown {policy!r}")
         if policy in ("full", "select") and (client is None or profile is None):
             raise ValueError(f"policy {policy!r} needs a client and a registered profile")
@@ -238,10 +244,53 @@ class DecodeEngine:
                             seq_rows.append(self.host[i, blk.position].view(-1))
                     rows.append(seq_rows)
                 return rows
+        if self.policy == "oracle":
+            keep = step_budget(self.fraction, complete + 1) - 1
+            mass = self._probe_mass(complete)
+            rows = []
+            for i in range(b):
+                best = sorted(torch.topk(mass[i], keep).indices.tolist()) if keep < complete else range(complete)
+                rows.append([self.host[i, j].view(-1) for j in best])
+            return rows
         if self.policy == "window":
             keep = step_budget(self.fraction, complete + 1) - 1
             return [[self.host[i, j].view(-1) for j in range(complete - keep, complete)] for i in range(b)]
         return [[self.host[i, j].view(-1) for j in range(complete)] for i in range(b)]
+
+    def _probe_mass(self, complete):
+        """Per sequence and finished block, the attention this step puts on
+        it over every block (oracle policy): [B, complete]."""
+        engine = self
+
+        class Probe:
+            def __init__(self):
+                self.partial = engine.partial.clone()
+                self.mass = torch.zeros(len(engine.contexts), complete)
+
+            def append(self, layer, k, v):
+                j = engine.t % engine.bs
+                self.partial[:, layer, 0, :, j] = k
+                self.partial[:, layer, 1, :, j] = v
+
+            def attend(self, layer, q):
+                m, bs = engine.m, engine.bs
+                b, hq, d = q.shape
+                hkv = m.num_kv_heads
+                kb = engine.host[:, :complete, layer, 0].permute(0, 2, 1, 3, 4).reshape(b, hkv, -1, d).float()
+                vb = engine.host[:, :complete, layer, 1].permute(0, 2, 1, 3, 4).reshape(b, hkv, -1, d).float()
+                j = engine.t % bs
+                k = torch.cat([kb, self.partial[:, layer, 0, :, : j + 1]], dim=2)
+                v = torch.cat([vb, self.partial[:, layer, 1, :, : j + 1]], dim=2)
+                qg = q.view(b, hkv, m.group, d) / math.sqrt(d)
+                p = torch.softmax(qg @ k.transpose(2, 3), dim=-1)  # [B, Hkv, G, N]
+                n = complete * bs
+                self.mass += p[..., :n].reshape(b, hkv * m.group, complete, bs).sum(-1).mean(1)
+                return (p @ v).reshape(b, hq, d)
+
+        probe = Probe()
+        positions = torch.full((len(self.contexts),), self.t, dtype=torch.long)
+        self.m.decode_step(self.texts[:, self.t], positions, probe)
+        return probe.mass
 
     def _gather(self, rows):
         m, b = self.m, len(rows)
