@@ -63,6 +63,7 @@ index::SelectionCalibration FromProto(const v1::SelectionCalibration& c) {
   if (c.has_copy_min_mass()) out.copy_min_mass = c.copy_min_mass();
   if (c.has_uncopied_weight()) out.uncopied_weight = c.uncopied_weight();
   if (c.has_copy_lead()) out.copy_lead = clamp(c.copy_lead());
+  if (c.has_copy_weight()) out.copy_weight = c.copy_weight();
   return out;
 }
 

@@ -265,6 +265,7 @@ absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump, const CalibrateO
     c.copy_lead = o.copy_lead;
     c.copy_min_mass = o.copy_min_mass;
     c.uncopied_weight = o.uncopied_weight;
+    c.copy_weight = o.copy_weight;
   }
   if (o.progress) {
     o.progress(absl::StrFormat("sink: %.4f of the attention on stored blocks -> sink_blocks %d%s",
@@ -313,7 +314,10 @@ std::string CalibrationToJson(const CalibrationResult& r) {
                          c.copy_min_mass >= 0
                              ? absl::StrFormat(",\n  \"copy_min_mass\": %.9g", c.copy_min_mass)
                              : std::string(),
-                         absl::StrFormat(",\n  \"uncopied_weight\": %.9g", c.uncopied_weight))
+                         absl::StrFormat(",\n  \"uncopied_weight\": %.9g", c.uncopied_weight),
+                         c.copy_weight != 1.0f
+                             ? absl::StrFormat(",\n  \"copy_weight\": %.9g", c.copy_weight)
+                             : std::string())
           : std::string(),
       ",\n  \"prior\": ", floats(c.prior), ",\n  \"prior_all\": ", floats(c.prior_all), "\n}\n");
 }
@@ -392,7 +396,8 @@ absl::StatusOr<CalibrationResult> CalibrationFromJson(absl::string_view text) {
         std::pair{"unconfirmed_weight", &c.unconfirmed_weight},
         std::pair{"sink_mass", &c.sink_mass}, std::pair{"sink_mass_all", &c.sink_mass_all},
         std::pair{"copy_min_mass", &c.copy_min_mass},
-        std::pair{"uncopied_weight", &c.uncopied_weight}}) {
+        std::pair{"uncopied_weight", &c.uncopied_weight},
+        std::pair{"copy_weight", &c.copy_weight}}) {
     if (const JsonValue* s = v->Find(key); s != nullptr) {
       if (s->type != JsonValue::Type::kNumber) return bad(key);
       *out = static_cast<float>(s->number);

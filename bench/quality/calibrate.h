@@ -73,6 +73,7 @@ struct CalibrateOptions {
   int32_t copy_lead = 0;
   float copy_min_mass = -1.0f;
   float uncopied_weight = 0.0f;
+  float copy_weight = 1.0f;
   // Called after each greedy round with a one-line summary (may be empty).
   std::function<void(const std::string&)> progress;
 };

@@ -69,12 +69,14 @@ TEST_F(CalibrateTest, CopyFieldsAreWrittenAndReadBack) {
   o.copy_lead = 1;
   o.copy_min_mass = 0.05f;
   o.uncopied_weight = 0.0f;
+  o.copy_weight = 8.0f;
   absl::StatusOr<CalibrationResult> r = Calibrate(dump_, o);
   ASSERT_OK(r) << r.status();
   EXPECT_EQ(r->calibration.copy_run, 6);
   EXPECT_EQ(r->calibration.copy_lead, 1);
   const std::string json = CalibrationToJson(*r);
   EXPECT_NE(json.find("\"copy_run\": 6"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"copy_weight\": 8"), std::string::npos) << json;
   absl::StatusOr<CalibrationResult> back = CalibrationFromJson(json);
   ASSERT_OK(back) << back.status();
   EXPECT_EQ(back->calibration, r->calibration);

@@ -361,6 +361,7 @@ v1::SelectionCalibration CalibrationToProto(const index::SelectionCalibration& c
     if (c.copy_min_mass >= 0) p.set_copy_min_mass(c.copy_min_mass);
     p.set_uncopied_weight(c.uncopied_weight);
     p.set_copy_lead(static_cast<uint32_t>(c.copy_lead));
+    p.set_copy_weight(c.copy_weight);
   }
   return p;
 }

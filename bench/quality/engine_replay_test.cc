@@ -113,16 +113,21 @@ TEST_F(EngineReplayTest, DefaultNeverLosesToTheBetterSimplePolicyOnAnySharedDump
 // The same on the 2K copying model's dumps (../realkv-2k) at the long-context
 // budgets, every second step (Selects two steps apart: copy tracking counts
 // a key that moved two tokens), to keep the test near ten seconds, with a
-// stated slack of 0.004 of the attention: the calibration keeps this
+// stated slack of 0.006 of the attention: the calibration keeps this
 // model's sink (1.8% of its attention; mass underrates a sink,
 // docs/QUALITY.md), and at 1/32 on plain text a sliding window's extra
 // recent block holds up to 0.0033 more; once (window-01) copy tracking
-// follows a lockstep run in plain text at a cost of 0.0003.
+// follows a lockstep run in plain text, and with copy_weight 10 (a copy
+// target takes the one free slot) that costs 0.0052 of the attention at
+// 1/32. In the model's own loss the default is still ahead on that text
+// there (1.458 nats against 1.494 for the window and 1.470 for recency
+// with the sink, decode_eval on the shared dumps; docs/QUALITY.md, "A slot
+// for the copy target").
 TEST_F(EngineReplayTest, DefaultNeverLosesOnTheLongContextDumps) {
   const std::vector<std::string> dumps = SharedDumps(KVTIER_REALKV_2K_DIR);
   if (dumps.empty()) GTEST_SKIP() << "no dumps in " << KVTIER_REALKV_2K_DIR;
   CheckAgainstSimplePolicies(dumps, {1.0 / 32, 1.0 / 16, 1.0 / 8}, calibrations_,
-                             /*step_stride=*/2, /*slack=*/0.004);
+                             /*step_stride=*/2, /*slack=*/0.006);
 }
 
 // The daemon itself (started in this process on its embedded defaults, real

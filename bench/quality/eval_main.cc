@@ -95,6 +95,7 @@ struct Flags {
   int32_t calibrate_copy_min_blocks = 4;
   int32_t calibrate_copy_lead = 0;
   float calibrate_copy_min_mass = -1.0f;
+  float calibrate_copy_weight = 1.0f;
   float calibrate_uncopied_weight = 0.0f;
   double calibrate_min_sink_share = 0.01;
   double calibrate_sink_weight = 2.0;
@@ -212,6 +213,7 @@ absl::Status RunCalibrate(const Flags& f) {
   co.copy_min_blocks = f.calibrate_copy_min_blocks;
   co.copy_lead = f.calibrate_copy_lead;
   co.copy_min_mass = f.calibrate_copy_min_mass;
+  co.copy_weight = f.calibrate_copy_weight;
   co.uncopied_weight = f.calibrate_uncopied_weight;
   co.min_sink_share = f.calibrate_min_sink_share;
   co.sink_weight = f.calibrate_sink_weight;
@@ -630,6 +632,10 @@ int RunMain(int argc, char** argv) {
   app.add_option("--calibrate-uncopied-weight", f.calibrate_uncopied_weight,
                  "the calibration's uncopied_weight: the share of its terms a head that is not "
                  "copying counts")
+      ->capture_default_str();
+  app.add_option("--calibrate-copy-weight", f.calibrate_copy_weight,
+                 "the calibration's copy_weight: how many times its terms a copying head "
+                 "counts (above 1 a copy target outranks the prior's recent blocks)")
       ->capture_default_str();
   app.add_option("--calibrate-min-sink-share", f.calibrate_min_sink_share,
                  "keep the sink block always from this share of the attention on stored "

@@ -35,7 +35,8 @@ absl::Status ValidateCalibration(const SelectionCalibration& c, const BlockLayou
         c.sink_mass_all != -1.0f || c.local_blocks != -1 || c.retrieval_share != 1.0f ||
         c.successor_weight != 0.0f || c.unconfirmed_weight != 1.0f || c.confirm_steps != 1 ||
         c.copy_run != 0 || c.copy_hold != 64 || c.copy_min_blocks != 4 ||
-        c.copy_min_mass != -1.0f || c.uncopied_weight != 0.0f || c.copy_lead != 0) {
+        c.copy_min_mass != -1.0f || c.uncopied_weight != 0.0f || c.copy_lead != 0 ||
+        c.copy_weight != 1.0f) {
       return absl::InvalidArgumentError(
           "calibration.num_q_heads is 0 (uncalibrated) but other calibration "
           "fields are set");
@@ -134,6 +135,10 @@ absl::Status ValidateCalibration(const SelectionCalibration& c, const BlockLayou
   if (c.copy_min_mass != -1.0f && !(c.copy_min_mass >= 0 && c.copy_min_mass < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("calibration.copy_min_mass (", c.copy_min_mass, ") must be -1 or in [0, 1)"));
+  }
+  if (!(c.copy_weight >= 1 && c.copy_weight <= 64)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration.copy_weight (", c.copy_weight, ") must be in [1, 64]"));
   }
   for (auto [name, v] : {std::pair{"successor_weight", c.successor_weight},
                          std::pair{"unconfirmed_weight", c.unconfirmed_weight},

@@ -66,7 +66,10 @@
 //                    the head reads the token after its strongest one
 //                    then); a head that is not copying counts
 //                    uncopied_weight of its terms (0: none, so the prior,
-//                    a sink plus recency, decides). A copy head that follows
+//                    a sink plus recency, decides). A copying head counts
+//                    copy_weight times its terms (>= 1; above 1 its
+//                    target outranks the recent blocks the prior ranks
+//                    first, so a tight budget gives it a slot). A copy head that follows
 //                    a passage moves one token per step; one that matches a
 //                    short phrase in plain text does not keep it up, and
 //                    following it there makes the model copy the wrong
@@ -119,6 +122,7 @@ struct SelectionCalibration {
   float copy_min_mass = -1.0f;
   float uncopied_weight = 0.0f;
   int32_t copy_lead = 0;
+  float copy_weight = 1.0f;
 
   bool calibrated() const { return num_q_heads > 0; }
   friend bool operator==(const SelectionCalibration&, const SelectionCalibration&) = default;
@@ -134,7 +138,8 @@ struct SelectionCalibration {
 // sink_mass_all -1 or finite and >= 0, both or neither; retrieval_share in
 // (0, 1]; successor_weight and unconfirmed_weight in [0, 1]; confirm_steps
 // in [1, 4096]; copy_run, copy_min_blocks, copy_lead in [0, 4096], copy_hold in
-// [0, 1 << 20], copy_min_mass -1 or in [0, 1), uncopied_weight in [0, 1].
+// [0, 1 << 20], copy_min_mass -1 or in [0, 1), uncopied_weight in [0, 1],
+// copy_weight in [1, 64].
 // Otherwise InvalidArgument naming the
 // field ("calibration.prior[3]", ...).
 absl::Status ValidateCalibration(const SelectionCalibration& calibration,

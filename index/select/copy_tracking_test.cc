@@ -82,6 +82,17 @@ TEST(CopyTrackTest, ARunOfForwardStepsFarBackConfirmsAndHolds) {
   EXPECT_EQ(t.At(9, 900).weight, 0.0f);
 }
 
+TEST(CopyTrackTest, CopyWeightScalesOnlyACopyingHead) {
+  Track t;
+  t.c.copy_weight = 8.0f;
+  for (int64_t s = 0; s < 3; ++s) EXPECT_EQ(t.At(s, 100 + s).weight, 0.0f) << "step " << s;
+  EXPECT_EQ(t.At(3, 103).weight, 8.0f);
+  // The run breaks: still copying for copy_hold (5) steps, weighted.
+  for (int64_t s = 4; s <= 8; ++s) EXPECT_EQ(t.At(s, 7 * s % 50).weight, 8.0f) << "step " << s;
+  t.c.uncopied_weight = 0.5f;
+  EXPECT_EQ(t.At(20, 900).weight, 0.5f);  // past copy_hold: the uncopied weight, not scaled
+}
+
 TEST(CopyTrackTest, NearTargetsJumpsAndRepeatsDoNotConfirm) {
   Track near;
   // Page 61 of 64: 2 blocks back, under copy_min_blocks (4).
@@ -238,6 +249,45 @@ TEST(CopyTrackTest, TreeAndFlatPassAgreeWhileTheHeadCopies) {
   }
 }
 
+// With one free slot, the block after the sink and the local block that the
+// prior ranks first (distance 1, prior 1.5 here) outranks a copy target
+// whose term is at most 1; copy_weight 8 gives the target the slot, and
+// only once the head copies.
+TEST(CopyTrackTest, CopyWeightGivesACopyTargetTheFreeSlot) {
+  constexpr int64_t kPages = 64, kFirst = 10;
+  const CopyContext cc(kPages, kFirst, 4, 5);
+  for (float weight : {1.0f, 8.0f}) {
+    SelectionCalibration c = Calibration();
+    c.copy_lead = 1;
+    c.prior[1] = 1.5f;
+    c.copy_weight = weight;
+    auto ctx = cc.NewIndex(c);
+    SelectorOptions o;
+    o.sink_blocks = 1;
+    o.local_blocks = 1;
+    auto sel = *Selector::Create(o);
+    for (int64_t s = 0; s < 8; ++s) {
+      const int64_t token = kFirst * kT + 3 + s;
+      const std::vector<float> q = cc.QueryFor(token);
+      SelectRequest r;
+      r.context = ctx.get();
+      r.scorer = ScorerKind::kMass;
+      r.stability = false;
+      r.budget_blocks = 3;
+      r.step = s;
+      r.head_queries = q;
+      SelectResult out;
+      ASSERT_OK(sel->Select(r, &out));
+      const int64_t next_page = (token + 1) / kT;
+      const bool target = std::count(out.blocks.begin(), out.blocks.end(), next_page) > 0;
+      const bool recent = std::count(out.blocks.begin(), out.blocks.end(), kPages - 2) > 0;
+      const bool wins = weight > 1.0f && s >= c.copy_run;
+      EXPECT_EQ(target, wins) << "weight " << weight << " step " << s;
+      EXPECT_EQ(recent, !wins) << "weight " << weight << " step " << s;
+    }
+  }
+}
+
 TEST(CopyTrackTest, ValidationNamesTheCopyFields) {
   BlockLayout layout;
   layout.num_layers = kLayers;
@@ -258,10 +308,18 @@ TEST(CopyTrackTest, ValidationNamesTheCopyFields) {
   check([](SelectionCalibration& c) { c.copy_lead = -1; }, "calibration.copy_lead");
   check([](SelectionCalibration& c) { c.copy_min_mass = 1.0f; }, "calibration.copy_min_mass");
   check([](SelectionCalibration& c) { c.uncopied_weight = 1.5f; }, "calibration.uncopied_weight");
+  check([](SelectionCalibration& c) { c.copy_weight = 0.5f; }, "calibration.copy_weight");
+  check([](SelectionCalibration& c) { c.copy_weight = 65.0f; }, "calibration.copy_weight");
+  check([](SelectionCalibration& c) { c.copy_weight = NAN; }, "calibration.copy_weight");
   // An uncalibrated value with copy fields set is refused.
   SelectionCalibration none;
   none.copy_run = 4;
   EXPECT_THAT(ValidateCalibration(none, layout),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("calibration.num_q_heads is 0")));
+  SelectionCalibration weighted;
+  weighted.copy_weight = 2.0f;
+  EXPECT_THAT(ValidateCalibration(weighted, layout),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        ::testing::HasSubstr("calibration.num_q_heads is 0")));
 }

@@ -131,7 +131,7 @@ HeadGate ObserveCopy(const SelectionCalibration& c, MassMemory* memory, int32_t 
   }
   const bool copying = now.confirmed >= 0 && step - now.confirmed <= c.copy_hold;
   if (copying) {
-    return {c.copy_min_mass >= 0 ? c.copy_min_mass : c.head_min_mass, 1.0f, c.copy_lead};
+    return {c.copy_min_mass >= 0 ? c.copy_min_mass : c.head_min_mass, c.copy_weight, c.copy_lead};
   }
   return {c.head_min_mass, c.uncopied_weight, 0};
 }

@@ -112,14 +112,14 @@ struct MassMemory {
 // How retrieval head `head`'s terms count at this step.
 struct HeadGate {
   float min_mass = 0.0f;  // a term counts from this share up
-  float weight = 1.0f;    // and counts this share of itself
+  float weight = 1.0f;    // and counts this multiple of itself
   int32_t lead = 0;       // tokens its attention is moved forward (copy_lead)
 };
 
 // Observes head's strongest key `token` (page * key_tokens + offset; -1
 // when none) at memory->step over n pages, updates memory->tracks[head]
 // from memory->tracks_before[head], and returns the head's gate: copying
-// (copy_min_mass, 1, copy_lead), not copying (head_min_mass,
+// (copy_min_mass, copy_weight, copy_lead), not copying (head_min_mass,
 // uncopied_weight, 0). With copy_run 0 or no memory: (head_min_mass, 1, 0).
 HeadGate ObserveCopy(const SelectionCalibration& calibration, MassMemory* memory, int32_t head,
                      int64_t token, int64_t n, int32_t key_tokens);
