@@ -27,6 +27,8 @@ PACKAGES=(
   clang-format clang-tidy mypy
   # python client
   python3 python3-grpcio python3-protobuf python3-numpy python3-torch
+  # `pip install client/python` into a venv, offline (ctest python.install)
+  python3-venv python3-pip python3-setuptools python3-wheel
   # an optimised BLAS for torch and numpy (the reference BLAS is ~10x slower)
   libopenblas0-pthread
 )

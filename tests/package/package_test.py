@@ -62,6 +62,8 @@ EXPECTED = {
         "usr/lib/python3/dist-packages/kvtier/__init__.py",
         "usr/lib/python3/dist-packages/kvtier/py.typed",
         "usr/lib/python3/dist-packages/kvtier/v1/kvtier_pb2_grpc.py",
+        "usr/lib/python3/dist-packages/kvtier/v1/kvtier_pb2.pyi",
+        "usr/lib/python3/dist-packages/kvtier/enums.py",
         "usr/lib/python3/dist-packages/kvtier/_health/health_pb2.py",
         "usr/share/doc/python3-kvtier/copyright",
     ],

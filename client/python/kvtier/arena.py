@@ -40,7 +40,10 @@ from kvtier.errors import KvTierError, invalid_argument
 from kvtier.fd_passing import fetch_shared_fd
 
 if TYPE_CHECKING:
-    from kvtier.profile import Profile
+    import torch
+
+    from kvtier.profile import BlockArray, Payload, Profile
+    from kvtier.v1 import kvtier_pb2, types_pb2
 
 
 _STAGING_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
@@ -99,7 +102,7 @@ def _map_from_socket(fd_socket_path: str, kind: str, token: str | None, size_byt
     return _map_fd(fd, announced, writable, what, name), name
 
 
-def _torch_from_numpy(arr: npt.NDArray[Any]) -> Any:
+def _torch_from_numpy(arr: npt.NDArray[Any]) -> torch.Tensor:
     import torch
 
     with warnings.catch_warnings():
@@ -116,7 +119,7 @@ class ShmArena:
 
     kind = "shm"
 
-    def __init__(self, info: Any, token: str | None = None) -> None:
+    def __init__(self, info: kvtier_pb2.OpenArenaResponse, token: str | None = None) -> None:
         self.arena_id = int(info.arena_id)
         self.size_bytes = int(info.size_bytes)
         if info.shm_path:
@@ -130,9 +133,9 @@ class ShmArena:
                               "OpenArena: the daemon named neither shm_path nor fd_socket_path")
         self._bytes = np.frombuffer(self._mm, dtype=np.uint8)
         self._flat: dict[np.dtype[Any], npt.NDArray[Any]] = {}   # numpy dtype -> the whole arena as that type
-        self._torch: dict[str, Any] = {}
+        self._torch: dict[str, torch.Tensor] = {}
 
-    def _range(self, handle: Any, argument: str) -> tuple[int, int]:
+    def _range(self, handle: types_pb2.BlockHandle, argument: str) -> tuple[int, int]:
         if int(handle.arena_id) != self.arena_id:
             raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION,
                               f"{argument}: arena_id {handle.arena_id} is not the mapped arena "
@@ -143,12 +146,12 @@ class ShmArena:
                                    f"the {self.size_bytes}-byte arena")
         return offset, size
 
-    def bytes_view(self, handle: Any, argument: str = "handle") -> npt.NDArray[np.uint8]:
+    def bytes_view(self, handle: types_pb2.BlockHandle, argument: str = "handle") -> npt.NDArray[np.uint8]:
         """Read-only uint8 array over the handle's bytes."""
         offset, size = self._range(handle, argument)
         return self._bytes[offset : offset + size]
 
-    def view(self, handle: Any, profile: Profile, argument: str = "handle") -> npt.NDArray[Any]:
+    def view(self, handle: types_pb2.BlockHandle, profile: Profile, argument: str = "handle") -> BlockArray:
         """Read-only numpy array [layers, 2, kv_heads, tokens, head_dim] of the
         profile's dtype (bf16 as uint16 bit patterns) over the block's bytes."""
         offset, size = handle.offset_bytes, handle.size_bytes
@@ -165,7 +168,7 @@ class ShmArena:
         start = offset // itemsize
         return flat[start : start + profile.block_elements].reshape(profile.block_shape)
 
-    def torch_view(self, handle: Any, profile: Profile, argument: str = "handle") -> Any:
+    def torch_view(self, handle: types_pb2.BlockHandle, profile: Profile, argument: str = "handle") -> torch.Tensor:
         """torch tensor [layers, 2, kv_heads, tokens, head_dim] over the block's
         bytes (CPU, zero-copy, must not be written)."""
         arr = self.view(handle, profile, argument)
@@ -176,7 +179,7 @@ class ShmArena:
             tensor = tensor.view(torch.bfloat16)
         return tensor
 
-    def torch_elements(self, profile: Profile) -> Any:
+    def torch_elements(self, profile: Profile) -> torch.Tensor:
         """The whole arena as one flat torch tensor of the profile's element
         type (zero-copy), for engines that gather many blocks in one indexing
         operation: block h starts at element h.offset_bytes // itemsize."""
@@ -192,7 +195,7 @@ class ShmArena:
             self._torch[key] = tensor
         return self._torch[key]
 
-    def element_offset(self, handle: Any, profile: Profile, argument: str = "handle") -> int:
+    def element_offset(self, handle: types_pb2.BlockHandle, profile: Profile, argument: str = "handle") -> int:
         """Checked start element of a block inside torch_elements(profile)."""
         offset, size = self._range(handle, argument)
         if size != profile.block_size_bytes or offset % profile.itemsize:
@@ -232,7 +235,7 @@ class StagingFile:
         self._bytes: npt.NDArray[np.uint8] | None = np.frombuffer(mm, dtype=np.uint8)
 
     @classmethod
-    def open(cls, reserved: Any, token: str | None = None) -> StagingFile:
+    def open(cls, reserved: kvtier_pb2.ReserveSlotsResponse, token: str | None = None) -> StagingFile:
         """The staging file a ReserveSlotsResponse names (fd_socket_path of
         staging_size_bytes; a staging_path from an older daemon is tried and
         refused unless sealed)."""
@@ -260,8 +263,7 @@ class StagingFile:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def write(self, slot: Any, payload: bytes | bytearray | memoryview | npt.NDArray[Any],
-              argument: str = "slot") -> None:
+    def write(self, slot: types_pb2.SlotRef, payload: Payload, argument: str = "slot") -> None:
         """Copies a checked payload (see profile.block_payload) into the slot."""
         if self._bytes is None:
             raise KvTierError(grpc.StatusCode.FAILED_PRECONDITION, f"staging file {self.path}: closed")

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -97,7 +97,7 @@ class KvTierConnector:
         self._pending = KvTierConnectorMetadata()
         self._meta: KvTierConnectorMetadata | None = None
         # block id -> (request_id, payload tensor, set of layers copied)
-        self._save_buffers: dict[bytes, tuple[str, Any, set[int]]] = {}
+        self._save_buffers: dict[bytes, tuple[str, torch.Tensor, set[int]]] = {}
         self._done_sending: set[str] = set()
         self._done_recving: set[str] = set()
 
@@ -150,7 +150,7 @@ class KvTierConnector:
     def clear_connector_metadata(self) -> None:
         self._meta = None
 
-    def start_load_kv(self, kv_caches: Mapping[str, Any], **kwargs: Any) -> None:
+    def start_load_kv(self, kv_caches: Mapping[str, torch.Tensor], **kwargs: object) -> None:
         if self._meta is None or not self._meta.loads:
             return
         arena = self.client.arena()
@@ -172,7 +172,8 @@ class KvTierConnector:
     def wait_for_layer_load(self, layer_name: str) -> None:
         return None
 
-    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: object = None, **kwargs: Any) -> None:
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: object = None,
+                      **kwargs: object) -> None:
         if self._meta is None:
             return
         layer = self.layer_index.get(layer_name)

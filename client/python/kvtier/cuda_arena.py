@@ -19,14 +19,17 @@ import ctypes
 import ctypes.util
 import glob
 import os
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import grpc
 
 from kvtier.errors import KvTierError, invalid_argument
 
 if TYPE_CHECKING:
+    import torch
+
     from kvtier.profile import Profile
+    from kvtier.v1 import kvtier_pb2, types_pb2
 
 _IPC_HANDLE_BYTES = 64
 _UUID_BYTES = 16
@@ -84,7 +87,7 @@ class CudaArena:
 
     kind = "cuda"
 
-    def __init__(self, info: Any) -> None:
+    def __init__(self, info: kvtier_pb2.OpenArenaResponse) -> None:
         import torch
 
         if not torch.cuda.is_available():
@@ -115,7 +118,7 @@ class CudaArena:
             raise _precondition(f"cudaIpcOpenMemHandle failed with cudaError {err}")
         self._base: int | None = ptr.value
 
-    def _range(self, handle: Any, argument: str) -> tuple[int, int, int]:
+    def _range(self, handle: types_pb2.BlockHandle, argument: str) -> tuple[int, int, int]:
         """(offset, size, arena base address) of a checked handle; the base is
         read once, so a close() from another thread cannot make it None here."""
         if int(handle.arena_id) != self.arena_id:
@@ -129,7 +132,7 @@ class CudaArena:
                                    f"the {self.size_bytes}-byte arena")
         return offset, size, base
 
-    def torch_view(self, handle: Any, profile: Profile, argument: str = "handle") -> Any:
+    def torch_view(self, handle: types_pb2.BlockHandle, profile: Profile, argument: str = "handle") -> torch.Tensor:
         """CUDA tensor [layers, 2, kv_heads, tokens, head_dim] over the block."""
         import torch
 
@@ -146,7 +149,7 @@ class CudaArena:
         tensor = torch.as_tensor(_View(), device=self.device)
         return tensor.view(torch.bfloat16) if profile.dtype == "bf16" else tensor
 
-    def view(self, handle: Any, profile: Profile, argument: str = "handle") -> NoReturn:
+    def view(self, handle: types_pb2.BlockHandle, profile: Profile, argument: str = "handle") -> NoReturn:
         raise _precondition("numpy cannot view device memory; use torch_view")
 
     def close(self) -> None:

@@ -8,9 +8,12 @@ ItemStatus), a broken connection, and input the client refuses before sending
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import grpc
+
+if TYPE_CHECKING:
+    from kvtier.v1 import types_pb2
 
 _CODES_BY_VALUE = {code.value[0]: code for code in grpc.StatusCode}
 
@@ -55,6 +58,6 @@ def from_rpc_error(error: grpc.RpcError, what: str, target: str) -> KvTierError:
     return KvTierError(code, details)
 
 
-def from_item_status(status: Any, argument: str, index: int) -> KvTierError:
+def from_item_status(status: types_pb2.ItemStatus, argument: str, index: int) -> KvTierError:
     """A per-item ItemStatus that is not OK -> KvTierError naming the item."""
     return KvTierError(code_from_value(status.code), f"{argument}: {status.message}", index)

@@ -29,8 +29,6 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from typing import Any
-
 import grpc
 
 from kvtier.client import Client
@@ -139,11 +137,14 @@ class LocalDaemon:
         if status != "SERVING":
             raise KvTierError(grpc.StatusCode.UNAVAILABLE, f"kvtierd health is {status} after READY=1")
 
-    def client(self, **options: Any) -> Client:
-        """A Client of this daemon; token defaults to the daemon's (when given)."""
-        if self.token is not None:
-            options.setdefault("token", self.token)
-        return Client(self.socket_path, **options)
+    def client(self, call_timeout_s: float = 10.0, max_message_bytes: int = 64 << 20,
+               token: str | None = None) -> Client:
+        """A Client of this daemon (arguments as kvtier.Client's); token None
+        takes the daemon's token when it has one."""
+        if token is None:
+            token = self.token
+        return Client(self.socket_path, call_timeout_s=call_timeout_s, max_message_bytes=max_message_bytes,
+                      token=token)
 
     def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM and wait; returns the exit code."""

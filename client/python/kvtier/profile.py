@@ -15,27 +15,45 @@ argument, before any request is sent.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 import numpy as np
 import numpy.typing as npt
 
+from kvtier.enums import DType, to_proto
 from kvtier.errors import invalid_argument
 from kvtier.v1 import types_pb2
 
+if TYPE_CHECKING:
+    import torch
+    from google.protobuf.message import Message
+
+#: Element type of block arrays: float16, bfloat16 as uint16 bit patterns, float32.
+BlockScalar: TypeAlias = Union[np.float16, np.uint16, np.float32]
+#: A numpy array of a profile's blocks (the dtype is the profile's numpy_dtype).
+BlockArray: TypeAlias = npt.NDArray[BlockScalar]
+#: A vector of floats: a list, a floating-point numpy array or a torch tensor.
+FloatVector: TypeAlias = Union[Sequence[float], npt.NDArray[Union[np.float16, np.float32, np.float64]],
+                               "torch.Tensor"]
+#: One block's payload: bytes-like of block_size_bytes, or an array / tensor
+#: of the profile's dtype, flat or shaped block_shape.
+BlockData: TypeAlias = Union[bytes, bytearray, memoryview, npt.NDArray[np.generic], "torch.Tensor"]
+#: A checked payload (block_payload's result), ready to be written.
+Payload: TypeAlias = Union[bytes, bytearray, memoryview, npt.NDArray[np.uint8]]
+
 # dtype name -> (proto enum, numpy dtype of the payload, torch dtype name)
 # bf16 has no numpy dtype: its numpy views are uint16 bit patterns.
-DTYPES: dict[str, tuple[Any, np.dtype[Any], str]] = {
-    "fp16": (types_pb2.DTYPE_FP16, np.dtype(np.float16), "float16"),
-    "bf16": (types_pb2.DTYPE_BF16, np.dtype(np.uint16), "bfloat16"),
-    "fp32": (types_pb2.DTYPE_FP32, np.dtype(np.float32), "float32"),
+DTYPES: dict[str, tuple[DType, np.dtype[BlockScalar], str]] = {
+    "fp16": (DType.FP16, np.dtype(np.float16), "float16"),
+    "bf16": (DType.BF16, np.dtype(np.uint16), "bfloat16"),
+    "fp32": (DType.FP32, np.dtype(np.float32), "float32"),
 }
-_NAME_BY_ENUM = {enum: name for name, (enum, _, _) in DTYPES.items()}
+_NAME_BY_ENUM: dict[int, str] = {enum: name for name, (enum, _, _) in DTYPES.items()}
 
 
 def dtype_name(dtype: object) -> str:
-    """'fp16' | 'bf16' | 'fp32' from a name, a proto enum value, a numpy or torch dtype."""
+    """'fp16' | 'bf16' | 'fp32' from a name, a DType (or its number), a numpy or torch dtype."""
     if isinstance(dtype, str):
         name = dtype.lower().removeprefix("dtype_")
         aliases = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32"}
@@ -73,7 +91,7 @@ class Profile:
         @property
         def block_shape(self) -> tuple[int, int, int, int, int]: ...
         @property
-        def numpy_dtype(self) -> np.dtype[Any]: ...
+        def numpy_dtype(self) -> np.dtype[BlockScalar]: ...
         @property
         def itemsize(self) -> int: ...
         @property
@@ -96,29 +114,30 @@ class Profile:
         object.__setattr__(self, "block_elements", int(np.prod(shape)))
         object.__setattr__(self, "block_size_bytes", int(np.prod(shape)) * numpy_dtype.itemsize)
 
-    def to_proto(self, **extra_fields: Any) -> Any:
+    def to_proto(self, **extra_fields: object) -> types_pb2.ModelProfile:
         """ModelProfile message; extra_fields are further ModelProfile fields by name."""
         msg = types_pb2.ModelProfile(
             name=self.name, revision=self.revision, num_layers=self.num_layers,
             num_kv_heads=self.num_kv_heads, head_dim=self.head_dim,
-            block_size_tokens=self.block_size_tokens, dtype=DTYPES[self.dtype][0])
+            block_size_tokens=self.block_size_tokens, dtype=to_proto(DTYPES[self.dtype][0], types_pb2.DType))
         set_fields(msg, extra_fields, "profile")
         return msg
 
     @classmethod
-    def from_proto(cls, msg: Any, profile_id: int = 0) -> Profile:
+    def from_proto(cls, msg: types_pb2.ModelProfile, profile_id: int = 0) -> Profile:
         return cls(name=msg.name, revision=msg.revision, num_layers=msg.num_layers,
                    num_kv_heads=msg.num_kv_heads, head_dim=msg.head_dim,
                    block_size_tokens=msg.block_size_tokens, dtype=dtype_name(int(msg.dtype)),
                    profile_id=profile_id)
 
 
-def set_fields(msg: Any, fields: Mapping[str, Any], argument: str) -> None:
+def set_fields(msg: Message, fields: Mapping[str, object], argument: str) -> None:
     """Sets message fields by name from plain Python values (numbers, strings,
     sequences or arrays for repeated fields, dicts for messages). Unknown names
     and wrong types are refused naming `argument.field`."""
     descriptor = msg.DESCRIPTOR
-    for name, value in fields.items():
+    for name, given in fields.items():
+        value: Any = given  # checked by protobuf as it is set
         field = descriptor.fields_by_name.get(name)
         where = f"{argument}.{name}"
         if field is None:
@@ -148,9 +167,11 @@ def set_fields(msg: Any, fields: Mapping[str, Any], argument: str) -> None:
             raise invalid_argument(where, str(e)) from e
 
 
-def float_vector(value: Any, argument: str) -> npt.NDArray[np.float32]:
-    """A 1-D float32 numpy array from a list, numpy array or CPU/GPU torch tensor;
-    refuses non-float dtypes, other ranks, NaN and Inf, naming `argument`."""
+def float_vector(given: FloatVector | object, argument: str) -> npt.NDArray[np.float32]:
+    """A 1-D float32 numpy array from a FloatVector (list, numpy array or
+    CPU/GPU torch tensor); refuses anything else, non-float dtypes, other
+    ranks, NaN and Inf, naming `argument`."""
+    value: Any = given
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor
         if not value.is_floating_point():
             raise invalid_argument(argument, f"dtype {value.dtype}, expected a floating-point tensor")
@@ -168,14 +189,14 @@ def float_vector(value: Any, argument: str) -> npt.NDArray[np.float32]:
     return arr
 
 
-def block_payload(data: Any, profile: Profile,
-                  argument: str) -> bytes | bytearray | memoryview | npt.NDArray[np.uint8]:
+def block_payload(given: BlockData, profile: Profile, argument: str) -> Payload:
     """The bytes-like payload of one block after checking it against the profile.
 
     data: bytes / bytearray / memoryview of block_size_bytes, or a numpy array or
     torch tensor of the profile's dtype, flat or shaped block_shape.
     Returns a contiguous object supporting the buffer protocol.
     """
+    data: Any = given
     want = profile.block_size_bytes
     if isinstance(data, (bytes, bytearray, memoryview)):
         size = memoryview(data).nbytes
@@ -192,7 +213,7 @@ def block_payload(data: Any, profile: Profile,
         if profile.dtype == "bf16":
             import torch  # only reached with a torch tensor in hand
             tensor = tensor.view(torch.int16)
-        arr = tensor.numpy()
+        arr: npt.NDArray[np.generic] = tensor.numpy()
         shape = tuple(tensor.shape)
     elif isinstance(data, np.ndarray):
         if data.dtype != profile.numpy_dtype:

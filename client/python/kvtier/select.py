@@ -2,20 +2,23 @@
 
     with client.select_session() as session:
         pending = session.send([
-            {"context_id": c1, "anchor": a1, "max_blocks": 8},
-            {"context_id": c2, "anchor": a2, "max_blocks": 8, "scorer": "key_key"},
+            SelectEntry(c1, max_blocks=8, anchor=a1),
+            SelectEntry(c2, max_blocks=8, anchor=a2, scorer=Scorer.KEY_KEY),
         ])                        # returns at once (one step ahead)
         ...                       # compute the current step meanwhile
         for sel in pending.result():   # in the order sent
             sel.raise_for_status()
             for block in sel.blocks: arena.view(block.handle, profile)
 
-Each entry of send() is one ContextSelect given by field name; numpy arrays,
-torch tensors and lists fill repeated float fields (anchor, query, and any
-float field a newer proto adds, e.g. head_queries); scorer accepts a Scorer
-value or its name ("recency", "key_key", "SCORER_KEY_KEY"); budget is
-max_blocks or max_tokens. Entries are checked before sending; a bad one raises
-KvTierError naming contexts[i].<field> and nothing is sent.
+Each entry of send() is one ContextSelect: a SelectEntry (typed fields, one
+per ContextSelect field), or a dict of ContextSelect fields by name
+({"context_id": c1, "anchor": a1, "max_blocks": 8, "scorer": "key_key"}),
+which also reaches fields a newer proto adds before SelectEntry has them.
+numpy arrays, torch tensors and lists fill repeated float fields (anchor,
+query, head_queries); scorer is a Scorer (kvtier.enums), or, deprecated, its
+name ("recency", "key_key", "SCORER_KEY_KEY") or number; the budget is
+max_blocks or max_tokens. Entries are checked before sending; a bad one
+raises KvTierError naming contexts[i].<field> and nothing is sent.
 
 Responses arrive in order on a reader thread. If the daemon goes away, every
 pending and later result raises KvTierError(UNAVAILABLE) saying so; the
@@ -29,35 +32,75 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import itertools
 import queue
 import threading
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeAlias, Union
 
 import grpc
 
+from kvtier.enums import Residency, Scorer, coerce, to_proto
 from kvtier.errors import KvTierError, from_item_status, from_rpc_error, invalid_argument
-from kvtier.profile import float_vector, set_fields
+from kvtier.profile import FloatVector, float_vector, set_fields
 from kvtier.v1 import kvtier_pb2
+
+if TYPE_CHECKING:
+    from kvtier.v1 import kvtier_pb2_grpc
 
 _CLOSE = object()
 
 
-def scorer_value(scorer: int | str, argument: str = "scorer") -> int:
-    """Scorer enum value from an int or a name (case and underscores ignored)."""
-    names = kvtier_pb2.Scorer.keys()
-    if isinstance(scorer, int) and not isinstance(scorer, bool):
-        if scorer in kvtier_pb2.Scorer.values():
-            return scorer
-        raise invalid_argument(argument, f"unknown scorer value {scorer}")
-    if isinstance(scorer, str):
-        key = scorer.upper().removeprefix("SCORER_").replace("_", "").replace("-", "")
-        for name in names:
-            if name.removeprefix("SCORER_").replace("_", "") == key:
-                return kvtier_pb2.Scorer.Value(name)
-    known = ", ".join(n.removeprefix("SCORER_").lower() for n in names)
-    raise invalid_argument(argument, f"unknown scorer {scorer!r} (known: {known})")
+def scorer_value(scorer: Scorer | int | str, argument: str = "scorer") -> Scorer:
+    """The Scorer of a member, its number, or (deprecated) its name (case,
+    '_' and '-' ignored, "SCORER_" optional). INVALID_ARGUMENT naming
+    `argument` otherwise."""
+    return coerce(Scorer, scorer, argument)
+
+
+@dataclasses.dataclass
+class SelectEntry:
+    """One context of a Select request (the ContextSelect message, typed).
+
+        SelectEntry(ctx, max_blocks=8, scorer=Scorer.KEY_KEY, anchor=anchor)
+
+    context_id: an open context. Budget: max_blocks or max_tokens (one of
+    them; neither: the daemon refuses). scorer: a Scorer; None = the
+    daemon's default (select.default_scorer).
+    anchor, query, head_queries: float vectors (list, numpy array, torch
+    tensor); anchor is head_dim (pooled) or num_layers * head_dim (per
+    layer) floats. recency_weight, centered: None = the daemon's setting.
+    step, wait_ms: as in proto/kvtier/v1/kvtier.proto. Every field but
+    context_id is keyword-only.
+    """
+
+    context_id: int
+    _: dataclasses.KW_ONLY
+    max_blocks: int | None = None
+    max_tokens: int | None = None
+    scorer: Scorer | None = None
+    anchor: FloatVector | None = None
+    query: FloatVector | None = None
+    head_queries: FloatVector | None = None
+    step: int = 0
+    wait_ms: int = 0
+    recency_weight: float | None = None
+    centered: bool | None = None
+
+    def _fields(self) -> dict[str, object]:
+        """The ContextSelect fields this entry sets, by name (None: unset)."""
+        out: dict[str, object] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                out[field.name] = value
+        return out
+
+
+#: An entry of SelectSession.send(): a SelectEntry, or a mapping of
+#: ContextSelect fields by name.
+SelectEntryLike: TypeAlias = Union[SelectEntry, Mapping[str, object]]
 
 
 class Selection:
@@ -67,9 +110,9 @@ class Selection:
 
     __slots__ = ("context_id", "error", "blocks")
 
-    def __init__(self, msg: Any, index: int) -> None:
-        self.context_id = msg.context_id
-        self.blocks = msg.blocks
+    def __init__(self, msg: kvtier_pb2.ContextSelection, index: int) -> None:
+        self.context_id: int = msg.context_id
+        self.blocks: Sequence[kvtier_pb2.SelectedBlock] = msg.blocks
         self.error: KvTierError | None = None
         if msg.status.code != 0:
             self.error = from_item_status(msg.status, f"contexts[{index}]", index)
@@ -82,30 +125,39 @@ class Selection:
         if self.error is not None:
             raise self.error
 
-    def resident(self) -> list[Any]:
-        """Blocks whose handle is valid now."""
-        return [b for b in self.blocks if b.residency == kvtier_pb2.RESIDENCY_RESIDENT]
+    def resident(self) -> list[kvtier_pb2.SelectedBlock]:
+        """Blocks whose handle is valid now (residency Residency.RESIDENT)."""
+        return [b for b in self.blocks if Residency(b.residency) is Residency.RESIDENT]
 
 
-def build_entry(entry: dict[str, Any], index: int,
-                context_shapes: Mapping[int, tuple[int, int, int]]) -> Any:
-    """ContextSelect from a dict of fields; checks the anchor length against the
-    context's profile when this client opened the context."""
+def build_entry(entry: SelectEntryLike, index: int,
+                context_shapes: Mapping[int, tuple[int, int, int]]) -> kvtier_pb2.ContextSelect:
+    """ContextSelect from a SelectEntry or a mapping of fields; checks the
+    anchor length against the context's profile when this client opened the
+    context."""
     where = f"contexts[{index}]"
-    if not isinstance(entry, dict):
-        raise invalid_argument(where, f"expected a dict of ContextSelect fields, got {type(entry).__name__}")
-    if "context_id" not in entry:
+    if isinstance(entry, SelectEntry):
+        fields = entry._fields()
+    elif isinstance(entry, Mapping):
+        fields = dict(entry)
+    else:
+        raise invalid_argument(where, f"expected a kvtier.SelectEntry or a dict of ContextSelect fields, "
+                               f"got {type(entry).__name__}")
+    if "context_id" not in fields:
         raise invalid_argument(f"{where}.context_id", "missing")
-    if "max_blocks" in entry and "max_tokens" in entry:
+    if "max_blocks" in fields and "max_tokens" in fields:
         raise invalid_argument(where, "give one budget: max_blocks or max_tokens")
-    fields = dict(entry)
     msg = kvtier_pb2.ContextSelect()
     if "scorer" in fields:
-        msg.scorer = scorer_value(fields.pop("scorer"), f"{where}.scorer")
+        scorer = fields.pop("scorer")
+        if not isinstance(scorer, (int, str)):
+            raise invalid_argument(f"{where}.scorer", f"expected a kvtier.Scorer, got {type(scorer).__name__}")
+        msg.scorer = to_proto(scorer_value(scorer, f"{where}.scorer"), kvtier_pb2.Scorer)
     anchor = fields.pop("anchor", None)
     if anchor is not None:
         vec = float_vector(anchor, f"{where}.anchor")
-        shape = context_shapes.get(int(fields["context_id"]))
+        context_id = fields["context_id"]
+        shape = context_shapes.get(context_id) if isinstance(context_id, int) else None
         if shape is not None:
             layers, _heads, dim = shape
             # The daemon's layouts (docs/API.md): pooled, or one row per layer.
@@ -143,10 +195,11 @@ class SelectFuture:
 class SelectSession:
     """A Select stream. Create with Client.select_session()."""
 
-    def __init__(self, stub: Any, target: str, context_shapes: Mapping[int, tuple[int, int, int]]) -> None:
+    def __init__(self, stub: kvtier_pb2_grpc.KvTierStub, target: str,
+                 context_shapes: Mapping[int, tuple[int, int, int]]) -> None:
         self._target = target
         self._context_shapes = context_shapes
-        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._requests: queue.SimpleQueue[kvtier_pb2.SelectRequest | object] = queue.SimpleQueue()
         self._pending: collections.deque[SelectFuture] = collections.deque()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -155,8 +208,9 @@ class SelectSession:
         self._reader = threading.Thread(target=self._read, name="kvtier-select", daemon=True)
         self._reader.start()
 
-    def send(self, entries: Iterable[dict[str, Any]]) -> SelectFuture:
-        """Queues one SelectRequest holding every entry; returns a SelectFuture."""
+    def send(self, entries: Iterable[SelectEntryLike]) -> SelectFuture:
+        """Queues one SelectRequest holding every entry (SelectEntry, or a
+        dict of ContextSelect fields); returns a SelectFuture."""
         entry_list = list(entries)
         if not entry_list:
             raise invalid_argument("contexts", "empty: give at least one context")
@@ -169,11 +223,12 @@ class SelectSession:
             self._requests.put(kvtier_pb2.SelectRequest(request_id=future.request_id, contexts=msgs))
         return future
 
-    def select(self, entries: Iterable[dict[str, Any]], timeout_s: float | None = None) -> list[Selection]:
+    def select(self, entries: Iterable[SelectEntryLike], timeout_s: float | None = None) -> list[Selection]:
         """send() and wait for its answer."""
         return self.send(entries).result(timeout_s)
 
     def _read(self) -> None:
+        response: kvtier_pb2.SelectResponse
         try:
             for response in self._call:
                 with self._lock:

@@ -12,7 +12,12 @@ checks both against the generated classes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from kvtier.profile import Payload
 
 # PutBlocksRequest: profile_id = 1, blocks = 2, durable = 3, retain = 4.
 # BlockPut: block_id = 1, data = 2, xxh3 = 4.
@@ -36,7 +41,7 @@ def _key(field: int, wire_type: int) -> bytes:
 
 
 def put_blocks_message(profile_id: int, durable: bool, retain: bool,
-                       blocks: Iterable[tuple[bytes, Any, int]]) -> bytes:
+                       blocks: Iterable[tuple[bytes, Payload, int]]) -> bytes:
     """bytes of a PutBlocksRequest; blocks: (block_id bytes, payload buffer, xxh3 int) triples.
 
     A payload is any object with the buffer protocol (bytes, a contiguous
@@ -50,7 +55,8 @@ def put_blocks_message(profile_id: int, durable: bool, retain: bool,
     if retain:
         parts += [_key(4, _VARINT), b"\x01"]
     for block_id, payload, xxh3 in blocks:
-        data = memoryview(payload)
+        # An array's .data is its buffer (typeshed does not know arrays have one).
+        data = payload.data if isinstance(payload, np.ndarray) else memoryview(payload)
         data = data.cast("B") if data.c_contiguous else memoryview(data.tobytes())
         inner: list[bytes] = [_key(1, _LENGTH), varint(len(block_id)), bytes(block_id)]
         if xxh3:

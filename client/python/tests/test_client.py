@@ -252,6 +252,60 @@ class AdminTest(DaemonTestCase):
         self.assertEqual(len(self.client.list_contexts().contexts), 0)
 
 
+class EnumArgumentTest(DaemonTestCase):
+    """kvtier.enums members as arguments; the deprecated strings do the same."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.profile = cls.client.register_profile(small_profile("enums"))
+        cls.pid = cls.profile.profile_id
+
+    def test_tiers_and_return_modes(self):
+        ids = kvtier.chain_hash_sequence(self.pid, list(range(48)), 16, ["enums"])
+        self.client.put_blocks(self.pid, [(i, random_block(self.profile, n)) for n, i in enumerate(ids)],
+                               durable=True)
+        for member, name in ((kvtier.Tier.HOST, "host"), (kvtier.Tier.NVME, "nvme"), (None, None)):
+            typed = self.client.list_blocks(profile_id=self.pid, tier=member, limit=10)
+            self.assertEqual(typed, self.client.list_blocks(profile_id=self.pid, tier=name, limit=10))
+        self.assertEqual(self.client.list_blocks(profile_id=self.pid, tier=kvtier.Tier.UNSPECIFIED, limit=10),
+                         self.client.list_blocks(profile_id=self.pid, limit=10))
+        self.client.evict(self.pid, ids[:1], tier=kvtier.Tier.HOST)
+        self.assertIs(kvtier.Tier(self.client.lookup(self.pid, ids[:1]).entries[0].tier), kvtier.Tier.NVME)
+        got = self.client.get_blocks(self.pid, ids[1:], mode=kvtier.ReturnMode.HANDLES).raise_for_status()
+        self.assertNotEqual(got.lease_id, 0)
+        self.assertTrue(all(r.HasField("handle") for r in got.results))
+        self.client.release(lease_id=got.lease_id)
+        data = self.client.get_blocks(self.pid, ids[1:2], mode=kvtier.ReturnMode.BYTES).raise_for_status()
+        self.assertEqual(len(data.results[0].data), self.profile.block_size_bytes)
+        drained = self.client.drain(tier=kvtier.Tier.DEVICE)
+        self.assertEqual(drained[-1].blocks_done, drained[-1].blocks_total)
+        for call, text in ((lambda: self.client.drain(tier=kvtier.Tier.HOST), "expected None or one of Tier.DEVICE"),
+                           (lambda: self.client.list_blocks(tier=kvtier.Tier.REMOTE), "Tier.NVME"),
+                           (lambda: self.client.evict(self.pid, ids[:1], tier="disk"), "is not a Tier"),
+                           (lambda: self.client.get_blocks(self.pid, ids, mode=7), "is not a ReturnMode")):
+            with self.assertKvTierError(INVALID, text):
+                call()
+
+    def test_compaction_choices(self):
+        ids = kvtier.chain_hash_sequence(self.pid, list(range(16 * 4)), 16, ["enums-compact"])
+        self.client.put_blocks(self.pid, [(i, random_block(self.profile, n)) for n, i in enumerate(ids)])
+        ctx = self.client.open_context(self.pid, [ids]).context_id
+        resp = self.client.compact_context(ctx, 0.5, importance=kvtier.CompactImportance.KEYDIFF,
+                                           merge=kvtier.CompactMerge.UNIFORM, bias=kvtier.CompactBias.NONE)
+        self.assertFalse(resp.existed)
+        self.assertIs(kvtier.CompactImportance(resp.version.importance), kvtier.CompactImportance.KEYDIFF)
+        self.assertIs(kvtier.CompactMerge(resp.version.merge), kvtier.CompactMerge.UNIFORM)
+        self.assertIs(kvtier.CompactBias(resp.version.bias), kvtier.CompactBias.NONE)
+        # The same choices by their deprecated names: the same version.
+        again = self.client.compact_context(ctx, 0.5, importance="keydiff", merge="uniform", bias="none")
+        self.assertTrue(again.existed)
+        self.assertEqual(again.version.version, resp.version.version)
+        with self.assertKvTierError(INVALID, "bias", "is not a CompactBias"):
+            self.client.compact_context(ctx, 0.5, bias=kvtier.CompactMerge.UNIFORM.name + "x")
+        self.client.close_context(ctx)
+
+
 class CompactionTest(DaemonTestCase):
     @classmethod
     def setUpClass(cls):

@@ -65,6 +65,30 @@ class SelectTest(DaemonTestCase):
                 answer.raise_for_status()
                 self.assertEqual([b.position for b in answer.blocks], [0, target, 11])
 
+    def test_select_entries_and_enums(self):
+        # SelectEntry and the Scorer enum select what the dict and the
+        # deprecated name select; answers in the order sent, mixed kinds.
+        (context, _, blocks), (other, _, _), (third, _, _) = [self.make_context(f"typed-{i}") for i in range(3)]
+        arena = self.client.arena()
+        typed = kvtier.SelectEntry(context, max_blocks=3, anchor=self.keys[6], scorer=kvtier.Scorer.KEY_KEY)
+        named = {"context_id": other, "anchor": self.keys[6], "max_blocks": 3, "scorer": "key_key"}
+        recency = kvtier.SelectEntry(third, max_blocks=4, scorer=kvtier.Scorer.RECENCY)
+        with self.client.select_session() as session:
+            answers = session.select([typed, named, recency])
+        for answer in answers:
+            answer.raise_for_status()
+        self.assertEqual([b.position for b in answers[0].blocks], [0, 6, 11])
+        self.assertEqual([b.position for b in answers[1].blocks], [0, 6, 11])
+        self.assertEqual([b.position for b in answers[2].blocks], [0, 9, 10, 11])
+        resident = answers[0].resident()
+        self.assertTrue(resident)
+        for b in answers[0].blocks:
+            self.assertIn(kvtier.Residency(b.residency), (kvtier.Residency.RESIDENT, kvtier.Residency.PENDING))
+            self.assertEqual(b in resident, kvtier.Residency(b.residency) is kvtier.Residency.RESIDENT)
+        for b in resident:
+            np.testing.assert_array_equal(arena.view(b.handle, self.profile), blocks[b.position])
+        self.assertEqual(self.client.select([typed])[0].context_id, context)
+
     def test_one_step_ahead_and_appended_blocks(self):
         context, ids, _ = self.make_context("ahead", n=4)
         with self.client.select_session() as session:
@@ -90,7 +114,9 @@ class SelectTest(DaemonTestCase):
             (dict(good, anchor=np.arange(32)), "contexts[1].anchor: dtype int64"),
             (dict(good, anchor=np.full(32, np.nan, np.float32)), "contexts[1].anchor: holds NaN"),
             (dict(good, anchor=self.keys[:2]), "contexts[1].anchor: shape (2, 32)"),
-            (dict(good, scorer="best"), "contexts[1].scorer: unknown scorer 'best'"),
+            (dict(good, scorer="best"), "contexts[1].scorer: 'best' is not a Scorer (Scorer.UNSPECIFIED"),
+            (kvtier.SelectEntry(context, max_blocks=2, scorer=42), "contexts[1].scorer: 42 is not a Scorer"),
+            (kvtier.SelectEntry(context, max_blocks=2, anchor=self.keys[0][:31]), "contexts[1].anchor: 31 floats"),
             (dict(good, no_such_field=[1.0]), "contexts[1].no_such_field: kvtier.v1.ContextSelect has no field"),
             (dict(good, max_tokens=32), "contexts[1]: give one budget"),
             ({"anchor": self.keys[0]}, "contexts[1].context_id: missing"),
