@@ -1,9 +1,7 @@
 #include "daemon/keydiff_placement.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstring>
 #include <iterator>
 #include <list>
 #include <optional>
@@ -24,42 +22,11 @@ bool InMemory(const Entry& e) {
 }
 bool InAnyTier(const Entry& e) { return InMemory(e) || e.in_order[TierIndex(TierId::kNvme)]; }
 
-// v_b, the `mean` section, read straight from an encoded summary: the
-// header (index/summary/summary_codec.h: magic "KVSB", format version, element
-// encoding at byte 5, dim at byte 8) and the first section, without decoding
-// the others or verifying the checksum. The policy only ranks with it, and
-// runs under the store's lock, where a full decode of a 28-layer summary
-// (~8 KiB) costs ~25 us. Other format versions take the full decode.
-std::optional<std::vector<float>> MeanOf(const std::string& blob) {
-  const size_t header = index::kSummaryHeaderBytes;
-  if (blob.size() < header || std::memcmp(blob.data(), "KVSB", 4) != 0) return std::nullopt;
-  if (static_cast<uint8_t>(blob[4]) != index::kSummaryFormatVersion ||
-      std::endian::native != std::endian::little) {
-    absl::StatusOr<index::BlockSummary> summary = index::DecodeSummary(blob);
-    if (!summary.ok() || summary->mean.empty()) return std::nullopt;
-    return std::move(summary->mean);
-  }
-  const auto encoding = static_cast<index::SummaryEncoding>(blob[5]);
-  uint16_t dim = 0;
-  std::memcpy(&dim, blob.data() + 8, sizeof(dim));
-  const size_t elem = encoding == index::SummaryEncoding::kFp32   ? 4
-                      : encoding == index::SummaryEncoding::kFp16 ? 2
-                                                                  : 0;
-  if (elem == 0 || dim == 0 || blob.size() < header + size_t{dim} * elem) return std::nullopt;
-  std::vector<float> v(dim);
-  if (elem == 4) {
-    std::memcpy(v.data(), blob.data() + header, size_t{dim} * 4);
-  } else {
-    index::simd::HalfToFloatN(blob.data() + header, v.data(), dim);
-  }
-  return v;
-}
-
 // v_b / |v_b| of the entry; nullopt when it has no readable summary or v_b
 // is zero or not finite.
 std::optional<std::vector<float>> UnitVector(const Entry& e) {
   if (e.summary.empty()) return std::nullopt;
-  std::optional<std::vector<float>> v = MeanOf(e.summary);
+  std::optional<std::vector<float>> v = index::PeekSummaryMean(e.summary);
   if (!v) return std::nullopt;
   const float norm = std::sqrt(index::simd::Dot(v->data(), v->data(), v->size()));
   if (!(norm > 0) || !std::isfinite(norm)) return std::nullopt;

@@ -222,13 +222,15 @@ class Selector {
   absl::Status Validate(const SelectRequest& r, int64_t* budget) const;
   void ScoreAllLevels(const SelectRequest& r, Scratch* s);
   void Run(const SelectRequest& r, int64_t budget, Scratch* s, SelectResult* out);
-  // Run's steps: the shape of the request's budget, the scores (the
-  // key-key tree descent, or every page by its scorer), then stability and
-  // the ranking.
+  // The shape of a request's budget that Run plans first: the context's n
+  // pages, its sink and local blocks (the local ones from local_first) and
+  // the free budget left for the others.
   struct RunPlan {
     int64_t n = 0, sinks = 0, locals = 0, local_first = 0, free = 0;
   };
-  // The uncalibrated mass scorer's window path (selector.cc says when it
+  // Run's steps after the plan: the scores (the key-key tree descent, or
+  // every page by its scorer), then stability and the ranking. RunWindow is
+  // the uncalibrated mass scorer's window path (selector.cc says when it
   // decides the budget exactly); false, with nothing in *out, when not.
   bool RunWindow(const SelectRequest& r, const RunPlan& plan, Scratch* s, SelectResult* out);
   void ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm, Scratch* s,

@@ -1,5 +1,6 @@
 #include "index/summary/summary_codec.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -406,6 +407,32 @@ absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view b) {
   if (st.ok() && (flags & kFlagHeadKeys)) st = GetHeadKeys(p, h, &s);
   if (!st.ok()) return st;
   return s;
+}
+
+std::optional<std::vector<float>> PeekSummaryMean(absl::string_view blob) {
+  if (blob.size() < kSummaryHeaderBytes || blob.substr(0, 4) != "KVSB") return std::nullopt;
+  if (static_cast<uint8_t>(blob[4]) != kSummaryFormatVersion ||
+      std::endian::native != std::endian::little) {
+    absl::StatusOr<BlockSummary> summary = DecodeSummary(blob);
+    if (!summary.ok() || summary->mean.empty()) return std::nullopt;
+    return std::move(summary->mean);
+  }
+  const auto encoding = static_cast<SummaryEncoding>(blob[5]);
+  uint16_t dim = 0;
+  std::memcpy(&dim, blob.data() + 8, sizeof(dim));
+  const size_t elem = encoding == SummaryEncoding::kFp32   ? 4
+                      : encoding == SummaryEncoding::kFp16 ? 2
+                                                           : 0;
+  if (elem == 0 || dim == 0 || blob.size() < kSummaryHeaderBytes + size_t{dim} * elem) {
+    return std::nullopt;
+  }
+  std::vector<float> v(dim);
+  if (elem == 4) {
+    std::memcpy(v.data(), blob.data() + kSummaryHeaderBytes, size_t{dim} * 4);
+  } else {
+    simd::HalfToFloatN(blob.data() + kSummaryHeaderBytes, v.data(), dim);
+  }
+  return v;
 }
 
 }  // namespace kvtier::index

@@ -30,7 +30,9 @@
 #define KVTIER_INDEX_SUMMARY_SUMMARY_CODEC_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -62,6 +64,14 @@ absl::StatusOr<std::string> EncodeSummary(const BlockSummary& summary, SummaryEn
 // input (bad magic, version, flags, lengths, checksum, non-finite values) is
 // InvalidArgument (DataLoss for a checksum mismatch), never a partial result.
 absl::StatusOr<BlockSummary> DecodeSummary(absl::string_view bytes);
+
+// The `mean` section of an encoded summary, read without decoding the other
+// sections or verifying the checksum: for ranking under a lock, where a full
+// decode of a 28-layer summary (~8 KiB) costs ~25 us. A blob of the newest
+// format version on a little-endian host is read from its header (magic,
+// element encoding, dim) and first section; any other takes the full
+// DecodeSummary. nullopt when the blob is no summary or has no mean.
+std::optional<std::vector<float>> PeekSummaryMean(absl::string_view bytes);
 
 }  // namespace kvtier::index
 

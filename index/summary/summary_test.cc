@@ -256,6 +256,44 @@ TEST(SummaryCodecTest, RoundTripFp16IsClose) {
             std::string::npos);
 }
 
+TEST(SummaryCodecTest, PeekSummaryMeanEqualsTheDecodedMean) {
+  // Format version 2 (int8 layer means) is read from its header; version 1
+  // (fp16, no layers) takes the full decode. Both give the decoded mean.
+  BlockSummary v1 = FullSummary();
+  v1.layer_mean.clear();
+  v1.layer_min.clear();
+  v1.layer_max.clear();
+  v1.num_layers = 0;
+  SummaryCodecOptions int8_layers;
+  int8_layers.encoding = SummaryEncoding::kFp32;
+  int8_layers.layer_int8 = true;
+  const absl::StatusOr<std::string> blobs[] = {
+      EncodeSummary(FullSummary(), int8_layers),
+      EncodeSummary(v1, SummaryEncoding::kFp16),
+  };
+  ASSERT_OK(blobs[0]) << blobs[0].status();
+  ASSERT_OK(blobs[1]) << blobs[1].status();
+  EXPECT_EQ((*blobs[0])[4], 2);
+  EXPECT_EQ((*blobs[1])[4], 1);
+  for (const absl::StatusOr<std::string>& blob : blobs) {
+    auto decoded = DecodeSummary(*blob);
+    ASSERT_OK(decoded) << decoded.status();
+    const std::optional<std::vector<float>> mean = PeekSummaryMean(*blob);
+    ASSERT_TRUE(mean.has_value());
+    EXPECT_EQ(*mean, decoded->mean);
+    // Too short for its mean, not a summary, an unknown version, or empty:
+    // nothing.
+    EXPECT_FALSE(PeekSummaryMean(blob->substr(0, kSummaryHeaderBytes + 4)).has_value());
+    std::string bad = *blob;
+    bad[0] = 'X';
+    EXPECT_FALSE(PeekSummaryMean(bad).has_value());
+    bad = *blob;
+    bad[4] = 9;
+    EXPECT_FALSE(PeekSummaryMean(bad).has_value());
+    EXPECT_FALSE(PeekSummaryMean("").has_value());
+  }
+}
+
 TEST(SummaryCodecTest, CorruptInputIsRejected) {
   auto blob = EncodeSummary(FullSummary(), SummaryEncoding::kFp32);
   ASSERT_OK(blob);

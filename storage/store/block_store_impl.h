@@ -211,10 +211,13 @@ class BlockStoreImpl final : public BlockStore {
   absl::Status MakeTenantHostRoomLocked(const std::string& tenant, uint64_t size_bytes,
                                         bool memory_only = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives back size_bytes that MakeTenantHostRoomLocked reserved in flight.
   void ReleaseHostInFlightLocked(const std::string& tenant, uint64_t size_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Space. Both may release mu_ while demoting a victim. memory_only: as
-  // for MakeTenantHostRoomLocked.
+  // A host-tier slot of size_bytes, giving up host copies
+  // (FreeOneHostCopyLocked) until one fits; RESOURCE_EXHAUSTED naming why
+  // when every block in the tier is in use. May release mu_ while demoting
+  // a victim. memory_only: as for MakeTenantHostRoomLocked.
   absl::StatusOr<HostSlot> MakeRoomHostLocked(uint64_t size_bytes, bool memory_only = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands e's host bytes to release_listener_ (if any) before its last
@@ -245,6 +248,9 @@ class BlockStoreImpl final : public BlockStore {
   // Syncs the catalog WAL (mu_ released meanwhile) and frees what that
   // settled. The catalog's error when the sync failed.
   absl::Status SettlePendingFreesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A slot of size_bytes in `space`'s device arena for `tenant`, giving up
+  // device copies until one fits; RESOURCE_EXHAUSTED naming why when none
+  // can go, or a demotion's error. May release mu_ while demoting a victim.
   // memory_only: no disk I/O. A victim's copy is dropped when the block has
   // another copy; a last copy moves to host memory when room there can be
   // made without demoting anything to NVMe (once that fails, only copies
