@@ -26,6 +26,41 @@ int32_t KvHeadOf(const SelectionCalibration& c, const HeadRef& h, int32_t num_kv
   return h.layer * num_kv_heads + h.q_head / group;
 }
 
+// The fields of the successor, confirmation and copy-tracking terms
+// (ValidateCalibration's last checks).
+absl::Status ValidateCopyTracking(const SelectionCalibration& c) {
+  if (c.confirm_steps < 1 || c.confirm_steps > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration.confirm_steps (", c.confirm_steps, ") must be in [1, 4096]"));
+  }
+  for (auto [name, v, hi] : {std::tuple{"copy_run", c.copy_run, 4096},
+                             std::tuple{"copy_min_blocks", c.copy_min_blocks, 4096},
+                             std::tuple{"copy_lead", c.copy_lead, 4096},
+                             std::tuple{"copy_hold", c.copy_hold, 1 << 20}}) {
+    if (v < 0 || v > hi) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibration.", name, " (", v, ") must be in [0, ", hi, "]"));
+    }
+  }
+  if (c.copy_min_mass != -1.0f && !(c.copy_min_mass >= 0 && c.copy_min_mass < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration.copy_min_mass (", c.copy_min_mass, ") must be -1 or in [0, 1)"));
+  }
+  if (!(c.copy_weight >= 1 && c.copy_weight <= 64)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration.copy_weight (", c.copy_weight, ") must be in [1, 64]"));
+  }
+  for (auto [name, v] : {std::pair{"successor_weight", c.successor_weight},
+                         std::pair{"unconfirmed_weight", c.unconfirmed_weight},
+                         std::pair{"uncopied_weight", c.uncopied_weight}}) {
+    if (!(v >= 0 && v <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibration.", name, " (", v, ") must be in [0, 1]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateCalibration(const SelectionCalibration& c, const BlockLayout& layout) {
@@ -119,36 +154,7 @@ absl::Status ValidateCalibration(const SelectionCalibration& c, const BlockLayou
     return absl::InvalidArgumentError(
         absl::StrCat("calibration.retrieval_share (", c.retrieval_share, ") must be in (0, 1]"));
   }
-  if (c.confirm_steps < 1 || c.confirm_steps > 4096) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("calibration.confirm_steps (", c.confirm_steps, ") must be in [1, 4096]"));
-  }
-  for (auto [name, v, hi] : {std::tuple{"copy_run", c.copy_run, 4096},
-                             std::tuple{"copy_min_blocks", c.copy_min_blocks, 4096},
-                             std::tuple{"copy_lead", c.copy_lead, 4096},
-                             std::tuple{"copy_hold", c.copy_hold, 1 << 20}}) {
-    if (v < 0 || v > hi) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("calibration.", name, " (", v, ") must be in [0, ", hi, "]"));
-    }
-  }
-  if (c.copy_min_mass != -1.0f && !(c.copy_min_mass >= 0 && c.copy_min_mass < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("calibration.copy_min_mass (", c.copy_min_mass, ") must be -1 or in [0, 1)"));
-  }
-  if (!(c.copy_weight >= 1 && c.copy_weight <= 64)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("calibration.copy_weight (", c.copy_weight, ") must be in [1, 64]"));
-  }
-  for (auto [name, v] : {std::pair{"successor_weight", c.successor_weight},
-                         std::pair{"unconfirmed_weight", c.unconfirmed_weight},
-                         std::pair{"uncopied_weight", c.uncopied_weight}}) {
-    if (!(v >= 0 && v <= 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("calibration.", name, " (", v, ") must be in [0, 1]"));
-    }
-  }
-  return absl::OkStatus();
+  return ValidateCopyTracking(c);
 }
 
 std::vector<int32_t> KeyHeadsOf(const SelectionCalibration& c, int32_t num_kv_heads) {
