@@ -57,6 +57,19 @@ class DaemonTestCase(unittest.TestCase):
         return _ErrorCheck(self, code, fragments)
 
 
+class ProfileTestCase(DaemonTestCase):
+    """A DaemonTestCase with one small profile registered for the class
+    (small_profile(profile_name)): cls.profile and its id cls.pid."""
+
+    profile_name = "test-model"
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.profile = cls.client.register_profile(small_profile(cls.profile_name))
+        cls.pid = cls.profile.profile_id
+
+
 class _ErrorCheck:
     def __init__(self, test, code, fragments):
         self.test, self.code, self.fragments = test, code, fragments

@@ -10,7 +10,7 @@ import torch
 import kvtier
 from kvtier import wire
 from kvtier.v1 import kvtier_pb2, types_pb2
-from support import DaemonTestCase, random_block, small_profile
+from support import DaemonTestCase, ProfileTestCase, random_block, small_profile
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
@@ -60,12 +60,8 @@ class ProfileTest(DaemonTestCase):
             self.client.register_profile(small_profile("p-extra"), no_such_field=1)
 
 
-class BlockTest(DaemonTestCase):
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.profile = cls.client.register_profile(small_profile("blocks"))
-        cls.pid = cls.profile.profile_id
+class BlockTest(ProfileTestCase):
+    profile_name = "blocks"
 
     def ids(self, name, n):
         return kvtier.chain_hash_sequence(self.pid, list(range(16 * n)), 16, [name])
@@ -252,14 +248,10 @@ class AdminTest(DaemonTestCase):
         self.assertEqual(len(self.client.list_contexts().contexts), 0)
 
 
-class EnumArgumentTest(DaemonTestCase):
+class EnumArgumentTest(ProfileTestCase):
     """kvtier.enums members as arguments; the deprecated strings do the same."""
 
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.profile = cls.client.register_profile(small_profile("enums"))
-        cls.pid = cls.profile.profile_id
+    profile_name = "enums"
 
     def test_tiers_and_return_modes(self):
         ids = kvtier.chain_hash_sequence(self.pid, list(range(48)), 16, ["enums"])
@@ -306,12 +298,8 @@ class EnumArgumentTest(DaemonTestCase):
         self.client.close_context(ctx)
 
 
-class CompactionTest(DaemonTestCase):
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        cls.profile = cls.client.register_profile(small_profile("compaction"))
-        cls.pid = cls.profile.profile_id
+class CompactionTest(ProfileTestCase):
+    profile_name = "compaction"
 
     def test_compact_list_and_drop_versions(self):
         ids = kvtier.chain_hash_sequence(self.pid, list(range(16 * 4)), 16, ["compact"])

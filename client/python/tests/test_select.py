@@ -7,7 +7,7 @@ import numpy as np
 
 import kvtier
 from kvtier.v1 import kvtier_pb2
-from support import DaemonTestCase, kvtierd_path, small_profile
+from support import ProfileTestCase, kvtierd_path, small_profile
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
@@ -20,12 +20,12 @@ def keyed_block(profile, mean_key, seed):
     return block.astype(np.float16)
 
 
-class SelectTest(DaemonTestCase):
+class SelectTest(ProfileTestCase):
+    profile_name = "select"
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.profile = cls.client.register_profile(small_profile("select"))
-        cls.pid = cls.profile.profile_id
         rng = np.random.default_rng(7)
         cls.keys = rng.standard_normal((12, cls.profile.head_dim)).astype(np.float32)
         cls.keys /= np.linalg.norm(cls.keys, axis=1, keepdims=True)
