@@ -17,4 +17,3 @@ find_package(OpenSSL REQUIRED)
 
 find_program(KVTIER_PROTOC protoc REQUIRED)
 find_program(KVTIER_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
-find_library(KVTIER_GRPCPP_REFLECTION grpc++_reflection REQUIRED)

@@ -113,6 +113,9 @@ std::vector<Field> ServerFields() {
       KV_NUM("server.max_connections", Kind::kUint, server.max_connections),
       KV_NUM("server.max_connections_per_uid", Kind::kUint, server.max_connections_per_uid),
       KV_NUM("server.max_pending_connections", Kind::kUint, server.max_pending_connections),
+      KV_NUM("server.max_tcp_connections", Kind::kUint, server.max_tcp_connections),
+      KV_NUM("server.max_tcp_connections_per_address", Kind::kUint,
+             server.max_tcp_connections_per_address),
       KV_NUM("server.connection_setup_ms", Kind::kUint, server.connection_setup_ms),
       KV_NUM("server.connection_idle_ms", Kind::kUint, server.connection_idle_ms),
       KV_BOOL("server.reflection", server.reflection),
@@ -610,6 +613,14 @@ absl::Status ValidateServerLimits(const Config& c) {
   }
   if (c.server.max_pending_connections == 0 || c.server.max_pending_connections > 65536) {
     return Invalid("server.max_pending_connections", "must be between 1 and 65536");
+  }
+  if (c.server.max_tcp_connections == 0 || c.server.max_tcp_connections > 100000) {
+    return Invalid("server.max_tcp_connections", "must be between 1 and 100000");
+  }
+  if (c.server.max_tcp_connections_per_address == 0 ||
+      c.server.max_tcp_connections_per_address > c.server.max_tcp_connections) {
+    return Invalid("server.max_tcp_connections_per_address",
+                   "must be between 1 and server.max_tcp_connections");
   }
   if (c.server.connection_setup_ms < 100 || c.server.connection_setup_ms > 600000) {
     return Invalid("server.connection_setup_ms", "must be between 100 and 600000");

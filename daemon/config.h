@@ -35,15 +35,17 @@ struct Config {
     uint64_t max_message_bytes = uint64_t{64} << 20;
     uint64_t shutdown_grace_ms = 5000;
     uint64_t max_concurrent_streams = 1024;
-    uint64_t max_connections = 4096;           // gRPC connections of the Unix sockets, in all
-    uint64_t max_connections_per_uid = 1024;   // ... of one peer uid (SO_PEERCRED)
-    uint64_t max_pending_connections = 256;    // per socket, accepted but silent so far
-    uint64_t connection_setup_ms = 2000;       // first bytes (or TLS handshake) within
-    uint64_t connection_idle_ms = 600000;      // no call for this long: closed; 0 = never
-    bool reflection = false;                   // the gRPC reflection service
-    uint64_t max_streams_per_tenant = 256;     // open streaming calls of one tenant
-    uint64_t max_streams = 4096;               // ... of the daemon
-    uint64_t stream_write_timeout_ms = 30000;  // an unread write is cancelled after
+    uint64_t max_connections = 4096;                // gRPC connections of the Unix sockets, in all
+    uint64_t max_connections_per_uid = 1024;        // ... of one peer uid (SO_PEERCRED)
+    uint64_t max_pending_connections = 256;         // per socket, accepted but silent so far
+    uint64_t max_tcp_connections = 1024;            // TCP connections (daemon/net/tcp_front.h)
+    uint64_t max_tcp_connections_per_address = 64;  // ... from one peer IP address
+    uint64_t connection_setup_ms = 2000;            // first bytes (or TLS handshake) within
+    uint64_t connection_idle_ms = 600000;           // no call for this long: closed; 0 = never
+    bool reflection = false;                        // the gRPC reflection service
+    uint64_t max_streams_per_tenant = 256;          // open streaming calls of one tenant
+    uint64_t max_streams = 4096;                    // ... of the daemon
+    uint64_t stream_write_timeout_ms = 30000;       // an unread write is cancelled after
     // unread GetBlocks bytes of one tenant
     uint64_t max_queued_bytes_per_tenant = uint64_t{256} << 20;
     uint64_t max_queued_bytes = uint64_t{1} << 30;  // ... of the daemon

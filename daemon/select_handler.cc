@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -196,8 +198,11 @@ struct SelectHandler::Item {
 
 absl::StatusOr<std::unique_ptr<SelectHandler>> SelectHandler::Create(Runtime* runtime,
                                                                      std::string tenant) {
-  absl::StatusOr<std::unique_ptr<index::Selector>> selector =
-      index::Selector::Create(runtime->selector_options());
+  // Each tenant's Selectors share one lane of the helper pool, so a tenant
+  // flooding Select holds helpers only until they finish their calls.
+  index::SelectorOptions options = runtime->selector_options();
+  options.pool_lane = std::hash<std::string>{}(tenant);
+  absl::StatusOr<std::unique_ptr<index::Selector>> selector = index::Selector::Create(options);
   if (!selector.ok()) return selector.status();
   return std::unique_ptr<SelectHandler>(
       new SelectHandler(runtime, std::move(tenant), std::move(*selector)));

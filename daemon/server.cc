@@ -12,7 +12,6 @@
 #include <fstream>
 #include <sstream>
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_posix.h>
 #include <spdlog/spdlog.h>
@@ -25,6 +24,8 @@
 #include "daemon/kvtier_service.h"
 #include "daemon/net/connection_metrics.h"
 #include "daemon/net/fd_limit.h"
+#include "daemon/net/tcp_front.h"
+#include "daemon/reflection_service.h"
 #include "storage/common/errno_status.h"
 #include "storage/common/status_macros.h"
 
@@ -71,6 +72,45 @@ absl::Status PrepareSocketPath(const std::string& path) {
   }
   if (::unlink(path.c_str()) != 0) return ErrnoToStatus(errno, "unlink stale socket " + path);
   return absl::OkStatus();
+}
+
+// The private socket gRPC's TLS listener takes when TCP is on
+// (<data_dir>/private/tcp.sock): its folder is 0700, so only the daemon's
+// user reaches it past the TCP front's caps. A stale socket is removed.
+absl::StatusOr<std::string> PrepareTcpUpstream(const std::string& data_dir) {
+  std::error_code ec;
+  const std::filesystem::path dir =
+      std::filesystem::absolute(data_dir, ec).lexically_normal() / "private";
+  if (!ec) std::filesystem::create_directories(dir, ec);
+  if (!ec) {
+    std::filesystem::permissions(dir, std::filesystem::perms(0700),
+                                 std::filesystem::perm_options::replace, ec);
+  }
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("key 'server.data_dir': cannot create ", dir.string(), ": ", ec.message()));
+  }
+  const std::string path = (dir / "tcp.sock").string();
+  if (path.size() > 107) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key 'server.data_dir': ", path,
+                     " (the TCP listener's private socket) is longer than 107 bytes"));
+  }
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("key 'server.data_dir': ", path, " exists and is not a socket"));
+    }
+    if (::unlink(path.c_str()) != 0) return ErrnoToStatus(errno, "unlink stale socket " + path);
+  }
+  return path;
+}
+
+// What reflection's list_services names: the daemon's services.
+std::vector<std::string> ServiceNames() {
+  return {v1::KvTier::service_full_name(), v1::Admin::service_full_name(),
+          grpc::health::v1::Health::service_full_name()};
 }
 
 absl::StatusOr<std::string> ReadPem(const std::string& key, const std::string& path) {
@@ -157,11 +197,12 @@ absl::StatusOr<std::unique_ptr<PeerServer>> StartPeerServer(const Config& config
   peer.gate = gate;
   peer.setup_timeout = std::chrono::milliseconds(config.server.connection_setup_ms);
   peer.max_pending = config.server.max_pending_connections;
-  peer.make_services = [rt, health] {
+  peer.make_services = [rt, health, reflection = config.server.reflection] {
     std::vector<std::unique_ptr<grpc::Service>> services;
     services.push_back(std::make_unique<KvTierService>(rt));
     services.push_back(std::make_unique<AdminService>(rt));
     services.push_back(std::make_unique<HealthService>(rt, health));
+    if (reflection) services.push_back(std::make_unique<ReflectionService>(rt, ServiceNames()));
     return services;
   };
   peer.configure = [server_config = config.server](grpc::ServerBuilder& b) {
@@ -210,14 +251,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const Config& config, Env*
   return server;
 }
 
-// The gRPC server: services, limits, interceptors and the TCP listener
-// (gRPC's own). The Unix socket is not a gRPC listening port: the daemon
-// accepts its connections itself (StartListeners).
+// The gRPC server: services, limits, interceptors and, with TCP on, its
+// TLS listener on a private Unix socket. Neither the Unix socket nor the
+// TCP port is a gRPC listening port: the daemon accepts their connections
+// itself (StartListeners) and hands or relays them to gRPC.
 absl::Status Server::StartGrpc(const Config& config) {
   kvtier_service_ = std::make_unique<KvTierService>(runtime_.get());
   admin_service_ = std::make_unique<AdminService>(runtime_.get());
   health_service_ = std::make_unique<HealthService>(runtime_.get(), health_.get());
-  if (config.server.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   ConfigureBuilder(config.server, builder);
   const TenantRegistry& tenants = runtime_->tenants();
@@ -227,11 +268,16 @@ absl::Status Server::StartGrpc(const Config& config) {
     if (tenants.enabled()) {
       tls->SetAuthMetadataProcessor(std::make_shared<TenantAuthProcessor>(&tenants));
     }
-    builder.AddListeningPort(config.server.tcp_address, tls, &tcp_port_);
+    KVTIER_ASSIGN_OR_RETURN(tcp_upstream_path_, PrepareTcpUpstream(config.server.data_dir));
+    builder.AddListeningPort("unix:" + tcp_upstream_path_, tls, &tcp_upstream_port_);
   }
   builder.RegisterService(kvtier_service_.get());
   builder.RegisterService(admin_service_.get());
   builder.RegisterService(health_service_.get());
+  if (config.server.reflection) {
+    reflection_service_ = std::make_unique<ReflectionService>(runtime_.get(), ServiceNames());
+    builder.RegisterService(reflection_service_.get());
+  }
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
   creators.push_back(std::make_unique<MarkClaimedPeerUidFactory>());
   if (!config.metrics.listen_address.empty()) {
@@ -247,10 +293,10 @@ absl::Status Server::StartGrpc(const Config& config) {
                      config.server.tcp_address.empty() ? "" : " on " + config.server.tcp_address,
                      " (see the gRPC error above)"));
   }
-  if (!config.server.tcp_address.empty() && tcp_port_ == 0) {
+  if (!config.server.tcp_address.empty() && tcp_upstream_port_ == 0) {
     grpc_server_->Shutdown();
     return absl::UnavailableError(
-        absl::StrCat("key 'server.tcp_address': cannot listen on ", config.server.tcp_address));
+        absl::StrCat("key 'server.data_dir': gRPC cannot listen on ", tcp_upstream_path_));
   }
   return absl::OkStatus();
 }
@@ -271,6 +317,23 @@ absl::Status Server::StartListeners(const Config& config) {
       grpc::AddInsecureChannelFromFd(grpc_server, fd);  // gRPC owns fd from here
     };
     KVTIER_ASSIGN_OR_RETURN(acceptor_, UnixAcceptor::Start(std::move(accept)));
+    if (!config.server.tcp_address.empty()) {
+      TcpFrontOptions tcp;
+      KVTIER_ASSIGN_OR_RETURN(tcp.listen_fd,
+                              ListenTcp("server.tcp_address", config.server.tcp_address));
+      tcp_port_ = BoundPort(tcp.listen_fd.get());
+      tcp.upstream_path = tcp_upstream_path_;
+      tcp.max_total = config.server.max_tcp_connections;
+      tcp.max_per_address = config.server.max_tcp_connections_per_address;
+      tcp.max_pending = config.server.max_pending_connections;
+      tcp.setup_timeout = std::chrono::milliseconds(config.server.connection_setup_ms);
+      KVTIER_ASSIGN_OR_RETURN(tcp_front_, TcpFront::Start(std::move(tcp)));
+      spdlog::info(
+          "tcp at {} (port {}), relayed to gRPC's TLS listener at {}; connections<={} "
+          "(per address {})",
+          config.server.tcp_address, tcp_port_, tcp_upstream_path_,
+          config.server.max_tcp_connections, config.server.max_tcp_connections_per_address);
+    }
     if (!config.metrics.listen_address.empty()) {
       Runtime* rt = runtime_.get();
       KVTIER_ASSIGN_OR_RETURN(
@@ -288,12 +351,14 @@ absl::Status Server::StartListeners(const Config& config) {
         std::vector<UnixAcceptorStats> acceptors = {acceptor_->stats()};
         if (peer_server_ != nullptr) acceptors.push_back(peer_server_->stats().acceptor);
         WriteConnectionMetrics(*gate_, acceptors, w);
+        if (tcp_front_ != nullptr) WriteTcpMetrics(tcp_front_->stats(), w);
       });
     }
     return absl::OkStatus();
   }();
   if (!started.ok()) {
     if (acceptor_ != nullptr) acceptor_->Stop();
+    if (tcp_front_ != nullptr) tcp_front_->Stop();
     ::unlink(socket_path_.c_str());
     grpc_server_->Shutdown();
   }
@@ -307,20 +372,24 @@ void Server::Shutdown() {
   shut_down_ = true;
   // No new connection; health watchers are told and let go.
   if (acceptor_ != nullptr) acceptor_->Stop();
+  if (tcp_front_ != nullptr) tcp_front_->StopAccepting();
   health_->Shutdown();
   auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(shutdown_grace_ms_);
   if (peer_server_ != nullptr) peer_server_->Shutdown(deadline);
   grpc_server_->Shutdown(deadline);
   grpc_server_->Wait();
+  if (tcp_front_ != nullptr) tcp_front_->Stop();  // gRPC closed its ends
   metrics_.reset();  // no scrape reads the runtime or the listeners past this point
   peer_server_.reset();
   // No handler runs any more: the store can close (and release its lock).
   kvtier_service_.reset();
   admin_service_.reset();
   health_service_.reset();
+  reflection_service_.reset();
   grpc_server_.reset();
   runtime_.reset();
   ::unlink(socket_path_.c_str());
+  if (!tcp_upstream_path_.empty()) ::unlink(tcp_upstream_path_.c_str());
   spdlog::info("stopped");
 }
 

@@ -18,6 +18,7 @@
 #include "daemon/config.h"
 #include "daemon/metrics/http_listener.h"
 #include "daemon/net/connection_gate.h"
+#include "daemon/net/tcp_front.h"
 #include "daemon/net/unix_acceptor.h"
 #include "daemon/runtime.h"
 #include "storage/env/env.h"
@@ -28,6 +29,7 @@ class AdminService;
 class HealthBoard;
 class HealthService;
 class PeerServer;
+class ReflectionService;
 class KvTierService;
 
 class Server {
@@ -60,6 +62,8 @@ class Server {
   // accept loop.
   const ConnectionGate& connections() const { return *gate_; }
   UnixAcceptorStats acceptor_stats() const { return acceptor_->stats(); }
+  // The TCP listener (tcp_front.h); null when TCP is off.
+  const TcpFront* tcp_front() const { return tcp_front_.get(); }
   HealthBoard* health() { return health_.get(); }
 
  private:
@@ -72,13 +76,17 @@ class Server {
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<HealthBoard> health_;  // outlives every server's HealthService
   std::unique_ptr<HealthService> health_service_;
+  std::unique_ptr<ReflectionService> reflection_service_;  // server.reflection
   std::unique_ptr<ConnectionGate> gate_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<UnixAcceptor> acceptor_;   // hands connections to grpc_server_
   std::unique_ptr<PeerServer> peer_server_;  // auth.peer_socket_path; before the runtime goes
+  std::unique_ptr<TcpFront> tcp_front_;      // relays TCP to grpc_server_'s private socket
+  std::string tcp_upstream_path_;            // that socket; "" when TCP is off
   std::unique_ptr<metrics::HttpListener> metrics_;  // stops before runtime_ goes
   std::string socket_path_;
-  int tcp_port_ = 0;
+  int tcp_port_ = 0;           // the TCP front's
+  int tcp_upstream_port_ = 0;  // gRPC's on tcp_upstream_path_: non-zero once bound
   uint64_t shutdown_grace_ms_ = 0;
   bool shut_down_ = false;
 };

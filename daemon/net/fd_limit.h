@@ -24,10 +24,15 @@ inline constexpr uint64_t kFdReserve = 1024;
 // now in force.
 uint64_t RaiseFdLimit();
 
+// Descriptors the TCP front (tcp_front.h) may hold when TCP is on: three
+// per relayed connection (pending ones hold one).
+uint64_t TcpFdCost(const Config::Server& server);
+
 // server.max_connections and server.max_connections_per_uid as they apply
 // under the current soft RLIMIT_NOFILE: the total is lowered (with a
-// warning in the log) to leave kFdReserve plus both Unix sockets' pending
-// lists free; the per-uid cap never exceeds the total. FAILED_PRECONDITION
+// warning in the log) to leave kFdReserve, both Unix sockets' pending
+// lists and, with TCP on, TcpFdCost free; the per-uid cap never exceeds
+// the total. FAILED_PRECONDITION
 // naming the keys when fewer than 16 connections would be left.
 absl::StatusOr<ConnectionLimits> ConnectionLimitsFor(const Config::Server& server);
 

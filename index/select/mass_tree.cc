@@ -576,7 +576,7 @@ absl::Status MassTreeBumps(const MassTreeInput& in, const MassTreeOptions& optio
     head.Keep(q, 0, &next);
   };
   if (threads > 1 && R > 1) {
-    pool->ParallelFor(static_cast<int64_t>(R), threads, descend);
+    pool->ParallelFor(static_cast<int64_t>(R), threads, descend, in.pool_lane);
   } else {
     for (size_t i = 0; i < R; ++i) descend(0, static_cast<int64_t>(i));
   }

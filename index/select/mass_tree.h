@@ -217,6 +217,7 @@ struct MassTreeInput {
   // so the result is the same whatever the threads.
   WorkerPool* pool = nullptr;
   int32_t max_slots = 1;
+  uint64_t pool_lane = 0;  // the pool's fairness lane (worker_pool.h)
 };
 
 // Appends to *bumps (cleared first) the pages with a retrieval term, in

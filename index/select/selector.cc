@@ -694,31 +694,35 @@ absl::Status Selector::SelectBatch(absl::Span<const SelectRequest> requests,
       if (scored) ++level_batches_;
     }
     if (!scored) {
-      pool_->ParallelFor(static_cast<int64_t>(requests.size()), options_.num_threads,
-                         [&](int32_t w, int64_t i) {
-                           if (offsets[i + 1] == offsets[i]) return;
-                           const ContextTree& t = requests[i].context->tree();
-                           Scratch* s = scratch_[w].get();
-                           s->all_grid = gemm_scores_.data() + offsets[i];
-                           s->all_chunk = s->all_grid + t.num_grids();
-                           s->all_page = s->all_chunk + t.num_chunks();
-                           ScoreAllLevels(requests[i], s);
-                         });
+      pool_->ParallelFor(
+          static_cast<int64_t>(requests.size()), options_.num_threads,
+          [&](int32_t w, int64_t i) {
+            if (offsets[i + 1] == offsets[i]) return;
+            const ContextTree& t = requests[i].context->tree();
+            Scratch* s = scratch_[w].get();
+            s->all_grid = gemm_scores_.data() + offsets[i];
+            s->all_chunk = s->all_grid + t.num_grids();
+            s->all_page = s->all_chunk + t.num_chunks();
+            ScoreAllLevels(requests[i], s);
+          },
+          options_.pool_lane);
     }
   }
-  pool_->ParallelFor(static_cast<int64_t>(requests.size()), options_.num_threads,
-                     [&](int32_t w, int64_t i) {
-                       Scratch* s = scratch_[w].get();
-                       s->all_grid = s->all_chunk = s->all_page = nullptr;
-                       s->head_slots = requests.size() == 1 ? options_.num_threads : 1;
-                       if (gemm) {
-                         const ContextTree& t = requests[i].context->tree();
-                         s->all_grid = gemm_scores_.data() + offsets[i];
-                         s->all_chunk = s->all_grid + t.num_grids();
-                         s->all_page = s->all_chunk + t.num_chunks();
-                       }
-                       Run(requests[i], budgets[i], s, &results[i]);
-                     });
+  pool_->ParallelFor(
+      static_cast<int64_t>(requests.size()), options_.num_threads,
+      [&](int32_t w, int64_t i) {
+        Scratch* s = scratch_[w].get();
+        s->all_grid = s->all_chunk = s->all_page = nullptr;
+        s->head_slots = requests.size() == 1 ? options_.num_threads : 1;
+        if (gemm) {
+          const ContextTree& t = requests[i].context->tree();
+          s->all_grid = gemm_scores_.data() + offsets[i];
+          s->all_chunk = s->all_grid + t.num_grids();
+          s->all_page = s->all_chunk + t.num_chunks();
+        }
+        Run(requests[i], budgets[i], s, &results[i]);
+      },
+      options_.pool_lane);
   return absl::OkStatus();
 }
 

@@ -119,6 +119,10 @@ struct SelectorOptions {
   // Threads that help SelectBatch (shared with other Selectors); null: a
   // pool of num_threads - 1 threads owned by the Selector.
   std::shared_ptr<WorkerPool> pool;
+  // The lane this Selector's calls take in the pool (worker_pool.h: a free
+  // helper joins the lane with fewest helpers). The daemon gives each
+  // tenant's Selectors one lane; 0 for callers that do not share a pool.
+  uint64_t pool_lane = 0;
   // The mass scorer's sparse path (mass_tree.h); contexts below
   // mass_tree.min_pages pages score flat.
   MassTreeOptions mass_tree;

@@ -267,6 +267,7 @@ bool Selector::RunMassSparse(const SelectRequest& r, const RunPlan& plan, Scratc
     in.reuse = &reuse;
     in.pool = pool_.get();
     in.max_slots = s->head_slots;
+    in.pool_lane = options_.pool_lane;
     if (!MassTreeBumps(in, options_.mass_tree, &s->mass, &bumps, &stats).ok()) {
       return false;  // validated before; the flat pass reports anything left
     }

@@ -11,8 +11,13 @@
 // every pool thread is busy with other calls (no deadlock, no waiting for a
 // free thread).
 //
-// Fairness: pool threads take calls in arrival order and help each until
-// its items run out or its slots are all taken.
+// Fairness: every call names a lane (the daemon passes one per tenant). A
+// pool thread that is free joins the waiting call whose lane has the fewest
+// pool threads working for it at that moment, the oldest such call first,
+// and helps it until its items run out or its slots are all taken. So a
+// lane that floods the pool with calls holds the helpers only until they
+// finish their current calls: another lane's call gets the next free one.
+// Within a lane, calls are served in arrival order.
 //
 // Why this is not the daemon's BlockingPool (daemon/blocking_pool.h), the
 // other pool of the process: the two do different work and one type would
@@ -60,8 +65,9 @@ class WorkerPool {
 
   int32_t threads() const { return static_cast<int32_t>(threads_.size()); }
 
-  // See the file comment. max_slots >= 1.
-  void ParallelFor(int64_t count, int32_t max_slots, const Fn& fn);
+  // See the file comment. max_slots >= 1; `lane` groups calls for the
+  // fairness rule (any value; calls that do not care share lane 0).
+  void ParallelFor(int64_t count, int32_t max_slots, const Fn& fn, uint64_t lane = 0);
 
   // Calls every pool thread has joined since construction (for tests).
   int64_t helped() const { return helped_.load(std::memory_order_relaxed); }
@@ -73,13 +79,24 @@ class WorkerPool {
     const Fn* fn;
     int64_t count;
     int32_t max_slots;
+    uint64_t lane;
     std::atomic<int64_t> next{0};
     std::atomic<int32_t> slots{1};  // slot 0 is the caller's
     int32_t helpers = 0;            // pool threads working on it; under mu_
     Job* later = nullptr;           // the queue's next call; under mu_
   };
+  // Pool threads working for one lane. At most threads() lanes have any,
+  // so a fixed table of threads() entries holds them without allocating.
+  struct LaneLoad {
+    uint64_t lane = 0;
+    int32_t helpers = 0;  // 0: the entry is free
+  };
   static void Drain(Job* job, int32_t slot);
   void Unlink(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The queued call a free pool thread joins (first_ must not be null).
+  Job* Pick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int32_t HelpersOf(uint64_t lane) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddHelper(uint64_t lane, int32_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
 
   absl::Mutex mu_;
@@ -87,6 +104,7 @@ class WorkerPool {
   // Calls pool threads may join, oldest first.
   Job* first_ ABSL_GUARDED_BY(mu_) = nullptr;
   Job* last_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<LaneLoad> lanes_ ABSL_GUARDED_BY(mu_);  // threads() entries
   std::atomic<int64_t> helped_{0};
   std::vector<std::thread> threads_;
 };

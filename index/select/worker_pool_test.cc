@@ -1,5 +1,6 @@
 #include "index/select/worker_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <set>
 #include <thread>
@@ -7,6 +8,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace kvtier::index {
@@ -80,6 +82,66 @@ TEST(WorkerPoolTest, ProgressWithoutAFreePoolThread) {
   EXPECT_EQ(ran, 5);
   second_done.Notify();
   first.join();
+}
+
+// A free pool thread joins the call of the lane with the fewest helpers,
+// not the oldest call: with both helpers on lane 1's call and another
+// lane-1 call queued before a lane-2 call, the first helper to come free
+// goes to lane 2.
+TEST(WorkerPoolTest, AFreeHelperGoesToTheLaneWithFewestHelpers) {
+  WorkerPool pool(2);
+  absl::Mutex mu;
+  // Per call: the slot each item ran on (-1: not started).
+  std::vector<int32_t> slot_a(3, -1), slot_a2(2, -1), slot_b(2, -1);
+  bool release_all = false;
+  int64_t release_a_item = -1;  // the lane-1 helper item let go first
+  auto run = [&](std::vector<int32_t>* slots, int64_t item, int32_t slot, bool is_a) {
+    absl::MutexLock lock(&mu);
+    (*slots)[item] = slot;
+    const auto released = [&] { return release_all || (is_a && release_a_item == item); };
+    mu.Await(absl::Condition(&released));
+  };
+  auto started = [&](const std::vector<int32_t>& slots, size_t n) {
+    absl::MutexLock lock(&mu);
+    const auto enough = [&] {
+      return static_cast<size_t>(
+                 std::count_if(slots.begin(), slots.end(), [](int32_t s) { return s >= 0; })) >= n;
+    };
+    return mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30));
+  };
+  std::thread a([&] {
+    pool.ParallelFor(
+        3, 3, [&](int32_t slot, int64_t i) { run(&slot_a, i, slot, true); }, 1);
+  });
+  ASSERT_TRUE(started(slot_a, 3)) << "both helpers joined lane 1's call";
+  std::thread a2([&] {
+    pool.ParallelFor(
+        2, 2, [&](int32_t slot, int64_t i) { run(&slot_a2, i, slot, false); }, 1);
+  });
+  ASSERT_TRUE(started(slot_a2, 1));  // queued, its caller on item 0
+  std::thread b([&] {
+    pool.ParallelFor(
+        2, 2, [&](int32_t slot, int64_t i) { run(&slot_b, i, slot, false); }, 2);
+  });
+  ASSERT_TRUE(started(slot_b, 1));  // queued after lane 1's second call
+  {
+    absl::MutexLock lock(&mu);
+    for (int64_t i = 0; i < 3; ++i) {
+      if (slot_a[i] > 0) release_a_item = i;  // an item on a pool thread
+    }
+  }
+  const bool b_helped = started(slot_b, 2);
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_TRUE(b_helped) << "lane 2's call got no helper";
+    EXPECT_GE(slot_b[1], 1) << "lane 2's second item ran on a pool thread";
+    EXPECT_EQ(slot_a2[1], -1) << "lane 1's queued call waited";
+    release_all = true;
+  }
+  a.join();
+  a2.join();
+  b.join();
+  EXPECT_GE(slot_a2[1], 0);
 }
 
 TEST(WorkerPoolTest, NoThreadsRunsOnTheCaller) {

@@ -3,7 +3,9 @@
 // descriptor limit (prlimit); an attacker process floods its sockets; then
 // a new process (kvtierctl) must connect and be served within its 1 s
 // deadline, and the daemon's descriptors stay within the stated caps.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -15,14 +17,18 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <iostream>
 #include <string>
 #include <vector>
 
+#include "client/client.h"
 #include "client/shm/fd_fetch.h"
 #include "gmock/gmock.h"
 #include "tests/integration/subprocess.h"
 #include "tests/testutil/http_get.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/tls_certs.h"
 #include "tests/testutil/unix_connect.h"
 
 namespace kvtier::security {
@@ -50,12 +56,43 @@ int CountFds(pid_t pid) {
   return n;
 }
 
-// A process that opens `count` connections to each of `paths` (sending the
-// HTTP/2 preface when `speak`), as user `uid` when it is not -1, reports
-// how many it opened, and holds them until told to go.
+// Opens one connection; -1 on failure.
+using Connector = std::function<int()>;
+
+std::vector<Connector> UnixConnectors(const std::vector<std::string>& paths) {
+  std::vector<Connector> out;
+  out.reserve(paths.size());
+  for (const std::string& path : paths)
+    out.push_back([path] { return testing::ConnectUnix(path); });
+  return out;
+}
+
+// A TCP connection to 127.0.0.1:port from loopback address `source` (for
+// the daemon another peer than 127.0.0.1); -1 on failure.
+int ConnectTcpFrom(int port, const char* source) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &from.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A process that opens `count` connections with each connector (sending
+// `speak` first when it is not empty), as user `uid` when it is not -1,
+// reports how many it opened, and holds them until told to go.
 class Flooder {
  public:
-  Flooder(const std::vector<std::string>& paths, int count, bool speak, int uid) {
+  Flooder(const std::vector<Connector>& connectors, int count, const std::string& speak, int uid) {
     int ready[2], go[2];
     if (::pipe(ready) != 0 || ::pipe(go) != 0) return;
     pid_ = ::fork();
@@ -68,11 +105,11 @@ class Flooder {
       ::setrlimit(RLIMIT_NOFILE, &lim);
       if (uid >= 0 && (::setgid(uid) != 0 || ::setuid(uid) != 0)) ::_exit(2);
       int opened = 0;
-      for (const std::string& path : paths) {
+      for (const Connector& connect : connectors) {
         for (int i = 0; i < count; ++i) {
-          const int fd = testing::ConnectUnix(path);
+          const int fd = connect();
           if (fd < 0) continue;
-          if (speak) (void)!::send(fd, kPreface, sizeof(kPreface) - 1, MSG_NOSIGNAL);
+          if (!speak.empty()) (void)!::send(fd, speak.data(), speak.size(), MSG_NOSIGNAL);
           ++opened;
         }
       }
@@ -126,39 +163,44 @@ class ConnectionFloodTest : public ::testing::Test {
     std::filesystem::remove_all(root_);
   }
 
-  void Start() {
+  // `extra`: more --set arguments.
+  void Start(const std::vector<std::string>& extra = {}) {
     notify_ = std::make_unique<testing::NotifySocket>(root_ + "/notify.sock");
     const std::string nofile =
         "--nofile=" + std::to_string(kNofile) + ":" + std::to_string(kNofile);
+    std::vector<std::string> argv{"/usr/bin/prlimit",
+                                  nofile,
+                                  KVTIERD_PATH,
+                                  "--data-dir",
+                                  root_ + "/data",
+                                  "--socket",
+                                  socket_,
+                                  "--set",
+                                  "server.socket_mode=0666",
+                                  "--set",
+                                  "auth.fd_socket_path=" + fd_socket_,
+                                  "--set",
+                                  "server.max_pending_connections=" + std::to_string(kPending),
+                                  "--set",
+                                  "server.max_connections_per_uid=" + std::to_string(kPerUid),
+                                  "--set",
+                                  "tiers.host.capacity_bytes=16MiB",
+                                  "--set",
+                                  "tiers.device.capacity_bytes=4MiB",
+                                  "--set",
+                                  "tiers.host.staging_bytes=1MiB",
+                                  "--set",
+                                  "tiers.nvme.file_count=2",
+                                  "--set",
+                                  "tiers.nvme.file_size_bytes=4MiB",
+                                  "--set",
+                                  "metrics.listen_address=:0"};
+    for (const std::string& kv : extra) {
+      argv.push_back("--set");
+      argv.push_back(kv);
+    }
     daemon_ = std::make_unique<testing::ChildProcess>(
-        std::vector<std::string>{"/usr/bin/prlimit",
-                                 nofile,
-                                 KVTIERD_PATH,
-                                 "--data-dir",
-                                 root_ + "/data",
-                                 "--socket",
-                                 socket_,
-                                 "--set",
-                                 "server.socket_mode=0666",
-                                 "--set",
-                                 "auth.fd_socket_path=" + fd_socket_,
-                                 "--set",
-                                 "server.max_pending_connections=" + std::to_string(kPending),
-                                 "--set",
-                                 "server.max_connections_per_uid=" + std::to_string(kPerUid),
-                                 "--set",
-                                 "tiers.host.capacity_bytes=16MiB",
-                                 "--set",
-                                 "tiers.device.capacity_bytes=4MiB",
-                                 "--set",
-                                 "tiers.host.staging_bytes=1MiB",
-                                 "--set",
-                                 "tiers.nvme.file_count=2",
-                                 "--set",
-                                 "tiers.nvme.file_size_bytes=4MiB",
-                                 "--set",
-                                 "metrics.listen_address=:0"},
-        std::vector<std::string>{"NOTIFY_SOCKET=" + notify_->path()}, root_ + "/log");
+        argv, std::vector<std::string>{"NOTIFY_SOCKET=" + notify_->path()}, root_ + "/log");
     ASSERT_TRUE(notify_->WaitFor("READY=1", std::chrono::seconds(20))) << Log();
   }
 
@@ -196,7 +238,7 @@ TEST_F(ConnectionFloodTest, ASilentFloodKeepsNoOneOut) {
   const int before = CountFds(daemon_->pid());
   // Four times the daemon's descriptor limit, on the gRPC socket and the
   // descriptor socket, sending nothing.
-  Flooder flood({socket_, fd_socket_}, 3 * kNofile, /*speak=*/false, /*uid=*/-1);
+  Flooder flood(UnixConnectors({socket_, fd_socket_}), 3 * kNofile, /*speak=*/"", /*uid=*/-1);
   ASSERT_GT(flood.opened(), 2 * kNofile) << "the flood did not reach the daemon's limit";
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -228,7 +270,7 @@ TEST_F(ConnectionFloodTest, OneUsersConnectionsFillOnlyItsOwnShare) {
   const int before = CountFds(daemon_->pid());
   // Connections that speak (each is handed to gRPC) from user 65534: at
   // most kPerUid of them are kept, the rest closed at once.
-  Flooder flood({socket_}, 2 * kNofile, /*speak=*/true, /*uid=*/65534);
+  Flooder flood(UnixConnectors({socket_}), 2 * kNofile, kPreface, /*uid=*/65534);
   ASSERT_GT(flood.opened(), kNofile);
   testing::CommandResult status = NewClient();
   EXPECT_EQ(status.exit_code, 0) << status.err << Log();
@@ -237,6 +279,66 @@ TEST_F(ConnectionFloodTest, OneUsersConnectionsFillOnlyItsOwnShare) {
   EXPECT_GE(Metric("kvtier_connections_closed_total{reason=\"cap\"}"), kNofile - kPerUid);
   EXPECT_LE(Metric("kvtier_connections_open"), kPerUid + 2);
   flood.Leave();
+  EXPECT_EQ(NewClient().exit_code, 0) << Log();
+}
+
+// The same over TCP: a flood from one address (127.0.0.2) to three times
+// the daemon's descriptor limit, half of it sending the first byte of a
+// TLS handshake and stalling, half silent. A new client from another
+// address (127.0.0.1) is served over TLS within 1 s, the daemon's
+// descriptors stay within that address's share, and after the flood a
+// client from the flooding address is served again.
+TEST_F(ConnectionFloodTest, ATcpFloodFromOneAddressKeepsNoOneOut) {
+  constexpr int kTcp = 48;         // server.max_tcp_connections
+  constexpr int kPerAddress = 16;  // server.max_tcp_connections_per_address
+  const testutil::PemPair ca = testutil::MakeCa("kvtier flood CA");
+  const testutil::PemPair cert = testutil::IssueCert(ca, "localhost");
+  ASSERT_TRUE(testutil::WriteFile(root_ + "/server.crt", cert.cert));
+  ASSERT_TRUE(testutil::WriteFile(root_ + "/server.key", cert.key));
+  Start({"server.tcp_address=127.0.0.1:0", "server.tls_cert_file=" + root_ + "/server.crt",
+         "server.tls_key_file=" + root_ + "/server.key",
+         "server.max_tcp_connections=" + std::to_string(kTcp),
+         "server.max_tcp_connections_per_address=" + std::to_string(kPerAddress)});
+  const std::string log = Log();
+  const size_t at = log.find("(port ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const int port = std::atoi(log.c_str() + at + 6);
+  ASSERT_GT(port, 0);
+  auto tls_health = [&](const char* what) {
+    ClientOptions options;
+    options.call_timeout = std::chrono::milliseconds(1000);
+    options.tls_root_certs_pem = ca.cert;
+    options.tls_server_name = "localhost";
+    const auto t0 = std::chrono::steady_clock::now();
+    auto c = Client::Connect("127.0.0.1:" + std::to_string(port), options);
+    absl::Status st = c.ok() ? (*c)->Health().status() : c.status();
+    std::cout << what << ": served in "
+              << std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count()
+              << " ms\n";
+    return st;
+  };
+  ASSERT_OK(tls_health("before the flood"));
+  const int before = CountFds(daemon_->pid());
+  const Connector from_other = [port] { return ConnectTcpFrom(port, "127.0.0.2"); };
+  Flooder stalled({from_other}, 3 * kNofile / 2, /*speak=*/"\x16", /*uid=*/-1);
+  Flooder silent({from_other}, 3 * kNofile / 2, /*speak=*/"", /*uid=*/-1);
+  ASSERT_GT(stalled.opened() + silent.opened(), 2 * kNofile);
+  EXPECT_OK(tls_health("during the flood"));
+  // The flood holds at most its address's share: one descriptor pending,
+  // three relayed (the client's, the relay's and gRPC's).
+  EXPECT_LE(CountFds(daemon_->pid()) - before, 3 * kPerAddress + 8);
+  EXPECT_GE(Metric("kvtier_tcp_connections_closed_total{reason=\"cap\"}"), 2 * kNofile);
+  EXPECT_LE(Metric("kvtier_tcp_connections_open"), kPerAddress + 2);
+  stalled.Leave();
+  silent.Leave();
+  // The flooding address gets its share back once it closed its connections.
+  const Connector again = [port] { return ConnectTcpFrom(port, "127.0.0.2"); };
+  const int fd = again();
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  EXPECT_OK(tls_health("after the flood"));
   EXPECT_EQ(NewClient().exit_code, 0) << Log();
 }
 

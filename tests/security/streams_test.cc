@@ -2,6 +2,7 @@
 // are capped and cost no thread each; a client that stops reading holds a
 // bounded number of bytes and is cancelled after a deadline; a reload
 // that revokes a token ends that token's open streams.
+#include <google/protobuf/descriptor.pb.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "daemon/health_service.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "kvtier/v1/kvtier.grpc.pb.h"
 #include "tests/security/security_fixture.h"
@@ -190,6 +192,95 @@ TEST_F(StreamsTest, HealthWatchStreamsAreCountedAndEndAtShutdown) {
     EXPECT_EQ(w.reader->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
   }
   stop.join();
+}
+
+// Finding 3 of issue 46: reflection (server.reflection) streams resolve
+// their caller, count against the stream caps and cost no thread each; the
+// answers describe the daemon's services.
+TEST_F(StreamsTest, ReflectionIsAuthenticatedCountedAndAnswers) {
+  using grpc::reflection::v1alpha::ServerReflection;
+  using grpc::reflection::v1alpha::ServerReflectionRequest;
+  using grpc::reflection::v1alpha::ServerReflectionResponse;
+  using Info = grpc::ClientReaderWriter<ServerReflectionRequest, ServerReflectionResponse>;
+  StartDaemon({"server.reflection=true", "server.max_streams_per_tenant=32"});
+  auto stub = ServerReflection::NewStub(
+      grpc::CreateChannel("unix:" + server_->socket_path(), grpc::InsecureChannelCredentials()));
+  auto ask = [](Info* s, const ServerReflectionRequest& req, ServerReflectionResponse* resp) {
+    return s->Write(req) && s->Read(resp);
+  };
+  ServerReflectionRequest list;
+  list.set_list_services("*");
+  ServerReflectionResponse resp;
+  {
+    grpc::ClientContext ctx;  // no token
+    auto s = stub->ServerReflectionInfo(&ctx);
+    EXPECT_FALSE(ask(s.get(), list, &resp));
+    EXPECT_EQ(s->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  auto ctx = Ctx("a");
+  auto s = stub->ServerReflectionInfo(ctx.get());
+  ASSERT_TRUE(ask(s.get(), list, &resp));
+  std::vector<std::string> names;
+  for (const auto& service : resp.list_services_response().service()) {
+    names.push_back(service.name());
+  }
+  EXPECT_THAT(names, ::testing::UnorderedElementsAre("kvtier.v1.KvTier", "kvtier.v1.Admin",
+                                                     "grpc.health.v1.Health",
+                                                     "grpc.reflection.v1alpha.ServerReflection"));
+  // A symbol's file comes with its imports, each sent once per stream.
+  ServerReflectionRequest symbol;
+  symbol.set_file_containing_symbol("kvtier.v1.KvTier.Select");
+  ASSERT_TRUE(ask(s.get(), symbol, &resp));
+  ASSERT_GE(resp.file_descriptor_response().file_descriptor_proto_size(), 2);
+  google::protobuf::FileDescriptorProto file;
+  ASSERT_TRUE(file.ParseFromString(resp.file_descriptor_response().file_descriptor_proto(0)));
+  EXPECT_EQ(file.name(), "kvtier/v1/kvtier.proto");
+  ASSERT_EQ(file.service_size(), 1);
+  EXPECT_EQ(file.service(0).name(), "KvTier");
+  ServerReflectionRequest types;
+  types.set_file_by_filename("kvtier/v1/types.proto");
+  ASSERT_TRUE(ask(s.get(), types, &resp));
+  EXPECT_EQ(resp.file_descriptor_response().file_descriptor_proto_size(), 1);
+  ServerReflectionRequest unknown;
+  unknown.set_file_containing_symbol("kvtier.v1.NoSuchThing");
+  ASSERT_TRUE(ask(s.get(), unknown, &resp));
+  EXPECT_EQ(resp.error_response().error_code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  EXPECT_THAT(resp.error_response().error_message(), HasSubstr("kvtier.v1.NoSuchThing"));
+
+  // 31 more streams of a: the cap holds, and they cost no thread each.
+  const int threads_before = ThreadsOfThisProcess();
+  struct Open {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<Info> stream;
+  };
+  std::vector<Open> open;
+  for (int i = 0; i < 31; ++i) {
+    Open o{Ctx("a"), nullptr};
+    o.stream = stub->ServerReflectionInfo(o.ctx.get());
+    ASSERT_TRUE(ask(o.stream.get(), list, &resp)) << "stream " << i;
+    open.push_back(std::move(o));
+  }
+  EXPECT_LE(ThreadsOfThisProcess() - threads_before, 8);
+  EXPECT_EQ(server_->runtime()->streams()->OpenOf("a"), 32u);
+  auto over_ctx = Ctx("a");
+  auto over = stub->ServerReflectionInfo(over_ctx.get());
+  EXPECT_FALSE(ask(over.get(), list, &resp));
+  grpc::Status st = over->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("server.max_streams_per_tenant"));
+  // Another tenant is served; a closed stream gives its place back.
+  auto b_ctx = Ctx("b");
+  auto b = stub->ServerReflectionInfo(b_ctx.get());
+  EXPECT_TRUE(ask(b.get(), list, &resp));
+  s->WritesDone();
+  EXPECT_OK(s->Finish());
+  ASSERT_TRUE(WaitFor([&] { return server_->runtime()->streams()->OpenOf("a") == 31; }));
+  for (Open& o : open) {
+    o.stream->WritesDone();
+    EXPECT_OK(o.stream->Finish());
+  }
+  b->WritesDone();
+  EXPECT_OK(b->Finish());
 }
 
 TEST_F(StreamsTest, ARevokedTokenEndsItsOpenStreams) {
