@@ -215,6 +215,18 @@ grpc::ServerUnaryReactor* AdminService::ListContexts(grpc::CallbackServerContext
   return reactor;
 }
 
+absl::StatusOr<std::shared_ptr<void>> AdminService::StartOperation(const char* method) {
+  std::atomic<uint64_t>& running = runtime_->admin_operations();
+  const uint64_t max = runtime_->config().limits.max_admin_operations;
+  if (running.fetch_add(1) >= max) {
+    running.fetch_sub(1);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        method, ": ", max, " Drain or Verify calls already running (limits.max_admin_operations)"));
+  }
+  // The deleter runs when the work's last copy of the slot goes.
+  return std::shared_ptr<void>(nullptr, [&running](void*) { running.fetch_sub(1); });
+}
+
 grpc::ServerWriteReactor<v1::DrainProgress>* AdminService::Drain(grpc::CallbackServerContext* ctx,
                                                                  const v1::DrainRequest* req) {
   if (auto caller = AdminCallerOf(runtime_->tenants(), ctx); !caller.ok()) {
@@ -224,6 +236,8 @@ grpc::ServerWriteReactor<v1::DrainProgress>* AdminService::Drain(grpc::CallbackS
     return new FinishedWriteReactor<v1::DrainProgress>(ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("tier: ", static_cast<int>(req->tier()), " is not a local tier"))));
   }
+  absl::StatusOr<std::shared_ptr<void>> slot = StartOperation("Drain");
+  if (!slot.ok()) return new FinishedWriteReactor<v1::DrainProgress>(ToGrpcStatus(slot.status()));
   BlockStore* store = runtime_->store();
   const bool device_only = req->tier() == v1::TIER_DEVICE;
   return new ProgressReactor<v1::DrainProgress>(
@@ -252,7 +266,8 @@ grpc::ServerWriteReactor<v1::DrainProgress>* AdminService::Drain(grpc::CallbackS
         }
         if (keys.empty()) report(0, 0);
         return absl::OkStatus();
-      });
+      },
+      *std::move(slot));
 }
 
 grpc::ServerUnaryReactor* AdminService::ListProfiles(grpc::CallbackServerContext* ctx,
@@ -333,6 +348,8 @@ grpc::ServerWriteReactor<v1::VerifyProgress>* AdminService::Verify(grpc::Callbac
   if (auto caller = AdminCallerOf(runtime_->tenants(), ctx); !caller.ok()) {
     return new FinishedWriteReactor<v1::VerifyProgress>(ToGrpcStatus(caller.status()));
   }
+  absl::StatusOr<std::shared_ptr<void>> slot = StartOperation("Verify");
+  if (!slot.ok()) return new FinishedWriteReactor<v1::VerifyProgress>(ToGrpcStatus(slot.status()));
   BlockStore* store = runtime_->store();
   const uint64_t profile_id = req->profile_id();
   return new ProgressReactor<v1::VerifyProgress>(
@@ -361,7 +378,8 @@ grpc::ServerWriteReactor<v1::VerifyProgress>* AdminService::Verify(grpc::Callbac
         });
         post(pending);
         return absl::OkStatus();
-      });
+      },
+      *std::move(slot));
 }
 
 }  // namespace kvtier::daemon

@@ -7,6 +7,9 @@
 #ifndef KVTIER_DAEMON_ADMIN_SERVICE_H_
 #define KVTIER_DAEMON_ADMIN_SERVICE_H_
 
+#include <memory>
+
+#include "absl/status/statusor.h"
 #include "daemon/runtime.h"
 #include "kvtier/v1/admin.grpc.pb.h"
 
@@ -40,6 +43,10 @@ class AdminService final : public v1::Admin::CallbackService {
   static grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx,
                                           const absl::Status& status);
   void AddTenantStats(v1::StatsResponse* resp);
+  // One of limits.max_admin_operations, held until the last copy goes
+  // (the ProgressReactor drops it when the work returns); RESOURCE_EXHAUSTED
+  // naming the key when none is free.
+  absl::StatusOr<std::shared_ptr<void>> StartOperation(const char* method);
 
   Runtime* const runtime_;  // not owned; outlives the service
 };

@@ -187,6 +187,7 @@ const std::vector<Field>& Fields() {
         KV_NUM("leases.max_ttl_ms", Kind::kUint, leases.max_ttl_ms),
         KV_NUM("limits.max_batch_blocks", Kind::kUint, limits.max_batch_blocks),
         KV_NUM("limits.max_contexts", Kind::kUint, limits.max_contexts),
+        KV_NUM("limits.max_admin_operations", Kind::kUint, limits.max_admin_operations),
         KV_NUM("compaction.max_context_bytes", Kind::kSize, compaction.max_context_bytes),
         KV_NUM("compaction.max_observation_rows", Kind::kUint, compaction.max_observation_rows),
         KV_ENUM("index.summary_encoding", index.summary_encoding, "fp16", "fp32"),
@@ -613,6 +614,9 @@ absl::Status ValidateServerLimits(const Config& c) {
   }
   if (c.server.max_pending_connections == 0 || c.server.max_pending_connections > 65536) {
     return Invalid("server.max_pending_connections", "must be between 1 and 65536");
+  }
+  if (c.limits.max_admin_operations == 0 || c.limits.max_admin_operations > 64) {
+    return Invalid("limits.max_admin_operations", "must be between 1 and 64");
   }
   if (c.server.max_tcp_connections == 0 || c.server.max_tcp_connections > 100000) {
     return Invalid("server.max_tcp_connections", "must be between 1 and 100000");

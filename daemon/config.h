@@ -120,6 +120,7 @@ struct Config {
   struct Limits {
     uint64_t max_batch_blocks = 4096;
     uint64_t max_contexts = 4096;
+    uint64_t max_admin_operations = 2;  // Drain and Verify running at once
   } limits;
   // SelKV compaction (daemon/compaction/compactor.h).
   struct Compaction {

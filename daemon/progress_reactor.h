@@ -13,6 +13,7 @@
 
 #include <deque>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -31,9 +32,13 @@ class ProgressReactor final : public grpc::ServerWriteReactor<T> {
   using Work = std::function<absl::Status(const std::function<void(const T&)>& post)>;
   static constexpr size_t kMaxQueued = 64;
 
-  explicit ProgressReactor(Work work) {
-    worker_ = std::thread([this, work = std::move(work)] {
+  // `hold` (may be null) is dropped as soon as the work returns, before the
+  // final status is sent: a slot the call holds is free by the time its
+  // client sees the end.
+  explicit ProgressReactor(Work work, std::shared_ptr<void> hold = nullptr) {
+    worker_ = std::thread([this, work = std::move(work), hold = std::move(hold)]() mutable {
       absl::Status st = work([this](const T& message) { Post(message); });
+      hold.reset();
       absl::MutexLock lock(&mu_);
       final_ = st;
       work_done_ = true;

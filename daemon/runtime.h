@@ -61,6 +61,9 @@ class Runtime {
   ~Runtime();
 
   const Config& config() const { return config_; }
+  // Admin Drain and Verify calls running now, against
+  // limits.max_admin_operations (every server's AdminService shares it).
+  std::atomic<uint64_t>& admin_operations() { return admin_operations_; }
   // The tenants (authentication off: the one "default" tenant).
   const TenantRegistry& tenants() const { return *tenants_; }
   // The 0700 directory of the per-tenant arena and staging files; "" when
@@ -124,6 +127,7 @@ class Runtime {
   absl::StatusOr<SharedFileRef> SharedFileOf(const std::string& token, SharedFile kind);
 
   const Config config_;
+  std::atomic<uint64_t> admin_operations_{0};
   int lock_fd_ = -1;  // flock'ed <data_dir>/kvtierd.lock, held for life
   gpu::DeviceProbe probe_;
   std::string device_backend_;

@@ -12,6 +12,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "client/client.h"
 #include "daemon/config.h"
@@ -34,7 +35,8 @@ constexpr uint64_t kBlockBytes = testing::kTinyBlockBytes;
 
 class BlockingIoTest : public ::testing::Test {
  protected:
-  void Start(const std::string& io_threads, const std::string& queue_limit) {
+  void Start(const std::string& io_threads, const std::string& queue_limit,
+             const std::vector<std::string>& extra = {}) {
     dir_ = testing::TestDataDir("bio");
     std::filesystem::remove_all(dir_);
     env_ = std::make_unique<FaultInjectionEnv>(Env::Default(), 7);
@@ -42,6 +44,7 @@ class BlockingIoTest : public ::testing::Test {
     options.overrides = {"server.io_threads=" + io_threads, "server.io_queue_limit=" + queue_limit,
                          "tiers.device.capacity_bytes=256KiB", "tiers.host.capacity_bytes=512KiB",
                          "tiers.nvme.file_size_bytes=4MiB"};
+    options.overrides.insert(options.overrides.end(), extra.begin(), extra.end());
     options.env = env_.get();
     auto daemon = testing::StartTestDaemon(dir_, options);
     ASSERT_OK(daemon);
@@ -268,6 +271,30 @@ TEST_F(BlockingIoTest, SelectWaitingForNvmeDoesNotHoldItsContext) {
     EXPECT_EQ(b.residency(), v1::RESIDENCY_RESIDENT) << "wait_ms did not wait for the prefetch";
   }
   EXPECT_TRUE(found) << "the NVMe block was not selected";
+}
+
+// Drain and Verify run on a thread each, so at most
+// limits.max_admin_operations run at once: past it a new one is refused
+// naming the key, and the slot comes back when the running one ends.
+TEST_F(BlockingIoTest, AdminOperationsPastTheLimitAreRefusedNamingTheKey) {
+  Start("4", "64", {"limits.max_admin_operations=1"});
+  ASSERT_OK(client_->PutBlocks({PutRequest("v", /*durable=*/true)}));
+  env_->HoldNextIo(FileOp::kRead);  // Verify's read of the block on NVMe
+  auto first = std::async(std::launch::async,
+                          [client = Connect()] { return client->Verify(v1::VerifyRequest()); });
+  env_->WaitForHeldIo();
+  EXPECT_THAT(client_->Verify(v1::VerifyRequest()),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::HasSubstr("limits.max_admin_operations")));
+  EXPECT_THAT(client_->Drain(v1::DrainRequest()),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::HasSubstr("limits.max_admin_operations")));
+  env_->ReleaseHeldIo();
+  absl::StatusOr<v1::VerifyProgress> done = first.get();
+  ASSERT_OK(done);
+  EXPECT_EQ(done->corrupt_blocks(), 0u);
+  EXPECT_GE(done->blocks_checked(), 1u);
+  EXPECT_OK(client_->Verify(v1::VerifyRequest()));
 }
 
 }  // namespace
