@@ -73,7 +73,7 @@ class ContextManagerTest : public ::testing::Test {
     store_ = std::move(*store);
     auto profile = store_->RegisterProfile(SmallProfile(), "t");
     ASSERT_OK(profile);
-    profile_ = profile->first;
+    profile_ = profile->profile;
     Make(ContextManagerOptions{});
   }
 
@@ -215,7 +215,7 @@ TEST_F(ContextManagerTest, OpenNamesWhatIsWrong) {
   ASSERT_OK(u_profile);
   EXPECT_THAT(contexts_->Open("u", profile_.profile_id, {ids}, 0),
               StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(contexts_->Open("u", u_profile->first.profile_id, {ids}, 0),
+  EXPECT_THAT(contexts_->Open("u", u_profile->profile.profile_id, {ids}, 0),
               StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_EQ(contexts_->size(), 0u);
 }

@@ -76,9 +76,9 @@ grpc::ServerUnaryReactor* KvTierService::RegisterProfile(grpc::CallbackServerCon
   return FinishBlocking(ctx, tenant, [this, tenant, profile = *std::move(profile), resp] {
     auto registered = runtime_->store()->RegisterProfile(profile, tenant);
     if (!registered.ok()) return registered.status();
-    resp->set_profile_id(registered->first.profile_id);
-    resp->set_block_size_bytes(BlockSizeBytes(registered->first));
-    resp->set_created(registered->second);
+    resp->set_profile_id(registered->profile.profile_id);
+    resp->set_block_size_bytes(BlockSizeBytes(registered->profile));
+    resp->set_created(registered->created);
     return absl::OkStatus();
   });
 }

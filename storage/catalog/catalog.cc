@@ -27,7 +27,9 @@ namespace {
 
 constexpr char kBlocksFamily[] = "blocks";
 constexpr char kProfilesFamily[] = "profiles";
-constexpr char kContextsFamily[] = "contexts";
+// Written by no version that serves today; an older catalog's is dropped
+// at open (OpenDb).
+constexpr char kRetiredContextsFamily[] = "contexts";
 constexpr char kVersionsFamily[] = "versions";
 
 absl::Status CheckOption(absl::string_view name, uint64_t value, uint64_t min, uint64_t max) {
@@ -109,7 +111,6 @@ struct Catalog::Handles {
   rocksdb::ColumnFamilyHandle* meta = nullptr;
   rocksdb::ColumnFamilyHandle* blocks = nullptr;
   rocksdb::ColumnFamilyHandle* profiles = nullptr;
-  rocksdb::ColumnFamilyHandle* contexts = nullptr;
   rocksdb::ColumnFamilyHandle* versions = nullptr;
 };
 
@@ -138,18 +139,6 @@ absl::Status CatalogBatch::PutBlock(const BlockKey& key, const BlockRecord& reco
 absl::Status CatalogBatch::DeleteBlock(const BlockKey& key) {
   KVTIER_RETURN_IF_ERROR(ValidateBlockKey(key));
   return Add(Family::kBlocks, true, fmt::EncodeBlockKey(key), "");
-}
-
-absl::Status CatalogBatch::PutContext(const ContextKey& key, const ContextRecord& record) {
-  KVTIER_RETURN_IF_ERROR(ValidateContextKey(key));
-  KVTIER_RETURN_IF_ERROR(ValidateContextRecord(record));
-  return Add(Family::kContexts, false, fmt::EncodeContextKey(key),
-             fmt::EncodeContextRecord(record));
-}
-
-absl::Status CatalogBatch::DeleteContext(const ContextKey& key) {
-  KVTIER_RETURN_IF_ERROR(ValidateContextKey(key));
-  return Add(Family::kContexts, true, fmt::EncodeContextKey(key), "");
 }
 
 absl::Status CatalogBatch::PutContextVersion(absl::string_view tenant, uint64_t profile_id,
@@ -195,7 +184,7 @@ absl::Status Catalog::OpenDb(const std::string& dir, const CatalogOptions& optio
   rocksdb::Status listed = rocksdb::DB::ListColumnFamilies(db_options, dir, &names);
   if (!listed.ok()) names.clear();  // no DB yet (Open reports real problems)
   for (const char* wanted : {rocksdb::kDefaultColumnFamilyName.c_str(), kBlocksFamily,
-                             kProfilesFamily, kContextsFamily, kVersionsFamily}) {
+                             kProfilesFamily, kVersionsFamily}) {
     if (std::find(names.begin(), names.end(), wanted) == names.end()) names.push_back(wanted);
   }
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
@@ -211,8 +200,19 @@ absl::Status Catalog::OpenDb(const std::string& dir, const CatalogOptions& optio
     if (names[i] == rocksdb::kDefaultColumnFamilyName) handles->meta = handles->all[i];
     if (names[i] == kBlocksFamily) handles->blocks = handles->all[i];
     if (names[i] == kProfilesFamily) handles->profiles = handles->all[i];
-    if (names[i] == kContextsFamily) handles->contexts = handles->all[i];
     if (names[i] == kVersionsFamily) handles->versions = handles->all[i];
+  }
+  // The retired contexts family goes (its records described nothing the
+  // daemon reads).
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] != kRetiredContextsFamily) continue;
+    rocksdb::ColumnFamilyHandle* retired = handles->all[i];
+    KVTIER_RETURN_IF_ERROR(RocksToStatus(
+        (*db)->DropColumnFamily(retired),
+        absl::StrCat("drop the retired family '", kRetiredContextsFamily, "' of ", dir)));
+    (*db)->DestroyColumnFamilyHandle(retired).PermitUncheckedError();
+    handles->all.erase(handles->all.begin() + static_cast<std::ptrdiff_t>(i));
+    break;
   }
   *out = std::move(handles);
   return absl::OkStatus();
@@ -310,9 +310,7 @@ absl::Status Catalog::Write(const CatalogBatch& batch) {
       [&](const Handles& handles, rocksdb::WriteBatch* wb) {
         for (const CatalogBatch::Op& op : batch.ops_) {
           rocksdb::ColumnFamilyHandle* family =
-              op.family == CatalogBatch::Family::kBlocks     ? handles.blocks
-              : op.family == CatalogBatch::Family::kVersions ? handles.versions
-                                                             : handles.contexts;
+              op.family == CatalogBatch::Family::kBlocks ? handles.blocks : handles.versions;
           rocksdb::Status s =
               op.is_delete ? wb->Delete(family, op.key) : wb->Put(family, op.key, op.value);
           KVTIER_RETURN_IF_ERROR(RocksToStatus(s, "build catalog batch"));
@@ -576,27 +574,6 @@ absl::StatusOr<std::vector<ModelProfile>> Catalog::ListProfiles() const {
   return profiles;
 }
 
-// ---- Contexts ----------------------------------------------------------------
-
-absl::Status Catalog::PutContext(const ContextKey& key, const ContextRecord& record) {
-  CatalogBatch batch;
-  KVTIER_RETURN_IF_ERROR(batch.PutContext(key, record));
-  return Write(batch);
-}
-
-absl::StatusOr<ContextRecord> Catalog::GetContext(const ContextKey& key) const {
-  KVTIER_RETURN_IF_ERROR(ValidateContextKey(key));
-  KVTIER_ASSIGN_OR_RETURN(std::string value,
-                          GetRaw(&Handles::contexts, fmt::EncodeContextKey(key), "context"));
-  return fmt::DecodeContextRecord(value);
-}
-
-absl::Status Catalog::DeleteContext(const ContextKey& key) {
-  CatalogBatch batch;
-  KVTIER_RETURN_IF_ERROR(batch.DeleteContext(key));
-  return Write(batch);
-}
-
 // ---- Compaction versions -----------------------------------------------------
 
 namespace {
@@ -704,10 +681,10 @@ absl::StatusOr<CatalogMemoryUsage> Catalog::MemoryUsage() const {
 // Format 1 kept one namespace of profiles for every tenant: a name +
 // revision had one definition, ids were 1, 2, 3, ..., and any tenant could
 // store blocks under any id. Format 2 gives each profile to one tenant.
-// Block and context keys already carry (tenant, profile_id) and stay as
-// they are: each format-1 profile becomes, under the same id, a profile of
-// every tenant that used it: the tenant that registered it (its owner),
-// and every tenant with blocks or contexts under its id. A profile without
+// Block keys already carry (tenant, profile_id) and stay as they are: each
+// format-1 profile becomes, under the same id, a profile of every tenant
+// that used it: the tenant that registered it (its owner), and every
+// tenant with blocks under its id. A profile without
 // an owner (written before tenants existed) and unused goes to the tenant
 // "". Everything is written in one synced batch with the new format
 // version, so a crash leaves the catalog wholly in one format.
@@ -735,33 +712,19 @@ absl::Status Catalog::MigrateFromFormat1() {
       &Handles::profiles, std::string(1, fmt::kLegacyProfileNameKeyTag),
       [&](absl::string_view key, absl::string_view) { legacy_keys.emplace_back(key); }));
 
-  // Who used each profile: the tenants of block and context keys under its id.
+  // Who used each profile: the tenants of block keys under its id.
   std::map<uint64_t, std::set<std::string>> users;
   for (const ModelProfile& p : legacy) {
     users[p.profile_id];
     if (!p.owner.empty()) users[p.profile_id].insert(p.owner);
   }
-  auto note = [&](absl::string_view key, bool block) {
-    std::string tenant;
-    uint64_t profile_id = 0;
-    if (block) {
-      absl::StatusOr<BlockKey> k = fmt::DecodeBlockKey(key);
-      if (!k.ok()) return;  // dropped by the store's reconciliation at open
-      tenant = std::move(k->tenant);
-      profile_id = k->profile_id;
-    } else {
-      absl::StatusOr<ContextKey> k = fmt::DecodeContextKey(key);
-      if (!k.ok()) return;
-      tenant = std::move(k->tenant);
-      profile_id = k->profile_id;
-    }
-    auto it = users.find(profile_id);
-    if (it != users.end()) it->second.insert(std::move(tenant));
-  };
-  KVTIER_RETURN_IF_ERROR(ForEachEntry(
-      &Handles::blocks, "", [&](absl::string_view key, absl::string_view) { note(key, true); }));
-  KVTIER_RETURN_IF_ERROR(ForEachEntry(
-      &Handles::contexts, "", [&](absl::string_view key, absl::string_view) { note(key, false); }));
+  KVTIER_RETURN_IF_ERROR(
+      ForEachEntry(&Handles::blocks, "", [&](absl::string_view key, absl::string_view) {
+        absl::StatusOr<BlockKey> k = fmt::DecodeBlockKey(key);
+        if (!k.ok()) return;  // dropped by the store's reconciliation at open
+        auto it = users.find(k->profile_id);
+        if (it != users.end()) it->second.insert(std::move(k->tenant));
+      }));
 
   rocksdb::WriteOptions sync;
   sync.sync = true;

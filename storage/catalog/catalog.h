@@ -1,7 +1,9 @@
 // Catalog: the durable metadata store (RocksDB). It keeps, per tenant +
 // profile, each block's size, checksum, NVMe location, flags, timestamps
-// and v_b summary; every tenant's model profiles; contexts; and the
-// compactor's context versions and compacted-block slots. Byte layouts:
+// and v_b summary; every tenant's model profiles; and the compactor's
+// context versions and compacted-block slots. (Open contexts are not
+// stored: a restart forgets them, docs/ARCHITECTURE.md; a "contexts"
+// family left by an older catalog is dropped at Open.) Byte layouts:
 // record_format.h.
 //
 // Profiles belong to one tenant each (ModelProfile::owner): names are per
@@ -92,8 +94,6 @@ class CatalogBatch {
  public:
   absl::Status PutBlock(const BlockKey& key, const BlockRecord& record);
   absl::Status DeleteBlock(const BlockKey& key);
-  absl::Status PutContext(const ContextKey& key, const ContextRecord& record);
-  absl::Status DeleteContext(const ContextKey& key);
   // Compaction versions (family "versions"). Each makes Write sync: the
   // compactor writes them after the blocks they describe are durable.
   absl::Status PutContextVersion(absl::string_view tenant, uint64_t profile_id,
@@ -111,7 +111,7 @@ class CatalogBatch {
 
  private:
   friend class Catalog;
-  enum class Family : uint8_t { kBlocks, kContexts, kVersions };
+  enum class Family : uint8_t { kBlocks, kVersions };
   struct Op {
     Family family;
     bool is_delete;
@@ -130,11 +130,6 @@ struct CatalogScanStats {
   uint64_t records = 0;          // entries passed to the visitor
   uint64_t corrupt_records = 0;  // of those, with a DATA_LOSS record
   uint64_t corrupt_keys = 0;     // entries skipped: their key did not decode
-};
-
-struct RegisteredProfile {
-  ModelProfile profile;  // with its profile_id
-  bool created = false;  // false: an identical definition existed
 };
 
 // Approximate RocksDB memory, from its properties.
@@ -200,13 +195,6 @@ class Catalog {
                                            absl::string_view revision) const;
   // Every tenant's profiles, by id then tenant.
   absl::StatusOr<std::vector<ModelProfile>> ListProfiles() const;
-
-  // ---- Contexts ---------------------------------------------------------
-  // Creates or replaces the context. Not synced (use a batch with
-  // RequireSync for that).
-  absl::Status PutContext(const ContextKey& key, const ContextRecord& record);
-  absl::StatusOr<ContextRecord> GetContext(const ContextKey& key) const;
-  absl::Status DeleteContext(const ContextKey& key);
 
   // ---- Compaction versions ----------------------------------------------
   // Written with CatalogBatch::PutContextVersion / PutCompactedSlots /

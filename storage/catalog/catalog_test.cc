@@ -6,7 +6,9 @@
 #include <fstream>
 #include <set>
 #include <thread>
+#include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rocksdb/db.h"
 #include "storage/catalog/record_format.h"
@@ -54,7 +56,7 @@ class CatalogTest : public ::testing::Test {
   void PutRaw(const std::string& family, const std::string& key, const std::string& value) {
     catalog_.reset();
     std::vector<rocksdb::ColumnFamilyDescriptor> families;
-    for (const char* name : {"default", "blocks", "profiles", "contexts", "versions"}) {
+    for (const char* name : {"default", "blocks", "profiles", "versions"}) {
       families.emplace_back(name, rocksdb::ColumnFamilyOptions());
     }
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
@@ -131,13 +133,9 @@ TEST_F(CatalogTest, InvalidInputIsRefusedBeforeWriting) {
 TEST_F(CatalogTest, RecordsSurviveRestart) {
   ASSERT_OK(catalog_->PutBlock({"t", 1, "durable"}, Record(1, true)));
   ASSERT_OK(catalog_->PutBlock({"t", 1, "volatile"}, Record(2)));
-  ASSERT_OK(catalog_->PutContext({"t", 1, "ctx"}, {{{"durable", "volatile"}}}));
   Reopen();
   EXPECT_EQ(*catalog_->GetBlock({"t", 1, "durable"}), Record(1, true));
   EXPECT_EQ(*catalog_->GetBlock({"t", 1, "volatile"}), Record(2));
-  auto ctx = catalog_->GetContext({"t", 1, "ctx"});
-  ASSERT_OK(ctx);
-  EXPECT_EQ(ctx->segments.at(0).at(1), "volatile");
 
   // Also after the memtables went to SST files.
   ASSERT_OK(catalog_->Flush());
@@ -303,7 +301,7 @@ TEST_F(CatalogTest, Format1CatalogIsMigrated) {
     return std::string(1, 'n') + static_cast<char>(name.size()) + name +
            static_cast<char>(revision.size()) + revision;
   };
-  ModelProfile shared = Profile("llama", 32);  // Alice's, used by Bob and Carol too
+  ModelProfile shared = Profile("llama", 32);  // Alice's, used by Bob too
   shared.profile_id = 1;
   shared.owner = "alice";
   ModelProfile unowned = Profile("qwen", 28);  // before tenants, unused
@@ -335,8 +333,8 @@ TEST_F(CatalogTest, Format1CatalogIsMigrated) {
          {BlockKey{"alice", 1, "a0"}, BlockKey{"bob", 1, "b0"}, BlockKey{"bob", 3, "b1"}}) {
       ASSERT_OK(db->Put(w, h[1], fmt::EncodeBlockKey(key), fmt::EncodeBlockRecord(Record(7))));
     }
-    ASSERT_OK(db->Put(w, h[3], fmt::EncodeContextKey({"carol", 1, "ctx"}),
-                      fmt::EncodeContextRecord({{{"c0"}}})));
+    // The retired contexts family (h[3]) holds a record: it goes at open.
+    ASSERT_OK(db->Put(w, h[3], "carol-context", "c0"));
     for (auto* handle : h) ASSERT_OK(db->DestroyColumnFamilyHandle(handle));
     ASSERT_OK(db->Close());
     delete db;
@@ -345,7 +343,7 @@ TEST_F(CatalogTest, Format1CatalogIsMigrated) {
     SCOPED_TRACE(open);
     Reopen();
     ASSERT_NE(catalog_, nullptr);
-    for (const char* tenant : {"alice", "bob", "carol"}) {
+    for (const char* tenant : {"alice", "bob"}) {
       auto p = catalog_->GetProfile(tenant, 1);
       ASSERT_OK(p) << tenant << ": " << p.status();
       EXPECT_EQ(p->owner, tenant);
@@ -360,9 +358,12 @@ TEST_F(CatalogTest, Format1CatalogIsMigrated) {
     EXPECT_EQ(catalog_->GetProfile("", 2)->name, "qwen");
     auto all = catalog_->ListProfiles();
     ASSERT_OK(all);
-    EXPECT_EQ(all->size(), 5u);  // llama x3, qwen, mistral
+    EXPECT_EQ(all->size(), 4u);  // llama x2, qwen, mistral
     EXPECT_OK(catalog_->GetBlock({"bob", 1, "b0"}));
-    EXPECT_OK(catalog_->GetContext({"carol", 1, "ctx"}));
+    EXPECT_THAT(catalog_->GetProfile("carol", 1), StatusIs(absl::StatusCode::kNotFound));
+    std::vector<std::string> families;
+    ASSERT_OK(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir_.string(), &families));
+    EXPECT_THAT(families, ::testing::Not(::testing::Contains("contexts")));
   }
   // New registrations get random ids beside the migrated ones.
   ModelProfile newer = Profile("llama", 32);
@@ -370,7 +371,7 @@ TEST_F(CatalogTest, Format1CatalogIsMigrated) {
   auto d = catalog_->RegisterProfile(newer);
   ASSERT_OK(d);
   EXPECT_GT(d->profile.profile_id, 3u);
-  EXPECT_EQ(catalog_->ListProfiles()->size(), 6u);
+  EXPECT_EQ(catalog_->ListProfiles()->size(), 5u);
 }
 
 TEST_F(CatalogTest, BatchIsAtomicAndSyncsWhenDurable) {
@@ -381,29 +382,15 @@ TEST_F(CatalogTest, BatchIsAtomicAndSyncsWhenDurable) {
   ASSERT_OK(batch.PutBlock({"t", 1, "new2"}, Record(3, true)));
   EXPECT_TRUE(batch.sync());
   ASSERT_OK(batch.DeleteBlock({"t", 1, "old"}));
-  ASSERT_OK(batch.PutContext({"t", 1, "c"}, {{{"new", "new2"}}}));
   EXPECT_THAT(batch.PutBlock({"t", 1, ""}, Record(4)),
               StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_EQ(batch.size(), 4u) << "a refused write entered the batch";
+  EXPECT_EQ(batch.size(), 3u) << "a refused write entered the batch";
 
   EXPECT_OK(catalog_->GetBlock({"t", 1, "old"})) << "applied before Write";
   ASSERT_OK(catalog_->Write(batch));
   EXPECT_THAT(catalog_->GetBlock({"t", 1, "old"}), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_EQ(catalog_->GetBlock({"t", 1, "new"})->checksum, 2u);
   EXPECT_EQ(catalog_->GetBlock({"t", 1, "new2"})->checksum, 3u);
-  EXPECT_OK(catalog_->GetContext({"t", 1, "c"}));
-}
-
-TEST_F(CatalogTest, ContextsAreScopedAndDeletable) {
-  ContextRecord rec{{{"a", "b"}, {"c"}}};
-  ASSERT_OK(catalog_->PutContext({"t", 1, "ctx"}, rec));
-  EXPECT_EQ(*catalog_->GetContext({"t", 1, "ctx"}), rec);
-  EXPECT_THAT(catalog_->GetContext({"u", 1, "ctx"}), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(catalog_->GetContext({"t", 2, "ctx"}), StatusIs(absl::StatusCode::kNotFound));
-  ASSERT_OK(catalog_->DeleteContext({"t", 1, "ctx"}));
-  EXPECT_THAT(catalog_->GetContext({"t", 1, "ctx"}), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(catalog_->PutContext({"t", 1, ""}, rec),
-              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 ContextVersionRecord Version(const std::string& context_key, uint32_t version) {
@@ -513,7 +500,7 @@ TEST_F(CatalogTest, CorruptRecordIsDataLossNotACrash) {
 // Flips one byte inside the first data block of family's SST file(s).
 void DamageSst(const fs::path& dir, const std::string& family) {
   std::vector<rocksdb::ColumnFamilyDescriptor> families;
-  for (const char* name : {"default", "blocks", "profiles", "contexts", "versions"}) {
+  for (const char* name : {"default", "blocks", "profiles", "versions"}) {
     families.emplace_back(name, rocksdb::ColumnFamilyOptions());
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;

@@ -294,65 +294,6 @@ absl::StatusOr<ModelProfile> DecodeProfileRecord(absl::string_view bytes) {
   return p;
 }
 
-std::string EncodeContextKey(const ContextKey& key) {
-  std::string out = BlockKeyPrefix(key.tenant, key.profile_id);
-  out.append(key.context_id);
-  return out;
-}
-
-absl::StatusOr<ContextKey> DecodeContextKey(absl::string_view bytes) {
-  Reader r(bytes);
-  ContextKey key;
-  if (!GetScope(&r, &key.tenant, &key.profile_id)) return Loss("context key", "bad scope");
-  key.context_id = r.Rest();
-  if (key.context_id.empty() || key.context_id.size() > kMaxContextIdBytes) {
-    return Loss("context key", absl::StrCat("context_id of ", key.context_id.size(), " bytes"));
-  }
-  return key;
-}
-
-std::string EncodeContextRecord(const ContextRecord& record) {
-  std::string out;
-  PutU8(&out, kRecordVersion);
-  PutLittle(&out, record.segments.size(), 4);
-  for (const auto& segment : record.segments) {
-    PutLittle(&out, segment.size(), 4);
-    for (const std::string& id : segment) PutShortBytes(&out, id);
-  }
-  AppendCheck(&out);
-  return out;
-}
-
-absl::StatusOr<ContextRecord> DecodeContextRecord(absl::string_view bytes) {
-  auto opened = OpenValue(bytes, "context record");
-  if (!opened.ok()) return opened.status();
-  Reader& r = *opened;
-  ContextRecord record;
-  uint32_t segments = 0;
-  if (!r.GetU32(&segments) || segments > kMaxContextSegments) {
-    return Loss("context record", "bad segment count");
-  }
-  size_t total = 0;
-  record.segments.resize(segments);
-  for (auto& segment : record.segments) {
-    uint32_t count = 0;
-    // Every id takes at least its length byte: a count the remaining
-    // bytes cannot hold is refused before anything is allocated.
-    if (!r.GetU32(&count) || count > kMaxContextBlocks - total || count > r.remaining()) {
-      return Loss("context record", "bad block count");
-    }
-    total += count;
-    segment.resize(count);
-    for (std::string& id : segment) {
-      if (!r.GetShortBytes(&id)) return Loss("context record", "truncated block id");
-    }
-  }
-  if (!r.done()) return Loss("context record", "trailing bytes");
-  absl::Status valid = ValidateContextRecord(record);
-  if (!valid.ok()) return Loss("context record", valid.message());
-  return record;
-}
-
 // ---- Compaction versions ----------------------------------------------------
 
 namespace {

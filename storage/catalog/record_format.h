@@ -124,12 +124,6 @@ inline constexpr char kLegacyNextProfileIdKey[] = "next_profile_id";
 inline constexpr char kLegacyProfileIdKeyTag = 'i';
 inline constexpr char kLegacyProfileNameKeyTag = 'n';
 
-// Contexts.
-std::string EncodeContextKey(const ContextKey& key);
-absl::StatusOr<ContextKey> DecodeContextKey(absl::string_view bytes);
-std::string EncodeContextRecord(const ContextRecord& record);
-absl::StatusOr<ContextRecord> DecodeContextRecord(absl::string_view bytes);
-
 // Compaction versions.
 inline constexpr char kContextVersionKeyTag = 'v';
 inline constexpr char kCompactedSlotsKeyTag = 's';

@@ -113,7 +113,7 @@ TEST(RecordFormatTest, RandomBytesNeverDecode) {
     for (char& c : junk) c = static_cast<char>(rng());
     EXPECT_FALSE(DecodeBlockRecord(junk).ok());
     EXPECT_FALSE(DecodeProfileRecord(junk).ok());
-    EXPECT_FALSE(DecodeContextRecord(junk).ok());
+    EXPECT_FALSE(DecodeContextVersionRecord(junk).ok());
   }
 }
 
@@ -149,27 +149,6 @@ TEST(RecordFormatTest, ProfileRecordRoundTripsAndRejectsDamage) {
   }
   // dtype byte (offset 25) set to an unknown value.
   EXPECT_THAT(DecodeProfileRecord(Resealed(bytes, 25, 9)), StatusIs(absl::StatusCode::kDataLoss));
-}
-
-TEST(RecordFormatTest, ContextRecordRoundTrips) {
-  ContextRecord c;
-  c.segments = {{"a", "bb", std::string(32, 'c')}, {}, {"d"}};
-  const std::string bytes = EncodeContextRecord(c);
-  auto back = DecodeContextRecord(bytes);
-  ASSERT_OK(back);
-  EXPECT_EQ(*back, c);
-  for (size_t n = 0; n < bytes.size(); ++n) {
-    EXPECT_THAT(DecodeContextRecord(bytes.substr(0, n)), StatusIs(absl::StatusCode::kDataLoss));
-  }
-  // A huge segment count must not allocate before failing.
-  EXPECT_THAT(DecodeContextRecord(Resealed(bytes, 4, 0x7f)), StatusIs(absl::StatusCode::kDataLoss));
-
-  const ContextKey key{"t", 9, "ctx-1"};
-  auto key_back = DecodeContextKey(EncodeContextKey(key));
-  ASSERT_OK(key_back);
-  EXPECT_EQ(key_back->tenant, "t");
-  EXPECT_EQ(key_back->profile_id, 9u);
-  EXPECT_EQ(key_back->context_id, "ctx-1");
 }
 
 TEST(RecordFormatTest, CompactionVersionRecordsRoundTripAndRejectDamage) {

@@ -119,35 +119,6 @@ bool SameDefinition(const ModelProfile& a, const ModelProfile& b) {
   return a_copy == b;
 }
 
-absl::Status ValidateContextKey(const ContextKey& key) {
-  KVTIER_RETURN_IF_ERROR(CheckTenant(key.tenant));
-  if (key.profile_id == 0) return absl::InvalidArgumentError("profile_id must not be 0");
-  if (key.context_id.empty() || key.context_id.size() > kMaxContextIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("context_id must have 1..", kMaxContextIdBytes,
-                                                   " bytes, has ", key.context_id.size()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateContextRecord(const ContextRecord& record) {
-  if (record.segments.size() > kMaxContextSegments) {
-    return absl::InvalidArgumentError(absl::StrCat("context has ", record.segments.size(),
-                                                   " segments; at most ", kMaxContextSegments));
-  }
-  size_t blocks = 0;
-  for (const auto& segment : record.segments) {
-    blocks += segment.size();
-    if (blocks > kMaxContextBlocks) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("context has more than ", kMaxContextBlocks, " blocks"));
-    }
-    for (const std::string& id : segment) {
-      KVTIER_RETURN_IF_ERROR(CheckBlockId(id, "context segment block_id"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ValidateContextVersionRecord(const ContextVersionRecord& record) {
   if (record.context_key.empty() || record.context_key.size() > kMaxContextKeyBytes) {
     return absl::InvalidArgumentError(absl::StrCat("context version context_key must be 1..",

@@ -105,6 +105,12 @@ struct ModelProfile {
   friend bool operator==(const ModelProfile&, const ModelProfile&) = default;
 };
 
+// What registering a profile did (Catalog and BlockStore RegisterProfile).
+struct RegisteredProfile {
+  ModelProfile profile;  // with its profile_id
+  bool created = false;  // false: an identical definition existed
+};
+
 // 2 for fp16/bf16, 4 for fp32, 0 for an unknown value.
 uint32_t DtypeBytes(KvDtype dtype);
 
@@ -118,26 +124,6 @@ uint64_t BlockSizeBytes(const ModelProfile& profile);
 
 // Equal in everything but profile_id and owner.
 bool SameDefinition(const ModelProfile& a, const ModelProfile& b);
-
-// ---- Contexts -------------------------------------------------------------
-
-struct ContextKey {
-  std::string tenant;
-  uint64_t profile_id = 0;
-  std::string context_id;  // 1..kMaxContextIdBytes opaque bytes
-};
-
-// What one request attends to: ordered segments (documents, prefix), each
-// an ordered list of block ids. Blocks appended while decoding go in the
-// last segment.
-struct ContextRecord {
-  std::vector<std::vector<std::string>> segments;
-
-  friend bool operator==(const ContextRecord&, const ContextRecord&) = default;
-};
-
-absl::Status ValidateContextKey(const ContextKey& key);
-absl::Status ValidateContextRecord(const ContextRecord& record);
 
 // ---- Compaction versions --------------------------------------------------
 // The compactor's durable record (daemon/compaction): per (tenant, profile,

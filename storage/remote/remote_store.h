@@ -143,7 +143,7 @@ class RemoteStore final : public BlockStore {
     local_->SetTenantLimits(tenant, limits);
   }
   TenantUsage UsageOf(const std::string& tenant) override { return local_->UsageOf(tenant); }
-  absl::StatusOr<std::pair<ModelProfile, bool>> RegisterProfile(
+  absl::StatusOr<RegisteredProfile> RegisterProfile(
       const ModelProfile& profile, const std::string& tenant) override {
     return local_->RegisterProfile(profile, tenant);
   }

@@ -81,7 +81,7 @@ class Node {
   uint64_t Register(const ModelProfile& p, const std::string& tenant = "default") {
     auto r = store_->RegisterProfile(p, tenant);
     EXPECT_OK(r) << r.status();
-    return r.ok() ? r->first.profile_id : 0;
+    return r.ok() ? r->profile.profile_id : 0;
   }
 
  private:

@@ -335,7 +335,7 @@ absl::StatusOr<StagingFile> BlockStoreImpl::OpenStagingFile(const std::string& t
 
 // ---- Profiles --------------------------------------------------------------
 
-absl::StatusOr<std::pair<ModelProfile, bool>> BlockStoreImpl::RegisterProfile(
+absl::StatusOr<RegisteredProfile> BlockStoreImpl::RegisterProfile(
     const ModelProfile& profile, const std::string& tenant) {
   KVTIER_RETURN_IF_ERROR(ValidateProfile(profile));
   // Every block must fit every tier it can be demoted to.
@@ -380,7 +380,7 @@ absl::StatusOr<std::pair<ModelProfile, bool>> BlockStoreImpl::RegisterProfile(
     ++profile_count_;
     ++TenantLocked(tenant).usage.profiles;
   }
-  return std::make_pair(registered.profile, registered.created);
+  return registered;
 }
 
 absl::StatusOr<ModelProfile> BlockStoreImpl::GetProfile(const std::string& tenant,

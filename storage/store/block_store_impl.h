@@ -56,7 +56,7 @@ class BlockStoreImpl final : public BlockStore {
 
   void SetTenantLimits(const std::string& tenant, const TenantLimits& limits) override;
   TenantUsage UsageOf(const std::string& tenant) override;
-  absl::StatusOr<std::pair<ModelProfile, bool>> RegisterProfile(const ModelProfile& profile,
+  absl::StatusOr<RegisteredProfile> RegisterProfile(const ModelProfile& profile,
                                                                 const std::string& tenant) override;
   absl::StatusOr<ModelProfile> GetProfile(const std::string& tenant, uint64_t profile_id) override;
   // Defaults as BlockStore's.

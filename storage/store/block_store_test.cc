@@ -151,8 +151,8 @@ TEST_F(BlockStoreTest, AnotherTenantsProfileIsNotFoundLikeAMissingOne) {
   bogus.dtype = KvDtype::kBf16;
   auto theirs = store_->RegisterProfile(bogus, "other");
   ASSERT_OK(theirs) << theirs.status();
-  EXPECT_TRUE(theirs->second);
-  EXPECT_NE(theirs->first.profile_id, profile_id_);
+  EXPECT_TRUE(theirs->created);
+  EXPECT_NE(theirs->profile.profile_id, profile_id_);
   EXPECT_EQ(store_->GetProfile("default", profile_id_)->dtype, KvDtype::kFp16);
   EXPECT_EQ(store_->UsageOf("other").profiles, 1u);
   EXPECT_EQ(store_->UsageOf("default").profiles, 1u);
@@ -160,7 +160,7 @@ TEST_F(BlockStoreTest, AnotherTenantsProfileIsNotFoundLikeAMissingOne) {
   EXPECT_EQ(store_->Stats().profiles, 2u);
 
   // Both survive a restart, each its tenant's.
-  const uint64_t other_id = theirs->first.profile_id;
+  const uint64_t other_id = theirs->profile.profile_id;
   ASSERT_OK(store_->Put(BlockKey{"other", other_id, "x"}, Payload(77), {.durable = true}));
   Reopen();
   EXPECT_EQ(store_->GetProfile("other", other_id)->dtype, KvDtype::kBf16);

@@ -85,7 +85,7 @@ class PowerLossTest : public ::testing::Test {
     store_ = std::move(*store);
     auto profile = store_->RegisterProfile(SmallProfile(), "default");
     ASSERT_OK(profile) << profile.status();
-    profile_id_ = profile->first.profile_id;
+    profile_id_ = profile->profile.profile_id;
   }
   // The store goes away without Drain; then every unsynced byte of both
   // tiers is lost.

@@ -90,7 +90,7 @@ class BlockStoreTest : public ::testing::Test {
     store_ = std::move(*store);
     auto profile = store_->RegisterProfile(SmallProfile(), "default");
     ASSERT_OK(profile) << profile.status();
-    profile_id_ = profile->first.profile_id;
+    profile_id_ = profile->profile.profile_id;
   }
 
   BlockKey Key(uint64_t n) { return BlockKey{"default", profile_id_, Id(n)}; }
@@ -100,7 +100,7 @@ class BlockStoreTest : public ::testing::Test {
   uint64_t ProfileOf(const std::string& tenant) {
     auto profile = store_->RegisterProfile(SmallProfile(), tenant);
     EXPECT_OK(profile) << profile.status();
-    return profile.ok() ? profile->first.profile_id : 0;
+    return profile.ok() ? profile->profile.profile_id : 0;
   }
 
   void ExpectReadable(uint64_t n) {

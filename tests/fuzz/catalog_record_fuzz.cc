@@ -94,17 +94,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case 3: {
-      auto key = cf::DecodeContextKey(bytes);
+      auto key = cf::DecodeContextVersionKey(bytes);
       if (!Decoded(key)) break;
-      Check(kvtier::ValidateContextKey(*key).ok(), "decoded context key fails validation");
-      Check(cf::EncodeContextKey(*key) == bytes, "context key is not canonical");
+      auto again = cf::DecodeContextVersionKey(cf::EncodeContextVersionKey(*key));
+      Check(again.ok() && again->tenant == key->tenant && again->profile_id == key->profile_id &&
+                again->context_key == key->context_key && again->version == key->version,
+            "context version key does not round-trip");
       break;
     }
     case 4: {
-      auto record = cf::DecodeContextRecord(bytes);
+      auto record = cf::DecodeContextVersionRecord(bytes);
       if (!Decoded(record)) break;
-      Check(kvtier::ValidateContextRecord(*record).ok(), "decoded context record fails validation");
-      Check(cf::EncodeContextRecord(*record) == bytes, "context record is not canonical");
+      Check(kvtier::ValidateContextVersionRecord(*record).ok(),
+            "decoded context version record fails validation");
+      auto again = cf::DecodeContextVersionRecord(cf::EncodeContextVersionRecord(*record));
+      Check(again.ok() && *again == *record, "context version record does not round-trip");
       break;
     }
     case 5: {

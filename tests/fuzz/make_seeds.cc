@@ -72,10 +72,14 @@ void CatalogSeeds() {
   p.calibration = std::string(24, 'c');
   p.owner = "tenant-a";
   both("profile-calibrated", 2, cf::EncodeProfileRecord(p), true);
-  both("context-key", 3, cf::EncodeContextKey({"", 7, "ctx-1"}), false);
-  kvtier::ContextRecord c;
-  c.segments = {{"b0", "b1"}, {"b2"}, {}};
-  both("context-record", 4, cf::EncodeContextRecord(c), true);
+  both("context-version-key", 3, cf::EncodeContextVersionKey({"t", 7, "ctx-1", 2}), false);
+  kvtier::ContextVersionRecord c;
+  c.version = 1;
+  c.context_key = "ctx-1";
+  c.block_ids = {"b0", "b1"};
+  c.tokens = 32;
+  c.retention = 0.5f;
+  both("context-version-record", 4, cf::EncodeContextVersionRecord(c), false);
   both("u32", 5, cf::EncodeU32(1), false);
   both("u64", 6, cf::EncodeU64(42), false);
   both("prefix", 7, std::string("ab\xff\xff", 4), false);
