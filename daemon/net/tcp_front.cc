@@ -310,20 +310,13 @@ void TcpFront::Loop::AcceptBatch(Clock::time_point now) {
     const int fd = ::accept4(options_.listen_fd.get(), reinterpret_cast<sockaddr*>(&ss), &len,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      const int err = errno;
-      if (err == EINTR || err == ECONNABORTED) continue;
-      if (ShedIfExhausted(err, options_.listen_fd.get(), &spare_fd_)) {
-        const uint64_t k = fd_exhausted_.fetch_add(1, std::memory_order_relaxed) + 1;
-        if (k == 1 || k % 1000 == 0) {
-          spdlog::warn(
-              "tcp: accept: {} ({} times so far); shed one connection, retrying in {} ms "
-              "(see server.max_tcp_connections)",
-              std::strerror(err), k, kEmfileBackoff.count());
-        }
+      const AfterAcceptError next =
+          HandleAcceptError(errno, options_.listen_fd.get(), &spare_fd_, &fd_exhausted_, "tcp",
+                            "server.max_tcp_connections");
+      if (next == AfterAcceptError::kRetry) continue;
+      if (next == AfterAcceptError::kBackOff) {
         backoff_until_ = now + kEmfileBackoff;
         SetListening(false);
-      } else if (err != EAGAIN && err != EWOULDBLOCK) {
-        spdlog::warn("tcp: accept: {}", std::strerror(err));
       }
       return;
     }

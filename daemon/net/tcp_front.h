@@ -18,7 +18,7 @@
 //      closes: gRPC's handshake deadline and idle timeout
 //      (server.connection_setup_ms, server.connection_idle_ms) apply to the
 //      upstream connection, and their close ends the client's too.
-// EMFILE and ENFILE never stop the loop (ShedIfExhausted, as the Unix
+// EMFILE and ENFILE never stop the loop (HandleAcceptError, as the Unix
 // acceptor). A relayed connection costs three descriptors (the client's,
 // the front's upstream end and gRPC's) and 2 x kRelayBufferBytes.
 //

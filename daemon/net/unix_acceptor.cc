@@ -42,6 +42,23 @@ bool ShedIfExhausted(int err, int listen_fd, OwnedFd* spare) {
   return true;
 }
 
+AfterAcceptError HandleAcceptError(int err, int listen_fd, OwnedFd* spare,
+                                   std::atomic<uint64_t>* exhausted, const std::string& name,
+                                   const char* limit_key) {
+  if (err == EINTR || err == ECONNABORTED || err == EPROTO) return AfterAcceptError::kRetry;
+  if (ShedIfExhausted(err, listen_fd, spare)) {
+    const uint64_t n = exhausted->fetch_add(1, std::memory_order_relaxed) + 1;
+    if (n == 1 || n % 1000 == 0) {
+      spdlog::warn(
+          "{}: accept: {} ({} times so far); shed one connection, retrying in {} ms (see {})", name,
+          std::strerror(err), n, kEmfileBackoff.count(), limit_key);
+    }
+    return AfterAcceptError::kBackOff;
+  }
+  if (err != EAGAIN && err != EWOULDBLOCK) spdlog::warn("{}: accept: {}", name, std::strerror(err));
+  return AfterAcceptError::kDone;
+}
+
 absl::StatusOr<OwnedFd> ListenUnix(const std::string& key, const std::string& path, mode_t mode) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -153,20 +170,11 @@ void UnixAcceptor::AcceptBatch(Clock::time_point now) {
     const int fd =
         ::accept4(options_.listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
-      const int err = errno;
-      if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
-      if (ShedIfExhausted(err, options_.listen_fd.get(), &spare_fd_)) {
-        const uint64_t n = fd_exhausted_.fetch_add(1, std::memory_order_relaxed) + 1;
-        if (n == 1 || n % 1000 == 0) {
-          spdlog::warn(
-              "{}: accept: {} ({} times so far); shed one connection, retrying in "
-              "{} ms (see server.max_connections)",
-              options_.name, std::strerror(err), n, kEmfileBackoff.count());
-        }
-        backoff_until_ = now + kEmfileBackoff;
-      } else if (err != EAGAIN && err != EWOULDBLOCK) {
-        spdlog::warn("{}: accept: {}", options_.name, std::strerror(err));
-      }
+      const AfterAcceptError next =
+          HandleAcceptError(errno, options_.listen_fd.get(), &spare_fd_, &fd_exhausted_,
+                            options_.name, "server.max_connections");
+      if (next == AfterAcceptError::kRetry) continue;
+      if (next == AfterAcceptError::kBackOff) backoff_until_ = now + kEmfileBackoff;
       return;
     }
     accepted_.fetch_add(1, std::memory_order_relaxed);

@@ -57,6 +57,20 @@ absl::StatusOr<OwnedFd> ListenUnix(const std::string& key, const std::string& pa
 // (the caller then waits kEmfileBackoff). False for any other error.
 bool ShedIfExhausted(int err, int listen_fd, OwnedFd* spare);
 
+// What an accept loop does after accept4 on listen_fd failed with `err`.
+enum class AfterAcceptError {
+  kRetry,    // EINTR, ECONNABORTED, EPROTO: accept again now
+  kBackOff,  // out of descriptors or memory: one connection was shed
+             // (ShedIfExhausted); accept again after kEmfileBackoff
+  kDone,     // EAGAIN (nothing left), or another error (logged)
+};
+// Counts each kBackOff in *exhausted and warns on the first and every
+// 1000th, naming the loop (`name`) and the setting that sizes it
+// (`limit_key`).
+AfterAcceptError HandleAcceptError(int err, int listen_fd, OwnedFd* spare,
+                                   std::atomic<uint64_t>* exhausted, const std::string& name,
+                                   const char* limit_key);
+
 struct UnixAcceptorOptions {
   std::string name;                               // for logs: "socket", "peer socket"
   OwnedFd listen_fd;                              // bound and listening (ListenUnix)
