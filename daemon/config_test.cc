@@ -264,15 +264,34 @@ TEST_F(ConfigTest, StructInitialisersEqualTheEmbeddedDefaults) {
   }
 }
 
-// The shipped file's mass tree reuse is the library's default (what a
-// caller of index::Selector gets without a config).
-TEST_F(ConfigTest, ShippedMassTreeReuseIsTheLibraryDefault) {
+// Every select.* setting the shipped file gives the selector equals the
+// library's default (what a caller of index::Selector gets without a
+// config). select.batch_threads is the host's (0 = min(4, cores)).
+TEST_F(ConfigTest, ShippedSelectorSettingsAreTheLibraryDefaults) {
   auto config = LoadConfig("", {});
   ASSERT_OK(config.status());
   const index::SelectorOptions o = SelectorOptionsOf(*config);
-  const index::MassTreeOptions lib;
-  EXPECT_EQ(o.mass_tree.reuse_max_steps, lib.reuse_max_steps);
-  EXPECT_EQ(o.mass_tree.reuse_min_cosine, lib.reuse_min_cosine);
+  const index::SelectorOptions lib;
+  EXPECT_EQ(o.grid_keep_fraction, lib.grid_keep_fraction) << "select.grid_keep_fraction";
+  EXPECT_EQ(o.chunk_keep_fraction, lib.chunk_keep_fraction) << "select.chunk_keep_fraction";
+  EXPECT_EQ(o.page_keep_fraction, lib.page_keep_fraction) << "select.page_keep_fraction";
+  EXPECT_EQ(o.sink_blocks, lib.sink_blocks) << "select.sink_blocks";
+  EXPECT_EQ(o.local_blocks, lib.local_blocks) << "select.local_blocks";
+  EXPECT_EQ(o.max_prefetch_blocks, lib.max_prefetch_blocks) << "select.max_prefetch_blocks";
+  EXPECT_EQ(o.algorithm, lib.algorithm) << "select.algorithm";
+  EXPECT_EQ(o.stability.window_steps, lib.stability.window_steps) << "select.window_steps";
+  EXPECT_EQ(o.stability.theta, lib.stability.theta) << "select.theta";
+  EXPECT_EQ(o.stability.weight, lib.stability.weight) << "select.stability_weight";
+  EXPECT_EQ(o.stability.hold_threshold, lib.stability.hold_threshold) << "select.hold_threshold";
+  EXPECT_EQ(o.mass_tree.min_pages, lib.mass_tree.min_pages) << "select.mass_tree_min_blocks";
+  EXPECT_EQ(o.mass_tree.max_open_fraction, lib.mass_tree.max_open_fraction)
+      << "select.mass_tree_max_read_fraction";
+  EXPECT_EQ(o.mass_tree.recent_pages, lib.mass_tree.recent_pages)
+      << "select.mass_tree_recent_blocks";
+  EXPECT_EQ(o.mass_tree.reuse_max_steps, lib.mass_tree.reuse_max_steps)
+      << "select.mass_tree_reuse_steps";
+  EXPECT_EQ(o.mass_tree.reuse_min_cosine, lib.mass_tree.reuse_min_cosine)
+      << "select.mass_tree_reuse_min_cosine";
   auto off = LoadConfig("", {"select.mass_tree_reuse_steps=0"});
   ASSERT_OK(off.status());
   EXPECT_EQ(SelectorOptionsOf(*off).mass_tree.reuse_max_steps, 0);

@@ -127,6 +127,8 @@ TEST(ReplayTest, RankStabilityKeepsTheBudgetAndForcedBlocks) {
   mo.sink_blocks = 1;
   mo.local_blocks = 1;
   mo.stability = StabilityMode::kRank;
+  mo.stability_options.window_steps = 20;
+  mo.stability_options.theta = 0.5f;
   mo.stability_options.weight = 0.5f;
   const index::SelectorOptions so = SelectorOptionsFor(mo);
   index::StabilityTracker tracker;

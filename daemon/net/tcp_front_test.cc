@@ -5,8 +5,6 @@
 // connections), standing where gRPC's TLS listener stands in the daemon.
 #include "daemon/net/tcp_front.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -24,31 +22,14 @@
 #include "daemon/net/unix_acceptor.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/tcp_connect.h"
 
 namespace kvtier::daemon {
 namespace {
 
 using std::chrono::milliseconds;
 
-// A TCP connection to 127.0.0.1:port from `source` (another loopback
-// address is another peer); -1 on failure.
-int ConnectTcp(int port, const char* source = "127.0.0.1") {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  ::inet_pton(AF_INET, source, &from.sin_addr);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
-      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+using testing::ConnectTcpFrom;
 
 // True when the other side closed fd within `timeout` (EOF or reset).
 bool ClosedByPeer(int fd, milliseconds timeout) {
@@ -163,7 +144,7 @@ TEST(ListenTcpTest, RefusesAnAddressWithoutAPortNamingTheKey) {
 // client's half-close reaches the upstream, whose close comes back.
 TEST_F(TcpFrontTest, RelaysBytesUnchangedBothWaysAndPassesClosesOn) {
   Start(16, 16, milliseconds(5000), 16);
-  const int fd = ConnectTcp(port_);
+  const int fd = ConnectTcpFrom(port_);
   ASSERT_GE(fd, 0);
   std::vector<char> sent(4 << 20);
   std::mt19937 rng(7);
@@ -200,13 +181,13 @@ TEST_F(TcpFrontTest, CapsHoldPerAddressAndInTotal) {
   Start(/*max_total=*/6, /*per_address=*/4, milliseconds(5000), 16);
   std::vector<int> flood;
   for (int i = 0; i < 4; ++i) {
-    flood.push_back(ConnectTcp(port_, "127.0.0.2"));
+    flood.push_back(ConnectTcpFrom(port_, "127.0.0.2"));
     ASSERT_GE(flood.back(), 0);
     ASSERT_TRUE(Echoes(flood.back(), milliseconds(5000)));
   }
   std::vector<int> refused;
   refused.reserve(20);
-  for (int i = 0; i < 20; ++i) refused.push_back(ConnectTcp(port_, "127.0.0.2"));
+  for (int i = 0; i < 20; ++i) refused.push_back(ConnectTcpFrom(port_, "127.0.0.2"));
   for (int fd : refused) {
     EXPECT_TRUE(ClosedByPeer(fd, milliseconds(5000))) << "over the address's cap yet kept";
     ::close(fd);
@@ -216,18 +197,18 @@ TEST_F(TcpFrontTest, CapsHoldPerAddressAndInTotal) {
   ::close(flood.back());
   flood.pop_back();
   ASSERT_TRUE(WaitFor([](const TcpFrontStats& s) { return s.open == 3; }));
-  const int silent = ConnectTcp(port_, "127.0.0.2");
+  const int silent = ConnectTcpFrom(port_, "127.0.0.2");
   ASSERT_TRUE(WaitFor([](const TcpFrontStats& s) { return s.open == 4; }));
-  const int over = ConnectTcp(port_, "127.0.0.2");
+  const int over = ConnectTcpFrom(port_, "127.0.0.2");
   EXPECT_TRUE(ClosedByPeer(over, milliseconds(5000)));
   ::close(over);
   // Another address is served while the first is at its cap.
-  const int other = ConnectTcp(port_, "127.0.0.1");
+  const int other = ConnectTcpFrom(port_, "127.0.0.1");
   EXPECT_TRUE(Echoes(other, milliseconds(5000)));
-  const int other2 = ConnectTcp(port_, "127.0.0.3");
+  const int other2 = ConnectTcpFrom(port_, "127.0.0.3");
   EXPECT_TRUE(Echoes(other2, milliseconds(5000)));
   // Six open: the total cap refuses a seventh from a fresh address.
-  const int seventh = ConnectTcp(port_, "127.0.0.4");
+  const int seventh = ConnectTcpFrom(port_, "127.0.0.4");
   EXPECT_TRUE(ClosedByPeer(seventh, milliseconds(5000))) << "over the total cap yet kept";
   ::close(seventh);
   for (int fd : flood) ::close(fd);
@@ -239,13 +220,13 @@ TEST_F(TcpFrontTest, CapsHoldPerAddressAndInTotal) {
 
 TEST_F(TcpFrontTest, SilentConnectionsGoAfterTheSetupTimeout) {
   Start(16, 16, milliseconds(200), 16);
-  const int silent = ConnectTcp(port_);
+  const int silent = ConnectTcpFrom(port_);
   ASSERT_GE(silent, 0);
   EXPECT_TRUE(ClosedByPeer(silent, milliseconds(5000)));
   EXPECT_EQ(front_->stats().setup_timeouts, 1u);
   EXPECT_EQ(front_->stats().relayed, 0u);
   ::close(silent);
-  const int speaks = ConnectTcp(port_);
+  const int speaks = ConnectTcpFrom(port_);
   EXPECT_TRUE(Echoes(speaks, milliseconds(5000)));
   ::close(speaks);
 }
@@ -272,7 +253,7 @@ TEST_F(TcpFrontTest, RunningOutOfDescriptorsNeverStopsTheLoop) {
     ::setrlimit(RLIMIT_NOFILE, &old);
     std::vector<int> fds;
     fds.reserve(200);
-    for (int i = 0; i < 200; ++i) fds.push_back(ConnectTcp(port_));
+    for (int i = 0; i < 200; ++i) fds.push_back(ConnectTcpFrom(port_));
     char c;
     (void)!::read(go[0], &c, 1);  // hold them until the parent is done
     ::_exit(0);
@@ -286,7 +267,7 @@ TEST_F(TcpFrontTest, RunningOutOfDescriptorsNeverStopsTheLoop) {
   ::waitpid(pid, &status, 0);
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
   ASSERT_TRUE(WaitFor([](const TcpFrontStats& s) { return s.open == 0; }));
-  const int client = ConnectTcp(port_);
+  const int client = ConnectTcpFrom(port_);
   EXPECT_TRUE(Echoes(client, milliseconds(5000))) << "the loop stopped accepting";
   ::close(client);
 }

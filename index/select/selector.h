@@ -106,12 +106,15 @@ namespace kvtier::index {
 
 enum class SelectAlgorithm : uint8_t { kDescent = 0, kGemm = 1 };
 
+// The initialisers of the fields the daemon's select.* keys set are the
+// shipped daemon's (ConfigTest.ShippedSelectorSettingsAreTheLibraryDefaults
+// checks every one), so a Selector built in code selects as kvtierd does.
 struct SelectorOptions {
   double grid_keep_fraction = 0.5;   // (0, 1]
   double chunk_keep_fraction = 0.2;  // (0, 1]
-  double page_keep_fraction = 0.1;   // (0, 1]
+  double page_keep_fraction = 1.0;   // (0, 1]
   int32_t sink_blocks = 1;           // >= 0; first pages, always chosen
-  int32_t local_blocks = 4;          // >= 0; last pages, always chosen
+  int32_t local_blocks = 1;          // >= 0; last pages, always chosen
   int32_t max_prefetch_blocks = 64;  // >= 0
   SelectAlgorithm algorithm = SelectAlgorithm::kDescent;
   StabilityOptions stability;

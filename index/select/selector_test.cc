@@ -385,7 +385,7 @@ TEST(SelectorTest, InvalidInputNamesTheField) {
   r.budget_tokens = 160;
   EXPECT_NE(message(r).find("only one"), std::string::npos);
   r = good;
-  r.budget_blocks = 3;
+  r.budget_blocks = 1;  // below sink_blocks + local_blocks (1 + 1)
   EXPECT_NE(message(r).find("sink_blocks + local_blocks"), std::string::npos);
   r = good;
   r.step = 4;

@@ -149,6 +149,9 @@ bool StabilityTracker::NoteWindowStep(int32_t window) {
 }
 
 void StabilityTracker::ObserveRange(int64_t edge, int64_t n) {
+  // At most one entry per step for the last 64 steps: its whole capacity
+  // at once, not seven doublings spread over the window's first steps.
+  if (log_.capacity() == 0) log_.reserve(kMaxStabilityWindow + 1);
   log_.push_back(RangeEntry{call_, step_, edge, n});
 }
 

@@ -47,11 +47,14 @@ namespace kvtier::index {
 
 inline constexpr int32_t kMaxStabilityWindow = 64;
 
+// The initialisers are the shipped daemon's (select.window_steps,
+// select.theta, select.stability_weight, select.hold_threshold;
+// ConfigTest.ShippedSelectorSettingsAreTheLibraryDefaults).
 struct StabilityOptions {
-  int32_t window_steps = 20;  // W, in [1, 64]
-  float theta = 0.5f;         // relevance threshold on the [0,1] affinity
+  int32_t window_steps = 64;  // W, in [1, 64]
+  float theta = 0.8f;         // relevance threshold on the [0,1] affinity
   // Final rank = (1 - weight) * score + weight * stability, weight in [0,1].
-  float weight = 0.3f;
+  float weight = 0.5f;
   // Pages chosen at the previous step and at least this stable stay
   // candidates even when the hierarchy dropped their chunk, so a one-step
   // change of the masks cannot evict a block that stayed relevant. > 0;

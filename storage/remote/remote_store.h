@@ -143,8 +143,8 @@ class RemoteStore final : public BlockStore {
     local_->SetTenantLimits(tenant, limits);
   }
   TenantUsage UsageOf(const std::string& tenant) override { return local_->UsageOf(tenant); }
-  absl::StatusOr<RegisteredProfile> RegisterProfile(
-      const ModelProfile& profile, const std::string& tenant) override {
+  absl::StatusOr<RegisteredProfile> RegisterProfile(const ModelProfile& profile,
+                                                    const std::string& tenant) override {
     return local_->RegisterProfile(profile, tenant);
   }
   absl::StatusOr<ModelProfile> GetProfile(const std::string& tenant, uint64_t profile_id) override {

@@ -183,7 +183,7 @@ struct BlockStoreOptions {
   uint64_t tenant_staging_bytes = 0;
 };
 
-class Catalog;             // catalog.h
+class Catalog;  // catalog.h
 
 class BlockStore {
  public:
@@ -208,8 +208,8 @@ class BlockStore {
   // name+revision with another shape -> ALREADY_EXISTS (other tenants'
   // profiles play no part); bad field -> INVALID_ARGUMENT. A new profile
   // counts against `tenant`'s profiles quota (RESOURCE_EXHAUSTED naming it).
-  virtual absl::StatusOr<RegisteredProfile> RegisterProfile(
-      const ModelProfile& profile, const std::string& tenant) = 0;
+  virtual absl::StatusOr<RegisteredProfile> RegisterProfile(const ModelProfile& profile,
+                                                            const std::string& tenant) = 0;
   // `tenant`'s profile. NOT_FOUND "profile_id: N is not registered" for
   // any id that is not one of the tenant's, another tenant's included.
   virtual absl::StatusOr<ModelProfile> GetProfile(const std::string& tenant,

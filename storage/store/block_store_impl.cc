@@ -335,8 +335,8 @@ absl::StatusOr<StagingFile> BlockStoreImpl::OpenStagingFile(const std::string& t
 
 // ---- Profiles --------------------------------------------------------------
 
-absl::StatusOr<RegisteredProfile> BlockStoreImpl::RegisterProfile(
-    const ModelProfile& profile, const std::string& tenant) {
+absl::StatusOr<RegisteredProfile> BlockStoreImpl::RegisterProfile(const ModelProfile& profile,
+                                                                  const std::string& tenant) {
   KVTIER_RETURN_IF_ERROR(ValidateProfile(profile));
   // Every block must fit every tier it can be demoted to.
   const uint64_t block_bytes = BlockSizeBytes(profile);

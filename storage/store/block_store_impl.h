@@ -57,7 +57,7 @@ class BlockStoreImpl final : public BlockStore {
   void SetTenantLimits(const std::string& tenant, const TenantLimits& limits) override;
   TenantUsage UsageOf(const std::string& tenant) override;
   absl::StatusOr<RegisteredProfile> RegisterProfile(const ModelProfile& profile,
-                                                                const std::string& tenant) override;
+                                                    const std::string& tenant) override;
   absl::StatusOr<ModelProfile> GetProfile(const std::string& tenant, uint64_t profile_id) override;
   // Defaults as BlockStore's.
   absl::StatusOr<PutOutcome> Put(const BlockKey& key, absl::Span<const uint8_t> data,

@@ -3,9 +3,7 @@
 // descriptor limit (prlimit); an attacker process floods its sockets; then
 // a new process (kvtierctl) must connect and be served within its 1 s
 // deadline, and the daemon's descriptors stay within the stated caps.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -28,6 +26,7 @@
 #include "tests/integration/subprocess.h"
 #include "tests/testutil/http_get.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/tcp_connect.h"
 #include "tests/testutil/tls_certs.h"
 #include "tests/testutil/unix_connect.h"
 
@@ -65,26 +64,6 @@ std::vector<Connector> UnixConnectors(const std::vector<std::string>& paths) {
   for (const std::string& path : paths)
     out.push_back([path] { return testing::ConnectUnix(path); });
   return out;
-}
-
-// A TCP connection to 127.0.0.1:port from loopback address `source` (for
-// the daemon another peer than 127.0.0.1); -1 on failure.
-int ConnectTcpFrom(int port, const char* source) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  ::inet_pton(AF_INET, source, &from.sin_addr);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
-      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // A process that opens `count` connections with each connector (sending
@@ -321,7 +300,7 @@ TEST_F(ConnectionFloodTest, ATcpFloodFromOneAddressKeepsNoOneOut) {
   };
   ASSERT_OK(tls_health("before the flood"));
   const int before = CountFds(daemon_->pid());
-  const Connector from_other = [port] { return ConnectTcpFrom(port, "127.0.0.2"); };
+  const Connector from_other = [port] { return testing::ConnectTcpFrom(port, "127.0.0.2"); };
   Flooder stalled({from_other}, 3 * kNofile / 2, /*speak=*/"\x16", /*uid=*/-1);
   Flooder silent({from_other}, 3 * kNofile / 2, /*speak=*/"", /*uid=*/-1);
   ASSERT_GT(stalled.opened() + silent.opened(), 2 * kNofile);
@@ -334,7 +313,7 @@ TEST_F(ConnectionFloodTest, ATcpFloodFromOneAddressKeepsNoOneOut) {
   stalled.Leave();
   silent.Leave();
   // The flooding address gets its share back once it closed its connections.
-  const Connector again = [port] { return ConnectTcpFrom(port, "127.0.0.2"); };
+  const Connector again = [port] { return testing::ConnectTcpFrom(port, "127.0.0.2"); };
   const int fd = again();
   ASSERT_GE(fd, 0);
   ::close(fd);
