@@ -126,7 +126,10 @@ grpc::ServerUnaryReactor* AdminService::Stats(grpc::CallbackServerContext* ctx,
     out->set_publish_queued(r.publish_queued);
     out->set_publish_cancelled(r.publish_cancelled);
     out->set_writeback_buffered_bytes(r.writeback_buffered_bytes);
-    out->set_publish_policy(!config.remote.publish ? "off" : config.remote.publish_policy);
+    out->set_publish_policy(
+        !config.remote.publish
+            ? "off"
+            : std::string(NameOf(kPublishPolicyNames, config.remote.publish_policy)));
     out->set_bytes_read(r.bytes_read);
     out->set_bytes_written(r.bytes_written);
   }

@@ -52,6 +52,14 @@ Value FlagValue(bool flag) {
   return v;
 }
 
+template <typename E, size_t N>
+std::vector<std::string> ChoicesOf(const EnumName<E> (&names)[N]) {
+  std::vector<std::string> out;
+  out.reserve(N);
+  for (const EnumName<E>& n : names) out.emplace_back(n.name.data(), n.name.size());
+  return out;
+}
+
 // One configuration key: its TOML path, its type and where it lands.
 struct Field {
   const char* key;
@@ -72,6 +80,18 @@ struct Field {
         [](const Config& c) { return c.member; }, {                          \
       __VA_ARGS__                                                            \
     }                                                                        \
+  }
+// An enum-typed key: the text (checked against the table's names first)
+// becomes its enum value once, here.
+#define KV_TYPED_ENUM(path, member, names)                                                     \
+  Field {                                                                                      \
+    path, Kind::kEnum,                                                                         \
+        [](Config& c, const Value& v) {                                                        \
+          for (const auto& n : (names)) {                                                      \
+            if (n.name == v.text) c.member = n.value;                                          \
+          }                                                                                    \
+        },                                                                                     \
+        [](const Config& c) { return std::string(NameOf(names, c.member)); }, ChoicesOf(names) \
   }
 #define KV_NUM(path, kind, member)                                                               \
   Field {                                                                                        \
@@ -147,14 +167,14 @@ const std::vector<Field>& Fields() {
         KV_NUM("auth.tenant_max_leases", Kind::kUint, auth.tenant_max_leases),
         KV_ENUM("log.level", log.level, "trace", "debug", "info", "warn", "error", "critical",
                 "off"),
-        KV_ENUM("log.format", log.format, "text", "json"),
-        KV_ENUM("tiers.placement", placement.policy, "stability", "keydiff", "lru"),
+        KV_TYPED_ENUM("log.format", log.format, kLogFormatNames),
+        KV_TYPED_ENUM("tiers.placement", placement.policy, kPlacementNames),
         KV_FLOAT("tiers.keydiff.redundancy_weight", placement.redundancy_weight),
         KV_FLOAT("tiers.keydiff.age_weight", placement.age_weight),
         KV_NUM("tiers.keydiff.sample_blocks", Kind::kUint, placement.sample_blocks),
         KV_FLOAT("tiers.keydiff.newest_protected", placement.newest_protected),
         KV_BOOL("tiers.stability.unwanted_first", placement.unwanted_first),
-        KV_ENUM("tiers.device.backend", device.backend, "auto", "cuda", "shm"),
+        KV_TYPED_ENUM("tiers.device.backend", device.backend, kDeviceBackendNames),
         KV_NUM("tiers.device.capacity_bytes", Kind::kSize, device.capacity_bytes),
         KV_STR("tiers.device.shm_dir", device.shm_dir),
         KV_NUM("tiers.host.capacity_bytes", Kind::kSize, host.capacity_bytes),
@@ -176,8 +196,7 @@ const std::vector<Field>& Fields() {
         KV_NUM("tiers.remote.down_backoff_ms", Kind::kUint, remote.down_backoff_ms),
         KV_BOOL("tiers.remote.read_from_replicas", remote.read_from_replicas),
         KV_BOOL("tiers.remote.publish", remote.publish),
-        KV_ENUM("tiers.remote.publish_policy", remote.publish_policy, "write-through",
-                "write-back"),
+        KV_TYPED_ENUM("tiers.remote.publish_policy", remote.publish_policy, kPublishPolicyNames),
         KV_NUM("tiers.remote.writeback_buffer_bytes", Kind::kSize, remote.writeback_buffer_bytes),
         KV_NUM("tiers.remote.publish_threads", Kind::kUint, remote.publish_threads),
         KV_NUM("tiers.remote.publish_queue_blocks", Kind::kUint, remote.publish_queue_blocks),
@@ -190,20 +209,28 @@ const std::vector<Field>& Fields() {
         KV_NUM("limits.max_admin_operations", Kind::kUint, limits.max_admin_operations),
         KV_NUM("compaction.max_context_bytes", Kind::kSize, compaction.max_context_bytes),
         KV_NUM("compaction.max_observation_rows", Kind::kUint, compaction.max_observation_rows),
-        KV_ENUM("index.summary_encoding", index.summary_encoding, "fp16", "fp32"),
+        KV_TYPED_ENUM("index.summary_encoding", index.summary_encoding, kSummaryEncodingNames),
         KV_BOOL("index.summary_bounds", index.summary_bounds),
         KV_BOOL("index.summary_weighted", index.summary_weighted),
         KV_BOOL("index.summary_per_layer", index.summary_per_layer),
-        KV_ENUM("index.summary_layer_encoding", index.summary_layer_encoding, "int8", "float"),
+        KV_TYPED_ENUM("index.summary_layer_encoding", index.summary_layer_encoding,
+                      kLayerEncodingNames),
         KV_BOOL("index.summary_per_layer_bounds", index.summary_per_layer_bounds),
         KV_NUM("index.head_weights_min_blocks", Kind::kUint, index.head_weights_min_blocks),
         KV_NUM("index.pages_per_chunk", Kind::kUint, index.pages_per_chunk),
         KV_NUM("index.chunks_per_grid", Kind::kUint, index.chunks_per_grid),
         KV_BOOL("index.keep_summaries", index.keep_summaries),
         KV_BOOL("index.q8_page_rows", index.q8_page_rows),
-        KV_ENUM("select.default_scorer", select.default_scorer, "keykey", "keykey_weighted",
-                "quest", "arkvale", "keydiff", "recency", "random", "mass"),
-        KV_ENUM("select.algorithm", select.algorithm, "descent", "gemm"),
+        Field{
+            "select.default_scorer",
+            Kind::kEnum,
+            [](Config& c, const Value& v) {
+              c.select.default_scorer = *index::ParseScorerKind(v.text);  // one of the choices
+            },
+            [](const Config& c) { return std::string(index::ScorerName(c.select.default_scorer)); },
+            {"keykey", "keykey_weighted", "quest", "arkvale", "keydiff", "recency", "random",
+             "mass"}},
+        KV_TYPED_ENUM("select.algorithm", select.algorithm, kSelectAlgorithmNames),
         KV_FLOAT("select.grid_keep_fraction", select.grid_keep_fraction),
         KV_FLOAT("select.chunk_keep_fraction", select.chunk_keep_fraction),
         KV_FLOAT("select.page_keep_fraction", select.page_keep_fraction),
@@ -431,7 +458,7 @@ absl::Status ValidateIndex(const Config& c) {
 
 absl::Status ValidateSelect(const Config& c) {
   const Config::Select& s = c.select;
-  if (s.default_scorer == "keykey_weighted" && !c.index.summary_weighted) {
+  if (s.default_scorer == index::ScorerKind::kKeyKeyWeighted && !c.index.summary_weighted) {
     return Invalid("select.default_scorer",
                    "\"keykey_weighted\" needs index.summary_weighted = true");
   }
@@ -450,7 +477,8 @@ absl::Status ValidateSelect(const Config& c) {
                    "was removed (int8 tree rows with an fp16 re-rank were slower than the fp16 "
                    "rows, docs/BENCHMARKS.md); delete the line or set it false");
   }
-  if ((s.default_scorer == "quest" || s.default_scorer == "arkvale") &&
+  if ((s.default_scorer == index::ScorerKind::kQuest ||
+       s.default_scorer == index::ScorerKind::kArkVale) &&
       (!c.index.keep_summaries || !c.index.summary_bounds)) {
     return Invalid("select.default_scorer", absl::StrCat("\"", s.default_scorer,
                                                          "\" needs index.keep_summaries = true and "

@@ -20,8 +20,58 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "index/select/scorer.h"
 
 namespace kvtier::daemon {
+
+// The enum-valued keys, parsed once at load into these (ConfigEnumNames
+// lists each value's TOML name; --print-default-config writes the names).
+enum class LogFormat : uint8_t { kText, kJson };                   // log.format
+enum class DeviceBackendSetting : uint8_t { kAuto, kCuda, kShm };  // tiers.device.backend
+enum class PublishPolicySetting : uint8_t {
+  kWriteThrough,
+  kWriteBack
+};  // tiers.remote.publish_policy
+enum class PlacementSetting : uint8_t { kStability, kKeyDiff, kLru };  // tiers.placement
+enum class SummaryEncodingSetting : uint8_t { kFp16, kFp32 };          // index.summary_encoding
+enum class LayerEncodingSetting : uint8_t { kInt8, kFloat };      // index.summary_layer_encoding
+enum class SelectAlgorithmSetting : uint8_t { kDescent, kGemm };  // select.algorithm
+
+template <typename E>
+struct EnumName {
+  absl::string_view name;
+  E value;
+};
+inline constexpr EnumName<LogFormat> kLogFormatNames[] = {{"text", LogFormat::kText},
+                                                          {"json", LogFormat::kJson}};
+inline constexpr EnumName<DeviceBackendSetting> kDeviceBackendNames[] = {
+    {"auto", DeviceBackendSetting::kAuto},
+    {"cuda", DeviceBackendSetting::kCuda},
+    {"shm", DeviceBackendSetting::kShm}};
+inline constexpr EnumName<PublishPolicySetting> kPublishPolicyNames[] = {
+    {"write-through", PublishPolicySetting::kWriteThrough},
+    {"write-back", PublishPolicySetting::kWriteBack}};
+inline constexpr EnumName<PlacementSetting> kPlacementNames[] = {
+    {"stability", PlacementSetting::kStability},
+    {"keydiff", PlacementSetting::kKeyDiff},
+    {"lru", PlacementSetting::kLru}};
+inline constexpr EnumName<SummaryEncodingSetting> kSummaryEncodingNames[] = {
+    {"fp16", SummaryEncodingSetting::kFp16}, {"fp32", SummaryEncodingSetting::kFp32}};
+inline constexpr EnumName<LayerEncodingSetting> kLayerEncodingNames[] = {
+    {"int8", LayerEncodingSetting::kInt8}, {"float", LayerEncodingSetting::kFloat}};
+inline constexpr EnumName<SelectAlgorithmSetting> kSelectAlgorithmNames[] = {
+    {"descent", SelectAlgorithmSetting::kDescent}, {"gemm", SelectAlgorithmSetting::kGemm}};
+
+// The TOML name of `value` in `names` ("" if absent, which a loaded Config
+// never holds).
+template <typename E, size_t N>
+constexpr absl::string_view NameOf(const EnumName<E> (&names)[N], E value) {
+  for (const EnumName<E>& n : names) {
+    if (n.value == value) return n.name;
+  }
+  return {};
+}
 
 struct Config {
   struct Server {
@@ -73,10 +123,10 @@ struct Config {
   } auth;
   struct Log {
     std::string level = "info";
-    std::string format = "text";
+    LogFormat format = LogFormat::kText;
   } log;
   struct Device {
-    std::string backend = "auto";  // auto | cuda | shm
+    DeviceBackendSetting backend = DeviceBackendSetting::kAuto;
     uint64_t capacity_bytes = uint64_t{256} << 20;
     std::string shm_dir = "/dev/shm";
   } device;
@@ -106,7 +156,7 @@ struct Config {
     uint64_t down_backoff_ms = 500;
     bool read_from_replicas = false;  // promotions read replicas too
     bool publish = true;
-    std::string publish_policy = "write-through";  // write-through | write-back
+    PublishPolicySetting publish_policy = PublishPolicySetting::kWriteThrough;
     uint64_t writeback_buffer_bytes = uint64_t{256} << 20;
     uint64_t publish_threads = 2;
     uint64_t publish_queue_blocks = 4096;
@@ -130,7 +180,7 @@ struct Config {
   // tiers.placement, tiers.keydiff.* and tiers.stability.*: which copy a
   // full tier gives up (storage/store/placement.h).
   struct Placement {
-    std::string policy = "stability";  // stability | keydiff | lru
+    PlacementSetting policy = PlacementSetting::kStability;
     double redundancy_weight = 1.0;
     double age_weight = 0.5;
     uint64_t sample_blocks = 16;
@@ -139,11 +189,12 @@ struct Config {
   } placement;
   // index.*: block summaries computed at put time and context trees.
   struct Index {
-    std::string summary_encoding = "fp16";  // fp16 | fp32
+    SummaryEncodingSetting summary_encoding = SummaryEncodingSetting::kFp16;
     bool summary_bounds = false;
     bool summary_weighted = false;
     bool summary_per_layer = false;
-    std::string summary_layer_encoding = "int8";  // int8 | float (= summary_encoding)
+    // kFloat: per-layer summaries in summary_encoding.
+    LayerEncodingSetting summary_layer_encoding = LayerEncodingSetting::kInt8;
     bool summary_per_layer_bounds = false;
     uint64_t head_weights_min_blocks = 64;
     uint64_t pages_per_chunk = 4;
@@ -153,8 +204,8 @@ struct Config {
   } index;
   // select.*: selector defaults and per-stream limits.
   struct Select {
-    std::string default_scorer = "mass";  // index::ScorerName values
-    std::string algorithm = "descent";    // descent | gemm
+    index::ScorerKind default_scorer = index::ScorerKind::kMass;  // by index::ScorerName
+    SelectAlgorithmSetting algorithm = SelectAlgorithmSetting::kDescent;
     double grid_keep_fraction = 0.5;
     double chunk_keep_fraction = 0.2;
     double page_keep_fraction = 1.0;

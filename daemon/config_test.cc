@@ -174,10 +174,10 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
   auto config = LoadConfig("", {});
   ASSERT_OK(config);
   // Measured best by bench/placement (docs/QUALITY.md, "Placement").
-  EXPECT_EQ(config->placement.policy, "stability");
+  EXPECT_EQ(config->placement.policy, PlacementSetting::kStability);
   EXPECT_FALSE(config->placement.unwanted_first);
   // The defaults the quality harness supports (docs/QUALITY.md).
-  EXPECT_EQ(config->select.default_scorer, "mass");
+  EXPECT_EQ(config->select.default_scorer, index::ScorerKind::kMass);
   EXPECT_DOUBLE_EQ(config->select.grid_keep_fraction, 0.5);
   EXPECT_EQ(config->select.window_steps, 64u);
   EXPECT_EQ(config->Flatten().at("select.theta"), "0.8");
@@ -186,12 +186,12 @@ TEST_F(ConfigTest, SelectorIndexAndPlacementKeys) {
   ASSERT_OK(config);
   EXPECT_DOUBLE_EQ(config->select.theta, 0.7);
   EXPECT_DOUBLE_EQ(config->placement.age_weight, 1.0);  // an integer is a number too
-  EXPECT_EQ(config->placement.policy, "lru");
+  EXPECT_EQ(config->placement.policy, PlacementSetting::kLru);
   for (const char* policy : {"stability", "keydiff", "lru"}) {
     config = LoadConfig(
         "", {std::string("tiers.placement=") + policy, "tiers.stability.unwanted_first=true"});
     ASSERT_OK(config) << policy << ": " << config.status();
-    EXPECT_EQ(config->placement.policy, policy);
+    EXPECT_EQ(NameOf(kPlacementNames, config->placement.policy), policy);
     EXPECT_TRUE(config->placement.unwanted_first);
   }
   auto fifo = LoadConfig("", {"tiers.placement=fifo"});

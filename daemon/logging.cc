@@ -46,10 +46,10 @@ class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
 
 }  // namespace
 
-void InitLogging(const std::string& level, const std::string& format) {
+void InitLogging(const std::string& level, LogFormat format) {
   auto logger = std::make_shared<spdlog::logger>("kvtierd",
                                                  std::make_shared<spdlog::sinks::stderr_sink_mt>());
-  if (format == "json") {
+  if (format == LogFormat::kJson) {
     auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
     formatter->add_flag<JsonEscapedMessage>('*').set_pattern(
         R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":"%*"})");

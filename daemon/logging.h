@@ -4,12 +4,15 @@
 
 #include <string>
 
+#include "daemon/config.h"
+
 namespace kvtier::daemon {
 
-// level: trace..off; format: "text" (timestamp level message) or "json" (one
-// object per line with time, level, msg; msg JSON-escaped). Call once from
-// main before other threads log. Unknown values fall back to info/text.
-void InitLogging(const std::string& level, const std::string& format);
+// level: trace..off (log.level; an unknown one falls back to info); format:
+// kText (timestamp level message) or kJson (one object per line with time,
+// level, msg; msg JSON-escaped). Call once from main before other threads
+// log.
+void InitLogging(const std::string& level, LogFormat format);
 
 }  // namespace kvtier::daemon
 

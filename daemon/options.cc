@@ -15,12 +15,13 @@ namespace kvtier::daemon {
 
 SummarizerOptions SummarizerOptionsOf(const Config& config) {
   SummarizerOptions options;
-  options.encoding = config.index.summary_encoding == "fp32" ? index::SummaryEncoding::kFp32
-                                                             : index::SummaryEncoding::kFp16;
+  options.encoding = config.index.summary_encoding == SummaryEncodingSetting::kFp32
+                         ? index::SummaryEncoding::kFp32
+                         : index::SummaryEncoding::kFp16;
   options.bounds = config.index.summary_bounds;
   options.weighted = config.index.summary_weighted;
   options.per_layer = config.index.summary_per_layer;
-  options.layer_int8 = config.index.summary_layer_encoding == "int8";
+  options.layer_int8 = config.index.summary_layer_encoding == LayerEncodingSetting::kInt8;
   options.per_layer_bounds = config.index.summary_per_layer_bounds;
   options.head_weights_min_blocks = config.index.head_weights_min_blocks;
   return options;
@@ -35,8 +36,9 @@ index::SelectorOptions SelectorOptionsOf(const Config& config) {
   options.sink_blocks = static_cast<int32_t>(s.sink_blocks);
   options.local_blocks = static_cast<int32_t>(s.local_blocks);
   options.max_prefetch_blocks = static_cast<int32_t>(s.max_prefetch_blocks);
-  options.algorithm =
-      s.algorithm == "gemm" ? index::SelectAlgorithm::kGemm : index::SelectAlgorithm::kDescent;
+  options.algorithm = s.algorithm == SelectAlgorithmSetting::kGemm
+                          ? index::SelectAlgorithm::kGemm
+                          : index::SelectAlgorithm::kDescent;
   options.stability.window_steps = static_cast<int32_t>(s.window_steps);
   options.stability.theta = static_cast<float>(s.theta);
   options.stability.weight = static_cast<float>(s.stability_weight);
@@ -56,7 +58,7 @@ index::SelectorOptions SelectorOptionsOf(const Config& config) {
   // Pooled key-key levels are scored on the GPU when the device tier is (or
   // may be) CUDA: each Selector makes its own scorer on device 0, the
   // daemon's arena device; without one the factory fails and the CPU scores.
-  if (config.device.backend != "shm") {
+  if (config.device.backend != DeviceBackendSetting::kShm) {
     options.level_scorer = [] { return index::NewCudaLevelScorer(/*device_ordinal=*/0); };
     options.level_scorer_min_rows = index::kDefaultGpuMinRows;
   }
@@ -67,7 +69,7 @@ ContextManagerOptions ContextManagerOptionsOf(const Config& config) {
   ContextManagerOptions contexts;
   contexts.pages_per_chunk = static_cast<int32_t>(config.index.pages_per_chunk);
   contexts.chunks_per_grid = static_cast<int32_t>(config.index.chunks_per_grid);
-  contexts.vector = config.select.default_scorer == "keykey_weighted"
+  contexts.vector = config.select.default_scorer == index::ScorerKind::kKeyKeyWeighted
                         ? index::TreeVector::kWeightedMean
                         : index::TreeVector::kMean;
   contexts.keep_summaries = config.index.keep_summaries;
@@ -77,15 +79,6 @@ ContextManagerOptions ContextManagerOptionsOf(const Config& config) {
   contexts.max_ttl_ms = config.leases.max_ttl_ms;
   contexts.max_append_blocks = config.limits.max_batch_blocks;
   return contexts;
-}
-
-absl::StatusOr<index::ScorerKind> DefaultScorerOf(const Config& config) {
-  absl::StatusOr<index::ScorerKind> scorer = index::ParseScorerKind(config.select.default_scorer);
-  if (!scorer.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("key 'select.default_scorer': ", scorer.status().message()));
-  }
-  return scorer;
 }
 
 uint32_t StabilityScorersOf(const Config& config) {
@@ -124,8 +117,9 @@ absl::StatusOr<remote::RemoteTierOptions> RemoteOptionsOf(const Config& config) 
   o.cluster.down_backoff_ms = static_cast<uint32_t>(r.down_backoff_ms);
   o.cluster.read_from_replicas = r.read_from_replicas;
   o.publish = r.publish;
-  o.policy = r.publish_policy == "write-back" ? remote::PublishPolicy::kWriteBack
-                                              : remote::PublishPolicy::kWriteThrough;
+  o.policy = r.publish_policy == PublishPolicySetting::kWriteBack
+                 ? remote::PublishPolicy::kWriteBack
+                 : remote::PublishPolicy::kWriteThrough;
   o.writeback_buffer_bytes = r.writeback_buffer_bytes;
   o.publish_threads = static_cast<uint32_t>(r.publish_threads);
   o.publish_queue_blocks = static_cast<uint32_t>(r.publish_queue_blocks);

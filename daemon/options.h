@@ -26,9 +26,6 @@ index::SelectorOptions SelectorOptionsOf(const Config& config);
 // store-independent parts of the context manager's options.
 ContextManagerOptions ContextManagerOptionsOf(const Config& config);
 
-// select.default_scorer; INVALID_ARGUMENT naming the key.
-absl::StatusOr<index::ScorerKind> DefaultScorerOf(const Config& config);
-
 // Bit (1 << ScorerKind) set for every scorer in select.stability_scorers.
 uint32_t StabilityScorersOf(const Config& config);
 

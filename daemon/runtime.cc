@@ -153,14 +153,14 @@ void FillStoreOptionsOf(const Config& config, BlockStoreOptions* out) {
   options.log_warning = [](const std::string& message) { spdlog::warn("store: {}", message); };
   options.defer_summaries = config.server.defer_summaries;
   options.max_view_bytes = config.host.max_in_flight_get_bytes;
-  if (config.placement.policy == "keydiff") {
+  if (config.placement.policy == PlacementSetting::kKeyDiff) {
     KeyDiffPlacementOptions keydiff;
     keydiff.redundancy_weight = static_cast<float>(config.placement.redundancy_weight);
     keydiff.age_weight = static_cast<float>(config.placement.age_weight);
     keydiff.sample_blocks = static_cast<int32_t>(config.placement.sample_blocks);
     keydiff.newest_protected = static_cast<float>(config.placement.newest_protected);
     options.make_placement = [keydiff] { return NewKeyDiffPlacement(keydiff); };
-  } else if (config.placement.policy == "stability") {
+  } else if (config.placement.policy == PlacementSetting::kStability) {
     StabilityPolicyOptions stability;
     stability.unwanted_first = config.placement.unwanted_first;
     options.make_placement = [stability] { return NewStabilityPolicy(stability); };
@@ -182,9 +182,17 @@ absl::StatusOr<std::unique_ptr<TenantRegistry>> LoadTenants(const Config& config
 // ("cuda"), the shared-memory arena otherwise ("shm", or no device).
 gpu::DeviceTierOptions ArenaOptionsOf(const Config& config) {
   gpu::DeviceTierOptions o;
-  o.backend = config.device.backend == "cuda"  ? gpu::DeviceBackend::kCuda
-              : config.device.backend == "shm" ? gpu::DeviceBackend::kShm
-                                               : gpu::DeviceBackend::kAuto;
+  switch (config.device.backend) {
+    case DeviceBackendSetting::kCuda:
+      o.backend = gpu::DeviceBackend::kCuda;
+      break;
+    case DeviceBackendSetting::kShm:
+      o.backend = gpu::DeviceBackend::kShm;
+      break;
+    case DeviceBackendSetting::kAuto:
+      o.backend = gpu::DeviceBackend::kAuto;
+      break;
+  }
   o.arena_bytes = config.device.capacity_bytes;
   o.shm_path = ShmName(config, config.device.shm_dir, "arena");
   o.shm.file.file_mode = 0640;  // clients in the daemon's group map it read-only
@@ -240,16 +248,15 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Config& config, E
   gpu::GpuStatus gst = gpu::NewDeviceOps(arena_options, &rt->device_ops_, &why);
   if (!gst.ok()) {
     return absl::Status(GpuToStatus(gst).code(),
-                        absl::StrCat("key 'tiers.device.backend' = \"", config.device.backend,
+                        absl::StrCat("key 'tiers.device.backend' = \"",
+                                     NameOf(kDeviceBackendNames, config.device.backend),
                                      "\": cannot create the device arena: ", gst.message));
   }
   spdlog::info("device arena: {}", why);
   rt->device_backend_ = rt->device_ops_->arena().backend;
   if (per_tenant) rt->device_ops_.reset();
 
-  absl::StatusOr<index::ScorerKind> scorer = DefaultScorerOf(config);
-  if (!scorer.ok()) return scorer.status();
-  rt->default_scorer_ = *scorer;
+  rt->default_scorer_ = config.select.default_scorer;
   rt->stability_scorers_ = StabilityScorersOf(config);
   rt->selector_options_ = SelectorOptionsOf(config);
   // One pool for every Select stream's batches: threads do not grow with

@@ -314,7 +314,7 @@ absl::Status SelectHandler::Prepare(const v1::ContextSelect& entry, int i, Item*
     return absl::FailedPreconditionError(absl::StrCat(
         Field(i, "scorer"), ": ", index::ScorerName(item->scorer),
         " needs contexts built for it; this daemon builds them for select.default_scorer = ",
-        runtime_->config().select.default_scorer));
+        index::ScorerName(runtime_->config().select.default_scorer)));
   }
   if (NeedsQuery(item->scorer) &&
       (!tree.keep_summaries || ctx->index().tree().summaries().min == nullptr)) {

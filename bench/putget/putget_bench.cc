@@ -590,7 +590,7 @@ int Main(int argc, char** argv) {
          "memcpy,server_work,kvtier_grpc_bytes,kvtier_grpc_direct,kvtier_shm,redis_tcp,redis_unix")
       ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
-  kvtier::daemon::InitLogging("warn", "text");
+  kvtier::daemon::InitLogging("warn", kvtier::daemon::LogFormat::kText);
   absl::Status st = kvtier::bench::Run(args);
   if (!st.ok()) {
     std::fprintf(stderr, "kvtier_putget_bench: %s\n", st.ToString().c_str());

@@ -369,12 +369,10 @@ v1::SelectionCalibration CalibrationToProto(const index::SelectionCalibration& c
 absl::StatusOr<BackendConfig> ShippedDefaults(const index::BlockLayout& layout) {
   absl::StatusOr<daemon::Config> config = daemon::LoadConfig("", {});
   if (!config.ok()) return config.status();
-  absl::StatusOr<index::ScorerKind> scorer = daemon::DefaultScorerOf(*config);
-  if (!scorer.ok()) return scorer.status();
   BackendConfig c;
   c.layout = layout;
   c.selector = daemon::SelectorOptionsOf(*config);
-  c.scorer = *scorer;
+  c.scorer = config->select.default_scorer;
   const daemon::ContextManagerOptions contexts = daemon::ContextManagerOptionsOf(*config);
   c.tree.pages_per_chunk = contexts.pages_per_chunk;
   c.tree.chunks_per_grid = contexts.chunks_per_grid;
@@ -384,7 +382,7 @@ absl::StatusOr<BackendConfig> ShippedDefaults(const index::BlockLayout& layout) 
   c.summary_per_layer = summaries.per_layer && contexts.keep_layer_means;
   c.codec.encoding = summaries.encoding;
   c.codec.layer_int8 = summaries.layer_int8;
-  c.stability = (daemon::StabilityScorersOf(*config) >> static_cast<uint32_t>(*scorer)) & 1u;
+  c.stability = (daemon::StabilityScorersOf(*config) >> static_cast<uint32_t>(c.scorer)) & 1u;
   c.centered = config->select.keykey_centered;
   c.recency_weight = static_cast<float>(config->select.keykey_recency_weight);
   c.shipped_defaults = true;
