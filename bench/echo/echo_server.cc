@@ -115,20 +115,30 @@ class EchoServer::Service final : public Echo::CallbackService {
 absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::Start(const std::string& socket_path,
                                                               uint64_t max_message_bytes,
                                                               uint64_t max_concurrent_streams) {
+  int port = 0;
+  return StartAt("unix:" + socket_path, grpc::InsecureServerCredentials(), max_message_bytes,
+                 max_concurrent_streams, &port);
+}
+
+absl::StatusOr<std::unique_ptr<EchoServer>> EchoServer::StartAt(
+    const std::string& address, const std::shared_ptr<grpc::ServerCredentials>& credentials,
+    uint64_t max_message_bytes, uint64_t max_concurrent_streams, int* port) {
   std::unique_ptr<EchoServer> server(new EchoServer());
-  server->socket_path_ = socket_path;
-  ::unlink(socket_path.c_str());
+  if (address.rfind("unix:", 0) == 0) {
+    server->socket_path_ = address.substr(5);
+    ::unlink(server->socket_path_.c_str());
+  }
   server->service_ = std::make_unique<Service>();
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(max_concurrent_streams));
-  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  builder.AddListeningPort(address, credentials, port);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat("echo: cannot listen on unix:", socket_path));
+    return absl::UnavailableError(absl::StrCat("echo: cannot listen on ", address));
   }
   return server;
 }
@@ -138,7 +148,7 @@ EchoServer::~EchoServer() {
     server_->Shutdown();
     server_->Wait();
   }
-  ::unlink(socket_path_.c_str());
+  if (!socket_path_.empty()) ::unlink(socket_path_.c_str());
 }
 
 void EchoServer::SetResponse(const v1::SelectResponse& response) { service_->Set(response); }

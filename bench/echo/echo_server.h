@@ -29,6 +29,11 @@ class EchoServer {
   static absl::StatusOr<std::unique_ptr<EchoServer>> Start(const std::string& socket_path,
                                                            uint64_t max_message_bytes,
                                                            uint64_t max_concurrent_streams);
+  // Listens on any gRPC address ("unix:PATH", "127.0.0.1:0") with
+  // `credentials`; *port gets the bound TCP port (0 for unix:).
+  static absl::StatusOr<std::unique_ptr<EchoServer>> StartAt(
+      const std::string& address, const std::shared_ptr<grpc::ServerCredentials>& credentials,
+      uint64_t max_message_bytes, uint64_t max_concurrent_streams, int* port);
   ~EchoServer();
 
   // The response every request gets (request_id replaced).

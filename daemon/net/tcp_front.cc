@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -370,6 +371,10 @@ void TcpFront::Loop::OnPendingReadable(uint64_t id) {
 void TcpFront::Loop::Relay(uint64_t id, Pending pending) {
   auto pair = std::make_unique<Pair>();
   pair->client = std::move(pending.fd);
+  // As gRPC sets on its own sockets: without it Nagle's algorithm holds the
+  // relay's small writes for the client's delayed ACK (~40 ms stalls).
+  const int on = 1;
+  ::setsockopt(pair->client.get(), IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
   pair->address = std::move(pending.address);
   pair->upstream.Reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   sockaddr_un addr{};
