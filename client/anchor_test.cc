@@ -40,7 +40,7 @@ index::BlockLayout Layout(v1::DType dtype) {
 }
 
 // keys[l][h][t][d] as stored in the payload.
-float Key(const testutil::SyntheticPayload& p, uint32_t l, uint32_t h, uint32_t t, uint32_t d) {
+float Key(const testing::SyntheticPayload& p, uint32_t l, uint32_t h, uint32_t t, uint32_t d) {
   return p.keys[((l * kH + h) * kT + t) * kD + d];
 }
 
@@ -49,8 +49,8 @@ class AnchorTest : public ::testing::TestWithParam<v1::DType> {};
 // The last 8 tokens: the final 5 of one block and the first 3 of the
 // engine's partial block, against the mean computed directly.
 TEST_P(AnchorTest, EqualsTheMeanOfTheLastTokensKeys) {
-  const testutil::SyntheticPayload a = testutil::MakeBlockPayload(Layout(GetParam()), 1, {});
-  const testutil::SyntheticPayload b = testutil::MakeBlockPayload(Layout(GetParam()), 2, {});
+  const testing::SyntheticPayload a = testing::MakeBlockPayload(Layout(GetParam()), 1, {});
+  const testing::SyntheticPayload b = testing::MakeBlockPayload(Layout(GetParam()), 2, {});
   AnchorBuilder builder(Profile(GetParam()));
   ASSERT_OK(builder.AddTokens(a.bytes, kT - 5, 5));
   ASSERT_OK(builder.AddTokens(b.bytes, 0, 3));
@@ -83,7 +83,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, AnchorTest,
                          ::testing::Values(v1::DTYPE_FP16, v1::DTYPE_BF16, v1::DTYPE_FP32));
 
 TEST(AnchorBuilderTest, BadInputNamesTheArgument) {
-  const testutil::SyntheticPayload a = testutil::MakeBlockPayload(Layout(v1::DTYPE_FP16), 1, {});
+  const testing::SyntheticPayload a = testing::MakeBlockPayload(Layout(v1::DTYPE_FP16), 1, {});
   AnchorBuilder builder(Profile(v1::DTYPE_FP16));
   EXPECT_THAT(std::string(builder.AddTokens(a.bytes.substr(1), 0, 1).message()),
               HasSubstr("block: "));

@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 using ::kvtier::testing::StatusIs;
 
@@ -159,20 +160,14 @@ class RecordingKvTier final : public v1::KvTier::Service {
 class FakeDaemon {
  public:
   FakeDaemon() : admin_(&log_), kvtier_(&log_) {
-    char tmpl[] = "/tmp/kvtier-client-test-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    path_ = dir_ + "/kvtierd.sock";
+    path_ = dir_.File("kvtierd.sock");
     grpc::ServerBuilder builder;
     builder.AddListeningPort("unix:" + path_, grpc::InsecureServerCredentials());
     builder.RegisterService(&admin_);
     builder.RegisterService(&kvtier_);
     server_ = builder.BuildAndStart();
   }
-  ~FakeDaemon() {
-    server_->Shutdown();
-    unlink(path_.c_str());
-    rmdir(dir_.c_str());
-  }
+  ~FakeDaemon() { server_->Shutdown(); }
   const std::string& path() const { return path_; }
   MetadataLog& log() { return log_; }
 
@@ -180,7 +175,8 @@ class FakeDaemon {
   MetadataLog log_;
   RecordingAdmin admin_;
   RecordingKvTier kvtier_;
-  std::string dir_, path_;
+  ::kvtier::testing::ScopedTempDir dir_{"client-test"};
+  std::string path_;
   std::unique_ptr<grpc::Server> server_;
 };
 

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/test_daemon.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 using ::kvtier::testing::StatusIs;
 
@@ -26,8 +27,6 @@ constexpr size_t kBlockBytes = size_t{kLayers} * 2 * kKvHeads * kTokens * kDim *
 class ClientCallsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = testing::TestDataDir("client-calls");
-    std::filesystem::remove_all(dir_);
     auto daemon = testing::StartTestDaemon(dir_, {"tiers.device.backend=shm"});
     ASSERT_OK(daemon) << daemon.status();
     server_ = std::move(daemon->server);
@@ -46,7 +45,6 @@ class ClientCallsTest : public ::testing::Test {
   void TearDown() override {
     client_.reset();
     server_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   // Puts n blocks through the staging file; each is filled with 0x3c00
@@ -94,7 +92,8 @@ class ClientCallsTest : public ::testing::Test {
     return e;
   }
 
-  std::string dir_;
+  ::kvtier::testing::ScopedTempDir tmp_{"client-calls"};
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<daemon::Server> server_;
   std::unique_ptr<Client> client_;
   uint64_t profile_id_ = 0;

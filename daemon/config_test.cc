@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -20,20 +21,14 @@ using testing::StatusIs;
 
 class ConfigTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kvtier-config-test-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   std::string Write(const std::string& text) {
     std::string path = (dir_ / "kvtierd.toml").string();
     std::ofstream(path) << text;
     return path;
   }
 
-  std::filesystem::path dir_;
+  ::kvtier::testing::ScopedTempDir tmp_{"config-test"};
+  const std::filesystem::path dir_ = tmp_.path();
 };
 
 TEST_F(ConfigTest, EmbeddedDefaultsAreValid) {
@@ -283,18 +278,17 @@ TEST_F(ConfigTest, ShippedSelectorSettingsAreTheLibraryDefaults) {
   EXPECT_EQ(o.stability.theta, lib.stability.theta) << "select.theta";
   EXPECT_EQ(o.stability.weight, lib.stability.weight) << "select.stability_weight";
   EXPECT_EQ(o.stability.hold_threshold, lib.stability.hold_threshold) << "select.hold_threshold";
-  EXPECT_EQ(o.mass_tree.min_pages, lib.mass_tree.min_pages) << "select.mass_tree_min_blocks";
-  EXPECT_EQ(o.mass_tree.max_open_fraction, lib.mass_tree.max_open_fraction)
+  EXPECT_EQ(o.mass_tree.min_blocks, lib.mass_tree.min_blocks) << "select.mass_tree_min_blocks";
+  EXPECT_EQ(o.mass_tree.max_read_fraction, lib.mass_tree.max_read_fraction)
       << "select.mass_tree_max_read_fraction";
-  EXPECT_EQ(o.mass_tree.recent_pages, lib.mass_tree.recent_pages)
+  EXPECT_EQ(o.mass_tree.recent_blocks, lib.mass_tree.recent_blocks)
       << "select.mass_tree_recent_blocks";
-  EXPECT_EQ(o.mass_tree.reuse_max_steps, lib.mass_tree.reuse_max_steps)
-      << "select.mass_tree_reuse_steps";
+  EXPECT_EQ(o.mass_tree.reuse_steps, lib.mass_tree.reuse_steps) << "select.mass_tree_reuse_steps";
   EXPECT_EQ(o.mass_tree.reuse_min_cosine, lib.mass_tree.reuse_min_cosine)
       << "select.mass_tree_reuse_min_cosine";
   auto off = LoadConfig("", {"select.mass_tree_reuse_steps=0"});
   ASSERT_OK(off.status());
-  EXPECT_EQ(SelectorOptionsOf(*off).mass_tree.reuse_max_steps, 0);
+  EXPECT_EQ(SelectorOptionsOf(*off).mass_tree.reuse_steps, 0);
 }
 
 // A removed key still loads when it asks for what the daemon does anyway.

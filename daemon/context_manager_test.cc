@@ -93,7 +93,7 @@ class ContextManagerTest : public ::testing::Test {
   std::vector<std::string> Put(int first, int n) {
     std::vector<std::string> ids;
     for (int i = first; i < first + n; ++i) {
-      auto p = testutil::MakeBlockPayload(LayoutOf(profile_), i, {});
+      auto p = testing::MakeBlockPayload(LayoutOf(profile_), i, {});
       std::string id = "b" + std::to_string(i);
       BlockKey key{"t", profile_.profile_id, id};
       auto put = store_->Put(
@@ -198,7 +198,7 @@ TEST_F(ContextManagerTest, OpenNamesWhatIsWrong) {
   EXPECT_THAT(st.message(), ::testing::Not(HasSubstr("segments[1].block_ids[9] ")));
   EXPECT_THAT(st.message(), HasSubstr("and 4 more"));
   // A block whose keys are NaN is stored, but cannot join a context.
-  auto nan_payload = testutil::MakeBlockPayload(LayoutOf(profile_), 99, {});
+  auto nan_payload = testing::MakeBlockPayload(LayoutOf(profile_), 99, {});
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(nan_payload.bytes.data(), &nan, 4);
   ASSERT_OK(
@@ -308,7 +308,7 @@ TEST_F(ContextManagerTest, IdleContextsAreClosedAfterTheirTtl) {
 TEST_F(ContextManagerTest, PrefetcherBringsNvmeOnlyBlocksIntoHostMemory) {
   std::vector<BlockKey> keys;
   for (int i = 0; i < 5; ++i) {
-    auto p = testutil::MakeBlockPayload(LayoutOf(profile_), 500 + i, {});
+    auto p = testing::MakeBlockPayload(LayoutOf(profile_), 500 + i, {});
     keys.push_back(BlockKey{"t", profile_.profile_id, "cold" + std::to_string(i)});
     ASSERT_OK(store_->Put(
         keys.back(),

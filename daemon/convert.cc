@@ -49,13 +49,8 @@ index::SelectionCalibration FromProto(const v1::SelectionCalibration& c) {
     out.local_blocks = static_cast<int32_t>(std::min<uint32_t>(c.local_blocks(), INT32_MAX));
   }
   if (c.has_retrieval_share()) out.retrieval_share = c.retrieval_share();
-  if (c.has_unconfirmed_weight()) out.unconfirmed_weight = c.unconfirmed_weight();
-  if (c.has_confirm_steps()) {
-    out.confirm_steps = static_cast<int32_t>(std::min<uint32_t>(c.confirm_steps(), INT32_MAX));
-  }
   if (c.has_sink_mass()) out.sink_mass = c.sink_mass();
   if (c.has_sink_mass_all()) out.sink_mass_all = c.sink_mass_all();
-  out.successor_weight = c.successor_weight();
   auto clamp = [](uint32_t v) { return static_cast<int32_t>(std::min<uint32_t>(v, INT32_MAX)); };
   if (c.has_copy_run()) out.copy_run = clamp(c.copy_run());
   if (c.has_copy_hold()) out.copy_hold = clamp(c.copy_hold());

@@ -43,11 +43,11 @@ index::SelectorOptions SelectorOptionsOf(const Config& config) {
   options.stability.theta = static_cast<float>(s.theta);
   options.stability.weight = static_cast<float>(s.stability_weight);
   options.stability.hold_threshold = static_cast<float>(s.hold_threshold);
-  options.mass_tree.min_pages =
+  options.mass_tree.min_blocks =
       static_cast<int64_t>(std::min<uint64_t>(s.mass_tree_min_blocks, uint64_t{1} << 40));
-  options.mass_tree.max_open_fraction = s.mass_tree_max_read_fraction;
-  options.mass_tree.recent_pages = static_cast<int32_t>(s.mass_tree_recent_blocks);
-  options.mass_tree.reuse_max_steps = static_cast<int32_t>(s.mass_tree_reuse_steps);
+  options.mass_tree.max_read_fraction = s.mass_tree_max_read_fraction;
+  options.mass_tree.recent_blocks = static_cast<int32_t>(s.mass_tree_recent_blocks);
+  options.mass_tree.reuse_steps = static_cast<int32_t>(s.mass_tree_reuse_steps);
   options.mass_tree.reuse_min_cosine = static_cast<float>(s.mass_tree_reuse_min_cosine);
   // One Selector per stream; the contexts of one request are spread over
   // at most num_threads threads: the stream's and those of the runtime's

@@ -39,7 +39,7 @@ TEST(SummarizerTest, SummaryHoldsTheMeansOfThePayloadKeys) {
   options.encoding = index::SummaryEncoding::kFp32;
   Summarizer summarizer(options);
   const ModelProfile profile = Profile();
-  testutil::SyntheticPayload payload = testutil::MakeBlockPayload(LayoutOf(profile), 3, {});
+  testing::SyntheticPayload payload = testing::MakeBlockPayload(LayoutOf(profile), 3, {});
   auto blob = summarizer.Summarize(profile, Bytes(payload.bytes));
   ASSERT_OK(blob) << blob.status();
   auto summary = index::DecodeSummary(*blob);
@@ -64,12 +64,12 @@ TEST(SummarizerTest, HeadWeightsAreEstimatedAfterMinBlocksAndFavourVariedHeads) 
   // Head (layer 0, head 1) varies 4x more than the others.
   const std::vector<float> scale = {1, 4, 1, 1};
   for (int i = 0; i < 3; ++i) {
-    auto p = testutil::MakeBlockPayload(LayoutOf(profile), 10 + i, scale);
+    auto p = testing::MakeBlockPayload(LayoutOf(profile), 10 + i, scale);
     ASSERT_OK(summarizer.Summarize(profile, Bytes(p.bytes)));
   }
   EXPECT_EQ(summarizer.HeadWeightsOf("t", profile.profile_id).version, 0u);
   EXPECT_TRUE(summarizer.HeadWeightsOf("t", profile.profile_id).weights.empty());
-  auto p = testutil::MakeBlockPayload(LayoutOf(profile), 13, scale);
+  auto p = testing::MakeBlockPayload(LayoutOf(profile), 13, scale);
   ASSERT_OK(summarizer.Summarize(profile, Bytes(p.bytes)));
   index::HeadWeights w = summarizer.HeadWeightsOf("t", profile.profile_id);
   EXPECT_EQ(w.version, 1u);
@@ -77,7 +77,7 @@ TEST(SummarizerTest, HeadWeightsAreEstimatedAfterMinBlocksAndFavourVariedHeads) 
   EXPECT_GT(w.weights[1], 2.0f);
   EXPECT_LT(w.weights[0], 1.0f);
   // The next summary is weighted with version 1.
-  p = testutil::MakeBlockPayload(LayoutOf(profile), 14, scale);
+  p = testing::MakeBlockPayload(LayoutOf(profile), 14, scale);
   auto blob = summarizer.Summarize(profile, Bytes(p.bytes));
   ASSERT_OK(blob);
   EXPECT_EQ(index::DecodeSummary(*blob)->weights_version, 1u);
@@ -86,7 +86,7 @@ TEST(SummarizerTest, HeadWeightsAreEstimatedAfterMinBlocksAndFavourVariedHeads) 
   EXPECT_EQ(summarizer.HeadWeightsOf("u", profile.profile_id).version, 0u);
   ModelProfile theirs = profile;
   theirs.owner = "u";
-  auto q = testutil::MakeBlockPayload(LayoutOf(theirs), 15, scale);
+  auto q = testing::MakeBlockPayload(LayoutOf(theirs), 15, scale);
   blob = summarizer.Summarize(theirs, Bytes(q.bytes));
   ASSERT_OK(blob);
   EXPECT_EQ(index::DecodeSummary(*blob)->weights_version, 0u);
@@ -103,7 +103,7 @@ TEST(SummarizerTest, ConcurrentPutsReestimateAtEachDoubling) {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 50; ++i) {
-        auto p = testutil::MakeBlockPayload(LayoutOf(profile), t * 1000 + i, {});
+        auto p = testing::MakeBlockPayload(LayoutOf(profile), t * 1000 + i, {});
         EXPECT_OK(summarizer.Summarize(profile, Bytes(p.bytes)));
       }
     });
@@ -118,7 +118,7 @@ TEST(SummarizerTest, NonFiniteKeysStoreTheBlockWithoutSummary) {
   options.head_weights_min_blocks = 1;
   Summarizer summarizer(options);
   const ModelProfile profile = Profile(KvDtype::kFp32);
-  auto p = testutil::MakeBlockPayload(LayoutOf(profile), 1, {});
+  auto p = testing::MakeBlockPayload(LayoutOf(profile), 1, {});
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(p.bytes.data() + 12, &nan, 4);  // a key of layer 0, head 0
   auto blob = summarizer.Summarize(profile, Bytes(p.bytes));
@@ -128,7 +128,7 @@ TEST(SummarizerTest, NonFiniteKeysStoreTheBlockWithoutSummary) {
   // It did not count towards the head statistics.
   EXPECT_EQ(summarizer.HeadWeightsOf("t", profile.profile_id).version, 0u);
   // A value (NaN) in V does not matter.
-  p = testutil::MakeBlockPayload(LayoutOf(profile), 2, {});
+  p = testing::MakeBlockPayload(LayoutOf(profile), 2, {});
   const size_t v_offset = size_t{2} * 4 * 8 * 4;  // layer 0: K of 2 heads, then V
   std::memcpy(p.bytes.data() + v_offset, &nan, 4);
   blob = summarizer.Summarize(profile, Bytes(p.bytes));
@@ -140,7 +140,7 @@ TEST(SummarizerTest, NonFiniteKeysStoreTheBlockWithoutSummary) {
 TEST(SummarizerTest, ValuesBeyondFp16AreKeptInFp32) {
   Summarizer summarizer(SummarizerOptions{});  // fp16 encoding
   const ModelProfile profile = Profile(KvDtype::kFp32);
-  auto p = testutil::MakeBlockPayload(LayoutOf(profile), 1, {});
+  auto p = testing::MakeBlockPayload(LayoutOf(profile), 1, {});
   for (size_t i = 0; i < p.bytes.size(); i += 4) {
     const float big = 1e6f;
     std::memcpy(p.bytes.data() + i, &big, 4);
@@ -162,7 +162,7 @@ TEST(SummarizerTest, StreamedSummaryEqualsTheWholePayloads) {
   Summarizer whole(options), streamed(options);
   const ModelProfile profile = Profile();
   for (uint64_t seed = 1; seed <= 6; ++seed) {
-    auto p = testutil::MakeBlockPayload(LayoutOf(profile), seed, {});
+    auto p = testing::MakeBlockPayload(LayoutOf(profile), seed, {});
     auto want = whole.Summarize(profile, Bytes(p.bytes));
     ASSERT_OK(want) << want.status();
     std::unique_ptr<SummaryStream> stream = streamed.Begin(profile);
@@ -178,7 +178,7 @@ TEST(SummarizerTest, StreamedSummaryEqualsTheWholePayloads) {
   EXPECT_GT(streamed.HeadWeightsOf("t", 7).version, 0u);
 
   const ModelProfile fp32 = Profile(KvDtype::kFp32);
-  auto bad = testutil::MakeBlockPayload(LayoutOf(fp32), 1, {});
+  auto bad = testing::MakeBlockPayload(LayoutOf(fp32), 1, {});
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(bad.bytes.data() + 12, &nan, 4);
   std::unique_ptr<SummaryStream> stream = streamed.Begin(fp32);

@@ -5,7 +5,9 @@
 #
 # 1. clang-format (.clang-format) on every tracked C++ file: any file that
 #    is not formatted fails the check (cheap: a second or two).
-# 2. No bare ASSERT_TRUE(x.ok()) / EXPECT_TRUE(x.ok()) in any C++ file.
+# 2. No bare ASSERT_TRUE(x.ok()) / EXPECT_TRUE(x.ok()) in any C++ file, and
+#    no scratch directory in a test made other than by ScopedTempDir
+#    (tests/testutil/temp_dir.h).
 # 3. clang-tidy (.clang-tidy, with clang's -Wthread-safety) on the .cc files
 #    changed since REV (default HEAD~1; --all: every file in the build's
 #    compile_commands.json). A finding fails the check unless the file
@@ -55,6 +57,19 @@ if [[ -n "$bare" ]]; then
   status=1
 else
   echo "lint: no bare status asserts"
+fi
+
+# Scratch directories in tests: one way (tests/testutil/temp_dir.h). Fuzz
+# targets, long-running processes, keep their own.
+adhoc=$(git grep -nE 'mkdtemp\(|temp_directory_path\(|::testing::TempDir\(|"/tmp/kvtier-' \
+  -- '*_test.cc' '*fixture*.h' '*test_util*.h' 'tests/**.h' 'tests/**.cc' \
+  ':!tests/testutil/temp_dir.h' ':!tests/fuzz' || true)
+if [[ -n "$adhoc" ]]; then
+  echo "lint: scratch directories made by hand (use ScopedTempDir from tests/testutil/temp_dir.h):"
+  echo "$adhoc" | sed 's/^/  /'
+  status=1
+else
+  echo "lint: one way to make a test's scratch directory"
 fi
 
 # Sources clang-tidy can check: .cc files compiled in this build.

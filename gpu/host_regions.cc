@@ -114,10 +114,11 @@ uint64_t HostRegions::RegionOf(uintptr_t address, uintptr_t* end) const {
   return 0;
 }
 
-void PlanCopy(const HostRegions& regions, void* dst, const void* src, uint64_t size_bytes,
-              bool host_is_src, std::vector<PlannedCopy>* plan) {
-  auto* d = static_cast<std::byte*>(dst);
-  const auto* s = static_cast<const std::byte*>(src);
+void PlanCopy(const HostRegions& regions, const CopyToPlan& copy, std::vector<PlannedCopy>* plan) {
+  auto* d = static_cast<std::byte*>(copy.dst);
+  const auto* s = static_cast<const std::byte*>(copy.src);
+  uint64_t size_bytes = copy.size_bytes;
+  const bool host_is_src = copy.host_is_src;
   while (size_bytes > 0) {
     const uintptr_t host = reinterpret_cast<uintptr_t>(host_is_src ? static_cast<const void*>(s)
                                                                    : static_cast<const void*>(d));

@@ -95,13 +95,20 @@ struct PlannedCopy {
   uint64_t region = 0;  // HostRegions::RegionOf of the host side, 0 unknown
 };
 
-// Appends the copy of size_bytes bytes from src to dst to *plan, where
-// `host` is whichever of dst/src is host memory: cut at every region
-// boundary of the host range, and each piece merged into the previous
-// planned copy when both sides continue it and the host side is in the same
-// known region. Empty copies add nothing.
-void PlanCopy(const HostRegions& regions, void* dst, const void* src, uint64_t size_bytes,
-              bool host_is_src, std::vector<PlannedCopy>* plan);
+// One copy to plan: size_bytes bytes from src to dst, the host side being
+// src (host_is_src) or dst.
+struct CopyToPlan {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  uint64_t size_bytes = 0;
+  bool host_is_src = false;
+};
+
+// Appends `copy` to *plan: cut at every region boundary of its host range,
+// and each piece merged into the previous planned copy when both sides
+// continue it and the host side is in the same known region. Empty copies
+// add nothing.
+void PlanCopy(const HostRegions& regions, const CopyToPlan& copy, std::vector<PlannedCopy>* plan);
 
 }  // namespace kvtier::gpu
 

@@ -82,7 +82,7 @@ std::vector<PlannedCopy> Plan(const HostRegions& regions,
                               const std::vector<HostToArenaCopy>& copies, std::byte* arena) {
   std::vector<PlannedCopy> plan;
   for (const HostToArenaCopy& c : copies) {
-    PlanCopy(regions, arena + c.dst_offset, c.src, c.size_bytes, /*host_is_src=*/true, &plan);
+    PlanCopy(regions, {arena + c.dst_offset, c.src, c.size_bytes, /*host_is_src=*/true}, &plan);
   }
   return plan;
 }
@@ -135,8 +135,8 @@ TEST(PlanCopyTest, ArenaToHostFollowsTheDestination) {
   ASSERT_OK(regions.AddAllocation(At(0x11000), 0x1000));
   const std::byte* arena = static_cast<const std::byte*>(At(0x7000000));
   std::vector<PlannedCopy> plan;
-  PlanCopy(regions, At(0x10000), arena, 0x800, /*host_is_src=*/false, &plan);
-  PlanCopy(regions, At(0x10800), arena + 0x800, 0x1000, /*host_is_src=*/false, &plan);
+  PlanCopy(regions, {At(0x10000), arena, 0x800, /*host_is_src=*/false}, &plan);
+  PlanCopy(regions, {At(0x10800), arena + 0x800, 0x1000, /*host_is_src=*/false}, &plan);
   ASSERT_EQ(plan.size(), 2u);
   EXPECT_EQ(plan[0].size_bytes, 0x1000u);  // merged up to the allocation's end
   EXPECT_EQ(plan[1].dst, At(0x11000));

@@ -7,24 +7,12 @@
 #include "index/validate.h"
 
 namespace kvtier::index {
-namespace {
-
-absl::Status CheckOption(const char* field, int64_t v, int64_t max) {
-  if (v < 1 || v > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("options.", field, " (", v, ") must be in [1, ", max, "]"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<ContextTree>> ContextTree::Create(const TreeOptions& o) {
-  absl::Status s = CheckOption("dim", o.dim, kMaxHeadDim);
-  if (s.ok()) s = CheckOption("pages_per_chunk", o.pages_per_chunk, kMaxFanOut);
-  if (s.ok()) s = CheckOption("chunks_per_grid", o.chunks_per_grid, kMaxFanOut);
+  absl::Status s = CheckCount("options", "dim", o.dim, kMaxHeadDim);
+  if (s.ok()) s = CheckCount("options", "pages_per_chunk", o.pages_per_chunk, kMaxFanOut);
+  if (s.ok()) s = CheckCount("options", "chunks_per_grid", o.chunks_per_grid, kMaxFanOut);
   if (s.ok()) {
-    s = CheckOption("block_size_tokens", o.block_size_tokens, kMaxBlockSizeTokens);
+    s = CheckCount("options", "block_size_tokens", o.block_size_tokens, kMaxBlockSizeTokens);
   }
   if (!s.ok()) return s;
   if (o.vector != TreeVector::kMean && o.vector != TreeVector::kWeightedMean) {

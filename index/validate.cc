@@ -35,4 +35,12 @@ absl::Status CheckVector(const char* field, absl::Span<const float> v, int64_t d
   return absl::OkStatus();
 }
 
+absl::Status CheckCount(const char* prefix, const char* field, int64_t v, int64_t max) {
+  if (v < 1 || v > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, ".", field, " (", v, ") must be in [1, ", max, "]"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace kvtier::index

@@ -21,6 +21,9 @@ absl::Status CheckVector(const char* field, absl::Span<const float> v, int64_t d
 // `n` values at `v`, all finite.
 absl::Status CheckFinite(const char* field, const float* v, size_t n);
 
+// 1 <= v <= max; the message names "<prefix>.<field>".
+absl::Status CheckCount(const char* prefix, const char* field, int64_t v, int64_t max);
+
 }  // namespace kvtier::index
 
 #endif  // KVTIER_INDEX_VALIDATE_H_

@@ -133,7 +133,7 @@ std::string Payload(const float* v, std::mt19937_64& rng) {
 // cursor that advances one block every 4 steps, plus noise.
 class AnchorWalk {
  public:
-  AnchorWalk(const testutil::SyntheticContext* ctx, uint64_t seed)
+  AnchorWalk(const testing::SyntheticContext* ctx, uint64_t seed)
       : ctx_(ctx),
         rng_(seed),
         cursor_(std::uniform_int_distribution<int64_t>(4, kBlocks - 1)(rng_)) {}
@@ -150,7 +150,7 @@ class AnchorWalk {
   }
 
  private:
-  const testutil::SyntheticContext* ctx_;
+  const testing::SyntheticContext* ctx_;
   std::mt19937_64 rng_;
   int64_t cursor_;
   int64_t step_ = 0;
@@ -161,7 +161,7 @@ struct Fixture {
   std::unique_ptr<Client> client;
   std::unique_ptr<EchoServer> echo;
   std::unique_ptr<Echo::Stub> echo_stub;
-  testutil::SyntheticContext data;
+  testing::SyntheticContext data;
   std::vector<uint64_t> contexts;
 };
 
@@ -316,13 +316,13 @@ Fixture Setup(const Args& args, const std::string& dir) {
   if (!registered.ok()) Die("register", registered.status());
   const uint64_t pid = registered->profile_id();
 
-  testutil::SyntheticContextOptions o;
+  testing::SyntheticContextOptions o;
   o.num_blocks = kBlocks;
   o.dim = kDim;
   o.num_planted = 0;
   o.anchor_topic = 0;
   o.seed = 7;
-  f.data = testutil::MakeSyntheticContext(o);
+  f.data = testing::MakeSyntheticContext(o);
   std::mt19937_64 rng(1);
   std::vector<std::string> ids;
   std::vector<v1::PutBlocksRequest> puts;

@@ -88,8 +88,8 @@ static int Run(int argc, char** argv) {
   app.add_option("--out", out, "also write the table to this Markdown file");
   CLI11_PARSE(app, argc, argv);
 
-  const testutil::PemPair ca = testutil::MakeCa("relay bench CA");
-  const testutil::PemPair cert = testutil::IssueCert(ca, "localhost");
+  const testing::PemPair ca = testing::MakeCa("relay bench CA");
+  const testing::PemPair cert = testing::IssueCert(ca, "localhost");
   grpc::SslServerCredentialsOptions tls;
   tls.pem_key_cert_pairs.push_back({cert.key, cert.cert});
   const auto server_creds = grpc::SslServerCredentials(tls);

@@ -255,9 +255,6 @@ absl::StatusOr<CalibrationResult> Calibrate(const KvDump& dump, const CalibrateO
   }
   c.local_blocks = o.local_blocks;
   c.retrieval_share = o.retrieval_share;
-  c.successor_weight = o.successor_weight;
-  c.unconfirmed_weight = o.unconfirmed_weight;
-  c.confirm_steps = o.confirm_steps;
   if (o.copy_run > 0) {  // off: the fields keep their defaults (and JSON leaves them out)
     c.copy_run = o.copy_run;
     c.copy_hold = o.copy_hold;
@@ -304,9 +301,6 @@ std::string CalibrationToJson(const CalibrationResult& r) {
                                          c.sink_mass, c.sink_mass_all)
                        : std::string(),
       ",\n  \"retrieval_share\": ", absl::StrFormat("%.9g", c.retrieval_share),
-      ",\n  \"successor_weight\": ", absl::StrFormat("%.9g", c.successor_weight),
-      ",\n  \"unconfirmed_weight\": ", absl::StrFormat("%.9g", c.unconfirmed_weight),
-      ",\n  \"confirm_steps\": ", c.confirm_steps,
       c.copy_run > 0
           ? absl::StrCat(",\n  \"copy_run\": ", c.copy_run, ",\n  \"copy_hold\": ", c.copy_hold,
                          ",\n  \"copy_min_blocks\": ", c.copy_min_blocks,
@@ -383,19 +377,16 @@ absl::StatusOr<CalibrationResult> CalibrationFromJson(absl::string_view text) {
   }
   for (auto [key, out] :
        {std::pair{"sink_blocks", &c.sink_blocks}, std::pair{"local_blocks", &c.local_blocks},
-        std::pair{"confirm_steps", &c.confirm_steps}, std::pair{"copy_run", &c.copy_run},
-        std::pair{"copy_min_blocks", &c.copy_min_blocks}, std::pair{"copy_lead", &c.copy_lead}}) {
+        std::pair{"copy_run", &c.copy_run}, std::pair{"copy_min_blocks", &c.copy_min_blocks},
+        std::pair{"copy_lead", &c.copy_lead}}) {
     if (const JsonValue* s = v->Find(key); s != nullptr) {
       if (!s->is_integer || s->integer < 0 || s->integer > index::kMaxForcedBlocks) return bad(key);
       *out = static_cast<int32_t>(s->integer);
     }
   }
   for (auto [key, out] :
-       {std::pair{"retrieval_share", &c.retrieval_share},
-        std::pair{"successor_weight", &c.successor_weight},
-        std::pair{"unconfirmed_weight", &c.unconfirmed_weight},
-        std::pair{"sink_mass", &c.sink_mass}, std::pair{"sink_mass_all", &c.sink_mass_all},
-        std::pair{"copy_min_mass", &c.copy_min_mass},
+       {std::pair{"retrieval_share", &c.retrieval_share}, std::pair{"sink_mass", &c.sink_mass},
+        std::pair{"sink_mass_all", &c.sink_mass_all}, std::pair{"copy_min_mass", &c.copy_min_mass},
         std::pair{"uncopied_weight", &c.uncopied_weight},
         std::pair{"copy_weight", &c.copy_weight}}) {
     if (const JsonValue* s = v->Find(key); s != nullptr) {

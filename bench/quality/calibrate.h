@@ -64,9 +64,6 @@ struct CalibrateOptions {
   // Written into the calibration as they are, like head_min_mass: chosen
   // on next-byte loss in the decode loop (docs/QUALITY.md).
   float retrieval_share = 1.0f;
-  float successor_weight = 0.0f;
-  float unconfirmed_weight = 1.0f;
-  int32_t confirm_steps = 1;
   int32_t copy_run = 0;  // copy tracking (index/select/calibration.h), 0 = off
   int32_t copy_hold = 64;
   int32_t copy_min_blocks = 4;

@@ -349,11 +349,8 @@ v1::SelectionCalibration CalibrationToProto(const index::SelectionCalibration& c
   if (c.sink_blocks >= 0) p.set_sink_blocks(static_cast<uint32_t>(c.sink_blocks));
   if (c.local_blocks >= 0) p.set_local_blocks(static_cast<uint32_t>(c.local_blocks));
   if (c.retrieval_share != 1.0f) p.set_retrieval_share(c.retrieval_share);
-  if (c.unconfirmed_weight != 1.0f) p.set_unconfirmed_weight(c.unconfirmed_weight);
-  if (c.confirm_steps != 1) p.set_confirm_steps(static_cast<uint32_t>(c.confirm_steps));
   if (c.sink_mass >= 0) p.set_sink_mass(c.sink_mass);
   if (c.sink_mass_all >= 0) p.set_sink_mass_all(c.sink_mass_all);
-  p.set_successor_weight(c.successor_weight);
   if (c.copy_run != 0) {
     p.set_copy_run(static_cast<uint32_t>(c.copy_run));
     p.set_copy_hold(static_cast<uint32_t>(c.copy_hold));

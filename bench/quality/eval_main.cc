@@ -87,9 +87,6 @@ struct Flags {
   double calibrate_min_gain = 0.005;
   float calibrate_head_min_mass = 0.0f;
   float calibrate_retrieval_share = 1.0f;
-  float calibrate_successor_weight = 0.0f;
-  float calibrate_unconfirmed_weight = 1.0f;
-  int32_t calibrate_confirm_steps = 1;
   int32_t calibrate_copy_run = 0;
   int32_t calibrate_copy_hold = 64;
   int32_t calibrate_copy_min_blocks = 4;
@@ -205,9 +202,6 @@ absl::Status RunCalibrate(const Flags& f) {
   co.min_gain = f.calibrate_min_gain;
   co.head_min_mass = f.calibrate_head_min_mass;
   co.retrieval_share = f.calibrate_retrieval_share;
-  co.successor_weight = f.calibrate_successor_weight;
-  co.unconfirmed_weight = f.calibrate_unconfirmed_weight;
-  co.confirm_steps = f.calibrate_confirm_steps;
   co.copy_run = f.calibrate_copy_run;
   co.copy_hold = f.calibrate_copy_hold;
   co.copy_min_blocks = f.calibrate_copy_min_blocks;
@@ -595,18 +589,6 @@ int RunMain(int argc, char** argv) {
   app.add_option("--calibrate-retrieval-share", f.calibrate_retrieval_share,
                  "the calibration's retrieval_share: the share of the free budget blocks with a "
                  "retrieval term may take (chosen on next-byte loss, docs/QUALITY.md)")
-      ->capture_default_str();
-  app.add_option("--calibrate-successor-weight", f.calibrate_successor_weight,
-                 "the calibration's successor_weight: the share of a target's term lent to "
-                 "the block after it")
-      ->capture_default_str();
-  app.add_option("--calibrate-unconfirmed-weight", f.calibrate_unconfirmed_weight,
-                 "the calibration's unconfirmed_weight: the share of its term a target counts "
-                 "until the head has followed it for confirm_steps steps")
-      ->capture_default_str();
-  app.add_option("--calibrate-confirm-steps", f.calibrate_confirm_steps,
-                 "the calibration's confirm_steps: consecutive steps a head must follow a "
-                 "target before it counts whole")
       ->capture_default_str();
   app.add_option("--calibrate-copy-run", f.calibrate_copy_run,
                  "the calibration's copy_run: Selects in a row a retrieval head's strongest key "

@@ -10,7 +10,7 @@
 // choice, over all steps of a case. The tolerance the sparse path is held
 // to is 0.5% of it. Also checked: the share of retrieval-key pages read
 // (tokens visited) at 128K and 1M tokens, and that the shipped options
-// (mass_tree.min_pages) leave every shared dump on the flat pass, so its
+// (mass_tree.min_blocks) leave every shared dump on the flat pass, so its
 // selections there are the flat pass's, block for block.
 #include <algorithm>
 #include <cstdio>
@@ -48,7 +48,7 @@ std::vector<std::string> Dumps(const std::string& dir, const std::string& prefix
 }
 
 // Shipped select.* options: sink 1, local 1, window 64, theta 0.8.
-index::SelectorOptions Options(int64_t min_pages) {
+index::SelectorOptions Options(int64_t min_blocks) {
   index::SelectorOptions o;
   o.sink_blocks = 1;
   o.local_blocks = 1;
@@ -57,7 +57,7 @@ index::SelectorOptions Options(int64_t min_pages) {
   o.stability.theta = 0.8f;
   o.stability.weight = 0.5f;
   o.stability.hold_threshold = 0.5f;
-  o.mass_tree.min_pages = min_pages;
+  o.mass_tree.min_blocks = min_blocks;
   return o;
 }
 
@@ -110,8 +110,9 @@ void Step(index::ContextIndex* flat, index::ContextIndex* sparse, index::Selecto
   const int64_t n = flat->tree().num_pages();
   std::vector<float> est(n);
   index::KeyScorerScratch scratch;
-  ASSERT_OK(index::MassScores(flat->keys(), flat->calibration(), flat->key_slots(),
-                              flat->tree().dim(), n, queries, &scratch, absl::MakeSpan(est)));
+  ASSERT_OK(index::MassScores(
+      {flat->keys(), &flat->calibration(), flat->key_slots(), flat->tree().dim(), n, queries},
+      &scratch, absl::MakeSpan(est)));
   for (int64_t p : a.blocks) tally->mass_flat += est[p];
   for (int64_t p : b.blocks) tally->mass_sparse += est[p];
   const index::SelectionCalibration& c = flat->calibration();
@@ -154,8 +155,8 @@ class MassTreeTest : public ::testing::Test {
 };
 
 // Every shared dump of the copy model, pages appended as they complete and
-// Select at every decode step: the sparse path forced on (min_pages 0)
-// against the flat pass, and the shipped min_pages, which keeps these
+// Select at every decode step: the sparse path forced on (min_blocks 0)
+// against the flat pass, and the shipped min_blocks, which keeps these
 // lengths on the flat pass (identical blocks).
 TEST_F(MassTreeTest, SharedDumpsKeepTheFlatPassesExpectedMass) {
   for (const index::SelectionCalibration* cal : {&shipped_, &copy_}) {
@@ -171,7 +172,7 @@ TEST_F(MassTreeTest, SharedDumpsKeepTheFlatPassesExpectedMass) {
             NewContext(c, D, d.num_layers, d.num_kv_heads);
         auto flat_sel = *index::Selector::Create(Options(int64_t{1} << 40));
         auto sparse_sel = *index::Selector::Create(Options(0));
-        auto default_sel = *index::Selector::Create(Options(index::MassTreeOptions().min_pages));
+        auto default_sel = *index::Selector::Create(Options(index::MassTreeOptions().min_blocks));
         // The dump's pages as summaries: the retrieval heads' keys in int8.
         std::vector<index::BlockSummary> pages;
         const std::vector<int32_t> key_heads = index::KeyHeadsOf(c, d.num_kv_heads);

@@ -320,7 +320,7 @@ class ScoreMethod final : public Method {
     }
     const int64_t budget = in.budget - (in.has_partial ? 1 : 0);
     if (mode_ == StabilityMode::kRank) {
-      FlatSelectRank(options_, aff_, budget, in.step, &tracker_, &first_seen_, blocks);
+      FlatSelectRank(options_, {aff_, budget, in.step}, &tracker_, &first_seen_, blocks);
     } else {
       index::RankOptions ro;
       ro.stability = options_.stability;
@@ -581,9 +581,11 @@ absl::Status HarnessScores(const std::string& name, const ReplayData& data, cons
   return absl::InvalidArgumentError(absl::StrCat("\"", name, "\" is not a harness scorer"));
 }
 
-void FlatSelectRank(const index::SelectorOptions& o, absl::Span<const float> affinity,
-                    int64_t budget, int64_t step, index::StabilityTracker* st,
-                    std::vector<int64_t>* first_seen, std::vector<int64_t>* blocks) {
+void FlatSelectRank(const index::SelectorOptions& o, const FlatRankStep& in,
+                    index::StabilityTracker* st, std::vector<int64_t>* first_seen,
+                    std::vector<int64_t>* blocks) {
+  const absl::Span<const float> affinity = in.affinity;
+  const int64_t budget = in.budget, step = in.step;
   const int64_t n = static_cast<int64_t>(affinity.size());
   const index::StabilityOptions& so = o.stability;
   const int64_t sinks = std::min<int64_t>(o.sink_blocks, n);

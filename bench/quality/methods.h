@@ -132,14 +132,21 @@ absl::StatusOr<std::unique_ptr<Method>> MakeMethod(const std::string& name, cons
 absl::Status HarnessScores(const std::string& name, const ReplayData& data, const StepInput& in,
                            std::vector<float>* scores, bool* unit);
 
+// One step of FlatSelectRank: every page's affinity, the budget in pages
+// and the step.
+struct FlatRankStep {
+  absl::Span<const float> affinity;
+  int64_t budget = 0;
+  int64_t step = 0;
+};
 // The Selector's flat ranking (index/select/rank.h, SelectFlat) with
 // StabilityMode::kRank instead of the index rule: a page is observed as
 // relevant when it is among this step's best `budget`, and its stability
 // is scaled to its age. first_seen[p] is the step page p appeared at
 // (grown and filled here).
-void FlatSelectRank(const index::SelectorOptions& options, absl::Span<const float> affinity,
-                    int64_t budget, int64_t step, index::StabilityTracker* tracker,
-                    std::vector<int64_t>* first_seen, std::vector<int64_t>* blocks);
+void FlatSelectRank(const index::SelectorOptions& options, const FlatRankStep& in,
+                    index::StabilityTracker* tracker, std::vector<int64_t>* first_seen,
+                    std::vector<int64_t>* blocks);
 
 // Budget of a step: ceil(fraction * num_blocks), at least one block more
 // than the forced ones, at most num_blocks.

@@ -138,7 +138,7 @@ TEST(ReplayTest, RankStabilityKeepsTheBudgetAndForcedBlocks) {
   for (int64_t step = 0; step < 8; ++step) {
     std::vector<float> aff = {0.1f, 0.2f, 0.8f, 0.7f, 0.1f, 0.9f};
     if (step >= 5) aff[3] = 0.85f;
-    FlatSelectRank(so, aff, 3, step, &tracker, &first_seen, &blocks);
+    FlatSelectRank(so, {aff, 3, step}, &tracker, &first_seen, &blocks);
     EXPECT_EQ(blocks, (std::vector<int64_t>{0, 2, 5})) << step;
   }
   // Without stability page 3 wins at once.
@@ -146,7 +146,7 @@ TEST(ReplayTest, RankStabilityKeepsTheBudgetAndForcedBlocks) {
   first_seen.clear();
   mo.stability_options.weight = 0.0f;
   std::vector<float> aff = {0.1f, 0.2f, 0.8f, 0.85f, 0.1f, 0.9f};
-  FlatSelectRank(SelectorOptionsFor(mo), aff, 3, 0, &tracker, &first_seen, &blocks);
+  FlatSelectRank(SelectorOptionsFor(mo), {aff, 3, 0}, &tracker, &first_seen, &blocks);
   EXPECT_EQ(blocks, (std::vector<int64_t>{0, 3, 5}));
 }
 

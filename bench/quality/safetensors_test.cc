@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "index/kernels/simd.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 using ::kvtier::testing::StatusIs;
 
@@ -31,10 +32,12 @@ std::string RawFile(const std::string& header, const std::string& data) {
   return out + header + data;
 }
 
-std::string TempPath(const char* name) {
-  return std::string(::testing::TempDir()) + "/" + name + "-" + std::to_string(::getpid()) +
-         ".safetensors";
-}
+// A file in a scratch directory that lives as long as the returned object.
+struct TempFile {
+  explicit TempFile(const char* name) : path(dir.File(std::string(name) + ".safetensors")) {}
+  testing::ScopedTempDir dir{"safetensors"};
+  std::string path;
+};
 
 TEST(SafetensorsTest, RoundTripsTensorsAndMetadata) {
   std::vector<TensorToWrite> t;
@@ -111,7 +114,8 @@ TEST(SafetensorsTest, RejectsTruncatedDumpFile) {
   ASSERT_OK(d) << d.status();
   absl::StatusOr<std::string> bytes = SerializeKvDump(*d);
   ASSERT_OK(bytes);
-  const std::string path = TempPath("dump");
+  const TempFile file("dump");
+  const std::string& path = file.path;
   ASSERT_OK(WriteFile(path, *bytes));
   absl::StatusOr<KvDump> back = LoadKvDump(path);
   ASSERT_OK(back) << back.status();

@@ -65,7 +65,7 @@ struct Row {
   double bytes_per_token = 0;
 };
 
-index::SelectorOptions Shipped(int64_t min_pages, int threads,
+index::SelectorOptions Shipped(int64_t min_blocks, int threads,
                                const std::shared_ptr<index::WorkerPool>& pool) {
   index::SelectorOptions o;
   o.sink_blocks = 1;
@@ -77,7 +77,7 @@ index::SelectorOptions Shipped(int64_t min_pages, int threads,
   o.stability.hold_threshold = 0.5f;
   o.num_threads = threads;
   o.pool = pool;
-  o.mass_tree.min_pages = min_pages;
+  o.mass_tree.min_blocks = min_blocks;
   return o;
 }
 
@@ -137,10 +137,10 @@ class LongBench {
     std::unique_ptr<index::Selector> sel[kMethods];
     sel[kFlat] = *index::Selector::Create(Shipped(int64_t{1} << 40, o_.threads, pool));
     const index::SelectorOptions shipped =
-        Shipped(index::MassTreeOptions().min_pages, o_.threads, pool);
+        Shipped(index::MassTreeOptions().min_blocks, o_.threads, pool);
     sel[kSparse] = *index::Selector::Create(shipped);
     index::SelectorOptions o = shipped;
-    o.mass_tree.reuse_max_steps = 0;
+    o.mass_tree.reuse_steps = 0;
     sel[kFull] = *index::Selector::Create(o);
     o = shipped;
     o.mass_tree.reuse_min_cosine = -1.0f;
@@ -203,7 +203,7 @@ class LongBench {
       const int64_t last = static_cast<int64_t>(c.prior.size()) - 1;
       for (int b = 0; b < k.batch; ++b) {
         const index::ContextIndex& ctx = *ctxs[kSparse][b];
-        if (!index::MassScores(ctx.keys(), c, ctx.key_slots(), D, n, q[b], &scratch,
+        if (!index::MassScores({ctx.keys(), &c, ctx.key_slots(), D, n, q[b]}, &scratch,
                                absl::MakeSpan(est))
                  .ok()) {
           std::abort();

@@ -63,9 +63,9 @@ using kvtier::index::SelectorOptions;
 using kvtier::index::SelectRequest;
 using kvtier::index::SelectResult;
 using kvtier::index::TreeOptions;
-using kvtier::testutil::MakeSyntheticContext;
-using kvtier::testutil::SyntheticContext;
-using kvtier::testutil::SyntheticContextOptions;
+using kvtier::testing::MakeSyntheticContext;
+using kvtier::testing::SyntheticContext;
+using kvtier::testing::SyntheticContextOptions;
 
 constexpr int32_t kDim = 128;
 bool g_hnsw_all = false;
@@ -524,7 +524,7 @@ void Memory(FILE* out) {
               static_cast<long long>(n), ctx_bytes, static_cast<double>(ctx_bytes) / n);
   // Summary blobs for a Qwen2.5-7B-like profile (28 layers, 4 KV heads).
   kvtier::index::BlockLayout layout{28, 4, kDim, 16, kvtier::index::Dtype::kBf16};
-  const auto payload = kvtier::testutil::MakeBlockPayload(layout, 1, {});
+  const auto payload = kvtier::testing::MakeBlockPayload(layout, 1, {});
   kvtier::index::HeadVarianceTracker tracker(28, 4, kDim);
   const kvtier::index::HeadWeights w = tracker.ComputeWeights();
   struct Variant {

@@ -10,6 +10,7 @@
 #include "tests/integration/subprocess.h"
 #include "tests/integration/test_daemon.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier {
 namespace {
@@ -17,9 +18,8 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(EngineLoopExampleTest, ReadsTheBytesItPutThroughSelectHandles) {
-  const std::string dir = testing::TestDataDir("engine-loop");
-  std::filesystem::remove_all(dir);
-  auto daemon = testing::StartTestDaemon(dir, {"tiers.device.backend=shm"});
+  const testing::ScopedTempDir tmp("engine-loop");
+  auto daemon = testing::StartTestDaemon(tmp.path(), {"tiers.device.backend=shm"});
   ASSERT_OK(daemon) << daemon.status();
   testing::CommandResult run =
       testing::RunCommand({KVTIER_ENGINE_LOOP_PATH, daemon->server->socket_path()});
@@ -33,7 +33,6 @@ TEST(EngineLoopExampleTest, ReadsTheBytesItPutThroughSelectHandles) {
   EXPECT_EQ(contexts->contexts_size(), 0);
   daemon->client.reset();
   daemon->server.reset();
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

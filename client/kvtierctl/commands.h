@@ -30,12 +30,20 @@ int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std
 // Re-reads and checksums every copy of every block, with a progress bar on
 // err, then lists every quarantined block (found now or earlier). Exit
 // status 4 when any block is quarantined.
-int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id, bool is_terminal,
+struct VerifyOptions {
+  uint64_t profile_id = 0;   // 0 = every profile
+  bool is_terminal = false;  // err is a terminal: the progress bar redraws
+};
+int RunVerify(Client& client, const GlobalOptions& options, const VerifyOptions& verify,
               std::ostream& out, std::ostream& err);
 // Demotes every block to NVMe (tier "" / "host" / "nvme"), or empties
 // only the device tier (tier "device"), with a progress bar on err.
-int RunDrain(Client& client, const GlobalOptions& options, const std::string& tier,
-             bool is_terminal, std::ostream& out, std::ostream& err);
+struct DrainOptions {
+  std::string tier;
+  bool is_terminal = false;  // as VerifyOptions
+};
+int RunDrain(Client& client, const GlobalOptions& options, const DrainOptions& drain,
+             std::ostream& out, std::ostream& err);
 
 // Registered model profiles: id, name, revision, shape, block size, blocks
 // and bytes stored, the tenant that registered it first.
@@ -67,12 +75,20 @@ int RunCompact(Client& client, const GlobalOptions& options, const CompactOption
                std::ostream& out, std::ostream& err);
 // The versions of one context (context_key in hex), or of every compacted
 // context of the profile (empty key).
-int RunVersions(Client& client, const GlobalOptions& options, uint64_t profile_id,
-                const std::string& context_key_hex, std::ostream& out, std::ostream& err);
+struct VersionsOptions {
+  uint64_t profile_id = 0;
+  std::string context_key_hex;
+};
+int RunVersions(Client& client, const GlobalOptions& options, const VersionsOptions& versions,
+                std::ostream& out, std::ostream& err);
 // Deletes one version's blocks (0 = the originals).
-int RunDropVersion(Client& client, const GlobalOptions& options, uint64_t profile_id,
-                   const std::string& context_key_hex, uint32_t version, std::ostream& out,
-                   std::ostream& err);
+struct DropVersionOptions {
+  uint64_t profile_id = 0;
+  std::string context_key_hex;
+  uint32_t version = 0;
+};
+int RunDropVersion(Client& client, const GlobalOptions& options, const DropVersionOptions& drop,
+                   std::ostream& out, std::ostream& err);
 
 // Open contexts, busiest first (most pinned blocks, then most recently
 // stepped); context ids in hex in the table.
@@ -82,12 +98,13 @@ struct TopOptions {
   uint32_t interval_ms = 2000;  // between refreshes
   uint32_t iterations = 0;      // refreshes before exiting; 0 = until interrupted
   uint32_t limit = 20;          // busiest contexts shown
+  bool is_terminal = false;     // out is a terminal: clear it between refreshes
 };
 // Live view: tiers and the busiest contexts, refreshed every interval
 // (the screen is cleared between refreshes on a terminal). With --json, one
 // JSON object per refresh and line: {"refresh":N,"stats":...,"contexts":[...]}.
-int RunTop(Client& client, const GlobalOptions& options, const TopOptions& top, bool is_terminal,
-           std::ostream& out, std::ostream& err);
+int RunTop(Client& client, const GlobalOptions& options, const TopOptions& top, std::ostream& out,
+           std::ostream& err);
 
 // Prints version, uptime, each tier (capacity, use) and the configuration.
 int RunStatus(Client& client, const GlobalOptions& options, std::ostream& out, std::ostream& err);
@@ -110,8 +127,13 @@ int RunTenantsAdd(const TenantAddOptions& add, const GlobalOptions& options, std
 int RunTenantsList(const std::string& file, const GlobalOptions& options, std::ostream& out,
                    std::ostream& err);
 // Adds a new token to a tenant; revoke_others drops its other tokens.
-int RunTenantsRotate(const std::string& name, const std::string& file, bool revoke_others,
-                     const GlobalOptions& options, std::ostream& out, std::ostream& err);
+struct TenantsRotateOptions {
+  std::string name;
+  std::string file;
+  bool revoke_others = false;
+};
+int RunTenantsRotate(const TenantsRotateOptions& rotate, const GlobalOptions& options,
+                     std::ostream& out, std::ostream& err);
 
 // Exit code for a failed call: 3 for UNAVAILABLE / DEADLINE_EXCEEDED (no
 // daemon), else 1; prints the status to err.

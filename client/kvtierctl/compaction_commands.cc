@@ -118,8 +118,10 @@ int RunCompact(Client& client, const GlobalOptions& options, const CompactOption
   return 0;
 }
 
-int RunVersions(Client& client, const GlobalOptions& options, uint64_t profile_id,
-                const std::string& context_key_hex, std::ostream& out, std::ostream& err) {
+int RunVersions(Client& client, const GlobalOptions& options, const VersionsOptions& versions,
+                std::ostream& out, std::ostream& err) {
+  const uint64_t profile_id = versions.profile_id;
+  const std::string& context_key_hex = versions.context_key_hex;
   if (!context_key_hex.empty() && !IsHexId(context_key_hex)) {
     err << "kvtierctl: context key \"" << context_key_hex << "\" is not hex\n";
     return 2;
@@ -136,9 +138,11 @@ int RunVersions(Client& client, const GlobalOptions& options, uint64_t profile_i
   return 0;
 }
 
-int RunDropVersion(Client& client, const GlobalOptions& options, uint64_t profile_id,
-                   const std::string& context_key_hex, uint32_t version, std::ostream& out,
-                   std::ostream& err) {
+int RunDropVersion(Client& client, const GlobalOptions& options, const DropVersionOptions& drop,
+                   std::ostream& out, std::ostream& err) {
+  const uint64_t profile_id = drop.profile_id;
+  const std::string& context_key_hex = drop.context_key_hex;
+  const uint32_t version = drop.version;
   if (!IsHexId(context_key_hex)) {
     err << "kvtierctl: context key \"" << context_key_hex << "\" is not hex\n";
     return 2;

@@ -50,8 +50,8 @@ int RunContexts(Client& client, const GlobalOptions& options, std::ostream& out,
   return 0;
 }
 
-int RunTop(Client& client, const GlobalOptions& options, const TopOptions& top, bool is_terminal,
-           std::ostream& out, std::ostream& err) {
+int RunTop(Client& client, const GlobalOptions& options, const TopOptions& top, std::ostream& out,
+           std::ostream& err) {
   for (uint32_t i = 0; top.iterations == 0 || i < top.iterations; ++i) {
     if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(top.interval_ms));
     auto stats = client.Stats();
@@ -73,7 +73,7 @@ int RunTop(Client& client, const GlobalOptions& options, const TopOptions& top, 
       out.flush();
       continue;
     }
-    if (is_terminal) out << "\x1b[H\x1b[2J";  // clear the screen between refreshes
+    if (top.is_terminal) out << "\x1b[H\x1b[2J";  // clear the screen between refreshes
     out << absl::StrFormat("kvtierd %s  up %s  contexts %d  leases %d  quarantined %d\n",
                            stats->version(), HumanDuration(stats->uptime_s()),
                            stats->open_contexts(), stats->active_leases(),

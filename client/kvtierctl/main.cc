@@ -54,9 +54,9 @@ struct CtlArgs {
   CLI::App* contexts = nullptr;
   kvtier::ctl::TopOptions top_options;
   CLI::App* top = nullptr;
-  uint64_t verify_profile = 0;
+  kvtier::ctl::VerifyOptions verify_options;
   CLI::App* verify = nullptr;
-  std::string drain_tier;
+  kvtier::ctl::DrainOptions drain_options;
   CLI::App* drain = nullptr;
   CLI::App* profiles = nullptr;
   kvtier::ctl::EvictOptions evict_options;
@@ -64,20 +64,16 @@ struct CtlArgs {
 
   kvtier::ctl::CompactOptions compact_options;
   CLI::App* compact = nullptr;
-  uint64_t versions_profile = 0;
-  std::string versions_key;
+  kvtier::ctl::VersionsOptions versions_options;
   CLI::App* versions = nullptr;
-  uint64_t drop_profile = 0;
-  std::string drop_key;
-  uint32_t drop_version = 0;
+  kvtier::ctl::DropVersionOptions drop_options;
   CLI::App* drop = nullptr;
 
   kvtier::ctl::TenantAddOptions add;
   CLI::App* add_cmd = nullptr;
   std::string list_file;
   CLI::App* list_cmd = nullptr;
-  std::string rotate_name, rotate_file;
-  bool revoke_others = false;
+  kvtier::ctl::TenantsRotateOptions rotate;
   CLI::App* rotate_cmd = nullptr;
 };
 
@@ -138,11 +134,13 @@ void AddStoreCommands(CLI::App& app, CtlArgs& a) {
       "  kvtierctl top --json --interval-ms 1000    newline-delimited JSON for scripts");
   a.verify = app.add_subcommand(
       "verify", "Re-read and checksum every copy of every block; list every quarantined block");
-  a.verify->add_option("--profile", a.verify_profile, "Only this profile id");
+  a.verify->add_option("--profile", a.verify_options.profile_id, "Only this profile id");
   a.verify->add_flag("--json", a.options.json, "Machine-readable JSON output");
   a.drain = app.add_subcommand(
       "drain", "Demote every block to NVMe (durable), or empty only the device tier");
-  a.drain->add_option("tier", a.drain_tier, "device, host or nvme (default: everything to nvme)")
+  a.drain
+      ->add_option("tier", a.drain_options.tier,
+                   "device, host or nvme (default: everything to nvme)")
       ->check(CLI::IsMember({"device", "host", "nvme"}));
   a.drain->add_flag("--json", a.options.json, "Machine-readable JSON output");
   a.drain->footer(
@@ -203,14 +201,19 @@ void AddCompactionCommands(CLI::App& app, CtlArgs& a) {
       "Example:\n"
       "  kvtierctl compact --profile 1 --retention 0.25 0a1b... 4e5f...");
   a.versions = app.add_subcommand("versions", "Versions of compacted contexts");
-  a.versions->add_option("key", a.versions_key, "Context key in hex (default: every context)");
-  a.versions->add_option("--profile", a.versions_profile, "Profile id")->required();
+  a.versions->add_option("key", a.versions_options.context_key_hex,
+                         "Context key in hex (default: every context)");
+  a.versions->add_option("--profile", a.versions_options.profile_id, "Profile id")->required();
   a.versions->add_flag("--json", a.options.json, "Machine-readable JSON output");
   a.drop = app.add_subcommand("drop-version",
                               "Delete one version of a compacted context (0 = the originals)");
-  a.drop->add_option("key", a.drop_key, "Context key in hex (as `versions` prints it)")->required();
-  a.drop->add_option("version", a.drop_version, "Version; 0 = the original blocks")->required();
-  a.drop->add_option("--profile", a.drop_profile, "Profile id")->required();
+  a.drop
+      ->add_option("key", a.drop_options.context_key_hex,
+                   "Context key in hex (as `versions` prints it)")
+      ->required();
+  a.drop->add_option("version", a.drop_options.version, "Version; 0 = the original blocks")
+      ->required();
+  a.drop->add_option("--profile", a.drop_options.profile_id, "Profile id")->required();
   a.drop->add_flag("--json", a.options.json, "Machine-readable JSON output");
   a.drop->footer(
       "Refused while it would leave no copy of the context: the originals go only while a\n"
@@ -259,9 +262,10 @@ void AddTenantsCommands(CLI::App& app, CtlArgs& a) {
       "rotate",
       "Give a tenant a new token (printed once); rewrites the file in kvtierctl's "
       "layout, without comments");
-  a.rotate_cmd->add_option("name", a.rotate_name, "Tenant name")->required();
-  a.rotate_cmd->add_option("--file", a.rotate_file, "The tenants file")->required();
-  a.rotate_cmd->add_flag("--revoke-others", a.revoke_others, "Drop the tenant's other tokens");
+  a.rotate_cmd->add_option("name", a.rotate.name, "Tenant name")->required();
+  a.rotate_cmd->add_option("--file", a.rotate.file, "The tenants file")->required();
+  a.rotate_cmd->add_flag("--revoke-others", a.rotate.revoke_others,
+                         "Drop the tenant's other tokens");
   a.rotate_cmd->add_flag("--json", a.options.json, "Print the token as JSON");
 }
 
@@ -275,8 +279,7 @@ std::optional<int> RunTenantsCommand(const CtlArgs& a) {
     return kvtier::ctl::RunTenantsList(a.list_file, a.options, std::cout, std::cerr);
   }
   if (a.rotate_cmd->parsed()) {
-    return kvtier::ctl::RunTenantsRotate(a.rotate_name, a.rotate_file, a.revoke_others, a.options,
-                                         std::cout, std::cerr);
+    return kvtier::ctl::RunTenantsRotate(a.rotate, a.options, std::cout, std::cerr);
   }
   return std::nullopt;
 }
@@ -322,14 +325,19 @@ int RunDaemonCommand(kvtier::Client& client, const CtlArgs& a) {
     return kvtier::ctl::RunContexts(client, a.options, std::cout, std::cerr);
   }
   if (a.top->parsed()) {
-    return kvtier::ctl::RunTop(client, a.options, a.top_options, isatty(STDOUT_FILENO) != 0,
-                               std::cout, std::cerr);
+    kvtier::ctl::TopOptions top = a.top_options;
+    top.is_terminal = isatty(STDOUT_FILENO) != 0;
+    return kvtier::ctl::RunTop(client, a.options, top, std::cout, std::cerr);
   }
   if (a.verify->parsed()) {
-    return kvtier::ctl::RunVerify(client, a.options, a.verify_profile, tty, std::cout, std::cerr);
+    kvtier::ctl::VerifyOptions verify = a.verify_options;
+    verify.is_terminal = tty;
+    return kvtier::ctl::RunVerify(client, a.options, verify, std::cout, std::cerr);
   }
   if (a.drain->parsed()) {
-    return kvtier::ctl::RunDrain(client, a.options, a.drain_tier, tty, std::cout, std::cerr);
+    kvtier::ctl::DrainOptions drain = a.drain_options;
+    drain.is_terminal = tty;
+    return kvtier::ctl::RunDrain(client, a.options, drain, std::cout, std::cerr);
   }
   if (a.profiles->parsed()) {
     return kvtier::ctl::RunProfiles(client, a.options, std::cout, std::cerr);
@@ -341,12 +349,10 @@ int RunDaemonCommand(kvtier::Client& client, const CtlArgs& a) {
     return kvtier::ctl::RunCompact(client, a.options, a.compact_options, std::cout, std::cerr);
   }
   if (a.versions->parsed()) {
-    return kvtier::ctl::RunVersions(client, a.options, a.versions_profile, a.versions_key,
-                                    std::cout, std::cerr);
+    return kvtier::ctl::RunVersions(client, a.options, a.versions_options, std::cout, std::cerr);
   }
   if (a.drop->parsed()) {
-    return kvtier::ctl::RunDropVersion(client, a.options, a.drop_profile, a.drop_key,
-                                       a.drop_version, std::cout, std::cerr);
+    return kvtier::ctl::RunDropVersion(client, a.options, a.drop_options, std::cout, std::cerr);
   }
   return 2;
 }

@@ -40,16 +40,8 @@ std::string CalibrationLabel(const v1::SelectionCalibration& c) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), " gate=%.2f", c.head_min_mass());
   out += buf;
-  if (c.successor_weight() > 0) {
-    std::snprintf(buf, sizeof(buf), " succ=%.2f", c.successor_weight());
-    out += buf;
-  }
   if (c.has_retrieval_share() && c.retrieval_share() < 1) {
     std::snprintf(buf, sizeof(buf), " share=%.2f", c.retrieval_share());
-    out += buf;
-  }
-  if (c.has_confirm_steps() && c.confirm_steps() > 1) {
-    std::snprintf(buf, sizeof(buf), " confirm=%u", c.confirm_steps());
     out += buf;
   }
   if (c.has_copy_run() && c.copy_run() > 0) {

@@ -85,11 +85,11 @@ int RunLs(Client& client, const GlobalOptions& options, const LsOptions& ls, std
   return 0;
 }
 
-int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id, bool is_terminal,
+int RunVerify(Client& client, const GlobalOptions& options, const VerifyOptions& verify,
               std::ostream& out, std::ostream& err) {
   v1::VerifyRequest req;
-  req.set_profile_id(profile_id);
-  ProgressBar bar(err, is_terminal, "blocks");
+  req.set_profile_id(verify.profile_id);
+  ProgressBar bar(err, verify.is_terminal, "blocks");
   uint64_t corrupt = 0;
   std::vector<std::string> corrupt_ids;
   // No deadline: verification takes as long as it takes.
@@ -117,8 +117,9 @@ int RunVerify(Client& client, const GlobalOptions& options, uint64_t profile_id,
   return rc;
 }
 
-int RunDrain(Client& client, const GlobalOptions& options, const std::string& tier,
-             bool is_terminal, std::ostream& out, std::ostream& err) {
+int RunDrain(Client& client, const GlobalOptions& options, const DrainOptions& drain,
+             std::ostream& out, std::ostream& err) {
+  const std::string& tier = drain.tier;
   v1::DrainRequest req;
   if (tier == "device") {
     req.set_tier(v1::TIER_DEVICE);
@@ -126,7 +127,7 @@ int RunDrain(Client& client, const GlobalOptions& options, const std::string& ti
     err << "kvtierctl: drain: \"" << tier << "\" is not device, host or nvme\n";
     return 2;
   }
-  ProgressBar bar(err, is_terminal, "blocks");
+  ProgressBar bar(err, drain.is_terminal, "blocks");
   auto drained = client.Drain(req, [&](const v1::DrainProgress& progress) {
     if (!options.json) bar.Update(progress.blocks_done(), progress.blocks_total());
   });

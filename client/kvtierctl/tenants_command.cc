@@ -219,8 +219,11 @@ int RunTenantsList(const std::string& file, const GlobalOptions& options, std::o
   return 0;
 }
 
-int RunTenantsRotate(const std::string& name, const std::string& file, bool revoke_others,
-                     const GlobalOptions& options, std::ostream& out, std::ostream& err) {
+int RunTenantsRotate(const TenantsRotateOptions& rotate, const GlobalOptions& options,
+                     std::ostream& out, std::ostream& err) {
+  const std::string& name = rotate.name;
+  const std::string& file = rotate.file;
+  const bool revoke_others = rotate.revoke_others;
   absl::StatusOr<int> lock = LockTenantsFolder(file);
   if (!lock.ok()) return Fail(lock.status(), err);
   FolderLock unlock(*lock);

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "proto/auth/token.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 using ::kvtier::testing::StatusIs;
 
@@ -28,11 +29,9 @@ namespace {
 class TenantsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/kvtierctl-tenants-XXXXXX";
-    dir_ = mkdtemp(tmpl);
+    dir_ = tmp_.path();
     file_ = dir_ + "/tenants.toml";
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   struct Result {
     int code;
@@ -51,7 +50,7 @@ class TenantsTest : public ::testing::Test {
   }
   Result Rotate(const std::string& name, bool revoke_others) {
     std::ostringstream out, err;
-    const int code = RunTenantsRotate(name, file_, revoke_others, GlobalOptions(), out, err);
+    const int code = RunTenantsRotate({name, file_, revoke_others}, GlobalOptions(), out, err);
     return {code, out.str(), err.str()};
   }
   Result List(bool json = false) {
@@ -75,6 +74,7 @@ class TenantsTest : public ::testing::Test {
   // The tenants array as the daemon's parser sees it.
   toml::table Parsed() { return toml::parse_file(file_); }
 
+  ::kvtier::testing::ScopedTempDir tmp_{"tenants"};
   std::string dir_, file_;
 };
 
@@ -380,8 +380,8 @@ TEST(TenantsFileTest, TheDaemonsRulesApply) {
 }
 
 TEST(ResolveTokenTest, FlagThenFileThenEnvironment) {
-  char tmpl[] = "/tmp/kvtierctl-token-XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  const ::kvtier::testing::ScopedTempDir tmp("token");
+  const std::string& dir = tmp.path();
   const std::string file = dir + "/token";
   {
     std::ofstream out(file);
@@ -407,7 +407,6 @@ TEST(ResolveTokenTest, FlagThenFileThenEnvironment) {
   }
   EXPECT_NE(ResolveToken("", file, nullptr).status().message().find("more than one line"),
             std::string::npos);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "client/shm/shm_mapping.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier::client {
 namespace {
@@ -47,9 +48,7 @@ class FakeFdServer {
  public:
   FakeFdServer(std::string reply, int fd_to_send, bool silent = false)
       : reply_(std::move(reply)), fd_to_send_(fd_to_send), silent_(silent) {
-    char tmpl[] = "/tmp/kvtier-fdfetch-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    path_ = dir_ + "/fd.sock";
+    path_ = dir_.File("fd.sock");
     listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -67,7 +66,6 @@ class FakeFdServer {
     close(listen_fd_);
     if (fd_to_send_ >= 0) close(fd_to_send_);
     unlink(path_.c_str());
-    rmdir(dir_.c_str());
   }
 
   const std::string& path() const { return path_; }
@@ -116,7 +114,7 @@ class FakeFdServer {
   std::string reply_;
   const int fd_to_send_;
   const bool silent_;
-  std::string dir_;
+  ::kvtier::testing::ScopedTempDir dir_{"fdfetch"};
   std::string path_;
   int listen_fd_ = -1;
   std::atomic<bool> accepted_{false};

@@ -245,7 +245,7 @@ absl::StatusOr<CompactedContext> CompactHeads(const HeadShape& shape,
   std::vector<float> values(keys.size());
   for (int32_t l = 0; l < shape.layers; ++l) {
     for (int32_t h = 0; h < shape.kv_heads; ++h) {
-      GatherHead(shape, views, l, h, keys.data(), values.data());
+      GatherHead(shape, views, {l, h}, keys.data(), values.data());
       index::HeadKv head;
       head.num_tokens = static_cast<int32_t>(c.tokens);
       head.head_dim = shape.head_dim;
@@ -263,7 +263,8 @@ absl::StatusOr<CompactedContext> CompactHeads(const HeadShape& shape,
             compacted.status().code(),
             absl::StrCat("layer ", l, ", kv head ", h, ": ", compacted.status().message()));
       }
-      ScatterHead(shape, l, h, compacted->keys.data(), compacted->values.data(), kept, &c.blocks);
+      ScatterHead(shape, {l, h}, {compacted->keys.data(), compacted->values.data(), kept},
+                  &c.blocks);
       for (int32_t s = 0; s < kept; ++s) {
         CompactedSlotsRecord& block = c.slots[static_cast<size_t>(s / shape.block_tokens)];
         const auto i = static_cast<size_t>((int64_t{l} * shape.kv_heads + h) * shape.block_tokens +

@@ -78,8 +78,9 @@ int64_t HeadShape::block_bytes() const {
   return int64_t{layers} * 2 * kv_heads * block_tokens * head_dim * ElementBytes(dtype);
 }
 
-void GatherHead(const HeadShape& shape, absl::Span<const absl::string_view> payloads, int32_t layer,
-                int32_t head, float* keys, float* values) {
+void GatherHead(const HeadShape& shape, absl::Span<const absl::string_view> payloads, KvHead which,
+                float* keys, float* values) {
+  const int32_t layer = which.layer, head = which.head;
   const int eb = ElementBytes(shape.dtype);
   const int64_t per_block = int64_t{shape.block_tokens} * shape.head_dim;
   for (size_t b = 0; b < payloads.size(); ++b) {
@@ -91,8 +92,12 @@ void GatherHead(const HeadShape& shape, absl::Span<const absl::string_view> payl
   }
 }
 
-void ScatterHead(const HeadShape& shape, int32_t layer, int32_t head, const float* keys,
-                 const float* values, int64_t rows, std::vector<std::string>* payloads) {
+void ScatterHead(const HeadShape& shape, KvHead which, const HeadRows& in,
+                 std::vector<std::string>* payloads) {
+  const int32_t layer = which.layer, head = which.head;
+  const float* keys = in.keys;
+  const float* values = in.values;
+  const int64_t rows = in.rows;
   const int eb = ElementBytes(shape.dtype);
   const int64_t d = shape.head_dim;
   for (int64_t first = 0, b = 0; first < rows; first += shape.block_tokens, ++b) {

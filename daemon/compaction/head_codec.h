@@ -31,18 +31,30 @@ struct HeadShape {
   int64_t block_bytes() const;
 };
 
-// Copies the keys and values of (layer, head) of every payload, in order,
-// into keys and values: [payloads.size() * block_tokens][head_dim] each.
-// Every payload must be exactly shape.block_bytes() long.
-void GatherHead(const HeadShape& shape, absl::Span<const absl::string_view> payloads, int32_t layer,
-                int32_t head, float* keys, float* values);
+// One KV head of one layer.
+struct KvHead {
+  int32_t layer = 0;
+  int32_t head = 0;
+};
 
-// Writes rows [0, rows) of keys and values ([rows][head_dim]) as the
-// tokens of (layer, head), filling block 0's tokens first. payloads must
-// hold ceil(rows / block_tokens) strings of shape.block_bytes() each;
-// tokens past `rows` are left as they are.
-void ScatterHead(const HeadShape& shape, int32_t layer, int32_t head, const float* keys,
-                 const float* values, int64_t rows, std::vector<std::string>* payloads);
+// Copies the keys and values of `which` of every payload, in order, into
+// keys and values: [payloads.size() * block_tokens][head_dim] each. Every
+// payload must be exactly shape.block_bytes() long.
+void GatherHead(const HeadShape& shape, absl::Span<const absl::string_view> payloads, KvHead which,
+                float* keys, float* values);
+
+// Rows [0, rows) of a head's keys and values, [rows][head_dim] each.
+struct HeadRows {
+  const float* keys = nullptr;
+  const float* values = nullptr;
+  int64_t rows = 0;
+};
+
+// Writes `rows` as the tokens of `which`, filling block 0's tokens first.
+// payloads must hold ceil(rows.rows / block_tokens) strings of
+// shape.block_bytes() each; tokens past rows.rows are left as they are.
+void ScatterHead(const HeadShape& shape, KvHead which, const HeadRows& rows,
+                 std::vector<std::string>* payloads);
 
 }  // namespace kvtier::daemon
 

@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "storage/catalog/catalog.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 using ::kvtier::testing::StatusIs;
 
@@ -83,18 +84,8 @@ std::string LegacyVersionKey(const v1::ContextVersion& v) {
 
 class VersionStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::path(::testing::TempDir()) /
-           ("kvtier-versions-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    OpenCatalog();
-  }
-  void TearDown() override {
-    catalog_.reset();
-    fs::remove_all(dir_);
-  }
+  void SetUp() override { OpenCatalog(); }
+  void TearDown() override { catalog_.reset(); }
   void OpenCatalog() {
     catalog_.reset();
     auto c = Catalog::Open((dir_ / "catalog").string(), CatalogOptions());
@@ -112,7 +103,8 @@ class VersionStoreTest : public ::testing::Test {
     delete db;
   }
 
-  fs::path dir_;
+  ::kvtier::testing::ScopedTempDir tmp_{"versions"};
+  const fs::path dir_ = tmp_.path();
   std::unique_ptr<Catalog> catalog_;
 };
 

@@ -312,8 +312,8 @@ void TcpFront::Loop::AcceptBatch(Clock::time_point now) {
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       const AfterAcceptError next =
-          HandleAcceptError(errno, options_.listen_fd.get(), &spare_fd_, &fd_exhausted_, "tcp",
-                            "server.max_tcp_connections");
+          HandleAcceptError(errno, {options_.listen_fd.get(), &spare_fd_, &fd_exhausted_, "tcp",
+                                    "server.max_tcp_connections"});
       if (next == AfterAcceptError::kRetry) continue;
       if (next == AfterAcceptError::kBackOff) {
         backoff_until_ = now + kEmfileBackoff;

@@ -23,6 +23,7 @@
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
 #include "tests/testutil/tcp_connect.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -51,11 +52,7 @@ bool Echoes(int fd, milliseconds timeout) {
 class TcpFrontTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = "/tmp/kvtier-tcpfront-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    upstream_path_ = dir_ + "/up.sock";
+    upstream_path_ = tmp_.File("up.sock");
     auto up = ListenUnix("test", upstream_path_, 0600);
     ASSERT_OK(up);
     upstream_ = std::move(*up);
@@ -71,7 +68,6 @@ class TcpFrontTest : public ::testing::Test {
     for (std::thread& t : echoes_) t.join();
     ::close(stop_[0]);
     ::close(stop_[1]);
-    std::filesystem::remove_all(dir_);
   }
   void Serve() {
     for (;;) {
@@ -123,7 +119,8 @@ class TcpFrontTest : public ::testing::Test {
     return true;
   }
 
-  std::string dir_, upstream_path_;
+  ::kvtier::testing::ScopedTempDir tmp_{"tcpfront"};
+  std::string upstream_path_;
   OwnedFd upstream_;
   int stop_[2] = {-1, -1};
   std::thread server_;

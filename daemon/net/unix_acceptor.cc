@@ -42,20 +42,20 @@ bool ShedIfExhausted(int err, int listen_fd, OwnedFd* spare) {
   return true;
 }
 
-AfterAcceptError HandleAcceptError(int err, int listen_fd, OwnedFd* spare,
-                                   std::atomic<uint64_t>* exhausted, const std::string& name,
-                                   const char* limit_key) {
+AfterAcceptError HandleAcceptError(int err, const AcceptLoopRef& loop) {
   if (err == EINTR || err == ECONNABORTED || err == EPROTO) return AfterAcceptError::kRetry;
-  if (ShedIfExhausted(err, listen_fd, spare)) {
-    const uint64_t n = exhausted->fetch_add(1, std::memory_order_relaxed) + 1;
+  if (ShedIfExhausted(err, loop.listen_fd, loop.spare)) {
+    const uint64_t n = loop.exhausted->fetch_add(1, std::memory_order_relaxed) + 1;
     if (n == 1 || n % 1000 == 0) {
       spdlog::warn(
-          "{}: accept: {} ({} times so far); shed one connection, retrying in {} ms (see {})", name,
-          std::strerror(err), n, kEmfileBackoff.count(), limit_key);
+          "{}: accept: {} ({} times so far); shed one connection, retrying in {} ms (see {})",
+          loop.name, std::strerror(err), n, kEmfileBackoff.count(), loop.limit_key);
     }
     return AfterAcceptError::kBackOff;
   }
-  if (err != EAGAIN && err != EWOULDBLOCK) spdlog::warn("{}: accept: {}", name, std::strerror(err));
+  if (err != EAGAIN && err != EWOULDBLOCK) {
+    spdlog::warn("{}: accept: {}", loop.name, std::strerror(err));
+  }
   return AfterAcceptError::kDone;
 }
 
@@ -171,8 +171,8 @@ void UnixAcceptor::AcceptBatch(Clock::time_point now) {
         ::accept4(options_.listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       const AfterAcceptError next =
-          HandleAcceptError(errno, options_.listen_fd.get(), &spare_fd_, &fd_exhausted_,
-                            options_.name, "server.max_connections");
+          HandleAcceptError(errno, {options_.listen_fd.get(), &spare_fd_, &fd_exhausted_,
+                                    options_.name, "server.max_connections"});
       if (next == AfterAcceptError::kRetry) continue;
       if (next == AfterAcceptError::kBackOff) backoff_until_ = now + kEmfileBackoff;
       return;

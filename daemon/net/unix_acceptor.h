@@ -33,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -64,12 +65,19 @@ enum class AfterAcceptError {
              // (ShedIfExhausted); accept again after kEmfileBackoff
   kDone,     // EAGAIN (nothing left), or another error (logged)
 };
-// Counts each kBackOff in *exhausted and warns on the first and every
-// 1000th, naming the loop (`name`) and the setting that sizes it
-// (`limit_key`).
-AfterAcceptError HandleAcceptError(int err, int listen_fd, OwnedFd* spare,
-                                   std::atomic<uint64_t>* exhausted, const std::string& name,
-                                   const char* limit_key);
+// The accept loop HandleAcceptError acts for: its listening socket, the
+// spare descriptor it sheds a connection with, its count of running out,
+// its name in logs and the setting that sizes it.
+struct AcceptLoopRef {
+  int listen_fd = -1;
+  OwnedFd* spare = nullptr;
+  std::atomic<uint64_t>* exhausted = nullptr;
+  std::string_view name;
+  const char* limit_key = "";
+};
+// Counts each kBackOff in *loop.exhausted and warns on the first and every
+// 1000th, naming the loop and the setting that sizes it.
+AfterAcceptError HandleAcceptError(int err, const AcceptLoopRef& loop);
 
 struct UnixAcceptorOptions {
   std::string name;                               // for logs: "socket", "peer socket"

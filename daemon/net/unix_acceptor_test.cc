@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 #include "tests/testutil/unix_connect.h"
 
 namespace kvtier::daemon {
@@ -46,18 +47,11 @@ bool ClosedByPeer(int fd, milliseconds timeout) {
 
 class UnixAcceptorTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = "/tmp/kvtier-acceptor-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    path_ = dir_ + "/s.sock";
-  }
+  void SetUp() override { path_ = tmp_.File("s.sock"); }
   void TearDown() override {
     if (acceptor_ != nullptr) acceptor_->Stop();
     absl::MutexLock lock(&mu_);
     for (int fd : handed_) ::close(fd);
-    std::filesystem::remove_all(dir_);
   }
 
   void Start(ConnectionLimits limits, milliseconds setup, size_t max_pending) {
@@ -97,7 +91,8 @@ class UnixAcceptorTest : public ::testing::Test {
     handed_.erase(handed_.begin());
   }
 
-  std::string dir_, path_;
+  ::kvtier::testing::ScopedTempDir tmp_{"acceptor"};
+  std::string path_;
   std::unique_ptr<ConnectionGate> gate_;
   std::unique_ptr<UnixAcceptor> acceptor_;
   absl::Mutex mu_;

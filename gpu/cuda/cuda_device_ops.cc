@@ -103,6 +103,10 @@ struct CudaDeviceOps::Impl {
   cudaError_t Enqueue(CopyDirection direction, const std::vector<PlannedCopy>& plan);
   // Records the outcome of a finished batch; mu must not be held.
   void Retire(uint64_t fence, const GpuStatus& status);
+  // The outstanding batch of `fence` in *batch, or null when it finished
+  // well (OK); the batch's error when it failed, InvalidArgument when the
+  // fence was never issued. Takes mu.
+  GpuStatus PendingBatch(uint64_t fence, std::shared_ptr<Batch>* batch);
   // Retires finished batches among the oldest `limit` outstanding ones (all
   // when limit < 0). Requires mu and the device current.
   void ReapLocked(int limit);
@@ -167,7 +171,7 @@ std::vector<PlannedCopy> CudaDeviceOps::Impl::Plan(std::span<const Copy> copies,
   std::lock_guard<std::mutex> lock(mu);
   for (const Copy& c : copies) {
     const auto [dst, src] = addresses(c);
-    PlanCopy(regions, dst, src, c.size_bytes, host_is_src, &plan);
+    PlanCopy(regions, {dst, src, c.size_bytes, host_is_src}, &plan);
   }
   return plan;
 }
@@ -197,6 +201,19 @@ void CudaDeviceOps::Impl::Retire(uint64_t fence, const GpuStatus& status) {
     if (failed.size() >= kMaxRememberedFailures) failed.erase(failed.begin());
     failed.emplace(fence, status);
   }
+}
+
+GpuStatus CudaDeviceOps::Impl::PendingBatch(uint64_t fence, std::shared_ptr<Batch>* batch) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (fence > issued) {
+    return GpuStatus::Error(GpuStatus::kInvalidArgument,
+                            "fence " + std::to_string(fence) + " was never issued");
+  }
+  auto failed_it = failed.find(fence);
+  if (failed_it != failed.end()) return failed_it->second;
+  auto it = pending.find(fence);
+  if (it != pending.end()) *batch = it->second;
+  return GpuStatus::Ok();
 }
 
 cudaError_t CudaDeviceOps::Impl::Enqueue(CopyDirection direction,
@@ -384,17 +401,8 @@ GpuStatus CudaDeviceOps::Wait(Fence fence, std::chrono::nanoseconds timeout) {
   if (fence.value == 0) return GpuStatus::Ok();
   ScopedDevice scoped(impl_->device);
   std::shared_ptr<Impl::Batch> batch;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    if (fence.value > impl_->issued) {
-      return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                              "fence " + std::to_string(fence.value) + " was never issued");
-    }
-    auto failed = impl_->failed.find(fence.value);
-    if (failed != impl_->failed.end()) return failed->second;
-    auto it = impl_->pending.find(fence.value);
-    if (it == impl_->pending.end()) return GpuStatus::Ok();
-    batch = it->second;
+  if (GpuStatus s = impl_->PendingBatch(fence.value, &batch); !s.ok() || batch == nullptr) {
+    return s;
   }
   const std::string context = "copy batch " + std::to_string(fence.value);
   cudaError_t err = cudaSuccess;
@@ -428,17 +436,8 @@ GpuStatus CudaDeviceOps::OrderStreamAfter(Fence fence, CUstream_st* stream) {
   if (fence.value == 0) return GpuStatus::Ok();
   ScopedDevice scoped(impl_->device);
   std::shared_ptr<Impl::Batch> batch;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    if (fence.value > impl_->issued) {
-      return GpuStatus::Error(GpuStatus::kInvalidArgument,
-                              "fence " + std::to_string(fence.value) + " was never issued");
-    }
-    auto failed = impl_->failed.find(fence.value);
-    if (failed != impl_->failed.end()) return failed->second;
-    auto it = impl_->pending.find(fence.value);
-    if (it == impl_->pending.end()) return GpuStatus::Ok();  // finished
-    batch = it->second;
+  if (GpuStatus s = impl_->PendingBatch(fence.value, &batch); !s.ok() || batch == nullptr) {
+    return s;
   }
   // The wait binds to the event's current record: reusing the event for a
   // later batch afterwards does not change what `stream` waits for.

@@ -1,16 +1,9 @@
 // CudaDeviceOps in builds without CUDA: Create always fails with
 // kUnavailable, so no object of the class ever exists.
 #include "gpu/cuda/cuda_device_ops.h"
+#include "gpu/cuda/not_compiled.h"
 
 namespace kvtier::gpu {
-namespace {
-
-GpuStatus NotCompiled() {
-  return GpuStatus::Error(GpuStatus::kUnavailable,
-                          "built without CUDA (KVTIER_WITH_CUDA=OFF or nvcc not found)");
-}
-
-}  // namespace
 
 struct CudaDeviceOps::Impl {
   ArenaInfo info;

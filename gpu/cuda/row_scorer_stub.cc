@@ -1,16 +1,9 @@
 // CudaRowScorer in builds without CUDA: Create always fails with
 // kUnavailable, so no scorer or table of this build ever exists.
+#include "gpu/cuda/not_compiled.h"
 #include "gpu/cuda/row_scorer.h"
 
 namespace kvtier::gpu {
-namespace {
-
-GpuStatus NotCompiled() {
-  return GpuStatus::Error(GpuStatus::kUnavailable,
-                          "built without CUDA (KVTIER_WITH_CUDA=OFF or nvcc not found)");
-}
-
-}  // namespace
 
 struct CudaRowScorer::Impl {};
 

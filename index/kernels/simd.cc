@@ -1,6 +1,7 @@
 #include "index/kernels/simd.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -16,18 +17,6 @@
 
 namespace kvtier::index::simd {
 namespace {
-
-uint32_t FloatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
-float BitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
 
 uint16_t Load16(const void* p, size_t i) {
   uint16_t v;
@@ -95,7 +84,7 @@ inline float ExpNonPositive(float y) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  return p * BitsFloat(static_cast<uint32_t>(static_cast<int32_t>(k) + 127) << 23);
+  return p * std::bit_cast<float>(static_cast<uint32_t>(static_cast<int32_t>(k) + 127) << 23);
 }
 
 float SumExpBelowScalar(const float* x, size_t n, float scale, float shift) {
@@ -380,14 +369,14 @@ float HalfToFloat(uint16_t h) {
   if (exp == 0) {
     // Zero or subnormal: mant * 2^-24, exact in binary32.
     const float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
-    return BitsFloat(sign | FloatBits(v));
+    return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(v));
   }
-  if (exp == 31) return BitsFloat(sign | 0x7f800000u | (mant << 13));
-  return BitsFloat(sign | ((exp + 112) << 23) | (mant << 13));
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
+  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
 uint16_t FloatToHalf(float value) {
-  const uint32_t x = FloatBits(value);
+  const uint32_t x = std::bit_cast<uint32_t>(value);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t abs = x & 0x7fffffffu;
   if (abs >= 0x7f800000u) {  // inf or NaN (NaN stays quiet NaN)
@@ -397,7 +386,7 @@ uint16_t FloatToHalf(float value) {
   if (abs < 0x38800000u) {
     // Below the smallest normal (2^-14): the subnormal count is v * 2^24,
     // which is exact in binary32; rint rounds it to nearest even.
-    const float scaled = BitsFloat(abs) * 16777216.0f;
+    const float scaled = std::bit_cast<float>(abs) * 16777216.0f;
     return sign | static_cast<uint16_t>(std::nearbyint(scaled));
   }
   const uint32_t mant = abs & 0x7fffffu;
@@ -407,7 +396,9 @@ uint16_t FloatToHalf(float value) {
   return sign | static_cast<uint16_t>(h);
 }
 
-float BfloatToFloat(uint16_t bits) { return BitsFloat(static_cast<uint32_t>(bits) << 16); }
+float BfloatToFloat(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
 
 void HalfToFloatN(const void* src, float* dst, size_t n) { Active().half_to_float(src, dst, n); }
 

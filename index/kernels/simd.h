@@ -11,6 +11,10 @@
 //
 // Thread safety: all functions are pure and thread-safe. Pointers may be
 // unaligned.
+//
+// Signatures are BLAS-style (pointers, counts, strides), as in FlashInfer and
+// Highway: the one place in the tree where a call takes more than five
+// arguments rather than an options struct.
 #ifndef KVTIER_INDEX_KERNELS_SIMD_H_
 #define KVTIER_INDEX_KERNELS_SIMD_H_
 

@@ -26,13 +26,8 @@ int32_t KvHeadOf(const SelectionCalibration& c, const HeadRef& h, int32_t num_kv
   return h.layer * num_kv_heads + h.q_head / group;
 }
 
-// The fields of the successor, confirmation and copy-tracking terms
-// (ValidateCalibration's last checks).
+// The fields of copy tracking (ValidateCalibration's last checks).
 absl::Status ValidateCopyTracking(const SelectionCalibration& c) {
-  if (c.confirm_steps < 1 || c.confirm_steps > 4096) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("calibration.confirm_steps (", c.confirm_steps, ") must be in [1, 4096]"));
-  }
   for (auto [name, v, hi] : {std::tuple{"copy_run", c.copy_run, 4096},
                              std::tuple{"copy_min_blocks", c.copy_min_blocks, 4096},
                              std::tuple{"copy_lead", c.copy_lead, 4096},
@@ -50,13 +45,9 @@ absl::Status ValidateCopyTracking(const SelectionCalibration& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("calibration.copy_weight (", c.copy_weight, ") must be in [1, 64]"));
   }
-  for (auto [name, v] : {std::pair{"successor_weight", c.successor_weight},
-                         std::pair{"unconfirmed_weight", c.unconfirmed_weight},
-                         std::pair{"uncopied_weight", c.uncopied_weight}}) {
-    if (!(v >= 0 && v <= 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("calibration.", name, " (", v, ") must be in [0, 1]"));
-    }
+  if (!(c.uncopied_weight >= 0 && c.uncopied_weight <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration.uncopied_weight (", c.uncopied_weight, ") must be in [0, 1]"));
   }
   return absl::OkStatus();
 }
@@ -65,13 +56,7 @@ absl::Status ValidateCopyTracking(const SelectionCalibration& c) {
 
 absl::Status ValidateCalibration(const SelectionCalibration& c, const BlockLayout& layout) {
   if (c.num_q_heads == 0) {
-    if (!c.retrieval_heads.empty() || !c.prior.empty() || !c.prior_all.empty() ||
-        !c.head_weights.empty() || c.sink_blocks != -1 || c.sink_mass != -1.0f ||
-        c.sink_mass_all != -1.0f || c.local_blocks != -1 || c.retrieval_share != 1.0f ||
-        c.successor_weight != 0.0f || c.unconfirmed_weight != 1.0f || c.confirm_steps != 1 ||
-        c.copy_run != 0 || c.copy_hold != 64 || c.copy_min_blocks != 4 ||
-        c.copy_min_mass != -1.0f || c.uncopied_weight != 0.0f || c.copy_lead != 0 ||
-        c.copy_weight != 1.0f) {
+    if (!(c == SelectionCalibration{})) {
       return absl::InvalidArgumentError(
           "calibration.num_q_heads is 0 (uncalibrated) but other calibration "
           "fields are set");

@@ -38,19 +38,6 @@
 //                    beyond it (the smallest) are dropped for that step, so
 //                    a copy head followed in plain text cannot push out
 //                    more recent context than the calibration allows.
-//   successor_weight a target block lends this share of its retrieval term
-//                    to the block after it, in [0, 1]: a copying head moves
-//                    forward, so when a Select is used one step later the
-//                    next block is the one it reads.
-//   confirm_steps,   a head's target is followed over consecutive steps when
-//   unconfirmed_weight  each is the same block as the head's previous target
-//                    or the one after it (a copying head moves forward); a
-//                    target followed for fewer than confirm_steps steps
-//                    (1..4096; 1 = every target) counts unconfirmed_weight
-//                    of its term, in [0, 1]: a copy head tracking a long
-//                    passage is confirmed, a short phrase copied in plain
-//                    text (where following the head makes the model copy
-//                    the wrong continuation) weighs less.
 //   copy_run         copy tracking, 0 = off (every head's terms count as
 //                    they are). On, a retrieval head is *copying* from a
 //                    Select where its strongest key (the one token of all
@@ -113,9 +100,6 @@ struct SelectionCalibration {
   float sink_mass = -1.0f;
   float sink_mass_all = -1.0f;
   float retrieval_share = 1.0f;
-  float successor_weight = 0.0f;
-  float unconfirmed_weight = 1.0f;
-  int32_t confirm_steps = 1;
   int32_t copy_run = 0;
   int32_t copy_hold = 64;
   int32_t copy_min_blocks = 4;
@@ -136,10 +120,9 @@ struct SelectionCalibration {
 // retrieval head in (0, 1]; softmax_scale finite and >= 0; head_min_mass in
 // [0, 1); sink_blocks and local_blocks -1 or in [0, 4096]; sink_mass and
 // sink_mass_all -1 or finite and >= 0, both or neither; retrieval_share in
-// (0, 1]; successor_weight and unconfirmed_weight in [0, 1]; confirm_steps
-// in [1, 4096]; copy_run, copy_min_blocks, copy_lead in [0, 4096], copy_hold in
-// [0, 1 << 20], copy_min_mass -1 or in [0, 1), uncopied_weight in [0, 1],
-// copy_weight in [1, 64].
+// (0, 1]; copy_run, copy_min_blocks and copy_lead in [0, 4096], copy_hold
+// in [0, 1 << 20], copy_min_mass -1 or in [0, 1), uncopied_weight in
+// [0, 1], copy_weight in [1, 64].
 // Otherwise InvalidArgument naming the
 // field ("calibration.prior[3]", ...).
 absl::Status ValidateCalibration(const SelectionCalibration& calibration,

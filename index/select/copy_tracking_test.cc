@@ -42,7 +42,7 @@ struct Track {
   // Observes `token` at `step` over `n` pages of kT tokens.
   HeadGate At(int64_t step, int64_t token, int64_t n = 64) {
     memory.Begin(step);
-    return ObserveCopy(c, &memory, 0, token, n, kT);
+    return ObserveCopy(c, &memory, 0, PositionOf(token, n, kT));
   }
 };
 
@@ -57,7 +57,7 @@ TEST(CopyTrackTest, OffCountsEveryHeadAsItIs) {
   }
   EXPECT_TRUE(t.memory.tracks.empty());
   // Without a memory (no step) as well.
-  EXPECT_EQ(ObserveCopy(Calibration(), nullptr, 0, 100, 64, kT).weight, 1.0f);
+  EXPECT_EQ(ObserveCopy(Calibration(), nullptr, 0, PositionOf(100, 64, kT)).weight, 1.0f);
 }
 
 TEST(CopyTrackTest, ARunOfForwardStepsFarBackConfirmsAndHolds) {
@@ -196,8 +196,8 @@ TEST(CopyTrackTest, FlatPassCountsTheHeadOnlyWhileItCopies) {
     const int64_t token = kFirst * kT + 11 + s;
     const std::vector<float> q = cc.QueryFor(token);
     ctx->mass_memory().Begin(s);
-    ASSERT_OK(MassScores(ctx->keys(), c, slots, kD, kPages, q, &scratch, absl::MakeSpan(out),
-                         &ctx->mass_memory()));
+    ASSERT_OK(MassScores({ctx->keys(), &c, slots, kD, kPages, q, &ctx->mass_memory()}, &scratch,
+                         absl::MakeSpan(out)));
     const int64_t next_page = (token + 1) / kT;
     if (s < c.copy_run) {
       EXPECT_EQ(out, prior) << "step " << s << ": not copying yet";
@@ -221,8 +221,8 @@ TEST(CopyTrackTest, TreeAndFlatPassAgreeWhileTheHeadCopies) {
   SelectorOptions fo, so;
   fo.sink_blocks = so.sink_blocks = 1;
   fo.local_blocks = so.local_blocks = 1;
-  fo.mass_tree.min_pages = int64_t{1} << 40;
-  so.mass_tree.min_pages = 0;
+  fo.mass_tree.min_blocks = int64_t{1} << 40;
+  so.mass_tree.min_blocks = 0;
   auto flat_sel = *Selector::Create(fo);
   auto sparse_sel = *Selector::Create(so);
   for (int64_t s = 0; s < 30; ++s) {

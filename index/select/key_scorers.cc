@@ -72,14 +72,6 @@ absl::Status LayerKeyKeyScores(const KeyTable& table, absl::Span<const float> an
   return absl::OkStatus();
 }
 
-int32_t ChainOf(absl::Span<const MassTarget> previous, int32_t head, int64_t page) {
-  int32_t chain = 0;
-  for (const MassTarget& t : previous) {
-    if (t.head == head && (t.page == page || t.page + 1 == page)) chain = std::max(chain, t.chain);
-  }
-  return chain == INT32_MAX ? chain : chain + 1;
-}
-
 // A copying head's attention `lead` tokens on (ObserveCopy): the last
 // `lead` tokens' share of each block (exp(logit - lse_top), as s->lse)
 // moves to the block after it; the last block's goes past the stored
@@ -110,8 +102,9 @@ float StepMinHeadMass(const SelectionCalibration& c, const MassMemory* memory, i
   return held || before.run + 1 >= c.copy_run ? MinHeadMass(c) : c.head_min_mass;
 }
 
-HeadGate ObserveCopy(const SelectionCalibration& c, MassMemory* memory, int32_t head, int64_t token,
-                     int64_t n, int32_t key_tokens) {
+HeadGate ObserveCopy(const SelectionCalibration& c, MassMemory* memory, int32_t head,
+                     KeyPosition key) {
+  const int64_t token = key.token;
   if (c.copy_run == 0 || memory == nullptr) return {c.head_min_mass, 1.0f, 0};
   const size_t heads = c.retrieval_heads.size();
   if (memory->tracks.size() != heads) memory->tracks.resize(heads);
@@ -126,8 +119,7 @@ HeadGate ObserveCopy(const SelectionCalibration& c, MassMemory* memory, int32_t 
     now.run = forward ? std::min(before.run, INT32_MAX - 1) + 1 : 0;
     now.token = token;
     now.step = step;
-    const int64_t page = key_tokens > 0 ? token / key_tokens : 0;
-    if (now.run >= c.copy_run && n - 1 - page >= c.copy_min_blocks) now.confirmed = step;
+    if (now.run >= c.copy_run && key.pages_back >= c.copy_min_blocks) now.confirmed = step;
   }
   const bool copying = now.confirmed >= 0 && step - now.confirmed <= c.copy_hold;
   if (copying) {
@@ -136,10 +128,14 @@ HeadGate ObserveCopy(const SelectionCalibration& c, MassMemory* memory, int32_t 
   return {c.head_min_mass, c.uncopied_weight, 0};
 }
 
-absl::Status MassScores(const KeyTable* table, const SelectionCalibration& c,
-                        absl::Span<const int32_t> slots, int32_t dim, int64_t n,
-                        absl::Span<const float> head_queries, KeyScorerScratch* s,
-                        absl::Span<float> out, MassMemory* memory) {
+absl::Status MassScores(const MassScoreInput& in, KeyScorerScratch* s, absl::Span<float> out) {
+  const KeyTable* table = in.table;
+  const SelectionCalibration& c = *in.calibration;
+  const absl::Span<const int32_t> slots = in.slots;
+  const int32_t dim = in.dim;
+  const int64_t n = in.n;
+  const absl::Span<const float> head_queries = in.head_queries;
+  MassMemory* memory = in.memory;
   if (static_cast<int64_t>(out.size()) != n || n < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("out has ", out.size(), " values for ", n, " pages"));
@@ -196,7 +192,8 @@ absl::Status MassScores(const KeyTable* table, const SelectionCalibration& c,
         strongest = b * T + arg;
       }
     }
-    const HeadGate gate = ObserveCopy(c, memory, static_cast<int32_t>(i), strongest, n, T);
+    const HeadGate gate =
+        ObserveCopy(c, memory, static_cast<int32_t>(i), PositionOf(strongest, n, T));
     if (!(gate.weight > 0)) continue;
     // Pass 2: lse = f * max + log sum exp(f * (dot - max)) (exponents <= 0,
     // so exp cannot overflow whatever the query's scale). A block whose
@@ -225,18 +222,9 @@ absl::Status MassScores(const KeyTable* table, const SelectionCalibration& c,
     if (gate.lead > 0) ShiftForward(*table, slot, softmax_scale * qmax, lse_top, gate.lead, T, s);
     const double w = c.head_weights.empty() ? 1.0 : c.head_weights[i];
     for (int64_t b = 0; b < n; ++b) {
-      double p = s->lse[b] / z;
+      const double p = s->lse[b] / z;
       if (!(p >= gate.min_mass)) continue;  // NaN never counts
-      const int32_t chain =
-          memory != nullptr ? ChainOf(memory->previous, static_cast<int32_t>(i), b) : INT32_MAX;
-      if (memory != nullptr) memory->current.push_back({static_cast<int32_t>(i), b, chain});
-      if (chain < c.confirm_steps) p *= c.unconfirmed_weight;
-      p *= gate.weight;
-      out[b] += static_cast<float>(w * p);
-      // The block after a target is the copying head's next one.
-      if (c.successor_weight > 0 && b + 1 < n) {
-        out[b + 1] += static_cast<float>(c.successor_weight * w * p);
-      }
+      out[b] += static_cast<float>(w * (p * gate.weight));
     }
   }
   return absl::OkStatus();

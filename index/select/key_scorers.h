@@ -26,8 +26,7 @@
 // uncalibrated context scores est_b = (b + 1) / n, i.e. recency: the
 // sliding window. A head's term counts only where its softmax share is at
 // least the calibration's head_min_mass (copy_min_mass while the head
-// copies, with copy tracking on); a counted term also adds
-// successor_weight times itself to block b + 1 (calibration.h).
+// copies, with copy tracking on; calibration.h).
 //
 // Both are finite for any finite input: cosines are computed on unit
 // vectors found with scale-safe norms (unit_vector.h), logits in double.
@@ -65,21 +64,6 @@ struct KeyScorerScratch {
 absl::Status LayerKeyKeyScores(const KeyTable& table, absl::Span<const float> anchor, bool centered,
                                KeyScorerScratch* scratch, absl::Span<float> out);
 
-// A retrieval head's target at one step: a block holding at least
-// head_min_mass of its attention.
-struct MassTarget {
-  int32_t head = 0;  // index in calibration.retrieval_heads
-  int64_t page = 0;
-  int32_t chain = 1;  // consecutive steps the head has followed it (below)
-  friend bool operator==(const MassTarget&, const MassTarget&) = default;
-};
-
-// The chain of head's target `page` at this step: 1 + the longest chain of
-// `previous` (the targets of the context's previous step) that it
-// continues: the same head on the same block or the one before it (a
-// copying head moving forward); 1 when it continues none.
-int32_t ChainOf(absl::Span<const MassTarget> previous, int32_t head, int64_t page);
-
 // Copy tracking of one retrieval head (calibration.h, copy_run).
 struct CopyTrack {
   int64_t step = -1;       // the last step that observed the head; -1 none
@@ -89,22 +73,18 @@ struct CopyTrack {
   friend bool operator==(const CopyTrack&, const CopyTrack&) = default;
 };
 
-// What the mass scorer remembers of a context's last steps: the
-// retrieval targets of the last two (confirm_steps) and every head's copy
-// track. Begin(step) at every Select with head queries: a new step makes
-// the last one's targets `previous` and its tracks `tracks_before`; a
-// repeated step recomputes from the same state (the same answer).
+// What the mass scorer remembers of a context's last steps: every head's
+// copy track. Begin(step) at every Select with head queries: a new step
+// makes the last one's tracks `tracks_before`; a repeated step recomputes
+// from the same state (the same answer).
 struct MassMemory {
   int64_t step = INT64_MIN;
-  std::vector<MassTarget> previous, current;
   std::vector<CopyTrack> tracks_before, tracks;
   void Begin(int64_t s) {
     if (s != step) {
-      previous.swap(current);
       tracks_before = tracks;
       step = s;
     }
-    current.clear();
     tracks = tracks_before;
   }
 };
@@ -116,13 +96,24 @@ struct HeadGate {
   int32_t lead = 0;       // tokens its attention is moved forward (copy_lead)
 };
 
-// Observes head's strongest key `token` (page * key_tokens + offset; -1
-// when none) at memory->step over n pages, updates memory->tracks[head]
-// from memory->tracks_before[head], and returns the head's gate: copying
-// (copy_min_mass, copy_weight, copy_lead), not copying (head_min_mass,
-// uncopied_weight, 0). With copy_run 0 or no memory: (head_min_mass, 1, 0).
+// Where a head's strongest key lies: its token (page * key_tokens +
+// offset; -1 when none) and how many pages before the context's last one
+// its page is.
+struct KeyPosition {
+  int64_t token = -1;
+  int64_t pages_back = 0;
+};
+inline KeyPosition PositionOf(int64_t token, int64_t n, int32_t key_tokens) {
+  return {token, token >= 0 && key_tokens > 0 ? n - 1 - token / key_tokens : n - 1};
+}
+
+// Observes head's strongest key at memory->step, updates
+// memory->tracks[head] from memory->tracks_before[head], and returns the
+// head's gate: copying (copy_min_mass, copy_weight, copy_lead), not copying
+// (head_min_mass, uncopied_weight, 0). With copy_run 0 or no memory:
+// (head_min_mass, 1, 0).
 HeadGate ObserveCopy(const SelectionCalibration& calibration, MassMemory* memory, int32_t head,
-                     int64_t token, int64_t n, int32_t key_tokens);
+                     KeyPosition key);
 
 // The smallest share a head's term may count from at any step (the
 // descent of mass_tree.h checks that it is > 0).
@@ -141,15 +132,19 @@ float StepMinHeadMass(const SelectionCalibration& c, const MassMemory* memory, i
 // out[b] for b in [0, n) (n == table.size() when the table has head keys).
 // head_queries is empty or [R][dim] in calibration.retrieval_heads order;
 // slots maps retrieval head i to its KeyTable slot (KeyHeadSlots()).
-// With a memory (its Begin() called for this step): a target whose chain
-// is below the calibration's confirm_steps counts unconfirmed_weight times
-// its term, and each head's gate is ObserveCopy()'s for its strongest key;
-// every target of this step, with its chain, is appended to
-// memory->current. Without, every target counts whole from head_min_mass.
-absl::Status MassScores(const KeyTable* table, const SelectionCalibration& calibration,
-                        absl::Span<const int32_t> slots, int32_t dim, int64_t n,
-                        absl::Span<const float> head_queries, KeyScorerScratch* scratch,
-                        absl::Span<float> out, MassMemory* memory = nullptr);
+// With a memory (its Begin() called for this step): each head's gate is
+// ObserveCopy()'s for its strongest key. Without, every target counts
+// whole from head_min_mass.
+struct MassScoreInput {
+  const KeyTable* table = nullptr;                    // may be null when head_queries is empty
+  const SelectionCalibration* calibration = nullptr;  // required
+  absl::Span<const int32_t> slots;
+  int32_t dim = 0;
+  int64_t n = 0;
+  absl::Span<const float> head_queries;
+  MassMemory* memory = nullptr;  // null: no copy tracking
+};
+absl::Status MassScores(const MassScoreInput& in, KeyScorerScratch* scratch, absl::Span<float> out);
 
 }  // namespace kvtier::index
 

@@ -25,8 +25,8 @@ using ::kvtier::testing::StatusIs;
 namespace kvtier::index {
 namespace {
 
-using ::kvtier::testutil::MakeBlockPayload;
-using ::kvtier::testutil::SyntheticPayload;
+using ::kvtier::testing::MakeBlockPayload;
+using ::kvtier::testing::SyntheticPayload;
 using ::testing::HasSubstr;
 
 constexpr int32_t kL = 3, kH = 2, kD = 16, kT = 4;
@@ -304,7 +304,7 @@ TEST_F(KeyScorerTest, MassIsThePriorPlusWeightedRetrievalSoftmax) {
   std::vector<float> q(2 * kD);
   for (size_t i = 0; i < q.size(); ++i) q[i] = 3.0f * std::cos(1.3 * i);
   std::vector<float> out(6);
-  ASSERT_OK(MassScores(table_.get(), c, slots, kD, 6, q, &scratch_, absl::MakeSpan(out)));
+  ASSERT_OK(MassScores({table_.get(), &c, slots, kD, 6, q}, &scratch_, absl::MakeSpan(out)));
   std::vector<double> want(6);
   for (int64_t b = 0; b < 6; ++b) want[b] = c.prior[std::min<int64_t>(5 - b, 2)];
   for (int i = 0; i < 2; ++i) {
@@ -327,11 +327,11 @@ TEST_F(KeyScorerTest, MassIsThePriorPlusWeightedRetrievalSoftmax) {
   }
   for (int64_t b = 0; b < 6; ++b) EXPECT_NEAR(out[b], want[b], 1e-5) << b;
   // Without queries: prior_all alone; uncalibrated: recency.
-  ASSERT_OK(MassScores(table_.get(), c, slots, kD, 6, {}, &scratch_, absl::MakeSpan(out)));
+  ASSERT_OK(MassScores({table_.get(), &c, slots, kD, 6, {}}, &scratch_, absl::MakeSpan(out)));
   EXPECT_FLOAT_EQ(out[5], c.prior_all[0]);
   EXPECT_FLOAT_EQ(out[0], c.prior_all[2]);
-  ASSERT_OK(
-      MassScores(nullptr, SelectionCalibration(), {}, kD, 6, {}, &scratch_, absl::MakeSpan(out)));
+  const SelectionCalibration uncalibrated;
+  ASSERT_OK(MassScores({nullptr, &uncalibrated, {}, kD, 6, {}}, &scratch_, absl::MakeSpan(out)));
   EXPECT_FLOAT_EQ(out[0], 1.0f / 6);
   EXPECT_FLOAT_EQ(out[5], 1.0f);
 }
@@ -340,8 +340,8 @@ TEST_F(KeyScorerTest, HugeFiniteInputsStayFinite) {
   const SelectionCalibration c = Calibration();
   std::vector<float> q(2 * kD, 3e38f);
   std::vector<float> out(6);
-  ASSERT_OK(
-      MassScores(table_.get(), c, KeyHeadSlots(c, kH), kD, 6, q, &scratch_, absl::MakeSpan(out)));
+  ASSERT_OK(MassScores({table_.get(), &c, KeyHeadSlots(c, kH), kD, 6, q}, &scratch_,
+                       absl::MakeSpan(out)));
   for (float x : out) EXPECT_TRUE(std::isfinite(x));
   std::vector<float> a1 = anchor_, a2 = anchor_;
   for (float& x : a2) x *= 1e30f;
@@ -456,10 +456,10 @@ TEST(SelectorKeyTest, BadAnchorsAndHeadQueriesNameTheExpectedSizes) {
 }
 
 TEST(SelectorKeyTest, ScaleDoesNotChangeTheSelection) {
-  testutil::SyntheticContextOptions so;
+  testing::SyntheticContextOptions so;
   so.num_blocks = 300;
   so.dim = 64;
-  const testutil::SyntheticContext syn = testutil::MakeSyntheticContext(so);
+  const testing::SyntheticContext syn = testing::MakeSyntheticContext(so);
   TreeOptions to;
   to.dim = syn.dim;
   to.keep_summaries = false;

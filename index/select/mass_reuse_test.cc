@@ -102,7 +102,7 @@ TEST(MassReuseTest, AHeldQueryReopensItsPagesAndFindsWhatTheDescentFinds) {
   EXPECT_EQ(first.stats.heads_descended, 1);
   EXPECT_EQ(first.stats.heads_reused, 0);
   ASSERT_TRUE(Bumps(first, kFar));
-  for (int64_t step = 2; step <= o.reuse_max_steps + 1; ++step) {
+  for (int64_t step = 2; step <= o.reuse_steps + 1; ++step) {
     const Step next = StepOn(ctx.get(), q, step, o, &s);
     EXPECT_EQ(next.stats.heads_reused, 1) << "step " << step;
     EXPECT_EQ(next.stats.pages_screened + next.stats.chunks_screened, 0) << "step " << step;
@@ -113,14 +113,14 @@ TEST(MassReuseTest, AHeldQueryReopensItsPagesAndFindsWhatTheDescentFinds) {
       EXPECT_NEAR(next.bumps[i].mass, first.bumps[i].mass, 0.02f * first.bumps[i].mass);
     }
   }
-  // reuse_max_steps reusing steps, then the full descent again.
-  const Step refresh = StepOn(ctx.get(), q, o.reuse_max_steps + 2, o, &s);
+  // reuse_steps reusing steps, then the full descent again.
+  const Step refresh = StepOn(ctx.get(), q, o.reuse_steps + 2, o, &s);
   EXPECT_EQ(refresh.stats.heads_descended, 1);
   EXPECT_GT(refresh.stats.chunks_screened, 0);
 }
 
-// A query that drifted below reuse_min_cosine, more than recent_pages pages
-// appended, or reuse_max_steps 0: the full descent.
+// A query that drifted below reuse_min_cosine, more than recent_blocks pages
+// appended, or reuse_steps 0: the full descent.
 TEST(MassReuseTest, DriftGrowthAndNoReuseDescend) {
   std::mt19937 rng(4);
   const std::vector<float> q = RandomQuery(&rng);
@@ -136,14 +136,15 @@ TEST(MassReuseTest, DriftGrowthAndNoReuseDescend) {
   EXPECT_EQ(StepOn(ctx.get(), q, 4, o, &s).stats.heads_reused, 1);
   std::mt19937 page_rng(5);
   std::normal_distribution<float> noise(0.0f, 1.0f);
-  for (int32_t i = 0; i <= o.recent_pages; ++i) {
+  for (int32_t i = 0; i <= o.recent_blocks; ++i) {
     std::vector<float> keys(kT * kD);
     for (float& k : keys) k = noise(page_rng);
     ASSERT_OK(ctx->Append(PageOfKeys(keys)));
   }
-  EXPECT_EQ(StepOn(ctx.get(), q, 5, o, &s).stats.heads_descended, 1) << "recent_pages + 1 appended";
+  EXPECT_EQ(StepOn(ctx.get(), q, 5, o, &s).stats.heads_descended, 1)
+      << "recent_blocks + 1 appended";
   MassTreeOptions off;
-  off.reuse_max_steps = 0;
+  off.reuse_steps = 0;
   EXPECT_EQ(StepOn(ctx.get(), q, 6, off, &s).stats.heads_descended, 1);
 }
 

@@ -72,7 +72,7 @@ class HeadDescent {
     // Phase 1: chunks. Those that may hold a target are expanded (their
     // pages screened), and so are the chunks of the pages always opened.
     ScreenChunks(log_h);
-    const int64_t recent_first = std::max<int64_t>(0, n_ - o_.recent_pages);
+    const int64_t recent_first = std::max<int64_t>(0, n_ - o_.recent_blocks);
     auto expand = [&](int64_t b) {
       if (w_->chunk_stamp[b / P_] != stamp_) Expand(b / P_);
     };
@@ -96,7 +96,7 @@ class HeadDescent {
     const size_t forced = r_->opened.size();
     const size_t cap = std::max<size_t>(
         forced + static_cast<size_t>(o_.min_open_cap),
-        static_cast<size_t>(std::ceil(o_.max_open_fraction * static_cast<double>(n_))));
+        static_cast<size_t>(std::ceil(o_.max_read_fraction * static_cast<double>(n_))));
     std::vector<Unit>& pages = w_->heap;
     const size_t want = std::min(pages.size(), cap - std::min(cap, forced));
     if (want < pages.size()) {
@@ -122,7 +122,7 @@ class HeadDescent {
   bool Reuse(float c, float h, int32_t lead, const MassReuse::Head& prev) {
     Start(c, h, lead);
     Open(0);
-    const int64_t recent_first = std::max<int64_t>(0, n_ - o_.recent_pages);
+    const int64_t recent_first = std::max<int64_t>(0, n_ - o_.recent_blocks);
     for (int64_t b = std::max<int64_t>(1, std::min(recent_first, prev.pages)); b < n_; ++b) {
       Open(b);
     }
@@ -145,7 +145,7 @@ class HeadDescent {
     std::vector<Unit>& best = w_->chunk_units;  // free after the descent
     best.clear();
     const double floor = log_h_ + r_->lz - o_.reuse_keep_nats;
-    const int64_t recent_first = n_ - o_.recent_pages;
+    const int64_t recent_first = n_ - o_.recent_blocks;
     for (size_t i = 0; i < r_->opened.size(); ++i) {
       const int64_t b = r_->opened[i];
       if (b == 0 || b >= recent_first || r_->lse[i] < floor) continue;
@@ -230,7 +230,7 @@ class HeadDescent {
   // low: Jensen on the chunk's mean key) and the best page mean it can hold
   // (Quest's bound over its pages' mean keys). Chunks whose best page mean
   // cannot reach log(h z0) - margin (z0: every chunk's lb summed) hold no
-  // target; the others become candidates, at most 2 x max_open_fraction of
+  // target; the others become candidates, at most 2 x max_read_fraction of
   // the chunks (the best bounds).
   void ScreenChunks(double log_h) {
     const int64_t C = t_.num_chunks();
@@ -259,7 +259,7 @@ class HeadDescent {
     }
     const size_t cap =
         std::max<size_t>(static_cast<size_t>(o_.min_candidate_chunks),
-                         static_cast<size_t>(std::ceil(std::min(1.0, 2 * o_.max_open_fraction) *
+                         static_cast<size_t>(std::ceil(std::min(1.0, 2 * o_.max_read_fraction) *
                                                        static_cast<double>(C))));
     if (cand.size() > cap) {
       std::nth_element(cand.begin(), cand.begin() + cap, cand.end(), BetterUnit());
@@ -382,11 +382,11 @@ class HeadDescent {
 };
 
 // Steps 5's shares of one head whose descent ran (r): opened pages with a
-// share >= the head's gate add to s->bumps (and their successors), in the
-// flat pass's arithmetic; memory's copy track is updated (ObserveCopy).
+// share >= the head's gate add to s->bumps, in the flat pass's arithmetic;
+// memory's copy track is updated (ObserveCopy).
 void AddShares(const SelectionCalibration& cal, int32_t head, float weight, int64_t n, int32_t T,
                const MassTreeScratch::HeadResult& r, MassTreeScratch* s, MassMemory* memory) {
-  const HeadGate gate = ObserveCopy(cal, memory, head, r.strongest, n, T);
+  const HeadGate gate = ObserveCopy(cal, memory, head, PositionOf(r.strongest, n, T));
   if (!(gate.weight > 0)) return;
   // Each opened page's share, its last lead tokens' moved to the page
   // after it when the head copies (key_scorers.h, ObserveCopy).
@@ -405,17 +405,8 @@ void AddShares(const SelectionCalibration& cal, int32_t head, float weight, int6
   }
   if (gate.lead > 0) MergeShares(&shares);
   for (const PageShare& ps : shares) {
-    double p = ps.share;
-    if (p >= gate.min_mass) {
-      const int64_t b = ps.page;
-      const int32_t chain = memory != nullptr ? ChainOf(memory->previous, head, b) : INT32_MAX;
-      if (memory != nullptr) memory->current.push_back({head, b, chain});
-      if (chain < cal.confirm_steps) p *= cal.unconfirmed_weight;
-      p *= gate.weight;
-      s->bumps.push_back({b, static_cast<float>(weight * p)});
-      if (cal.successor_weight > 0 && b + 1 < n) {
-        s->bumps.push_back({b + 1, static_cast<float>(cal.successor_weight * weight * p)});
-      }
+    if (ps.share >= gate.min_mass) {
+      s->bumps.push_back({ps.page, static_cast<float>(weight * (ps.share * gate.weight))});
     }
   }
 }
@@ -424,8 +415,8 @@ void AddShares(const SelectionCalibration& cal, int32_t head, float weight, int6
 // for query q (unit or not) over n pages (see mass_tree.h).
 bool Reusable(const MassReuse::Head& prev, absl::Span<const float> q, int64_t n,
               const MassTreeOptions& o) {
-  if (!prev.valid || prev.age >= o.reuse_max_steps || n < prev.pages ||
-      n - prev.pages > o.recent_pages || prev.query.size() != q.size()) {
+  if (!prev.valid || prev.age >= o.reuse_steps || n < prev.pages ||
+      n - prev.pages > o.recent_blocks || prev.query.size() != q.size()) {
     return false;
   }
   double dot = 0, qq = 0, pp = 0;
@@ -451,33 +442,33 @@ size_t MassReuse::MemoryBytes() const {
 }
 
 absl::Status ValidateMassTreeOptions(const MassTreeOptions& o) {
-  if (o.min_pages < 0) {
+  if (o.min_blocks < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("mass_tree.min_pages (", o.min_pages, ") must be >= 0"));
+        absl::StrCat("mass_tree.min_blocks (", o.min_blocks, ") must be >= 0"));
   }
   if (o.min_open_cap < 0 || o.min_candidate_chunks < 0) {
     return absl::InvalidArgumentError(absl::StrCat("mass_tree.min_open_cap (", o.min_open_cap,
                                                    ") and min_candidate_chunks (",
                                                    o.min_candidate_chunks, ") must be >= 0"));
   }
-  if (o.recent_pages < 0 || o.min_open < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("mass_tree.recent_pages (", o.recent_pages,
+  if (o.recent_blocks < 0 || o.min_open < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("mass_tree.recent_blocks (", o.recent_blocks,
                                                    ") must be >= 0 and min_open (", o.min_open,
                                                    ") >= 1"));
   }
-  if (!(o.max_open_fraction > 0.0 && o.max_open_fraction <= 1.0)) {
+  if (!(o.max_read_fraction > 0.0 && o.max_read_fraction <= 1.0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("mass_tree.max_open_fraction (", o.max_open_fraction, ") must be in (0, 1]"));
+        absl::StrCat("mass_tree.max_read_fraction (", o.max_read_fraction, ") must be in (0, 1]"));
   }
   if (!(o.stop_margin_nats >= 0.0f && o.stop_margin_nats <= 1e6f)) {
     return absl::InvalidArgumentError(
         absl::StrCat("mass_tree.stop_margin_nats (", o.stop_margin_nats, ") must be in [0, 1e6]"));
   }
-  if (o.reuse_max_steps < 0 || o.reuse_max_steps > 1024 || o.reuse_max_kept < 1 ||
+  if (o.reuse_steps < 0 || o.reuse_steps > 1024 || o.reuse_max_kept < 1 ||
       o.reuse_max_kept > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mass_tree.reuse_max_steps (", o.reuse_max_steps, ") must be in [0, 1024] and ",
-        "reuse_max_kept (", o.reuse_max_kept, ") in [1, 4096]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mass_tree.reuse_steps (", o.reuse_steps, ") must be in [0, 1024] and ",
+                     "reuse_max_kept (", o.reuse_max_kept, ") in [1, 4096]"));
   }
   if (!(o.reuse_min_cosine >= -1.0f && o.reuse_min_cosine <= 1.0f) ||
       !(o.reuse_keep_nats >= 0.0f && o.reuse_keep_nats <= 30.0f)) {

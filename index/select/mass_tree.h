@@ -20,7 +20,7 @@
 //                what its best page may hold (Quest's bound over its pages'
 //                mean keys, or its strongest key)
 //      z0 = sum_C exp(lb_C). Chunks with pot_C >= log(h z0) - margin are
-//      candidates (at most 2 x max_open_fraction of the chunks, or
+//      candidates (at most 2 x max_read_fraction of the chunks, or
 //      min_candidate_chunks, the best pot_C); they, the chunks of the pages always opened, and a
 //      systematic sample of the chunks (every C/32-th, at least 4) are
 //      expanded: their pages are screened.
@@ -30,19 +30,17 @@
 //      Quest's u_b on rotary keys is far above the real largest logit
 //      (~20 nats on the shared copy model), so it is a ranking signal mixed
 //      into the mean (alpha = bound_mix), not a proof.
-//   4. The first page and the last recent_pages pages are opened (their T
+//   4. The first page and the last recent_blocks pages are opened (their T
 //      logits computed exactly: lse(b)); then screened pages best-first
 //      until min_open are open and the next screens below
-//      log(h * max(z_open, z0)) - stop_margin_nats, or max_open_fraction of
+//      log(h * max(z_open, z0)) - stop_margin_nats, or max_read_fraction of
 //      the pages (at least min_open_cap beyond those always opened) are
 //      open. Then every 4th page of the sampled chunks.
 //   5. z = the exactly opened pages' exp(lse) + the sample's, scaled to
 //      every page not opened before it (a sample page that could itself
 //      hold h of the attention counts once). Opened pages with
-//      exp(lse) / z >= the head's gate get w_i * that share (times
-//      unconfirmed_weight when previous targets are given and it continues
-//      none of them, times the gate's weight), and successor_weight times
-//      that goes to the next page. With copy tracking (calibration.h) h is
+//      exp(lse) / z >= the head's gate get w_i * that share (times the
+//      gate's weight). With copy tracking (calibration.h) h is
 //      the smaller of head_min_mass and copy_min_mass, and the head's gate
 //      (key_scorers.h, ObserveCopy) comes from its strongest opened key;
 //      a copying head's shares are moved copy_lead tokens forward (the
@@ -50,7 +48,7 @@
 //
 // Reuse from step to step (MassReuse): a head whose query is within
 // reuse_min_cosine of the query of its last full descent (steps 2-5), at
-// most reuse_max_steps steps ago and with at most recent_pages pages
+// most reuse_steps steps ago and with at most recent_blocks pages
 // appended since, skips steps 2-3: it opens the first and recent pages,
 // the pages it kept (those whose share was >= h e^-reuse_keep_nats at its
 // previous step, at most reuse_max_kept, the best) and the page after each
@@ -85,13 +83,16 @@
 
 namespace kvtier::index {
 
+// The fields with a daemon key carry its name (select.mass_tree_min_blocks,
+// ..._max_read_fraction, ..._recent_blocks, ..._reuse_steps,
+// ..._reuse_min_cosine); a page, the tree's leaf, is one stored block.
 struct MassTreeOptions {
-  // Contexts of fewer pages are scored by the flat pass (the Selector's
+  // Contexts of fewer blocks are scored by the flat pass (the Selector's
   // choice; MassTreeBumps itself runs at any size).
-  int64_t min_pages = 512;
-  int32_t recent_pages = 32;        // always opened: the last pages
+  int64_t min_blocks = 512;
+  int32_t recent_blocks = 32;       // always opened: the last pages
   int32_t min_open = 16;            // pages opened before stopping early
-  double max_open_fraction = 0.10;  // at most this share of pages opened
+  double max_read_fraction = 0.10;  // at most this share of pages opened
   // Floors of the two caps, which bind on short contexts (at 16K tokens
   // 10% of the pages is fewer than the targets' neighbourhoods need):
   // pages opened beyond the always-opened ones may reach min_open_cap, and
@@ -100,9 +101,9 @@ struct MassTreeOptions {
   int32_t min_candidate_chunks = 32;
   float stop_margin_nats = 3.0f;  // see step 4
   float bound_mix = 0.25f;        // alpha of step 2, in [0, 1]
-  // Reuse from step to step (see the file comment); reuse_max_steps 0
+  // Reuse from step to step (see the file comment); reuse_steps 0
   // descends fully at every step.
-  int32_t reuse_max_steps = 8;    // [0, 1024]
+  int32_t reuse_steps = 8;        // [0, 1024]
   float reuse_min_cosine = 0.8f;  // [-1, 1]
   float reuse_keep_nats = 3.0f;   // [0, 30]
   int32_t reuse_max_kept = 64;    // [1, 4096]

@@ -46,12 +46,12 @@ BlockSummary Page(std::mt19937* rng, const float* target = nullptr, float streng
   return PageOfKeys(keys);
 }
 
-SelectorOptions Options(int64_t min_pages) {
+SelectorOptions Options(int64_t min_blocks) {
   SelectorOptions o;
   o.sink_blocks = 1;
   o.local_blocks = 1;
   o.stability.theta = 0.8f;
-  o.mass_tree.min_pages = min_pages;
+  o.mass_tree.min_blocks = min_blocks;
   return o;
 }
 
@@ -110,8 +110,8 @@ TEST(MassTreeTest, FindsATargetFarBackAndReadsLittle) {
   ASSERT_OK(ctx->AddSegment(pages));
   std::vector<float> est(kPages);
   KeyScorerScratch scratch;
-  ASSERT_OK(MassScores(ctx->keys(), ctx->calibration(), ctx->key_slots(), kD, kPages, q, &scratch,
-                       absl::MakeSpan(est)));
+  ASSERT_OK(MassScores({ctx->keys(), &ctx->calibration(), ctx->key_slots(), kD, kPages, q},
+                       &scratch, absl::MakeSpan(est)));
   const float prior = Calibration().prior.back();
   ASSERT_GT(est[kTarget] - prior, 0.9f * 0.4f) << "the flat pass gates the planted page";
 
@@ -167,7 +167,7 @@ TEST(MassTreeTest, OtherRequestsScoreFlat) {
   auto short_ctx = *Selector::Create(Options(512));
   r.stability = false;
   ASSERT_OK(short_ctx->Select(r, &out));
-  EXPECT_FALSE(out.mass_sparse) << "64 blocks is below min_pages";
+  EXPECT_FALSE(out.mass_sparse) << "64 blocks is below min_blocks";
   auto any = *Selector::Create(Options(0));
   r.stability = true;
   r.step = 1;
@@ -177,7 +177,7 @@ TEST(MassTreeTest, OtherRequestsScoreFlat) {
 
 // The calibration's step-to-step terms (calibration.h), on the flat pass
 // and the sparse path alike.
-class MassCalibrationTest : public ::testing::TestWithParam<int64_t /*min_pages*/> {
+class MassCalibrationTest : public ::testing::TestWithParam<int64_t /*min_blocks*/> {
  protected:
   void Build(const SelectionCalibration& c, std::vector<int64_t> targets, int64_t pages = 800) {
     std::mt19937 rng(4);
@@ -214,38 +214,6 @@ class MassCalibrationTest : public ::testing::TestWithParam<int64_t /*min_pages*
   std::unique_ptr<ContextIndex> ctx_;
   std::unique_ptr<Selector> sel_;
 };
-
-// A target counts unconfirmed_weight (here 0) until the head has followed
-// it for confirm_steps Selects; a repeated Select of one step does not
-// count twice.
-TEST_P(MassCalibrationTest, ConfirmStepsHoldANewTargetBack) {
-  SelectionCalibration c = Calibration();
-  c.unconfirmed_weight = 0.0f;
-  c.confirm_steps = 3;
-  Build(c, {300});
-  EXPECT_FALSE(Has(Select(1, 4), 300));
-  EXPECT_FALSE(Has(Select(1, 4), 300)) << "the same step again";
-  EXPECT_FALSE(Has(Select(2, 4), 300));
-  EXPECT_TRUE(Has(Select(3, 4), 300)) << "followed for 3 steps";
-  EXPECT_TRUE(Has(Select(4, 4), 300));
-}
-
-// successor_weight lends the block after a target part of its term: with a
-// budget of one free block the target wins; with two, the next block too.
-TEST_P(MassCalibrationTest, SuccessorFollowsTheTarget) {
-  SelectionCalibration c = Calibration();
-  c.successor_weight = 0.9f;
-  Build(c, {300});
-  SelectResult one = Select(1, 3);
-  EXPECT_TRUE(Has(one, 300));
-  EXPECT_FALSE(Has(one, 301));
-  SelectResult two = Select(2, 4);
-  EXPECT_TRUE(Has(two, 300));
-  EXPECT_TRUE(Has(two, 301)) << "the successor outranks the recent blocks";
-  c.successor_weight = 0.0f;
-  Build(c, {300});
-  EXPECT_FALSE(Has(Select(1, 4), 301));
-}
 
 // retrieval_share caps how many free slots go to targets: planted targets
 // (at least two clear the gate), 4 free slots, share 0.25: one target, the
@@ -346,19 +314,14 @@ TEST(MassTreeTest, BadCalibrationFieldsNameTheField) {
   EXPECT_EQ(message([](SelectionCalibration&) {}), "");
   EXPECT_NE(message([](auto& c) { c.retrieval_share = 0; }).find("retrieval_share"),
             std::string::npos);
-  EXPECT_NE(message([](auto& c) { c.successor_weight = 2; }).find("successor_weight"),
-            std::string::npos);
-  EXPECT_NE(message([](auto& c) { c.unconfirmed_weight = -1; }).find("unconfirmed_weight"),
-            std::string::npos);
-  EXPECT_NE(message([](auto& c) { c.confirm_steps = 0; }).find("confirm_steps"), std::string::npos);
   EXPECT_NE(message([](auto& c) { c.sink_blocks = 5000; }).find("sink_blocks"), std::string::npos);
   EXPECT_NE(message([](auto& c) { c.sink_mass = 1; }).find("both or neither"), std::string::npos);
 }
 
 TEST(MassTreeTest, BadOptionsNameTheField) {
   MassTreeOptions o;
-  o.max_open_fraction = 0;
-  EXPECT_NE(ValidateMassTreeOptions(o).message().find("max_open_fraction"), std::string::npos);
+  o.max_read_fraction = 0;
+  EXPECT_NE(ValidateMassTreeOptions(o).message().find("max_read_fraction"), std::string::npos);
   o = MassTreeOptions();
   o.bound_mix = 2;
   EXPECT_NE(ValidateMassTreeOptions(o).message().find("bound_mix"), std::string::npos);
@@ -366,8 +329,8 @@ TEST(MassTreeTest, BadOptionsNameTheField) {
   o.min_open = 0;
   EXPECT_NE(ValidateMassTreeOptions(o).message().find("min_open"), std::string::npos);
   o = MassTreeOptions();
-  o.reuse_max_steps = -1;
-  EXPECT_NE(ValidateMassTreeOptions(o).message().find("reuse_max_steps"), std::string::npos);
+  o.reuse_steps = -1;
+  EXPECT_NE(ValidateMassTreeOptions(o).message().find("reuse_steps"), std::string::npos);
   o = MassTreeOptions();
   o.reuse_max_kept = 0;
   EXPECT_NE(ValidateMassTreeOptions(o).message().find("reuse_max_kept"), std::string::npos);
@@ -378,8 +341,8 @@ TEST(MassTreeTest, BadOptionsNameTheField) {
   o.reuse_keep_nats = -1;
   EXPECT_NE(ValidateMassTreeOptions(o).message().find("reuse_keep_nats"), std::string::npos);
   SelectorOptions so;
-  so.mass_tree.recent_pages = -1;
-  EXPECT_NE(ValidateSelectorOptions(so).message().find("options.mass_tree.recent_pages"),
+  so.mass_tree.recent_blocks = -1;
+  EXPECT_NE(ValidateSelectorOptions(so).message().find("options.mass_tree.recent_blocks"),
             std::string::npos);
 }
 

@@ -348,15 +348,20 @@ void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm,
   if (!gemm) Normalise(r.anchor, &s->q);
   const int64_t target =
       std::min<int64_t>(n, sinks + locals + CeilFraction(1.0 / options_.page_keep_fraction, free));
+  // The dots of rows [i0, i1) of one level of the tree with the query: the
+  // batch's (gemm), else computed now into s->dots (valid until the next
+  // call).
+  auto level_dots = [&](const float* all, const uint16_t* rows, int64_t i0,
+                        int64_t i1) -> const float* {
+    if (gemm) return all + i0;
+    s->dots.resize(std::max<size_t>(s->dots.size(), i1 - i0));
+    simd::DotRowsHalf(rows + i0 * D, i1 - i0, D, s->q.data(), s->dots.data());
+    out->rows_scored += i1 - i0;
+    return s->dots.data();
+  };
   // Grids.
   const int64_t G = t.num_grids();
-  const float* grid_dots = s->all_grid;
-  if (!gemm) {
-    s->dots.resize(std::max<int64_t>(G, t.options().pages_per_chunk));
-    simd::DotRowsHalf(t.grid_rows(), G, D, s->q.data(), s->dots.data());
-    grid_dots = s->dots.data();
-    out->rows_scored += G;
-  }
+  const float* grid_dots = level_dots(s->all_grid, t.grid_rows(), 0, G);
   s->grids.resize(G);
   for (int64_t g = 0; g < G; ++g) {
     s->grids[g] = {grid_dots[g], static_cast<int32_t>(g)};
@@ -371,13 +376,7 @@ void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm,
   for (size_t i = 0; i < kept_grids; ++i) {
     const int32_t g = s->grids[i].index;
     const int64_t c0 = t.GridFirstChunk(g), c1 = t.GridFirstChunk(g + 1);
-    const float* dots = gemm ? s->all_chunk + c0 : nullptr;
-    if (!gemm) {
-      s->dots.resize(std::max<size_t>(s->dots.size(), c1 - c0));
-      simd::DotRowsHalf(t.chunk_rows() + c0 * D, c1 - c0, D, s->q.data(), s->dots.data());
-      dots = s->dots.data();
-      out->rows_scored += c1 - c0;
-    }
+    const float* dots = level_dots(s->all_chunk, t.chunk_rows(), c0, c1);
     for (int64_t c = c0; c < c1; ++c) {
       s->chunks.push_back({dots[c - c0], static_cast<int32_t>(c)});
     }
@@ -390,13 +389,7 @@ void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm,
   for (size_t i = 0; i < kept_chunks; ++i) {
     const int32_t c = s->chunks[i].index;
     const int64_t p0 = t.ChunkFirstPage(c), p1 = t.ChunkFirstPage(c + 1);
-    const float* dots = gemm ? s->all_page + p0 : nullptr;
-    if (!gemm) {
-      s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
-      simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(), s->dots.data());
-      dots = s->dots.data();
-      out->rows_scored += p1 - p0;
-    }
+    const float* dots = level_dots(s->all_page, t.page_rows(), p0, p1);
     for (int64_t p = p0; p < p1; ++p) {
       if (forced(p)) continue;
       s->affinity[p] = Affinity(dots[p - p0]);
@@ -407,13 +400,7 @@ void Selector::ScoreTree(const SelectRequest& r, const RunPlan& plan, bool gemm,
   // they leave the local window.
   auto score_range = [&](int64_t p0, int64_t p1) {
     if (p1 <= p0) return;
-    const float* dots = gemm ? s->all_page + p0 : nullptr;
-    if (!gemm) {
-      s->dots.resize(std::max<size_t>(s->dots.size(), p1 - p0));
-      simd::DotRowsHalf(t.page_rows() + p0 * D, p1 - p0, D, s->q.data(), s->dots.data());
-      dots = s->dots.data();
-      out->rows_scored += p1 - p0;
-    }
+    const float* dots = level_dots(s->all_page, t.page_rows(), p0, p1);
     for (int64_t p = p0; p < p1; ++p) {
       s->affinity[p] = Affinity(dots[p - p0]);
       st.Observe(p, s->affinity[p] > so.theta);
@@ -447,11 +434,17 @@ void Selector::ScoreFlat(const SelectRequest& r, const RunPlan& plan, Scratch* s
   } else if (r.scorer == ScorerKind::kMass) {
     MassMemory& memory = ctx.mass_memory();
     if (!r.head_queries.empty()) memory.Begin(r.step);
-    MassScores(ctx.keys(), ctx.calibration(), ctx.key_slots(), t.dim(), n, r.head_queries, &s->keys,
-               absl::MakeSpan(aff, n), r.head_queries.empty() ? nullptr : &memory)
-        .IgnoreError();  // validated
-    CapRetrievalTerms(ctx.calibration(), !r.head_queries.empty(), sinks, local_first, free,
-                      absl::MakeSpan(aff, n), &s->rank.pool);
+    MassScoreInput in{ctx.keys(),
+                      &ctx.calibration(),
+                      ctx.key_slots(),
+                      t.dim(),
+                      n,
+                      r.head_queries,
+                      r.head_queries.empty() ? nullptr : &memory};
+    MassScores(in, &s->keys, absl::MakeSpan(aff, n)).IgnoreError();  // validated
+    CapRetrievalTerms(ctx.calibration(), !r.head_queries.empty(),
+                      RankShape{n, sinks, local_first, free}, absl::MakeSpan(aff, n),
+                      &s->rank.pool);
     MinMaxNormalise(absl::MakeSpan(aff, n));
   } else if (r.scorer == ScorerKind::kKeyDiff) {
     s->q.resize(D);

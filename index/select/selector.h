@@ -18,7 +18,7 @@
 // when `centered`), then mixed with recency:
 //   affinity = (1 - recency_weight) * minmax(score) + recency_weight * (b + 1) / n.
 // kMass scores flat with the context's calibration (key_scorers.h), or,
-// for contexts of at least mass_tree.min_pages pages, sparsely (below).
+// for contexts of at least mass_tree.min_blocks pages, sparsely (below).
 // Other scorers score every page flat with ScoreBlocks (scorer.h) on the
 // context's kept summaries (TreeOptions::keep_summaries); kKeyDiff, kRecency
 // and kRandom need no summaries. Raw scores (Quest, ArkVale, mass) are
@@ -127,7 +127,7 @@ struct SelectorOptions {
   // tenant's Selectors one lane; 0 for callers that do not share a pool.
   uint64_t pool_lane = 0;
   // The mass scorer's sparse path (mass_tree.h); contexts below
-  // mass_tree.min_pages pages score flat.
+  // mass_tree.min_blocks pages score flat.
   MassTreeOptions mass_tree;
   // Makes the level scorer of each Selector (called once by Create); null,
   // or a factory returning an error, scores on the CPU only.

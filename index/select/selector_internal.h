@@ -62,14 +62,14 @@ inline int64_t CeilFraction(double fraction, int64_t n) {
 }
 
 // The calibration's retrieval_share (calibration.h): keeps the retrieval
-// terms of at most floor(retrieval_share * free) pages of [sinks,
-// local_first) (the largest terms; ties to the more recent page) and resets
-// every other page's estimate there to its prior. est holds the mass
-// estimates of all n pages (MassScores with head queries); a no-op for
-// share 1 or without queries. scratch is any reusable buffer.
-void CapRetrievalTerms(const SelectionCalibration& c, bool with_queries, int64_t sinks,
-                       int64_t local_first, int64_t free, absl::Span<float> est,
-                       std::vector<ScoredIndex>* scratch);
+// terms of at most floor(retrieval_share * shape.free) pages of
+// [shape.sinks, shape.local_first) (the largest terms; ties to the more
+// recent page) and resets every other page's estimate there to its prior.
+// est holds the mass estimates of all pages (MassScores with head
+// queries); a no-op for share 1 or without queries. scratch is any
+// reusable buffer.
+void CapRetrievalTerms(const SelectionCalibration& c, bool with_queries, const RankShape& shape,
+                       absl::Span<float> est, std::vector<ScoredIndex>* scratch);
 
 }  // namespace selector_internal
 

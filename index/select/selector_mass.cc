@@ -203,9 +203,9 @@ void FillPool(const SparseShape& sh, const std::vector<MassBump>& bumps, const A
 
 namespace selector_internal {
 
-void CapRetrievalTerms(const SelectionCalibration& c, bool with_queries, int64_t sinks,
-                       int64_t local_first, int64_t free, absl::Span<float> est,
-                       std::vector<ScoredIndex>* scratch) {
+void CapRetrievalTerms(const SelectionCalibration& c, bool with_queries, const RankShape& shape,
+                       absl::Span<float> est, std::vector<ScoredIndex>* scratch) {
+  const int64_t sinks = shape.sinks, local_first = shape.local_first, free = shape.free;
   if (!c.calibrated() || !with_queries || !(c.retrieval_share < 1.0f)) return;
   const int64_t n = static_cast<int64_t>(est.size());
   auto base = [&](int64_t b) { return PriorOf(c, /*with_queries=*/true, n, b); };
@@ -241,7 +241,7 @@ bool Selector::RunMassSparse(const SelectRequest& r, const RunPlan& plan, Scratc
   const SelectionCalibration& c = ctx.calibration();
   const int64_t n = ctx.tree().num_pages();
   const bool with_queries = !r.head_queries.empty();
-  if (r.stability || !c.calibrated() || n < options_.mass_tree.min_pages || n < 2 ||
+  if (r.stability || !c.calibrated() || n < options_.mass_tree.min_blocks || n < 2 ||
       (with_queries && !(MinHeadMass(c) > 0))) {
     return false;
   }

@@ -17,9 +17,9 @@ using ::kvtier::testing::StatusIs;
 namespace kvtier::index {
 namespace {
 
-using ::kvtier::testutil::MakeSyntheticContext;
-using ::kvtier::testutil::SyntheticContext;
-using ::kvtier::testutil::SyntheticContextOptions;
+using ::kvtier::testing::MakeSyntheticContext;
+using ::kvtier::testing::SyntheticContext;
+using ::kvtier::testing::SyntheticContextOptions;
 
 std::unique_ptr<ContextIndex> MakeContext(const std::vector<float>& vectors, int32_t dim,
                                           int32_t pages_per_chunk = 16,

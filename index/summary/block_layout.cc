@@ -1,20 +1,9 @@
 #include "index/summary/block_layout.h"
 
 #include "absl/strings/str_cat.h"
+#include "index/validate.h"
 
 namespace kvtier::index {
-namespace {
-
-absl::Status CheckRange(const char* field, int64_t value, int64_t max) {
-  if (value < 1 || value > max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layout.", field, " (", value, ") must be in [1, ", max, "]"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 int DtypeSizeBytes(Dtype dtype) {
   switch (dtype) {
     case Dtype::kFp16:
@@ -39,11 +28,11 @@ absl::string_view DtypeName(Dtype dtype) {
 }
 
 absl::Status ValidateLayout(const BlockLayout& layout) {
-  absl::Status s = CheckRange("num_layers", layout.num_layers, kMaxLayers);
-  if (s.ok()) s = CheckRange("num_kv_heads", layout.num_kv_heads, kMaxKvHeads);
-  if (s.ok()) s = CheckRange("head_dim", layout.head_dim, kMaxHeadDim);
+  absl::Status s = CheckCount("layout", "num_layers", layout.num_layers, kMaxLayers);
+  if (s.ok()) s = CheckCount("layout", "num_kv_heads", layout.num_kv_heads, kMaxKvHeads);
+  if (s.ok()) s = CheckCount("layout", "head_dim", layout.head_dim, kMaxHeadDim);
   if (s.ok()) {
-    s = CheckRange("block_size_tokens", layout.block_size_tokens, kMaxBlockSizeTokens);
+    s = CheckCount("layout", "block_size_tokens", layout.block_size_tokens, kMaxBlockSizeTokens);
   }
   if (!s.ok()) return s;
   if (DtypeSizeBytes(layout.dtype) == 0) {

@@ -17,8 +17,8 @@ using ::kvtier::testing::StatusIs;
 namespace kvtier::index {
 namespace {
 
-using ::kvtier::testutil::MakeBlockPayload;
-using ::kvtier::testutil::SyntheticPayload;
+using ::kvtier::testing::MakeBlockPayload;
+using ::kvtier::testing::SyntheticPayload;
 
 // Every field, compared bit for bit (floats as their bytes, so that -0.0
 // against 0.0 or a NaN would show).

@@ -15,8 +15,8 @@ using ::kvtier::testing::StatusIs;
 namespace kvtier::index {
 namespace {
 
-using ::kvtier::testutil::MakeBlockPayload;
-using ::kvtier::testutil::SyntheticPayload;
+using ::kvtier::testing::MakeBlockPayload;
+using ::kvtier::testing::SyntheticPayload;
 
 BlockLayout Layout(Dtype dtype, int32_t layers = 3, int32_t heads = 2, int32_t dim = 40,
                    int32_t tokens = 5) {

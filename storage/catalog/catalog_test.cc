@@ -13,6 +13,7 @@
 #include "rocksdb/db.h"
 #include "storage/catalog/record_format.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 using ::kvtier::testing::StatusIs;
 
@@ -25,17 +26,8 @@ namespace fs = std::filesystem;
 
 class CatalogTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) /
-           ("kvtier-catalog-" + std::to_string(getpid()) + "-" + info->name());
-    fs::remove_all(dir_);
-    Reopen();
-  }
-  void TearDown() override {
-    catalog_.reset();
-    fs::remove_all(dir_);
-  }
+  void SetUp() override { Reopen(); }
+  void TearDown() override { catalog_.reset(); }
 
   void Reopen() {
     catalog_.reset();
@@ -70,7 +62,8 @@ class CatalogTest : public ::testing::Test {
     delete db;
   }
 
-  fs::path dir_;
+  ::kvtier::testing::ScopedTempDir tmp_{"catalog"};
+  const fs::path dir_ = fs::path(tmp_.path()) / "catalog";  // Open creates it
   std::unique_ptr<Catalog> catalog_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <bit>
 #include <cstring>
 #include <vector>
 
@@ -302,18 +303,6 @@ void PutU32Big(std::string* out, uint32_t v) {
   for (int i = 3; i >= 0; --i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-uint32_t FloatBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
-float BitsFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
 // u32 count | count 4-byte values; a count the remaining bytes cannot hold
 // is refused before anything is allocated.
 template <typename T, typename FromBits>
@@ -375,7 +364,7 @@ std::string EncodeContextVersionRecord(const ContextVersionRecord& record) {
   PutLittle(&out, record.version, 4);
   PutShortBytes(&out, record.context_key);
   PutLittle(&out, record.tokens, 4);
-  PutLittle(&out, FloatBits(record.retention), 4);
+  PutLittle(&out, std::bit_cast<uint32_t>(record.retention), 4);
   PutU8(&out, record.importance);
   PutU8(&out, record.merge);
   PutU8(&out, record.bias);
@@ -401,7 +390,7 @@ absl::StatusOr<ContextVersionRecord> DecodeContextVersionRecord(absl::string_vie
     return Loss(kWhat, "truncated");
   }
   if (flags > 1) return Loss(kWhat, absl::StrCat("unknown flags ", static_cast<int>(flags)));
-  v.retention = BitsFloat(retention);
+  v.retention = std::bit_cast<float>(retention);
   v.dropped = flags == 1;
   if (!r.GetU32(&count) || count > kMaxContextBlocks || count > r.remaining()) {
     return Loss(kWhat, "bad block count");
@@ -434,7 +423,7 @@ std::string EncodeCompactedSlotsRecord(const CompactedSlotsRecord& record) {
   PutLittle(&out, record.positions.size(), 4);
   for (int32_t p : record.positions) PutLittle(&out, static_cast<uint32_t>(p), 4);
   PutLittle(&out, record.logit_bias.size(), 4);
-  for (float b : record.logit_bias) PutLittle(&out, FloatBits(b), 4);
+  for (float b : record.logit_bias) PutLittle(&out, std::bit_cast<uint32_t>(b), 4);
   PutLittle(&out, record.merged.size(), 4);
   for (uint32_t m : record.merged) PutLittle(&out, m, 4);
   AppendCheck(&out);
@@ -449,7 +438,7 @@ absl::StatusOr<CompactedSlotsRecord> DecodeCompactedSlotsRecord(absl::string_vie
   CompactedSlotsRecord s;
   if (!r.GetU32(&s.version) ||
       !GetArray(&r, &s.positions, [](uint32_t u) { return static_cast<int32_t>(u); }) ||
-      !GetArray(&r, &s.logit_bias, BitsFloat) ||
+      !GetArray(&r, &s.logit_bias, [](uint32_t u) { return std::bit_cast<float>(u); }) ||
       !GetArray(&r, &s.merged, [](uint32_t u) { return u; })) {
     return Loss(kWhat, "bad slot array");
   }

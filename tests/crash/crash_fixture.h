@@ -27,6 +27,7 @@
 #include "tests/crash/failure_log.h"
 #include "tests/crash/restart_check.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier::crash {
 
@@ -44,12 +45,6 @@ inline uint64_t EnvOr(const char* name, uint64_t fallback) {
 class CrashFixture : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = "/tmp/kvtier-crash-" + std::to_string(::getpid());
-    shm_dir_ = "/dev/shm/kvtier-crash-" + std::to_string(::getpid());
-    for (const std::string& d : {dir_, shm_dir_}) {
-      std::filesystem::remove_all(d);
-      std::filesystem::create_directories(d);
-    }
     token_ = auth::NewToken();
     std::ofstream(dir_ + "/tenants.toml")
         << "[[tenants]]\nname = \"" << kTenant << "\"\nrole = \"admin\"\ntoken_sha256 = [\""
@@ -61,8 +56,7 @@ class CrashFixture : public ::testing::Test {
 
   void TearDown() override {
     daemon_.reset();
-    if (!HasFailure()) std::filesystem::remove_all(dir_);
-    std::filesystem::remove_all(shm_dir_);
+    if (HasFailure()) tmp_.Keep();  // the daemon's log and data
   }
 
   std::unique_ptr<Client> Connect() {
@@ -126,7 +120,9 @@ class CrashFixture : public ::testing::Test {
     return o;
   }
 
-  std::string dir_, shm_dir_, token_;
+  ::kvtier::testing::ScopedTempDir tmp_{"crash"}, shm_{"crash", "/dev/shm"};
+  const std::string dir_ = tmp_.path(), shm_dir_ = shm_.path();
+  std::string token_;
   std::unique_ptr<CrashDaemon> daemon_;
 };
 

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/gpu/cuda_test_util.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier::gpu {
 namespace {
@@ -121,13 +122,8 @@ class IpcTest : public ::testing::Test {
     }
     const HostToArenaCopy copy{block_.data(), kOffset, kBlockBytes};
     ASSERT_OK(ops_->CopyToArena({&copy, 1}));
-    const std::string base = ::testing::TempDir() + "kvtier-ipc-" + std::to_string(getpid());
-    out_path_ = base + ".out";
-    err_path_ = base + ".err";
-  }
-  void TearDown() override {
-    std::remove(out_path_.c_str());
-    std::remove(err_path_.c_str());
+    out_path_ = tmp_.File("out");
+    err_path_ = tmp_.File("err");
   }
 
   std::vector<std::string> Args(const std::string& uuid) const {
@@ -143,6 +139,7 @@ class IpcTest : public ::testing::Test {
 
   std::unique_ptr<CudaDeviceOps> ops_;
   std::vector<char> block_;
+  ::kvtier::testing::ScopedTempDir tmp_{"ipc"};
   std::string out_path_, err_path_;
 };
 

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/test_daemon.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier {
 namespace {
@@ -52,8 +53,6 @@ std::vector<uint8_t> Payload(uint32_t seed) {
 class BlockDataTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = testing::TestDataDir("bdt");
-    std::filesystem::remove_all(dir_);
     auto daemon = testing::StartTestDaemon(
         dir_, {"tiers.host.capacity_bytes=32MiB", "tiers.host.staging_bytes=1MiB",
                "tiers.nvme.file_size_bytes=32MiB"});
@@ -68,7 +67,6 @@ class BlockDataTest : public ::testing::Test {
   void TearDown() override {
     client_.reset();
     server_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   // n blocks "<tag>-<i>" with Payload(seed + i).
@@ -84,7 +82,8 @@ class BlockDataTest : public ::testing::Test {
     return blocks;
   }
 
-  std::string dir_;
+  ::kvtier::testing::ScopedTempDir tmp_{"bdt"};
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<daemon::Server> server_;
   std::unique_ptr<Client> client_;
   uint64_t profile_id_ = 0;

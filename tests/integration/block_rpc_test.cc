@@ -17,6 +17,7 @@
 #include "tests/integration/test_daemon.h"
 #include "tests/integration/tiny_profile.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier {
 namespace {
@@ -36,8 +37,6 @@ class BlockRpcTest : public ::testing::Test {
   void SetUp() override { Start({}); }
 
   void Start(const std::vector<std::string>& extra) {
-    dir_ = testing::TestDataDir("brt");
-    std::filesystem::remove_all(dir_);
     std::vector<std::string> overrides = kTiers;
     overrides.insert(overrides.end(),
                      {"limits.max_batch_blocks=64", "leases.default_ttl_ms=60000"});
@@ -54,7 +53,6 @@ class BlockRpcTest : public ::testing::Test {
   void TearDown() override {
     client_.reset();
     server_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   static std::string Bytes(uint64_t seed) {
@@ -86,7 +84,8 @@ class BlockRpcTest : public ::testing::Test {
     return client_->PutBlocks({req});
   }
 
-  std::string dir_;
+  ::kvtier::testing::ScopedTempDir tmp_{"brt"};
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<daemon::Server> server_;
   std::unique_ptr<Client> client_;
   uint64_t profile_id_ = 0;

@@ -23,6 +23,7 @@
 #include "tests/integration/test_daemon.h"
 #include "tests/integration/tiny_profile.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier {
 namespace {
@@ -37,8 +38,6 @@ class BlockingIoTest : public ::testing::Test {
  protected:
   void Start(const std::string& io_threads, const std::string& queue_limit,
              const std::vector<std::string>& extra = {}) {
-    dir_ = testing::TestDataDir("bio");
-    std::filesystem::remove_all(dir_);
     env_ = std::make_unique<FaultInjectionEnv>(Env::Default(), 7);
     testing::TestDaemonOptions options;
     options.overrides = {"server.io_threads=" + io_threads, "server.io_queue_limit=" + queue_limit,
@@ -60,7 +59,6 @@ class BlockingIoTest : public ::testing::Test {
     client_.reset();
     server_.reset();
     env_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   std::unique_ptr<Client> Connect() {
@@ -97,7 +95,8 @@ class BlockingIoTest : public ::testing::Test {
     return true;
   }
 
-  std::string dir_;
+  ::kvtier::testing::ScopedTempDir tmp_{"bio"};
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<FaultInjectionEnv> env_;
   std::unique_ptr<daemon::Server> server_;
   std::unique_ptr<Client> client_;

@@ -23,6 +23,7 @@
 #include "tests/integration/test_daemon.h"
 #include "tests/integration/tiny_profile.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier {
 namespace {
@@ -54,8 +55,6 @@ std::string RandomPayload(uint64_t seed) {
 class CompactionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = testing::TestDataDir("compact");
-    std::filesystem::remove_all(dir_);
     Start();
     auto registered = client_->RegisterProfile(testing::TinyProfile());
     ASSERT_OK(registered);
@@ -64,7 +63,6 @@ class CompactionTest : public ::testing::Test {
   void TearDown() override {
     client_.reset();
     server_.reset();
-    std::filesystem::remove_all(dir_);
   }
   void Start() {
     auto daemon = testing::StartTestDaemon(dir_, {"index.head_weights_min_blocks=1000"});
@@ -148,7 +146,7 @@ class CompactionTest : public ::testing::Test {
     const int64_t rows = queries.empty() ? 0 : queries.size() / (kLayers * kHeads * kDim);
     for (int l = 0; l < kLayers; ++l) {
       for (int h = 0; h < kHeads; ++h) {
-        daemon::GatherHead(shape, originals, l, h, keys.data(), values.data());
+        daemon::GatherHead(shape, originals, {l, h}, keys.data(), values.data());
         index::HeadKv head;
         head.num_tokens = static_cast<int32_t>(tokens);
         head.head_dim = kDim;
@@ -163,7 +161,7 @@ class CompactionTest : public ::testing::Test {
         options.importance = rows > 0 ? index::Importance::kSnapKV : index::Importance::kKeyDiff;
         auto want = index::CompactHead(head, options);
         ASSERT_OK(want);
-        daemon::GatherHead(shape, compacted, l, h, got_keys.data(), got_values.data());
+        daemon::GatherHead(shape, compacted, {l, h}, got_keys.data(), got_values.data());
         for (int64_t s = 0; s < blocks * kTokens; ++s) {
           const v1::CompactedSlots& slots = got[s / kTokens].compacted();
           const int i = static_cast<int>((l * kHeads + h) * kTokens + s % kTokens);
@@ -188,7 +186,8 @@ class CompactionTest : public ::testing::Test {
     }
   }
 
-  std::string dir_;
+  ::kvtier::testing::ScopedTempDir tmp_{"compact"};
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<daemon::Server> server_;
   std::unique_ptr<Client> client_;
   uint64_t profile_id_ = 0;

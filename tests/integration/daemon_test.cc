@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/test_daemon.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier {
 namespace {
@@ -42,8 +43,6 @@ std::vector<std::string> SmallTiers(std::vector<std::string> more = {}) {
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = testing::TestDataDir("dt");
-    std::filesystem::remove_all(dir_);
     auto daemon = StartTestDaemon(dir_, SmallTiers());
     ASSERT_OK(daemon);
     config_ = daemon->config;
@@ -53,10 +52,10 @@ class DaemonTest : public ::testing::Test {
   void TearDown() override {
     client_.reset();
     server_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
-  std::string dir_;
+  ::kvtier::testing::ScopedTempDir tmp_{"dt"};
+  const std::string dir_ = tmp_.path();
   daemon::Config config_;
   std::unique_ptr<daemon::Server> server_;
   std::unique_ptr<Client> client_;

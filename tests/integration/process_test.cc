@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier {
 namespace {
@@ -42,14 +43,7 @@ using testing::RunCommand;
 
 class ProcessTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = "/tmp/kvtier-pt-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    socket_ = dir_ + "/kvtierd.sock";
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { socket_ = dir_ + "/kvtierd.sock"; }
 
   // Starts kvtierd and waits for READY=1 on a notify socket.
   std::unique_ptr<ChildProcess> StartDaemon(std::vector<std::string> extra_args = {},
@@ -78,7 +72,8 @@ class ProcessTest : public ::testing::Test {
     return child;
   }
 
-  std::string dir_;
+  ::kvtier::testing::ScopedTempDir tmp_{"pt"};
+  const std::string dir_ = tmp_.path();
   std::string socket_;
   std::unique_ptr<NotifySocket> notify_;
 };
@@ -303,7 +298,6 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
   cal->set_local_blocks(1);
   cal->set_sink_mass(0.1f);
   cal->set_sink_mass_all(0.1f);
-  cal->set_successor_weight(0.5f);
   cal->set_copy_run(6);
   cal->set_copy_lead(1);
   ASSERT_OK((*client)->RegisterProfile(calibrated));
@@ -312,7 +306,7 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
   EXPECT_EQ(profiles.exit_code, 0) << profiles.err;
   EXPECT_THAT(profiles.out, HasSubstr("ctl-evict"));
   EXPECT_THAT(profiles.out, HasSubstr("SELECTION"));
-  EXPECT_THAT(profiles.out, HasSubstr("heads=1 sink=~ local=1 gate=0.40 succ=0.50 copy=6/64"));
+  EXPECT_THAT(profiles.out, HasSubstr("heads=1 sink=~ local=1 gate=0.40 copy=6/64"));
   EXPECT_THAT(profiles.out, HasSubstr("1/1/64/32"));
   EXPECT_THAT(profiles.out, HasSubstr("fp16"));
   EXPECT_THAT(profiles.out, HasSubstr("24 KiB"));  // 3 blocks stored

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -32,6 +33,7 @@
 #include "tests/integration/tiny_profile.h"
 #include "tests/testutil/http_get.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier {
 namespace {
@@ -46,10 +48,12 @@ int FreePort() {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ADD_FAILURE() << "no loopback port: " << std::strerror(errno);
+  }
+  if (fd >= 0) ::close(fd);
   return ntohs(addr.sin_port);
 }
 
@@ -164,8 +168,8 @@ TEST(PrometheusTest, ScrapesKvtierdAndReadsCountersBack) {
   if (!std::filesystem::exists(kPrometheus)) {
     GTEST_SKIP() << kPrometheus << " is not installed (deploy/install-deps.sh installs it)";
   }
-  const std::string dir = "/tmp/kvtier-prom-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const testing::ScopedTempDir tmp("prom");
+  const std::string& dir = tmp.path();
   std::filesystem::create_directories(dir + "/prom");
   auto daemon = testing::StartTestDaemon(
       dir + "/kvtier", {"metrics.listen_address=127.0.0.1:0", "tiers.device.capacity_bytes=256KiB",
@@ -257,7 +261,6 @@ TEST(PrometheusTest, ScrapesKvtierdAndReadsCountersBack) {
   EXPECT_TRUE(prometheus.Wait(std::chrono::seconds(30)).has_value());
   client.reset();
   server.reset();
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

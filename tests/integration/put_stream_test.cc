@@ -20,6 +20,7 @@
 #include "tests/integration/test_daemon.h"
 #include "tests/integration/tiny_profile.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier {
 namespace {
@@ -78,8 +79,6 @@ RawReply RawStream(const std::shared_ptr<grpc::Channel>& channel, const std::str
 class PutStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = testing::TestDataDir("pst");
-    std::filesystem::remove_all(dir_);
     auto daemon = testing::StartTestDaemon(
         dir_, {"tiers.device.capacity_bytes=256KiB", "tiers.host.capacity_bytes=512KiB",
                "tiers.nvme.file_size_bytes=4MiB"});
@@ -96,7 +95,6 @@ class PutStreamTest : public ::testing::Test {
   void TearDown() override {
     client_.reset();
     server_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   std::string PutMessage(const std::string& id) const {
@@ -133,7 +131,8 @@ class PutStreamTest : public ::testing::Test {
     return found.ok() && found->entries(0).present();
   }
 
-  std::string dir_;
+  ::kvtier::testing::ScopedTempDir tmp_{"pst"};
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<daemon::Server> server_;
   std::unique_ptr<Client> client_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -32,6 +32,7 @@
 #include "tests/testutil/http_get.h"
 #include "tests/testutil/redis_cluster.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier {
 namespace {
@@ -54,8 +55,8 @@ std::string Block(uint64_t seed) {
 class RemoteTierTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = "/tmp/kvtier-rtt-" + std::to_string(::getpid());
-    std::filesystem::remove_all(root_);
+    tmp_ = new ::kvtier::testing::ScopedTempDir("rtt");
+    root_ = tmp_->path();
     std::filesystem::create_directories(root_ + "/redis");
     testing::RedisClusterFixtureOptions o;
     o.dir = root_ + "/redis";
@@ -65,7 +66,8 @@ class RemoteTierTest : public ::testing::Test {
   }
   static void TearDownTestSuite() {
     delete cluster_;
-    std::filesystem::remove_all(root_);
+    delete tmp_;  // removes root_
+    tmp_ = nullptr;
   }
 
   struct Daemon {
@@ -131,10 +133,12 @@ class RemoteTierTest : public ::testing::Test {
     return ids;
   }
 
+  static ::kvtier::testing::ScopedTempDir* tmp_;  // the suite's folder
   static std::string root_;
   static testing::RedisClusterFixture* cluster_;
 };
 
+::kvtier::testing::ScopedTempDir* RemoteTierTest::tmp_ = nullptr;
 std::string RemoteTierTest::root_;
 testing::RedisClusterFixture* RemoteTierTest::cluster_ = nullptr;
 

@@ -29,6 +29,7 @@
 #include "tests/integration/test_daemon.h"
 #include "tests/testutil/status_matchers.h"
 #include "tests/testutil/synthetic.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier {
 namespace {
@@ -66,12 +67,8 @@ class SelectTest : public ::testing::Test {
   void SetUp() override { Start({}); }
 
   void Start(const std::vector<std::string>& extra) {
-    // Parameterised names end in "/N": one path component, short enough
-    // for the socket path.
-    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::replace(name.begin(), name.end(), '/', '-');
-    dir_ = "/tmp/kvtier-sel-" + std::to_string(::getpid()) + "-" + name.substr(0, 48);
-    std::filesystem::remove_all(dir_);
+    tmp_ = std::make_unique<::kvtier::testing::ScopedTempDir>("sel");
+    dir_ = tmp_->path();
     std::vector<std::string> overrides = {
         "limits.max_batch_blocks=256", "index.head_weights_min_blocks=16",
         "leases.default_ttl_ms=60000",
@@ -109,11 +106,11 @@ class SelectTest : public ::testing::Test {
     arena_.reset();
     client_.reset();
     server_.reset();
-    std::filesystem::remove_all(dir_);
+    tmp_.reset();
   }
 
   // Stores one block per vector of ctx under ids "<prefix>-<i>".
-  std::vector<std::string> PutContext(const testutil::SyntheticContext& ctx,
+  std::vector<std::string> PutContext(const testing::SyntheticContext& ctx,
                                       const std::string& prefix) {
     std::vector<std::string> ids;
     v1::PutBlocksRequest req;
@@ -141,8 +138,8 @@ class SelectTest : public ::testing::Test {
     return ids;
   }
 
-  static testutil::SyntheticContext Synthetic(int64_t blocks, uint64_t seed, int planted = 8) {
-    testutil::SyntheticContextOptions o;
+  static testing::SyntheticContext Synthetic(int64_t blocks, uint64_t seed, int planted = 8) {
+    testing::SyntheticContextOptions o;
     o.num_blocks = blocks;
     o.dim = kDim;
     o.num_planted = planted;
@@ -150,7 +147,7 @@ class SelectTest : public ::testing::Test {
     o.topic_run_min = 8;
     o.topic_run_max = 32;
     o.seed = seed;
-    return testutil::MakeSyntheticContext(o);
+    return testing::MakeSyntheticContext(o);
   }
 
   absl::StatusOr<uint64_t> Open(const std::vector<std::vector<std::string>>& segments,
@@ -212,6 +209,7 @@ class SelectTest : public ::testing::Test {
     return stats.ok() ? stats->tiers(0).pinned_bytes() : 0;
   }
 
+  std::unique_ptr<::kvtier::testing::ScopedTempDir> tmp_;
   std::string dir_;
   std::unique_ptr<daemon::Server> server_;
   std::unique_ptr<Client> client_;
@@ -747,7 +745,7 @@ INSTANTIATE_TEST_SUITE_P(Placements, SelectWantedTest, ::testing::Values("stabil
 TEST_F(SelectTest, ConcurrentStreamsOverSharedContextsStayConsistent) {
   constexpr int kContexts = 16, kThreads = 8, kPerRequest = 8, kRequests = 10;
   std::vector<uint64_t> contexts;
-  std::vector<testutil::SyntheticContext> data;
+  std::vector<testing::SyntheticContext> data;
   std::vector<std::vector<std::string>> ids;
   for (int c = 0; c < kContexts; ++c) {
     data.push_back(Synthetic(64, 100 + c, 4));

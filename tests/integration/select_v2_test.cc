@@ -25,6 +25,7 @@
 #include "index/kernels/simd.h"
 #include "tests/integration/test_daemon.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier {
 namespace {
@@ -75,8 +76,6 @@ v1::SelectionCalibration Calibration() {
 class SelectV2Test : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = testing::TestDataDir("selv2");
-    std::filesystem::remove_all(dir_);
     Start();
     std::mt19937_64 rng(42);
     std::normal_distribution<float> n(0.0f, 1.0f);
@@ -88,7 +87,6 @@ class SelectV2Test : public ::testing::Test {
   void TearDown() override {
     client_.reset();
     server_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   void Start() {
@@ -154,7 +152,8 @@ class SelectV2Test : public ::testing::Test {
     return out;
   }
 
-  std::string dir_;
+  ::kvtier::testing::ScopedTempDir tmp_{"selv2"};
+  const std::string dir_ = tmp_.path();
   std::unique_ptr<daemon::Server> server_;
   std::unique_ptr<Client> client_;
   uint64_t profile_id_ = 0;

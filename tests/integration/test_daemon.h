@@ -21,12 +21,6 @@
 
 namespace kvtier::testing {
 
-// "/tmp/kvtier-<tag>-<pid>-<test name>": unique per test and process.
-inline std::string TestDataDir(const std::string& tag) {
-  return "/tmp/kvtier-" + tag + "-" + std::to_string(::getpid()) + "-" +
-         ::testing::UnitTest::GetInstance()->current_test_info()->name();
-}
-
 // The settings every test daemon starts from: `dir` as data folder, 4 MiB
 // device, 16 MiB host (256 KiB staging) and one 16 MiB NVMe file on one
 // I/O thread.

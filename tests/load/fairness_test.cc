@@ -40,6 +40,7 @@
 #include "tests/load/load_daemon.h"
 #include "tests/testutil/http_get.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier::load {
 namespace {
@@ -70,12 +71,6 @@ struct Phase {
 class FairnessTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = "/tmp/kvtier-fair-" + std::to_string(::getpid());
-    shm_dir_ = "/dev/shm/kvtier-fair-" + std::to_string(::getpid());
-    for (const std::string& d : {dir_, shm_dir_}) {
-      std::filesystem::remove_all(d);
-      std::filesystem::create_directories(d);
-    }
     std::ofstream tenants(dir_ + "/tenants.toml");
     for (const char* name : {"a", "b"}) {
       tokens_[name] = auth::NewToken();
@@ -85,8 +80,7 @@ class FairnessTest : public ::testing::Test {
   }
   void TearDown() override {
     daemon_.reset();
-    if (!HasFailure()) std::filesystem::remove_all(dir_);
-    std::filesystem::remove_all(shm_dir_);
+    if (HasFailure()) tmp_.Keep();  // the daemon's log
   }
 
   std::unique_ptr<Client> As(const std::string& tenant) {
@@ -153,7 +147,8 @@ class FairnessTest : public ::testing::Test {
     return settings;
   }
 
-  std::string dir_, shm_dir_;
+  ::kvtier::testing::ScopedTempDir tmp_{"fair"}, shm_{"fair", "/dev/shm"};
+  const std::string dir_ = tmp_.path(), shm_dir_ = shm_.path();
   std::map<std::string, std::string> tokens_;
   std::unique_ptr<LoadDaemon> daemon_;
 };

@@ -43,6 +43,7 @@
 #include "tests/load/resource_sampler.h"
 #include "tests/load/streams.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier::load {
 namespace {
@@ -94,12 +95,6 @@ TierSizes SizeTiers(const StreamsOptions& o, double cache_fraction) {
 class LoadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = "/tmp/kvtier-load-" + std::to_string(::getpid());
-    shm_dir_ = "/dev/shm/kvtier-load-" + std::to_string(::getpid());
-    for (const std::string& d : {dir_, shm_dir_}) {
-      std::filesystem::remove_all(d);
-      std::filesystem::create_directories(d);
-    }
     token_ = auth::NewToken();
     std::ofstream(dir_ + "/tenants.toml")
         << "[[tenants]]\nname = \"" << kTenant << "\"\nrole = \"admin\"\ntoken_sha256 = [\""
@@ -107,12 +102,10 @@ class LoadTest : public ::testing::Test {
   }
   void TearDown() override {
     daemon_.reset();
-    if (!HasFailure() && EnvString("KVTIER_LOAD_KEEP", "").empty()) {
-      std::filesystem::remove_all(dir_);
-    } else {
+    if (HasFailure() || !EnvString("KVTIER_LOAD_KEEP", "").empty()) {
+      tmp_.Keep();
       std::cout << "load: data and kvtierd.log kept in " << dir_ << std::endl;
     }
-    std::filesystem::remove_all(shm_dir_);
   }
 
   // The knobs (README.md), checked; fatal failures on a bad value.
@@ -204,7 +197,9 @@ class LoadTest : public ::testing::Test {
     }
   }
 
-  std::string dir_, shm_dir_, token_;
+  ::kvtier::testing::ScopedTempDir tmp_{"load"}, shm_{"load", "/dev/shm"};
+  const std::string dir_ = tmp_.path(), shm_dir_ = shm_.path();
+  std::string token_;
   std::unique_ptr<LoadDaemon> daemon_;
 };
 

@@ -27,6 +27,7 @@
 #include "tests/testutil/http_get.h"
 #include "tests/testutil/status_matchers.h"
 #include "tests/testutil/tcp_connect.h"
+#include "tests/testutil/temp_dir.h"
 #include "tests/testutil/tls_certs.h"
 #include "tests/testutil/unix_connect.h"
 
@@ -124,9 +125,7 @@ class Flooder {
 class ConnectionFloodTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = "/tmp/kvtier-flood-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(root_);
+    root_ = tmp_.path();
     std::filesystem::create_directories(root_ + "/run");
     // Another user may reach the sockets (the test of one uid's flood).
     ::chmod(root_.c_str(), 0755);
@@ -139,7 +138,6 @@ class ConnectionFloodTest : public ::testing::Test {
       daemon_->Signal(SIGTERM);
       daemon_->Wait(std::chrono::seconds(30));
     }
-    std::filesystem::remove_all(root_);
   }
 
   // `extra`: more --set arguments.
@@ -205,6 +203,7 @@ class ConnectionFloodTest : public ::testing::Test {
     return std::atof(page.body.c_str() + line + series.size() + 2);
   }
 
+  ::kvtier::testing::ScopedTempDir tmp_{"flood"};
   std::string root_, socket_, fd_socket_;
   std::unique_ptr<testing::NotifySocket> notify_;
   std::unique_ptr<testing::ChildProcess> daemon_;
@@ -270,10 +269,10 @@ TEST_F(ConnectionFloodTest, OneUsersConnectionsFillOnlyItsOwnShare) {
 TEST_F(ConnectionFloodTest, ATcpFloodFromOneAddressKeepsNoOneOut) {
   constexpr int kTcp = 48;         // server.max_tcp_connections
   constexpr int kPerAddress = 16;  // server.max_tcp_connections_per_address
-  const testutil::PemPair ca = testutil::MakeCa("kvtier flood CA");
-  const testutil::PemPair cert = testutil::IssueCert(ca, "localhost");
-  ASSERT_TRUE(testutil::WriteFile(root_ + "/server.crt", cert.cert));
-  ASSERT_TRUE(testutil::WriteFile(root_ + "/server.key", cert.key));
+  const testing::PemPair ca = testing::MakeCa("kvtier flood CA");
+  const testing::PemPair cert = testing::IssueCert(ca, "localhost");
+  ASSERT_TRUE(testing::WriteFile(root_ + "/server.crt", cert.cert));
+  ASSERT_TRUE(testing::WriteFile(root_ + "/server.key", cert.key));
   Start({"server.tcp_address=127.0.0.1:0", "server.tls_cert_file=" + root_ + "/server.crt",
          "server.tls_key_file=" + root_ + "/server.key",
          "server.max_tcp_connections=" + std::to_string(kTcp),

@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "tests/integration/subprocess.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier::security {
 namespace {
@@ -28,10 +29,7 @@ using ::testing::HasSubstr;
 class FileModesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = "/tmp/kvtier-modes-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(root_);
-    std::filesystem::create_directories(root_);
+    root_ = tmp_.path();
     ::chmod(root_.c_str(), 0755);  // others may reach what is below
     data_ = root_ + "/data";       // the daemon creates it
     socket_ = root_ + "/run/kvtierd.sock";
@@ -41,7 +39,6 @@ class FileModesTest : public ::testing::Test {
       daemon_->Signal(SIGTERM);
       daemon_->Wait(std::chrono::seconds(30));
     }
-    std::filesystem::remove_all(root_);
   }
 
   void Start() {
@@ -81,6 +78,7 @@ class FileModesTest : public ::testing::Test {
     ASSERT_EQ(r->results(0).status().code(), 0);
   }
 
+  ::kvtier::testing::ScopedTempDir tmp_{"modes"};
   std::string root_, data_, socket_;
   std::unique_ptr<testing::NotifySocket> notify_;
   std::unique_ptr<testing::ChildProcess> daemon_;

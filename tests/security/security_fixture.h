@@ -24,6 +24,7 @@
 #include "proto/auth/token.h"
 #include "tests/integration/test_daemon.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 namespace kvtier::security {
 
@@ -52,10 +53,8 @@ class SecurityTest : public ::testing::Test {
   // Extra config overrides and extra TOML appended to the tenants file.
   void StartDaemon(const std::vector<std::string>& extra = {},
                    const std::string& more_tenants = "") {
-    dir_ = "/tmp/kvtier-sec-" + std::to_string(::getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    tmp_ = std::make_unique<::kvtier::testing::ScopedTempDir>("sec");
+    dir_ = tmp_->path();
     for (const char* name : {"a", "b", "q", "ops"}) tokens_[name] = auth::NewToken();
     tenants_file_ = dir_ + "/tenants.toml";
     WriteTenants(more_tenants);
@@ -100,7 +99,7 @@ class SecurityTest : public ::testing::Test {
 
   void TearDown() override {
     server_.reset();
-    std::filesystem::remove_all(dir_);
+    tmp_.reset();
   }
 
   std::unique_ptr<Client> As(const std::string& tenant) {
@@ -156,6 +155,7 @@ class SecurityTest : public ::testing::Test {
     return ids;
   }
 
+  std::unique_ptr<::kvtier::testing::ScopedTempDir> tmp_;
   std::string dir_;
   std::string tenants_file_;
   std::map<std::string, std::string> tokens_;

@@ -4,6 +4,7 @@
 #include "gmock/gmock.h"
 #include "tests/security/security_fixture.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 #include "tests/testutil/tls_certs.h"
 
 namespace kvtier::security {
@@ -14,18 +15,13 @@ using testing::StatusIs;
 class TlsTest : public SecurityTest {
  protected:
   void SetUp() override {
-    ca_ = testutil::MakeCa("kvtier test CA");
-    server_cert_ = testutil::IssueCert(ca_, "localhost");
-    const std::string d = "/tmp/kvtier-tls-" + std::to_string(::getpid());
-    std::filesystem::create_directories(d);
-    ASSERT_TRUE(testutil::WriteFile(d + "/ca.crt", ca_.cert));
-    ASSERT_TRUE(testutil::WriteFile(d + "/server.crt", server_cert_.cert));
-    ASSERT_TRUE(testutil::WriteFile(d + "/server.key", server_cert_.key));
+    ca_ = testing::MakeCa("kvtier test CA");
+    server_cert_ = testing::IssueCert(ca_, "localhost");
+    const std::string& d = certs_.path();
+    ASSERT_TRUE(testing::WriteFile(d + "/ca.crt", ca_.cert));
+    ASSERT_TRUE(testing::WriteFile(d + "/server.crt", server_cert_.cert));
+    ASSERT_TRUE(testing::WriteFile(d + "/server.key", server_cert_.key));
     cert_dir_ = d;
-  }
-  void TearDown() override {
-    SecurityTest::TearDown();
-    std::filesystem::remove_all(cert_dir_);
   }
   void StartTls(bool mtls) {
     std::vector<std::string> extra = {"server.tcp_address=127.0.0.1:0",
@@ -36,7 +32,7 @@ class TlsTest : public SecurityTest {
     ASSERT_GT(server_->tcp_port(), 0);
   }
   // Health over TCP with the given client certificate (empty: none).
-  absl::Status HealthOverTcp(const testutil::PemPair& client, const std::string& token = "",
+  absl::Status HealthOverTcp(const testing::PemPair& client, const std::string& token = "",
                              const std::string& roots = "") {
     ClientOptions options;
     options.call_timeout = std::chrono::milliseconds(3000);
@@ -49,7 +45,7 @@ class TlsTest : public SecurityTest {
     if (!c.ok()) return c.status();
     return (*c)->Health().status();
   }
-  std::unique_ptr<Client> TcpClient(const testutil::PemPair& client) {
+  std::unique_ptr<Client> TcpClient(const testing::PemPair& client) {
     ClientOptions options;
     options.tls_root_certs_pem = ca_.cert;
     options.tls_cert_chain_pem = client.cert;
@@ -59,7 +55,8 @@ class TlsTest : public SecurityTest {
     EXPECT_OK(c);
     return std::move(*c);
   }
-  testutil::PemPair ca_, server_cert_;
+  testing::PemPair ca_, server_cert_;
+  ::kvtier::testing::ScopedTempDir certs_{"tls"};
   std::string cert_dir_;
 };
 
@@ -74,7 +71,7 @@ TEST_F(TlsTest, TlsWithATokenServesAndRefusesWithout) {
   EXPECT_OK(HealthOverTcp({}, tokens_["a"]));
   EXPECT_THAT(HealthOverTcp({}), StatusIs(absl::StatusCode::kUnauthenticated));
   // A client that does not trust the daemon's CA does not connect.
-  testutil::PemPair rogue = testutil::MakeCa("rogue CA");
+  testing::PemPair rogue = testing::MakeCa("rogue CA");
   EXPECT_FALSE(HealthOverTcp({}, tokens_["a"], rogue.cert).ok());
   // Plaintext against the TLS port fails.
   ClientOptions plain;
@@ -87,7 +84,7 @@ TEST_F(TlsTest, TlsWithATokenServesAndRefusesWithout) {
 
 TEST_F(TlsTest, ClientCertificatesMapToTenants) {
   StartTls(/*mtls=*/true);
-  testutil::PemPair cert_a = testutil::IssueCert(ca_, "a");
+  testing::PemPair cert_a = testing::IssueCert(ca_, "a");
   EXPECT_OK(HealthOverTcp(cert_a));
   // The certificate's tenant is "a": it sees what "a" stored over the socket.
   auto a = As("a");
@@ -103,7 +100,7 @@ TEST_F(TlsTest, ClientCertificatesMapToTenants) {
   for (const auto& e : seen->entries()) EXPECT_TRUE(e.present());
   // CN "b" is tenant b: a's profile is not b's, and under b's own profile
   // of the same definition a's blocks are not there.
-  auto tcp_b = TcpClient(testutil::IssueCert(ca_, "b"));
+  auto tcp_b = TcpClient(testing::IssueCert(ca_, "b"));
   EXPECT_THAT(tcp_b->Lookup(lookup), StatusIs(absl::StatusCode::kNotFound));
   v1::LookupRequest theirs = lookup;
   theirs.set_profile_id(Register(As("b").get()));
@@ -114,11 +111,11 @@ TEST_F(TlsTest, ClientCertificatesMapToTenants) {
   // Refused: no certificate, one from another CA, an expired one, one not
   // yet valid, and a valid one whose name no tenant lists.
   EXPECT_FALSE(HealthOverTcp({}).ok());
-  testutil::PemPair rogue = testutil::MakeCa("rogue CA");
-  EXPECT_FALSE(HealthOverTcp(testutil::IssueCert(rogue, "a")).ok());
-  EXPECT_FALSE(HealthOverTcp(testutil::IssueCert(ca_, "a", -7200, -3600)).ok());
-  EXPECT_FALSE(HealthOverTcp(testutil::IssueCert(ca_, "a", 3600, 7200)).ok());
-  auto unknown = HealthOverTcp(testutil::IssueCert(ca_, "nobody"));
+  testing::PemPair rogue = testing::MakeCa("rogue CA");
+  EXPECT_FALSE(HealthOverTcp(testing::IssueCert(rogue, "a")).ok());
+  EXPECT_FALSE(HealthOverTcp(testing::IssueCert(ca_, "a", -7200, -3600)).ok());
+  EXPECT_FALSE(HealthOverTcp(testing::IssueCert(ca_, "a", 3600, 7200)).ok());
+  auto unknown = HealthOverTcp(testing::IssueCert(ca_, "nobody"));
   EXPECT_THAT(unknown, StatusIs(absl::StatusCode::kUnauthenticated)) << unknown;
 }
 

@@ -8,7 +8,7 @@
 
 #include "index/kernels/simd.h"
 
-namespace kvtier::testutil {
+namespace kvtier::testing {
 namespace {
 
 // Random vector with i.i.d. N(0, 1/dim) entries (expected norm 1).
@@ -191,4 +191,4 @@ std::vector<int64_t> ExactTopK(const std::vector<float>& vectors, int32_t dim,
   return idx;
 }
 
-}  // namespace kvtier::testutil
+}  // namespace kvtier::testing

@@ -26,7 +26,7 @@
 
 #include "index/summary/block_layout.h"
 
-namespace kvtier::testutil {
+namespace kvtier::testing {
 
 struct SyntheticContextOptions {
   int64_t num_blocks = 1024;
@@ -74,6 +74,6 @@ SyntheticPayload MakeBlockPayload(const index::BlockLayout& layout, uint64_t see
 std::vector<int64_t> ExactTopK(const std::vector<float>& vectors, int32_t dim,
                                const std::vector<float>& anchor, int64_t k);
 
-}  // namespace kvtier::testutil
+}  // namespace kvtier::testing
 
 #endif  // KVTIER_TESTS_TESTUTIL_SYNTHETIC_H_

@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <memory>
 
-namespace kvtier::testutil {
+namespace kvtier::testing {
 namespace {
 
 struct PkeyFree {
@@ -130,4 +130,4 @@ bool WriteFile(const std::string& path, const std::string& text) {
   return ::close(fd) == 0 && ok;
 }
 
-}  // namespace kvtier::testutil
+}  // namespace kvtier::testing

@@ -8,7 +8,7 @@
 
 #include <string>
 
-namespace kvtier::testutil {
+namespace kvtier::testing {
 
 struct PemPair {
   std::string cert;  // PEM certificate
@@ -28,6 +28,6 @@ PemPair IssueCert(const PemPair& ca, const std::string& common_name, long not_be
 // Writes `text` to `path` (mode 0600); false on failure.
 bool WriteFile(const std::string& path, const std::string& text);
 
-}  // namespace kvtier::testutil
+}  // namespace kvtier::testing
 
 #endif  // KVTIER_TESTS_TESTUTIL_TLS_CERTS_H_

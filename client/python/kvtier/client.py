@@ -46,7 +46,7 @@ from kvtier import arena as arena_mod
 from kvtier import wire
 from kvtier._health import health_pb2
 from kvtier.enums import CompactBias, CompactImportance, CompactMerge, ReturnMode, Tier, coerce, to_proto
-from kvtier.errors import KvTierError, from_item_status, from_rpc_error, invalid_argument
+from kvtier.errors import KvTierError, from_item_status, from_rpc_error, invalid_argument, raise_first_failed
 from kvtier.fd_passing import valid_token
 from kvtier.profile import BlockData, Profile, block_payload
 from kvtier.select import Selection, SelectEntryLike, SelectSession
@@ -501,9 +501,7 @@ class Client:
         request = kvtier_pb2.DeleteBlocksRequest(profile_id=profile_id, block_ids=_block_ids(block_ids))
         resp = self._call(self._kvtier.DeleteBlocks, request, kvtier_pb2.DeleteBlocksResponse, "DeleteBlocks")
         if check:
-            for i, status in enumerate(resp.statuses):
-                if status.code != 0:
-                    raise from_item_status(status, f"block_ids[{i}]", i)
+            raise_first_failed(resp.statuses)
         return resp
 
     # ---- contexts and selection ---------------------------------------------
@@ -648,9 +646,7 @@ class Client:
                                          block_ids=_block_ids(block_ids), tier=to_proto(chosen, types_pb2.Tier))
         resp = self._call(self._admin.Evict, request, admin_pb2.EvictResponse, "Evict")
         if check:
-            for i, status in enumerate(resp.statuses):
-                if status.code != 0:
-                    raise from_item_status(status, f"block_ids[{i}]", i)
+            raise_first_failed(resp.statuses)
         return resp
 
     def verify(self, profile_id: int = 0, timeout_s: float | None = None) -> list[admin_pb2.VerifyProgress]:

@@ -8,6 +8,7 @@ ItemStatus), a broken connection, and input the client refuses before sending
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import grpc
@@ -61,3 +62,11 @@ def from_rpc_error(error: grpc.RpcError, what: str, target: str) -> KvTierError:
 def from_item_status(status: types_pb2.ItemStatus, argument: str, index: int) -> KvTierError:
     """A per-item ItemStatus that is not OK -> KvTierError naming the item."""
     return KvTierError(code_from_value(status.code), f"{argument}: {status.message}", index)
+
+
+def raise_first_failed(statuses: Iterable[types_pb2.ItemStatus], argument: str = "block_ids") -> None:
+    """Raises the first item of a batched call that failed, as a KvTierError
+    naming it (argument[i]); returns when every item is OK."""
+    for i, status in enumerate(statuses):
+        if status.code != 0:
+            raise from_item_status(status, f"{argument}[{i}]", i)

@@ -26,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "tests/testutil/redis_cluster.h"
 #include "tests/testutil/status_matchers.h"
+#include "tests/testutil/temp_dir.h"
 
 using ::kvtier::testing::StatusIs;
 
@@ -34,6 +35,7 @@ namespace {
 
 using kvtier::testing::RedisClusterFixture;
 using kvtier::testing::RedisClusterFixtureOptions;
+using kvtier::testing::ScopedTempDir;
 using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<uint8_t>;
 
@@ -46,21 +48,6 @@ bool Contains(const absl::Status& status, std::string_view text) {
   return status.message().find(absl::string_view(text.data(), text.size())) !=
          absl::string_view::npos;
 }
-
-// A fresh directory under the test temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = ::testing::TempDir() + "kvtier-redis-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    path_ = pattern;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Deterministic bytes of `size` for `seed` (splitmix64).
 Bytes Pattern(size_t size, uint64_t seed) {
@@ -195,7 +182,7 @@ class RedisClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!HaveRedis()) return;
-    dir_ = new TempDir();
+    dir_ = new ScopedTempDir("redis");
     RedisClusterFixtureOptions options;
     options.dir = dir_->path();
     options.masters = 3;
@@ -232,12 +219,12 @@ class RedisClusterTest : public ::testing::Test {
     return {*from, *from};
   }
 
-  static TempDir* dir_;
+  static ScopedTempDir* dir_;
   static RedisClusterFixture* fixture_;
   static std::string* start_error_;
 };
 
-TempDir* RedisClusterTest::dir_ = nullptr;
+ScopedTempDir* RedisClusterTest::dir_ = nullptr;
 RedisClusterFixture* RedisClusterTest::fixture_ = nullptr;
 std::string* RedisClusterTest::start_error_ = nullptr;
 
@@ -564,7 +551,7 @@ TEST_F(RedisClusterTest, ConcurrentSetGetOnOverlappingKeys) {
 
 TEST(RedisClusterFailoverTest, KilledMasterFailsFastThenItsReplicaServes) {
   if (!HaveRedis()) GTEST_SKIP() << kRedisServer << " or " << kRedisCli << " missing";
-  TempDir dir;
+  const ScopedTempDir dir("redis");
   RedisClusterFixtureOptions fixture_options;
   fixture_options.dir = dir.path();
   fixture_options.masters = 3;
