@@ -21,6 +21,7 @@
 
 #include "daemon/net/unix_acceptor.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/descriptor_flood.h"
 #include "tests/testutil/status_matchers.h"
 #include "tests/testutil/tcp_connect.h"
 #include "tests/testutil/temp_dir.h"
@@ -230,39 +231,16 @@ TEST_F(TcpFrontTest, SilentConnectionsGoAfterTheSetupTimeout) {
 
 TEST_F(TcpFrontTest, RunningOutOfDescriptorsNeverStopsTheLoop) {
   Start(100000, 100000, milliseconds(5000), 4096);
-  rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
-  size_t open_now = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    (void)e;
-    ++open_now;
-  }
-  // Room for about 30 more descriptors in this process.
-  rlimit low = old;
-  low.rlim_cur = open_now + 30;
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
-  // The clients are another process, with descriptors of its own.
-  int go[2];
-  ASSERT_EQ(::pipe(go), 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::setrlimit(RLIMIT_NOFILE, &old);
-    std::vector<int> fds;
-    fds.reserve(200);
-    for (int i = 0; i < 200; ++i) fds.push_back(ConnectTcpFrom(port_));
-    char c;
-    (void)!::read(go[0], &c, 1);  // hold them until the parent is done
-    ::_exit(0);
-  }
-  ::close(go[0]);
+  // Room for about 30 more descriptors in this process; the clients are
+  // another process, with descriptors of its own.
+  testing::LowDescriptorLimit low(30);
+  ASSERT_TRUE(low.lowered());
+  testing::HeldConnections flood(
+      200, [this] { return ConnectTcpFrom(port_); }, low.old());
   EXPECT_TRUE(WaitFor([](const TcpFrontStats& s) { return s.fd_exhausted > 0; }));
   // The flood leaves; descriptors come back.
-  (void)!::write(go[1], "x", 1);
-  ::close(go[1]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  flood.Release();
+  low.Restore();
   ASSERT_TRUE(WaitFor([](const TcpFrontStats& s) { return s.open == 0; }));
   const int client = ConnectTcpFrom(port_);
   EXPECT_TRUE(Echoes(client, milliseconds(5000))) << "the loop stopped accepting";

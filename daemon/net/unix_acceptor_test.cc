@@ -18,6 +18,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/descriptor_flood.h"
 #include "tests/testutil/status_matchers.h"
 #include "tests/testutil/temp_dir.h"
 #include "tests/testutil/unix_connect.h"
@@ -178,32 +179,12 @@ TEST(ConnectionGateTest, ADescriptorNumberReusedByAnotherFileIsAClosedConnection
 // loop backs off and sheds, and serves again once descriptors are free.
 TEST_F(UnixAcceptorTest, RunningOutOfDescriptorsNeverStopsTheLoop) {
   Start({.max_total = 100000, .max_per_uid = 100000}, milliseconds(5000), 4096);
-  rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
-  size_t open_now = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    (void)e;
-    ++open_now;
-  }
-  // Room for about 30 more descriptors in this process.
-  rlimit low = old;
-  low.rlim_cur = open_now + 30;
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
-  // The clients are another process, with descriptors of its own.
-  int go[2];
-  ASSERT_EQ(::pipe(go), 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::setrlimit(RLIMIT_NOFILE, &old);
-    std::vector<int> fds;
-    fds.reserve(200);
-    for (int i = 0; i < 200; ++i) fds.push_back(ConnectAndSend(path_));
-    char c;
-    (void)!::read(go[0], &c, 1);  // hold them until the parent is done
-    ::_exit(0);
-  }
-  ::close(go[0]);
+  // Room for about 30 more descriptors in this process; the clients are
+  // another process, with descriptors of its own.
+  testing::LowDescriptorLimit low(30);
+  ASSERT_TRUE(low.lowered());
+  testing::HeldConnections flood(
+      200, [this] { return ConnectAndSend(path_); }, low.old());
   // Wait until the loop has met EMFILE.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (acceptor_->stats().fd_exhausted == 0 && std::chrono::steady_clock::now() < until) {
@@ -219,14 +200,11 @@ TEST_F(UnixAcceptorTest, RunningOutOfDescriptorsNeverStopsTheLoop) {
     for (int fd : handed_) ::close(fd);
     handed_.clear();
   }
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+  low.Restore();
   const int client = ConnectAndSend(path_);
   ASSERT_GE(client, 0);
   EXPECT_TRUE(WaitHanded(1, milliseconds(5000))) << "the loop stopped accepting";
-  (void)!::write(go[1], "x", 1);
-  ::close(go[1]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  flood.Release();
   ::close(client);
 }
 

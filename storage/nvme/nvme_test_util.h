@@ -3,12 +3,16 @@
 #define KVTIER_STORAGE_NVME_NVME_TEST_UTIL_H_
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "storage/env/test_util.h"
 #include "storage/nvme/nvme_tier.h"
+#include "tests/testutil/status_matchers.h"
 
 namespace kvtier::testing {
 
@@ -39,6 +43,29 @@ inline NvmeTierOptions SmallTierOptions(const std::string& dir, Env* env) {
   options.use_odirect = DirectIoSupported(Env::Default(), dir);
   return options;
 }
+
+// A test with one NvmeTier on SmallTierOptions in a scratch directory,
+// over env() (Env::Default(); a fixture may return its own). SetUp opens
+// it; Reopen() closes and opens it again with options_.
+class NvmeTierFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_ = SmallTierOptions(dir_.path(), env());
+    Reopen();
+  }
+  virtual Env* env() { return nullptr; }
+
+  void Reopen() {
+    tier_.reset();
+    auto tier = NvmeTier::Open(options_);
+    ASSERT_OK(tier) << tier.status();
+    tier_ = std::move(tier).value();
+  }
+
+  ScopedTempDir dir_{"nvme"};
+  NvmeTierOptions options_;
+  std::unique_ptr<NvmeTier> tier_;
+};
 
 }  // namespace kvtier::testing
 

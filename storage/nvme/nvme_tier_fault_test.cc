@@ -13,24 +13,12 @@ namespace kvtier {
 namespace {
 
 using ::kvtier::testing::RandomBytes;
-using ::kvtier::testing::ScopedTempDir;
-using ::kvtier::testing::SmallTierOptions;
 
-class NvmeTierFaultTest : public ::testing::Test {
+class NvmeTierFaultTest : public testing::NvmeTierFixture {
  protected:
-  void SetUp() override { Reopen(); }
+  Env* env() override { return &env_; }
 
-  void Reopen() {
-    tier_.reset();
-    auto tier = NvmeTier::Open(options_);
-    ASSERT_OK(tier) << tier.status();
-    tier_ = std::move(tier).value();
-  }
-
-  ScopedTempDir dir_;
   FaultInjectionEnv env_{Env::Default(), /*seed=*/7};
-  NvmeTierOptions options_ = SmallTierOptions(dir_.path(), &env_);
-  std::unique_ptr<NvmeTier> tier_;
 };
 
 TEST_F(NvmeTierFaultTest, PowerLossDropsOnlyUnsyncedBlocks) {

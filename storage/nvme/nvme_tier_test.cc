@@ -17,20 +17,9 @@ namespace kvtier {
 namespace {
 
 using ::kvtier::testing::RandomBytes;
-using ::kvtier::testing::ScopedTempDir;
-using ::kvtier::testing::SmallTierOptions;
 
-class NvmeTierTest : public ::testing::Test {
+class NvmeTierTest : public testing::NvmeTierFixture {
  protected:
-  void SetUp() override { Reopen(); }
-
-  void Reopen() {
-    tier_.reset();
-    auto tier = NvmeTier::Open(options_);
-    ASSERT_OK(tier) << tier.status();
-    tier_ = std::move(tier).value();
-  }
-
   // Writes `data` and reads it back through an unaligned and an aligned
   // buffer.
   void ExpectReadsBack(const NvmeLocation& location, const std::vector<uint8_t>& data) {
@@ -39,10 +28,6 @@ class NvmeTierTest : public ::testing::Test {
         << location.ToString();
     ASSERT_EQ(out, data) << location.ToString();
   }
-
-  ScopedTempDir dir_;
-  NvmeTierOptions options_ = SmallTierOptions(dir_.path(), nullptr);
-  std::unique_ptr<NvmeTier> tier_;
 };
 
 TEST(NvmeChecksumTest, IsPlainXxh3) {

@@ -61,20 +61,9 @@ class PowerLossTest : public ::testing::Test {
     gpu::GpuStatus created = gpu::ShmDeviceOps::Create(shm_prefix_ + "-arena", 8 * kBlockBytes,
                                                        gpu::ShmDeviceOpsOptions(), &device_ops_);
     ASSERT_OK(created) << created.ToString();
-    options_.data_dir = dir_.path();
-    options_.env = &faults_;
+    options_ =
+        SmallStoreOptions(dir_.path(), shm_prefix_, &faults_, device_ops_.get(), kNvmeBlocks);
     options_.catalog_env = catalog_env_.get();
-    options_.device_ops = device_ops_.get();
-    options_.device_capacity_bytes = 4 * kBlockBytes;
-    options_.host_shm_path = shm_prefix_ + "-host";
-    options_.host_capacity_bytes = 8 * kBlockBytes;
-    options_.staging_name = shm_prefix_ + "-staging";
-    options_.staging_capacity_bytes = 4 * kBlockBytes;
-    options_.nvme_dir = dir_.path() + "/nvme";
-    options_.nvme_file_count = 2;
-    options_.nvme_file_size_bytes = kNvmeBlocks / 2 * kBlockBytes;
-    options_.nvme_direct_io = testing::DirectIoSupported(Env::Default(), dir_.path());
-    options_.nvme_queue_depth = 16;
     Open();
   }
   void TearDown() override { store_.reset(); }

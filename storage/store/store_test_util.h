@@ -49,6 +49,30 @@ inline std::vector<uint8_t> Payload(uint64_t seed) {
 
 inline std::string Id(uint64_t n) { return "block-" + std::to_string(n); }
 
+// A small store in `dir` over `env` and `device_ops`: 4 device, 8 host and
+// 4 staging blocks of kBlockBytes (shared memory named after shm_prefix),
+// and 2 NVMe files of nvme_blocks / 2 blocks each, O_DIRECT where the file
+// system has it.
+inline BlockStoreOptions SmallStoreOptions(const std::string& dir, const std::string& shm_prefix,
+                                           Env* env, gpu::DeviceOps* device_ops,
+                                           uint64_t nvme_blocks) {
+  BlockStoreOptions o;
+  o.data_dir = dir;
+  o.env = env;
+  o.device_ops = device_ops;
+  o.device_capacity_bytes = 4 * kBlockBytes;
+  o.host_shm_path = shm_prefix + "-host";
+  o.host_capacity_bytes = 8 * kBlockBytes;
+  o.staging_name = shm_prefix + "-staging";
+  o.staging_capacity_bytes = 4 * kBlockBytes;
+  o.nvme_dir = dir + "/nvme";
+  o.nvme_file_count = 2;
+  o.nvme_file_size_bytes = nvme_blocks / 2 * kBlockBytes;
+  o.nvme_direct_io = testing::DirectIoSupported(Env::Default(), dir);
+  o.nvme_queue_depth = 16;
+  return o;
+}
+
 class BlockStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -60,20 +84,8 @@ class BlockStoreTest : public ::testing::Test {
     gpu::GpuStatus created = gpu::ShmDeviceOps::Create(shm_prefix_ + "-arena", 8 * kBlockBytes,
                                                        arena_options, &device_ops_);
     ASSERT_OK(created) << created.ToString();
-    options_.data_dir = dir_.path();
-    options_.env = env_.get();
-    options_.device_ops = device_ops_.get();
-    options_.device_capacity_bytes = 4 * kBlockBytes;
-    options_.host_shm_path = shm_prefix_ + "-host";
-    options_.host_capacity_bytes = 8 * kBlockBytes;
-    options_.staging_name = shm_prefix_ + "-staging";
-    options_.staging_capacity_bytes = 4 * kBlockBytes;
-    options_.nvme_dir = dir_.path() + "/nvme";
-    options_.nvme_file_count = 2;
-    options_.nvme_file_size_bytes = 32 * kBlockBytes;
-    options_.nvme_direct_io = testing::DirectIoSupported(Env::Default(), dir_.path());
+    options_ = SmallStoreOptions(dir_.path(), shm_prefix_, env_.get(), device_ops_.get(), 64);
     options_.nvme_io_threads = 1;
-    options_.nvme_queue_depth = 16;
     options_.default_lease_ttl_ms = 1000;
     options_.max_lease_ttl_ms = 10000;
     options_.log_warning = [this](const std::string& message) {
