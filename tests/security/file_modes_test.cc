@@ -18,6 +18,7 @@
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "tests/integration/subprocess.h"
+#include "tests/security/other_user.h"
 #include "tests/testutil/status_matchers.h"
 #include "tests/testutil/temp_dir.h"
 
@@ -114,19 +115,7 @@ TEST_F(FileModesTest, EverythingTheDaemonWritesIsPrivate) {
 
   // Another local user cannot read a tier file, even knowing its name.
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to test as another user (setuid)";
-  for (const std::string& f : tier_files) {
-    pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
-      int fd = ::open(f.c_str(), O_RDONLY);
-      ::_exit(fd < 0 && errno == EACCES ? 0 : 1);
-    }
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "user 65534 could open " << f;
-  }
+  for (const std::string& f : tier_files) ExpectNobodyCannotOpen(f);
 }
 
 TEST_F(FileModesTest, AnOpenDataFolderDrawsAWarning) {

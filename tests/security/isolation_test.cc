@@ -11,6 +11,7 @@
 #include "client/shm/fd_fetch.h"
 #include "client/shm/shm_mapping.h"
 #include "gmock/gmock.h"
+#include "tests/security/other_user.h"
 #include "tests/security/security_fixture.h"
 #include "tests/testutil/status_matchers.h"
 
@@ -20,18 +21,7 @@ namespace {
 using ::testing::Each;
 using testing::StatusIs;
 
-class IsolationTest : public SecurityTest {
- protected:
-  void SetUp() override {
-    StartDaemon();
-    a_ = As("a");
-    b_ = As("b");
-    pa_ = Register(a_.get());
-    pb_ = Register(b_.get());
-  }
-  std::unique_ptr<Client> a_, b_;
-  uint64_t pa_ = 0, pb_ = 0;
-};
+class IsolationTest : public TwoTenantTest {};
 
 // The direct calls (PutBlockData / GetBlockData: generic calls on the same
 // channel) carry the tenant's token like the typed ones: A's blocks are A's,
@@ -282,19 +272,7 @@ TEST_F(IsolationTest, EveryTenantHasItsOwnPrivateFiles) {
   std::vector<std::string> files;
   for (const auto& e : std::filesystem::directory_iterator(shm_dir)) files.push_back(e.path());
   ASSERT_FALSE(files.empty());
-  for (const std::string& f : files) {
-    pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
-      int fd = ::open(f.c_str(), O_RDONLY);
-      ::_exit(fd < 0 && errno == EACCES ? 0 : 1);
-    }
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "user 65534 could open " << f;
-  }
+  for (const std::string& f : files) ExpectNobodyCannotOpen(f);
 }
 
 // A put through a staging slot must store bytes, checksum and summary from

@@ -164,6 +164,20 @@ class SecurityTest : public ::testing::Test {
   std::unique_ptr<daemon::Server> server_;
 };
 
+// Tenants a and b connected, each with the test profile registered.
+class TwoTenantTest : public SecurityTest {
+ protected:
+  void SetUp() override {
+    StartDaemon();
+    a_ = As("a");
+    b_ = As("b");
+    pa_ = Register(a_.get());
+    pb_ = Register(b_.get());
+  }
+  std::unique_ptr<Client> a_, b_;
+  uint64_t pa_ = 0, pb_ = 0;
+};
+
 }  // namespace kvtier::security
 
 #endif  // KVTIER_TESTS_SECURITY_SECURITY_FIXTURE_H_

@@ -18,16 +18,8 @@
 namespace kvtier::security {
 namespace {
 
-class SharedMemoryTest : public SecurityTest {
+class SharedMemoryTest : public TwoTenantTest {
  protected:
-  void SetUp() override {
-    StartDaemon();
-    a_ = As("a");
-    b_ = As("b");
-    pa_ = Register(a_.get());
-    pb_ = Register(b_.get());
-  }
-
   // Tenant a's staging descriptor, as a client gets it through the socket.
   client::FetchedFd StagingFd(const v1::ReserveSlotsResponse& slots) {
     client::FetchedFd fd = client::FetchSharedFd(
@@ -51,9 +43,6 @@ class SharedMemoryTest : public SecurityTest {
     EXPECT_OK(b_->OpenArena());
     EXPECT_OK(b_->ReserveSlots(pb_, 1));
   }
-
-  std::unique_ptr<Client> a_, b_;
-  uint64_t pa_ = 0, pb_ = 0;
 };
 
 // Finding 1 (high): the tenant truncated its staging file to 0 bytes and
