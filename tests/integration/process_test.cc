@@ -72,6 +72,21 @@ class ProcessTest : public ::testing::Test {
     return child;
   }
 
+  // kvtierctl against this test's daemon: `--socket socket_` and args.
+  testing::CommandResult Ctl(std::vector<std::string> args) const {
+    args.insert(args.begin(), {KVTIERCTL_PATH, "--socket", socket_});
+    return RunCommand(args);
+  }
+
+  // Every command in `cmds` has --help with examples.
+  static void ExpectHelpWithExamples(std::initializer_list<const char*> cmds) {
+    for (const char* cmd : cmds) {
+      auto help = RunCommand({KVTIERCTL_PATH, cmd, "--help"});
+      EXPECT_EQ(help.exit_code, 0) << cmd;
+      EXPECT_THAT(help.out, HasSubstr("Example")) << cmd;
+    }
+  }
+
   ::kvtier::testing::ScopedTempDir tmp_{"pt"};
   const std::string dir_ = tmp_.path();
   std::string socket_;
@@ -80,7 +95,7 @@ class ProcessTest : public ::testing::Test {
 
 TEST_F(ProcessTest, StatusPrintsTiersAndSigtermExitsCleanly) {
   auto daemon = StartDaemon();
-  auto status = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "status"});
+  auto status = Ctl({"status"});
   EXPECT_EQ(status.exit_code, 0) << status.err;
   EXPECT_THAT(status.out, HasSubstr("kvtierd 0.1.0"));
   EXPECT_THAT(status.out, HasSubstr("device"));
@@ -134,13 +149,13 @@ TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
   ASSERT_OK(stored);
   EXPECT_EQ(stored->blocks_stored(), 5u);
 
-  auto ls = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--limit", "10"});
+  auto ls = Ctl({"ls", "--limit", "10"});
   EXPECT_EQ(ls.exit_code, 0) << ls.err;
   EXPECT_THAT(ls.out, HasSubstr("host"));
   EXPECT_THAT(ls.out, HasSubstr("40 KiB"));    // 5 blocks of 8 KiB
   EXPECT_THAT(ls.out, HasSubstr("626c6b30"));  // "blk0" in hex
 
-  auto verify = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "verify"});
+  auto verify = Ctl({"verify"});
   EXPECT_EQ(verify.exit_code, 0) << verify.err;
   EXPECT_THAT(verify.out, HasSubstr("verified 5 blocks (every copy): 0 corrupt"));
   EXPECT_THAT(verify.err, HasSubstr("5/5 blocks 100%"));  // progress bar
@@ -154,21 +169,21 @@ TEST_F(ProcessTest, LsAndVerifyReportBlocksAndCorruption) {
       f.put('!');
     }
   }
-  verify = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "verify"});
+  verify = Ctl({"verify"});
   EXPECT_EQ(verify.exit_code, 4) << verify.err;
   EXPECT_THAT(verify.out, HasSubstr("5 corrupt"));
-  auto status = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "status", "--json"});
+  auto status = Ctl({"status", "--json"});
   EXPECT_THAT(status.out, HasSubstr("\"quarantined_blocks\": \"5\""));
   EXPECT_THAT(status.out, HasSubstr("\"checksum_failures_nvme\": \"5\""));
-  auto table = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "status"});
+  auto table = Ctl({"status"});
   EXPECT_THAT(table.out, HasSubstr("checksum failures device/host/nvme 0/0/5"));
   // A second run finds nothing new but still reports every quarantined
   // block, and fails.
-  verify = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "verify", "--json"});
+  verify = Ctl({"verify", "--json"});
   EXPECT_EQ(verify.exit_code, 4) << verify.err;
   EXPECT_THAT(verify.out, HasSubstr("\"block_id\": \"626c6b30\""));  // hex, not base64
   EXPECT_THAT(verify.out, HasSubstr("\"corrupt_blocks\": \"0\""));
-  auto quarantined = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--quarantined"});
+  auto quarantined = Ctl({"ls", "--quarantined"});
   EXPECT_EQ(quarantined.exit_code, 0) << quarantined.err;
   EXPECT_THAT(quarantined.out, HasSubstr("626c6b34"));  // "blk4"
   EXPECT_THAT(quarantined.out, HasSubstr("nvme-000.dat"));
@@ -200,7 +215,7 @@ TEST_F(ProcessTest, ContextsTopAndTierFilters) {
   }
   ASSERT_OK((*client)->PutBlocks({put}));
 
-  auto none = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "contexts"});
+  auto none = Ctl({"contexts"});
   EXPECT_EQ(none.exit_code, 0) << none.err;
   EXPECT_THAT(none.out, HasSubstr("(no open contexts)"));
 
@@ -214,46 +229,41 @@ TEST_F(ProcessTest, ContextsTopAndTierFilters) {
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(opened.context_id()));
 
-  auto table = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "contexts"});
+  auto table = Ctl({"contexts"});
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("CONTEXT"));
   EXPECT_THAT(table.out, HasSubstr(hex));  // ids in hex
-  auto json = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "contexts", "--json"});
+  auto json = Ctl({"contexts", "--json"});
   EXPECT_EQ(json.exit_code, 0) << json.err;
   EXPECT_THAT(json.out, HasSubstr("\"num_blocks\": 3"));
   EXPECT_THAT(json.out, HasSubstr("\"context_id\": \"" + std::to_string(opened.context_id())));
 
   // top: a bounded number of refreshes; --json gives one object per line.
-  auto top = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "top", "--iterations", "2",
-                         "--interval-ms", "10", "--json"});
+  auto top = Ctl({"top", "--iterations", "2", "--interval-ms", "10", "--json"});
   EXPECT_EQ(top.exit_code, 0) << top.err;
   EXPECT_EQ(std::count(top.out.begin(), top.out.end(), '\n'), 2) << top.out;
   EXPECT_THAT(top.out, HasSubstr("{\"refresh\":0,\"stats\":{"));
   EXPECT_THAT(top.out, HasSubstr("{\"refresh\":1,"));
   EXPECT_THAT(top.out, HasSubstr("\"num_blocks\":3"));
-  auto top_text = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "top", "--iterations", "1"});
+  auto top_text = Ctl({"top", "--iterations", "1"});
   EXPECT_EQ(top_text.exit_code, 0) << top_text.err;
   EXPECT_THAT(top_text.out, HasSubstr("TIER"));
   EXPECT_THAT(top_text.out, HasSubstr(hex));
 
   // ls --tier: only that tier's rows; a bad tier is a usage error.
   // (A block is listed under the tier of its fastest copy.)
-  auto host = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--tier", "host"});
+  auto host = Ctl({"ls", "--tier", "host"});
   EXPECT_EQ(host.exit_code, 0) << host.err;
   EXPECT_THAT(host.out, HasSubstr("24 KiB"));
-  auto device = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--tier", "device"});
+  auto device = Ctl({"ls", "--tier", "device"});
   EXPECT_EQ(device.exit_code, 0) << device.err;
   EXPECT_THAT(device.out, HasSubstr("(no blocks)"));
   EXPECT_THAT(device.out, Not(HasSubstr("host")));
-  auto bad = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "ls", "--tier", "tape"});
+  auto bad = Ctl({"ls", "--tier", "tape"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--tier"));
   // Every command has --help with examples.
-  for (const char* cmd : {"ls", "contexts", "top"}) {
-    auto help = RunCommand({KVTIERCTL_PATH, cmd, "--help"});
-    EXPECT_EQ(help.exit_code, 0) << cmd;
-    EXPECT_THAT(help.out, HasSubstr("Example")) << cmd;
-  }
+  ExpectHelpWithExamples({"ls", "contexts", "top"});
   client->reset();
   daemon->Signal(SIGTERM);
   // Up to the 5 s grace with a connection open (see LsAndVerify...).
@@ -302,7 +312,7 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
   cal->set_copy_lead(1);
   ASSERT_OK((*client)->RegisterProfile(calibrated));
 
-  auto profiles = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "profiles"});
+  auto profiles = Ctl({"profiles"});
   EXPECT_EQ(profiles.exit_code, 0) << profiles.err;
   EXPECT_THAT(profiles.out, HasSubstr("ctl-evict"));
   EXPECT_THAT(profiles.out, HasSubstr("SELECTION"));
@@ -310,7 +320,7 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
   EXPECT_THAT(profiles.out, HasSubstr("1/1/64/32"));
   EXPECT_THAT(profiles.out, HasSubstr("fp16"));
   EXPECT_THAT(profiles.out, HasSubstr("24 KiB"));  // 3 blocks stored
-  auto profiles_json = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "profiles", "--json"});
+  auto profiles_json = Ctl({"profiles", "--json"});
   EXPECT_EQ(profiles_json.exit_code, 0) << profiles_json.err;
   EXPECT_THAT(profiles_json.out, HasSubstr("\"blocks\": \"3\""));
   EXPECT_THAT(profiles_json.out, HasSubstr("\"owner\": \"default\""));
@@ -326,19 +336,17 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
   release.set_lease_id(lease);
   ASSERT_OK((*client)->Release(release));
   ASSERT_EQ(tier_of("ev0"), v1::TIER_DEVICE);
-  auto drained = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "drain", "device"});
+  auto drained = Ctl({"drain", "device"});
   EXPECT_EQ(drained.exit_code, 0) << drained.err;
   EXPECT_THAT(drained.out, HasSubstr("drained 1 blocks out of the device tier"));
   EXPECT_EQ(tier_of("ev0"), v1::TIER_HOST);
 
   // evict --tier host: the last copy goes to NVMe; default tier: gone.
-  auto to_nvme = RunCommand(
-      {KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, "--tier", "host", hex("ev1")});
+  auto to_nvme = Ctl({"evict", "--profile", P, "--tier", "host", hex("ev1")});
   EXPECT_EQ(to_nvme.exit_code, 0) << to_nvme.err;
   EXPECT_THAT(to_nvme.out, HasSubstr(hex("ev1") + ": evicted"));
   EXPECT_EQ(tier_of("ev1"), v1::TIER_NVME);
-  auto gone = RunCommand(
-      {KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, "--json", hex("ev2")});
+  auto gone = Ctl({"evict", "--profile", P, "--json", hex("ev2")});
   EXPECT_EQ(gone.exit_code, 0) << gone.err;
   EXPECT_THAT(gone.out, HasSubstr("\"statuses\""));
   EXPECT_EQ(tier_of("ev2"), v1::TIER_UNSPECIFIED);
@@ -348,25 +356,18 @@ TEST_F(ProcessTest, ProfilesEvictAndDrainDevice) {
 
   // Errors: an unknown block (exit 1, status named), ids not in hex and
   // an unknown tier (usage, exit 2), an unknown profile.
-  auto missing =
-      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, hex("never-put")});
+  auto missing = Ctl({"evict", "--profile", P, hex("never-put")});
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.out, HasSubstr("NOT_FOUND"));
-  auto not_hex = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, "xyz"});
+  auto not_hex = Ctl({"evict", "--profile", P, "xyz"});
   EXPECT_EQ(not_hex.exit_code, 2);
   EXPECT_THAT(not_hex.err, HasSubstr("not hex"));
-  auto bad_tier = RunCommand(
-      {KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", P, "--tier", "tape", hex("ev0")});
+  auto bad_tier = Ctl({"evict", "--profile", P, "--tier", "tape", hex("ev0")});
   EXPECT_EQ(bad_tier.exit_code, 2);
-  auto bad_profile =
-      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "evict", "--profile", "999", hex("ev0")});
+  auto bad_profile = Ctl({"evict", "--profile", "999", hex("ev0")});
   EXPECT_EQ(bad_profile.exit_code, 1);
   EXPECT_THAT(bad_profile.err, HasSubstr("profile_id"));
-  for (const char* cmd : {"profiles", "evict", "drain"}) {
-    auto help = RunCommand({KVTIERCTL_PATH, cmd, "--help"});
-    EXPECT_EQ(help.exit_code, 0) << cmd;
-    EXPECT_THAT(help.out, HasSubstr("Example")) << cmd;
-  }
+  ExpectHelpWithExamples({"profiles", "evict", "drain"});
   client->reset();
   daemon->Signal(SIGTERM);
   EXPECT_EQ(daemon->Wait(std::chrono::seconds(30)), std::optional<int>(0));
@@ -398,10 +399,9 @@ TEST_F(ProcessTest, CompactVersionsAndDropVersion) {
   }
   ASSERT_OK((*client)->PutBlocks({put}));
 
-  std::vector<std::string> cmd = {KVTIERCTL_PATH, "--socket", socket_,       "compact",
-                                  "--profile",    P,          "--retention", "0.25"};
+  std::vector<std::string> cmd = {"compact", "--profile", P, "--retention", "0.25"};
   cmd.insert(cmd.end(), hex_ids.begin(), hex_ids.end());
-  auto compacted = RunCommand(cmd);
+  auto compacted = Ctl(cmd);
   ASSERT_EQ(compacted.exit_code, 0) << compacted.err;
   EXPECT_THAT(compacted.err, HasSubstr("compacting to 0.25"));
   EXPECT_THAT(compacted.out, HasSubstr("rho 0.250"));
@@ -410,34 +410,26 @@ TEST_F(ProcessTest, CompactVersionsAndDropVersion) {
   ASSERT_NE(at, std::string::npos);
   const std::string key = compacted.out.substr(at + 12, 32);
 
-  auto versions = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "versions", "--profile", P});
+  auto versions = Ctl({"versions", "--profile", P});
   EXPECT_EQ(versions.exit_code, 0) << versions.err;
   EXPECT_THAT(versions.out, HasSubstr(key));
   EXPECT_THAT(versions.out, HasSubstr("originals"));
   EXPECT_THAT(versions.out, HasSubstr("keydiff/gated/ratio"));
-  auto json =
-      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "versions", "--profile", P, key, "--json"});
+  auto json = Ctl({"versions", "--profile", P, key, "--json"});
   EXPECT_EQ(json.exit_code, 0) << json.err;
   EXPECT_THAT(json.out, HasSubstr("\"context_key\": \"" + key + "\""));
 
   // The originals may go once a compacted version exists; the last copy stays.
-  auto drop0 =
-      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "drop-version", "--profile", P, key, "0"});
+  auto drop0 = Ctl({"drop-version", "--profile", P, key, "0"});
   EXPECT_EQ(drop0.exit_code, 0) << drop0.err;
   EXPECT_THAT(drop0.out, HasSubstr("4 blocks deleted"));
-  auto drop1 =
-      RunCommand({KVTIERCTL_PATH, "--socket", socket_, "drop-version", "--profile", P, key, "1"});
+  auto drop1 = Ctl({"drop-version", "--profile", P, key, "1"});
   EXPECT_EQ(drop1.exit_code, 1);
   EXPECT_THAT(drop1.err, HasSubstr("last copy"));
-  auto bad = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "compact", "--profile", P,
-                         "--retention", "1.5", hex_ids[0]});
+  auto bad = Ctl({"compact", "--profile", P, "--retention", "1.5", hex_ids[0]});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--retention"));
-  for (const char* sub : {"compact", "versions", "drop-version"}) {
-    auto help = RunCommand({KVTIERCTL_PATH, sub, "--help"});
-    EXPECT_EQ(help.exit_code, 0) << sub;
-    EXPECT_THAT(help.out, HasSubstr("xample")) << sub;
-  }
+  ExpectHelpWithExamples({"compact", "versions", "drop-version"});
   client->reset();
   daemon->Signal(SIGTERM);
   EXPECT_EQ(daemon->Wait(std::chrono::seconds(30)), std::optional<int>(0));
@@ -453,7 +445,7 @@ TEST_F(ProcessTest, SigintAlsoStops) {
 }
 
 TEST_F(ProcessTest, KvtierctlWithoutDaemonFailsClearly) {
-  auto status = RunCommand({KVTIERCTL_PATH, "--socket", socket_, "--timeout-ms", "500", "status"});
+  auto status = Ctl({"--timeout-ms", "500", "status"});
   EXPECT_EQ(status.exit_code, 3);
   EXPECT_THAT(status.err, HasSubstr("cannot reach kvtierd"));
 }
