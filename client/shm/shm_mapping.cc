@@ -13,18 +13,20 @@
 
 namespace kvtier::client {
 
-bool ShmMapping::MapFile(const std::string& path, bool writable, uint64_t expected_size_bytes,
-                         std::byte** data, uint64_t* size_bytes, std::string* error) {
-  const int fd = open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+bool ShmMapping::MapFile(const std::string& path, const MapWant& want, Mapped* out,
+                         std::string* error) {
+  const int fd = open(path.c_str(), (want.writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
   if (fd < 0) {
     *error = "open " + path + ": " + std::strerror(errno);
     return false;
   }
-  return MapFd(fd, path, writable, expected_size_bytes, data, size_bytes, error);
+  return MapFd(fd, path, want, out, error);
 }
 
-bool ShmMapping::MapFd(int fd, const std::string& name, bool writable, uint64_t expected_size_bytes,
-                       std::byte** data, uint64_t* size_bytes, std::string* error) {
+bool ShmMapping::MapFd(int fd, std::string name, const MapWant& want, Mapped* out,
+                       std::string* error) {
+  const bool writable = want.writable;
+  const uint64_t expected_size_bytes = want.expected_size_bytes;
   auto fail = [&](const char* what, int err) {
     close(fd);
     *error = std::string(what) + " " + name + ": " + std::strerror(err);
@@ -60,18 +62,17 @@ bool ShmMapping::MapFd(int fd, const std::string& name, bool writable, uint64_t 
                       writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
   if (mapped == MAP_FAILED) return fail("mmap", errno);
   close(fd);  // the mapping keeps the file alive
-  *data = static_cast<std::byte*>(mapped);
-  *size_bytes = file_bytes;
+  out->data = static_cast<std::byte*>(mapped);
+  out->size_bytes = file_bytes;
+  out->name = std::move(name);
   return true;
 }
 
-bool ShmMapping::MapSource(const SharedFileSource& source, bool writable,
-                           uint64_t expected_size_bytes, std::byte** data, uint64_t* size_bytes,
-                           std::string* name, std::string* error) {
-  if (!source.path.empty()) {
-    *name = source.path;
-    return MapFile(source.path, writable, expected_size_bytes, data, size_bytes, error);
-  }
+bool ShmMapping::MapSource(const SharedFileSource& source, const MapWant& want, Mapped* out,
+                           std::string* error) {
+  const bool writable = want.writable;
+  const uint64_t expected_size_bytes = want.expected_size_bytes;
+  if (!source.path.empty()) return MapFile(source.path, want, out, error);
   if (source.fd_socket_path.empty()) {
     *error = "the daemon named neither a path nor an fd_socket_path for the shared file";
     return false;
@@ -83,49 +84,41 @@ bool ShmMapping::MapSource(const SharedFileSource& source, bool writable,
     *error = fetched.ToString();
     return false;
   }
-  *name = source.fd_socket_path + " (" + SharedFileKindName(kind) + ")";
+  std::string name = source.fd_socket_path + " (" + SharedFileKindName(kind) + ")";
   // The daemon's announced size must agree with the caller's and the file's.
   if (expected_size_bytes != 0 && fetched.size_bytes() != expected_size_bytes) {
-    *error = *name + ": the fd socket announced " + std::to_string(fetched.size_bytes()) +
+    *error = name + ": the fd socket announced " + std::to_string(fetched.size_bytes()) +
              " bytes, expected " + std::to_string(expected_size_bytes);
     return false;
   }
-  return MapFd(fetched.Release(), *name, writable, fetched.size_bytes(), data, size_bytes, error);
+  const uint64_t announced = fetched.size_bytes();
+  return MapFd(fetched.Release(), std::move(name), {writable, announced}, out, error);
 }
 
 ShmMapping::~ShmMapping() { munmap(data_, static_cast<size_t>(size_bytes_)); }
 
 std::unique_ptr<ShmArenaView> ShmArenaView::Open(const std::string& path,
                                                  uint64_t expected_size_bytes, std::string* error) {
-  std::byte* data = nullptr;
-  uint64_t size_bytes = 0;
-  if (!MapFile(path, /*writable=*/false, expected_size_bytes, &data, &size_bytes, error)) {
-    return nullptr;
-  }
-  return std::unique_ptr<ShmArenaView>(new ShmArenaView(path, data, size_bytes));
+  Mapped m;
+  if (!MapFile(path, {/*writable=*/false, expected_size_bytes}, &m, error)) return nullptr;
+  return std::unique_ptr<ShmArenaView>(new ShmArenaView(std::move(m.name), m.data, m.size_bytes));
 }
 
 std::unique_ptr<ShmArenaView> ShmArenaView::OpenFd(int fd, std::string name,
                                                    uint64_t expected_size_bytes,
                                                    std::string* error) {
-  std::byte* data = nullptr;
-  uint64_t size_bytes = 0;
-  if (!MapFd(fd, name, /*writable=*/false, expected_size_bytes, &data, &size_bytes, error)) {
+  Mapped m;
+  if (!MapFd(fd, std::move(name), {/*writable=*/false, expected_size_bytes}, &m, error)) {
     return nullptr;
   }
-  return std::unique_ptr<ShmArenaView>(new ShmArenaView(std::move(name), data, size_bytes));
+  return std::unique_ptr<ShmArenaView>(new ShmArenaView(std::move(m.name), m.data, m.size_bytes));
 }
 
 std::unique_ptr<ShmArenaView> ShmArenaView::Open(const SharedFileSource& source,
                                                  uint64_t expected_size_bytes, std::string* error) {
-  std::byte* data = nullptr;
-  uint64_t size_bytes = 0;
-  std::string name;
-  if (!MapSource(source, /*writable=*/false, expected_size_bytes, &data, &size_bytes, &name,
-                 error)) {
-    return nullptr;
-  }
-  return std::unique_ptr<ShmArenaView>(new ShmArenaView(std::move(name), data, size_bytes));
+  Mapped m;
+  if (!MapSource(source, {/*writable=*/false, expected_size_bytes}, &m, error)) return nullptr;
+  return std::unique_ptr<ShmArenaView>(new ShmArenaView(std::move(m.name), m.data, m.size_bytes));
 }
 
 std::span<const std::byte> ShmArenaView::Slot(uint64_t offset, uint64_t size_bytes) const {
@@ -136,25 +129,21 @@ std::span<const std::byte> ShmArenaView::Slot(uint64_t offset, uint64_t size_byt
 std::unique_ptr<ShmStagingFile> ShmStagingFile::OpenFd(int fd, std::string name,
                                                        uint64_t expected_size_bytes,
                                                        std::string* error) {
-  std::byte* data = nullptr;
-  uint64_t size_bytes = 0;
-  if (!MapFd(fd, name, /*writable=*/true, expected_size_bytes, &data, &size_bytes, error)) {
+  Mapped m;
+  if (!MapFd(fd, std::move(name), {/*writable=*/true, expected_size_bytes}, &m, error)) {
     return nullptr;
   }
-  return std::unique_ptr<ShmStagingFile>(new ShmStagingFile(std::move(name), data, size_bytes));
+  return std::unique_ptr<ShmStagingFile>(
+      new ShmStagingFile(std::move(m.name), m.data, m.size_bytes));
 }
 
 std::unique_ptr<ShmStagingFile> ShmStagingFile::Open(const SharedFileSource& source,
                                                      uint64_t expected_size_bytes,
                                                      std::string* error) {
-  std::byte* data = nullptr;
-  uint64_t size_bytes = 0;
-  std::string name;
-  if (!MapSource(source, /*writable=*/true, expected_size_bytes, &data, &size_bytes, &name,
-                 error)) {
-    return nullptr;
-  }
-  return std::unique_ptr<ShmStagingFile>(new ShmStagingFile(std::move(name), data, size_bytes));
+  Mapped m;
+  if (!MapSource(source, {/*writable=*/true, expected_size_bytes}, &m, error)) return nullptr;
+  return std::unique_ptr<ShmStagingFile>(
+      new ShmStagingFile(std::move(m.name), m.data, m.size_bytes));
 }
 
 std::span<std::byte> ShmStagingFile::Slot(uint64_t offset, uint64_t size_bytes) const {

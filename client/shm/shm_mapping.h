@@ -68,19 +68,27 @@ class ShmMapping {
   }
 
  protected:
-  // Maps path; writable selects O_RDWR + PROT_WRITE. expected_size_bytes
-  // 0 accepts any non-empty file. On failure returns false and stores a
-  // message naming the path and the cause in *error.
-  static bool MapFile(const std::string& path, bool writable, uint64_t expected_size_bytes,
-                      std::byte** data, uint64_t* size_bytes, std::string* error);
+  // How to map: writable selects O_RDWR + PROT_WRITE; expected_size_bytes
+  // 0 accepts any non-empty file.
+  struct MapWant {
+    bool writable = false;
+    uint64_t expected_size_bytes = 0;
+  };
+  // A mapping made: its bytes and what path() will report.
+  struct Mapped {
+    std::byte* data = nullptr;
+    uint64_t size_bytes = 0;
+    std::string name;
+  };
+  // Maps path. On failure returns false and stores a message naming the
+  // path and the cause in *error.
+  static bool MapFile(const std::string& path, const MapWant& want, Mapped* out,
+                      std::string* error);
   // As MapFile, for an open descriptor; always closes fd. `name` stands
   // for the file in messages.
-  static bool MapFd(int fd, const std::string& name, bool writable, uint64_t expected_size_bytes,
-                    std::byte** data, uint64_t* size_bytes, std::string* error);
-  // source.path through MapFile, else FetchSharedFd + MapFd; *name
-  // receives what path() will report.
-  static bool MapSource(const SharedFileSource& source, bool writable, uint64_t expected_size_bytes,
-                        std::byte** data, uint64_t* size_bytes, std::string* name,
+  static bool MapFd(int fd, std::string name, const MapWant& want, Mapped* out, std::string* error);
+  // source.path through MapFile, else FetchSharedFd + MapFd.
+  static bool MapSource(const SharedFileSource& source, const MapWant& want, Mapped* out,
                         std::string* error);
   ShmMapping(std::string path, std::byte* data, uint64_t size_bytes)
       : path_(std::move(path)), data_(data), size_bytes_(size_bytes) {}
