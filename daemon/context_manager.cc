@@ -84,12 +84,12 @@ int64_t BlockIdList::Find(absl::string_view id) const {
   return it->second;
 }
 
-Context::Context(uint64_t id, std::string tenant, ModelProfile profile, uint64_t ttl_ms,
-                 std::unique_ptr<index::ContextIndex> index, BlockIdList block_ids)
-    : id_(id),
-      tenant_(std::move(tenant)),
-      profile_(std::move(profile)),
-      ttl_ms_(ttl_ms),
+Context::Context(ContextIdentity identity, std::unique_ptr<index::ContextIndex> index,
+                 BlockIdList block_ids)
+    : id_(identity.id),
+      tenant_(std::move(identity.tenant)),
+      profile_(std::move(identity.profile)),
+      ttl_ms_(identity.ttl_ms),
       num_retrieval_heads_(static_cast<int32_t>(index->calibration().retrieval_heads.size())),
       index_(std::move(index)),
       block_ids_(std::move(block_ids)) {
@@ -374,8 +374,8 @@ absl::StatusOr<std::shared_ptr<Context>> ContextManager::Build(
     }
     for (const std::string& block_id : segments[s]) ids.Add(block_id);
   }
-  auto ctx =
-      std::make_shared<Context>(id, tenant, profile, ttl_ms, std::move(*index), std::move(ids));
+  auto ctx = std::make_shared<Context>(ContextIdentity{id, tenant, profile, ttl_ms},
+                                       std::move(*index), std::move(ids));
   ctx->Touch(env_->NowMicros());
   return ctx;
 }

@@ -94,10 +94,18 @@ class BlockIdList {
   absl::flat_hash_map<uint64_t, uint32_t> positions_;
 };
 
+// What identifies a context and bounds its life: constant once it is open.
+struct ContextIdentity {
+  uint64_t id = 0;
+  std::string tenant;
+  ModelProfile profile;
+  uint64_t ttl_ms = 0;
+};
+
 class Context {
  public:
-  Context(uint64_t id, std::string tenant, ModelProfile profile, uint64_t ttl_ms,
-          std::unique_ptr<index::ContextIndex> index, BlockIdList block_ids);
+  Context(ContextIdentity identity, std::unique_ptr<index::ContextIndex> index,
+          BlockIdList block_ids);
 
   // Constant after construction.
   uint64_t id() const { return id_; }

@@ -377,8 +377,9 @@ void SelectHandler::Collect(Item* item, v1::ContextSelection* out,
 }
 
 void SelectHandler::Pin(const v1::ContextSelect& entry, absl::Time deadline, Item* item,
-                        v1::ContextSelection* out, std::vector<BlockKey>* prefetch,
-                        std::vector<BlockKey>* deferred) {
+                        v1::ContextSelection* out, LaterWork* later) {
+  std::vector<BlockKey>* prefetch = &later->prefetch;
+  std::vector<BlockKey>* deferred = &later->deferred;
   Context* ctx = item->ctx.get();
   BlockStore* store = runtime_->store();
   const std::vector<BlockKey>& keys = item->keys;
@@ -524,7 +525,7 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
   // 2. Lock in increasing context id, check what needs the lock, select.
   std::sort(valid.begin(), valid.end(),
             [](const Item* a, const Item* b) { return a->ctx->id() < b->ctx->id(); });
-  std::vector<BlockKey> prefetch;
+  LaterWork later;
   {
     context_mus_.clear();  // reused: a warm Select allocates nothing here
     for (Item* item : valid) context_mus_.push_back(&item->ctx->mu);
@@ -552,7 +553,7 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
           continue;
         }
       }
-      Collect(item, response->mutable_contexts(item->entry), &prefetch);
+      Collect(item, response->mutable_contexts(item->entry), &later.prefetch);
     }
   }
   timings_.build_us = Lap(&lap);
@@ -562,12 +563,11 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
   // each new set under its lock.
   promotion_ = PromotionBudget();
   promotion_.limit_bytes = runtime_->config().select.inline_promotion_bytes;
-  std::vector<BlockKey> deferred;
   for (Item* item : valid) {
     if (!item->status.ok()) continue;
     const v1::ContextSelect& entry = request.contexts(item->entry);
     Pin(entry, start + absl::Milliseconds(entry.wait_ms()), item,
-        response->mutable_contexts(item->entry), &prefetch, &deferred);
+        response->mutable_contexts(item->entry), &later);
   }
   for (Item* item : valid) {
     if (item->status.ok()) Install(item, response->mutable_contexts(item->entry));
@@ -580,10 +580,10 @@ void SelectHandler::Handle(const v1::SelectRequest& request, v1::SelectResponse*
     if (!item.status.ok() || !out->has_status()) ToItemStatus(item.status, out->mutable_status());
     item.ctx.reset();
   }
-  if (!prefetch.empty()) runtime_->prefetcher()->Submit(std::move(prefetch));
-  if (!deferred.empty()) {
-    runtime_->metrics()->SelectPromotionsDeferred(deferred.size());
-    runtime_->prefetcher()->SubmitPromotion(std::move(deferred));
+  if (!later.prefetch.empty()) runtime_->prefetcher()->Submit(std::move(later.prefetch));
+  if (!later.deferred.empty()) {
+    runtime_->metrics()->SelectPromotionsDeferred(later.deferred.size());
+    runtime_->prefetcher()->SubmitPromotion(std::move(later.deferred));
   }
   runtime_->metrics()->SelectPhases(timings_.check_us * 1e-6, timings_.select_us * 1e-6,
                                     timings_.build_us * 1e-6, timings_.pin_us * 1e-6,

@@ -119,14 +119,20 @@ class SelectHandler {
   // Under the context's lock (asserted): the chosen keys into item->keys, the
   // response blocks without residency, rising blocks into *prefetch.
   void Collect(Item* item, v1::ContextSelection* out, std::vector<BlockKey>* prefetch);
+  // Blocks a call leaves to the prefetcher once it has answered: NVMe-only
+  // blocks to read into memory (prefetch), and host blocks past the
+  // request's promotion budget to copy into the arena (deferred).
+  struct LaterWork {
+    std::vector<BlockKey> prefetch;
+    std::vector<BlockKey> deferred;
+  };
   // No context lock: waits for NVMe-only blocks until deadline (when
   // wait_ms), pins item->keys under a new lease (item->lease) and fills
-  // residency and handles; NVMe-only blocks go to *prefetch.
+  // residency and handles; NVMe-only blocks go to later->prefetch.
   // Host -> arena promotions share the request's budget (promotion_):
-  // blocks past it are PENDING and go to *deferred.
+  // blocks past it are PENDING and go to later->deferred.
   void Pin(const v1::ContextSelect& entry, absl::Time deadline, Item* item,
-           v1::ContextSelection* out, std::vector<BlockKey>* prefetch,
-           std::vector<BlockKey>* deferred);
+           v1::ContextSelection* out, LaterWork* later);
   // Takes the context's lock: the new lease replaces the previous one, or
   // is released when the context was closed meanwhile.
   void Install(Item* item, v1::ContextSelection* out);

@@ -72,13 +72,22 @@ absl::Status LayerKeyKeyScores(const KeyTable& table, absl::Span<const float> an
   return absl::OkStatus();
 }
 
+// One head's softmax over the stored keys: its logit scale (before the
+// table's per-block scale) and the largest block log-sum-exp.
+struct HeadSoftmax {
+  double scale = 0;
+  double lse_top = 0;
+};
+
 // A copying head's attention `lead` tokens on (ObserveCopy): the last
 // `lead` tokens' share of each block (exp(logit - lse_top), as s->lse)
 // moves to the block after it; the last block's goes past the stored
 // blocks (the engine's partial block).
-void ShiftForward(const KeyTable& table, int32_t slot, double scale, double lse_top, int32_t lead,
-                  int32_t T, KeyScorerScratch* s) {
+void ShiftForward(const KeyTable& table, int32_t slot, const HeadSoftmax& softmax, int32_t lead,
+                  KeyScorerScratch* s) {
   const int64_t n = static_cast<int64_t>(s->lse.size());
+  const int32_t T = table.options().key_tokens;
+  const double scale = softmax.scale, lse_top = softmax.lse_top;
   double carry = 0;
   for (int64_t b = 0; b < n; ++b) {
     double tail = 0;
@@ -219,7 +228,7 @@ absl::Status MassScores(const MassScoreInput& in, KeyScorerScratch* s, absl::Spa
       s->lse[b] = s->lse[b] > lse_top - 80 ? std::exp(s->lse[b] - lse_top) : 0.0;
       z += s->lse[b];
     }
-    if (gate.lead > 0) ShiftForward(*table, slot, softmax_scale * qmax, lse_top, gate.lead, T, s);
+    if (gate.lead > 0) ShiftForward(*table, slot, {softmax_scale * qmax, lse_top}, gate.lead, s);
     const double w = c.head_weights.empty() ? 1.0 : c.head_weights[i];
     for (int64_t b = 0; b < n; ++b) {
       const double p = s->lse[b] / z;

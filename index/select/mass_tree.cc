@@ -384,9 +384,18 @@ class HeadDescent {
 // Steps 5's shares of one head whose descent ran (r): opened pages with a
 // share >= the head's gate add to s->bumps, in the flat pass's arithmetic;
 // memory's copy track is updated (ObserveCopy).
-void AddShares(const SelectionCalibration& cal, int32_t head, float weight, int64_t n, int32_t T,
+// Which head, over how many pages of how many key tokens.
+struct HeadAt {
+  int32_t head = 0;
+  int64_t n = 0;
+  int32_t key_tokens = 0;
+};
+void AddShares(const SelectionCalibration& cal, const HeadAt& at,
                const MassTreeScratch::HeadResult& r, MassTreeScratch* s, MassMemory* memory) {
-  const HeadGate gate = ObserveCopy(cal, memory, head, PositionOf(r.strongest, n, T));
+  const int32_t head = at.head;
+  const int64_t n = at.n;
+  const float weight = cal.head_weights.empty() ? 1.0f : cal.head_weights[head];
+  const HeadGate gate = ObserveCopy(cal, memory, head, PositionOf(r.strongest, n, at.key_tokens));
   if (!(gate.weight > 0)) return;
   // Each opened page's share, its last lead tokens' moved to the page
   // after it when the head copies (key_scorers.h, ObserveCopy).
@@ -580,8 +589,7 @@ absl::Status MassTreeBumps(const MassTreeInput& in, const MassTreeOptions& optio
     stats->chunks_screened += r.stats.chunks_screened;
     stats->heads_reused += r.stats.heads_reused;
     stats->heads_descended += r.stats.heads_descended;
-    const float w = c.head_weights.empty() ? 1.0f : c.head_weights[i];
-    AddShares(c, static_cast<int32_t>(i), w, n, T, r, s, memory);
+    AddShares(c, {static_cast<int32_t>(i), n, T}, r, s, memory);
   }
   std::stable_sort(s->bumps.begin(), s->bumps.end(),
                    [](const MassBump& a, const MassBump& b) { return a.page < b.page; });

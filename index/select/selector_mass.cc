@@ -136,12 +136,24 @@ struct Observer {
   }
 };
 
+// One step of the sparse ranking: the context's shape, the pages with a
+// retrieval term (ascending), the affinity scale and the observer.
+struct SparseStep {
+  const SparseShape& sh;
+  const std::vector<MassBump>& bumps;
+  const AffinityScale& scale;
+  const Observer& observe;
+};
+
 // Observes the pages the pool walk does not: pages never observed (their
 // first observation dates their life, as in the flat pass), the bumped
 // pages, and the sinks and locals. Every other page not touched reads the
 // 0 bit the flat pass would write: its affinity is at most theta.
-void ObserveFixedPages(const SparseShape& sh, const std::vector<MassBump>& bumps,
-                       const AffinityScale& scale, const Observer& observe) {
+void ObserveFixedPages(const SparseStep& step) {
+  const SparseShape& sh = step.sh;
+  const std::vector<MassBump>& bumps = step.bumps;
+  const AffinityScale& scale = step.scale;
+  const Observer& observe = step.observe;
   StabilityTracker& st = observe.tracker;
   for (int64_t p = std::min(st.observed_below(), sh.n); p < sh.n; ++p) {
     observe(p, scale(IsBumped(bumps, p) ? 0.0f : sh.Base(p)));
@@ -160,9 +172,12 @@ void ObserveFixedPages(const SparseShape& sh, const std::vector<MassBump>& bumps
 // without a bump in the flat pass's order until `free` of them are in and
 // every one above theta is (each observed as it goes in). *order_buf is
 // scratch for the prior order.
-void FillPool(const SparseShape& sh, const std::vector<MassBump>& bumps, const AffinityScale& scale,
-              const Observer& observe, std::vector<int32_t>* order_buf,
+void FillPool(const SparseStep& step, std::vector<int32_t>* order_buf,
               std::vector<ScoredIndex>* pool) {
+  const SparseShape& sh = step.sh;
+  const std::vector<MassBump>& bumps = step.bumps;
+  const AffinityScale& scale = step.scale;
+  const Observer& observe = step.observe;
   const int64_t n = sh.n;
   pool->clear();
   for (const MassBump& b : bumps) {
@@ -289,8 +304,9 @@ bool Selector::RunMassSparse(const SelectRequest& r, const RunPlan& plan, Scratc
   if (n > last && scale(prior[last]) > so.theta) return false;
 
   const Observer observe{so.theta, ctx.stability(), s->affinity};
-  ObserveFixedPages(sh, bumps, scale, observe);
-  FillPool(sh, bumps, scale, observe, &s->order, &s->rank.pool);
+  const SparseStep step{sh, bumps, scale, observe};
+  ObserveFixedPages(step);
+  FillPool(step, &s->order, &s->rank.pool);
   // Dot products: T per opened page, 3 per screened summary.
   const int64_t tokens = with_queries ? ctx.keys()->options().key_tokens : 0;
   out->rows_scored =
