@@ -235,8 +235,7 @@ TEST_F(TcpFrontTest, RunningOutOfDescriptorsNeverStopsTheLoop) {
   // another process, with descriptors of its own.
   testing::LowDescriptorLimit low(30);
   ASSERT_TRUE(low.lowered());
-  testing::HeldConnections flood(
-      200, [this] { return ConnectTcpFrom(port_); }, low.old());
+  testing::HeldConnections flood({[this] { return ConnectTcpFrom(port_); }}, 200);
   EXPECT_TRUE(WaitFor([](const TcpFrontStats& s) { return s.fd_exhausted > 0; }));
   // The flood leaves; descriptors come back.
   flood.Release();

@@ -183,8 +183,7 @@ TEST_F(UnixAcceptorTest, RunningOutOfDescriptorsNeverStopsTheLoop) {
   // another process, with descriptors of its own.
   testing::LowDescriptorLimit low(30);
   ASSERT_TRUE(low.lowered());
-  testing::HeldConnections flood(
-      200, [this] { return ConnectAndSend(path_); }, low.old());
+  testing::HeldConnections flood({[this] { return ConnectAndSend(path_); }}, 200);
   // Wait until the loop has met EMFILE.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (acceptor_->stats().fd_exhausted == 0 && std::chrono::steady_clock::now() < until) {

@@ -24,6 +24,7 @@
 #include "client/shm/fd_fetch.h"
 #include "gmock/gmock.h"
 #include "tests/integration/subprocess.h"
+#include "tests/testutil/descriptor_flood.h"
 #include "tests/testutil/http_get.h"
 #include "tests/testutil/status_matchers.h"
 #include "tests/testutil/tcp_connect.h"
@@ -57,7 +58,8 @@ int CountFds(pid_t pid) {
 }
 
 // Opens one connection; -1 on failure.
-using Connector = std::function<int()>;
+using testing::Connector;
+using testing::HeldConnections;
 
 std::vector<Connector> UnixConnectors(const std::vector<std::string>& paths) {
   std::vector<Connector> out;
@@ -66,61 +68,6 @@ std::vector<Connector> UnixConnectors(const std::vector<std::string>& paths) {
     out.push_back([path] { return testing::ConnectUnix(path); });
   return out;
 }
-
-// A process that opens `count` connections with each connector (sending
-// `speak` first when it is not empty), as user `uid` when it is not -1,
-// reports how many it opened, and holds them until told to go.
-class Flooder {
- public:
-  Flooder(const std::vector<Connector>& connectors, int count, const std::string& speak, int uid) {
-    int ready[2], go[2];
-    if (::pipe(ready) != 0 || ::pipe(go) != 0) return;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::close(ready[0]);
-      ::close(go[1]);
-      rlimit lim{};
-      ::getrlimit(RLIMIT_NOFILE, &lim);
-      lim.rlim_cur = lim.rlim_max;
-      ::setrlimit(RLIMIT_NOFILE, &lim);
-      if (uid >= 0 && (::setgid(uid) != 0 || ::setuid(uid) != 0)) ::_exit(2);
-      int opened = 0;
-      for (const Connector& connect : connectors) {
-        for (int i = 0; i < count; ++i) {
-          const int fd = connect();
-          if (fd < 0) continue;
-          if (!speak.empty()) (void)!::send(fd, speak.data(), speak.size(), MSG_NOSIGNAL);
-          ++opened;
-        }
-      }
-      (void)!::write(ready[1], &opened, sizeof(opened));
-      char c;
-      (void)!::read(go[0], &c, 1);
-      ::_exit(0);
-    }
-    ::close(ready[1]);
-    ::close(go[0]);
-    go_ = go[1];
-    if (::read(ready[0], &opened_, sizeof(opened_)) != sizeof(opened_)) opened_ = -1;
-    ::close(ready[0]);
-  }
-  ~Flooder() { Leave(); }
-  int opened() const { return opened_; }
-  // Closes every connection (the process exits).
-  void Leave() {
-    if (pid_ <= 0) return;
-    (void)!::write(go_, "x", 1);
-    ::close(go_);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int go_ = -1;
-  int opened_ = 0;
-};
 
 class ConnectionFloodTest : public ::testing::Test {
  protected:
@@ -216,7 +163,8 @@ TEST_F(ConnectionFloodTest, ASilentFloodKeepsNoOneOut) {
   const int before = CountFds(daemon_->pid());
   // Four times the daemon's descriptor limit, on the gRPC socket and the
   // descriptor socket, sending nothing.
-  Flooder flood(UnixConnectors({socket_, fd_socket_}), 3 * kNofile, /*speak=*/"", /*uid=*/-1);
+  HeldConnections flood(UnixConnectors({socket_, fd_socket_}), 3 * kNofile, /*speak=*/"",
+                        /*uid=*/-1);
   ASSERT_GT(flood.opened(), 2 * kNofile) << "the flood did not reach the daemon's limit";
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -238,7 +186,7 @@ TEST_F(ConnectionFloodTest, ASilentFloodKeepsNoOneOut) {
   // was full) and the connections handed to gRPC.
   EXPECT_GE(Metric("kvtier_connections_closed_total{reason=\"evicted\"}"), 2 * kNofile);
   EXPECT_GE(Metric("kvtier_connections_served_total"), 1);
-  flood.Leave();
+  flood.Release();
   EXPECT_EQ(NewClient().exit_code, 0) << Log();
 }
 
@@ -248,7 +196,7 @@ TEST_F(ConnectionFloodTest, OneUsersConnectionsFillOnlyItsOwnShare) {
   const int before = CountFds(daemon_->pid());
   // Connections that speak (each is handed to gRPC) from user 65534: at
   // most kPerUid of them are kept, the rest closed at once.
-  Flooder flood(UnixConnectors({socket_}), 2 * kNofile, kPreface, /*uid=*/65534);
+  HeldConnections flood(UnixConnectors({socket_}), 2 * kNofile, kPreface, /*uid=*/65534);
   ASSERT_GT(flood.opened(), kNofile);
   testing::CommandResult status = NewClient();
   EXPECT_EQ(status.exit_code, 0) << status.err << Log();
@@ -256,7 +204,7 @@ TEST_F(ConnectionFloodTest, OneUsersConnectionsFillOnlyItsOwnShare) {
   EXPECT_THAT(Log(), HasSubstr("connection of uid 65534 refused"));
   EXPECT_GE(Metric("kvtier_connections_closed_total{reason=\"cap\"}"), kNofile - kPerUid);
   EXPECT_LE(Metric("kvtier_connections_open"), kPerUid + 2);
-  flood.Leave();
+  flood.Release();
   EXPECT_EQ(NewClient().exit_code, 0) << Log();
 }
 
@@ -300,8 +248,8 @@ TEST_F(ConnectionFloodTest, ATcpFloodFromOneAddressKeepsNoOneOut) {
   ASSERT_OK(tls_health("before the flood"));
   const int before = CountFds(daemon_->pid());
   const Connector from_other = [port] { return testing::ConnectTcpFrom(port, "127.0.0.2"); };
-  Flooder stalled({from_other}, 3 * kNofile / 2, /*speak=*/"\x16", /*uid=*/-1);
-  Flooder silent({from_other}, 3 * kNofile / 2, /*speak=*/"", /*uid=*/-1);
+  HeldConnections stalled({from_other}, 3 * kNofile / 2, /*speak=*/"\x16", /*uid=*/-1);
+  HeldConnections silent({from_other}, 3 * kNofile / 2, /*speak=*/"", /*uid=*/-1);
   ASSERT_GT(stalled.opened() + silent.opened(), 2 * kNofile);
   EXPECT_OK(tls_health("during the flood"));
   // The flood holds at most its address's share: one descriptor pending,
@@ -309,8 +257,8 @@ TEST_F(ConnectionFloodTest, ATcpFloodFromOneAddressKeepsNoOneOut) {
   EXPECT_LE(CountFds(daemon_->pid()) - before, 3 * kPerAddress + 8);
   EXPECT_GE(Metric("kvtier_tcp_connections_closed_total{reason=\"cap\"}"), 2 * kNofile);
   EXPECT_LE(Metric("kvtier_tcp_connections_open"), kPerAddress + 2);
-  stalled.Leave();
-  silent.Leave();
+  stalled.Release();
+  silent.Release();
   // The flooding address gets its share back once it closed its connections.
   const Connector again = [port] { return testing::ConnectTcpFrom(port, "127.0.0.2"); };
   const int fd = again();

@@ -6,11 +6,13 @@
 #define KVTIER_TESTS_TESTUTIL_DESCRIPTOR_FLOOD_H_
 
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -55,56 +57,86 @@ class LowDescriptorLimit {
   bool ok_ = false;
 };
 
-// A child process that opens `count` connections with `connect` (called
-// in the child, under `child_limit`) and holds them until Release() or
-// destruction, which then waits for it.
+// Opens a connection and returns its descriptor (< 0 on failure).
+using Connector = std::function<int()>;
+
+// A child process that opens `count` connections with each connector
+// (sending `speak` first on each when it is not empty), as user `uid` when
+// it is >= 0, with its soft RLIMIT_NOFILE raised to the hard limit. The
+// constructor returns once the child has opened them (opened() says how
+// many); the child holds them until Release() or destruction, which then
+// waits for it to exit.
 class HeldConnections {
  public:
-  HeldConnections(int count, const std::function<int()>& connect, const rlimit& child_limit) {
-    int go[2];
+  HeldConnections(const std::vector<Connector>& connectors, int count,
+                  const std::string& speak = "", int uid = -1) {
+    int ready[2], go[2];
+    if (::pipe(ready) != 0) {
+      ADD_FAILURE() << "pipe";
+      return;
+    }
     if (::pipe(go) != 0) {
       ADD_FAILURE() << "pipe";
+      ::close(ready[0]);
+      ::close(ready[1]);
       return;
     }
     pid_ = ::fork();
     if (pid_ == 0) {
-      ::setrlimit(RLIMIT_NOFILE, &child_limit);
-      std::vector<int> fds;
-      fds.reserve(static_cast<size_t>(count));
-      for (int i = 0; i < count; ++i) fds.push_back(connect());
+      ::close(ready[0]);
+      ::close(go[1]);
+      rlimit lim{};
+      ::getrlimit(RLIMIT_NOFILE, &lim);
+      lim.rlim_cur = lim.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &lim);
+      if (uid >= 0 && (::setgid(uid) != 0 || ::setuid(uid) != 0)) ::_exit(2);
+      int opened = 0;
+      for (const Connector& connect : connectors) {
+        for (int i = 0; i < count; ++i) {
+          const int fd = connect();
+          if (fd < 0) continue;
+          if (!speak.empty()) (void)!::send(fd, speak.data(), speak.size(), MSG_NOSIGNAL);
+          ++opened;
+        }
+      }
+      (void)!::write(ready[1], &opened, sizeof(opened));
       char c;
       (void)!::read(go[0], &c, 1);  // hold them until the parent is done
       ::_exit(0);
     }
+    ::close(ready[1]);
     ::close(go[0]);
     if (pid_ < 0) {
       ADD_FAILURE() << "fork";
+      ::close(ready[0]);
       ::close(go[1]);
       return;
     }
     go_ = go[1];
+    if (::read(ready[0], &opened_, sizeof(opened_)) != sizeof(opened_)) opened_ = -1;
+    ::close(ready[0]);
   }
   ~HeldConnections() { Release(); }
   HeldConnections(const HeldConnections&) = delete;
   HeldConnections& operator=(const HeldConnections&) = delete;
 
+  // Connections the child opened; -1 when it did not report.
+  int opened() const { return opened_; }
   // The child closes its connections and exits; returns once it has.
   void Release() {
-    if (go_ >= 0) {
-      (void)!::write(go_, "x", 1);
-      ::close(go_);
-      go_ = -1;
-    }
-    if (pid_ > 0) {
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-      pid_ = -1;
-    }
+    if (pid_ <= 0) return;
+    (void)!::write(go_, "x", 1);
+    ::close(go_);
+    go_ = -1;
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
   }
 
  private:
   pid_t pid_ = -1;
   int go_ = -1;
+  int opened_ = 0;
 };
 
 }  // namespace kvtier::testing
