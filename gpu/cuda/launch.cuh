@@ -27,26 +27,6 @@ cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
-// The same with a thread-block cluster of cluster_x CTAs along x (sm_90).
-template <typename... Params, typename... Args>
-cudaError_t LaunchClusterKernel(void (*kernel)(Params...), dim3 grid, dim3 block,
-                                unsigned cluster_x, size_t smem_bytes, cudaStream_t stream,
-                                Args&&... args) {
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = cluster_x;
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-
 }  // namespace kvtier::gpu
 
 #endif  // KVTIER_GPU_CUDA_LAUNCH_CUH_

@@ -160,94 +160,8 @@ TEST(CudaStatusTest, MapsErrorClasses) {
 }
 
 // Shape checks run on the host, before any launch, so they need no device.
-PoolKeysParams ValidPool() {
-  static std::byte arena[16];
-  static uint64_t offsets[1];
-  static float out[1];
-  static uint32_t flags[1];
-  PoolKeysParams p;
-  p.shape = KvBlockShape{2, 2, 16, 128, ElementType::kFp16};
-  p.arena = arena;
-  p.arena_bytes = sizeof(arena);
-  p.block_offsets = offsets;
-  p.num_blocks = 1;
-  p.mean = out;
-  p.flags = flags;
-  return p;
-}
-
-std::string PoolError(const PoolKeysParams& p) { return CheckPoolKeysParams(p).message; }
-
-TEST(KernelShapeCheckTest, PoolKeysNamesTheBadField) {
-  ASSERT_OK(CheckPoolKeysParams(ValidPool()));
-  PoolKeysParams p = ValidPool();
-  p.shape.head_dim = kMaxKernelHeadDim + 1;
-  EXPECT_NE(PoolError(p).find("shape.head_dim"), std::string::npos);
-  p = ValidPool();
-  p.shape.num_layers = 0;
-  EXPECT_NE(PoolError(p).find("shape.num_layers"), std::string::npos);
-  p = ValidPool();
-  p.num_blocks = 0;
-  EXPECT_NE(PoolError(p).find("num_blocks"), std::string::npos);
-  p = ValidPool();
-  p.shape.dtype = static_cast<ElementType>(9);
-  EXPECT_NE(PoolError(p).find("shape.dtype"), std::string::npos);
-  p = ValidPool();
-  p.shape = KvBlockShape{1024, 1024, 64, 1024, ElementType::kFp32};
-  EXPECT_NE(PoolError(p).find("kMaxKernelBlockBytes"), std::string::npos);
-  p = ValidPool();
-  p.mean = nullptr;
-  EXPECT_NE(PoolError(p).find("mean"), std::string::npos);
-  p = ValidPool();
-  static float weighted[1];
-  p.weighted_mean = weighted;
-  EXPECT_NE(PoolError(p).find("head_weights"), std::string::npos);
-  // A failed check launches nothing: the wrapper returns before CUDA.
-  EXPECT_EQ(PoolKeys(p, nullptr).code, GpuStatus::kInvalidArgument);
-}
-
-TEST(KernelShapeCheckTest, ScoreAndTopKNameTheBadField) {
+TEST(KernelShapeCheckTest, ScoreSegmentsNamesTheBadField) {
   static float buffer[4];
-  ScoreParams s;
-  s.levels = buffer;
-  s.num_rows = 4;
-  s.dim = 1;
-  s.row_stride = 1;
-  s.anchors = buffer;
-  s.num_anchors = 1;
-  s.scores = buffer;
-  ASSERT_OK(CheckScoreParams(s));
-  ScoreParams bad = s;
-  bad.row_stride = 0;
-  EXPECT_NE(CheckScoreParams(bad).message.find("row_stride"), std::string::npos);
-  bad = s;
-  bad.dim = kMaxScoreDim + 1;
-  bad.row_stride = bad.dim;
-  EXPECT_NE(CheckScoreParams(bad).message.find("dim"), std::string::npos);
-  bad = s;
-  bad.levels_type = ElementType::kBf16;
-  EXPECT_NE(CheckScoreParams(bad).message.find("levels_type"), std::string::npos);
-  bad = s;
-  bad.num_anchors = kMaxAnchors + 1;
-  EXPECT_NE(CheckScoreParams(bad).message.find("num_anchors"), std::string::npos);
-  EXPECT_EQ(ScoreLevels(bad, nullptr).code, GpuStatus::kInvalidArgument);
-
-  static int32_t indices[4];
-  TopKParams t;
-  t.scores = buffer;
-  t.num_rows = 4;
-  t.num_anchors = 1;
-  t.k = 4;
-  t.indices = indices;
-  ASSERT_OK(CheckTopKParams(t));
-  TopKParams bad_t = t;
-  bad_t.k = 5;
-  EXPECT_NE(CheckTopKParams(bad_t).message.find("k must be in 1..4"), std::string::npos);
-  bad_t = t;
-  bad_t.indices = nullptr;
-  EXPECT_NE(CheckTopKParams(bad_t).message.find("indices"), std::string::npos);
-  EXPECT_EQ(TopK(bad_t, nullptr).code, GpuStatus::kInvalidArgument);
-
   static RowSegment segment;
   SegmentScoreParams g;
   g.segments = &segment;
@@ -266,6 +180,8 @@ TEST(KernelShapeCheckTest, ScoreAndTopKNameTheBadField) {
   EXPECT_NE(CheckSegmentScoreParams(bad_g).message.find("dim"), std::string::npos);
   bad_g = g;
   bad_g.segments = nullptr;
+  EXPECT_NE(CheckSegmentScoreParams(bad_g).message.find("segments"), std::string::npos);
+  // A failed check launches nothing: the wrapper returns before CUDA.
   EXPECT_EQ(ScoreSegments(bad_g, nullptr).code, GpuStatus::kInvalidArgument);
 }
 

@@ -7,8 +7,8 @@
 #   libgtest-dev     headers, static libraries, CMake config (prebuilt
 #   libgmock-dev     fallback)
 #   libabsl-dev      abseil headers and CMake config, and
-#   libabsl20220623  its shared libraries: with them run.sh also builds
-#                    index/ and the GPU-against-CPU selection test
+#   libabsl20220623  its shared libraries: every test links abseil, and
+#                    index/ (the GPU-against-CPU selection test) needs it
 # About 2.3 MB. Run on a Debian 12 (bookworm) machine with apt sources:
 # the package lists are refreshed first (apt-get update, as root or through
 # sudo), so a fresh machine works.

@@ -5,9 +5,9 @@
 //               CudaDeviceOps::SubmitToArena (one batch, and pipelined
 //               batches of 32), as a ratio of one cudaMemcpyAsync of the same
 //               bytes from the same pinned buffer (the peak). Goal >= 0.8.
-//   select      ScoreLevels + TopK over 64K stacked level vectors x D=128,
-//               per call, timed with CUDA events over many calls. Goal
-//               <= 20 us at B=1. Anchor: the CPU reference (1 thread).
+//
+// The Selector's device scoring is timed against its CPU descent by
+// kvtier_gpu_select_conformance_test (TimingOfBatchesOnTheGpuAndTheCpu).
 //
 // Prints a table and "RESULT key=value" lines that tests/gpu/run.sh
 // collects. Without a device prints "SKIPPED: <why>" and exits 0.
@@ -19,14 +19,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "gpu/cuda/cuda_device_ops.h"
-#include "gpu/cuda/kernels.h"
-#include "tests/gpu/half.h"
-#include "tests/gpu/kernel_reference.h"
 
 namespace kvtier::gpu {
 namespace {
@@ -144,153 +140,6 @@ bool BenchPromotion(bool quick) {
   return true;
 }
 
-struct SelectCase {
-  ElementType type;
-  int32_t anchors;
-  int32_t k;
-};
-
-// Returns microseconds per ScoreLevels + TopK call (and each part alone),
-// and per replay of the same pair captured in a CUDA graph.
-bool BenchSelect(const SelectCase& c, int iters, double* total_us, double* score_us,
-                 double* topk_us, double* graph_us) {
-  constexpr int64_t kRows = 65536;
-  constexpr int32_t kDim = 128;
-  std::mt19937 rng(11);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  const size_t elem = ElementSizeBytes(c.type);
-  std::vector<std::byte> levels(kRows * kDim * elem);
-  for (int64_t i = 0; i < kRows * kDim; ++i) {
-    const float x = dist(rng);
-    if (c.type == ElementType::kFp32) {
-      std::memcpy(levels.data() + i * 4, &x, 4);
-    } else {
-      const uint16_t h = testing::FloatToHalf(x);
-      std::memcpy(levels.data() + i * 2, &h, 2);
-    }
-  }
-  std::vector<float> anchors(static_cast<size_t>(c.anchors) * kDim);
-  for (float& x : anchors) x = dist(rng);
-
-  void *d_levels, *d_anchors, *d_scores, *d_indices;
-  BENCH_CUDA(cudaMalloc(&d_levels, levels.size()));
-  BENCH_CUDA(cudaMalloc(&d_anchors, anchors.size() * 4));
-  BENCH_CUDA(cudaMalloc(&d_scores, static_cast<size_t>(c.anchors) * kRows * 4));
-  BENCH_CUDA(cudaMalloc(&d_indices, static_cast<size_t>(c.anchors) * c.k * 4));
-  BENCH_CUDA(cudaMemcpy(d_levels, levels.data(), levels.size(), cudaMemcpyHostToDevice));
-  BENCH_CUDA(cudaMemcpy(d_anchors, anchors.data(), anchors.size() * 4, cudaMemcpyHostToDevice));
-
-  ScoreParams s;
-  s.levels = d_levels;
-  s.levels_type = c.type;
-  s.num_rows = kRows;
-  s.row_stride = kDim;
-  s.dim = kDim;
-  s.anchors = static_cast<const float*>(d_anchors);
-  s.num_anchors = c.anchors;
-  s.scores = static_cast<float*>(d_scores);
-  TopKParams t;
-  t.scores = static_cast<const float*>(d_scores);
-  t.num_rows = kRows;
-  t.num_anchors = c.anchors;
-  t.k = c.k;
-  t.indices = static_cast<int32_t*>(d_indices);
-  BENCH_CHECK(CheckScoreParams(s).ok() && CheckTopKParams(t).ok(), "bench shapes");
-
-  cudaStream_t stream;
-  cudaEvent_t start, stop;
-  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  BENCH_CUDA(cudaEventCreate(&start));
-  BENCH_CUDA(cudaEventCreate(&stop));
-  auto time_us = [&](bool score, bool topk, double* us) {
-    for (int i = 0; i < 20; ++i) {  // warm-up
-      if (score) LaunchScoreLevels(s, stream);
-      if (topk) LaunchTopK(t, stream);
-    }
-    cudaEventRecord(start, stream);
-    for (int i = 0; i < iters; ++i) {
-      if (score) LaunchScoreLevels(s, stream);
-      if (topk) LaunchTopK(t, stream);
-    }
-    cudaEventRecord(stop, stream);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    *us = 1000.0 * ms / iters;
-    return cudaGetLastError();
-  };
-  BENCH_CUDA(time_us(true, true, total_us));
-  BENCH_CUDA(time_us(true, false, score_us));
-  BENCH_CUDA(time_us(false, true, topk_us));
-
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  LaunchScoreLevels(s, stream);
-  LaunchTopK(t, stream);
-  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
-  BENCH_CUDA(cudaGraphInstantiateWithFlags(&exec, graph, 0));
-  for (int i = 0; i < 20; ++i) BENCH_CUDA(cudaGraphLaunch(exec, stream));
-  BENCH_CUDA(cudaEventRecord(start, stream));
-  for (int i = 0; i < iters; ++i) BENCH_CUDA(cudaGraphLaunch(exec, stream));
-  BENCH_CUDA(cudaEventRecord(stop, stream));
-  BENCH_CUDA(cudaEventSynchronize(stop));
-  float graph_ms = 0;
-  BENCH_CUDA(cudaEventElapsedTime(&graph_ms, start, stop));
-  *graph_us = 1000.0 * graph_ms / iters;
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaStreamDestroy(stream);
-  for (void* p : {d_levels, d_anchors, d_scores, d_indices}) cudaFree(p);
-  return true;
-}
-
-bool BenchSelectAll(bool quick) {
-  const int iters = quick ? 50 : 500;
-  const SelectCase cases[] = {{ElementType::kFp32, 1, 1024},
-                              {ElementType::kFp16, 1, 1024},
-                              {ElementType::kFp32, 1, 6554},
-                              {ElementType::kFp16, 8, 1024},
-                              {ElementType::kFp16, 64, 1024}};
-  std::printf("\nselect: 65536 level vectors x D=128, K of them per anchor, %d calls each\n",
-              iters);
-  std::printf("  %-6s %5s %6s %12s %10s %10s %12s\n", "levels", "B", "K", "score+topk", "score",
-              "topk", "as a graph");
-  double headline = 0;
-  for (const SelectCase& c : cases) {
-    double total = 0, score = 0, topk = 0, graph = 0;
-    if (!BenchSelect(c, iters, &total, &score, &topk, &graph)) return false;
-    const char* type = c.type == ElementType::kFp32 ? "fp32" : "fp16";
-    std::printf("  %-6s %5d %6d %9.1f us %7.1f us %7.1f us %9.1f us\n", type, c.anchors, c.k, total,
-                score, topk, graph);
-    std::printf("RESULT score_topk_us_%s_B%d_K%d=%.1f\n", type, c.anchors, c.k, total);
-    std::printf("RESULT score_topk_graph_us_%s_B%d_K%d=%.1f\n", type, c.anchors, c.k, graph);
-    if (&c == &cases[0]) headline = total;
-  }
-
-  // Anchor: the CPU reference for fp32, B=1, K=1024 (double accumulation).
-  constexpr int64_t kRows = 65536;
-  constexpr int32_t kDim = 128;
-  std::mt19937 rng(11);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> levels(kRows * kDim), anchor(kDim);
-  for (float& x : levels) x = dist(rng);
-  for (float& x : anchor) x = dist(rng);
-  const auto t0 = Clock::now();
-  const auto scores = testing::ScoreReference(levels.data(), ElementType::kFp32, kRows, kDim, kDim,
-                                              anchor, 1, ScoreKind::kCosineUnit);
-  const auto top = testing::TopKReferenceSelect(scores, kRows, 1, 1024);
-  const double cpu_us = Seconds(t0, Clock::now()) * 1e6;
-  std::printf("  %-6s %5d %6d %9.1f us  (anchor: CPU reference, 1 thread; GPU is %.0fx faster)\n",
-              "fp32", 1, 1024, cpu_us, cpu_us / headline);
-  std::printf("RESULT cpu_reference_select_us=%.1f\n", cpu_us);
-  std::printf("RESULT score_topk_us=%.1f\n", headline);
-  return top.indices.size() == 1024;
-}
-
 }  // namespace
 }  // namespace kvtier::gpu
 
@@ -306,7 +155,5 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   std::printf("device: cuda:0 %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-  bool ok = kvtier::gpu::BenchPromotion(quick);
-  ok = kvtier::gpu::BenchSelectAll(quick) && ok;
-  return ok ? 0 : 1;
+  return kvtier::gpu::BenchPromotion(quick) ? 0 : 1;
 }

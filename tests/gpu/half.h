@@ -1,4 +1,4 @@
-// Host-side fp16 / bf16 <-> fp32 conversions for test data and the CPU
+// Host-side fp16 <-> fp32 conversions for test data and the CPU
 // references, without CUDA headers. Widening is exact; narrowing rounds to
 // nearest even (NaN stays NaN, overflow becomes Inf).
 //
@@ -55,15 +55,6 @@ inline uint16_t FloatToHalf(float f) {
   value >>= 13;
   if (dropped > 0x1000 || (dropped == 0x1000 && (value & 1))) ++value;
   return sign | static_cast<uint16_t>(value);
-}
-
-inline float Bf16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
-
-inline uint16_t FloatToBf16(float f) {
-  const uint32_t bits = FloatToBits(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
 }  // namespace kvtier::gpu::testing
