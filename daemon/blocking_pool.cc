@@ -44,14 +44,15 @@ bool BlockingPool::Submit(const std::string& tenant, absl::AnyInvocable<void() &
   if (threads_.empty()) {
     std::move(work)();
     absl::MutexLock lock(&mu_);
-    ++ran_;
+    ++counts_.ran;
     return true;
   }
   absl::MutexLock lock(&mu_);
   std::unique_ptr<Lane>& lane = lanes_[tenant];
   if (lane == nullptr) lane = std::make_unique<Lane>();
-  if (queued_ >= options_.max_queued || lane->items.size() >= options_.max_queued_per_tenant) {
-    ++rejected_;
+  if (counts_.queued >= options_.max_queued ||
+      lane->items.size() >= options_.max_queued_per_tenant) {
+    ++counts_.rejected;
     if (lane->items.empty() && lane->running == 0) lanes_.erase(tenant);
     return false;
   }
@@ -62,8 +63,8 @@ bool BlockingPool::Submit(const std::string& tenant, absl::AnyInvocable<void() &
     lane->active = true;
     active_.emplace_back(tenant, lane.get());
   }
-  ++queued_;
-  if (queued_ > peak_queued_) peak_queued_ = queued_;
+  ++counts_.queued;
+  if (counts_.queued > counts_.peak_queued) counts_.peak_queued = counts_.queued;
   return true;
 }
 
@@ -72,7 +73,7 @@ bool BlockingPool::SubmitIfIdle(const std::string& tenant, absl::AnyInvocable<vo
   absl::MutexLock lock(&mu_);
   // Only a thread that would otherwise sit idle takes it, and only within
   // the tenant's running cap.
-  if (stopping_ || running_ + queued_ + helpers_.size() >= threads_.size()) return false;
+  if (stopping_ || running_ + counts_.queued + helpers_.size() >= threads_.size()) return false;
   auto it = lanes_.find(tenant);
   const size_t mine = it == lanes_.end() ? 0 : it->second->running;
   size_t waiting_mine = 0;
@@ -98,12 +99,8 @@ absl::Status BlockingPool::QueueFullStatus(const std::string& tenant) const {
 
 BlockingPoolStats BlockingPool::stats() const {
   absl::MutexLock lock(&mu_);
-  BlockingPoolStats s;
+  BlockingPoolStats s = counts_;
   s.threads = threads_.size();
-  s.queued = queued_;
-  s.peak_queued = peak_queued_;
-  s.ran = ran_;
-  s.rejected = rejected_;
   return s;
 }
 
@@ -135,7 +132,7 @@ bool BlockingPool::PickLocked(Item* item, Lane** picked, std::string* picked_ten
     lane->deficit -= lane->items.front().cost;
     *item = std::move(lane->items.front());
     lane->items.pop_front();
-    --queued_;
+    --counts_.queued;
     *picked = lane;
     *picked_tenant = tenant;
     if (lane->items.empty()) {  // an idle lane keeps no credit
@@ -150,13 +147,13 @@ bool BlockingPool::PickLocked(Item* item, Lane** picked, std::string* picked_ten
 void BlockingPool::DoneLocked(const std::string& tenant, Lane* lane) {
   mu_.AssertHeld();
   --running_;
-  ++ran_;
+  ++counts_.ran;
   if (--lane->running == 0 && !lane->active && lane->items.empty()) lanes_.erase(tenant);
 }
 
 void BlockingPool::Run() {
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return (stopping_ && queued_ == 0 && helpers_.empty()) || RunnableLocked();
+    return (stopping_ && counts_.queued == 0 && helpers_.empty()) || RunnableLocked();
   };
   while (true) {
     Item item;

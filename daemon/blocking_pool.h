@@ -143,12 +143,11 @@ class BlockingPool {
   absl::flat_hash_map<std::string, std::unique_ptr<Lane>> lanes_ ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<std::string, Lane*>> active_ ABSL_GUARDED_BY(mu_);  // lanes with items
   std::deque<std::pair<std::string, Item>> helpers_ ABSL_GUARDED_BY(mu_);  // SubmitIfIdle
-  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;                                 // items in every lane
+  // queued (items in every lane), peak_queued, ran and rejected; stats()
+  // adds threads.
+  BlockingPoolStats counts_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t peak_queued_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t ran_ ABSL_GUARDED_BY(mu_) = 0;
   size_t running_ ABSL_GUARDED_BY(mu_) = 0;  // items being run now
-  uint64_t rejected_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_;
 };
 

@@ -142,9 +142,9 @@ absl::StatusOr<ContextCopy> CopyContext(ContextManager* contexts, const std::str
 // not whole rows of layers x kv_heads x head_dim values, exceed max_rows
 // or hold a value that is not finite.
 absl::StatusOr<int64_t> ObservationRows(const v1::CompactContextRequest& request,
-                                        const HeadShape& shape, int64_t max_rows) {
+                                        const index::BlockLayout& shape, int64_t max_rows) {
   if (request.observation_queries_size() == 0) return 0;
-  const int64_t row_values = int64_t{shape.layers} * shape.kv_heads * shape.head_dim;
+  const int64_t row_values = int64_t{shape.num_layers} * shape.num_kv_heads * shape.head_dim;
   const int64_t n = request.observation_queries_size();
   if (n % row_values != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -214,7 +214,7 @@ struct CompactedContext {
 // observation rows per KV head of the request's observation_queries (none
 // when rows is 0). RESOURCE_EXHAUSTED past 2^31 tokens; a head's error
 // names its layer and KV head.
-absl::StatusOr<CompactedContext> CompactHeads(const HeadShape& shape,
+absl::StatusOr<CompactedContext> CompactHeads(const index::BlockLayout& shape,
                                               const std::vector<std::string>& payloads,
                                               const Method& method,
                                               const v1::CompactContextRequest& request,
@@ -222,16 +222,17 @@ absl::StatusOr<CompactedContext> CompactHeads(const HeadShape& shape,
   const bool have_queries = request.observation_queries_size() > 0;
   std::vector<absl::string_view> views(payloads.begin(), payloads.end());
   CompactedContext c;
-  c.tokens = static_cast<int64_t>(payloads.size()) * shape.block_tokens;
+  c.tokens = static_cast<int64_t>(payloads.size()) * shape.block_size_tokens;
   if (c.tokens > std::numeric_limits<int32_t>::max()) {
     return absl::ResourceExhaustedError("context_id: more than 2^31 tokens");
   }
   c.kept = index::KeptSlots(static_cast<int32_t>(c.tokens), method.options.rho);
   const int32_t kept = c.kept;
-  const int64_t out_blocks = (kept + shape.block_tokens - 1) / shape.block_tokens;
+  const int64_t out_blocks = (kept + shape.block_size_tokens - 1) / shape.block_size_tokens;
   c.blocks.assign(static_cast<size_t>(out_blocks),
-                  std::string(static_cast<size_t>(shape.block_bytes()), '\0'));
-  const int64_t per_block_slots = int64_t{shape.layers} * shape.kv_heads * shape.block_tokens;
+                  std::string(static_cast<size_t>(index::PayloadSizeBytes(shape)), '\0'));
+  const int64_t per_block_slots =
+      int64_t{shape.num_layers} * shape.num_kv_heads * shape.block_size_tokens;
   c.slots.resize(static_cast<size_t>(out_blocks));
   for (CompactedSlotsRecord& s : c.slots) {
     s.version = version;
@@ -243,8 +244,8 @@ absl::StatusOr<CompactedContext> CompactHeads(const HeadShape& shape,
 
   std::vector<float> keys(static_cast<size_t>(c.tokens * shape.head_dim));
   std::vector<float> values(keys.size());
-  for (int32_t l = 0; l < shape.layers; ++l) {
-    for (int32_t h = 0; h < shape.kv_heads; ++h) {
+  for (int32_t l = 0; l < shape.num_layers; ++l) {
+    for (int32_t h = 0; h < shape.num_kv_heads; ++h) {
       GatherHead(shape, views, {l, h}, keys.data(), values.data());
       index::HeadKv head;
       head.num_tokens = static_cast<int32_t>(c.tokens);
@@ -254,7 +255,7 @@ absl::StatusOr<CompactedContext> CompactHeads(const HeadShape& shape,
       if (have_queries) {
         head.queries =
             absl::MakeConstSpan(request.observation_queries().data() +
-                                    (int64_t{l} * shape.kv_heads + h) * rows * shape.head_dim,
+                                    (int64_t{l} * shape.num_kv_heads + h) * rows * shape.head_dim,
                                 static_cast<size_t>(rows * shape.head_dim));
       }
       auto compacted = index::CompactHead(head, method.options);
@@ -266,9 +267,10 @@ absl::StatusOr<CompactedContext> CompactHeads(const HeadShape& shape,
       ScatterHead(shape, {l, h}, {compacted->keys.data(), compacted->values.data(), kept},
                   &c.blocks);
       for (int32_t s = 0; s < kept; ++s) {
-        CompactedSlotsRecord& block = c.slots[static_cast<size_t>(s / shape.block_tokens)];
-        const auto i = static_cast<size_t>((int64_t{l} * shape.kv_heads + h) * shape.block_tokens +
-                                           s % shape.block_tokens);
+        CompactedSlotsRecord& block = c.slots[static_cast<size_t>(s / shape.block_size_tokens)];
+        const auto i =
+            static_cast<size_t>((int64_t{l} * shape.num_kv_heads + h) * shape.block_size_tokens +
+                                s % shape.block_size_tokens);
         block.positions[i] = compacted->positions[static_cast<size_t>(s)];
         block.logit_bias[i] = compacted->bias[static_cast<size_t>(s)];
         block.merged[i] = static_cast<uint32_t>(compacted->merged[static_cast<size_t>(s)]);
@@ -337,11 +339,12 @@ absl::StatusOr<Compactor::Result> Compactor::Compact(const std::string& tenant,
   const bool have_queries = request.observation_queries_size() > 0;
   KVTIER_ASSIGN_OR_RETURN(Method method, MethodOf(request, have_queries));
   KVTIER_ASSIGN_OR_RETURN(ContextCopy ctx, CopyContext(contexts_, tenant, request.context_id()));
-  const HeadShape shape = HeadShape::Of(ctx.profile);
+  const index::BlockLayout shape = LayoutOf(ctx.profile);
   const uint64_t profile_id = ctx.profile.profile_id;
   KVTIER_ASSIGN_OR_RETURN(const int64_t rows,
                           ObservationRows(request, shape, options_.max_observation_rows));
-  const uint64_t bytes = ctx.block_ids.size() * static_cast<uint64_t>(shape.block_bytes());
+  const uint64_t bytes =
+      ctx.block_ids.size() * static_cast<uint64_t>(index::PayloadSizeBytes(shape));
   if (bytes > options_.max_context_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("context_id: the context holds ", bytes, " bytes, more than ",

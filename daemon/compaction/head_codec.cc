@@ -18,33 +18,32 @@ uint16_t FloatToBf16(float value) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-int ElementBytes(KvDtype dtype) { return dtype == KvDtype::kFp32 ? 4 : 2; }
-
 // Element index of token 0, dim 0 of (layer, k|v, head) in one block.
-int64_t RowBase(const HeadShape& s, int32_t layer, int kv, int32_t head) {
-  return ((int64_t{layer} * 2 + kv) * s.kv_heads + head) * int64_t{s.block_tokens} * s.head_dim;
+int64_t RowBase(const index::BlockLayout& s, int32_t layer, int kv, int32_t head) {
+  return ((int64_t{layer} * 2 + kv) * s.num_kv_heads + head) * int64_t{s.block_size_tokens} *
+         s.head_dim;
 }
 
-void Decode(KvDtype dtype, const char* src, float* dst, int64_t n) {
+void Decode(index::Dtype dtype, const char* src, float* dst, int64_t n) {
   switch (dtype) {
-    case KvDtype::kFp32:
+    case index::Dtype::kFp32:
       std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
-    case KvDtype::kFp16:
+    case index::Dtype::kFp16:
       index::simd::HalfToFloatN(src, dst, static_cast<size_t>(n));
       return;
-    case KvDtype::kBf16:
+    case index::Dtype::kBf16:
       index::simd::BfloatToFloatN(src, dst, static_cast<size_t>(n));
       return;
   }
 }
 
-void Encode(KvDtype dtype, const float* src, char* dst, int64_t n) {
+void Encode(index::Dtype dtype, const float* src, char* dst, int64_t n) {
   switch (dtype) {
-    case KvDtype::kFp32:
+    case index::Dtype::kFp32:
       std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
-    case KvDtype::kFp16:
+    case index::Dtype::kFp16:
       // dst may be unaligned for uint16_t: convert through a small buffer.
       for (int64_t i = 0; i < n; i += 256) {
         uint16_t h[256];
@@ -53,7 +52,7 @@ void Encode(KvDtype dtype, const float* src, char* dst, int64_t n) {
         std::memcpy(dst + 2 * i, h, static_cast<size_t>(m) * 2);
       }
       return;
-    case KvDtype::kBf16:
+    case index::Dtype::kBf16:
       for (int64_t i = 0; i < n; ++i) {
         const uint16_t b = FloatToBf16(src[i]);
         std::memcpy(dst + 2 * i, &b, 2);
@@ -64,25 +63,11 @@ void Encode(KvDtype dtype, const float* src, char* dst, int64_t n) {
 
 }  // namespace
 
-HeadShape HeadShape::Of(const ModelProfile& profile) {
-  HeadShape s;
-  s.layers = static_cast<int32_t>(profile.layers);
-  s.kv_heads = static_cast<int32_t>(profile.kv_heads);
-  s.head_dim = static_cast<int32_t>(profile.head_dim);
-  s.block_tokens = static_cast<int32_t>(profile.block_size_tokens);
-  s.dtype = profile.dtype;
-  return s;
-}
-
-int64_t HeadShape::block_bytes() const {
-  return int64_t{layers} * 2 * kv_heads * block_tokens * head_dim * ElementBytes(dtype);
-}
-
-void GatherHead(const HeadShape& shape, absl::Span<const absl::string_view> payloads, KvHead which,
-                float* keys, float* values) {
+void GatherHead(const index::BlockLayout& shape, absl::Span<const absl::string_view> payloads,
+                KvHead which, float* keys, float* values) {
   const int32_t layer = which.layer, head = which.head;
-  const int eb = ElementBytes(shape.dtype);
-  const int64_t per_block = int64_t{shape.block_tokens} * shape.head_dim;
+  const int eb = index::DtypeSizeBytes(shape.dtype);
+  const int64_t per_block = int64_t{shape.block_size_tokens} * shape.head_dim;
   for (size_t b = 0; b < payloads.size(); ++b) {
     const char* data = payloads[b].data();
     Decode(shape.dtype, data + RowBase(shape, layer, 0, head) * eb, keys + b * per_block,
@@ -92,16 +77,16 @@ void GatherHead(const HeadShape& shape, absl::Span<const absl::string_view> payl
   }
 }
 
-void ScatterHead(const HeadShape& shape, KvHead which, const HeadRows& in,
+void ScatterHead(const index::BlockLayout& shape, KvHead which, const HeadRows& in,
                  std::vector<std::string>* payloads) {
   const int32_t layer = which.layer, head = which.head;
   const float* keys = in.keys;
   const float* values = in.values;
   const int64_t rows = in.rows;
-  const int eb = ElementBytes(shape.dtype);
+  const int eb = index::DtypeSizeBytes(shape.dtype);
   const int64_t d = shape.head_dim;
-  for (int64_t first = 0, b = 0; first < rows; first += shape.block_tokens, ++b) {
-    const int64_t n = std::min<int64_t>(shape.block_tokens, rows - first);
+  for (int64_t first = 0, b = 0; first < rows; first += shape.block_size_tokens, ++b) {
+    const int64_t n = std::min<int64_t>(shape.block_size_tokens, rows - first);
     char* data = (*payloads)[static_cast<size_t>(b)].data();
     Encode(shape.dtype, keys + first * d, data + RowBase(shape, layer, 0, head) * eb, n * d);
     Encode(shape.dtype, values + first * d, data + RowBase(shape, layer, 1, head) * eb, n * d);

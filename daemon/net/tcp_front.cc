@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/net/unix_acceptor.h"
 #include "storage/common/errno_status.h"
+#include "storage/common/locked_stats.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -179,7 +180,7 @@ class TcpFront::Loop {
   void SetListening(bool on);
   void CloseAll();
   void CloseListener();  // and the pending connections
-  void UpdateOpen() { open_.store(pending_.size() + pairs_.size(), std::memory_order_relaxed); }
+  void UpdateOpen() { stats_.Set(&TcpFrontStats::open, pending_.size() + pairs_.size()); }
 
   TcpFrontOptions options_;
   OwnedFd epoll_fd_;
@@ -196,14 +197,7 @@ class TcpFront::Loop {
   std::atomic<bool> stop_accepting_{false};
   std::atomic<bool> stop_{false};
 
-  std::atomic<uint64_t> accepted_{0};
-  std::atomic<uint64_t> relayed_{0};
-  std::atomic<uint64_t> open_{0};
-  std::atomic<uint64_t> setup_timeouts_{0};
-  std::atomic<uint64_t> evicted_{0};
-  std::atomic<uint64_t> refused_cap_{0};
-  std::atomic<uint64_t> upstream_failed_{0};
-  std::atomic<uint64_t> fd_exhausted_{0};
+  LockedStats<TcpFrontStats> stats_;
 };
 
 absl::Status TcpFront::Loop::Init() {
@@ -312,8 +306,9 @@ void TcpFront::Loop::AcceptBatch(Clock::time_point now) {
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       const AfterAcceptError next =
-          HandleAcceptError(errno, {options_.listen_fd.get(), &spare_fd_, &fd_exhausted_, "tcp",
-                                    "server.max_tcp_connections"});
+          HandleAcceptError(errno, {options_.listen_fd.get(), &spare_fd_,
+                                    [this] { return stats_.Add(&TcpFrontStats::fd_exhausted); },
+                                    "tcp", "server.max_tcp_connections"});
       if (next == AfterAcceptError::kRetry) continue;
       if (next == AfterAcceptError::kBackOff) {
         backoff_until_ = now + kEmfileBackoff;
@@ -322,20 +317,20 @@ void TcpFront::Loop::AcceptBatch(Clock::time_point now) {
       return;
     }
     OwnedFd conn(fd);
-    accepted_.fetch_add(1, std::memory_order_relaxed);
+    stats_.Add(&TcpFrontStats::accepted);
     std::string address = AddressKey(ss);
     auto count = per_address_.find(address);
     const uint64_t of_address = count == per_address_.end() ? 0 : count->second;
     if (of_address >= options_.max_per_address ||
         pending_.size() + pairs_.size() >= options_.max_total) {
-      refused_cap_.fetch_add(1, std::memory_order_relaxed);
+      stats_.Add(&TcpFrontStats::refused_cap);
       continue;  // conn closes
     }
     while (pending_.size() >= options_.max_pending && !pending_order_.empty()) {
       const uint64_t oldest = pending_order_.front();
       pending_order_.pop_front();
       if (pending_.contains(oldest)) {
-        evicted_.fetch_add(1, std::memory_order_relaxed);
+        stats_.Add(&TcpFrontStats::evicted);
         ClosePending(oldest);
       }
     }
@@ -393,7 +388,7 @@ void TcpFront::Loop::Relay(uint64_t id, Pending pending) {
     ok = ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, pair->upstream.get(), &ev) == 0;
   }
   if (!ok) {
-    const uint64_t k = upstream_failed_.fetch_add(1, std::memory_order_relaxed) + 1;
+    const uint64_t k = stats_.Add(&TcpFrontStats::upstream_failed);
     if (k == 1 || k % 1000 == 0) {
       spdlog::warn("tcp: cannot reach gRPC's listener at {}: {} ({} times so far)",
                    options_.upstream_path, std::strerror(errno), k);
@@ -402,7 +397,7 @@ void TcpFront::Loop::Relay(uint64_t id, Pending pending) {
     UpdateOpen();
     return;  // both descriptors close (and leave the epoll set)
   }
-  relayed_.fetch_add(1, std::memory_order_relaxed);
+  stats_.Add(&TcpFrontStats::relayed);
   pairs_.emplace(id, std::move(pair));
   UpdateOpen();
   Pump(id);
@@ -462,7 +457,7 @@ void TcpFront::Loop::ExpirePending(Clock::time_point now) {
     auto it = pending_.find(pending_order_.front());
     if (it != pending_.end()) {
       if (it->second.deadline > now) return;
-      setup_timeouts_.fetch_add(1, std::memory_order_relaxed);
+      stats_.Add(&TcpFrontStats::setup_timeouts);
       ClosePending(it->first);
     }
     pending_order_.pop_front();
@@ -491,18 +486,7 @@ void TcpFront::Loop::Release(const std::string& address) {
   if (--it->second == 0) per_address_.erase(it);
 }
 
-TcpFrontStats TcpFront::Loop::stats() const {
-  TcpFrontStats s;
-  s.accepted = accepted_.load(std::memory_order_relaxed);
-  s.relayed = relayed_.load(std::memory_order_relaxed);
-  s.open = open_.load(std::memory_order_relaxed);
-  s.setup_timeouts = setup_timeouts_.load(std::memory_order_relaxed);
-  s.evicted = evicted_.load(std::memory_order_relaxed);
-  s.refused_cap = refused_cap_.load(std::memory_order_relaxed);
-  s.upstream_failed = upstream_failed_.load(std::memory_order_relaxed);
-  s.fd_exhausted = fd_exhausted_.load(std::memory_order_relaxed);
-  return s;
-}
+TcpFrontStats TcpFront::Loop::stats() const { return stats_.Get(); }
 
 absl::StatusOr<std::unique_ptr<TcpFront>> TcpFront::Start(TcpFrontOptions options) {
   if (!options.listen_fd.valid()) return absl::InvalidArgumentError("tcp front: no listen_fd");

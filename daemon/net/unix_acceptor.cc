@@ -45,7 +45,7 @@ bool ShedIfExhausted(int err, int listen_fd, OwnedFd* spare) {
 AfterAcceptError HandleAcceptError(int err, const AcceptLoopRef& loop) {
   if (err == EINTR || err == ECONNABORTED || err == EPROTO) return AfterAcceptError::kRetry;
   if (ShedIfExhausted(err, loop.listen_fd, loop.spare)) {
-    const uint64_t n = loop.exhausted->fetch_add(1, std::memory_order_relaxed) + 1;
+    const uint64_t n = loop.count_exhausted();
     if (n == 1 || n % 1000 == 0) {
       spdlog::warn(
           "{}: accept: {} ({} times so far); shed one connection, retrying in {} ms (see {})",
@@ -123,7 +123,7 @@ void UnixAcceptor::Loop() {
     // Connections that sent nothing in time go (the oldest expire first).
     // Counted before the close: whoever sees the close sees the count.
     while (!pending_.empty() && pending_.front().deadline <= now) {
-      setup_timeouts_.fetch_add(1, std::memory_order_relaxed);
+      stats_.Add(&UnixAcceptorStats::setup_timeouts);
       ::close(pending_.front().fd);
       pending_.erase(pending_.begin());
     }
@@ -171,13 +171,14 @@ void UnixAcceptor::AcceptBatch(Clock::time_point now) {
         ::accept4(options_.listen_fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       const AfterAcceptError next =
-          HandleAcceptError(errno, {options_.listen_fd.get(), &spare_fd_, &fd_exhausted_,
+          HandleAcceptError(errno, {options_.listen_fd.get(), &spare_fd_,
+                                    [this] { return stats_.Add(&UnixAcceptorStats::fd_exhausted); },
                                     options_.name, "server.max_connections"});
       if (next == AfterAcceptError::kRetry) continue;
       if (next == AfterAcceptError::kBackOff) backoff_until_ = now + kEmfileBackoff;
       return;
     }
-    accepted_.fetch_add(1, std::memory_order_relaxed);
+    stats_.Add(&UnixAcceptorStats::accepted);
     ucred cred{};
     socklen_t len = sizeof(cred);
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || len != sizeof(cred)) {
@@ -185,14 +186,14 @@ void UnixAcceptor::AcceptBatch(Clock::time_point now) {
       continue;
     }
     if (options_.allow_uid && !options_.allow_uid(cred.uid)) {
-      refused_uid_.fetch_add(1, std::memory_order_relaxed);
+      stats_.Add(&UnixAcceptorStats::refused_uid);
       ::close(fd);
       continue;
     }
     if (pending_.size() >= options_.max_pending) {
       // The oldest has used most of its time without a byte; a client's
       // first bytes arrive with its connection.
-      evicted_.fetch_add(1, std::memory_order_relaxed);
+      stats_.Add(&UnixAcceptorStats::evicted);
       ::close(pending_.front().fd);
       pending_.erase(pending_.begin());
     }
@@ -209,7 +210,7 @@ bool UnixAcceptor::OnReadable(const Pending& c) {
     return true;
   }
   if (!options_.gate->Admit(c.fd, c.uid)) {
-    const uint64_t n_refused = refused_cap_.fetch_add(1, std::memory_order_relaxed) + 1;
+    const uint64_t n_refused = stats_.Add(&UnixAcceptorStats::refused_cap);
     if (n_refused == 1 || n_refused % 1000 == 0) {
       spdlog::warn(
           "{}: connection of uid {} refused: {} open for that uid (cap {}), {} in all "
@@ -220,21 +221,11 @@ bool UnixAcceptor::OnReadable(const Pending& c) {
     ::close(c.fd);
     return true;
   }
-  handed_off_.fetch_add(1, std::memory_order_relaxed);
+  stats_.Add(&UnixAcceptorStats::handed_off);
   options_.hand_off(c.fd, c.uid);
   return true;
 }
 
-UnixAcceptorStats UnixAcceptor::stats() const {
-  UnixAcceptorStats s;
-  s.accepted = accepted_.load(std::memory_order_relaxed);
-  s.handed_off = handed_off_.load(std::memory_order_relaxed);
-  s.setup_timeouts = setup_timeouts_.load(std::memory_order_relaxed);
-  s.evicted = evicted_.load(std::memory_order_relaxed);
-  s.refused_uid = refused_uid_.load(std::memory_order_relaxed);
-  s.refused_cap = refused_cap_.load(std::memory_order_relaxed);
-  s.fd_exhausted = fd_exhausted_.load(std::memory_order_relaxed);
-  return s;
-}
+UnixAcceptorStats UnixAcceptor::stats() const { return stats_.Get(); }
 
 }  // namespace kvtier::daemon

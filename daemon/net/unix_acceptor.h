@@ -27,7 +27,6 @@
 
 #include <sys/types.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -39,6 +38,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/net/connection_gate.h"
+#include "storage/common/locked_stats.h"
 #include "storage/common/owned_fd.h"
 
 namespace kvtier::daemon {
@@ -71,12 +71,12 @@ enum class AfterAcceptError {
 struct AcceptLoopRef {
   int listen_fd = -1;
   OwnedFd* spare = nullptr;
-  std::atomic<uint64_t>* exhausted = nullptr;
+  std::function<uint64_t()> count_exhausted;  // adds one; returns the new count
   std::string_view name;
   const char* limit_key = "";
 };
-// Counts each kBackOff in *loop.exhausted and warns on the first and every
-// 1000th, naming the loop and the setting that sizes it.
+// Counts each kBackOff with loop.count_exhausted and warns on the first and
+// every 1000th, naming the loop and the setting that sizes it.
 AfterAcceptError HandleAcceptError(int err, const AcceptLoopRef& loop);
 
 struct UnixAcceptorOptions {
@@ -131,13 +131,7 @@ class UnixAcceptor {
   std::vector<Pending> pending_;                           // loop thread only, oldest first
   std::chrono::steady_clock::time_point backoff_until_{};  // loop thread only
 
-  std::atomic<uint64_t> accepted_{0};
-  std::atomic<uint64_t> handed_off_{0};
-  std::atomic<uint64_t> setup_timeouts_{0};
-  std::atomic<uint64_t> evicted_{0};
-  std::atomic<uint64_t> refused_uid_{0};
-  std::atomic<uint64_t> refused_cap_{0};
-  std::atomic<uint64_t> fd_exhausted_{0};
+  LockedStats<UnixAcceptorStats> stats_;
   bool stopped_ = false;
 };
 

@@ -165,7 +165,7 @@ void UringQueue::Prepare(IoRequest* request) {
     // (including the wakeup poll) exist, so this only happens when an
     // earlier submit was partial; push those out first.
     io_uring_submit(&ring_);
-    submit_calls_.fetch_add(1, std::memory_order_relaxed);
+    stats_.Add(&IoQueueStats::submit_calls);
     sqe = io_uring_get_sqe(&ring_);
   }
   const int fd = static_cast<const PosixBlockFile*>(request->file)->fd();
@@ -179,7 +179,7 @@ void UringQueue::Prepare(IoRequest* request) {
       const bool read = request->op == IoOp::kRead;
       const int region = FindRegion(buffer, length);
       if (region >= 0) {
-        fixed_buffer_ops_.fetch_add(1, std::memory_order_relaxed);
+        stats_.Add(&IoQueueStats::fixed_buffer_ops);
         if (read) {
           io_uring_prep_read_fixed(sqe, fd, buffer, length, offset, region);
         } else {
@@ -219,7 +219,7 @@ void UringQueue::Complete(io_uring_cqe* cqe, std::vector<IoRequest*>* completed)
   const int res = cqe->res;
   if (res == -EAGAIN || res == -EINTR) {
     if (++request->attempts < kMaxAttempts) {
-      requeued_again_.fetch_add(1, std::memory_order_relaxed);
+      stats_.Add(&IoQueueStats::requeued_again);
       Prepare(request);
       return;
     }
@@ -234,7 +234,7 @@ void UringQueue::Complete(io_uring_cqe* cqe, std::vector<IoRequest*>* completed)
             "read ", request->file->path(), " offset=", request->offset, " length=",
             request->length, ": end of file after ", request->transferred_bytes, " bytes"));
       } else if (++request->attempts < kMaxAttempts) {
-        requeued_short_.fetch_add(1, std::memory_order_relaxed);
+        stats_.Add(&IoQueueStats::requeued_short);
         Prepare(request);
         return;
       } else {
@@ -243,7 +243,7 @@ void UringQueue::Complete(io_uring_cqe* cqe, std::vector<IoRequest*>* completed)
     }
   }
   --in_flight_;
-  completed_.fetch_add(1, std::memory_order_relaxed);
+  stats_.Add(&IoQueueStats::completed);
   completed->push_back(request);
 }
 
@@ -251,7 +251,7 @@ absl::Status UringQueue::Poll(bool wait, std::vector<IoRequest*>* completed) {
   const size_t before = completed->size();
   for (IoRequest* request : refused_) {
     --in_flight_;
-    completed_.fetch_add(1, std::memory_order_relaxed);
+    stats_.Add(&IoQueueStats::completed);
     completed->push_back(request);
   }
   refused_.clear();
@@ -263,7 +263,7 @@ absl::Status UringQueue::Poll(bool wait, std::vector<IoRequest*>* completed) {
   for (;;) {
     if (!wake_armed_) ArmWakePoll();
     const int ret = must_wait ? io_uring_submit_and_wait(&ring_, 1) : io_uring_submit(&ring_);
-    submit_calls_.fetch_add(1, std::memory_order_relaxed);
+    stats_.Add(&IoQueueStats::submit_calls);
     if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME) {
       return ErrnoToStatus(-ret, "io_uring_enter");
     }
@@ -293,14 +293,6 @@ absl::Status UringQueue::Poll(bool wait, std::vector<IoRequest*>* completed) {
   }
 }
 
-IoQueueStats UringQueue::stats() const {
-  IoQueueStats s;
-  s.submit_calls = submit_calls_.load(std::memory_order_relaxed);
-  s.completed = completed_.load(std::memory_order_relaxed);
-  s.fixed_buffer_ops = fixed_buffer_ops_.load(std::memory_order_relaxed);
-  s.requeued_short = requeued_short_.load(std::memory_order_relaxed);
-  s.requeued_again = requeued_again_.load(std::memory_order_relaxed);
-  return s;
-}
+IoQueueStats UringQueue::stats() const { return stats_.Get(); }
 
 }  // namespace kvtier

@@ -22,11 +22,11 @@
 
 #include <liburing.h>
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "storage/common/locked_stats.h"
 #include "storage/env/env.h"
 
 namespace kvtier {
@@ -76,11 +76,7 @@ class UringQueue final : public IoQueue {
   };
   std::vector<Region> regions_;
 
-  std::atomic<uint64_t> submit_calls_{0};
-  std::atomic<uint64_t> completed_{0};
-  std::atomic<uint64_t> fixed_buffer_ops_{0};
-  std::atomic<uint64_t> requeued_short_{0};
-  std::atomic<uint64_t> requeued_again_{0};
+  LockedStats<IoQueueStats> stats_;
 };
 
 }  // namespace kvtier

@@ -257,9 +257,9 @@ void NvmeTier::RunBatch(Batch& batch, const std::vector<bool>& active, Stage sta
         batch.staging(next) = *slice;
         request.buffer = slice->data();
         stage(next, *slice);
-        staged_ops_.fetch_add(1, std::memory_order_relaxed);
+        stats_.Add(&NvmeTierStats::staged_ops);
       } else if (request.op != IoOp::kSync) {
-        zero_copy_ops_.fetch_add(1, std::memory_order_relaxed);
+        stats_.Add(&NvmeTierStats::zero_copy_ops);
       }
       request.user_data = static_cast<IoCompletion*>(&batch);
       ready.push_back(&request);
@@ -324,14 +324,16 @@ std::vector<absl::StatusOr<NvmeLocation>> NvmeTier::WriteBatch(
       },
       [&](size_t i, const IoRequest& request, absl::Span<uint8_t>) {
         if (!request.status.ok()) {
-          io_errors_.fetch_add(1, std::memory_order_relaxed);
+          stats_.Add(&NvmeTierStats::io_errors);
           Release(locations[i]);
           results[i] = request.status;
           return;
         }
         files_[locations[i].file_index]->dirty.store(true, std::memory_order_release);
-        writes_.fetch_add(1, std::memory_order_relaxed);
-        write_bytes_.fetch_add(locations[i].length_bytes, std::memory_order_relaxed);
+        stats_.Change([&](NvmeTierStats& s) {
+          ++s.writes;
+          s.write_bytes += locations[i].length_bytes;
+        });
         results[i] = locations[i];
       });
   return results;
@@ -377,7 +379,7 @@ std::vector<absl::Status> NvmeTier::ReadBatch(absl::Span<const NvmeReadRequest> 
         const uint64_t length = read.location.length_bytes;
         absl::Status status = request.status;
         if (!status.ok()) {
-          io_errors_.fetch_add(1, std::memory_order_relaxed);
+          stats_.Add(&NvmeTierStats::io_errors);
         } else {
           // Copy first, then hash the copy while it is still in cache: one
           // pass over memory fewer than hashing the staging slice. On a
@@ -385,7 +387,7 @@ std::vector<absl::Status> NvmeTier::ReadBatch(absl::Span<const NvmeReadRequest> 
           if (!staging.empty()) std::memcpy(read.out.data(), staging.data(), length);
           const uint64_t actual = NvmeChecksum(read.out);
           if (actual != read.expected_xxh3) {
-            checksum_failures_.fetch_add(1, std::memory_order_relaxed);
+            stats_.Add(&NvmeTierStats::checksum_failures);
             status = absl::DataLossError(
                 absl::StrCat("nvme block ", read.location.ToString(), " in ", request.file->path(),
                              ": checksum mismatch (expected xxh3 ", absl::Hex(read.expected_xxh3),
@@ -398,8 +400,10 @@ std::vector<absl::Status> NvmeTier::ReadBatch(absl::Span<const NvmeReadRequest> 
           results[i] = std::move(status);
           return;
         }
-        reads_.fetch_add(1, std::memory_order_relaxed);
-        read_bytes_.fetch_add(length, std::memory_order_relaxed);
+        stats_.Change([&](NvmeTierStats& s) {
+          ++s.reads;
+          s.read_bytes += length;
+        });
       });
   return results;
 }
@@ -421,13 +425,13 @@ absl::Status NvmeTier::Sync() {
   RunBatch(
       batch, active, [](size_t, absl::Span<uint8_t>) {},
       [&](size_t, const IoRequest& request, absl::Span<uint8_t>) {
-        syncs_.fetch_add(1, std::memory_order_relaxed);
+        stats_.Add(&NvmeTierStats::syncs);
         if (!request.status.ok() && first_error.ok()) {
           first_error = request.status;
         }
       });
   if (!first_error.ok()) {
-    io_errors_.fetch_add(1, std::memory_order_relaxed);
+    stats_.Add(&NvmeTierStats::io_errors);
     // Counted before the files are marked again: a caller that sees a
     // later Sync succeed also sees this failure.
     sync_failures_.fetch_add(1, std::memory_order_acq_rel);
@@ -501,7 +505,7 @@ std::vector<std::string> NvmeTier::FilePaths() const {
 }
 
 NvmeTierStats NvmeTier::stats() const {
-  NvmeTierStats s;
+  NvmeTierStats s = stats_.Get();  // the I/O counters
   s.files = static_cast<uint32_t>(files_.size());
   s.capacity_bytes = uint64_t{s.files} * options_.file_size_bytes;
   {
@@ -511,15 +515,6 @@ NvmeTierStats NvmeTier::stats() const {
   }
   s.direct_io = options_.use_odirect;
   s.registered_buffers = registered_buffers_;
-  s.writes = writes_.load(std::memory_order_relaxed);
-  s.write_bytes = write_bytes_.load(std::memory_order_relaxed);
-  s.reads = reads_.load(std::memory_order_relaxed);
-  s.read_bytes = read_bytes_.load(std::memory_order_relaxed);
-  s.zero_copy_ops = zero_copy_ops_.load(std::memory_order_relaxed);
-  s.staged_ops = staged_ops_.load(std::memory_order_relaxed);
-  s.checksum_failures = checksum_failures_.load(std::memory_order_relaxed);
-  s.io_errors = io_errors_.load(std::memory_order_relaxed);
-  s.syncs = syncs_.load(std::memory_order_relaxed);
   for (const auto& worker : workers_) {
     const IoQueueStats q = worker->queue_stats();
     s.queue.submit_calls += q.submit_calls;

@@ -51,6 +51,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "storage/common/extent_allocator.h"
+#include "storage/common/locked_stats.h"
 #include "storage/env/aligned_buffer.h"
 #include "storage/env/env.h"
 #include "storage/nvme/io_worker.h"
@@ -229,15 +230,9 @@ class NvmeTier {
   absl::Status last_sync_error_ ABSL_GUARDED_BY(sync_mu_);
 
   std::atomic<uint32_t> next_worker_{0};
-  std::atomic<uint64_t> writes_{0};
-  std::atomic<uint64_t> write_bytes_{0};
-  std::atomic<uint64_t> reads_{0};
-  std::atomic<uint64_t> read_bytes_{0};
-  std::atomic<uint64_t> zero_copy_ops_{0};
-  std::atomic<uint64_t> staged_ops_{0};
-  std::atomic<uint64_t> checksum_failures_{0};
-  std::atomic<uint64_t> io_errors_{0};
-  std::atomic<uint64_t> syncs_{0};
+  // The I/O counters of NvmeTierStats (writes .. syncs); the other fields
+  // are filled by stats().
+  LockedStats<NvmeTierStats> stats_;
 };
 
 }  // namespace kvtier

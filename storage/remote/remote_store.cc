@@ -68,7 +68,7 @@ RemoteStore::~RemoteStore() {
   {
     absl::MutexLock lock(&queue_mu_);
     stopping_ = true;
-    counters_.publish_dropped += queue_.size();
+    stats_.Add(&RemoteTierStats::publish_dropped, queue_.size());
     finished_ += queue_.size();
     queue_.clear();
     buffered_bytes_ = 0;
@@ -82,20 +82,7 @@ void RemoteStore::Warn(const std::string& message) const {
 }
 
 RemoteTierStats RemoteStore::remote_stats() const {
-  RemoteTierStats s;
-  s.hits = counters_.hits.load();
-  s.misses = counters_.misses.load();
-  s.unavailable = counters_.unavailable.load();
-  s.miss_cache_hits = counters_.miss_cache_hits.load();
-  s.corrupt = counters_.corrupt.load();
-  s.published = counters_.published.load();
-  s.publish_dropped = counters_.publish_dropped.load();
-  s.publish_failed = counters_.publish_failed.load();
-  s.publish_skipped = counters_.publish_skipped.load();
-  s.deleted = counters_.deleted.load();
-  s.bytes_read = counters_.bytes_read.load();
-  s.bytes_written = counters_.bytes_written.load();
-  s.publish_cancelled = counters_.publish_cancelled.load();
+  RemoteTierStats s = stats_.Get();  // the counters
   {
     absl::MutexLock lock(const_cast<absl::Mutex*>(&queue_mu_));
     s.publish_queued = queue_.size();
@@ -160,7 +147,7 @@ std::vector<absl::Status> RemoteStore::FetchMany(absl::Span<const BlockKey> keys
   std::vector<ProfileInfo> profiles;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (const MissKind missed = RecentMiss(keys[i]); missed != MissKind::kNone) {
-      ++counters_.miss_cache_hits;
+      stats_.Add(&RemoteTierStats::miss_cache_hits);
       out[i] =
           missed == MissKind::kCorrupt
               ? absl::DataLossError("its remote copy failed a check and was quarantined recently")
@@ -201,7 +188,7 @@ std::vector<absl::Status> RemoteStore::FetchMany(absl::Span<const BlockKey> keys
             local_->Put(key, v->payload, {.expected_xxh3 = v->payload_checksum});
         if (put.ok()) {
           stored[j] = absl::OkStatus();
-          counters_.bytes_read += v->payload.size();
+          stats_.Add(&RemoteTierStats::bytes_read, v->payload.size());
         } else if (put.status().code() == absl::StatusCode::kDataLoss) {
           bad[j] = absl::DataLossError(
               absl::StrCat("remote payload fails its checksum (", put.status().message(), ")"));
@@ -215,18 +202,18 @@ std::vector<absl::Status> RemoteStore::FetchMany(absl::Span<const BlockKey> keys
     const BlockKey& key = keys[asked[j]];
     absl::Status& result = out[asked[j]];
     if (!found[j].ok()) {
-      ++counters_.unavailable;
+      stats_.Add(&RemoteTierStats::unavailable);
       RememberMiss(key, /*corrupt=*/false);
       result = absl::UnavailableError(absl::StrCat("remote tier: ", found[j].status().message()));
     } else if (!*found[j]) {
-      ++counters_.misses;
+      stats_.Add(&RemoteTierStats::misses);
       RememberMiss(key, /*corrupt=*/false);
       result = absl::NotFoundError("not in the remote tier");
     } else if (!bad[j].ok()) {
       Quarantine(key, remote_keys[j], bad[j]);
       result = absl::DataLossError(bad[j].message());
     } else {
-      if (stored[j].ok()) ++counters_.hits;
+      if (stored[j].ok()) stats_.Add(&RemoteTierStats::hits);
       result = stored[j];
     }
   }
@@ -235,7 +222,7 @@ std::vector<absl::Status> RemoteStore::FetchMany(absl::Span<const BlockKey> keys
 
 void RemoteStore::Quarantine(const BlockKey& key, const std::string& remote_key,
                              const absl::Status& why) {
-  ++counters_.corrupt;
+  stats_.Add(&RemoteTierStats::corrupt);
   RememberMiss(key, /*corrupt=*/true);
   absl::StatusOr<bool> deleted = cluster_->Del(remote_key);
   QuarantinedBlock q;
@@ -257,19 +244,19 @@ void RemoteStore::Quarantine(const BlockKey& key, const std::string& remote_key,
 
 bool RemoteStore::InRemote(const BlockKey& key) {
   if (RecentMiss(key) != MissKind::kNone) {
-    ++counters_.miss_cache_hits;
+    stats_.Add(&RemoteTierStats::miss_cache_hits);
     return false;
   }
   absl::StatusOr<ProfileInfo> profile = Profile(key);
   if (!profile.ok()) return false;
   absl::StatusOr<bool> exists = cluster_->Exists(RemoteKey(key, profile->fingerprint));
   if (!exists.ok()) {
-    ++counters_.unavailable;
+    stats_.Add(&RemoteTierStats::unavailable);
     RememberMiss(key, /*corrupt=*/false);
     return false;
   }
   if (!*exists) {
-    ++counters_.misses;
+    stats_.Add(&RemoteTierStats::misses);
     RememberMiss(key, /*corrupt=*/false);
   }
   return *exists;
@@ -390,7 +377,7 @@ absl::Status RemoteStore::Delete(const BlockKey& key) {
       }
       buffered_bytes_ -= it->bytes.size();
       it = queue_.erase(it);
-      ++counters_.publish_cancelled;
+      stats_.Add(&RemoteTierStats::publish_cancelled);
       ++finished_;
     }
     auto idle = [this, &key]()
@@ -411,7 +398,7 @@ absl::Status RemoteStore::Delete(const BlockKey& key) {
     return local.ok() ? absl::UnavailableError(absl::StrCat("deleted locally, but ", why))
                       : absl::UnavailableError(why);
   }
-  if (*deleted) ++counters_.deleted;
+  if (*deleted) stats_.Add(&RemoteTierStats::deleted);
   if (local.ok() || *deleted) return absl::OkStatus();
   return local;
 }
@@ -458,7 +445,7 @@ void RemoteStore::Enqueue(const BlockKey& key) {
   if (!options_.publish || options_.policy != PublishPolicy::kWriteThrough) return;
   absl::MutexLock lock(&queue_mu_);
   if (stopping_ || queue_.size() >= options_.publish_queue_blocks) {
-    ++counters_.publish_dropped;
+    stats_.Add(&RemoteTierStats::publish_dropped);
     return;
   }
   queue_.push_back(PublishJob{key, {}});
@@ -470,7 +457,7 @@ void RemoteStore::OnRelease(const BlockKey& key, absl::Span<const uint8_t> bytes
   absl::MutexLock lock(&queue_mu_);
   if (stopping_ || queue_.size() >= options_.publish_queue_blocks ||
       buffered_bytes_ + bytes.size() > options_.writeback_buffer_bytes) {
-    ++counters_.publish_dropped;
+    stats_.Add(&RemoteTierStats::publish_dropped);
     return;
   }
   queue_.push_back(
@@ -515,12 +502,12 @@ void RemoteStore::Publish(const PublishJob& job) {
   if (job.bytes.empty()) {
     TierId from = TierId::kHost;
     if (!profile.ok() || !local_->Get(key, &local, &from).ok()) {
-      ++counters_.publish_skipped;  // deleted, evicted or quarantined meanwhile
+      stats_.Add(&RemoteTierStats::publish_skipped);  // deleted, evicted or quarantined meanwhile
       return;
     }
     data = &local;
   } else if (!profile.ok()) {
-    ++counters_.publish_skipped;
+    stats_.Add(&RemoteTierStats::publish_skipped);
     return;
   }
   if (options_.before_publish_set) options_.before_publish_set(key);
@@ -531,11 +518,13 @@ void RemoteStore::Publish(const PublishJob& job) {
       EncodeRemoteHeader(remote_key, profile->fingerprint, data->size(), BlockChecksum(payload));
   const absl::Span<const uint8_t> pieces[] = {absl::MakeConstSpan(header), payload};
   if (absl::Status st = cluster_->Set(remote_key, pieces, options_.ttl_ms); !st.ok()) {
-    ++counters_.publish_failed;
+    stats_.Add(&RemoteTierStats::publish_failed);
     return;
   }
-  ++counters_.published;
-  counters_.bytes_written += data->size();
+  stats_.Change([&](RemoteTierStats& s) {
+    ++s.published;
+    s.bytes_written += data->size();
+  });
 }
 
 }  // namespace kvtier::remote

@@ -55,7 +55,6 @@
 #ifndef KVTIER_STORAGE_REMOTE_REMOTE_STORE_H_
 #define KVTIER_STORAGE_REMOTE_REMOTE_STORE_H_
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -68,6 +67,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "storage/common/locked_stats.h"
 #include "storage/remote/redis/redis_cluster.h"
 #include "storage/store/block_store.h"
 
@@ -284,12 +284,8 @@ class RemoteStore final : public BlockStore {
   bool stopping_ ABSL_GUARDED_BY(queue_mu_) = false;
   std::vector<std::thread> publishers_;
 
-  struct Counters {
-    std::atomic<uint64_t> hits{0}, misses{0}, unavailable{0}, miss_cache_hits{0}, corrupt{0},
-        published{0}, publish_dropped{0}, publish_failed{0}, publish_skipped{0},
-        publish_cancelled{0}, deleted{0}, bytes_read{0}, bytes_written{0};
-  };
-  mutable Counters counters_;
+  // The counters of RemoteTierStats; remote_stats() fills the rest.
+  LockedStats<RemoteTierStats> stats_;
 };
 
 }  // namespace kvtier::remote

@@ -33,13 +33,13 @@ using testing::StatusIs;
 
 constexpr int kLayers = 2, kHeads = 2, kTokens = 16, kDim = 32;
 
-daemon::HeadShape Shape() {
-  daemon::HeadShape s;
-  s.layers = kLayers;
-  s.kv_heads = kHeads;
+index::BlockLayout Shape() {
+  index::BlockLayout s;
+  s.num_layers = kLayers;
+  s.num_kv_heads = kHeads;
   s.head_dim = kDim;
-  s.block_tokens = kTokens;
-  s.dtype = KvDtype::kFp16;
+  s.block_size_tokens = kTokens;
+  s.dtype = index::Dtype::kFp16;
   return s;
 }
 
@@ -126,7 +126,7 @@ class CompactionTest : public ::testing::Test {
   // Checks the stored compacted blocks against CompactHead on the originals.
   void ExpectMatchesDirect(const v1::CompactContextResponse& resp, float rho,
                            const std::vector<float>& queries) {
-    const daemon::HeadShape shape = Shape();
+    const index::BlockLayout shape = Shape();
     const int64_t tokens = static_cast<int64_t>(payloads_.size()) * kTokens;
     const int32_t kept = index::KeptSlots(static_cast<int32_t>(tokens), rho);
     ASSERT_EQ(resp.version().tokens(), static_cast<uint32_t>(kept));

@@ -45,8 +45,6 @@ class LowDescriptorLimit {
   LowDescriptorLimit& operator=(const LowDescriptorLimit&) = delete;
 
   bool lowered() const { return ok_; }
-  // The limit before this object lowered it.
-  const rlimit& old() const { return old_; }
   void Restore() {
     if (ok_ && ::setrlimit(RLIMIT_NOFILE, &old_) != 0) ADD_FAILURE() << "setrlimit (restore)";
     ok_ = false;

@@ -291,7 +291,7 @@ absl::StatusOr<RedisCluster::Answer> RedisCluster::Execute(absl::string_view ver
     if (!reply.ok()) {
       const TransportFailure failure = connection->failure();
       connection.reset();  // never pooled again
-      if (failure == TransportFailure::kTimeout) counters_.timeouts.fetch_add(1);
+      if (failure == TransportFailure::kTimeout) stats_.Add(&RedisClusterStats::timeouts);
       if (lease->pooled && failure == TransportFailure::kClosed && !fresh_retry_used) {
         // A stale pooled connection (the node restarted or dropped it):
         // its siblings are likely stale too; try once on a new one.
@@ -319,7 +319,7 @@ absl::StatusOr<RedisCluster::Answer> RedisCluster::Execute(absl::string_view ver
     Release(std::move(connection));
     switch (error.kind) {
       case ErrorReply::kMoved: {
-        counters_.moved.fetch_add(1);
+        stats_.Add(&RedisClusterStats::moved);
         absl::MutexLock lock(&mu_);
         map_.SetMaster(error.slot, error.address);
         map_stale_ = true;
@@ -329,20 +329,20 @@ absl::StatusOr<RedisCluster::Answer> RedisCluster::Execute(absl::string_view ver
         continue;
       }
       case ErrorReply::kAsk:
-        counters_.ask.fetch_add(1);
+        stats_.Add(&RedisClusterStats::ask);
         last = absl::StrCat("ASK from ", target, " to ", error.address);
         target = error.address;
         asking = true;
         continue;
       case ErrorReply::kTryAgain: {
-        counters_.try_again.fetch_add(1);
+        stats_.Add(&RedisClusterStats::try_again);
         last = absl::StrCat("TRYAGAIN from ", target);
         const int64_t wait_ms = std::min<int64_t>(int64_t{10} << std::min<uint32_t>(hop, 4), 100);
         std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
         continue;
       }
       case ErrorReply::kClusterDown: {
-        counters_.errors.fetch_add(1);
+        stats_.Add(&RedisClusterStats::errors);
         const absl::Status status =
             absl::UnavailableError(absl::StrCat("redis ", target, ": ", verb, ": ", text));
         MarkDown(target, status);
@@ -350,10 +350,10 @@ absl::StatusOr<RedisCluster::Answer> RedisCluster::Execute(absl::string_view ver
         return status;
       }
       case ErrorReply::kTransient:
-        counters_.errors.fetch_add(1);
+        stats_.Add(&RedisClusterStats::errors);
         return absl::UnavailableError(absl::StrCat("redis ", target, ": ", verb, ": ", text));
       case ErrorReply::kOther:
-        counters_.errors.fetch_add(1);
+        stats_.Add(&RedisClusterStats::errors);
         return absl::InternalError(absl::StrCat("redis ", target, ": ", verb, ": ", text));
     }
   }
@@ -391,7 +391,7 @@ absl::StatusOr<std::string> RedisCluster::Route(uint16_t slot) {
 
 std::string RedisCluster::ReadNode(uint16_t slot, const std::string& master) {
   if (!options_.read_from_replicas) return master;
-  const uint64_t turn = counters_.read_turn.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t turn = read_turn_.fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   const std::string* node = map_.ReadNodeOf(slot, turn);
   return node != nullptr ? *node : master;
@@ -437,10 +437,10 @@ absl::StatusOr<RedisCluster::Lease> RedisCluster::Acquire(const std::string& add
       RedisConnection::Dial(address, dial_options_);
   if (!dialed.ok()) {
     if (absl::IsUnavailable(dialed.status())) {
-      counters_.connect_failures.fetch_add(1);
+      stats_.Add(&RedisClusterStats::connect_failures);
       MarkDown(address, dialed.status());
     } else {
-      counters_.errors.fetch_add(1);  // AUTH refused, or a malformed address
+      stats_.Add(&RedisClusterStats::errors);  // AUTH refused, or a malformed address
     }
     return dialed.status();
   }
@@ -542,7 +542,8 @@ absl::Status RedisCluster::FetchSlotMap(const std::vector<std::string>& candidat
     std::unique_ptr<RedisConnection> connection = std::move(lease->connection);
     absl::StatusOr<ReplyPtr> reply = connection->Command({"CLUSTER", "SLOTS"});
     if (!reply.ok()) {
-      if (connection->failure() == TransportFailure::kTimeout) counters_.timeouts.fetch_add(1);
+      if (connection->failure() == TransportFailure::kTimeout)
+        stats_.Add(&RedisClusterStats::timeouts);
       connection.reset();
       MarkDown(address, reply.status());
       failures.push_back(std::string(reply.status().message()));
@@ -550,7 +551,7 @@ absl::Status RedisCluster::FetchSlotMap(const std::vector<std::string>& candidat
     }
     Release(std::move(connection));
     if ((*reply)->type == REDIS_REPLY_ERROR) {
-      counters_.errors.fetch_add(1);
+      stats_.Add(&RedisClusterStats::errors);
       failures.push_back(absl::StrCat("redis ", address, ": CLUSTER SLOTS: ", ReplyText(**reply)));
       continue;
     }
@@ -581,7 +582,7 @@ void RedisCluster::Install(SlotMap map) {
   map_ = std::move(map);
   has_map_ = true;
   map_stale_ = false;
-  counters_.slot_map_refreshes.fetch_add(1);
+  stats_.Add(&RedisClusterStats::slot_map_refreshes);
   // Forget nodes neither the map nor the seeds name (their pools go).
   absl::flat_hash_set<std::string> keep(map_.nodes().begin(), map_.nodes().end());
   keep.insert(seeds_.begin(), seeds_.end());
@@ -606,17 +607,6 @@ std::string RedisCluster::MasterOfSlot(uint16_t slot) const {
   return master == nullptr ? std::string() : *master;
 }
 
-RedisClusterStats RedisCluster::stats() const {
-  RedisClusterStats stats;
-  stats.moved = counters_.moved.load();
-  stats.ask = counters_.ask.load();
-  stats.try_again = counters_.try_again.load();
-  stats.slot_map_refreshes = counters_.slot_map_refreshes.load();
-  stats.connect_failures = counters_.connect_failures.load();
-  stats.timeouts = counters_.timeouts.load();
-  stats.errors = counters_.errors.load();
-  stats.replica_reads = counters_.replica_reads.load();
-  return stats;
-}
+RedisClusterStats RedisCluster::stats() const { return stats_.Get(); }
 
 }  // namespace kvtier::remote

@@ -61,7 +61,7 @@
 // Thread safety: every method may be called concurrently from any number
 // of threads. One mutex guards the slot map, the connection pools and the
 // node states; it is never held during network I/O (dial, send, receive,
-// TRYAGAIN waits). Counters are atomics.
+// TRYAGAIN waits). Counters sit behind a mutex of their own (LockedStats).
 #ifndef KVTIER_STORAGE_REMOTE_REDIS_REDIS_CLUSTER_H_
 #define KVTIER_STORAGE_REMOTE_REDIS_REDIS_CLUSTER_H_
 
@@ -83,6 +83,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "storage/common/locked_stats.h"
 #include "storage/remote/redis/connection.h"
 #include "storage/remote/redis/slot_map.h"
 
@@ -266,12 +267,8 @@ class RedisCluster {
   const DialOptions dial_options_;
 
   // ---- Counters ----
-  struct Counters {
-    std::atomic<uint64_t> moved{0}, ask{0}, try_again{0}, slot_map_refreshes{0},
-        connect_failures{0}, timeouts{0}, errors{0}, replica_reads{0};
-    std::atomic<uint64_t> read_turn{0};  // ReadNode's rotation
-  };
-  mutable Counters counters_;
+  LockedStats<RedisClusterStats> stats_;
+  std::atomic<uint64_t> read_turn_{0};  // ReadNode's rotation
 
   // ---- State below is protected by mu_ ----
   mutable absl::Mutex mu_;

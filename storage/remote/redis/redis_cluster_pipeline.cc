@@ -88,7 +88,7 @@ std::vector<absl::StatusOr<bool>> RedisCluster::GetMany(
         absl::StatusOr<RedisConnection::ValueReply> reply = g.connection->ReadValue();
         if (!reply.ok()) {
           if (g.connection->failure() == TransportFailure::kTimeout) {
-            counters_.timeouts.fetch_add(1);
+            stats_.Add(&RedisClusterStats::timeouts);
           }
           g.connection.reset();
           break;
@@ -98,7 +98,7 @@ std::vector<absl::StatusOr<bool>> RedisCluster::GetMany(
           case RedisConnection::ValueReply::Kind::kValue:
             consume(i, std::string_view(reply->bytes.data(), reply->bytes.size()));
             results[i] = true;
-            if (g.replica) counters_.replica_reads.fetch_add(1, std::memory_order_relaxed);
+            if (g.replica) stats_.Add(&RedisClusterStats::replica_reads);
             break;
           case RedisConnection::ValueReply::Kind::kNil:
             results[i] = false;
