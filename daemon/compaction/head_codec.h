@@ -27,7 +27,7 @@ struct KvHead {
 };
 
 // Copies the keys and values of `which` of every payload, in order, into
-// keys and values: [payloads.size() * block_tokens][head_dim] each. Every
+// keys and values: [payloads.size() * block_size_tokens][head_dim] each. Every
 // payload must be exactly index::PayloadSizeBytes(shape) long.
 void GatherHead(const index::BlockLayout& shape, absl::Span<const absl::string_view> payloads,
                 KvHead which, float* keys, float* values);
